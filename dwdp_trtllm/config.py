@@ -1,0 +1,218 @@
+"""User-facing configuration: frozen dataclasses, loaded from YAML, validated once.
+
+`DwdpConfig` carries upstream TensorRT-LLM's DwdpConfig fields with the same names and meaning
+(dwdp_size, num_groups, num_experts_per_worker, num_prefetch_experts, contention_opt) plus ours.
+`BenchConfig` is the whole file that `dwdp bench` reads: model, dwdp, workload, run.
+Every field is documented with `doc(...)`; docs/CONFIG.md is generated from these docs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .models import PRESETS, ModelSpec, get_model
+from .schema import ConfigError, doc, expand_sweep, from_dict, load_yaml
+
+MiB = 1 << 20
+
+WeightDtype = Literal["float32", "bf16", "fp8"]
+GemmPath = Literal["multi_buffer", "composite_view", "merge", "reference"]
+TransportKind = Literal["auto", "ipc", "vmm_fd", "vmm_fabric", "shm"]
+SourcePolicy = Literal["balanced", "lowest_rank"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DwdpConfig:
+    """DWDP group layout and runtime knobs (upstream-compatible names first)."""
+
+    dwdp_size: int = doc("Ranks in one DWDP group (G). Experts of each MoE layer are spread over these ranks; any G >= 1.", 1)
+    num_groups: int = doc("Independent DWDP groups; world size = num_groups * dwdp_size (upstream meaning).", 1)
+    num_experts_per_worker: int = doc(
+        "Upstream mode: experts held by each rank, rank r holds [r*num_prefetch_experts, r*num_prefetch_experts + "
+        "num_experts_per_worker). 0 = derive a balanced placement from dwdp_size and redundant_experts.", 0)
+    num_prefetch_experts: int = doc(
+        "Upstream mode: stride between consecutive ranks' expert ranges (overlap when smaller than "
+        "num_experts_per_worker). 0 together with num_experts_per_worker = 0 selects the derived placement.", 0)
+    contention_opt: bool = doc(
+        "Slice peer pulls into slice_bytes pieces issued round-robin across sources (time-division multiplexing, "
+        "paper 4.3.2). Upstream name; on by default here.", True)
+    redundant_experts: int = doc(
+        "Derived placement only: extra experts each rank holds beyond its share (replicas shrink every rank's fetch).", 0)
+    slice_bytes: int = doc("Slice size of sliced copies in bytes; a positive multiple of 256.", 2 * MiB)
+    weight_dtype: WeightDtype = doc("Routed-expert weight dtype. float32 is for CPU tests; fp8 is e4m3 with 128x128 block scales (CUDA only).", "bf16")
+    gemm: GemmPath = doc(
+        "How the MoE reads local + fetched experts: multi_buffer (dwdp::grouped_gemm op, per-expert pointers), "
+        "composite_view (CUDA VMM maps both into one [E,...] range), merge (copy into one tensor, then torch._grouped_mm), "
+        "reference (per-expert loop).", "merge")
+    transport: TransportKind = doc(
+        "How peers' expert weights become addressable: ipc (cudaIpc handles), vmm_fd (cuMem + POSIX fd, x86 H100/H200), "
+        "vmm_fabric (fabric handles, NVL72), shm (CPU shared memory), auto (shm on CPU, ipc on CUDA).", "auto")
+    prefetch_depth: int = doc("Layers prefetched ahead of the one computing; slots = prefetch_depth + 1.", 1)
+    source_policy: SourcePolicy = doc(
+        "Which owner serves a replicated expert: balanced (minimise the largest per-source load) or lowest_rank (upstream).", "balanced")
+    pacing: Literal["none", "after_attention"] = doc(
+        "Copy pacing: none issues layer l+1's pulls as soon as its slot is free; after_attention holds them until the "
+        "attention of layer l has been enqueued so copies overlap the MoE GEMMs rather than attention.", "none")
+    max_inflight_slices: int = doc("Sliced copies: split a layer's plan into batches of at most this many slices (0 = one batch).", 0)
+
+    def __post_init__(self) -> None:
+        for name in ("dwdp_size", "num_groups", "prefetch_depth"):
+            if getattr(self, name) < 1:
+                raise ConfigError(None, name, f"expected an integer >= 1, got {getattr(self, name)}")
+        for name in ("num_experts_per_worker", "num_prefetch_experts", "redundant_experts", "max_inflight_slices"):
+            if getattr(self, name) < 0:
+                raise ConfigError(None, name, f"expected an integer >= 0, got {getattr(self, name)}")
+        if self.slice_bytes <= 0 or self.slice_bytes % 256:
+            raise ConfigError(None, "slice_bytes", f"expected a positive multiple of 256, got {self.slice_bytes}")
+        upstream = self.num_experts_per_worker > 0 or self.num_prefetch_experts > 0
+        if upstream and (self.num_experts_per_worker == 0 or self.num_prefetch_experts == 0):
+            raise ConfigError(None, "num_prefetch_experts" if self.num_prefetch_experts == 0 else "num_experts_per_worker",
+                              "upstream placement needs both num_experts_per_worker and num_prefetch_experts > 0 (or both 0)")
+        if upstream and self.redundant_experts:
+            raise ConfigError(None, "redundant_experts", "only applies to the derived placement (num_experts_per_worker: 0)")
+        if upstream and self.num_prefetch_experts > self.num_experts_per_worker:
+            raise ConfigError(None, "num_prefetch_experts",
+                              f"stride {self.num_prefetch_experts} > num_experts_per_worker {self.num_experts_per_worker} "
+                              "leaves experts between ranges unowned")
+
+    @property
+    def upstream_placement(self) -> bool:
+        return self.num_experts_per_worker > 0
+
+    @property
+    def world_size(self) -> int:
+        return self.num_groups * self.dwdp_size
+
+    @property
+    def num_slots(self) -> int:
+        return self.prefetch_depth + 1
+
+    def validate_for(self, num_experts: int, world_size: int | None = None, *, file: str | None = None,
+                     prefix: str = "dwdp") -> None:
+        """Cross-checks against the model and the launched world; raises ConfigError naming the key."""
+        key = lambda k: f"{prefix}.{k}" if prefix else k  # noqa: E731
+        if world_size is not None and self.dwdp_size > world_size:
+            raise ConfigError(file, key("dwdp_size"), f"dwdp_size {self.dwdp_size} is larger than the world of {world_size} ranks")
+        if world_size is not None and world_size % self.dwdp_size:
+            raise ConfigError(file, key("dwdp_size"), f"world of {world_size} ranks is not a whole number of groups of {self.dwdp_size}")
+        if self.upstream_placement:
+            last_end = (self.dwdp_size - 1) * self.num_prefetch_experts + self.num_experts_per_worker
+            if last_end != num_experts:
+                raise ConfigError(file, key("num_experts_per_worker"),
+                                  f"(dwdp_size-1)*num_prefetch_experts + num_experts_per_worker = {last_end} must equal "
+                                  f"the model's {num_experts} experts (fewer leaves experts unowned, more runs past the last)")
+        else:
+            per_rank = -(-num_experts // self.dwdp_size) + self.redundant_experts
+            if per_rank > num_experts:
+                raise ConfigError(file, key("redundant_experts"),
+                                  f"{self.redundant_experts} extra experts per rank exceed the model's {num_experts} experts")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """Which model the engine builds."""
+
+    preset: str = doc(f"Model preset: one of {', '.join(sorted(PRESETS))}.", "tiny")
+    num_layers: int | None = doc("Truncate the preset to this many layers (full per-layer dims); null keeps all.", None)
+    dtype: Literal["float32", "bf16"] = doc("Activation/compute dtype of the engine (float32 for exact CPU checks).", "float32")
+    seed: int = doc("Seed of the random weights (identical on every rank).", 0)
+    checkpoint: str | None = doc("Directory of a HuggingFace-layout safetensors checkpoint; null = seeded random weights.", None)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(None, "preset", f"unknown model preset {self.preset!r}; expected one of {', '.join(sorted(PRESETS))}")
+        if self.num_layers is not None and self.num_layers < 1:
+            raise ConfigError(None, "num_layers", f"expected an integer >= 1 or null, got {self.num_layers}")
+
+    def spec(self) -> ModelSpec:
+        return get_model(self.preset, self.num_layers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadConfig:
+    """Requests each rank serves in a benchmark (context phase only)."""
+
+    isl: int = doc("Mean input sequence length in tokens.", 256)
+    isl_dist: Literal["fixed", "uniform_ratio", "normal"] = doc(
+        "Per-request ISL: fixed, uniform_ratio (uniform in [isl_ratio*isl, isl], the paper's 'ratio 0.8'), "
+        "or normal with coefficient of variation isl_cv.", "uniform_ratio")
+    isl_ratio: float = doc("Lower bound of uniform_ratio as a fraction of isl, in (0, 1].", 0.8)
+    isl_cv: float = doc("Coefficient of variation of ISL for isl_dist: normal.", 0.0)
+    imbalance_cv: float = doc("Across-rank coefficient of variation of each rank's mean ISL (0 = balanced ranks).", 0.0)
+    requests_per_rank: int = doc("Requests in each rank's queue.", 8)
+    arrival: Literal["offline", "poisson"] = doc("offline: all requests queued at t=0 (throughput); poisson: arrivals at `rate`.", "offline")
+    rate: float = doc("Poisson arrival rate per rank, requests per second (arrival: poisson).", 1.0)
+    max_num_tokens: int = doc("Max tokens per iteration per rank (MNT); each rank packs its own queue up to this.", 1024)
+    seed: int = doc("Seed of the workload generator.", 0)
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("isl", self.isl >= 1, "an integer >= 1"),
+            ("isl_ratio", 0 < self.isl_ratio <= 1, "a number in (0, 1]"),
+            ("isl_cv", self.isl_cv >= 0, "a number >= 0"),
+            ("imbalance_cv", 0 <= self.imbalance_cv < 1, "a number in [0, 1)"),
+            ("requests_per_rank", self.requests_per_rank >= 1, "an integer >= 1"),
+            ("rate", self.rate > 0, "a number > 0"),
+            ("max_num_tokens", self.max_num_tokens >= 1, "an integer >= 1"),
+        ]
+        for key, ok, expected in checks:
+            if not ok:
+                raise ConfigError(None, key, f"expected {expected}, got {getattr(self, key)!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """Where and how the benchmark runs."""
+
+    device: Literal["cpu", "cuda"] = doc("cpu (gloo + shared memory) or cuda (NCCL + CUDA IPC/VMM; ranks may share a GPU).", "cpu")
+    ranks: int = doc("Ranks (processes) launched on this machine.", 4)
+    modes: tuple[Literal["dep", "dwdp", "reference"], ...] = doc("Parallel modes to run and compare.", ("dep", "dwdp"))
+    warmup_iters: int = doc("Iterations per rank excluded from the metrics.", 1)
+    timeout_s: float = doc("Wall-clock limit of one mode's run; a rank that exceeds it ends the run with an error.", 600.0)
+    threads_per_rank: int = doc("torch CPU threads per rank (cpu device).", 1)
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise ConfigError(None, "ranks", f"expected an integer >= 1, got {self.ranks}")
+        if not self.modes:
+            raise ConfigError(None, "modes", "expected at least one of dep, dwdp, reference")
+        if self.warmup_iters < 0:
+            raise ConfigError(None, "warmup_iters", f"expected an integer >= 0, got {self.warmup_iters}")
+        if self.timeout_s <= 0:
+            raise ConfigError(None, "timeout_s", f"expected a number > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchConfig:
+    """One `dwdp bench` point: model, DWDP layout, workload and run settings."""
+
+    model: ModelConfig = doc("Model section.", factory=ModelConfig)
+    dwdp: DwdpConfig = doc("DWDP section (upstream DwdpConfig fields plus ours).", factory=DwdpConfig)
+    workload: WorkloadConfig = doc("Workload section.", factory=WorkloadConfig)
+    run: RunConfig = doc("Run section.", factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        spec = self.model.spec()
+        self.dwdp.validate_for(spec.num_experts, self.run.ranks, prefix="dwdp")
+        if self.dwdp.weight_dtype == "fp8" and self.run.device != "cuda":
+            raise ConfigError(None, "dwdp.weight_dtype", "fp8 expert weights need run.device: cuda")
+        if self.dwdp.transport in ("ipc", "vmm_fd", "vmm_fabric") and self.run.device != "cuda":
+            raise ConfigError(None, "dwdp.transport", f"{self.dwdp.transport} needs run.device: cuda (use shm or auto on cpu)")
+        if self.dwdp.transport == "shm" and self.run.device == "cuda":
+            raise ConfigError(None, "dwdp.transport", "shm is the CPU transport; use auto, ipc or vmm_fd on cuda")
+
+
+def load_dwdp_config(path: str | Path) -> DwdpConfig:
+    """A DwdpConfig from a YAML file (top level may be the fields or a `dwdp_config:`/`dwdp:` section)."""
+    data = load_yaml(path)
+    for section in ("dwdp_config", "dwdp"):
+        if section in data:
+            return from_dict(DwdpConfig, data[section], file=str(path), prefix=section)
+    return from_dict(DwdpConfig, data, file=str(path))
+
+
+def load_bench_points(data: dict, *, file: str | None = None) -> tuple[list[str], list[BenchConfig]]:
+    """Expand sweeps in a bench config mapping and validate every point."""
+    keys, points = expand_sweep(BenchConfig, data, file=file)
+    return keys, [from_dict(BenchConfig, p, file=file) for p in points]

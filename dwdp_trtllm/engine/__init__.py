@@ -1,0 +1,1 @@
+"""Embedded context-phase engine: reference model, DEP baseline, DWDP executor, launcher."""

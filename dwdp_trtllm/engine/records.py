@@ -1,0 +1,63 @@
+"""What a rank reports after a benchmark run (plain data, picklable across processes).
+
+Times are host seconds on time.perf_counter() (CLOCK_MONOTONIC: one clock for every process on a
+machine), so per-rank timelines line up. GPU phases are measured with CUDA events and mapped onto
+that clock at the end of each iteration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: phase names used in IterationRecord.phases
+PHASES = ("attention", "expert_gemm", "other", "all_to_all", "sync_wait", "prefetch_wait", "copy")
+
+
+@dataclass
+class Segment:
+    """A chunk of one request processed in one iteration: tokens [start, start + length) of request_id."""
+
+    request_id: int
+    start: int
+    length: int
+    is_last: bool  # the request's final chunk: its first token is produced by this iteration
+
+
+@dataclass
+class Request:
+    """One context request in a rank's queue."""
+
+    request_id: int
+    rank: int
+    isl: int
+    arrival_s: float  # seconds after the run's start
+
+
+@dataclass
+class IterationRecord:
+    """One forward pass of one rank."""
+
+    rank: int
+    iteration: int
+    t_start: float
+    t_end: float
+    num_tokens: int
+    segments: list[Segment]
+    warmup: bool
+    # (phase, layer index, start_s, end_s); phase in PHASES; layer -1 for whole-iteration phases
+    phases: list[tuple[str, int, float, float]] = field(default_factory=list)
+
+
+@dataclass
+class RankResult:
+    """Everything one rank measured for one mode."""
+
+    rank: int
+    mode: str
+    device: str
+    t0: float  # run start on the shared clock; Request.arrival_s is relative to it
+    requests: list[Request]
+    iterations: list[IterationRecord]
+    first_token_s: dict[int, float]  # request_id -> absolute time its last chunk finished
+    memory_bytes: dict[str, int]  # weights, prefetch_slots, activations, peak_total
+    copy_bytes: int = 0  # bytes this rank pulled from peers (DWDP)
+    extra: dict = field(default_factory=dict)

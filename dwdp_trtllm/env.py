@@ -1,0 +1,37 @@
+"""Every environment variable the package reads, read here and nowhere else."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Path of a DWDP YAML config that activates the TensorRT-LLM integration in every process.
+DWDP_TRTLLM_CONFIG = "DWDP_TRTLLM_CONFIG"
+#: "1" activates the TensorRT-LLM integration with the config carried in the TensorRT-LLM YAML.
+DWDP_TRTLLM = "DWDP_TRTLLM"
+#: Cache directory of JIT-built ops (default ~/.cache/dwdp_trtllm).
+DWDP_CACHE_DIR = "DWDP_CACHE_DIR"
+#: Where CUTLASS headers live when the nvidia-cutlass wheel is not installed.
+CUTLASS_DIR = "CUTLASS_DIR"
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name, default)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(DWDP_CACHE_DIR) or Path.home() / ".cache" / "dwdp_trtllm")
+
+
+def launch_env() -> dict[str, int] | None:
+    """(rank, world_size, local_rank) from torchrun or mpirun variables, or None when not launched by them."""
+    env = os.environ
+    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
+        if r in env and w in env:
+            return {"rank": int(env[r]), "world_size": int(env[w]), "local_rank": int(env.get(lr, env[r]))}
+    return None
+
+
+def launched_by_mpi() -> bool:
+    return "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ

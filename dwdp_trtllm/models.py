@@ -1,0 +1,185 @@
+"""Model specs: the per-layer dimensions that DWDP, the engine and the planner need.
+
+Presets carry the exact dims of the public config.json of each family (DESIGN.md section 6).
+A preset may be truncated to fewer layers (`get_model("deepseek-r1", num_layers=5)`): per-layer
+compute/communication ratios stay exact while memory fits one GPU.
+
+Expert tensor layout used everywhere in this package (nn.Linear convention, out x in):
+    w13_ENH  [E, 2*I, H]   gate rows [0, I), up rows [I, 2I)
+    w2_EHI   [E, H, I]
+FP8 weights carry fp32 block scales over 128x128 blocks (DeepSeek-V3 layout):
+    w13_scale [E, ceil(2I/128), ceil(H/128)],  w2_scale [E, ceil(H/128), ceil(I/128)]
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+FP8_BLOCK = 128
+NVFP4_GROUP = 16
+
+#: bytes per weight element by weight dtype name
+WEIGHT_BYTES = {"float32": 4.0, "bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """Dimensions of a DeepSeek-style MoE decoder (context phase only)."""
+
+    name: str
+    family: Literal["deepseek", "qwen3_moe", "mixtral", "olmoe"]
+    hidden_size: int
+    num_layers: int
+    first_k_dense: int
+    dense_intermediate: int
+    moe_intermediate: int
+    num_experts: int
+    top_k: int
+    num_shared_experts: int
+    vocab_size: int
+    attention: Literal["mla", "gqa"]
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int = 0
+    q_lora_rank: int = 0  # 0: no q compression (DeepSeek-V2-Lite)
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    router: Literal["sigmoid_grouped", "softmax"] = "softmax"
+    n_group: int = 1
+    topk_group: int = 1
+    norm_topk_prob: bool = True
+    routed_scaling_factor: float = 1.0
+    qk_norm: bool = False  # Qwen3 / OLMoE per-head q/k RMSNorm
+    rms_eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_k_dense <= self.num_layers:
+            raise ValueError(f"{self.name}: first_k_dense={self.first_k_dense} not in [0, num_layers={self.num_layers}]")
+        if not 1 <= self.top_k <= self.num_experts:
+            raise ValueError(f"{self.name}: top_k={self.top_k} not in [1, num_experts={self.num_experts}]")
+        if self.num_experts % self.n_group or not 1 <= self.topk_group <= self.n_group:
+            raise ValueError(f"{self.name}: n_group={self.n_group}/topk_group={self.topk_group} invalid for {self.num_experts} experts")
+        if self.attention == "gqa" and (self.head_dim <= 0 or self.num_heads % self.num_kv_heads):
+            raise ValueError(f"{self.name}: GQA needs head_dim > 0 and num_heads divisible by num_kv_heads")
+        if self.attention == "mla" and (self.kv_lora_rank <= 0 or self.qk_rope_head_dim <= 0):
+            raise ValueError(f"{self.name}: MLA needs kv_lora_rank and qk_rope_head_dim > 0")
+
+    # ---- derived sizes -------------------------------------------------------------------
+    @property
+    def moe_layer_ids(self) -> tuple[int, ...]:
+        return tuple(range(self.first_k_dense, self.num_layers))
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_k_dense
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.moe_intermediate
+
+    def expert_tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-expert shapes of the routed-expert tensors (without the leading E)."""
+        H, I = self.hidden_size, self.moe_intermediate
+        return {"w13": (2 * I, H), "w2": (H, I)}
+
+    def expert_scale_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-expert shapes of the FP8 128x128 block scales."""
+        H, I, b = self.hidden_size, self.moe_intermediate, FP8_BLOCK
+        return {"w13_scale": (math.ceil(2 * I / b), math.ceil(H / b)), "w2_scale": (math.ceil(H / b), math.ceil(I / b))}
+
+    def expert_bytes(self, weight_dtype: str) -> int:
+        """Bytes of one routed expert including its scales for `weight_dtype` (float32|bf16|fp8|nvfp4)."""
+        if weight_dtype not in WEIGHT_BYTES:
+            raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {sorted(WEIGHT_BYTES)}")
+        nbytes = self.expert_params * WEIGHT_BYTES[weight_dtype]
+        if weight_dtype == "fp8":
+            nbytes += 4 * sum(math.prod(s) for s in self.expert_scale_shapes().values())
+        elif weight_dtype == "nvfp4":
+            nbytes += self.expert_params / NVFP4_GROUP  # one fp8 scale per 16 elements
+        return int(nbytes)
+
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections only)."""
+        H, nh = self.hidden_size, self.num_heads
+        if self.attention == "gqa":
+            d = self.head_dim
+            return H * nh * d + 2 * H * self.num_kv_heads * d + nh * d * H
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q = H * self.q_lora_rank + self.q_lora_rank * nh * qk if self.q_lora_rank else H * nh * qk
+        kv = H * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * nh * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv + nh * self.v_head_dim * H
+
+    def dense_params(self) -> int:
+        """Replicated (non-routed-expert) parameters: embeddings, attention, dense MLPs, shared experts, routers."""
+        H = self.hidden_size
+        per_layer = self.attention_params() + 2 * H
+        dense_mlp = 3 * H * self.dense_intermediate
+        moe_extra = 3 * H * self.moe_intermediate * self.num_shared_experts + H * self.num_experts
+        return (2 * self.vocab_size * H + self.num_layers * per_layer
+                + self.first_k_dense * dense_mlp + self.num_moe_layers * moe_extra)
+
+    def truncated(self, num_layers: int) -> "ModelSpec":
+        """The same per-layer dims with `num_layers` layers (keeps up to first_k_dense dense layers)."""
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        return dataclasses.replace(self, num_layers=num_layers, first_k_dense=min(self.first_k_dense, max(num_layers - 1, 0)))
+
+
+PRESETS: dict[str, ModelSpec] = {
+    "deepseek-v3": ModelSpec(
+        name="deepseek-v3", family="deepseek", hidden_size=7168, num_layers=61, first_k_dense=3,
+        dense_intermediate=18432, moe_intermediate=2048, num_experts=256, top_k=8, num_shared_experts=1,
+        vocab_size=129280, attention="mla", num_heads=128, num_kv_heads=128, q_lora_rank=1536,
+        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        router="sigmoid_grouped", n_group=8, topk_group=4, norm_topk_prob=True, routed_scaling_factor=2.5),
+    "deepseek-v2-lite": ModelSpec(
+        name="deepseek-v2-lite", family="deepseek", hidden_size=2048, num_layers=27, first_k_dense=1,
+        dense_intermediate=10944, moe_intermediate=1408, num_experts=64, top_k=6, num_shared_experts=2,
+        vocab_size=102400, attention="mla", num_heads=16, num_kv_heads=16, q_lora_rank=0,
+        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        router="softmax", n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0),
+    "qwen3-30b-a3b": ModelSpec(
+        name="qwen3-30b-a3b", family="qwen3_moe", hidden_size=2048, num_layers=48, first_k_dense=0,
+        dense_intermediate=6144, moe_intermediate=768, num_experts=128, top_k=8, num_shared_experts=0,
+        vocab_size=151936, attention="gqa", num_heads=32, num_kv_heads=4, head_dim=128,
+        norm_topk_prob=True, qk_norm=True, rope_theta=1e6),
+    "mixtral-8x7b": ModelSpec(
+        name="mixtral-8x7b", family="mixtral", hidden_size=4096, num_layers=32, first_k_dense=0,
+        dense_intermediate=14336, moe_intermediate=14336, num_experts=8, top_k=2, num_shared_experts=0,
+        vocab_size=32000, attention="gqa", num_heads=32, num_kv_heads=8, head_dim=128,
+        norm_topk_prob=True, rms_eps=1e-5, rope_theta=1e6),
+    "olmoe-1b-7b": ModelSpec(
+        name="olmoe-1b-7b", family="olmoe", hidden_size=2048, num_layers=16, first_k_dense=0,
+        dense_intermediate=1024, moe_intermediate=1024, num_experts=64, top_k=8, num_shared_experts=0,
+        vocab_size=50304, attention="gqa", num_heads=16, num_kv_heads=16, head_dim=128,
+        norm_topk_prob=False, qk_norm=True, rms_eps=1e-5),
+    # DeepSeek-shaped, laptop-CPU sized: MLA, grouped sigmoid routing, shared expert, a dense first layer.
+    "tiny": ModelSpec(
+        name="tiny", family="deepseek", hidden_size=64, num_layers=4, first_k_dense=1,
+        dense_intermediate=128, moe_intermediate=32, num_experts=16, top_k=4, num_shared_experts=1,
+        vocab_size=256, attention="mla", num_heads=4, num_kv_heads=4, q_lora_rank=32,
+        kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+        router="sigmoid_grouped", n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5),
+    # GQA + softmax routing, tiny: exercises the Qwen3/Mixtral/OLMoE code path on the CPU.
+    "tiny-gqa": ModelSpec(
+        name="tiny-gqa", family="qwen3_moe", hidden_size=64, num_layers=3, first_k_dense=0,
+        dense_intermediate=128, moe_intermediate=32, num_experts=12, top_k=3, num_shared_experts=0,
+        vocab_size=256, attention="gqa", num_heads=4, num_kv_heads=2, head_dim=16,
+        norm_topk_prob=True, qk_norm=True),
+}
+PRESETS["deepseek-r1"] = dataclasses.replace(PRESETS["deepseek-v3"], name="deepseek-r1")
+
+
+def get_model(name: str, num_layers: int | None = None) -> ModelSpec:
+    """A preset by name, optionally truncated to `num_layers` layers."""
+    try:
+        spec = PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}: expected one of {sorted(PRESETS)}") from None
+    return spec.truncated(num_layers) if num_layers is not None else spec

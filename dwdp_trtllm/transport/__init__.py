@@ -1,0 +1,4 @@
+"""Peer transport: make every DWDP peer's local expert buffers addressable from this rank."""
+from .base import PeerTransport, TransportError, make_transport
+
+__all__ = ["PeerTransport", "TransportError", "make_transport"]
