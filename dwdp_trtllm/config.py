@@ -103,6 +103,10 @@ class DwdpConfig:
                                   f"(dwdp_size-1)*num_prefetch_experts + num_experts_per_worker = {last_end} must equal "
                                   f"the model's {num_experts} experts (fewer leaves experts unowned, more runs past the last)")
         else:
+            if self.dwdp_size > num_experts:
+                raise ConfigError(file, key("dwdp_size"),
+                                  f"dwdp_size {self.dwdp_size} is larger than the model's {num_experts} experts "
+                                  "(some ranks would hold no expert of their own)")
             per_rank = -(-num_experts // self.dwdp_size) + self.redundant_experts
             if per_rank > num_experts:
                 raise ConfigError(file, key("redundant_experts"),

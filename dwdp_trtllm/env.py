@@ -35,3 +35,12 @@ def launch_env() -> dict[str, int] | None:
 
 def launched_by_mpi() -> bool:
     return "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
+
+
+#: NVLink multicast must stay off on the lent multi-GPU machines (a program using it can take the host's GPUs down).
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def set_multicast_off() -> None:
+    """Force the multicast-off settings in this process (children inherit them)."""
+    os.environ.update(MULTICAST_OFF)

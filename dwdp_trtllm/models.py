@@ -124,11 +124,18 @@ class ModelSpec:
         return (2 * self.vocab_size * H + self.num_layers * per_layer
                 + self.first_k_dense * dense_mlp + self.num_moe_layers * moe_extra)
 
-    def truncated(self, num_layers: int) -> "ModelSpec":
-        """The same per-layer dims with `num_layers` layers (keeps up to first_k_dense dense layers)."""
+    def truncated(self, num_layers: int, first_k_dense: int | None = None) -> "ModelSpec":
+        """The same per-layer dims with `num_layers` layers.
+
+        Keeps min(first_k_dense, num_layers - 1) dense layers unless `first_k_dense` is given
+        (benchmarks of DWDP want several MoE layers and few dense ones).
+        """
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        return dataclasses.replace(self, num_layers=num_layers, first_k_dense=min(self.first_k_dense, max(num_layers - 1, 0)))
+        dense = min(self.first_k_dense, max(num_layers - 1, 0)) if first_k_dense is None else first_k_dense
+        if not 0 <= dense <= num_layers:
+            raise ValueError(f"first_k_dense={dense} not in [0, num_layers={num_layers}]")
+        return dataclasses.replace(self, num_layers=num_layers, first_k_dense=dense)
 
 
 PRESETS: dict[str, ModelSpec] = {
@@ -176,10 +183,12 @@ PRESETS: dict[str, ModelSpec] = {
 PRESETS["deepseek-r1"] = dataclasses.replace(PRESETS["deepseek-v3"], name="deepseek-r1")
 
 
-def get_model(name: str, num_layers: int | None = None) -> ModelSpec:
-    """A preset by name, optionally truncated to `num_layers` layers."""
+def get_model(name: str, num_layers: int | None = None, first_k_dense: int | None = None) -> ModelSpec:
+    """A preset by name, optionally truncated to `num_layers` layers (and `first_k_dense` dense ones)."""
     try:
         spec = PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown model preset {name!r}: expected one of {sorted(PRESETS)}") from None
-    return spec.truncated(num_layers) if num_layers is not None else spec
+    if num_layers is None and first_k_dense is None:
+        return spec
+    return spec.truncated(spec.num_layers if num_layers is None else num_layers, first_k_dense)

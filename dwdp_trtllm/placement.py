@@ -10,8 +10,8 @@ Two placements:
   next `redundant_experts` experts (wrapping), so replicated experts can be served by several owners.
 
 Source choice for a fetched expert (per destination): lowest_rank (upstream) or balanced, which
-starts from lowest_rank and moves (destination, expert) pulls off the most-loaded source while that
-lowers the maximum load, so balanced is never worse than lowest_rank.
+starts from lowest_rank and re-routes (destination, expert) pulls along cost-reducing paths until the
+largest per-source load is minimal, so balanced is never worse than lowest_rank.
 """
 from __future__ import annotations
 
@@ -82,43 +82,72 @@ def _derived_ranges(num_experts: int, group: int, redundant: int) -> list[tuple[
     return out
 
 
-def _lowest_rank_sources(local: list[tuple[int, ...]], num_experts: int) -> list[dict[int, int]]:
+def _owners(local: list[tuple[int, ...]], num_experts: int) -> list[list[int]]:
     owners: list[list[int]] = [[] for _ in range(num_experts)]
     for r, experts in enumerate(local):
         for e in experts:
             owners[e].append(r)
-    return [{e: owners[e][0] for e in range(num_experts) if e not in set(held)} for held in local]
+    return owners
+
+
+def _lowest_rank_sources(local: list[tuple[int, ...]], num_experts: int) -> list[dict[int, int]]:
+    owners = _owners(local, num_experts)
+    return [{e: owners[e][0] for e in range(num_experts) if e not in held_set}
+            for held_set in map(set, local)]
 
 
 def _balance(sources: list[dict[int, int]], local: list[tuple[int, ...]], num_experts: int) -> list[dict[int, int]]:
-    """Local search on the max per-source load; never increases it."""
+    """Minimise the largest per-source load by shifting pulls along cost-reducing paths.
+
+    A pull (dst, e) served by s may move to any other owner of e except dst. A path s0 -> s1 -> ... -> sk
+    of such moves lowers load[s0] by one and raises load[sk] by one. While the most-loaded source s0
+    (lowest rank on ties) has a path to some sk with load[sk] <= load[s0] - 2, apply it. When it has
+    none, every source reachable from s0 carries >= max - 1 and the pulls they serve cannot leave that
+    set, so no assignment has a smaller max: the result is optimal, never worse than lowest_rank, and
+    deterministic (every rank computes the same).
+    """
     group = len(local)
-    owners: list[list[int]] = [[] for _ in range(num_experts)]
-    for r, experts in enumerate(local):
-        for e in experts:
-            owners[e].append(r)
-    load = [0] * group
-    for per in sources:
-        for s in per.values():
-            load[s] += 1
-    # Also balance what each destination pulls from each source (round-robin slicing then alternates evenly).
-    improved = True
-    while improved:
-        improved = False
-        hot = max(range(group), key=lambda r: load[r])
-        for dst, per in enumerate(sources):
-            for e, s in per.items():
-                if s != hot:
-                    continue
-                alt = min((o for o in owners[e] if o != dst and o != hot), key=lambda o: load[o], default=None)
-                if alt is not None and load[alt] + 1 < load[hot]:
-                    per[e] = alt
-                    load[hot] -= 1
-                    load[alt] += 1
-                    improved = True
-                    break
-            if improved:
-                break
+    owners = _owners(local, num_experts)
+    # pulls currently served by each source, insertion-ordered (dict as ordered set) for determinism
+    by_src: list[dict[tuple[int, int], None]] = [{} for _ in range(group)]
+    for dst, per in enumerate(sources):
+        for e, s in per.items():
+            by_src[s][(dst, e)] = None
+
+    def find_path(start: int) -> list[tuple[int, int, int, int]] | None:
+        """BFS from `start`: moves (dst, expert, old_source, new_source), ending at a source with load <= start's - 2."""
+        prev: dict[int, tuple[int, int, int] | None] = {start: None}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for s in frontier:
+                for dst, e in by_src[s]:
+                    for o in owners[e]:
+                        if o == dst or o in prev:
+                            continue
+                        prev[o] = (dst, e, s)
+                        if len(by_src[o]) <= len(by_src[start]) - 2:
+                            path, node = [], o
+                            while prev[node] is not None:
+                                d, ex, frm = prev[node]  # type: ignore[misc]
+                                path.append((d, ex, frm, node))
+                                node = frm
+                            return path
+                        nxt.append(o)
+                    if len(prev) == group:  # every source reached, none light enough
+                        return None
+            frontier = nxt
+        return None
+
+    while True:
+        hot = min(range(group), key=lambda r: (-len(by_src[r]), r))
+        path = find_path(hot)
+        if path is None:  # the sources reachable from `hot` are all >= max - 1: the max is optimal
+            break
+        for dst, e, old, new in path:
+            sources[dst][e] = new
+            del by_src[old][(dst, e)]
+            by_src[new][(dst, e)] = None
     return sources
 
 
@@ -140,6 +169,22 @@ def make_placement(cfg: DwdpConfig, num_experts: int) -> ExpertPlacement:
     return ExpertPlacement(
         num_experts=num_experts, dwdp_size=cfg.dwdp_size, local_experts=tuple(local),
         sources=tuple(tuple(sorted(per.items())) for per in sources), policy=cfg.source_policy)
+
+
+def compact_ranges(ids: tuple[int, ...] | list[int]) -> str:
+    """Sorted ids as inclusive ranges: (0, 1, 2, 5, 7, 8) -> '0-2,5,7-8'; empty -> '-'."""
+    ids = sorted(ids)
+    if not ids:
+        return "-"
+    parts, start, prev = [], ids[0], ids[0]
+    for e in ids[1:] + [None]:  # type: ignore[operator]
+        if e is not None and e == prev + 1:
+            prev = e
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if e is not None:
+            start = prev = e
+    return ",".join(parts)
 
 
 def group_of(rank: int, dwdp_size: int) -> tuple[int, int]:

@@ -1,0 +1,155 @@
+"""Benchmark metrics from the engine's RankResults (pure arithmetic, no torch).
+
+Definitions (iterations with IterationRecord.warmup are excluded everywhere):
+- window_s: wall time of the measurement window, from the earliest non-warm-up iteration start to the
+  latest non-warm-up iteration end over all ranks (one shared perf_counter clock).
+- tokens: sum of num_tokens over non-warm-up iterations of all ranks.
+- tps_per_gpu: tokens / window_s / ranks. On CPU a "GPU" is a rank. When several ranks share one GPU
+  the division is still by the number of ranks (a per-rank rate), flagged by `ranks_share_gpu`.
+- tps_per_gpu_busy: mean over ranks of the rank's measured tokens / its own busy span (first non-warm-up
+  iteration start to the end of its last non-warm-up iteration that processed tokens): a rank's rate
+  while it has work, which leaves out the tail where lightly loaded ranks have finished.
+- iterations_per_s: non-warm-up iterations that processed tokens, per rank per second of the window
+  (empty iterations a DEP rank runs only to join its peers' collectives are not counted).
+- ttft_*_ms: first_token_s - (t0 + arrival_s) of every request none of whose chunks ran in a warm-up
+  iteration (queueing + compute); p50/p90/p99 with linear interpolation (numpy default).
+- layer_us[phase]: mean over (rank, non-warm-up iteration) of the phase's summed span durations in
+  that iteration divided by num_layers; exposed_copy = prefetch_wait, hidden_copy = max(copy -
+  prefetch_wait, 0), both per layer per iteration like the phases.
+- memory: per-rank RankResult.memory_bytes and the maximum over ranks of each key.
+- ratio: tps_per_gpu, tps_per_gpu_busy and iterations_per_s DWDP/DEP; ttft_speedup_* = DEP/DWDP.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from ..engine.records import PHASES, RankResult
+
+MEMORY_KEYS = ("weights", "prefetch_slots", "activations", "peak_total")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else math.nan
+
+
+def measured_iterations(results: list[RankResult]):
+    """(rank result, iteration) for every non-warm-up iteration."""
+    return [(r, it) for r in results for it in r.iterations if not it.warmup]
+
+
+def mode_metrics(results: list[RankResult], num_layers: int) -> dict:
+    """Metrics of one mode's run (one RankResult per rank); see the module doc."""
+    if not results:
+        raise ValueError("no rank results")
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    ranks = len(results)
+    measured = measured_iterations(results)
+    tokens = sum(it.num_tokens for _, it in measured)
+    total_tokens = sum(it.num_tokens for r in results for it in r.iterations)
+    window = (max(it.t_end for _, it in measured) - min(it.t_start for _, it in measured)) if measured else 0.0
+    busy_iters = sum(1 for _, it in measured if it.num_tokens > 0)
+    busy_rates = []
+    for r in results:
+        its = [it for it in r.iterations if not it.warmup]
+        busy = [it for it in its if it.num_tokens > 0]
+        if busy:
+            span = busy[-1].t_end - its[0].t_start
+            busy_rates.append(sum(it.num_tokens for it in busy) / span if span > 0 else math.nan)
+        else:
+            busy_rates.append(0.0)  # a rank with nothing measured adds no throughput
+
+    ttft: list[float] = []
+    for r in results:
+        warm_ids = {s.request_id for it in r.iterations if it.warmup for s in it.segments}
+        for q in r.requests:
+            if q.request_id not in warm_ids and q.request_id in r.first_token_s:
+                ttft.append(r.first_token_s[q.request_id] - (r.t0 + q.arrival_s))
+    unfinished = sum(1 for r in results for q in r.requests if q.request_id not in r.first_token_s)
+
+    sums: dict[str, float] = defaultdict(float)
+    for _, it in measured:
+        for phase, _layer, s, e in it.phases:
+            sums[phase] += e - s
+    denom = len(measured) * num_layers
+    layer_us = {p: (sums[p] / denom * 1e6 if denom else math.nan) for p in PHASES}
+    layer_us["exposed_copy"] = layer_us["prefetch_wait"]
+    layer_us["hidden_copy"] = max(layer_us["copy"] - layer_us["prefetch_wait"], 0.0) if denom else math.nan
+
+    devices = sorted({r.device for r in results})
+    mem_ranks = {str(r.rank): dict(r.memory_bytes) for r in results}
+    mem_max = {k: max((int(r.memory_bytes.get(k, 0)) for r in results), default=0) for k in MEMORY_KEYS}
+    return {
+        "ranks": ranks,
+        "devices": devices,
+        "ranks_share_gpu": any(d.startswith("cuda") for d in devices) and len(devices) < ranks,
+        "requests": sum(len(r.requests) for r in results),
+        "requests_measured": len(ttft),
+        "requests_unfinished": unfinished,
+        "tokens": tokens,
+        "total_tokens": total_tokens,
+        "iterations": len(measured),
+        "busy_iterations": busy_iters,
+        "window_s": window,
+        "tps_per_gpu": tokens / window / ranks if window > 0 else math.nan,
+        "tps_per_gpu_busy": float(np.mean(busy_rates)),
+        "iterations_per_s": busy_iters / window / ranks if window > 0 else math.nan,
+        "ttft_p50_ms": _percentile(ttft, 50) * 1e3,
+        "ttft_p90_ms": _percentile(ttft, 90) * 1e3,
+        "ttft_p99_ms": _percentile(ttft, 99) * 1e3,
+        "layer_us": layer_us,
+        "memory_max_bytes": mem_max,
+        "memory_bytes": mem_ranks,
+        "copy_bytes": sum(r.copy_bytes for r in results),
+    }
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
+
+
+def ratios(dep: dict, dwdp: dict) -> dict:
+    """DWDP/DEP throughput ratios and DEP/DWDP TTFT speedups of two mode_metrics dicts."""
+    return {
+        "tps_per_gpu": _div(dwdp["tps_per_gpu"], dep["tps_per_gpu"]),
+        "tps_per_gpu_busy": _div(dwdp["tps_per_gpu_busy"], dep["tps_per_gpu_busy"]),
+        "iterations_per_s": _div(dwdp["iterations_per_s"], dep["iterations_per_s"]),
+        "ttft_speedup_p50": _div(dep["ttft_p50_ms"], dwdp["ttft_p50_ms"]),
+        "ttft_speedup_p90": _div(dep["ttft_p90_ms"], dwdp["ttft_p90_ms"]),
+        "ttft_speedup_p99": _div(dep["ttft_p99_ms"], dwdp["ttft_p99_ms"]),
+    }
+
+
+def compute_metrics(by_mode: dict[str, list[RankResult]], num_layers: int) -> dict:
+    """{"<mode>": mode_metrics, ..., "ratio": ratios(dep, dwdp) or {} when either mode is missing}."""
+    out: dict = {mode: mode_metrics(res, num_layers) for mode, res in by_mode.items()}
+    out["ratio"] = ratios(out["dep"], out["dwdp"]) if "dep" in out and "dwdp" in out else {}
+    return out
+
+
+def _close(a: float, b: float, rel: float = 1e-9) -> bool:
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def consistency(metrics: dict, expected_tokens: int) -> dict:
+    """Cross-mode checks of one point: tokens processed, finished requests, ratios recomputed."""
+    modes = [m for m in metrics if m != "ratio"]
+    totals = {m: metrics[m]["total_tokens"] for m in modes}
+    checks = {
+        "expected_tokens": expected_tokens,
+        "total_tokens": totals,
+        "tokens_equal_across_modes": len(set(totals.values())) <= 1,
+        "tokens_match_workload": all(t == expected_tokens for t in totals.values()),
+        "all_requests_finished": all(metrics[m]["requests_unfinished"] == 0 for m in modes),
+    }
+    if metrics.get("ratio"):
+        again = ratios(metrics["dep"], metrics["dwdp"])
+        checks["ratio_matches"] = set(again) == set(metrics["ratio"]) and all(
+            _close(again[k], metrics["ratio"][k]) for k in again)
+    checks["ok"] = all(v for k, v in checks.items() if isinstance(v, bool))
+    return checks

@@ -1,0 +1,118 @@
+"""Bench plots (matplotlib Figure + Agg canvas, no pyplot state): DWDP/DEP ratios against the swept keys, per-rank Gantt timelines.
+
+- ratio_<key>.png for each swept key: TPS/GPU DWDP/DEP and TTFT p50 speedup DEP/DWDP against the key's
+  values, one line per combination of the other swept keys (their mean when there are more than
+  MAX_LINES combinations); ratio.png with one bar pair when nothing is swept.
+- timeline_<point hash>.png: one steady-state window per mode (report.run["timeline"]), rows = ranks,
+  compute phases coloured on the main lane, copy spans on a thin lane under each rank so the overlap
+  of DWDP's pulls with compute is visible; DEP's sync_wait and all_to_all stand out in their colours.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+MAX_LINES = 8
+COLORS = {"attention": "#4c72b0", "expert_gemm": "#55a868", "other": "#8c8c8c", "all_to_all": "#dd8452",
+          "sync_wait": "#c44e52", "prefetch_wait": "#8172b3", "copy": "#ccb974"}
+RATIO_SERIES = (("tps_per_gpu", "TPS/GPU  DWDP / DEP"), ("ttft_speedup_p50", "TTFT p50 speedup  DEP / DWDP"))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _sort_key(v):
+    return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+
+
+def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]:
+    """One PNG per swept key (ratio.png when none); runs without a DEP/DWDP ratio are left out."""
+    runs = [r for r in runs if r["metrics"].get("ratio")]
+    if not runs:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if not swept:
+        fig = Figure(figsize=(5, 3.5))
+        ax = fig.subplots()
+        vals = [_num(runs[0]["metrics"]["ratio"].get(k)) for k, _ in RATIO_SERIES]
+        ax.bar([lbl for _, lbl in RATIO_SERIES], vals, color=["#4c72b0", "#55a868"])
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_ylabel("ratio (> 1: DWDP better)")
+        for i, v in enumerate(vals):
+            ax.text(i, v, f"{v:.3f}", ha="center", va="bottom")
+        fig.tight_layout()
+        paths.append(out_dir / "ratio.png")
+        fig.savefig(paths[-1], dpi=110)
+        return paths
+    for key in swept:
+        others = [k for k in swept if k != key]
+        xs = sorted({r["point"][key] for r in runs}, key=_sort_key)
+        categorical = not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+        groups: dict[tuple, dict] = defaultdict(dict)
+        for r in runs:
+            groups[tuple(r["point"][k] for k in others)][r["point"][key]] = r["metrics"]["ratio"]
+        fig = Figure(figsize=(11, 4))
+        axes = fig.subplots(1, 2)
+        for ax, (rk, title) in zip(axes, RATIO_SERIES):
+            if len(groups) <= MAX_LINES:
+                lines = [(", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(others, g)) or None,
+                          [_num(pts.get(x, {}).get(rk)) for x in xs]) for g, pts in groups.items()]
+            else:
+                mean = [float(np.nanmean([_num(p[x].get(rk)) for p in groups.values() if x in p])) for x in xs]
+                lines = [(f"mean over {len(groups)} other points", mean)]
+            pos = list(range(len(xs))) if categorical else xs
+            for label, ys in lines:
+                ax.plot(pos, ys, marker="o", label=label)
+            if categorical:
+                ax.set_xticks(pos, [str(x) for x in xs])
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.set_xlabel(key)
+            ax.set_title(title)
+            if any(label for label, _ in lines):
+                ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(out_dir / f"ratio_{_safe(key)}.png")
+        fig.savefig(paths[-1], dpi=110)
+    return paths
+
+
+def plot_timeline(run: dict, path: Path) -> Path | None:
+    """Gantt of one steady-state window per mode of one run; None when the run has no timeline."""
+    tl = {m: t for m, t in run.get("timeline", {}).items() if t}
+    if not tl:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(12, 1.2 + 0.7 * max(len(t["ranks"]) for t in tl.values()) * len(tl)))
+    axes = fig.subplots(len(tl), 1, squeeze=False)
+    for ax, (mode, t) in zip(axes[:, 0], tl.items()):
+        ranks = sorted(t["ranks"], key=int)
+        for row, rk in enumerate(ranks):
+            y = len(ranks) - 1 - row
+            for phase, _layer, s, e in t["ranks"][rk]:
+                if phase == "copy":  # thin lane under the compute lane
+                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.42, 0.16), color=COLORS["copy"])
+                else:
+                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.22, 0.6), color=COLORS.get(phase, "k"))
+            for s, e in t.get("iterations", {}).get(rk, []):
+                ax.axvline(s * 1e3, ymin=0, ymax=1, color="k", lw=0.3, alpha=0.3)
+        ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in reversed(ranks)])
+        ax.set_ylim(-0.6, len(ranks) - 0.4)
+        ax.set_xlim(0, t["duration_s"] * 1e3)
+        ax.set_xlabel("ms within the window of iteration %d" % t["iteration"])
+        ax.set_title(f"{mode.upper()}: one steady-state iteration (copy lane under each rank)", loc="left", fontsize=10)
+    fig.legend(handles=[Patch(color=c, label=p) for p, c in COLORS.items()], loc="upper right", ncol=len(COLORS),
+               fontsize=7)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,195 @@
+"""Bench output: the terminal table, results.json, results.csv, and the run environment.
+
+A "run" is one sweep point as a JSON-ready dict:
+    {"config": BenchConfig as nested dict, "point": {swept key: value}, "env": {...},
+     "metrics": {"dep": {...}, "dwdp": {...}, "reference": {...}?, "ratio": {...}},
+     "consistency": {...}, "timeline": {mode: steady_timeline}}
+results.json holds {"runs": [run without "timeline", ...]}; results.csv one row per run and mode.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..config import BenchConfig
+from ..engine.records import PHASES
+
+MiB = 1 << 20
+MODE_TITLES = {"dep": "DEP", "dwdp": "DWDP", "reference": "reference"}
+
+
+def config_dict(cfg: BenchConfig) -> dict:
+    """The config as nested plain data (tuples become lists), as it round-trips through JSON."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def point_hash(cfg_dict: dict) -> str:
+    """A stable key of one point's full config (sorted-key JSON, sha256, 16 hex digits)."""
+    return hashlib.sha256(json.dumps(cfg_dict, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _run(cmd: list[str]) -> str | None:
+    if not shutil.which(cmd[0]):
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def env_info(device: str, device_name: str | None = None) -> dict:
+    """Where the run happened. On cuda the GPU name comes from the ranks (device_name) or nvidia-smi,
+    never from torch.cuda in this process (that would create a CUDA context beside the ranks')."""
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch_version = "unknown"
+    if device_name is None:
+        if device == "cuda":
+            smi = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+            device_name = smi.splitlines()[0] if smi else "cuda (name unknown)"
+        else:
+            device_name = platform.processor() or platform.machine() or "cpu"
+    repo = Path(__file__).resolve().parents[2]
+    commit = _run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]) or "unknown"
+    return {"device": device, "device_name": device_name, "torch": torch_version,
+            "python": platform.python_version(), "git_commit": commit, "hostname": socket.gethostname(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "argv": " ".join(sys.argv)}
+
+
+def json_ready(obj):
+    """obj with NaN/inf floats replaced by None (strict JSON), tuples as lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    return obj
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
+    """(label, metric path, digits, ratio key) in table order."""
+    rows: list[tuple[str, str, int, str | None]] = [
+        ("context tokens/s per GPU", "tps_per_gpu", 1, "tps_per_gpu"),
+        ("  while busy (per-rank mean)", "tps_per_gpu_busy", 1, "tps_per_gpu_busy"),
+        ("iterations/s per rank", "iterations_per_s", 2, "iterations_per_s"),
+        ("TTFT p50 ms *", "ttft_p50_ms", 2, "ttft_speedup_p50"),
+        ("TTFT p90 ms *", "ttft_p90_ms", 2, "ttft_speedup_p90"),
+        ("TTFT p99 ms *", "ttft_p99_ms", 2, "ttft_speedup_p99"),
+        ("tokens measured / total", "tokens", 0, None),
+        ("measured iterations (all ranks)", "iterations", 0, None),
+    ]
+    rows += [(f"per layer {p.replace('_', ' ')} us", f"layer_us.{p}", 1, None)
+             for p in (*PHASES, "exposed_copy", "hidden_copy")]
+    rows += [(f"peak {k.replace('_', ' ')} MiB/rank", f"memory_max_bytes.{k}", 1, None)
+             for k in ("weights", "prefetch_slots", "activations", "peak_total")]
+    return rows
+
+
+def _get(d: dict, path: str):
+    for k in path.split("."):
+        d = d.get(k, {}) if isinstance(d, dict) else {}
+    return d if not isinstance(d, dict) else None
+
+
+def point_table(run: dict, title: str | None = None) -> Table:
+    """metric | DEP | DWDP | (reference) | DWDP/DEP for one run."""
+    m = run["metrics"]
+    modes = [x for x in ("dep", "dwdp", "reference") if x in m]
+    point = ", ".join(f"{k}={v}" for k, v in run.get("point", {}).items()) or "single point"
+    table = Table(title=title or point, title_justify="left",
+                  caption="* the ratio of TTFT rows is the DEP/DWDP speedup; other ratios are DWDP/DEP",
+                  caption_justify="left")
+    table.add_column("metric")
+    for mode in modes:
+        table.add_column(MODE_TITLES[mode], justify="right")
+    table.add_column("DWDP/DEP", justify="right")
+    for label, path, digits, rkey in _rows(m):
+        cells = []
+        for mode in modes:
+            v = _get(m[mode], path)
+            if path.startswith("memory_max_bytes") and v is not None:
+                v = v / MiB
+            if path == "tokens":
+                cells.append(f"{m[mode]['tokens']:,} / {m[mode]['total_tokens']:,}")
+            else:
+                cells.append(_fmt(v, digits))
+        ratio = m.get("ratio", {}).get(rkey) if rkey else None
+        table.add_row(label, *cells, f"{_fmt(ratio, 3)}x" if _fmt(ratio) != "-" else "")
+    return table
+
+
+def print_point(console: Console, run: dict) -> None:
+    console.print(point_table(run))
+    first = next(iter(v for k, v in run["metrics"].items() if k != "ratio"), {})
+    if first.get("ranks_share_gpu"):
+        console.print(f"[yellow]note:[/] {first['ranks']} ranks share {len(first['devices'])} GPU(s) "
+                      f"({', '.join(first['devices'])}); 'per GPU' numbers are per rank, and the ratio is not the "
+                      "multi-GPU answer (ranks compete for one GPU's SMs and copy engines).")
+    c = run.get("consistency", {})
+    if c and not c.get("ok", True):
+        bad = [k for k, v in c.items() if isinstance(v, bool) and not v and k != "ok"]
+        console.print(f"[red]consistency check failed:[/] {', '.join(bad)}: {json.dumps(c)}")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, list):
+            out[key] = ";".join(map(str, v))
+        else:
+            out[key] = v
+    return out
+
+
+def write_results(out_dir: Path, runs: list[dict]) -> tuple[Path, Path]:
+    """results.json (every run, without timelines) and results.csv (one row per run and mode)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slim = [{k: v for k, v in run.items() if k != "timeline"} for run in runs]
+    json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
+    json_path.write_text(json.dumps(json_ready({"runs": slim}), indent=1, allow_nan=False))
+    rows = []
+    for i, run in enumerate(slim):
+        for mode, mm in run["metrics"].items():
+            if mode == "ratio":
+                continue
+            row = {"run": i, "point_hash": run.get("point_hash", ""), "mode": mode}
+            row.update({f"point.{k}": v for k, v in run.get("point", {}).items()})
+            row.update(_flatten({k: v for k, v in mm.items() if k != "memory_bytes"}))
+            row.update({f"ratio.{k}": v for k, v in run["metrics"].get("ratio", {}).items()})
+            row["consistency.ok"] = run.get("consistency", {}).get("ok")
+            rows.append(row)
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return json_path, csv_path

@@ -1,0 +1,138 @@
+"""`dwdp bench` end to end: sweep points -> engine runs per mode -> metrics -> files, resumable.
+
+Layout of out_dir:
+    points/<point hash>.json   one finished point (a report "run" dict, timeline included), written
+                               atomically after the point's last mode; its presence means "done"
+    results.json, results.csv  every point of this sweep, rewritten at the end
+    plots/ratio*.png, plots/timeline_<hash>.png
+A point is keyed by the hash of its full config, so changing any value reruns it and an interrupted
+sweep continues where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..config import BenchConfig
+from ..engine.records import RankResult, Request
+from .metrics import compute_metrics, consistency
+from .report import env_info, json_ready, print_point, write_results
+from .sweep import SweepPoint, load_sweep
+from .timeline import steady_timeline
+from .workload import generate_requests
+
+RunMode = Callable[..., list[RankResult]]
+
+
+def engine_run_mode() -> RunMode:
+    """The embedded engine's run_mode, imported only when a real run starts."""
+    from ..engine.launcher import run_mode
+
+    return run_mode
+
+
+def _load_point(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # unreadable or truncated: run the point again
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _device_name(results: dict[str, list[RankResult]]) -> str | None:
+    for res in results.values():
+        for r in res:
+            if r.extra.get("device_name"):
+                return str(r.extra["device_name"])
+    return None
+
+
+def run_point(point: SweepPoint, run_mode: RunMode, console: Console) -> dict:
+    """Run every mode of one point on the same generated requests; the report "run" dict."""
+    cfg: BenchConfig = point.config
+    queues: list[list[Request]] = generate_requests(cfg.workload, cfg.run.ranks)
+    by_mode: dict[str, list[RankResult]] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        for mode in cfg.run.modes:
+            total = sum(len(q) for q in queues)
+            task = progress.add_task(f"{mode:>9} requests", total=total)
+            done: dict[int, int] = {}
+
+            def on_progress(rank: int, n_done: int, _total: int, task=task, done=done) -> None:
+                done[rank] = n_done
+                progress.update(task, completed=sum(done.values()))
+
+            results = run_mode(cfg, mode, queues, progress=on_progress)
+            if len(results) != cfg.run.ranks:
+                raise RuntimeError(f"run_mode({mode!r}) returned {len(results)} rank results for {cfg.run.ranks} ranks")
+            by_mode[mode] = sorted(results, key=lambda r: r.rank)
+            progress.update(task, completed=sum(sum(1 for q in r.requests if q.request_id in r.first_token_s)
+                                                for r in results))
+    metrics = compute_metrics(by_mode, cfg.model.spec().num_layers)
+    expected = sum(q.isl for rq in queues for q in rq)
+    return {"config": point.config_dict, "point": point.values, "point_hash": point.key,
+            "env": env_info(cfg.run.device, _device_name(by_mode)), "metrics": metrics,
+            "consistency": consistency(metrics, expected),
+            "timeline": {mode: steady_timeline(res) for mode, res in by_mode.items()}}
+
+
+def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
+              ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
+              plots: bool = True, console: Console | None = None) -> dict:
+    """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}.
+
+    Raises ConfigError for bad config files/overrides before anything runs.
+    """
+    console = console or Console()
+    swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks)
+    out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
+    points_dir = out / "points"
+    points_dir.mkdir(parents=True, exist_ok=True)
+    finished = {p.key: run for p in points if (run := _load_point(points_dir / f"{p.key}.json")) is not None}
+    console.print(f"dwdp bench: {len(points)} point(s)" + (f" sweeping {', '.join(swept)}" if swept else "")
+                  + f"; results in {out}")
+    if finished:
+        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir}")
+        for p in points:
+            if p.key in finished:
+                print_point(console, finished[p.key])
+    todo = [p for p in points if p.key not in finished]
+    if todo and run_mode is None:
+        run_mode = engine_run_mode()
+    for i, p in enumerate(todo):
+        desc = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "single point"
+        console.rule(f"point {i + 1}/{len(todo)}: {desc}")
+        run = run_point(p, run_mode, console)  # type: ignore[arg-type]
+        text = json.dumps(json_ready(run), allow_nan=False)
+        _write_atomic(points_dir / f"{p.key}.json", text)
+        finished[p.key] = json.loads(text)  # the same form a resumed sweep reads back
+        print_point(console, run)
+    runs = [finished[p.key] for p in points]
+    json_path, csv_path = write_results(out, runs)
+    files: dict[str, object] = {"results_json": json_path, "results_csv": csv_path, "plots": []}
+    if plots:
+        from .plots import plot_ratios, plot_timeline
+
+        plot_files = plot_ratios(runs, swept, out / "plots")
+        for run in runs:
+            t = plot_timeline(run, out / "plots" / f"timeline_{run['point_hash']}.png")
+            if t is not None:
+                plot_files.append(t)
+        files["plots"] = plot_files
+    console.print(f"wrote {json_path}, {csv_path}" + (f" and {len(files['plots'])} plot(s) in {out / 'plots'}"
+                                                     if files["plots"] else ""))
+    bad = [r["point_hash"] for r in runs if not r.get("consistency", {}).get("ok", True)]
+    if bad:
+        console.print(f"[red]{len(bad)} point(s) failed the consistency checks:[/] {', '.join(bad)}")
+    return {"runs": runs, "swept": swept, "files": files, "consistent": not bad}

@@ -1,0 +1,63 @@
+"""From a bench YAML plus command-line overrides to the validated list of sweep points (pure, no engine).
+
+Order of precedence: the YAML file, then every `--set KEY=VALUE` in order, then --device/--ranks.
+Every point is built (and so validated) before any runs: a bad value in the last point of a sweep is
+reported before the first point spends time. An error caused by an override names `--set` as its file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import BenchConfig, load_bench_points
+from ..schema import ConfigError, apply_override, load_yaml, parse_override
+from .report import config_dict, point_hash
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: its validated config, the swept keys' values, and its resume key."""
+
+    config: BenchConfig
+    values: dict[str, Any]
+    config_dict: dict
+    key: str  # point_hash(config_dict): names out_dir/points/<key>.json
+
+
+def _get(d: dict, dotted: str) -> Any:
+    for k in dotted.split("."):
+        d = d[k]
+    return d
+
+
+def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
+               ranks: int | None = None) -> tuple[list[str], list[SweepPoint]]:
+    """(swept dotted keys, points in sweep order with duplicates removed)."""
+    file = str(config_path)
+    data = load_yaml(config_path)
+    sources: dict[str, str] = {}  # overridden dotted key -> the option that set it
+    for text in overrides:
+        path, value = parse_override(text)
+        apply_override(data, path, value)
+        sources[".".join(path)] = "--set"
+    for name, value in (("device", device), ("ranks", ranks)):
+        if value is not None:
+            apply_override(data, ["run", name], value)
+            sources[f"run.{name}"] = f"--{name}"
+    try:
+        swept, configs = load_bench_points(data, file=file)
+    except ConfigError as e:
+        for k, source in sources.items():
+            if e.key == k or e.key.startswith((k + ".", k + "[")):
+                raise ConfigError(f"{file} ({source})", e.key, e.expected) from None
+        raise
+    points, seen = [], set()
+    for cfg in configs:
+        d = config_dict(cfg)
+        key = point_hash(d)
+        if key in seen:
+            continue
+        seen.add(key)
+        points.append(SweepPoint(config=cfg, values={k: _get(d, k) for k in swept}, config_dict=d, key=key))
+    return swept, points

@@ -1,0 +1,30 @@
+"""`dwdp bench CONFIG.yaml`: run a DWDP vs DEP context-phase benchmark (sweeps, resumable)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "bench", help="benchmark DWDP against DEP on the embedded engine (config-driven, sweeps, resumable)",
+        description="Run every point of a bench config (list-valued keys are swept as a cross product) for each "
+                    "mode in run.modes, print DEP | DWDP | DWDP/DEP tables and write results.json, results.csv and "
+                    "plots. Finished points (out/points/<hash>.json) are not rerun.")
+    p.add_argument("config", type=Path, help="bench YAML (see configs/bench/ and docs/CONFIG.md)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="override run.device")
+    p.add_argument("--ranks", type=int, default=None, help="override run.ranks (processes launched)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default bench_out/<config stem>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key, e.g. --set workload.isl=16384 or --set 'workload.isl=[1024,4096]' "
+                        "(repeatable; VALUE is YAML)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench.runner import run_bench
+
+    result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
+                       plots=not args.no_plots)
+    return 0 if result["consistent"] else 1

@@ -1,0 +1,269 @@
+"""Copy scheduler: carries out one rank's CopyPlan for a (layer, slot) on a copy stream or CPU worker.
+
+Contract (see copy_plan.py for the byte layout):
+- src_buffer(peer, layer, tensor_idx): the peer's exported buffer of that tensor for that layer
+  (contiguous, read only); dst_buffer(slot, tensor_idx): prefetch slot `slot`'s buffer of the tensor.
+  Both are resolved ONCE at construction; every (layer, slot) gets prebuilt address arrays, so
+  issue() costs a few driver calls whatever the op count.
+- CUDA: issue() enqueues on the scheduler's own non-blocking copy stream: wait(after) -> start
+  event -> copies -> end event. `after` is the write-after-read guard: an event recorded on the
+  compute stream after the last kernel that reads this slot (layer l - num_slots). No host sync.
+  Consumers call handle.wait(compute_stream) (stream.wait_event) before reading the slot.
+- CPU: copies run in plan order on ONE background thread (torch copies release the GIL); `after`
+  is a threading.Event (or anything with wait(timeout) -> bool); handle.wait() blocks.
+Methods: per_op (one cudaMemcpyAsync per op), batch (one cuMemcpyBatchAsync per pacing batch),
+torch (Tensor.copy_ of views; the only CPU method), auto (batch when the driver has it, else per_op).
+Pacing: max_inflight_slices > 0 issues the plan as consecutive batches of at most that many ops on
+the one stream, so at most that many are in flight; a delayed start is an `after` event.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .copy_plan import CopyPlan, split_batches
+
+METHODS = ("auto", "per_op", "batch", "torch")
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def resolve_method(method: str, device: torch.device) -> str:
+    if method not in METHODS:
+        raise ValueError(f"copy method {method!r}: expected one of {', '.join(METHODS)}")
+    if device.type == "cpu":
+        if method not in ("auto", "torch"):
+            raise ValueError(f"copy method {method!r} needs a cuda device; on cpu use torch or auto")
+        return "torch"
+    if method == "auto":
+        from .memcpy import batch_memcpy_available
+        return "batch" if batch_memcpy_available() else "per_op"
+    return method
+
+
+def _as_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
+    if not t.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    return t.reshape(-1).view(torch.uint8)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Everything issue() needs for one (layer, slot), precomputed."""
+
+    batches: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # (dsts, srcs, sizes) uint64 per batch
+    lists: tuple[list[int], list[int], list[int]] | None  # per_op: plain ints (no numpy scalar conversion)
+    views: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None  # torch/CPU: (dst, src) byte views
+
+
+class CudaCopyHandle:
+    """Completion of one issued (layer, slot) on the copy stream."""
+
+    def __init__(self, layer: int, slot: int, nbytes: int, start: torch.cuda.Event, end: torch.cuda.Event):
+        self.layer, self.slot, self.nbytes, self.start, self.end = layer, slot, nbytes, start, end
+
+    def wait(self, stream: torch.cuda.Stream | None = None) -> None:
+        """Make `stream` (default: current) wait for the copies; no host sync."""
+        (stream or torch.cuda.current_stream()).wait_event(self.end)
+
+    def done(self) -> bool:
+        return self.end.query()
+
+    def synchronize(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Host wait that raises TimeoutError instead of hanging on a stuck copy."""
+        deadline, nap = time.monotonic() + timeout_s, 2e-5
+        while not self.end.query():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"copies of layer {self.layer} into slot {self.slot} not done after {timeout_s} s")
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
+    def elapsed_ms(self) -> float:
+        """Device time from the start event to the end event (after completion)."""
+        if not self.end.query():
+            raise RuntimeError(f"elapsed_ms of layer {self.layer} slot {self.slot} before completion")
+        return self.start.elapsed_time(self.end)
+
+
+class CpuCopyHandle:
+    """Completion of one issued (layer, slot) on the CPU worker; errors there re-raise in wait()."""
+
+    def __init__(self, layer: int, slot: int, nbytes: int, timeout_s: float):
+        self.layer, self.slot, self.nbytes, self.timeout_s = layer, slot, nbytes, timeout_s
+        self.t_start = self.t_end = float("nan")
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+
+    def wait(self, stream: Any = None, timeout_s: float | None = None) -> None:
+        """Block until the copies are done (stream is ignored on CPU)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"copies of layer {self.layer} into slot {self.slot} not done after {timeout} s")
+        if self._error is not None:
+            raise RuntimeError(f"copies of layer {self.layer} into slot {self.slot} failed: {self._error}") from self._error
+
+    synchronize = wait
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def elapsed_ms(self) -> float:
+        self.wait()
+        return (self.t_end - self.t_start) * 1e3
+
+
+CopyHandle = CudaCopyHandle | CpuCopyHandle
+
+
+class CopyScheduler:
+    def __init__(self, plan: CopyPlan, *, src_buffer: Callable[[int, int, int], torch.Tensor],
+                 dst_buffer: Callable[[int, int], torch.Tensor], layers: Sequence[int], num_slots: int,
+                 device: torch.device | str, method: str = "auto", max_inflight_slices: int = 0,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        if max_inflight_slices < 0:
+            raise ValueError(f"max_inflight_slices must be >= 0, got {max_inflight_slices}")
+        if len(set(layers)) != len(layers) or not layers:
+            raise ValueError(f"layers must be a non-empty sequence of distinct ids, got {list(layers)}")
+        self.plan, self.method, self.timeout_s = plan, resolve_method(method, self.device), timeout_s
+        self.num_slots, self.layers = num_slots, tuple(layers)
+        self.nbytes = plan.total_bytes
+        n = len(plan.ops)
+        self._sizes = np.fromiter((op.nbytes for op in plan.ops), np.uint64, n)
+        self._src_off = np.fromiter((op.src_offset for op in plan.ops), np.uint64, n)
+        self._dst_off = np.fromiter((op.dst_offset for op in plan.ops), np.uint64, n)
+        self._tidx = np.fromiter((op.tensor_idx for op in plan.ops), np.int64, n)
+        self._peer = np.fromiter((op.source_rank for op in plan.ops), np.int64, n)
+        bounds = np.cumsum([0] + [len(b) for b in split_batches(plan, max_inflight_slices)])
+        self._bounds = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        self._tables = {(layer, slot): self._build(layer, slot, src_buffer, dst_buffer)
+                        for layer in self.layers for slot in range(num_slots)}
+        self._closed = False
+        if self.device.type == "cuda":
+            self.stream = torch.cuda.Stream(self.device)
+            if self.method == "batch":
+                from .memcpy import BatchMemcpy
+                self._batch = BatchMemcpy()
+            return
+        self._queue: queue.Queue = queue.Queue()
+        self._worker = threading.Thread(target=self._run_worker, name="dwdp-copy", daemon=True)
+        self._worker.start()
+
+    def _build(self, layer: int, slot: int, src_buffer, dst_buffer) -> _Table:
+        ops = self.plan.ops
+        dst_t: dict[int, torch.Tensor] = {}
+        src_t: dict[tuple[int, int], torch.Tensor] = {}
+        for t in np.unique(self._tidx).tolist():
+            dst_t[t] = _as_bytes(dst_buffer(slot, t), f"dst_buffer(slot={slot}, tensor_idx={t})")
+        for p, t in {(op.source_rank, op.tensor_idx) for op in ops}:
+            src_t[(p, t)] = _as_bytes(src_buffer(p, layer, t), f"src_buffer(peer={p}, layer={layer}, tensor_idx={t})")
+        for what, bufs, offs, keys in (("src_buffer", src_t, self._src_off, list(zip(self._peer.tolist(), self._tidx.tolist()))),
+                                       ("dst_buffer", dst_t, self._dst_off, self._tidx.tolist())):
+            need: dict = {}
+            for k, end in zip(keys, (offs + self._sizes).tolist()):
+                need[k] = max(need.get(k, 0), end)
+            for k, end in need.items():
+                if bufs[k].numel() < end:
+                    raise ValueError(f"{what}{k} for layer {layer} slot {slot} holds {bufs[k].numel()} bytes; "
+                                     f"the plan needs {end}")
+                if bufs[k].device != self.device:
+                    raise ValueError(f"{what}{k} is on {bufs[k].device}, scheduler device is {self.device}")
+        if self.method == "torch":
+            views = tuple((dst_t[op.tensor_idx][op.dst_offset:op.dst_offset + op.nbytes],
+                           src_t[(op.source_rank, op.tensor_idx)][op.src_offset:op.src_offset + op.nbytes]) for op in ops)
+            return _Table((), None, views)
+        dst_base = np.array([dst_t[t].data_ptr() if t in dst_t else 0 for t in range(int(self._tidx.max(initial=-1)) + 1)],
+                            np.uint64)
+        src_base = np.array([src_t[(p, t)].data_ptr() for p, t in zip(self._peer.tolist(), self._tidx.tolist())], np.uint64)
+        dsts = dst_base[self._tidx] + self._dst_off if len(ops) else np.zeros(0, np.uint64)
+        srcs = src_base + self._src_off if len(ops) else np.zeros(0, np.uint64)
+        batches = tuple((np.ascontiguousarray(dsts[a:b]), np.ascontiguousarray(srcs[a:b]),
+                         np.ascontiguousarray(self._sizes[a:b])) for a, b in self._bounds)
+        lists = (dsts.tolist(), srcs.tolist(), self._sizes.tolist()) if self.method == "per_op" else None
+        return _Table(batches, lists, None)
+
+    def _table(self, layer: int, slot: int) -> _Table:
+        if self._closed:
+            raise RuntimeError("CopyScheduler used after close()")
+        try:
+            return self._tables[(layer, slot)]
+        except KeyError:
+            raise KeyError(f"no copy table for layer {layer} slot {slot}: layers {self.layers}, "
+                           f"slots 0..{self.num_slots - 1}") from None
+
+    def issue(self, layer: int, slot: int, *, after: Any = None) -> CopyHandle:
+        """Enqueue the copies that fill `slot` with `layer`'s fetched experts (see module docstring)."""
+        tab = self._table(layer, slot)
+        if self.device.type == "cpu":
+            handle = CpuCopyHandle(layer, slot, self.nbytes, self.timeout_s)
+            self._queue.put((handle, tab.views, after))
+            return handle
+        s = self.stream
+        for ev in (after if isinstance(after, (list, tuple)) else [after] if after is not None else []):
+            s.wait_event(ev)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(s)
+        if self.method == "batch":
+            handle_ptr = s.cuda_stream
+            for dsts, srcs, sizes in tab.batches:
+                self._batch(dsts, srcs, sizes, handle_ptr)
+        elif self.method == "per_op":
+            from .memcpy import per_op_memcpy
+            per_op_memcpy(*tab.lists, s.cuda_stream)  # type: ignore[misc]
+        else:
+            with torch.cuda.stream(s):
+                for d, src in tab.views:  # type: ignore[union-attr]
+                    d.copy_(src, non_blocking=True)
+        end.record(s)
+        return CudaCopyHandle(layer, slot, self.nbytes, start, end)
+
+    def _run_worker(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            handle, views, after = job
+            try:
+                for ev in (after if isinstance(after, (list, tuple)) else [after] if after is not None else []):
+                    if not ev.wait(handle.timeout_s):
+                        raise TimeoutError(f"`after` of layer {handle.layer} slot {handle.slot} not set after "
+                                           f"{handle.timeout_s} s")
+                handle.t_start = time.perf_counter()
+                for d, src in views:
+                    d.copy_(src)
+                handle.t_end = time.perf_counter()
+            except BaseException as e:  # re-raised in handle.wait()
+                handle._error = e
+            finally:
+                handle._done.set()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Finish queued copies (bounded by timeout_s) and release tables; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.device.type == "cpu":
+            self._queue.put(None)
+            self._worker.join(timeout_s)
+            if self._worker.is_alive():
+                raise TimeoutError(f"copy worker did not stop within {timeout_s} s")
+        else:
+            end = torch.cuda.Event()
+            end.record(self.stream)
+            CudaCopyHandle(-1, -1, 0, end, end).synchronize(timeout_s)
+        self._tables.clear()
+
+    def __enter__(self) -> "CopyScheduler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

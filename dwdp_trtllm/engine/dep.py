@@ -1,0 +1,115 @@
+"""DEP baseline: attention data-parallel, experts partitioned, two all-to-alls per MoE layer.
+
+Shape legend: T tokens on this rank, H hidden, K top-k, P = T*K routed (token, expert) pairs,
+R pairs received from all ranks, W world size (EP group).
+
+    pairs sorted by owner rank -> counts all-to-all (every rank waits here for the slowest: sync_wait)
+    -> dispatch all-to-all of x rows -> local grouped expert MLP -> combine all-to-all -> weighted sum
+
+This is the synchronising baseline: a rank with fewer tokens waits for the slowest at every layer.
+No Python loop over tokens; the only host sync is reading the split sizes (as every EP all-to-all
+built on all_to_all_single does).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .moe_compute import combine, expert_mlp, sort_by_expert
+from .timing import PhaseTimer
+
+
+class A2A:
+    """all_to_all_single on `group`; CUDA tensors on a gloo group are staged through host memory.
+
+    Staging is used only when several ranks share one GPU (NCCL refuses duplicate GPUs); it slows
+    DEP, so results of such runs say so (RankResult.extra["dep_a2a"]).
+    """
+
+    def __init__(self, group, device: torch.device):
+        self.group, self.device = group, device
+        backend = dist.get_backend(group)
+        self.staged = device.type == "cuda" and backend == "gloo"
+        self.kind = f"{backend}{'-staged' if self.staged else ''}"
+
+    def __call__(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None = None,
+                 in_splits: list[int] | None = None) -> torch.Tensor:
+        if self.staged:
+            out_h = torch.empty(out.shape, dtype=out.dtype)
+            dist.all_to_all_single(out_h, inp.cpu(), out_splits, in_splits, group=self.group)
+            out.copy_(out_h, non_blocking=False)
+        else:
+            dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
+        return out
+
+
+class DepExperts:
+    """ExpertBackend for DEP. Rank `ep_rank` holds experts [start, end) of every MoE layer.
+
+    w13_layers[m]: [n_local, 2I, H]; w2_layers[m]: [n_local, H, I] (model dtype or fp8 + scales).
+    """
+
+    def __init__(self, *, group, ep_rank: int, ep_size: int, num_experts: int, expert_start: int, expert_end: int,
+                 weights: list[dict[str, torch.Tensor]], device: torch.device, gemm: str, timer: PhaseTimer | None = None):
+        self.group, self.ep_rank, self.ep_size = group, ep_rank, ep_size
+        self.num_experts, self.start, self.end = num_experts, expert_start, expert_end
+        self.weights, self.device, self.gemm, self.timer = weights, device, gemm, timer
+        self.a2a = A2A(group, device)
+        # owner rank of every expert (contiguous blocks, same split on every rank)
+        bounds = [((num_experts * r) // ep_size) for r in range(ep_size + 1)]
+        owner = torch.empty(num_experts, dtype=torch.int64)
+        for r in range(ep_size):
+            owner[bounds[r]:bounds[r + 1]] = r
+        self.owner_E = owner.to(device)
+        n_local = expert_end - expert_start
+        self.local_buf_idx = torch.zeros(n_local, dtype=torch.int32, device=device)
+        self.local_row = torch.arange(n_local, dtype=torch.int32, device=device)
+
+    def _phase(self, name: str, layer: int):
+        from contextlib import nullcontext
+        return self.timer.phase(name, layer) if self.timer is not None else nullcontext()
+
+    def on_attention_done(self, moe_idx: int) -> None:
+        pass
+
+    def forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
+                topk_weights_TK: torch.Tensor) -> torch.Tensor:
+        T, H = x_TH.shape
+        K = topk_ids_TK.shape[1]
+        W = self.ep_size
+        with self._phase("other", moe_idx):
+            # Expert order is also owner order (contiguous expert blocks), and matches the reference's
+            # summation order in combine().
+            perm_P, _, counts_E = sort_by_expert(topk_ids_TK, self.num_experts)
+            tok_P = torch.div(perm_P, K, rounding_mode="floor")
+            send_x = x_TH.index_select(0, tok_P)
+            send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
+            send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
+            recv_counts_W = torch.empty_like(send_counts_W)
+        with self._phase("sync_wait", moe_idx):
+            # The first collective of the layer: every rank blocks here until the slowest arrives.
+            self.a2a(recv_counts_W, send_counts_W)
+            in_splits = send_counts_W.tolist()
+            out_splits = recv_counts_W.tolist()
+        R = sum(out_splits)
+        with self._phase("all_to_all", moe_idx):
+            recv_x = torch.empty(R, H, dtype=x_TH.dtype, device=x_TH.device)
+            recv_ids = torch.empty(R, dtype=send_ids.dtype, device=x_TH.device)
+            self.a2a(recv_x, send_x, out_splits, in_splits)
+            self.a2a(recv_ids, send_ids, out_splits, in_splits)
+        with self._phase("expert_gemm", moe_idx):
+            local_ids = (recv_ids - self.start).view(-1, 1)
+            perm_R, offs_E, _ = sort_by_expert(local_ids, self.end - self.start)
+            x_sorted = recv_x.index_select(0, perm_R)
+            w = self.weights[moe_idx]
+            y_sorted = expert_mlp(x_sorted, offs_E, [w["w13"]], [w["w2"]], self.local_buf_idx, self.local_row, gemm=self.gemm,
+                                  w13_scale_sources=[w["w13_scale"]] if "w13_scale" in w else None,
+                                  w2_scale_sources=[w["w2_scale"]] if "w2_scale" in w else None)
+            y_R = torch.empty_like(y_sorted)
+            y_R[perm_R] = y_sorted
+        with self._phase("all_to_all", moe_idx):
+            back_P = torch.empty(T * K, H, dtype=y_R.dtype, device=x_TH.device)
+            self.a2a(back_P, y_R, in_splits, out_splits)
+        with self._phase("other", moe_idx):
+            out_TH = combine(back_P, perm_P, topk_weights_TK, T)
+        return out_TH.to(x_TH.dtype)

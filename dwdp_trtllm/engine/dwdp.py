@@ -1,0 +1,56 @@
+"""DWDP executor: every rank computes all experts of a layer from its own + prefetched weights.
+
+Shape legend: T tokens on this rank, H hidden, K top-k, E experts.
+
+No collective in the forward pass: MoE(l) waits only on its own prefetch event (Prefetcher.acquire),
+reads local experts in place and fetched experts from the slot, then releases the slot so the copy
+of a later layer can reuse it. Streams and events: the compute stream is torch's current stream;
+copies run on the CopyScheduler's copy stream; acquire() makes the compute stream wait on the copy's
+end event; release() records the write-after-read event the next copy into that slot waits on.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from ..runtime import DwdpRuntime
+from .moe_compute import combine, expert_mlp, sort_by_expert
+from .timing import PhaseTimer
+
+
+class DwdpExperts:
+    """ExpertBackend for DWDP over a DwdpRuntime (which owns every distributed resource)."""
+
+    def __init__(self, runtime: DwdpRuntime, *, gemm: str, timer: PhaseTimer | None = None):
+        self.rt, self.gemm, self.timer = runtime, gemm, timer
+        self.num_experts = runtime.spec.num_experts
+
+    def set_timer(self, timer: PhaseTimer | None) -> None:
+        self.timer = timer
+        if self.rt.prefetcher is not None:
+            self.rt.prefetcher.timer = timer
+
+    def on_attention_done(self, moe_idx: int) -> None:
+        self.rt.prefetcher.on_attention_done(moe_idx)
+
+    def forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
+                topk_weights_TK: torch.Tensor) -> torch.Tensor:
+        timer = self.timer
+        phase = (lambda n: timer.phase(n, moe_idx)) if timer is not None else (lambda n: nullcontext())
+        T, H = x_TH.shape
+        K = topk_ids_TK.shape[1]
+        with phase("other"):
+            perm_P, offs_E, _ = sort_by_expert(topk_ids_TK, self.num_experts)
+            tok_P = torch.div(perm_P, K, rounding_mode="floor")
+            x_sorted = x_TH.index_select(0, tok_P)
+        slot = self.rt.prefetcher.acquire(moe_idx)  # times its own wait as prefetch_wait
+        src = self.rt.expert_sources(moe_idx, slot)
+        with phase("expert_gemm"):
+            b = src.buffers
+            y_sorted = expert_mlp(x_sorted, offs_E, b["w13"], b["w2"], src.expert_buffer_idx_E, src.expert_row_E,
+                                  gemm=self.gemm, w13_scale_sources=b.get("w13_scale"), w2_scale_sources=b.get("w2_scale"))
+        self.rt.prefetcher.release(moe_idx)
+        with phase("other"):
+            out_TH = combine(y_sorted, perm_P, topk_weights_TK, T)
+        return out_TH.to(x_TH.dtype)

@@ -1,0 +1,189 @@
+"""Start N ranks on this machine, run one mode, collect RankResults; fail fast and clean.
+
+- Ranks are spawned processes (torch.multiprocessing, start method "spawn"), one per rank; on CUDA
+  rank r uses GPU r % device_count (several ranks may share a GPU for functional runs).
+- Rendezvous: a TCP store on 127.0.0.1 at a free port; default group gloo (control + CPU tensors).
+- If a rank raises, it reports its traceback and exits; the parent then terminates every other rank
+  within `grace_s`, removes leftover /dev/shm segments of the run and raises RankFailed with the
+  failing rank's error. A run past run.timeout_s is ended the same way (RankTimeout).
+- Under torchrun/mpirun (rank/world in the environment) `run_in_process` runs this process's rank.
+"""
+from __future__ import annotations
+
+import datetime
+import glob
+import os
+import queue
+import socket
+import time
+import traceback
+import uuid
+from typing import Callable
+
+import torch.multiprocessing as mp
+
+from .. import env
+from ..config import BenchConfig
+from .records import RankResult, Request
+
+
+class RankFailed(RuntimeError):
+    """A rank raised; carries its rank and formatted traceback."""
+
+    def __init__(self, rank: int, mode: str, tb: str):
+        self.rank, self.tb = rank, tb
+        last = tb.strip().splitlines()[-1] if tb.strip() else "unknown error"
+        super().__init__(f"rank {rank} failed in mode {mode}: {last}\n--- rank {rank} traceback ---\n{tb}")
+
+
+class RankTimeout(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(rank: int, world: int, port: int, cfg: BenchConfig, mode: str, requests: list[Request], tag: str,
+           out_q, fail_rank: int | None, collect_outputs: bool) -> None:
+    import torch.distributed as dist
+
+    from .worker import run_rank
+
+    env.set_multicast_off()
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=cfg.run.timeout_s))
+        if fail_rank == rank:  # test hook: a rank that crashes after setup
+            raise RuntimeError(f"injected failure on rank {rank}")
+        res = run_rank(cfg, mode, requests, rank=rank, world=world, tag=tag,
+                       progress=lambda done, total: out_q.put(("progress", rank, done, total)),
+                       collect_outputs=collect_outputs)
+        out_q.put(("ok", rank, res))
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - everything goes to the parent
+        out_q.put(("error", rank, traceback.format_exc()))
+        out_q.close()
+        out_q.join_thread()
+        os._exit(1)  # do not wait in collectives or atexit handlers
+
+
+def _cleanup_shm(tag: str) -> list[str]:
+    leftovers = glob.glob(f"/dev/shm/{tag}*")
+    for p in leftovers:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    return leftovers
+
+
+def run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]], *,
+             progress: Callable[[int, int, int], None] | None = None, grace_s: float = 10.0,
+             collect_outputs: bool = False, _fail_rank: int | None = None) -> list[RankResult]:
+    """Run `mode` on cfg.run.ranks local processes; one RankResult per rank, ordered by rank."""
+    world = cfg.run.ranks
+    if len(requests_per_rank) != world:
+        raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
+    tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    ctx = mp.get_context("spawn")
+    out_q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_child, args=(r, world, port, cfg, mode, requests_per_rank[r], tag, out_q, _fail_rank,
+                                                      collect_outputs),
+                         daemon=True, name=f"dwdp-{mode}-rank{r}") for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, RankResult] = {}
+    deadline = time.monotonic() + cfg.run.timeout_s
+    failure: BaseException | None = None
+    try:
+        while len(results) < world and failure is None:
+            try:
+                msg = out_q.get(timeout=0.2)
+            except queue.Empty:
+                msg = None
+            if msg is not None:
+                kind, rank = msg[0], msg[1]
+                if kind == "ok":
+                    results[rank] = msg[2]
+                elif kind == "progress":
+                    if progress is not None:
+                        progress(rank, msg[2], msg[3])
+                else:
+                    failure = RankFailed(rank, mode, msg[2])
+                continue
+            for r, p in enumerate(procs):
+                if r not in results and p.exitcode not in (None, 0):
+                    # give its error message a moment to arrive before reporting a bare exit code
+                    try:
+                        kind, rank, *rest = out_q.get(timeout=2.0)
+                        if kind == "error":
+                            failure = RankFailed(rank, mode, rest[0])
+                            break
+                        if kind == "ok":
+                            results[rank] = rest[0]
+                            continue
+                    except queue.Empty:
+                        pass
+                    failure = RankFailed(r, mode, f"process exited with code {p.exitcode} without a report")
+                    break
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(world)) - set(results))
+                failure = RankTimeout(f"mode {mode}: ranks {missing} did not finish within run.timeout_s={cfg.run.timeout_s}")
+    finally:
+        _stop(procs, grace_s)
+        _cleanup_shm(tag)
+    if failure is not None:
+        raise failure
+    return [results[r] for r in range(world)]
+
+
+def _stop(procs, grace_s: float) -> None:
+    end = time.monotonic() + grace_s
+    for p in procs:
+        p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=2.0)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=2.0)
+
+
+def run_in_process(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]]) -> list[RankResult] | None:
+    """Under torchrun/mpirun: run this process's rank; rank 0 returns all results, others None."""
+    import torch.distributed as dist
+
+    from .worker import run_rank
+
+    le = env.launch_env()
+    if le is None:
+        raise RuntimeError("run_in_process needs RANK/WORLD_SIZE (torchrun) or OMPI_COMM_WORLD_* (mpirun)")
+    rank, world = le["rank"], le["world_size"]
+    if world != cfg.run.ranks:
+        raise RuntimeError(f"launched with {world} ranks but run.ranks is {cfg.run.ranks}")
+    env.set_multicast_off()
+    if not dist.is_initialized():
+        if env.launched_by_mpi() and "MASTER_ADDR" not in os.environ:
+            from mpi4py import MPI  # only when launched by mpirun
+            port = MPI.COMM_WORLD.bcast(_free_port() if rank == 0 else None, root=0)
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=cfg.run.timeout_s))
+    tag = f"dwdp_{os.environ.get('MASTER_PORT', 'x')}_{mode}"
+    try:
+        res = run_rank(cfg, mode, requests_per_rank[rank], rank=rank, world=world, tag=tag)
+    except BaseException:
+        if env.launched_by_mpi():
+            traceback.print_exc()
+            from mpi4py import MPI
+            MPI.COMM_WORLD.Abort(1)  # bring every rank down with this one
+        raise
+    gathered = [None] * world if rank == 0 else None
+    dist.gather_object(res, gathered, dst=0)
+    return gathered if rank == 0 else None

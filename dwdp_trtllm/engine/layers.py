@@ -1,0 +1,187 @@
+"""Dense building blocks of the context-phase decoder: RMSNorm, RoPE, MLA and GQA attention, SwiGLU MLP.
+
+Shape legend: T packed tokens of this iteration, H hidden, L tokens of one segment (chunk), P cached
+prefix tokens of that request, S = P + L keys, N query heads, G kv heads, d head dim,
+C kv_lora_rank, R qk_rope_head_dim, Q q_lora_rank, F rope frequencies (R/2 or d/2).
+
+A batch is a packed sequence of segments (chunks of requests). Attention is causal within a segment
+and also sees the request's cached prefix (chunked prefill). Positions are absolute: segment.start + i.
+Weights use the nn.Linear convention (out x in) and the HF names of weights.dense_weight_shapes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..models import ModelSpec
+from .kv_cache import KVCache
+from .records import Segment
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim, computed in float32, returned in x's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)): dense MLPs and shared experts."""
+    return F.linear(F.silu(F.linear(x_TH, gate_w)) * F.linear(x_TH, up_w), down_w)
+
+
+# ---- RoPE ------------------------------------------------------------------------------------------
+def rope_cos_sin(positions_T: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos_TF, sin_TF (float32) for rotary dim `dim` at absolute positions."""
+    inv_freq_F = theta ** (-torch.arange(0, dim, 2, device=positions_T.device, dtype=torch.float32) / dim)
+    ang_TF = positions_T.float()[:, None] * inv_freq_F[None, :]
+    return ang_TF.cos(), ang_TF.sin()
+
+
+def apply_rope(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """Rotate x (float32 math). interleaved=True rotates pairs (2i, 2i+1) (DeepSeek: HF de-interleaves
+    q and k identically before rotate_half, which gives the same scores); False is NeoX rotate_half."""
+    xf = x_TNd.float()
+    c, s = cos_TF[:, None, :], sin_TF[:, None, :]
+    if interleaved:
+        x0, x1 = xf[..., 0::2], xf[..., 1::2]
+        out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2)
+    else:
+        x0, x1 = xf.chunk(2, dim=-1)
+        out = torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1)
+    return out.to(x_TNd.dtype)
+
+
+# ---- the batch's segment plan ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SegmentSlice:
+    """Where one segment sits in the packed batch and what attention must do with its cache."""
+
+    request_id: int
+    begin: int  # packed token offset
+    end: int
+    prefix: int  # cached tokens of this request before the chunk (== Segment.start)
+    keep: bool  # store this chunk's KV for a later chunk (not the request's final chunk)
+
+
+def plan_segments(segments: list[Segment], num_tokens: int, kv_cache: KVCache | None) -> list[SegmentSlice]:
+    """Validate segments against the batch size and the cache; host-only (no device work)."""
+    out, off = [], 0
+    for i, sg in enumerate(segments):
+        if sg.length <= 0 or sg.start < 0:
+            raise ValueError(f"segments[{i}]: length must be > 0 and start >= 0, got {sg}")
+        if sg.start or not sg.is_last:
+            if kv_cache is None:
+                raise ValueError(f"segments[{i}] (request {sg.request_id}) is a chunk of a longer request: pass a KVCache")
+            have = kv_cache.length(sg.request_id)
+            if have != sg.start:
+                raise ValueError(f"segments[{i}]: request {sg.request_id} starts at token {sg.start} "
+                                 f"but the KV cache holds {have} tokens of it")
+        out.append(SegmentSlice(sg.request_id, off, off + sg.length, sg.start, not sg.is_last))
+        off += sg.length
+    if off != num_tokens:
+        raise ValueError(f"segments cover {off} tokens but input_ids has {num_tokens}")
+    return out
+
+
+def positions_of(segments: list[Segment], device: torch.device) -> torch.Tensor:
+    """Absolute positions_T of the packed tokens (built on the host, one H2D copy)."""
+    pos = torch.cat([torch.arange(s.start, s.start + s.length) for s in segments]) if segments else torch.empty(0, dtype=torch.int64)
+    return pos.to(device, non_blocking=True)
+
+
+def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix: int, scale: float) -> torch.Tensor:
+    """Causal attention of one chunk over its cached prefix + itself: out_LNe.
+
+    Query i (absolute position prefix + i) sees keys [0, prefix + i]. G may divide N (GQA)."""
+    q, k, v = q_LNd.transpose(0, 1), k_SGd.transpose(0, 1), v_SGe.transpose(0, 1)
+    gqa = k.shape[0] != q.shape[0]
+    if prefix == 0:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    else:
+        L, S = q.shape[1], k.shape[1]
+        mask_LS = torch.arange(S, device=q.device)[None, :] <= (prefix + torch.arange(L, device=q.device))[:, None]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_LS, scale=scale, enable_gqa=gqa)
+    return o.transpose(0, 1)
+
+
+# ---- attention blocks ------------------------------------------------------------------------------
+class MLAAttention:
+    """DeepSeek multi-head latent attention, expanded form (K/V rebuilt from the cached latent)."""
+
+    def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
+        self.spec, self.layer = spec, layer
+        p = f"model.layers.{layer}.self_attn."
+        self.w = {k[len(p):]: v for k, v in w.items() if k.startswith(p)}
+        self.scale = 1.0 / math.sqrt(spec.qk_nope_head_dim + spec.qk_rope_head_dim)
+
+    def __call__(self, x_TH: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], plan: list[SegmentSlice],
+                 kv_cache: KVCache | None) -> torch.Tensor:
+        sp, w = self.spec, self.w
+        T, N, Dn, R, Dv, C = x_TH.shape[0], sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim, sp.kv_lora_rank
+        if sp.q_lora_rank:
+            q_TQ = rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.rms_eps)
+            q_TNd = F.linear(q_TQ, w["q_b_proj.weight"]).view(T, N, Dn + R)
+        else:
+            q_TNd = F.linear(x_TH, w["q_proj.weight"]).view(T, N, Dn + R)
+        q_TNd = torch.cat([q_TNd[..., :Dn], apply_rope(q_TNd[..., Dn:], *rope, interleaved=True)], dim=-1)
+        kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
+        ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.rms_eps)
+        krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]
+        kvb_w = w["kv_b_proj.weight"]
+        out = []
+        for s in plan:
+            ckv_SC, krope_SR = ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]
+            if s.prefix:
+                pc, pr = kv_cache.prefix(s.request_id, self.layer)  # type: ignore[union-attr, misc]
+                ckv_SC, krope_SR = torch.cat([pc, ckv_SC]), torch.cat([pr, krope_SR])
+            if s.keep:
+                kv_cache.extend(s.request_id, self.layer, (ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]))  # type: ignore[union-attr]
+            kv_SNe = F.linear(ckv_SC, kvb_w).view(-1, N, Dn + Dv)
+            k_SNd = torch.cat([kv_SNe[..., :Dn], krope_SR[:, None, :].expand(-1, N, R)], dim=-1)
+            out.append(attend(q_TNd[s.begin:s.end], k_SNd, kv_SNe[..., Dn:], s.prefix, self.scale))
+        o_TNe = torch.cat(out) if len(out) > 1 else out[0]
+        return F.linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
+
+
+class GQAAttention:
+    """Grouped-query attention with optional q/k RMSNorm (Qwen3: per head; OLMoE: whole projection)."""
+
+    def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
+        self.spec, self.layer = spec, layer
+        p = f"model.layers.{layer}.self_attn."
+        self.w = {k[len(p):]: v for k, v in w.items() if k.startswith(p)}
+        self.scale = 1.0 / math.sqrt(spec.head_dim)
+
+    def __call__(self, x_TH: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], plan: list[SegmentSlice],
+                 kv_cache: KVCache | None) -> torch.Tensor:
+        sp, w = self.spec, self.w
+        T, N, G, d = x_TH.shape[0], sp.num_heads, sp.num_kv_heads, sp.head_dim
+        q, k, v = (F.linear(x_TH, w[n + "_proj.weight"]) for n in "qkv")
+        if sp.qk_norm and sp.family == "olmoe":
+            q, k = rms_norm(q, w["q_norm.weight"], sp.rms_eps), rms_norm(k, w["k_norm.weight"], sp.rms_eps)
+        q_TNd, k_TGd, v_TGd = q.view(T, N, d), k.view(T, G, d), v.view(T, G, d)
+        if sp.qk_norm and sp.family != "olmoe":
+            q_TNd, k_TGd = rms_norm(q_TNd, w["q_norm.weight"], sp.rms_eps), rms_norm(k_TGd, w["k_norm.weight"], sp.rms_eps)
+        q_TNd, k_TGd = apply_rope(q_TNd, *rope, interleaved=False), apply_rope(k_TGd, *rope, interleaved=False)
+        out = []
+        for s in plan:
+            k_SGd, v_SGd = k_TGd[s.begin:s.end], v_TGd[s.begin:s.end]
+            if s.prefix:
+                pk, pv = kv_cache.prefix(s.request_id, self.layer)  # type: ignore[union-attr, misc]
+                k_SGd, v_SGd = torch.cat([pk, k_SGd]), torch.cat([pv, v_SGd])
+            if s.keep:
+                kv_cache.extend(s.request_id, self.layer, (k_TGd[s.begin:s.end], v_TGd[s.begin:s.end]))  # type: ignore[union-attr]
+            out.append(attend(q_TNd[s.begin:s.end], k_SGd, v_SGd, s.prefix, self.scale))
+        o_TNd = torch.cat(out) if len(out) > 1 else out[0]
+        return F.linear(o_TNd.reshape(T, N * d), w["o_proj.weight"])
+
+
+def make_attention(spec: ModelSpec, w: dict[str, torch.Tensor], layer: int) -> MLAAttention | GQAAttention:
+    return MLAAttention(spec, w, layer) if spec.attention == "mla" else GQAAttention(spec, w, layer)
+
+
+def rope_dim(spec: ModelSpec) -> int:
+    return spec.qk_rope_head_dim if spec.attention == "mla" else spec.head_dim

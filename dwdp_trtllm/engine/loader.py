@@ -1,0 +1,138 @@
+"""Load HuggingFace-layout safetensors checkpoints (DeepSeek, Qwen3-MoE, OLMoE, Mixtral) for the engine.
+
+Shape legend: H hidden, I moe intermediate.
+
+`load_checkpoint` returns the dense weights in our naming (weights.dense_weight_shapes) and an
+expert_loader(layer, e) -> (w13_NH [2I, H], w2_HI [H, I]) that reads one expert on demand, so a rank
+loads only the experts it holds. FP8 tensors with a `<name>_scale_inv` companion (DeepSeek-V3 release
+layout, 128x128 blocks) are dequantised on load. `save_checkpoint` writes the inverse (tests, demos).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..models import ModelSpec
+from .weights import FP8_DTYPE, dense_weight_shapes, dequantize_fp8_blockwise
+
+ExpertLoader = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+_KEEP32 = ("norm.weight", "e_score_correction_bias")
+
+
+def hf_dense_name(spec: ModelSpec, name: str) -> str:
+    """Checkpoint name of one of our dense tensors (ours follow DeepSeek/Qwen3; Mixtral renames the MoE)."""
+    if spec.family == "mixtral":
+        return re.sub(r"\.mlp\.gate\.weight$", ".block_sparse_moe.gate.weight", name)
+    return name
+
+
+def hf_expert_names(spec: ModelSpec, layer: int, e: int) -> tuple[str, str, str]:
+    """Checkpoint names of (gate, up, down) of expert `e` of layer `layer`."""
+    if spec.family == "mixtral":
+        p = f"model.layers.{layer}.block_sparse_moe.experts.{e}."
+        return p + "w1.weight", p + "w3.weight", p + "w2.weight"
+    p = f"model.layers.{layer}.mlp.experts.{e}."
+    return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
+
+
+class _Checkpoint:
+    """Name -> file index over a directory of *.safetensors, files opened lazily (mmap)."""
+
+    def __init__(self, path: str | Path):
+        from safetensors import safe_open
+
+        self._safe_open = safe_open
+        self.dir = Path(path)
+        if not self.dir.is_dir():
+            raise FileNotFoundError(f"checkpoint directory {str(self.dir)!r} does not exist")
+        index = self.dir / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self.file_of = {k: self.dir / v for k, v in weight_map.items()}
+        else:
+            files = sorted(self.dir.glob("*.safetensors"))
+            if not files:
+                raise FileNotFoundError(f"checkpoint directory {str(self.dir)!r} holds no *.safetensors file")
+            self.file_of = {}
+            for f in files:
+                with safe_open(str(f), framework="pt", device="cpu") as h:
+                    self.file_of.update({k: f for k in h.keys()})
+        self._handles: dict[Path, object] = {}
+
+    def get(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """Tensor `name` (fp8 + scale_inv dequantised to float32), checked against `shape`."""
+        f = self.file_of.get(name)
+        if f is None:
+            raise KeyError(f"checkpoint {str(self.dir)!r}: tensor {name!r} not found (expected shape {shape})")
+        if f not in self._handles:
+            if not f.exists():
+                raise FileNotFoundError(f"checkpoint {str(self.dir)!r}: file {f.name!r} (holding {name!r}) is missing")
+            self._handles[f] = self._safe_open(str(f), framework="pt", device="cpu")
+        t = self._handles[f].get_tensor(name)  # type: ignore[attr-defined]
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"checkpoint {str(self.dir)!r}: tensor {name!r} in file {f.name!r} has shape "
+                             f"{tuple(t.shape)}, expected {tuple(shape)}")
+        if t.dtype == FP8_DTYPE and name + "_scale_inv" in self.file_of:
+            sname = name + "_scale_inv"
+            nb, kb = -(-shape[0] // 128), -(-shape[1] // 128)
+            t = dequantize_fp8_blockwise(t, self.get(sname, (nb, kb)).float())
+        return t
+
+
+def load_checkpoint(path: str | Path, spec: ModelSpec, *, dtype: torch.dtype,
+                    device: torch.device | str) -> tuple[dict[str, torch.Tensor], ExpertLoader]:
+    """(dense_weights in our naming on `device`, expert_loader(layer, e) -> (w13_NH, w2_HI) in `dtype`).
+
+    `layer` is the absolute layer index; a truncated spec loads the first spec.num_layers layers."""
+    ckpt = _Checkpoint(path)
+    dense = {}
+    for name, shape in dense_weight_shapes(spec).items():
+        t = ckpt.get(hf_dense_name(spec, name), shape)
+        dense[name] = t.to(device=device, dtype=torch.float32 if name.endswith(_KEEP32) else dtype)
+    H, I = spec.hidden_size, spec.moe_intermediate
+
+    def expert_loader(layer: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer not in spec.moe_layer_ids or not 0 <= e < spec.num_experts:
+            raise ValueError(f"expert_loader: (layer={layer}, expert={e}) is not a routed expert of {spec.name}")
+        g, u, d = hf_expert_names(spec, layer, e)
+        w13 = torch.cat([ckpt.get(g, (I, H)).to(dtype), ckpt.get(u, (I, H)).to(dtype)])
+        return w13.to(device), ckpt.get(d, (H, I)).to(device=device, dtype=dtype)
+
+    return dense, expert_loader
+
+
+def save_checkpoint(path: str | Path, spec: ModelSpec, dense: dict[str, torch.Tensor], expert_fn: ExpertLoader,
+                    *, num_files: int = 1) -> None:
+    """Write `dense` + every routed expert as HF-named safetensors, split by layer over `num_files`
+    files (with model.safetensors.index.json when num_files > 1)."""
+    from safetensors.torch import save_file
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    shards: list[dict[str, torch.Tensor]] = [{} for _ in range(max(1, num_files))]
+
+    def shard_of(layer: int) -> dict[str, torch.Tensor]:
+        return shards[layer * len(shards) // spec.num_layers] if layer >= 0 else shards[0]
+
+    for name, t in dense.items():
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        shard_of(int(m.group(1)) if m else -1)[hf_dense_name(spec, name)] = t.detach().cpu().contiguous()
+    I = spec.moe_intermediate
+    for layer in spec.moe_layer_ids:
+        for e in range(spec.num_experts):
+            w13, w2 = expert_fn(layer, e)
+            g, u, d = hf_expert_names(spec, layer, e)
+            shard_of(layer).update({g: w13[:I].cpu().contiguous(), u: w13[I:].cpu().contiguous(), d: w2.cpu().contiguous()})
+    if len(shards) == 1:
+        save_file(shards[0], str(out / "model.safetensors"))
+        return
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / fname))
+        weight_map.update({k: fname for k in shard})
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))

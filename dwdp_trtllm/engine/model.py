@@ -1,0 +1,111 @@
+"""A small, honest DeepSeek-style MoE decoder for the context phase (prefill only, no LM head).
+
+Shape legend: T packed tokens of this iteration, H hidden, E experts, K top-k.
+
+Per layer: x += attention(rms(x)); then x += dense_mlp(rms(x)) for the first_k_dense layers, else
+x += shared_experts(h) + routed(h) with h = rms(x), where the routed part goes through the
+ExpertBackend (reference / DEP / DWDP). Timing phases: "attention" (norm + attention), "other"
+(router, shared experts, dense MLPs, embedding, final norm); the backend times its own work.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models import ModelSpec
+from .experts import ExpertBackend
+from .kv_cache import KVCache
+from .layers import make_attention, plan_segments, positions_of, rms_norm, rope_cos_sin, rope_dim, swiglu_mlp
+from .local_experts import LocalExperts
+from .records import Segment
+from .router import router_logits, select_experts
+from .timing import PhaseTimer
+from .weights import dense_weight_shapes, init_dense_weights
+
+
+def check_dense_weights(spec: ModelSpec, weights: dict[str, torch.Tensor]) -> None:
+    """Every tensor of dense_weight_shapes(spec) present with its shape; else an error naming it."""
+    for name, shape in dense_weight_shapes(spec).items():
+        if name not in weights:
+            raise ValueError(f"dense weights of {spec.name}: missing {name!r} (expected shape {shape})")
+        if tuple(weights[name].shape) != shape:
+            raise ValueError(f"dense weights of {spec.name}: {name!r} has shape {tuple(weights[name].shape)}, expected {shape}")
+
+
+class MoETransformer:
+    """Forward of a packed batch of segments; routed experts delegated to `experts`."""
+
+    def __init__(self, spec: ModelSpec, dense_weights: dict[str, torch.Tensor], experts: ExpertBackend, *,
+                 device: torch.device | str, dtype: torch.dtype):
+        check_dense_weights(spec, dense_weights)
+        self.spec, self.experts = spec, experts
+        self.device, self.dtype = torch.device(device), dtype
+        keep32 = ("norm.weight", "e_score_correction_bias")
+        self.w = {n: t.to(self.device, torch.float32 if n.endswith(keep32) else dtype) for n, t in dense_weights.items()}
+        self.attn = [make_attention(spec, self.w, i) for i in range(spec.num_layers)]
+
+    def _moe(self, layer: int, h_TH: torch.Tensor, timer: PhaseTimer | None) -> torch.Tensor:
+        sp, p = self.spec, f"model.layers.{layer}.mlp."
+        with _phase(timer, "other", layer):
+            logits_TE = router_logits(h_TH, self.w[p + "gate.weight"])
+            ids_TK, w_TK = select_experts(sp, logits_TE, self.w.get(p + "gate.e_score_correction_bias"))
+            shared_TH = (swiglu_mlp(h_TH, *(self.w[p + f"shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))
+                         if sp.num_shared_experts else None)
+        y_TH = self.experts.forward(layer - sp.first_k_dense, h_TH, ids_TK, w_TK)
+        return y_TH if shared_TH is None else y_TH + shared_TH
+
+    def forward(self, input_ids_T: torch.Tensor, segments: list[Segment], kv_cache: KVCache | None = None,
+                timer: PhaseTimer | None = None) -> torch.Tensor:
+        """hidden_TH after the final norm for the packed `segments` (tokens in segment order).
+
+        Segments with start > 0 or is_last False need `kv_cache`; the cache of a request is freed
+        after its final chunk."""
+        sp, w = self.spec, self.w
+        if input_ids_T.dim() != 1:
+            raise ValueError(f"input_ids_T: expected 1-D token ids, got shape {tuple(input_ids_T.shape)}")
+        plan = plan_segments(segments, input_ids_T.shape[0], kv_cache)
+        with _phase(timer, "other", -1):
+            x_TH = w["model.embed_tokens.weight"].index_select(0, input_ids_T.to(self.device))
+            rope = rope_cos_sin(positions_of(segments, self.device), rope_dim(sp), sp.rope_theta)
+        for layer in range(sp.num_layers):
+            p = f"model.layers.{layer}."
+            with _phase(timer, "attention", layer):
+                x_TH = x_TH + self.attn[layer](rms_norm(x_TH, w[p + "input_layernorm.weight"], sp.rms_eps), rope, plan, kv_cache)
+            h_TH = rms_norm(x_TH, w[p + "post_attention_layernorm.weight"], sp.rms_eps)
+            if layer < sp.first_k_dense:
+                with _phase(timer, "other", layer):
+                    x_TH = x_TH + swiglu_mlp(h_TH, *(w[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down")))
+            else:
+                self.experts.on_attention_done(layer - sp.first_k_dense)
+                x_TH = x_TH + self._moe(layer, h_TH, timer)
+        if kv_cache is not None:
+            for s in segments:
+                if s.is_last:
+                    kv_cache.free(s.request_id)
+        with _phase(timer, "other", -1):
+            return rms_norm(x_TH, w["model.norm.weight"], sp.rms_eps)
+
+    __call__ = forward
+
+
+class _NullPhase:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _phase(timer: PhaseTimer | None, name: str, layer: int):
+    return timer.phase(name, layer) if timer is not None else _NullPhase()
+
+
+def build_reference_model(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device | str,
+                          gemm: str = "reference", weight_dtype: str | None = None) -> MoETransformer:
+    """Seeded dense weights + LocalExperts (weight_dtype defaults to the model dtype: float32 or bf16)."""
+    if weight_dtype is None:
+        names = {torch.float32: "float32", torch.bfloat16: "bf16"}
+        if dtype not in names:
+            raise ValueError(f"dtype {dtype}: pass weight_dtype explicitly (float32|bf16|fp8)")
+        weight_dtype = names[dtype]
+    experts = LocalExperts.from_seed(spec, seed, weight_dtype, device, gemm=gemm)
+    return MoETransformer(spec, init_dense_weights(spec, seed, dtype, device), experts, device=device, dtype=dtype)

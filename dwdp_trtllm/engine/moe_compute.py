@@ -1,0 +1,177 @@
+"""Grouped routed-expert computation over expert weights that may live in several buffers.
+
+Shape legend: T tokens, K top-k, A = T*K token-expert pairs, H hidden, I moe intermediate,
+E experts, B number of weight buffers, R_b experts (rows) held by buffer b, N out features, D in features.
+
+Expert e's weights are row expert_row_E[e] of buffer weights[expert_buffer_idx_E[e]]; a buffer is
+[R_b, N, D] (nn.Linear out x in, models.py layout). DWDP passes [local buffer, prefetch slot];
+the single-process reference passes one [E, ...] buffer.
+
+GEMM paths (GEMM_PATHS; the key is `gemm=`): fn(a_AD, offs_E, weights, expert_buffer_idx_E,
+expert_row_E, scales=None) -> out_AN with out[rows of group e] = a[rows] @ W_e^T. offs_E are int32
+cumulative group ends (offs_E[-1] == A). 'reference' loops over experts (float32 accumulate, host
+sync: tests only); 'merge' gathers all experts into one [E, N, D] tensor and runs torch._grouped_mm.
+The plugin registers 'multi_buffer' and 'composite_view' with register_gemm (dwdp_trtllm/ops).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .weights import FP8_DTYPE, dequantize_fp8_blockwise
+
+GemmFn = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPath:
+    fn: GemmFn
+    supports_fp8: bool  # fn accepts fp8 buffers with `scales` (128x128 block scales per buffer)
+
+
+GEMM_PATHS: dict[str, GemmPath] = {}
+
+
+def register_gemm(name: str, fn: GemmFn, *, supports_fp8: bool = False, overwrite: bool = False) -> None:
+    """Make `fn` selectable as gemm=`name` (see the module docstring for its contract)."""
+    if name in GEMM_PATHS and not overwrite:
+        raise ValueError(f"gemm path {name!r} already registered")
+    GEMM_PATHS[name] = GemmPath(fn, supports_fp8)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+# ---- routing bookkeeping ---------------------------------------------------------------------------
+def sort_by_expert(topk_ids_TK: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(perm_A, offs_E int32 cumulative ends, counts_E int64): pair perm[j] (flat t*K+k) is the j-th in
+    expert order. scatter_add, not bincount: CUDA bincount syncs the host to size its output."""
+    flat_A = topk_ids_TK.reshape(-1)
+    perm_A = torch.sort(flat_A, stable=True).indices
+    counts_E = torch.zeros(num_experts, dtype=torch.int64, device=flat_A.device)
+    counts_E.scatter_add_(0, flat_A, torch.ones_like(flat_A))
+    return perm_A, counts_E.cumsum(0).to(torch.int32), counts_E
+
+
+def combine(y_sorted_AH: torch.Tensor, perm_A: torch.Tensor, topk_weights_TK: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32 with index_add_; returns float32."""
+    K = topk_weights_TK.shape[1]
+    w_A = topk_weights_TK.reshape(-1).float().index_select(0, perm_A)
+    y_TH = torch.zeros(num_tokens, y_sorted_AH.shape[1], dtype=torch.float32, device=y_sorted_AH.device)
+    return y_TH.index_add_(0, torch.div(perm_A, K, rounding_mode="floor"), y_sorted_AH.float() * w_A[:, None])
+
+
+# ---- GEMM paths ------------------------------------------------------------------------------------
+def _is_fp8(weights: list[torch.Tensor]) -> bool:
+    return any(w.dtype == FP8_DTYPE for w in weights)
+
+
+def _gemm_reference(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
+    ends = offs_E.tolist()  # host sync: reference only
+    bufs, rows = buf_idx_E.tolist(), row_E.tolist()
+    out_AN = torch.empty(a_AD.shape[0], weights[0].shape[1], dtype=a_AD.dtype, device=a_AD.device)
+    begin = 0
+    for e, end in enumerate(ends):
+        if end > begin:
+            w_ND = weights[bufs[e]][rows[e]]
+            w_ND = dequantize_fp8_blockwise(w_ND, scales[bufs[e]][rows[e]]) if scales is not None else w_ND.float()
+            out_AN[begin:end] = (a_AD[begin:end].float() @ w_ND.t()).to(a_AD.dtype)
+        begin = end
+    return out_AN
+
+
+def gather_experts(buffers: list[torch.Tensor], buf_idx_E: torch.Tensor, row_E: torch.Tensor) -> torch.Tensor:
+    """[E, ...] with expert e = buffers[buf_idx_E[e]][row_E[e]] (device-side indices, no host sync)."""
+    if len(buffers) == 1:
+        return buffers[0].index_select(0, row_E)
+    sizes = [b.shape[0] for b in buffers]
+    bases_B = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], dtype=torch.int64).to(row_E.device, non_blocking=True)
+    return torch.cat(buffers).index_select(0, bases_B[buf_idx_E.long()] + row_E.long())
+
+
+def _grouped_mm_or_none(a_AD: torch.Tensor, w_END: torch.Tensor, offs_E: torch.Tensor) -> torch.Tensor | None:
+    if not hasattr(torch, "_grouped_mm"):
+        _warn_once("no_grouped_mm", "gemm='merge': torch._grouped_mm missing in this torch; looping over experts")
+        return None
+    if a_AD.is_cuda and (a_AD.dtype != torch.bfloat16 or a_AD.shape[1] % 8 or w_END.shape[1] % 8):
+        _warn_once(f"align_{a_AD.dtype}", f"gemm='merge': torch._grouped_mm on CUDA needs bf16 and dims % 8 == 0 "
+                   f"(got {a_AD.dtype}, D={a_AD.shape[1]}, N={w_END.shape[1]}); looping over experts")
+        return None
+    try:
+        return torch._grouped_mm(a_AD, w_END.transpose(1, 2), offs=offs_E)
+    except (RuntimeError, NotImplementedError) as exc:
+        _warn_once(f"fail_{a_AD.device.type}_{a_AD.dtype}", f"gemm='merge': torch._grouped_mm unusable here ({exc}); looping over experts")
+        return None
+
+
+def _gemm_merge(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
+    w_END = gather_experts(weights, buf_idx_E, row_E)
+    if scales is not None:
+        w_END = dequantize_fp8_blockwise(w_END, gather_experts(scales, buf_idx_E, row_E), a_AD.dtype)
+    elif w_END.dtype != a_AD.dtype:
+        w_END = w_END.to(a_AD.dtype)
+    out = _grouped_mm_or_none(a_AD, w_END, offs_E)
+    if out is None:
+        E = w_END.shape[0]
+        out = _gemm_reference(a_AD, offs_E, [w_END], torch.zeros(E, dtype=torch.int64), torch.arange(E))
+    return out
+
+
+register_gemm("reference", _gemm_reference, supports_fp8=True)
+register_gemm("merge", _gemm_merge, supports_fp8=True)
+
+
+def grouped_gemm(a_AD: torch.Tensor, offs_E: torch.Tensor, weights: list[torch.Tensor], expert_buffer_idx_E: torch.Tensor,
+                 expert_row_E: torch.Tensor, *, gemm: str = "reference", scales: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """out_AN = a @ W_e^T per expert group, dispatched to GEMM_PATHS[gemm]."""
+    try:
+        path = GEMM_PATHS[gemm]
+    except KeyError:
+        raise ValueError(f"gemm={gemm!r}: expected one of {sorted(GEMM_PATHS)} (plugin paths register on import "
+                         f"of dwdp_trtllm.ops)") from None
+    if a_AD.shape[0] == 0:
+        return a_AD.new_empty(0, weights[0].shape[1])
+    fp8 = _is_fp8(weights)
+    if fp8 and scales is None:
+        raise ValueError("fp8 expert weights need their block scales (scales=...)")
+    if fp8 and not path.supports_fp8:
+        # Correct but slow: materialises every buffer in the activation dtype.
+        _warn_once(f"fp8_{gemm}", f"gemm={gemm!r} has no fp8 support: dequantising the expert buffers first")
+        weights = [dequantize_fp8_blockwise(w, s, a_AD.dtype) for w, s in zip(weights, scales)]  # type: ignore[arg-type]
+        scales = None
+    return path.fn(a_AD, offs_E, weights, expert_buffer_idx_E, expert_row_E, scales=scales if fp8 else None)
+
+
+def expert_mlp(x_sorted_AH: torch.Tensor, offs_E: torch.Tensor, w13_sources: list[torch.Tensor], w2_sources: list[torch.Tensor],
+               expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *, gemm: str = "reference",
+               w13_scale_sources: list[torch.Tensor] | None = None,
+               w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """SwiGLU experts on expert-sorted rows: down(silu(gate) * up), per group. Returns y_sorted_AH."""
+    h_A2I = grouped_gemm(x_sorted_AH, offs_E, w13_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w13_scale_sources)
+    I = h_A2I.shape[1] // 2
+    act_AI = (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(x_sorted_AH.dtype)
+    return grouped_gemm(act_AI, offs_E, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w2_scale_sources)
+
+
+def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_weights_TK: torch.Tensor,
+                           w13_sources: list[torch.Tensor], w2_sources: list[torch.Tensor],
+                           expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *, gemm: str = "reference",
+                           w13_scale_sources: list[torch.Tensor] | None = None,
+                           w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine."""
+    T, K = topk_ids_TK.shape
+    perm_A, offs_E, _ = sort_by_expert(topk_ids_TK, expert_buffer_idx_E.shape[0])
+    x_sorted_AH = x_TH.index_select(0, torch.div(perm_A, K, rounding_mode="floor"))
+    y_sorted_AH = expert_mlp(x_sorted_AH, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm,
+                             w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources)
+    return combine(y_sorted_AH, perm_A, topk_weights_TK, T).to(x_TH.dtype)

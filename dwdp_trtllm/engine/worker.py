@@ -1,0 +1,204 @@
+"""One rank of a benchmark run: build the model for a mode, serve the rank's queue, report a RankResult.
+
+Runs inside a process whose default torch.distributed group (gloo) spans all ranks; the launcher
+(launcher.py) or torchrun/mpirun sets that up. Modes:
+- reference: all experts local, no communication (the truth the other modes are checked against)
+- dep:       experts partitioned over all ranks, all-to-all per MoE layer, ranks in lockstep
+- dwdp:      experts partitioned over DWDP groups, peers' experts prefetched, ranks run free
+"""
+from __future__ import annotations
+
+import resource
+import time
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from ..config import BenchConfig
+from .records import IterationRecord, RankResult, Request, Segment
+from .timing import PhaseTimer
+
+_DTYPE = {"float32": torch.float32, "bf16": torch.bfloat16}
+
+
+def rank_device(rank: int, run_device: str) -> torch.device:
+    if run_device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("run.device is cuda but torch sees no CUDA device (use --device cpu)")
+    return torch.device("cuda", rank % torch.cuda.device_count())
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class _Tokens:
+    """Deterministic token ids per request (seeded by request id), sliced per segment."""
+
+    def __init__(self, vocab: int, seed: int):
+        self.vocab, self.seed, self.cache = vocab, seed, {}
+
+    def ids(self, seg: Segment) -> torch.Tensor:
+        if seg.request_id not in self.cache:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + seg.request_id)
+            self.cache[seg.request_id] = torch.randint(0, self.vocab, (seg.start + seg.length + 4096,), generator=g)
+        ids = self.cache[seg.request_id]
+        if ids.numel() < seg.start + seg.length:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + seg.request_id)
+            ids = self.cache[seg.request_id] = torch.randint(0, self.vocab, (seg.start + seg.length,), generator=g)
+        if seg.is_last:
+            self.cache.pop(seg.request_id, None)
+        return ids[seg.start: seg.start + seg.length]
+
+
+def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, device: torch.device, tag: str):
+    """(ExpertBackend, weight bytes held for experts, prefetch slot bytes, extra info)."""
+    from .local_experts import LocalExperts
+    from .weights import stacked_expert_tensors
+
+    seed, wdt = cfg.model.seed, cfg.dwdp.weight_dtype
+
+    def layer_tensors(layer: int, experts) -> dict[str, torch.Tensor]:
+        return stacked_expert_tensors(spec, layer, experts, seed, wdt, device)
+
+    if mode == "reference":
+        weights = [layer_tensors(layer, range(spec.num_experts)) for layer in spec.moe_layer_ids]
+        nbytes = sum(_tensor_bytes(w.values()) for w in weights)
+        return LocalExperts(spec, weights, gemm=cfg.dwdp.gemm), nbytes, 0, {}
+    if mode == "dep":
+        from .dep import DepExperts
+        start, end = spec.num_experts * rank // world, spec.num_experts * (rank + 1) // world
+        weights = [layer_tensors(layer, range(start, end)) for layer in spec.moe_layer_ids]
+        group = dist.group.WORLD
+        if device.type == "cuda" and torch.cuda.device_count() >= world:
+            group = dist.new_group(backend="nccl")
+        backend = DepExperts(group=group, ep_rank=rank, ep_size=world, num_experts=spec.num_experts, expert_start=start,
+                             expert_end=end, weights=weights, device=device, gemm=cfg.dwdp.gemm)
+        return backend, sum(_tensor_bytes(w.values()) for w in weights), 0, {"dep_a2a": backend.a2a.kind}
+    if mode == "dwdp":
+        from ..runtime import DwdpRuntime
+        from .dwdp import DwdpExperts
+        G = cfg.dwdp.dwdp_size
+        groups = [dist.new_group(list(range(g * G, (g + 1) * G)), backend="gloo") for g in range(world // G)]
+        rt = DwdpRuntime(cfg.dwdp, spec, group=groups[rank // G], dwdp_rank=rank % G, device=device, tag=tag,
+                         timeout_s=cfg.run.timeout_s)
+        for m, layer in enumerate(spec.moe_layer_ids):
+            for name, t in layer_tensors(layer, list(rt.local_ids)).items():
+                rt.local_tensor(m, name).copy_(t)
+        rt.open()
+        return DwdpExperts(rt, gemm=cfg.dwdp.gemm), rt.local_bytes, rt.slot_bytes, {"transport": rt.transport.kind}
+    raise ValueError(f"unknown mode {mode!r}: expected reference, dep or dwdp")
+
+
+def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int, world: int, tag: str,
+             progress: Callable[[int, int], None] | None = None, collect_outputs: bool = False) -> RankResult:
+    """Serve `requests` on this rank in `mode`; collective with the other ranks of the default group.
+
+    collect_outputs: keep every request's final hidden states (CPU float32, [isl, H]) in
+    RankResult.extra["hidden"] (tests compare modes with them).
+    """
+    from .kv_cache import KVCache
+    from .model import MoETransformer
+    from .scheduler import RankScheduler
+    from .weights import init_dense_weights
+
+    device = rank_device(rank, cfg.run.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        torch.set_num_threads(cfg.run.threads_per_rank)
+    spec = cfg.model.spec()
+    dtype = _DTYPE[cfg.model.dtype]
+    dense = init_dense_weights(spec, cfg.model.seed, dtype, device)
+    backend, expert_bytes, slot_bytes, extra = build_backend(cfg, mode, spec, rank=rank, world=world, device=device, tag=tag)
+    model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
+    timer = PhaseTimer(device)
+    if hasattr(backend, "set_timer"):
+        backend.set_timer(timer)
+    elif hasattr(backend, "timer"):
+        backend.timer = timer
+    sched = RankScheduler(requests, cfg.workload.max_num_tokens)
+    kv = KVCache(spec.num_layers)
+    tokens = _Tokens(spec.vocab_size, cfg.model.seed)
+    lockstep = mode == "dep"
+    iterations: list[IterationRecord] = []
+    first_token: dict[int, float] = {}
+    done_requests = 0
+    outputs: dict[int, list[torch.Tensor]] = {}
+    weights_bytes = _tensor_bytes(dense.values()) + expert_bytes
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier()
+    t0 = time.perf_counter()
+    it = 0
+    try:
+        while True:
+            segs = sched.next_batch(time.perf_counter() - t0)
+            if lockstep:
+                nxt = sched.next_arrival_s()
+                state = torch.tensor([0.0 if segs is None else 1.0, 1.0 if segs else 0.0,
+                                      float("inf") if nxt is None else nxt], dtype=torch.float64)
+                states = [torch.empty_like(state) for _ in range(world)]
+                dist.all_gather(states, state)
+                alive = any(s[0] > 0 for s in states)
+                anyone_working = any(s[1] > 0 for s in states)
+                if not alive:
+                    break
+                if not anyone_working:
+                    wake = min(s[2].item() for s in states)
+                    time.sleep(max(0.0, min(wake - (time.perf_counter() - t0), 1.0)))
+                    continue
+                if not segs:  # peers have work: a dummy one-token forward keeps the collectives matched
+                    segs = [Segment(request_id=-1, start=0, length=1, is_last=True)]
+            else:
+                if segs is None:
+                    break
+                if not segs:
+                    nxt = sched.next_arrival_s()
+                    time.sleep(max(0.0, min((nxt or 0.0) - (time.perf_counter() - t0), 1.0)))
+                    continue
+            ids_T = torch.cat([tokens.ids(s) for s in segs]).to(device)
+            timer.start()
+            t_s = time.perf_counter()
+            hidden_TH = model.forward(ids_T, segs, kv, timer)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t_e = time.perf_counter()
+            prefetcher = getattr(getattr(backend, "rt", None), "prefetcher", None)
+            if prefetcher is not None:
+                prefetcher.report_copies()
+            real = [s for s in segs if s.request_id >= 0]
+            if collect_outputs:
+                rows = hidden_TH.float().cpu().split([s.length for s in segs])
+                for s, r in zip(segs, rows):
+                    if s.request_id >= 0:
+                        outputs.setdefault(s.request_id, []).append(r)
+            for s in real:  # the model frees a request's KV cache after its last chunk
+                if s.is_last:
+                    first_token[s.request_id] = t_e
+                    done_requests += 1
+            iterations.append(IterationRecord(rank=rank, iteration=it, t_start=t_s, t_end=t_e,
+                                              num_tokens=sum(s.length for s in real), segments=real,
+                                              warmup=it < cfg.run.warmup_iters, phases=timer.collect()))
+            it += 1
+            if progress is not None and real:
+                progress(done_requests, len(requests))
+    finally:
+        rt = getattr(backend, "rt", None)
+        copied = rt.prefetcher.copied_bytes if rt is not None and rt.prefetcher is not None else 0
+        if rt is not None:
+            rt.close()
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    memory = {"weights": weights_bytes, "prefetch_slots": slot_bytes,
+              "activations": max(0, peak - weights_bytes - slot_bytes), "peak_total": peak}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if collect_outputs:
+        extra["hidden"] = {rid: torch.cat(parts) for rid, parts in outputs.items()}
+    return RankResult(rank=rank, mode=mode, device=name, t0=t0, requests=requests, iterations=iterations,
+                      first_token_s=first_token, memory_bytes=memory, copy_bytes=copied, extra=extra)

@@ -1,0 +1,157 @@
+"""Ready-to-run TensorRT-LLM YAML for DWDP deployments (pure: dicts in, dicts out).
+
+Every key we emit is in KEY_SOURCES with the TensorRT-LLM file it was read from and the commit/version
+of that reading; `emitted_keys()` flattens a generated document so tests can check it against the table.
+Our engine's DWDP settings never go into TensorRT-LLM YAML (strict schema, and dwdp_config would turn
+on upstream's engine too): they go into a separate dwdp.yaml named by DWDP_TRTLLM_CONFIG.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import DwdpConfig
+from ..schema import ConfigError
+from .settings import to_upstream
+
+_LLM_ARGS = "tensorrt_llm/llmapi/llm_args.py"
+_LLM_ARGS_AT = "commit 0004396720054fd8 (newest stored; TorchLlmArgs fields read in full)"
+_DISAGG = "tensorrt_llm/llmapi/disagg_utils.py (extract_disagg_cfg / extract_ctx_gen_cfgs)"
+_DISAGG_AT = "stored versions read via code search (2 versions, one with **kwargs passthrough); examples/disaggregated/README.md"
+
+#: dotted key -> (source file in TensorRT-LLM, version/commit it was read from). Sub-keys of
+#: context_servers/generation_servers other than num_instances/urls are LlmArgs keys (other_args).
+KEY_SOURCES: dict[str, tuple[str, str]] = {
+    # LlmArgs (trtllm-serve --config, trtllm-bench --config, per-server sections of disagg configs)
+    "model": (_LLM_ARGS + " BaseLlmArgs.model", _LLM_ARGS_AT),
+    "backend": (_LLM_ARGS + " TorchLlmArgs.backend (Literal['pytorch'], deprecated)", _LLM_ARGS_AT),
+    "tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.tensor_parallel_size", "TorchLlmArgs docs signature 1.4.0rc4"),
+    "enable_attention_dp": (_LLM_ARGS + " BaseLlmArgs.enable_attention_dp", "TorchLlmArgs docs signature 1.4.0rc4"),
+    "max_num_tokens": (_LLM_ARGS + " BaseLlmArgs.max_num_tokens", "research notes (reference/trtllm-integration.md), not re-read"),
+    "disable_overlap_scheduler": (_LLM_ARGS + " TorchLlmArgs.disable_overlap_scheduler", _LLM_ARGS_AT),
+    "cuda_graph_config": (_LLM_ARGS + " TorchLlmArgs.cuda_graph_config (Optional; null disables)", _LLM_ARGS_AT),
+    "moe_config": (_LLM_ARGS + " TorchLlmArgs.moe_config", _LLM_ARGS_AT),
+    "moe_config.backend": (_LLM_ARGS + " MoeConfig.backend (Literal incl. CUTLASS, CUTEDSL)", "research notes, newest llm_args"),
+    "kv_cache_config": (_LLM_ARGS + " BaseLlmArgs.kv_cache_config", "TorchLlmArgs docs signature 1.4.0rc4"),
+    "kv_cache_config.free_gpu_memory_fraction": (_LLM_ARGS + " KvCacheConfig.free_gpu_memory_fraction", "research notes, not re-read"),
+    "cache_transceiver_config": (_LLM_ARGS + " BaseLlmArgs.cache_transceiver_config", "examples/disaggregated/README.md + research notes"),
+    "cache_transceiver_config.backend": (_LLM_ARGS + " CacheTransceiverConfig.backend", "examples/disaggregated/README.md + research notes"),
+    "cache_transceiver_config.max_tokens_in_buffer": (_LLM_ARGS + " CacheTransceiverConfig.max_tokens_in_buffer", "examples/disaggregated/README.md + research notes"),
+    "dwdp_config": (_LLM_ARGS + " TorchLlmArgs.dwdp_config (Optional[DwdpConfig], prototype)", _LLM_ARGS_AT),
+    "dwdp_config.dwdp_size": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453 (config.dwdp_size)"),
+    "dwdp_config.num_groups": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
+    "dwdp_config.num_experts_per_worker": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
+    "dwdp_config.num_prefetch_experts": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
+    "dwdp_config.contention_opt": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
+    # disaggregated proxy / worker top level (disagg_utils)
+    "hostname": (_DISAGG, _DISAGG_AT),
+    "port": (_DISAGG, _DISAGG_AT),
+    "context_servers": (_DISAGG, _DISAGG_AT),
+    "generation_servers": (_DISAGG, _DISAGG_AT),
+    "context_servers.num_instances": (_DISAGG, _DISAGG_AT),
+    "context_servers.urls": (_DISAGG, _DISAGG_AT),
+    "generation_servers.num_instances": (_DISAGG, _DISAGG_AT),
+    "generation_servers.urls": (_DISAGG, _DISAGG_AT),
+}
+_SERVER_SECTIONS = ("context_servers", "generation_servers")
+
+
+def emitted_keys(doc: dict, prefix: str = "") -> set[str]:
+    """Dotted keys of a generated document; LlmArgs keys inside server sections are reported without the section."""
+    out: set[str] = set()
+    for k, v in doc.items():
+        key = f"{prefix}{k}"
+        if prefix.rstrip(".") in _SERVER_SECTIONS and k not in ("num_instances", "urls"):
+            key = k
+        out.add(key)
+        if isinstance(v, dict):
+            out |= emitted_keys(v, f"{key}.")
+    return out
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Inputs of gen-config (validated in __post_init__; errors name the CLI argument)."""
+
+    model: str
+    num_experts: int
+    dwdp: DwdpConfig
+    engine: str = "dwdp_trtllm"  # upstream | dwdp_trtllm
+    ctx_servers: int = 4
+    gen_servers: int = 1
+    gen_tp: int = 1
+    max_num_tokens: int = 16384
+    weight_dtype: str = "fp8"
+    hostname: str = "localhost"
+    port: int = 8000
+    kv_transfer_tokens: int = 9216
+
+    def __post_init__(self) -> None:
+        for arg, v in (("--ctx-servers", self.ctx_servers), ("--gen-servers", self.gen_servers),
+                       ("--gen-tp", self.gen_tp), ("--max-num-tokens", self.max_num_tokens)):
+            if v < 1:
+                raise ConfigError(None, arg, f"expected an integer >= 1, got {v}")
+        if self.engine not in ("upstream", "dwdp_trtllm"):
+            raise ConfigError(None, "--engine", f"expected upstream or dwdp_trtllm, got {self.engine!r}")
+        if self.engine == "upstream" and self.weight_dtype != "nvfp4":
+            raise ConfigError(None, "--weight-dtype", "upstream DWDP runs only NVFP4 (CuteDSL, Blackwell); "
+                              f"got {self.weight_dtype}: use --engine dwdp_trtllm")
+        self.dwdp.validate_for(self.num_experts, None, prefix="--dwdp-size")
+
+    @property
+    def moe_backend(self) -> str:
+        return "CUTEDSL" if self.engine == "upstream" else "CUTLASS"
+
+    def upstream_dwdp(self) -> dict:
+        return to_upstream(self.dwdp, self.num_experts)[0]
+
+
+def _ctx_common(d: Deployment) -> dict[str, Any]:
+    out: dict[str, Any] = {"disable_overlap_scheduler": True, "cuda_graph_config": None,
+                           "moe_config": {"backend": d.moe_backend}, "max_num_tokens": d.max_num_tokens}
+    if d.engine == "upstream":
+        out["dwdp_config"] = d.upstream_dwdp()
+    return out
+
+
+def aggregated(d: Deployment) -> dict[str, Any]:
+    """`trtllm-serve MODEL --config x.yaml`: attention DP over dwdp_size ranks, DWDP on the MoE (upstream engine)."""
+    if d.engine != "upstream":
+        raise ConfigError(None, "--mode", "aggregated attention-DP serving needs the MoE communication path that only "
+                          "upstream DWDP disables; with --engine dwdp_trtllm use --mode disaggregated (TP1 context servers)")
+    return {"tensor_parallel_size": d.dwdp.world_size, "enable_attention_dp": True, **_ctx_common(d)}
+
+
+def bench_options(d: Deployment) -> dict[str, Any]:
+    """`trtllm-bench ... throughput --config extra.yaml` (aggregated only, like trtllm-bench itself)."""
+    doc = aggregated(d)
+    doc.pop("tensor_parallel_size")  # given as trtllm-bench --tp
+    return doc
+
+
+def _urls(d: Deployment, n: int, first_port: int) -> list[str]:
+    return [f"{d.hostname}:{first_port + i}" for i in range(n)]
+
+
+def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(proxy config, worker config). Context servers: TP1 instances forming the DWDP group(s), placed
+    first in the MPI world; generation servers unchanged (TP gen_tp, overlap scheduler and CUDA graphs default)."""
+    if d.ctx_servers != d.dwdp.world_size:
+        raise ConfigError(None, "--ctx-servers", f"{d.ctx_servers} context servers but num_groups*dwdp_size = "
+                          f"{d.dwdp.world_size}: every context server is one DWDP rank")
+    ctx_urls = _urls(d, d.ctx_servers, d.port + 1)
+    gen_urls = _urls(d, d.gen_servers, d.port + 1 + d.ctx_servers)
+    proxy = {"hostname": d.hostname, "port": d.port, "backend": "pytorch",
+             "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls},
+             "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls}}
+    xfer = {"backend": "UCX", "max_tokens_in_buffer": d.kv_transfer_tokens}
+    worker = {"model": d.model, "backend": "pytorch", "hostname": d.hostname, "port": d.port,
+              "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls, "tensor_parallel_size": 1,
+                                  **_ctx_common(d), "cache_transceiver_config": dict(xfer)},
+              "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls,
+                                     "tensor_parallel_size": d.gen_tp, "cache_transceiver_config": dict(xfer)}}
+    return proxy, worker
+
+
+def mpi_world(d: Deployment) -> int:
+    return d.ctx_servers + d.gen_servers * d.gen_tp

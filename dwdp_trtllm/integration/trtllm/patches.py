@@ -1,0 +1,157 @@
+"""Patch table: what we change in TensorRT-LLM, verified before anything is applied.
+
+Each PatchTarget names a module, a dotted attribute in it and what we do. When TensorRT-LLM imports a
+target module (post-import hook, integration/hook.py), every target of that module is checked first;
+a missing attribute raises PatchTargetMissing naming the TensorRT-LLM version, the module and the
+attribute, and nothing of that module is patched. Wrappers keep the original in `__wrapped__`.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
+
+MOE_INTERFACE = "tensorrt_llm._torch.modules.fused_moe.interface"
+MODEL_LOADER = "tensorrt_llm._torch.pyexecutor.model_loader"
+CUTLASS_MOE = "tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass"
+LLM_ARGS = "tensorrt_llm.llmapi.llm_args"
+
+
+class PatchTargetMissing(RuntimeError):
+    """A patch target is absent from the installed TensorRT-LLM."""
+
+    def __init__(self, version: str, module: str, attribute: str, what: str):
+        self.version, self.module, self.attribute = version, module, attribute
+        super().__init__(f"TensorRT-LLM {version}: {module} has no attribute {attribute!r} "
+                         f"(needed to {what}); this TensorRT-LLM version is not supported by dwdp_trtllm "
+                         "- run `dwdp check-trtllm` for the full report")
+
+
+@dataclass(frozen=True)
+class PatchTarget:
+    module: str
+    attribute: str  # dotted inside the module, e.g. "MoE.__init__"
+    what: str
+    source: str  # where we read it (file @ commit)
+    apply: str | None  # name of the function in this module that applies it; None = existence check only
+
+
+PATCH_TARGETS: tuple[PatchTarget, ...] = (
+    PatchTarget(MOE_INTERFACE, "MoE.__init__",
+                "wrap: after the original runs, override expert_size_per_partition, num_slots, slot_start/slot_end "
+                "and initial_local_expert_ids from dwdp_trtllm.placement (like upstream _init_dwdp_expert_layout)",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored (with _init_dwdp_expert_layout)",
+                "_patch_moe_init"),
+    PatchTarget(MOE_INTERFACE, "MoE._init_load_balancer",
+                "check only: marks the versions whose MoE.__init__ sets the slot attributes we override",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored", None),
+    PatchTarget(MODEL_LOADER, "ModelLoader.load",
+                "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
+                "full-slot buffers, copy plans) and register per-layer prefetch hooks",
+                "tensorrt_llm/_torch/pyexecutor/model_loader.py @ 004b733e0ed7", "_patch_model_loader"),
+    PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
+                "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
+                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ 7b437aaa73bf", None),
+)
+
+
+def target_modules() -> tuple[str, ...]:
+    return tuple(sorted({t.module for t in PATCH_TARGETS}))
+
+
+def trtllm_version() -> str:
+    mod = sys.modules.get("tensorrt_llm")
+    v = getattr(mod, "__version__", None) if mod is not None else None
+    if v:
+        return str(v)
+    try:
+        from importlib.metadata import version
+        return version("tensorrt_llm")
+    except Exception:
+        return "unknown"
+
+
+def resolve(module: ModuleType, attribute: str):
+    obj = module
+    for part in attribute.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def verify(module: ModuleType, targets=None) -> list[PatchTarget]:
+    """The targets of `module`, each checked to exist; raises PatchTargetMissing on the first missing one."""
+    name = module.__name__
+    mine = [t for t in (targets or PATCH_TARGETS) if t.module == name]
+    for t in mine:
+        try:
+            resolve(module, t.attribute)
+        except AttributeError:
+            raise PatchTargetMissing(trtllm_version(), t.module, t.attribute, t.what) from None
+    return mine
+
+
+def report(import_module: Callable[[str], ModuleType] | None = None) -> list[tuple[PatchTarget, str]]:
+    """(target, 'present' | 'missing' | 'module not importable: ...') for check-trtllm (imports the modules)."""
+    import importlib
+    imp = import_module or importlib.import_module
+    rows = []
+    for t in PATCH_TARGETS:
+        try:
+            mod = imp(t.module)
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            rows.append((t, f"module not importable: {type(e).__name__}: {e}"))
+            continue
+        try:
+            resolve(mod, t.attribute)
+            rows.append((t, "present"))
+        except AttributeError:
+            rows.append((t, "missing"))
+    return rows
+
+
+def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Replace owner.name with make(original); idempotent (a wrapped method is left alone)."""
+    orig = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
+    if getattr(orig, "_dwdp_trtllm_patched", False):
+        return
+    new = functools.wraps(orig)(make(orig))
+    new._dwdp_trtllm_patched = True
+    setattr(owner, name, new)
+
+
+def _patch_moe_init(module: ModuleType) -> None:
+    from .layout import override_layout
+
+    def make(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            override_layout(self)
+        return __init__
+    wrap_method(module.MoE, "__init__", make)
+
+
+def _patch_model_loader(module: ModuleType) -> None:
+    from .runtime import setup_after_load
+
+    def make(orig):
+        def load(self, *args, **kwargs):
+            result = orig(self, *args, **kwargs)
+            model = result[0] if isinstance(result, tuple) else result
+            setup_after_load(self, model)
+            return result
+        return load
+    wrap_method(module.ModelLoader, "load", make)
+
+
+def on_target_imported(module: ModuleType) -> None:
+    """Post-import callback: verify every target of `module`, then apply those with an apply function."""
+    from .activation import engine_for_process
+
+    targets = verify(module)
+    if engine_for_process() != "dwdp_trtllm":
+        return  # upstream engine or a process outside the DWDP group: verified, nothing patched
+    for t in targets:
+        if t.apply:
+            globals()[t.apply](module)

@@ -1,0 +1,264 @@
+"""Measured overrides for the planner: a strict calibration JSON, or tolerant reads of benchmark JSON.
+
+Calibration file (strict; every key optional, unknown keys are errors naming file and key):
+
+    {
+      "gpu": "h200",                                   # informational: the GPU it was measured on
+      "grouped_gemm_tflops": {"bf16": [[tokens, tflops], ...], "fp8": [...], "nvfp4": [...]},
+      "attention_tflops": 450.0,                       # effective causal-SDPA TFLOP/s
+      "attention_us_by_isl": [[isl, us], ...],         # one request's SDPA time per layer (wins over attention_tflops)
+      "hbm_tbps": 4.19,                                # effective HBM TB/s (weight reads)
+      "peer_copy_gbps": 375.0,                         # effective one-way copy-engine peer copy GB/s
+      "slice_efficiency": [[slice_bytes, fraction], ...],  # sliced copy bandwidth / bulk bandwidth
+      "all_to_all_gbps": 300.0,                        # effective dispatch/combine GB/s per rank
+      "interference": 1.15,                            # slowdown of compute overlapped with copies
+      "contention_slowdown": {"sliced": 1.01, "unsliced": 1.6}
+    }
+
+`grouped_gemm_tflops` tokens are the tokens entering the MoE on one rank (before top-k); values are
+interpolated log-linearly in tokens and clamped at the ends.
+
+Benchmark JSON (tolerant, scripts/bench_grouped_gemm.py and scripts/bench_copy.py): the whole tree is
+walked and only these keys are read, anything else is ignored:
+  - a mapping with "tokens" and "tflops" (and optionally "dtype", default bf16): one grouped-GEMM point;
+    the best value per (dtype, tokens) is kept (the planner assumes the best measured kernel is used);
+  - a mapping with "slice_bytes" and "fraction_of_bulk", or "slice_bytes" and "gbps" plus a "bulk_gbps"
+    anywhere in the file: one slice-efficiency point (best per slice size);
+  - "p2p_gbps" or "peer_copy_gbps": peer copy bandwidth; "gemm_slowdown" or "interference": interference;
+  - "device" or "gpu" (top level or under "env"/"environment"): which GPU measured it. A file is used only
+    when that name contains the planner's --gpu (e.g. "NVIDIA H200" for h200); otherwise it is skipped
+    with a note.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..schema import ConfigError
+
+Points = tuple[tuple[float, float], ...]
+
+_KEYS = ("gpu", "grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps", "peer_copy_gbps",
+         "slice_efficiency", "all_to_all_gbps", "interference", "contention_slowdown")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured numbers; None / empty = use the GpuSpec default."""
+
+    sources: tuple[str, ...] = ()
+    gpu: str | None = None
+    grouped_gemm_tflops: dict[str, Points] = field(default_factory=dict)
+    attention_tflops: float | None = None
+    attention_us_by_isl: Points = ()
+    hbm_tbps: float | None = None
+    peer_copy_gbps: float | None = None
+    slice_efficiency: Points = ()
+    all_to_all_gbps: float | None = None
+    interference: float | None = None
+    contention_slowdown: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def gemm_tflops(self, dtype: str, tokens: float) -> float | None:
+        pts = self.grouped_gemm_tflops.get(dtype)
+        return interp_log(pts, tokens) if pts else None
+
+    def attention_us(self, isl: float) -> float | None:
+        """One request's SDPA time per layer at `isl`, scaled as isl^2 outside the measured range."""
+        pts = self.attention_us_by_isl
+        if not pts:
+            return None
+        lo, hi = pts[0], pts[-1]
+        if isl < lo[0]:
+            return lo[1] * (isl / lo[0]) ** 2
+        if isl > hi[0]:
+            return hi[1] * (isl / hi[0]) ** 2
+        return interp_log(pts, isl)
+
+    def slice_eff(self, slice_bytes: int) -> float | None:
+        return min(1.0, interp_log(self.slice_efficiency, slice_bytes)) if self.slice_efficiency else None
+
+    def merged(self, other: "Calibration") -> "Calibration":
+        """`other` wins where it has a value."""
+        kw = {}
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if f.name in ("sources", "notes"):
+                kw[f.name] = a + b
+            elif f.name in ("grouped_gemm_tflops", "contention_slowdown"):
+                kw[f.name] = {**a, **b}
+            else:
+                kw[f.name] = b if b not in (None, ()) else a
+        return Calibration(**kw)
+
+
+def interp_log(points: Points, x: float) -> float:
+    """Piecewise-linear in log(x) through sorted (x, y) points, clamped at both ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + w * (y1 - y0)
+    raise AssertionError("unreachable")
+
+
+def _num(file: str, key: str, v: Any, *, lo: float = 0.0, lo_incl: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= lo if lo_incl else v > lo):
+        raise ConfigError(file, key, f"expected a number {'>=' if lo_incl else '>'} {lo}, got {v!r}")
+    return float(v)
+
+
+def _points(file: str, key: str, v: Any) -> Points:
+    if not isinstance(v, list) or not v:
+        raise ConfigError(file, key, f"expected a non-empty list of [x, y] pairs, got {v!r}")
+    out = []
+    for i, p in enumerate(v):
+        if not isinstance(p, (list, tuple)) or len(p) != 2:
+            raise ConfigError(file, f"{key}[{i}]", f"expected a pair [x, y], got {p!r}")
+        out.append((_num(file, f"{key}[{i}][0]", p[0]), _num(file, f"{key}[{i}][1]", p[1])))
+    xs = [p[0] for p in out]
+    if len(set(xs)) != len(xs):
+        raise ConfigError(file, key, f"x values must be distinct, got {xs}")
+    return tuple(sorted(out))
+
+
+def calibration_from_dict(data: Any, *, file: str) -> Calibration:
+    """Validate a calibration mapping (strict schema above)."""
+    if not isinstance(data, dict):
+        raise ConfigError(file, "", f"expected a JSON object, got {type(data).__name__}")
+    for k in data:
+        if k not in _KEYS:
+            raise ConfigError(file, str(k), f"unknown key; expected one of {', '.join(_KEYS)}")
+    kw: dict[str, Any] = {"sources": (file,)}
+    if "gpu" in data:
+        if not isinstance(data["gpu"], str):
+            raise ConfigError(file, "gpu", f"expected a string, got {data['gpu']!r}")
+        kw["gpu"] = data["gpu"]
+    if "grouped_gemm_tflops" in data:
+        g = data["grouped_gemm_tflops"]
+        if not isinstance(g, dict) or not g:
+            raise ConfigError(file, "grouped_gemm_tflops", f"expected a mapping dtype -> [[tokens, tflops], ...], got {g!r}")
+        for dt in g:
+            if dt not in ("bf16", "fp8", "nvfp4"):
+                raise ConfigError(file, f"grouped_gemm_tflops.{dt}", "unknown dtype; expected bf16, fp8 or nvfp4")
+        kw["grouped_gemm_tflops"] = {dt: _points(file, f"grouped_gemm_tflops.{dt}", v) for dt, v in g.items()}
+    for k in ("attention_tflops", "hbm_tbps", "peer_copy_gbps", "all_to_all_gbps"):
+        if k in data:
+            kw[k] = _num(file, k, data[k])
+    for k in ("attention_us_by_isl", "slice_efficiency"):
+        if k in data:
+            kw[k] = _points(file, k, data[k])
+    if "interference" in data:
+        kw["interference"] = _num(file, "interference", data["interference"], lo=1.0, lo_incl=True)
+    if "contention_slowdown" in data:
+        c = data["contention_slowdown"]
+        if not isinstance(c, dict) or not c or set(c) - {"sliced", "unsliced"}:
+            raise ConfigError(file, "contention_slowdown", f"expected a mapping with keys sliced and/or unsliced, got {c!r}")
+        kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, lo=1.0, lo_incl=True) for k, v in c.items()}
+    return Calibration(**kw)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(str(path), "", "file not found" if not path.exists() else "not a regular file")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(str(path), "", f"not valid JSON: {e}") from None
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """A strict calibration file (schema in the module docstring)."""
+    return calibration_from_dict(_read_json(Path(path)), file=str(path))
+
+
+def _walk(node: Any):
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _device_name(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    for scope in (data, data.get("env"), data.get("environment")):
+        if isinstance(scope, dict):
+            for k in ("device", "gpu", "device_name"):
+                if isinstance(scope.get(k), str):
+                    return scope[k]
+    return None
+
+
+def calibration_from_bench(data: Any, *, file: str) -> Calibration:
+    """Read the documented keys out of one benchmark JSON (tolerant: ignores everything else)."""
+    gemm: dict[str, dict[float, float]] = {}
+    slices: dict[float, float] = {}
+    slices_gbps: dict[float, float] = {}
+    bulk = peer = interference = None
+    for d in _walk(data):
+        if _is_num(d.get("tokens")) and _is_num(d.get("tflops")):
+            dt = d.get("dtype", "bf16") if d.get("dtype") in ("bf16", "fp8", "nvfp4") else "bf16"
+            t = float(d["tokens"])
+            gemm.setdefault(dt, {})[t] = max(gemm.get(dt, {}).get(t, 0.0), float(d["tflops"]))
+        if _is_num(d.get("slice_bytes")):
+            s = float(d["slice_bytes"])
+            if _is_num(d.get("fraction_of_bulk")):
+                slices[s] = max(slices.get(s, 0.0), float(d["fraction_of_bulk"]))
+            elif _is_num(d.get("gbps")):
+                slices_gbps[s] = max(slices_gbps.get(s, 0.0), float(d["gbps"]))
+        if _is_num(d.get("bulk_gbps")):
+            bulk = float(d["bulk_gbps"])
+        for k in ("p2p_gbps", "peer_copy_gbps"):
+            if _is_num(d.get(k)):
+                peer = float(d[k])
+        for k in ("gemm_slowdown", "interference"):
+            if _is_num(d.get(k)) and d[k] >= 1.0:
+                interference = float(d[k])
+    if bulk:
+        for s, g in slices_gbps.items():
+            slices.setdefault(s, g / bulk)
+    return Calibration(
+        sources=(file,), gpu=_device_name(data),
+        grouped_gemm_tflops={dt: tuple(sorted(v.items())) for dt, v in gemm.items()},
+        slice_efficiency=tuple(sorted(slices.items())), peer_copy_gbps=peer, interference=interference)
+
+
+def device_matches(device_name: str, gpu: str) -> bool:
+    """'NVIDIA H200' matches h200; 'NVIDIA GB200' matches gb200 but not b200."""
+    return any(tok.startswith(gpu.lower()) for tok in re.split(r"[^a-z0-9]+", device_name.lower()))
+
+
+def load_bench_results(directory: str | Path, gpu: str) -> Calibration:
+    """Merge every benchmark JSON under `directory` measured on `gpu`; skipped files are listed in notes."""
+    d = Path(directory)
+    cal = Calibration()
+    if not d.is_dir():
+        return cal
+    notes = []
+    for p in sorted(d.rglob("*.json")):
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            notes.append(f"skipped {p}: not readable JSON ({e.__class__.__name__})")
+            continue
+        c = calibration_from_bench(data, file=str(p))
+        if not c.gpu or not device_matches(c.gpu, gpu):
+            notes.append(f"skipped {p}: measured on {c.gpu or 'an unnamed device'}, not {gpu}")
+            continue
+        cal = cal.merged(c)
+    return Calibration(**{**{f.name: getattr(cal, f.name) for f in fields(cal)}, "notes": cal.notes + tuple(notes)})

@@ -1,0 +1,234 @@
+"""Roofline cost of one decoder layer on one rank, for DEP and DWDP (pure, numpy-vectorised).
+
+Every kernel costs max(FLOPs / achievable rate, bytes / achievable bandwidth) (a roofline); a layer is
+the sum of its kernels. Rates and bandwidths come from a GpuSpec (datasheet peak x efficiency) unless
+a Calibration gives a measured number.
+
+Legend: tokens_SR, sdpa_us_SR: per (sample, rank) arrays (any shape works; the last axis is the rank
+when a group-wide quantity is reduced). Times are microseconds, sizes bytes, FLOPs counted as 2 per MAC.
+
+MoE layer, one rank with T tokens in a group of G ranks (E experts, top-k, hidden H, expert inter I):
+  attention   2*P_attn*T (projections) + sum_requests heads*(d_qk + d_v)*isl^2 (causal SDPA)
+  other       shared experts 6*H*I*n_shared*T + router 2*H*E*T
+  experts     DWDP: 6*H*I*k*T over all E experts (reads E experts' weights)
+              DEP:  6*H*I*k*T_group/G over E/G experts (routing assumed balanced over experts)
+  all-to-all  DEP only: dispatch T*k*(G-1)/G tokens of H (FP8 or BF16), combine the same in BF16
+  prefetch    DWDP only: the experts a rank lacks, pulled over NVLink, x contention slowdown
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..models import ModelSpec
+from ..placement import ExpertPlacement
+from .calibration import Calibration
+from .contention import expected_slowdown
+from .hardware import GpuSpec
+
+#: the grouped-GEMM calibration is measured on a 256-expert top-8 layer: tokens = rows_per_expert * 32
+_CAL_TOKENS_PER_ROW_PER_EXPERT = 256 / 8
+#: CUDA context, allocator slack and kernel workspaces per rank (assumption)
+RUNTIME_OVERHEAD_BYTES = 2e9
+DENSE_DTYPE_FOR = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp8"}
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Everything the cost model needs besides the ModelSpec."""
+
+    gpu: GpuSpec
+    weight_dtype: str = "fp8"  # routed experts: bf16 | fp8 | nvfp4
+    dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 (combine is always BF16)
+    interference: float | None = None  # compute slowdown while copies run; None: calibration or 1.15
+    calibration: Calibration = field(default_factory=Calibration)
+
+    def __post_init__(self) -> None:
+        if self.weight_dtype not in DTYPE_BYTES:
+            raise ValueError(f"weight_dtype {self.weight_dtype!r}: expected one of bf16, fp8, nvfp4")
+        if self.dispatch_dtype not in ("bf16", "fp8"):
+            raise ValueError(f"dispatch_dtype {self.dispatch_dtype!r}: expected bf16 or fp8")
+
+    @property
+    def dense_dtype(self) -> str:
+        """Attention/dense projections: FP8 checkpoints keep them FP8; NVFP4 checkpoints quantise only experts."""
+        return DENSE_DTYPE_FOR[self.weight_dtype]
+
+    @property
+    def overlap_slowdown(self) -> float:
+        # DESIGN.md s5, measured on the H200: a GEMM overlapped with a copy went 1.407 -> 1.613 ms (+15%).
+        if self.interference is not None:
+            return self.interference
+        return self.calibration.interference or 1.15
+
+    @property
+    def hbm_bps(self) -> float:
+        c = self.calibration.hbm_tbps
+        return c * 1e12 if c else self.gpu.hbm_bytes_per_s
+
+    @property
+    def peer_bps(self) -> float:
+        c = self.calibration.peer_copy_gbps
+        return c * 1e9 if c else self.gpu.peer_bytes_per_s
+
+    @property
+    def a2a_bps(self) -> float:
+        c = self.calibration.all_to_all_gbps
+        return c * 1e9 if c else self.gpu.a2a_bytes_per_s
+
+    def gemm_flops_per_s(self, dtype: str, rows_per_expert: np.ndarray | float | None = None) -> np.ndarray | float:
+        pts = self.calibration.grouped_gemm_tflops.get(dtype)
+        if pts is None or rows_per_expert is None:
+            return self.gpu.matmul_tflops(dtype) * 1e12
+        x = np.log(np.maximum(np.asarray(rows_per_expert, float) * _CAL_TOKENS_PER_ROW_PER_EXPERT, 1.0))
+        xs, ys = np.log([p[0] for p in pts]), [p[1] for p in pts]
+        return np.interp(x, xs, ys) * 1e12
+
+
+def roofline_us(flops, nbytes, flops_per_s, bytes_per_s):
+    """max(compute time, memory time) in microseconds (elementwise)."""
+    return np.maximum(np.asarray(flops, float) / flops_per_s, np.asarray(nbytes, float) / bytes_per_s) * 1e6
+
+
+# ---- FLOPs and bytes (plain formulas; tests check them by hand) ----------------------------------
+def attention_proj_flops(spec: ModelSpec, tokens):
+    return 2.0 * spec.attention_params() * np.asarray(tokens, float)
+
+
+def sdpa_flops(spec: ModelSpec, isl):
+    """Causal attention of one request of `isl` tokens: QK^T and PV over the lower triangle."""
+    if spec.attention == "mla":
+        d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
+    else:
+        d_qk = d_v = spec.head_dim
+    isl = np.asarray(isl, float)
+    return spec.num_heads * (d_qk + d_v) * isl * isl  # 2 FLOPs/MAC x (d_qk + d_v) x isl^2 / 2
+
+
+def routed_expert_flops(spec: ModelSpec, tokens):
+    return 6.0 * spec.hidden_size * spec.moe_intermediate * spec.top_k * np.asarray(tokens, float)
+
+
+def shared_and_router_flops(spec: ModelSpec, tokens):
+    H = spec.hidden_size
+    return (6.0 * H * spec.moe_intermediate * spec.num_shared_experts + 2.0 * H * spec.num_experts) * np.asarray(tokens, float)
+
+
+def dense_mlp_flops(spec: ModelSpec, tokens):
+    return 6.0 * spec.hidden_size * spec.dense_intermediate * np.asarray(tokens, float)
+
+
+def expert_activation_bytes(spec: ModelSpec, rows, weight_dtype: str):
+    """HBM traffic of the expert GEMMs' activations: fc1 in, fc1 out (BF16), fc2 in, fc2 out (BF16)."""
+    a_in = 2.0 if weight_dtype == "bf16" else 1.0
+    H, I = spec.hidden_size, spec.moe_intermediate
+    return np.asarray(rows, float) * (H * a_in + 2 * I * 2 + I * a_in + H * 2)
+
+
+def fetch_bytes(spec: ModelSpec, placement: ExpertPlacement, weight_dtype: str) -> tuple[int, int]:
+    """(largest bytes any rank pulls, largest bytes any source serves) for one MoE layer."""
+    eb = spec.expert_bytes(weight_dtype)
+    pulled = max(len(placement.fetch_experts(r)) for r in range(placement.dwdp_size))
+    return pulled * eb, placement.max_source_load() * eb
+
+
+# ---- per-kernel times ------------------------------------------------------------------------
+def sdpa_us(spec: ModelSpec, p: CostParams, isl):
+    """One request's causal SDPA per layer (elementwise over `isl`; 0 where isl is 0)."""
+    isl = np.asarray(isl, float)
+    cal = p.calibration
+    if cal.attention_us_by_isl:
+        return np.vectorize(lambda x: cal.attention_us(x) if x > 0 else 0.0, otypes=[float])(isl)
+    rate = cal.attention_tflops * 1e12 if cal.attention_tflops else p.gpu.attention_flops_per_s
+    return sdpa_flops(spec, isl) / rate * 1e6
+
+
+def attention_us(spec: ModelSpec, p: CostParams, tokens, sdpa_sum_us):
+    """Projections (roofline at the dense dtype) + the summed SDPA time of the rank's requests."""
+    wbytes = spec.attention_params() * DTYPE_BYTES[p.dense_dtype]
+    act = np.asarray(tokens, float) * spec.hidden_size * 2 * 4  # q/kv/o inputs and outputs, BF16
+    return roofline_us(attention_proj_flops(spec, tokens), wbytes + act, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps) + sdpa_sum_us
+
+
+def other_us(spec: ModelSpec, p: CostParams, tokens):
+    """Shared experts and router (replicated weights, dense dtype)."""
+    wbytes = (spec.expert_params * spec.num_shared_experts * DTYPE_BYTES[p.dense_dtype]
+              + spec.hidden_size * spec.num_experts * 2)
+    return roofline_us(shared_and_router_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
+
+
+def experts_us(spec: ModelSpec, p: CostParams, rows, num_experts: int):
+    """Grouped GEMM over `num_experts` experts holding `rows` (token, expert) pairs in total."""
+    rows = np.asarray(rows, float)
+    flops = 6.0 * spec.hidden_size * spec.moe_intermediate * rows
+    nbytes = num_experts * spec.expert_bytes(p.weight_dtype) + expert_activation_bytes(spec, rows, p.weight_dtype)
+    return roofline_us(flops, nbytes, p.gemm_flops_per_s(p.weight_dtype, rows / num_experts), p.hbm_bps)
+
+
+def dense_layer_us(spec: ModelSpec, p: CostParams, tokens, sdpa_sum_us):
+    """One of the first_k_dense layers (identical in DEP and DWDP)."""
+    wbytes = 3 * spec.hidden_size * spec.dense_intermediate * DTYPE_BYTES[p.dense_dtype]
+    mlp = roofline_us(dense_mlp_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
+    return attention_us(spec, p, tokens, sdpa_sum_us) + mlp
+
+
+def all_to_all_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):
+    """DEP dispatch + combine per layer for the group: the busiest rank's send or receive volume."""
+    tokens_SR = np.asarray(tokens_SR, float)
+    if group <= 1:
+        return np.zeros(tokens_SR.shape[:-1])
+    k, H = spec.top_k, spec.hidden_size
+    remote = (group - 1) / group
+    send = tokens_SR * k * remote * H  # elements each rank sends (dispatch) / receives back (combine)
+    recv = (tokens_SR.sum(-1, keepdims=True) - tokens_SR) * k / group * H
+    vol = np.maximum(send, recv).max(-1)
+    nbytes = vol * (DTYPE_BYTES[p.dispatch_dtype] + 2.0)  # dispatch in FP8/BF16, combine in BF16
+    return nbytes / p.a2a_bps * 1e6 + p.gpu.a2a_latency_us
+
+
+def prefetch_us(spec: ModelSpec, p: CostParams, placement: ExpertPlacement, slice_bytes: int) -> float:
+    """DWDP pull of one layer's missing experts: NVLink-bound, inflated by source contention."""
+    if placement.dwdp_size <= 1:
+        return 0.0
+    dest, src = fetch_bytes(spec, placement, p.weight_dtype)
+    sliced = slice_bytes > 0
+    eff = (p.calibration.slice_eff(slice_bytes) or 1.0) if sliced else 1.0
+    slow = p.calibration.contention_slowdown.get("sliced" if sliced else "unsliced")
+    if slow is None:
+        slow = expected_slowdown(placement.dwdp_size, sliced)
+    return max(dest, src) / (p.peer_bps * eff) * slow * 1e6
+
+
+def overlapped_us(compute_us, prefetch: float, slowdown: float):
+    """Layer time when `prefetch` runs under `compute_us`; compute overlapped with copies is `slowdown`x slower.
+
+    If the slowed compute covers the copy, the copy is hidden and the layer costs
+    compute + prefetch*(1 - 1/slowdown) (the part of the compute that ran beside the copy, slowed).
+    Otherwise the copy is exposed and the layer costs the copy time.
+    """
+    c = np.asarray(compute_us, float)
+    if prefetch <= 0:
+        return c
+    return np.where(c * slowdown >= prefetch, c + prefetch * (1 - 1 / slowdown), prefetch)
+
+
+# ---- memory ----------------------------------------------------------------------------------
+def kv_bytes_per_token(spec: ModelSpec) -> float:
+    per_layer = (spec.kv_lora_rank + spec.qk_rope_head_dim) if spec.attention == "mla" else 2 * spec.num_kv_heads * spec.head_dim
+    return per_layer * 2.0 * spec.num_layers
+
+
+def memory_bytes(spec: ModelSpec, p: CostParams, local_experts: int, slot_experts: int, slots: int, tokens: float) -> float:
+    """Per-rank memory: replicated weights + local experts + prefetch slots + KV + activations + overhead."""
+    emb = 2 * spec.vocab_size * spec.hidden_size
+    dense = emb * 2.0 + (spec.dense_params() - emb) * DTYPE_BYTES[p.dense_dtype]
+    eb = spec.expert_bytes(p.weight_dtype)
+    experts = spec.num_moe_layers * local_experts * eb + slots * slot_experts * eb
+    act = tokens * (spec.top_k * 2 * spec.moe_intermediate * 2 + 6 * spec.hidden_size * 2)
+    return dense + experts + tokens * kv_bytes_per_token(spec) + act + RUNTIME_OVERHEAD_BYTES
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b) if b else 0

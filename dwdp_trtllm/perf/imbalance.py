@@ -1,0 +1,126 @@
+"""Per-rank workload sampling and the cost of synchronisation under imbalance (pure, numpy).
+
+DEP runs every MoE layer in lock-step: each rank does its own share (attention, dense parts), then
+waits at the dispatch for the slowest rank, then all spend the same balanced expert + all-to-all time.
+DWDP ranks never wait for each other: each runs at its own rate, so group throughput is the *sum of
+per-rank rates*, while DEP's is the group's tokens over the slowest rank's time.
+
+Legend: S samples (iterations), R ranks, K request slots per rank; isl_SRK is 0 in unused slots.
+Times are per layer in microseconds; tokens per rank per iteration.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """Requests each rank packs into one iteration (context phase), like the bench's WorkloadConfig."""
+
+    isl: int  # mean input sequence length
+    isl_dist: Literal["fixed", "uniform_ratio", "normal"] = "fixed"
+    isl_ratio: float = 0.8  # uniform_ratio: ISL uniform in [isl_ratio*isl, isl]
+    isl_cv: float = 0.0  # normal: coefficient of variation of ISL
+    imbalance_cv: float = 0.0  # across-rank CV of each rank's mean ISL
+    batch: int | None = 1  # requests per rank per iteration (ignored when mnt is set)
+    mnt: int | None = None  # max tokens per rank per iteration: whole requests packed up to it
+    samples: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [("isl", self.isl >= 1, "an integer >= 1"),
+                  ("isl_dist", self.isl_dist in ("fixed", "uniform_ratio", "normal"), "fixed, uniform_ratio or normal"),
+                  ("isl_ratio", 0 < self.isl_ratio <= 1, "a number in (0, 1]"),
+                  ("isl_cv", self.isl_cv >= 0, "a number >= 0"),
+                  ("imbalance_cv", 0 <= self.imbalance_cv < 1, "a number in [0, 1)"),
+                  ("batch", self.batch is None or self.batch >= 1, "an integer >= 1"),
+                  ("mnt", self.mnt is None or self.mnt >= 1, "an integer >= 1"),
+                  ("samples", self.samples >= 1, "an integer >= 1")]
+        for key, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"workload {key}: expected {expected}, got {getattr(self, key)!r}")
+        if self.batch is None and self.mnt is None:
+            raise ValueError("workload: give batch (requests per rank) or mnt (max tokens per rank)")
+
+    @property
+    def deterministic(self) -> bool:
+        return self.imbalance_cv == 0 and self.isl_dist == "fixed"
+
+
+def sample_isl(wl: Workload, ranks: int) -> np.ndarray:
+    """isl_SRK: each rank's requests of one iteration per sample (seeded; 0 = empty slot).
+
+    With mnt, whole requests are packed while the running sum stays <= mnt (the first always goes in);
+    a request longer than mnt is cut to mnt (chunked prefill: its average chunk, see per_rank_load).
+    """
+    rng = np.random.default_rng(wl.seed)
+    S = 1 if wl.deterministic else wl.samples
+    mean_SR = wl.isl * np.maximum(0.05, 1 + wl.imbalance_cv * rng.standard_normal((S, ranks)))
+    lo = {"fixed": 1.0, "uniform_ratio": wl.isl_ratio, "normal": 0.25}[wl.isl_dist]
+    K = wl.batch if wl.mnt is None else min(4096, max(1, math.ceil(wl.mnt / (lo * wl.isl * 0.05))) + 1)
+    if wl.mnt is not None:
+        K = min(K, max(1, math.ceil(wl.mnt / max(1.0, lo * 0.05 * wl.isl))) + 1)
+    shape = (S, ranks, K)
+    if wl.isl_dist == "fixed":
+        isl = np.broadcast_to(mean_SR[..., None], shape).copy()
+    elif wl.isl_dist == "uniform_ratio":
+        isl = mean_SR[..., None] * rng.uniform(wl.isl_ratio, 1.0, shape)
+    else:
+        isl = mean_SR[..., None] * np.maximum(0.05, 1 + wl.isl_cv * rng.standard_normal(shape))
+    isl = np.maximum(1.0, np.rint(isl))
+    if wl.mnt is not None:
+        isl = np.minimum(isl, wl.mnt)
+        keep = np.cumsum(isl, axis=-1) <= wl.mnt
+        keep[..., 0] = True
+        isl = np.where(keep, isl, 0.0)
+    return isl
+
+
+def per_rank_load(isl_SRK: np.ndarray, mnt: int | None, per_request_fn) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens_SR, sum over requests of per_request_fn(isl)) for each rank and sample.
+
+    Requests cut to mnt stand for one average chunk of a longer request: the caller passes the
+    original ISLs' cost scaled by mnt/isl, so the summed cost over all chunks is the request's cost.
+    """
+    tokens_SR = isl_SRK.sum(-1)
+    cost_SR = np.where(isl_SRK > 0, per_request_fn(isl_SRK), 0.0).sum(-1)
+    return tokens_SR, cost_SR
+
+
+@dataclass(frozen=True, slots=True)
+class ImbalanceResult:
+    """Per-layer times normalised to one mean iteration of the group: speedup = t_dep / t_dwdp."""
+
+    t_dep_us: float  # mean group tokens / DEP throughput
+    t_dwdp_us: float  # mean group tokens / DWDP throughput (sum of per-rank rates)
+    sync_overhead: float  # fraction of DEP rank-time spent waiting for the slowest rank
+    t_sync_us: float  # mean time a DEP rank waits per layer
+
+    @property
+    def speedup(self) -> float:
+        return self.t_dep_us / self.t_dwdp_us
+
+
+def compare(tokens_SR, dep_own_us_SR, dwdp_us_SR, dep_shared_us_S=0.0) -> ImbalanceResult:
+    """DEP: layer = max over ranks of own work + shared lock-step part. DWDP: each rank its own time.
+
+    tokens_SR: tokens per rank per iteration; dep_own_us_SR: each rank's DEP work before the sync;
+    dep_shared_us_S: the per-sample part all DEP ranks spend together (balanced experts + all-to-all);
+    dwdp_us_SR: each rank's DWDP layer time.
+    """
+    tokens_SR = np.asarray(tokens_SR, float)
+    own = np.asarray(dep_own_us_SR, float)
+    dwdp = np.asarray(dwdp_us_SR, float)
+    S, R = tokens_SR.shape
+    t_dep_S = own.max(-1) + np.broadcast_to(np.asarray(dep_shared_us_S, float), (S,))
+    mean_group_tokens = tokens_SR.sum() / S
+    thr_dep = tokens_SR.sum() / t_dep_S.sum()
+    thr_dwdp = (tokens_SR.sum(0) / dwdp.sum(0)).sum()  # each rank free-runs its own iterations
+    wait_SR = own.max(-1, keepdims=True) - own
+    return ImbalanceResult(t_dep_us=mean_group_tokens / thr_dep, t_dwdp_us=mean_group_tokens / thr_dwdp,
+                           sync_overhead=float(wait_SR.sum() / (R * t_dep_S.sum())),
+                           t_sync_us=float(wait_SR.mean()))

@@ -1,0 +1,115 @@
+"""Slot ring state machine of the DWDP prefetch: issue(n + S) -> acquire(n) -> release(n).
+
+Every MoE-layer execution gets a sequence number n (iteration * L + moe_idx for L MoE layers);
+execution n reads slot n % S (S = prefetch_depth + 1). Timeline with S = 2:
+
+    compute stream : attn(l) | MoE(l) reads slot l%2 | attn(l+1) | MoE(l+1) reads slot (l+1)%2 | ...
+    copy stream    :   pull(l+1) -> slot (l+1)%2  |  pull(l+2) -> slot l%2 (after MoE(l) released it)
+
+- start():       issue n = 0..S-1 (the first layers of the first iteration)
+- acquire(m):    the compute stream waits for execution n's copy (no host sync on CUDA)
+- release(m):    record that MoE(n) finished reading slot n % S, then issue n + S into it,
+                 guarded by that event (write-after-read) — or, with pacing, defer the issue until
+                 on_attention_done() of the next MoE layer.
+Sequence numbers wrap across iterations, so layer 0 of iteration i+1 is pulled during the last
+layers of iteration i, as upstream's prefetch_first_layers does.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from .engine.timing import PhaseTimer
+
+
+class Prefetcher:
+    """Owns the order of copies into the slot ring; the CopyScheduler owns how bytes move."""
+
+    def __init__(self, scheduler: Any, *, num_layers: int, num_slots: int, device: torch.device,
+                 pacing: str = "none", timeout_s: float = 300.0):
+        if num_layers < 1 or num_slots < 2:
+            raise ValueError(f"need num_layers >= 1 and num_slots >= 2, got {num_layers}, {num_slots}")
+        self.scheduler, self.L, self.S, self.device = scheduler, num_layers, num_slots, device
+        self.pacing, self.timeout_s = pacing, timeout_s
+        self.cuda = device.type == "cuda"
+        self.n = 0  # sequence number of the next acquire
+        self.handles: dict[int, Any] = {}  # sequence -> CopyHandle in flight or done
+        self.pending: tuple[int, Any] | None = None  # deferred issue (pacing)
+        self.timer: PhaseTimer | None = None
+        self.copied_bytes = 0
+        self._finished: list[Any] = []
+
+    def _issue(self, seq: int, after: Any = None) -> None:
+        layer, slot = seq % self.L, seq % self.S
+        self.handles[seq] = self.scheduler.issue(layer, slot, after=after)
+
+    def start(self) -> None:
+        for seq in range(self.S):
+            self._issue(seq)
+
+    def acquire(self, moe_idx: int) -> int:
+        """Make the current stream (CUDA) or thread (CPU) wait for this layer's copy; return its slot."""
+        seq = self.n
+        if seq % self.L != moe_idx:
+            raise RuntimeError(f"DWDP prefetch order broken: expected MoE layer {seq % self.L}, got {moe_idx}")
+        self._flush_pending()
+        handle = self.handles.pop(seq)
+        timer = self.timer
+        if self.cuda:
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            handle.wait(torch.cuda.current_stream(self.device))
+            b.record()
+            if timer is not None:
+                timer.mark_events("prefetch_wait", moe_idx, a, b)
+        else:
+            t = time.perf_counter()
+            handle.wait(timeout_s=self.timeout_s)
+            if timer is not None:
+                timer.mark("prefetch_wait", moe_idx, t, time.perf_counter())
+        self.copied_bytes += handle.nbytes
+        self._finished.append((moe_idx, handle))
+        return seq % self.S
+
+    def release(self, moe_idx: int) -> None:
+        """MoE `moe_idx` has enqueued its last read of the slot: reuse it for sequence n + S."""
+        seq = self.n
+        after = None
+        if self.cuda:
+            after = torch.cuda.Event()
+            after.record()
+        self.n += 1
+        if self.pacing == "after_attention":
+            self.pending = (seq + self.S, after)
+        else:
+            self._issue(seq + self.S, after)
+
+    def on_attention_done(self, moe_idx: int) -> None:
+        self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            seq, after = self.pending
+            self.pending = None
+            self._issue(seq, after)
+
+    def report_copies(self) -> None:
+        """Hand the spans of finished copies to the timer (end of an iteration)."""
+        timer = self.timer
+        for moe_idx, handle in self._finished:
+            if timer is not None:
+                if self.cuda:
+                    timer.mark_events("copy", moe_idx, handle.start, handle.end)
+                elif handle.t_start == handle.t_start:  # not NaN: the copy ran
+                    timer.mark("copy", moe_idx, handle.t_start, handle.t_end)
+        self._finished.clear()
+
+    def drain(self) -> None:
+        """Wait (host) for every copy in flight; call before peers may unmap our buffers."""
+        self._flush_pending()
+        for handle in self.handles.values():
+            handle.synchronize(timeout_s=self.timeout_s)
+        self.handles.clear()

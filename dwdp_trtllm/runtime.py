@@ -1,0 +1,139 @@
+"""DwdpRuntime: the one owner of a rank's DWDP state (transport, buffers, copy plan, scheduler, prefetcher).
+
+Shape legend: E experts, N out features, K in features of one expert tensor.
+
+    rt = DwdpRuntime(cfg, spec, group=g, dwdp_rank=r, device=dev, tag=run_tag)
+    rt.local_tensor(moe_idx, "w13")[i] = ...   # fill own experts (local_experts[r][i])
+    rt.open()                                  # * collective: exchange handles, build scheduler, start prefetch
+    slot = rt.prefetcher.acquire(m); weights = rt.expert_sources(m, slot); ...; rt.prefetcher.release(m)
+    rt.close()                                 # * collective: drain copies, barrier, unmap, free
+Layers never see the process group: everything distributed lives here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .config import DwdpConfig
+from .copy_plan import build_copy_plan
+from .engine.weights import expert_layout
+from .models import ModelSpec
+from .placement import make_placement
+from .prefetcher import Prefetcher
+from .transport import make_transport
+
+_TORCH_DTYPE = {"float32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+
+
+@dataclass(frozen=True)
+class ExpertSources:
+    """Where each expert's tensors live for one MoE layer: buffers + per-expert (buffer, row) map.
+
+    buffers[name]: [local view [n_local, ...], slot view [n_fetch, ...]] per tensor name;
+    expert_buffer_idx_E / expert_row_E: int32 on the device (constant for the run).
+    """
+
+    buffers: dict[str, list[torch.Tensor]]
+    expert_buffer_idx_E: torch.Tensor
+    expert_row_E: torch.Tensor
+
+
+def tensor_specs(spec: ModelSpec, weight_dtype: str) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """Routed-expert tensors in buffer order with per-expert shape and dtype (the ExpertLayout contract)."""
+    dt = _TORCH_DTYPE[weight_dtype]
+    out = [(name, shape, dt) for name, shape in spec.expert_tensor_shapes().items()]
+    if weight_dtype == "fp8":
+        out += [(name, shape, torch.float32) for name, shape in spec.expert_scale_shapes().items()]
+    return out
+
+
+class DwdpRuntime:
+    def __init__(self, cfg: DwdpConfig, spec: ModelSpec, *, group, dwdp_rank: int, device: torch.device,
+                 tag: str, timeout_s: float = 300.0):
+        self.cfg, self.spec, self.group, self.dwdp_rank, self.device = cfg, spec, group, dwdp_rank, device
+        self.placement = make_placement(cfg, spec.num_experts)
+        self.specs = tensor_specs(spec, cfg.weight_dtype)
+        self.layout = expert_layout(spec, cfg.weight_dtype)
+        assert self.layout.tensor_names == tuple(n for n, _, _ in self.specs)
+        self.num_layers = spec.num_moe_layers
+        self.local_ids = self.placement.local_experts[dwdp_rank]
+        self.fetch_ids = self.placement.fetch_experts(dwdp_rank)
+        self.transport = make_transport(cfg.transport, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
+                                        device=device, tag=tag)
+        self.timeout_s = timeout_s
+        n_local = len(self.local_ids)
+        sizes = {self._key(m, t): n_local * nbytes for m in range(self.num_layers)
+                 for t, nbytes in enumerate(self.layout.tensor_bytes)}
+        self.local_bytes = sum(sizes.values())
+        self._local = self.transport.allocate(sizes)
+        n_fetch = len(self.fetch_ids)
+        # Slots are plain device memory: only this rank reads and writes them.
+        self.slots = [[torch.empty(max(n_fetch * nbytes, 1), dtype=torch.uint8, device=device)
+                       for nbytes in self.layout.tensor_bytes] for _ in range(cfg.num_slots)]
+        self.slot_bytes = cfg.num_slots * n_fetch * self.layout.expert_bytes
+        loc = self.placement.expert_location(dwdp_rank)
+        self.expert_buffer_idx_E = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
+        self.expert_row_E = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
+        self.prefetcher: Prefetcher | None = None
+        self.scheduler = None
+        self._closed = False
+
+    @staticmethod
+    def _key(moe_idx: int, tensor_idx: int) -> str:
+        return f"L{moe_idx}.t{tensor_idx}"
+
+    def _typed(self, buf: torch.Tensor, tensor_idx: int, rows: int) -> torch.Tensor:
+        _, shape, dtype = self.specs[tensor_idx]
+        return buf[: rows * self.layout.tensor_bytes[tensor_idx]].view(dtype).view(rows, *shape)
+
+    def local_tensor(self, moe_idx: int, name: str) -> torch.Tensor:
+        """[n_local, ...] typed view of this rank's own experts of `name` for MoE layer `moe_idx`."""
+        t = self.layout.tensor_names.index(name)
+        return self._typed(self._local[self._key(moe_idx, t)], t, len(self.local_ids))
+
+    def open(self) -> None:
+        """Collective over the DWDP group: map peers, build the copy plan and scheduler, start prefetching."""
+        from .copy_scheduler import CopyScheduler
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # local experts are written before peers may read them
+        self.transport.open_peers()
+        plan = build_copy_plan(self.placement, self.layout, self.dwdp_rank, sliced=self.cfg.contention_opt,
+                               slice_bytes=self.cfg.slice_bytes)
+        self.plan = plan
+        self.scheduler = CopyScheduler(
+            plan,
+            src_buffer=lambda peer, layer, t: self.transport.peer_buffer(peer, self._key(layer, t)),
+            dst_buffer=lambda slot, t: self.slots[slot][t],
+            layers=range(self.num_layers), num_slots=self.cfg.num_slots, device=self.device,
+            max_inflight_slices=self.cfg.max_inflight_slices)
+        self.prefetcher = Prefetcher(self.scheduler, num_layers=self.num_layers, num_slots=self.cfg.num_slots,
+                                     device=self.device, pacing=self.cfg.pacing, timeout_s=self.timeout_s)
+        self.prefetcher.start()
+
+    def expert_sources(self, moe_idx: int, slot: int) -> ExpertSources:
+        n_local, n_fetch = len(self.local_ids), len(self.fetch_ids)
+        buffers = {}
+        for t, name in enumerate(self.layout.tensor_names):
+            buffers[name] = [self._typed(self._local[self._key(moe_idx, t)], t, n_local),
+                             self._typed(self.slots[slot][t], t, n_fetch)]
+        return ExpertSources(buffers, self.expert_buffer_idx_E, self.expert_row_E)
+
+    def close(self) -> None:
+        """Collective: finish copies, wait until no peer reads our buffers, release everything."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.prefetcher is not None:
+                self.prefetcher.drain()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            if self.group is not None and dist.is_initialized():
+                dist.barrier(group=self.group)  # peers may still be pulling from us
+        finally:
+            if self.scheduler is not None:
+                self.scheduler.close()
+            self.transport.close()

@@ -1,0 +1,152 @@
+"""CPU shared-memory transport: every buffer is a POSIX shared-memory segment (tests, CPU engine).
+
+Segment names: f"{tag}_{dwdp_rank}_{sanitised key}" under /dev/shm. `tag` should carry a run id: a
+crashed run leaves segments behind (the launcher removes /dev/shm/{tag}* before a new run) and a
+name that already exists is an error here, never silently reused.
+
+Owners create and write their segments; peers map them with PROT_READ, so a peer that writes into
+a buffer it only borrowed faults instead of corrupting the owner's weights. Peers open the segment
+file directly (not multiprocessing.shared_memory.SharedMemory) so that no resource_tracker learns
+about it: on Python < 3.13 an attaching SharedMemory registers the name and the tracker, shared by
+all spawned processes, later reports a double unlink.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import warnings
+from multiprocessing import shared_memory
+
+import torch
+import torch.distributed as dist
+
+from .base import PeerTransport, TransportError
+
+_SHM_DIR = "/dev/shm"
+_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def segment_name(tag: str, rank: int, key: str) -> str:
+    """POSIX shared-memory name (without the leading '/') of `rank`'s buffer `key`."""
+    return f"{_BAD.sub('_', tag)}_{rank}_{_BAD.sub('_', key)}"
+
+
+def _frombuffer(buf) -> torch.Tensor:
+    with warnings.catch_warnings():  # read-only peer maps: torch warns that the buffer is not writable
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(buf, dtype=torch.uint8)
+
+
+class ShmTransport(PeerTransport):
+    kind = "shm"
+
+    def __init__(self, *, group, dwdp_rank: int, dwdp_size: int, device: torch.device, tag: str = "dwdp"):
+        super().__init__(group=group, dwdp_rank=dwdp_rank, dwdp_size=dwdp_size, device=torch.device(device), tag=tag)
+        if self.device.type != "cpu":
+            raise TransportError(f"shm transport runs on cpu, got device {self.device}: use ipc or vmm_fd on cuda")
+        self._own: dict[str, shared_memory.SharedMemory] = {}
+        self._sizes: dict[str, int] = {}
+        self._peer_maps: list[mmap.mmap] = []
+        self._peers: dict[int, dict[str, torch.Tensor]] = {}
+        self._opened = False
+
+    def allocate(self, sizes: dict[str, int]) -> dict[str, torch.Tensor]:
+        names = {}
+        for key, nbytes in sizes.items():
+            if not isinstance(nbytes, int) or nbytes < 0:
+                raise TransportError(f"allocate: size of buffer {key!r} must be an int >= 0, got {nbytes!r}")
+            if key in self._sizes:
+                raise TransportError(f"allocate: buffer {key!r} already allocated on dwdp_rank {self.dwdp_rank}")
+            name = segment_name(self.tag, self.dwdp_rank, key)
+            if name in names.values() or any(segment_name(self.tag, self.dwdp_rank, k) == name for k in self._sizes):
+                raise TransportError(f"allocate: buffer key {key!r} collides with another key after sanitising to {name!r}")
+            names[key] = name
+        for key, nbytes in sizes.items():
+            try:  # POSIX shm cannot be empty; an empty buffer maps one byte and views none
+                shm = shared_memory.SharedMemory(name=names[key], create=True, size=max(nbytes, 1))
+            except FileExistsError:
+                raise TransportError(
+                    f"shm: segment {_SHM_DIR}/{names[key]} already exists (left by a crashed run?): remove "
+                    f"{_SHM_DIR}/{self.tag}* or use a fresh tag/run id") from None
+            self._own[key] = shm
+            self._sizes[key] = nbytes
+            self.local[key] = _frombuffer(shm.buf)[:nbytes]
+        return {k: self.local[k] for k in sizes}
+
+    def open_peers(self) -> None:
+        """Collective (gloo group): gather every rank's (key -> size) table and map peers read-only."""
+        if self._opened:
+            raise TransportError("shm: open_peers called twice")
+        mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "sizes": dict(self._sizes)}
+        tables: list = [None] * self.dwdp_size
+        dist.all_gather_object(tables, mine, group=self.group)
+        for peer, table in enumerate(tables):
+            if table["rank"] != peer:
+                raise TransportError(f"shm: group member {peer} reports dwdp_rank {table['rank']}: the group must list "
+                                     "the DWDP ranks in dwdp_rank order")
+            if peer == self.dwdp_rank:
+                continue
+            views = {}
+            for key, nbytes in table["sizes"].items():
+                views[key] = self._attach(peer, key, nbytes)
+            self._peers[peer] = views
+        self._opened = True
+
+    def _attach(self, peer: int, key: str, nbytes: int) -> torch.Tensor:
+        path = os.path.join(_SHM_DIR, segment_name(self.tag, peer, key))
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise TransportError(
+                f"shm: cannot open peer {peer}'s buffer {key!r} at {path} ({e.strerror}); backend shm: check that "
+                f"every rank uses the same tag {self.tag!r} and that /dev/shm is shared (same host, same container)") from e
+        try:
+            mm = mmap.mmap(fd, max(nbytes, 1), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        except (OSError, ValueError) as e:
+            raise TransportError(f"shm: cannot map peer {peer}'s buffer {key!r} ({nbytes} bytes) from {path}: {e}") from e
+        finally:
+            os.close(fd)
+        self._peer_maps.append(mm)
+        return _frombuffer(mm)[:nbytes]
+
+    def peer_buffer(self, peer: int, key: str) -> torch.Tensor:
+        if peer == self.dwdp_rank:
+            if key not in self.local:
+                raise TransportError(f"shm: no local buffer {key!r} on dwdp_rank {peer}; have {sorted(self.local)}")
+            return self.local[key]
+        if not self._opened:
+            raise TransportError("shm: peer_buffer before open_peers")
+        if peer not in self._peers:
+            raise TransportError(f"shm: peer {peer} is not in the group of size {self.dwdp_size}")
+        try:
+            return self._peers[peer][key]
+        except KeyError:
+            raise TransportError(f"shm: peer {peer} exported no buffer {key!r}; it has {sorted(self._peers[peer])}") from None
+
+    def close(self) -> None:
+        """Drop views, unmap peers, close and unlink own segments. Call it on every rank (not a barrier).
+
+        Unlinking while a peer still maps a segment is safe (POSIX keeps the memory until the last
+        unmap). Tensors the caller still holds keep their mapping alive; those maps are left to the GC.
+        """
+        self._peers.clear()
+        self.local.clear()
+        for mm in self._peer_maps:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a caller still holds a view; the map goes when it does
+        self._peer_maps.clear()
+        for shm in self._own.values():
+            try:
+                shm.close()
+            except BufferError:
+                pass
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+        self._own.clear()
+        self._sizes.clear()
+        self._opened = False

@@ -1,0 +1,52 @@
+// Raw-pointer interface of the dwdp multi-buffer grouped GEMM kernels (no torch headers).
+//
+// Legend: T tokens (rows of A, sorted by expert), E experts, K in-features, N out-features,
+// KB = ceil(K/128), NB = ceil(N/128) (FP8 block-scale counts), B weight buffers.
+//
+// Contract (all pointers are device pointers on one GPU, all work is enqueued on `stream`, no host sync):
+//   a_TK       [T, K] row-major, bf16 or fp8 e4m3
+//   offs_E     int32 cumulative END offsets: group e is rows [offs[e-1], offs[e]) (offs[-1] = 0)
+//   bidx_E     int32 buffer index of expert e, row_E int32 row of expert e inside that buffer
+//   buffers[b] [rows_b, N, K] row-major (nn.Linear out x in), same dtype as a
+//   a_scale_TKb fp32 [T, KB] (1x128 groups), buffer_scales[b] fp32 [rows_b, NB, KB] (128x128 blocks); FP8 only
+//   out_TN     [T, N] row-major bf16
+// An expert index or row out of range, or offsets that decrease or pass T, trap on the device (like torch's
+// device-side index asserts): the result is never silently wrong.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace dwdp {
+
+// Buffer base pointers travel by value in the kernel parameters; more buffers than this are rejected by the glue.
+constexpr int kMaxBuffers = 16;
+
+struct GroupedGemmParams {
+  const void* a = nullptr;
+  const int32_t* offs = nullptr;
+  const int32_t* bidx = nullptr;
+  const int32_t* row = nullptr;
+  const void* buffers[kMaxBuffers] = {};
+  const float* buffer_scales[kMaxBuffers] = {};
+  int64_t buffer_rows[kMaxBuffers] = {};
+  int num_buffers = 0;
+  const float* a_scale = nullptr;
+  void* out = nullptr;
+  int64_t T = 0, N = 0, K = 0;
+  int E = 0;
+  int device = 0;
+  int sm_count = 0;
+};
+
+// Bytes of device workspace (argument arrays + CUTLASS workspace) the kernel variant needs for `p`.
+size_t grouped_gemm_bf16_coop_workspace(const GroupedGemmParams& p);
+size_t grouped_gemm_bf16_pingpong_workspace(const GroupedGemmParams& p);
+size_t grouped_gemm_fp8_blockwise_workspace(const GroupedGemmParams& p);
+
+// Enqueue the GEMM; returns nullptr on success or a static message naming what failed.
+const char* grouped_gemm_bf16_coop(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+const char* grouped_gemm_bf16_pingpong(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+const char* grouped_gemm_fp8_blockwise(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace dwdp

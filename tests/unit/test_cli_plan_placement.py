@@ -1,0 +1,114 @@
+"""`dwdp plan-placement` through cli.main: tables, JSON, both source policies, memory fit, bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dwdp_trtllm import cli
+from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.memory import GiB
+from dwdp_trtllm.models import get_model
+from dwdp_trtllm.placement import make_placement
+
+R1_EXPERT_FP8 = 3 * 7168 * 2048 + 4 * (32 * 56 + 56 * 16)
+
+
+def run_json(capsys, *args: str) -> dict:
+    assert cli.main(["plan-placement", *args, "--json"]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)
+
+
+def test_json_r1_g3_redundant(capsys):
+    rep = run_json(capsys, "--model", "deepseek-r1", "--dwdp-size", "3", "--redundant-experts", "8",
+                   "--weight-dtype", "fp8")
+    assert rep["model"] == "deepseek-r1" and rep["num_moe_layers"] == 58 and rep["placement"] == "derived"
+    assert rep["expert_bytes"] == R1_EXPERT_FP8
+    assert [r["local_experts"] for r in rep["ranks"]] == ["0-93", "86-178", "0-7,171-255"]
+    assert [r["num_local"] for r in rep["ranks"]] == [94, 93, 93]
+    assert [r["num_fetched"] for r in rep["ranks"]] == [162, 163, 163]
+    assert [r["fetch_bytes_per_layer"] for r in rep["ranks"]] == [n * R1_EXPERT_FP8 for n in (162, 163, 163)]
+    assert rep["ranks"][0]["memory"]["local_experts"] == 94 * 58 * R1_EXPERT_FP8
+    lo, bal = rep["source_load"]["lowest_rank"], rep["source_load"]["balanced"]
+    assert lo == {"per_source": [172, 162, 154], "max": 172}
+    assert bal["max"] == 163 < lo["max"] and sum(bal["per_source"]) == sum(lo["per_source"]) == 488
+    assert rep["fits"] is None
+
+
+def test_json_upstream_ranges(capsys):
+    rep = run_json(capsys, "--dwdp-size", "4", "--num-experts-per-worker", "82", "--num-prefetch-experts", "58",
+                   "--num-layers", "5")
+    assert rep["placement"] == "upstream" and rep["num_layers"] == 5
+    assert [r["local_experts"] for r in rep["ranks"]] == ["0-81", "58-139", "116-197", "174-255"]
+    p = make_placement(DwdpConfig(dwdp_size=4, num_experts_per_worker=82, num_prefetch_experts=58,
+                                  source_policy="lowest_rank"), 256)
+    assert rep["source_load"]["lowest_rank"]["per_source"] == p.source_load()
+
+
+def test_table_output(capsys):
+    assert cli.main(["plan-placement", "--model", "deepseek-r1", "--dwdp-size", "3", "--redundant-experts", "32",
+                     "--num-layers", "5", "--weight-dtype", "fp8", "--gpu-memory-gb", "141"]) == 0
+    out = capsys.readouterr().out
+    for frag in ("dwdp_rank", "0-117", "0-31,171-255", "lowest_rank", "balanced", "172", "139",
+                 "fits in 141.00 GiB: yes", "42.0 MiB"):
+        assert frag in out, (frag, out)
+
+
+def test_gpu_memory_does_not_fit_exits_1(capsys):
+    rc = cli.main(["plan-placement", "--model", "deepseek-r1", "--dwdp-size", "3", "--gpu-memory-gb", "141",
+                   "--max-num-tokens", "16384", "--json"])
+    cap = capsys.readouterr()
+    rep = json.loads(cap.out)
+    assert rc == 1 and rep["fits"] is False and rep["gpu_memory_bytes"] == 141 * GiB
+    assert "does not fit" in cap.err and "dwdp.dwdp_size=3" in cap.err and "workload.max_num_tokens=16384" in cap.err
+    assert rep["ranks"][0]["memory"]["activations"] > 0
+
+
+def test_config_file_with_flag_override(tmp_path, capsys):
+    f = tmp_path / "b.yaml"
+    f.write_text("model:\n  preset: tiny\ndwdp:\n  dwdp_size: 4\n  redundant_experts: 2\n  weight_dtype: float32\n")
+    rep = run_json(capsys, "--config", str(f))
+    spec = get_model("tiny")
+    assert rep["model"] == "tiny" and rep["dwdp_size"] == 4 and rep["expert_bytes"] == spec.expert_bytes("float32")
+    assert [r["local_experts"] for r in rep["ranks"]] == ["0-5", "4-9", "8-13", "0-1,12-15"]
+    rep = run_json(capsys, "--config", str(f), "--dwdp-size", "2")
+    assert rep["dwdp_size"] == 2 and rep["redundant_experts"] == 2
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--dwdp-size", "0"], "--dwdp-size: expected an integer >= 1, got 0"),
+    (["--dwdp-size", "4", "--num-experts-per-worker", "80", "--num-prefetch-experts", "58"],
+     "--num-experts-per-worker: (dwdp_size-1)*num_prefetch_experts + num_experts_per_worker = 254"),
+    (["--dwdp-size", "4", "--num-experts-per-worker", "60"], "both num_experts_per_worker and num_prefetch_experts"),
+    (["--dwdp-size", "3", "--redundant-experts", "200"], "--redundant-experts: 200 extra experts"),
+    (["--model", "tiny", "--dwdp-size", "32"], "--dwdp-size: dwdp_size 32 is larger than the model's 16 experts"),
+    (["--num-layers", "0"], "--num-layers: expected an integer >= 1"),
+    (["--gpu-memory-gb", "-1"], "--gpu-memory-gb: expected a number > 0"),
+    (["--max-num-tokens", "0"], "--max-num-tokens: expected an integer >= 1"),
+])
+def test_bad_flags_exit_2_naming_the_flag(capsys, args, fragment):
+    assert cli.main(["plan-placement", *args]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err, err
+
+
+def test_bad_file_key_names_file_and_key(tmp_path, capsys):
+    f = tmp_path / "b.yaml"
+    f.write_text("model:\n  preset: tiny\ndwdp:\n  dwdp_size: 4\n  num_experts_per_worker: 3\n  num_prefetch_experts: 3\n")
+    assert cli.main(["plan-placement", "--config", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}: dwdp.num_experts_per_worker: (dwdp_size-1)*num_prefetch_experts" in err
+    f.write_text("model:\n  preset: tiny\n  layers: 3\n")
+    assert cli.main(["plan-placement", "--config", str(f)]) == 2
+    assert f"{f}: model.layers: unknown key" in capsys.readouterr().err
+
+
+def test_bench_config_without_dwdp_section_and_top_level_fields(tmp_path, capsys):
+    f = tmp_path / "b.yaml"
+    f.write_text("model:\n  preset: tiny-gqa\nworkload:\n  isl: 64\nrun:\n  ranks: 2\n")
+    rep = run_json(capsys, "--config", str(f), "--dwdp-size", "3")
+    assert rep["model"] == "tiny-gqa" and [r["local_experts"] for r in rep["ranks"]] == ["0-3", "4-7", "8-11"]
+    f.write_text("dwdp_size: 2\nsource_policy: lowest_rank\n")
+    rep = run_json(capsys, "--config", str(f), "--model", "tiny")
+    assert rep["source_policy"] == "lowest_rank" and rep["dwdp_size"] == 2 and rep["num_experts"] == 16

@@ -1,0 +1,167 @@
+"""Grouped expert computation, FP8 blocks, expert layout: against a dense per-token loop."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dwdp_trtllm.engine import moe_compute as mc
+from dwdp_trtllm.engine.weights import (dequantize_fp8_blockwise, expert_layout, expert_tensors, init_expert,
+                                        quantize_fp8_blockwise, stacked_expert_tensors)
+from dwdp_trtllm.models import get_model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: 2 OpenMP threads on a shared 2-core box spin-wait for ~30 ms per op."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+E, H, I, T, K = 6, 32, 16, 20, 2
+
+
+def _case(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w13 = torch.randn(E, 2 * I, H, generator=g) / math.sqrt(H)
+    w2 = torch.randn(E, H, I, generator=g) / math.sqrt(I)
+    x = torch.randn(T, H, generator=g)
+    # expert 0: no token, expert 1: exactly one token, the rest random over experts 2..5
+    ids = torch.stack([torch.randperm(4, generator=g)[:K] + 2 for _ in range(T)])
+    ids[7, 0] = 1
+    w = torch.rand(T, K, generator=g)
+    return w13, w2, x, ids, w
+
+
+def _dense_loop(w13, w2, x, ids, w):
+    y = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for k in range(ids.shape[1]):
+            e = int(ids[t, k])
+            h = w13[e] @ x[t]
+            y[t] += w[t, k] * (w2[e] @ (F.silu(h[:I]) * h[I:]))
+    return y
+
+
+def _two_buffers(w13, w2):
+    """Experts split over two buffers in shuffled rows: buf0 holds [4, 1, 5], buf1 holds [0, 2, 3]."""
+    held = [[4, 1, 5], [0, 2, 3]]
+    buf_idx = torch.empty(E, dtype=torch.int64)
+    row = torch.empty(E, dtype=torch.int64)
+    for b, es in enumerate(held):
+        for r, e in enumerate(es):
+            buf_idx[e], row[e] = b, r
+    return [w13[h] for h in held], [w2[h] for h in held], buf_idx, row
+
+
+def test_sort_by_expert():
+    _, _, _, ids, _ = _case()
+    perm, offs, counts = mc.sort_by_expert(ids, E)
+    flat = ids.reshape(-1)
+    assert offs.dtype == torch.int32 and offs[-1] == T * K
+    assert counts[0] == 0 and counts[1] == 1
+    assert torch.equal(counts, torch.bincount(flat, minlength=E))
+    assert torch.equal(flat[perm], flat.sort().values)
+
+
+@pytest.mark.parametrize("gemm", ["reference", "merge"])
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_routed_experts_match_dense_loop(gemm, buffers):
+    w13, w2, x, ids, w = _case()
+    if buffers == 1:
+        srcs13, srcs2, buf_idx, row = [w13], [w2], torch.zeros(E, dtype=torch.int64), torch.arange(E)
+    else:
+        srcs13, srcs2, buf_idx, row = _two_buffers(w13, w2)
+    y = mc.routed_experts_forward(x, ids, w, srcs13, srcs2, buf_idx, row, gemm=gemm)
+    torch.testing.assert_close(y, _dense_loop(w13, w2, x, ids, w), atol=1e-5, rtol=1e-5)
+
+
+def test_gather_experts_two_buffers():
+    w13, w2, *_ = _case()
+    srcs13, _, buf_idx, row = _two_buffers(w13, w2)
+    assert torch.equal(mc.gather_experts(srcs13, buf_idx, row), w13)
+
+
+def test_fp8_reference_and_merge_match_dequantized_loop():
+    w13, w2, x, ids, w = _case(1)
+    per = [expert_tensors(_spec_like(), w13[e], w2[e], "fp8") for e in range(E)]
+    st = {n: torch.stack([p[n] for p in per]) for n in per[0]}
+    deq13 = dequantize_fp8_blockwise(st["w13"], st["w13_scale"])
+    deq2 = dequantize_fp8_blockwise(st["w2"], st["w2_scale"])
+    ref = _dense_loop(deq13, deq2, x, ids, w)
+    for gemm in ("reference", "merge"):
+        y = mc.routed_experts_forward(x, ids, w, [st["w13"]], [st["w2"]], torch.zeros(E, dtype=torch.int64), torch.arange(E),
+                                      gemm=gemm, w13_scale_sources=[st["w13_scale"]], w2_scale_sources=[st["w2_scale"]])
+        torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="block scales"):
+        mc.routed_experts_forward(x, ids, w, [st["w13"]], [st["w2"]], torch.zeros(E, dtype=torch.int64), torch.arange(E))
+
+
+def _spec_like():
+    import dataclasses
+    return dataclasses.replace(get_model("tiny"), hidden_size=H, moe_intermediate=I)
+
+
+def test_registered_path_is_used_and_fp8_fallback_dequantises():
+    w13, w2, x, ids, w = _case(2)
+    calls = []
+
+    def counting(a, offs, weights, buf_idx, row, scales=None):
+        calls.append(weights[0].dtype)
+        return mc.GEMM_PATHS["reference"].fn(a, offs, weights, buf_idx, row, scales=scales)
+
+    mc.register_gemm("test_counting", counting, overwrite=True)
+    try:
+        args = (torch.zeros(E, dtype=torch.int64), torch.arange(E))
+        y = mc.routed_experts_forward(x, ids, w, [w13], [w2], *args, gemm="test_counting")
+        torch.testing.assert_close(y, _dense_loop(w13, w2, x, ids, w), atol=1e-5, rtol=1e-5)
+        assert calls == [torch.float32, torch.float32]
+        q13 = [quantize_fp8_blockwise(w13[e]) for e in range(E)]
+        q2 = [quantize_fp8_blockwise(w2[e]) for e in range(E)]
+        with pytest.warns(RuntimeWarning, match="no fp8 support"):
+            mc.routed_experts_forward(x, ids, w, [torch.stack([q for q, _ in q13])], [torch.stack([q for q, _ in q2])], *args,
+                                      gemm="test_counting", w13_scale_sources=[torch.stack([s for _, s in q13])],
+                                      w2_scale_sources=[torch.stack([s for _, s in q2])])
+        assert calls[-1] == torch.float32
+        with pytest.raises(ValueError, match="already registered"):
+            mc.register_gemm("test_counting", counting)
+        with pytest.raises(ValueError, match="gemm='nope'"):
+            mc.routed_experts_forward(x, ids, w, [w13], [w2], *args, gemm="nope")
+    finally:
+        mc.GEMM_PATHS.pop("test_counting", None)
+
+
+def test_fp8_blockwise_roundtrip_off_tile():
+    w = torch.randn(200, 300, generator=torch.Generator().manual_seed(4))
+    w[:128, :128] *= 50  # blocks get their own scales
+    q, s = quantize_fp8_blockwise(w)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (200, 300) and s.shape == (2, 3)
+    back = dequantize_fp8_blockwise(q, s)
+    rel = (back - w).abs() / (w.abs() + 1e-3)
+    assert rel.median() < 0.04 and (back - w).abs().max() < 0.07 * w.abs().max()
+
+
+@pytest.mark.parametrize("wd", ["float32", "bf16", "fp8"])
+def test_expert_layout_matches_tensors(wd):
+    spec = get_model("tiny")
+    t = expert_tensors(spec, *init_expert(spec, 1, 3, seed=7, dtype=torch.float32, device="cpu"), wd)
+    lay = expert_layout(spec, wd)
+    assert lay.tensor_names == tuple(t)
+    assert lay.tensor_bytes == tuple(v.numel() * v.element_size() for v in t.values())
+    assert lay.expert_bytes == spec.expert_bytes(wd)
+
+
+def test_init_expert_deterministic_and_independent():
+    spec = get_model("tiny")
+    a13, a2 = init_expert(spec, 2, 5, seed=11, dtype=torch.float32, device="cpu")
+    b13, b2 = init_expert(spec, 2, 5, seed=11, dtype=torch.float32, device="cpu")
+    assert torch.equal(a13, b13) and torch.equal(a2, b2)
+    c13, _ = init_expert(spec, 2, 6, seed=11, dtype=torch.float32, device="cpu")
+    d13, _ = init_expert(spec, 3, 5, seed=11, dtype=torch.float32, device="cpu")
+    assert not torch.equal(a13, c13) and not torch.equal(a13, d13)
+    st = stacked_expert_tensors(spec, 2, [4, 5], seed=11, weight_dtype="bf16", device="cpu")
+    assert torch.equal(st["w13"][1], a13.bfloat16()) and st["w2"].shape == (2, spec.hidden_size, spec.moe_intermediate)
+    assert a13.std() == pytest.approx(1 / math.sqrt(spec.hidden_size), rel=0.1)
+    with pytest.raises(ValueError, match="not a MoE layer"):
+        init_expert(spec, 0, 0, seed=1, dtype=torch.float32, device="cpu")
