@@ -137,3 +137,14 @@ class DwdpRuntime:
             if self.scheduler is not None:
                 self.scheduler.close()
             self.transport.close()
+
+    def abort(self) -> None:
+        """Release local resources without any collective (error path; peers are being torn down)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.scheduler is not None:
+                self.scheduler.close()
+        finally:
+            self.transport.close()

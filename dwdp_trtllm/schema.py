@@ -151,7 +151,11 @@ def load_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(str(p), "", "file not found" if not p.exists() else "not a regular file")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(str(p), "", f"cannot read the file: {e}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(str(p), "", f"not valid YAML: {e}") from None
     if data is None:

@@ -104,8 +104,9 @@ def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
     ]
     rows += [(f"per layer {p.replace('_', ' ')} us", f"layer_us.{p}", 1, None)
              for p in (*PHASES, "exposed_copy", "hidden_copy")]
-    rows += [(f"peak {k.replace('_', ' ')} MiB/rank", f"memory_max_bytes.{k}", 1, None)
-             for k in ("weights", "prefetch_slots", "activations", "peak_total")]
+    rows += [(f"peak memory {label} MiB/rank", f"memory_max_bytes.{k}", 1, None)
+             for k, label in (("weights", "weights"), ("prefetch_slots", "prefetch slots"),
+                              ("activations", "activations"), ("peak_total", "total"))]
     return rows
 
 

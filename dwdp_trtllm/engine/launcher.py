@@ -46,8 +46,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(rank: int, world: int, port: int, cfg: BenchConfig, mode: str, requests: list[Request], tag: str,
-           out_q, fail_rank: int | None, collect_outputs: bool) -> None:
+def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str], requests: list[Request], tag: str,
+           out_q, fail_at: tuple[int, int] | None, collect_outputs: bool) -> None:
     import torch.distributed as dist
 
     from .worker import run_rank
@@ -56,15 +56,16 @@ def _child(rank: int, world: int, port: int, cfg: BenchConfig, mode: str, reques
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=cfg.run.timeout_s))
-        if fail_rank == rank:  # test hook: a rank that crashes after setup
-            raise RuntimeError(f"injected failure on rank {rank}")
-        res = run_rank(cfg, mode, requests, rank=rank, world=world, tag=tag,
-                       progress=lambda done, total: out_q.put(("progress", rank, done, total)),
-                       collect_outputs=collect_outputs)
-        out_q.put(("ok", rank, res))
+        for mode in modes:
+            res = run_rank(cfg, mode, requests, rank=rank, world=world, tag=f"{tag}_{mode}",
+                           progress=lambda done, total, m=mode: out_q.put(("progress", rank, m, done, total)),
+                           collect_outputs=collect_outputs,
+                           fail_at_iteration=fail_at[1] if fail_at is not None and fail_at[0] == rank else None)
+            out_q.put(("ok", rank, mode, res))
+            dist.barrier()
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything goes to the parent
-        out_q.put(("error", rank, traceback.format_exc()))
+        out_q.put(("error", rank, None, traceback.format_exc()))
         out_q.close()
         out_q.join_thread()
         os._exit(1)  # do not wait in collectives or atexit handlers
@@ -81,9 +82,20 @@ def _cleanup_shm(tag: str) -> list[str]:
 
 
 def run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]], *,
-             progress: Callable[[int, int, int], None] | None = None, grace_s: float = 10.0,
-             collect_outputs: bool = False, _fail_rank: int | None = None) -> list[RankResult]:
+             progress: Callable[[int, int, int], None] | None = None, **kwargs) -> list[RankResult]:
     """Run `mode` on cfg.run.ranks local processes; one RankResult per rank, ordered by rank."""
+    prog = (lambda rank, m, done, total: progress(rank, done, total)) if progress is not None else None
+    return run_modes(cfg, [mode], requests_per_rank, progress=prog, **kwargs)[mode]
+
+
+def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[Request]], *,
+              progress: Callable[[int, str, int, int], None] | None = None, grace_s: float = 10.0,
+              collect_outputs: bool = False, fail_at: tuple[int, int] | None = None) -> dict[str, list[RankResult]]:
+    """Run each mode in turn on the same cfg.run.ranks processes (one spawn for all modes).
+
+    progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
+    makes that rank raise at that iteration (tests of the failure path).
+    """
     world = cfg.run.ranks
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
@@ -91,54 +103,52 @@ def run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]]
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_child, args=(r, world, port, cfg, mode, requests_per_rank[r], tag, out_q, _fail_rank,
-                                                      collect_outputs),
-                         daemon=True, name=f"dwdp-{mode}-rank{r}") for r in range(world)]
+    procs = [ctx.Process(target=_child, args=(r, world, port, cfg, list(modes), requests_per_rank[r], tag, out_q, fail_at,
+                                              collect_outputs),
+                         daemon=True, name=f"dwdp-rank{r}") for r in range(world)]
     for p in procs:
         p.start()
-    results: dict[int, RankResult] = {}
-    deadline = time.monotonic() + cfg.run.timeout_s
+    results: dict[tuple[str, int], RankResult] = {}
+    expected = world * len(modes)
+    deadline = time.monotonic() + cfg.run.timeout_s * len(modes)
     failure: BaseException | None = None
+
+    def handle(msg) -> None:
+        nonlocal failure
+        kind, rank, mode = msg[0], msg[1], msg[2]
+        if kind == "ok":
+            results[(mode, rank)] = msg[3]
+        elif kind == "progress":
+            if progress is not None:
+                progress(rank, mode, msg[3], msg[4])
+        else:
+            failure = RankFailed(rank, ",".join(modes), msg[3])
+
     try:
-        while len(results) < world and failure is None:
+        while len(results) < expected and failure is None:
             try:
-                msg = out_q.get(timeout=0.2)
-            except queue.Empty:
-                msg = None
-            if msg is not None:
-                kind, rank = msg[0], msg[1]
-                if kind == "ok":
-                    results[rank] = msg[2]
-                elif kind == "progress":
-                    if progress is not None:
-                        progress(rank, msg[2], msg[3])
-                else:
-                    failure = RankFailed(rank, mode, msg[2])
+                handle(out_q.get(timeout=0.2))
                 continue
+            except queue.Empty:
+                pass
             for r, p in enumerate(procs):
-                if r not in results and p.exitcode not in (None, 0):
-                    # give its error message a moment to arrive before reporting a bare exit code
-                    try:
-                        kind, rank, *rest = out_q.get(timeout=2.0)
-                        if kind == "error":
-                            failure = RankFailed(rank, mode, rest[0])
-                            break
-                        if kind == "ok":
-                            results[rank] = rest[0]
-                            continue
+                if p.exitcode not in (None, 0):
+                    try:  # give its error report a moment to arrive before reporting a bare exit code
+                        while failure is None:
+                            handle(out_q.get(timeout=2.0))
                     except queue.Empty:
-                        pass
-                    failure = RankFailed(r, mode, f"process exited with code {p.exitcode} without a report")
+                        failure = RankFailed(r, ",".join(modes), f"process exited with code {p.exitcode} without a report")
                     break
-            if time.monotonic() > deadline:
-                missing = sorted(set(range(world)) - set(results))
-                failure = RankTimeout(f"mode {mode}: ranks {missing} did not finish within run.timeout_s={cfg.run.timeout_s}")
+            if failure is None and time.monotonic() > deadline:
+                missing = sorted({r for r in range(world) for m in modes if (m, r) not in results})
+                failure = RankTimeout(f"modes {modes}: ranks {missing} did not finish within "
+                                      f"run.timeout_s={cfg.run.timeout_s} per mode")
     finally:
-        _stop(procs, grace_s)
+        _stop(procs, grace_s if failure is None else 1.0)
         _cleanup_shm(tag)
     if failure is not None:
         raise failure
-    return [results[r] for r in range(world)]
+    return {m: [results[(m, r)] for r in range(world)] for m in modes}
 
 
 def _stop(procs, grace_s: float) -> None:

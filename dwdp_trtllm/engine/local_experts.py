@@ -32,8 +32,9 @@ class LocalExperts:
                     raise ValueError(f"LocalExperts: MoE layer {i} tensor {name!r}: expected shape {want}, got {got}")
         self.spec, self.layers, self.gemm = spec, list(layers), gemm
         dev = layers[0]["w13"].device if layers else torch.device("cpu")
-        self._buf_idx_E = torch.zeros(spec.num_experts, dtype=torch.int64, device=dev)
-        self._row_E = torch.arange(spec.num_experts, dtype=torch.int64, device=dev)
+        # int32: the dtype of the plugin op's maps (moe_compute paths take either)
+        self._buf_idx_E = torch.zeros(spec.num_experts, dtype=torch.int32, device=dev)
+        self._row_E = torch.arange(spec.num_experts, dtype=torch.int32, device=dev)
 
     @classmethod
     def from_seed(cls, spec: ModelSpec, seed: int, weight_dtype: str, device: torch.device | str,

@@ -9,7 +9,7 @@ the single-process reference passes one [E, ...] buffer.
 
 GEMM paths (GEMM_PATHS; the key is `gemm=`): fn(a_AD, offs_E, weights, expert_buffer_idx_E,
 expert_row_E, scales=None) -> out_AN with out[rows of group e] = a[rows] @ W_e^T. offs_E are int32
-cumulative group ends (offs_E[-1] == A). 'reference' loops over experts (float32 accumulate, host
+cumulative group ends (offs_E[-1] == A); the maps are int32 or int64 device tensors. 'reference' loops over experts (float32 accumulate, host
 sync: tests only); 'merge' gathers all experts into one [E, N, D] tensor and runs torch._grouped_mm.
 The plugin registers 'multi_buffer' and 'composite_view' with register_gemm (dwdp_trtllm/ops).
 """
@@ -91,12 +91,22 @@ def _gemm_reference(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
 
 
 def gather_experts(buffers: list[torch.Tensor], buf_idx_E: torch.Tensor, row_E: torch.Tensor) -> torch.Tensor:
-    """[E, ...] with expert e = buffers[buf_idx_E[e]][row_E[e]] (device-side indices, no host sync)."""
+    """[E, ...] with expert e = buffers[buf_idx_E[e]][row_E[e]]: device-side maps, no host sync, every
+    buffer read once. Rows a buffer holds but no expert uses (redundant copies) land in a scratch row E."""
     if len(buffers) == 1:
         return buffers[0].index_select(0, row_E)
-    sizes = [b.shape[0] for b in buffers]
-    bases_B = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], dtype=torch.int64).to(row_E.device, non_blocking=True)
-    return torch.cat(buffers).index_select(0, bases_B[buf_idx_E.long()] + row_E.long())
+    E, dev = buf_idx_E.shape[0], buffers[0].device
+    out = torch.empty((E + 1, *buffers[0].shape[1:]), dtype=buffers[0].dtype, device=dev)
+    e_E = torch.arange(E, device=dev)
+    for b, buf in enumerate(buffers):
+        R = buf.shape[0]
+        if R == 0:
+            continue
+        # dst_R[r] = the expert stored at row r of buffer b (E when none); row R absorbs the other buffers' experts
+        dst_R = torch.full((R + 1,), E, dtype=torch.int64, device=dev)
+        dst_R.scatter_(0, torch.where(buf_idx_E == b, row_E.long(), R), e_E)
+        out.index_copy_(0, dst_R[:R], buf)
+    return out[:E]
 
 
 def _grouped_mm_or_none(a_AD: torch.Tensor, w_END: torch.Tensor, offs_E: torch.Tensor) -> torch.Tensor | None:

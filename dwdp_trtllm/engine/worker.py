@@ -82,7 +82,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
         from .dwdp import DwdpExperts
         G = cfg.dwdp.dwdp_size
         groups = [dist.new_group(list(range(g * G, (g + 1) * G)), backend="gloo") for g in range(world // G)]
-        rt = DwdpRuntime(cfg.dwdp, spec, group=groups[rank // G], dwdp_rank=rank % G, device=device, tag=tag,
+        rt = DwdpRuntime(cfg.dwdp, spec, group=groups[rank // G], dwdp_rank=rank % G, device=device, tag=f"{tag}_g{rank // G}",
                          timeout_s=cfg.run.timeout_s)
         for m, layer in enumerate(spec.moe_layer_ids):
             for name, t in layer_tensors(layer, list(rt.local_ids)).items():
@@ -93,7 +93,8 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
 
 
 def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int, world: int, tag: str,
-             progress: Callable[[int, int], None] | None = None, collect_outputs: bool = False) -> RankResult:
+             progress: Callable[[int, int], None] | None = None, collect_outputs: bool = False,
+             fail_at_iteration: int | None = None) -> RankResult:
     """Serve `requests` on this rank in `mode`; collective with the other ranks of the default group.
 
     collect_outputs: keep every request's final hidden states (CPU float32, [isl, H]) in
@@ -160,6 +161,8 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                     nxt = sched.next_arrival_s()
                     time.sleep(max(0.0, min((nxt or 0.0) - (time.perf_counter() - t0), 1.0)))
                     continue
+            if fail_at_iteration == it:
+                raise RuntimeError(f"injected failure on rank {rank} at iteration {it} (mode {mode})")
             ids_T = torch.cat([tokens.ids(s) for s in segs]).to(device)
             timer.start()
             t_s = time.perf_counter()
@@ -186,11 +189,15 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
             it += 1
             if progress is not None and real:
                 progress(done_requests, len(requests))
-    finally:
+    except BaseException:
         rt = getattr(backend, "rt", None)
-        copied = rt.prefetcher.copied_bytes if rt is not None and rt.prefetcher is not None else 0
         if rt is not None:
-            rt.close()
+            rt.abort()  # local release only: a collective here would hang on the failing path
+        raise
+    rt = getattr(backend, "rt", None)
+    copied = rt.prefetcher.copied_bytes if rt is not None and rt.prefetcher is not None else 0
+    if rt is not None:
+        rt.close()
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
     else:

@@ -51,44 +51,50 @@ class Workload:
         return self.imbalance_cv == 0 and self.isl_dist == "fixed"
 
 
-def sample_isl(wl: Workload, ranks: int) -> np.ndarray:
-    """isl_SRK: each rank's requests of one iteration per sample (seeded; 0 = empty slot).
-
-    With mnt, whole requests are packed while the running sum stays <= mnt (the first always goes in);
-    a request longer than mnt is cut to mnt (chunked prefill: its average chunk, see per_rank_load).
-    """
-    rng = np.random.default_rng(wl.seed)
-    S = 1 if wl.deterministic else wl.samples
-    mean_SR = wl.isl * np.maximum(0.05, 1 + wl.imbalance_cv * rng.standard_normal((S, ranks)))
-    lo = {"fixed": 1.0, "uniform_ratio": wl.isl_ratio, "normal": 0.25}[wl.isl_dist]
-    K = wl.batch if wl.mnt is None else min(4096, max(1, math.ceil(wl.mnt / (lo * wl.isl * 0.05))) + 1)
-    if wl.mnt is not None:
-        K = min(K, max(1, math.ceil(wl.mnt / max(1.0, lo * 0.05 * wl.isl))) + 1)
-    shape = (S, ranks, K)
+def _draw(wl: Workload, rng: np.random.Generator, mean_SR: np.ndarray, K: int) -> np.ndarray:
+    shape = mean_SR.shape + (K,)
     if wl.isl_dist == "fixed":
         isl = np.broadcast_to(mean_SR[..., None], shape).copy()
     elif wl.isl_dist == "uniform_ratio":
         isl = mean_SR[..., None] * rng.uniform(wl.isl_ratio, 1.0, shape)
     else:
         isl = mean_SR[..., None] * np.maximum(0.05, 1 + wl.isl_cv * rng.standard_normal(shape))
-    isl = np.maximum(1.0, np.rint(isl))
-    if wl.mnt is not None:
-        isl = np.minimum(isl, wl.mnt)
-        keep = np.cumsum(isl, axis=-1) <= wl.mnt
-        keep[..., 0] = True
-        isl = np.where(keep, isl, 0.0)
-    return isl
+    return np.maximum(1.0, np.rint(isl))
 
 
-def per_rank_load(isl_SRK: np.ndarray, mnt: int | None, per_request_fn) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens_SR, sum over requests of per_request_fn(isl)) for each rank and sample.
+def sample_requests(wl: Workload, ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(isl_SRK, tokens_SRK): each rank's requests in one iteration, per sample (seeded; 0 = empty slot).
 
-    Requests cut to mnt stand for one average chunk of a longer request: the caller passes the
-    original ISLs' cost scaled by mnt/isl, so the summed cost over all chunks is the request's cost.
+    With mnt, whole requests are packed while the running sum stays <= mnt (the first always goes in);
+    a request longer than mnt contributes mnt tokens (one chunk of a chunked prefill), its isl is kept so
+    that its cost can be prorated (per_rank_load).
     """
-    tokens_SR = isl_SRK.sum(-1)
-    cost_SR = np.where(isl_SRK > 0, per_request_fn(isl_SRK), 0.0).sum(-1)
-    return tokens_SR, cost_SR
+    S = 1 if wl.deterministic else wl.samples
+    if wl.mnt is None:
+        rng = np.random.default_rng(wl.seed)
+        mean_SR = wl.isl * np.maximum(0.05, 1 + wl.imbalance_cv * rng.standard_normal((S, ranks)))
+        isl = _draw(wl, rng, mean_SR, wl.batch)
+        return isl, isl.copy()
+    lo = {"fixed": 1.0, "uniform_ratio": wl.isl_ratio, "normal": 0.5}[wl.isl_dist]
+    K = math.ceil(2 * wl.mnt / (lo * wl.isl)) + 2
+    while True:  # enough slots that no rank runs out of requests before reaching mnt
+        rng = np.random.default_rng(wl.seed)
+        mean_SR = wl.isl * np.maximum(0.05, 1 + wl.imbalance_cv * rng.standard_normal((S, ranks)))
+        isl = _draw(wl, rng, mean_SR, K)
+        tok = np.minimum(isl, wl.mnt)
+        keep = np.cumsum(tok, axis=-1) <= wl.mnt
+        keep[..., 0] = True
+        if not keep[..., -1].any() or K >= 1 << 16:
+            return np.where(keep, isl, 0.0), np.where(keep, tok, 0.0)
+        K *= 2
+
+
+def per_rank_load(isl_SRK: np.ndarray, tokens_SRK: np.ndarray, per_request_fn) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens_SR, cost_SR): tokens per rank, and the sum over its requests of per_request_fn(isl)
+    prorated by tokens/isl (a chunk of a long request carries its share of the request's cost)."""
+    safe = np.maximum(isl_SRK, 1.0)
+    cost = np.where(isl_SRK > 0, per_request_fn(safe) * (tokens_SRK / safe), 0.0)
+    return tokens_SRK.sum(-1), cost.sum(-1)
 
 
 @dataclass(frozen=True, slots=True)

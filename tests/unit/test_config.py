@@ -109,6 +109,14 @@ def test_directory_is_not_a_file(tmp_path):
         load_yaml(tmp_path)
 
 
+def test_binary_file_is_a_config_error(tmp_path):
+    p = tmp_path / "b.yaml"
+    p.write_bytes(bytes([0xff, 0xfe, 0x00, 0x80]) * 8)
+    with pytest.raises(ConfigError) as ei:
+        load_yaml(p)
+    assert str(ei.value).startswith(f"{p}: <root>: cannot read the file")
+
+
 def test_load_dwdp_config_sections(tmp_path):
     for text in ("dwdp_config:\n  dwdp_size: 4\n", "dwdp:\n  dwdp_size: 4\n", "dwdp_size: 4\n"):
         assert load_dwdp_config(write(tmp_path, text, "d.yaml")).dwdp_size == 4

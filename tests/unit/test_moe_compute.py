@@ -81,6 +81,13 @@ def test_gather_experts_two_buffers():
     w13, w2, *_ = _case()
     srcs13, _, buf_idx, row = _two_buffers(w13, w2)
     assert torch.equal(mc.gather_experts(srcs13, buf_idx, row), w13)
+    # int32 maps, a third buffer with a redundant copy of expert 2 (unused) and an empty buffer
+    srcs13 = srcs13 + [torch.zeros(0, 2 * I, H), w13[[2, 0]] * 0 - 1]
+    assert torch.equal(mc.gather_experts(srcs13, buf_idx.int(), row.int()), w13)
+    buf_idx[0], row[0] = 3, 1  # expert 0 now read from the third buffer
+    want = w13.clone()
+    want[0] = -1
+    assert torch.equal(mc.gather_experts(srcs13, buf_idx.int(), row.int()), want)
 
 
 def test_fp8_reference_and_merge_match_dequantized_loop():

@@ -1,0 +1,84 @@
+"""`dwdp check-trtllm`: what the installed TensorRT-LLM offers DWDP here, and what dwdp_trtllm would do.
+
+Reports the TensorRT-LLM version (or "not installed"), each patch target (present / missing), whether
+upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it can run (Blackwell +
+NVFP4 + CuteDSL), the GPU, and the engine our mode would pick. Exit code 0 whenever a report was made.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("check-trtllm", help="report TensorRT-LLM / DWDP compatibility on this machine", description=__doc__)
+    p.add_argument("--dwdp", help="integration YAML (as for DWDP_TRTLLM_CONFIG) to evaluate")
+    p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=None,
+                   help="checkpoint weight dtype (default: the config's weight_dtype, else fp8)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def _gpu() -> dict:
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return {"available": False, "reason": "torch.cuda.is_available() is False"}
+        major, minor = torch.cuda.get_device_capability()
+        return {"available": True, "name": torch.cuda.get_device_name(), "sm": major * 10 + minor}
+    except Exception as e:  # noqa: BLE001 - reported
+        return {"available": False, "reason": f"{type(e).__name__}: {e}"}
+
+
+def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> dict:
+    from ..integration.settings import choose_engine, load_integration_config
+    from ..integration.trtllm import patches
+
+    rep: dict = {"tensorrt_llm": None, "patch_targets": [], "upstream_dwdp": None, "gpu": _gpu()}
+    if importlib.util.find_spec("tensorrt_llm") is None:
+        rep["tensorrt_llm"] = "not installed"
+    else:
+        try:
+            import tensorrt_llm  # noqa: F401 - heavy, but this command exists to check it
+            rep["tensorrt_llm"] = patches.trtllm_version()
+            rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": s}
+                                    for t, s in patches.report()]
+            from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+            rep["upstream_dwdp"] = "dwdp_config" in TorchLlmArgs.model_fields
+        except Exception as e:  # noqa: BLE001 - reported
+            rep["tensorrt_llm"] = f"import failed: {type(e).__name__}: {e}"
+    if not rep["patch_targets"]:
+        rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": "not checked (no tensorrt_llm)"}
+                                for t in patches.PATCH_TARGETS]
+    cfg = load_integration_config(dwdp_path) if dwdp_path else None
+    wd = weight_dtype or (cfg.dwdp.weight_dtype if cfg else "fp8")
+    sm = rep["gpu"].get("sm")
+    rep["upstream_can_run_here"] = bool(rep["upstream_dwdp"]) and sm is not None and sm >= 100 and wd == "nvfp4"
+    engine, why = choose_engine(cfg.engine if cfg else "auto", upstream_available=bool(rep["upstream_dwdp"]),
+                                sm=sm, weight_dtype=wd) if not (cfg and cfg.engine == "upstream" and not rep["upstream_dwdp"]) \
+        else ("error", "engine: upstream requested but this TensorRT-LLM has no DwdpConfig")
+    rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
+                       "gemm": "CUTLASS MoE over full-slot buffers (gemm: merge)" if engine == "dwdp_trtllm" else
+                       "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}
+    return rep
+
+
+def run(args) -> int:
+    rep = collect(args.dwdp, args.weight_dtype)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+        return 0
+    g = rep["gpu"]
+    print(f"TensorRT-LLM:   {rep['tensorrt_llm']}")
+    print(f"GPU:            {g['name'] + ' (sm_' + str(g['sm']) + ')' if g.get('available') else 'none (' + g['reason'] + ')'}")
+    up = rep["upstream_dwdp"]
+    print(f"upstream DWDP:  {'unknown (no tensorrt_llm)' if up is None else 'present (TorchLlmArgs.dwdp_config)' if up else 'absent'}"
+          " - runs only on Blackwell (sm_100+) with NVFP4 weights and the CUTEDSL MoE backend;"
+          f" here: {'yes' if rep['upstream_can_run_here'] else 'no'}")
+    print("patch targets:")
+    for t in rep["patch_targets"]:
+        print(f"  {t['status']:<10} {t['module']}:{t['attribute']}")
+    m = rep["our_mode"]
+    print(f"our mode:       engine {m['engine']} ({m['reason']}); weights {m['weight_dtype']}; GEMM: {m['gemm']}")
+    return 0

@@ -1,0 +1,132 @@
+"""Metric arithmetic on hand-made RankResults (expected values computed by hand in the comments)."""
+import copy
+import math
+
+import pytest
+
+from dwdp_trtllm.bench.metrics import compute_metrics, consistency, mode_metrics, ratios
+from dwdp_trtllm.bench.timeline import steady_timeline
+from dwdp_trtllm.engine.records import IterationRecord, RankResult, Request, Segment
+
+T0 = 100.0
+
+
+def it(rank, i, a, b, segs, warmup=False, phases=()):
+    return IterationRecord(rank=rank, iteration=i, t_start=T0 + a, t_end=T0 + b,
+                           num_tokens=sum(s.length for s in segs), segments=segs, warmup=warmup,
+                           phases=[(p, l, T0 + s, T0 + e) for p, l, s, e in phases])
+
+
+def two_ranks(device="cpu"):
+    r0 = RankResult(
+        rank=0, mode="dep", device=device, t0=T0,
+        requests=[Request(0, 0, 100, 0.0), Request(1, 0, 50, 0.0)],
+        iterations=[
+            it(0, 0, 0.0, 0.5, [Segment(0, 0, 100, True)], warmup=True, phases=[("attention", 0, 0.0, 0.5)]),
+            it(0, 1, 0.5, 1.0, [Segment(1, 0, 50, True)],
+               phases=[("attention", 0, 0.5, 0.6), ("sync_wait", 0, 0.6, 0.65), ("attention", 1, 0.7, 0.8)]),
+            it(0, 2, 1.0, 1.5, [], phases=[("sync_wait", -1, 1.0, 1.4)]),  # empty DEP iteration
+        ],
+        first_token_s={0: T0 + 0.5, 1: T0 + 1.0},
+        memory_bytes={"weights": 10, "prefetch_slots": 2, "activations": 5, "peak_total": 17})
+    r1 = RankResult(
+        rank=1, mode="dep", device=device, t0=T0,
+        requests=[Request(2, 1, 60, 0.0), Request(3, 1, 90, 0.2)],
+        iterations=[
+            it(1, 0, 0.0, 0.5, [Segment(2, 0, 60, True)], warmup=True),
+            it(1, 1, 0.5, 1.0, [Segment(3, 0, 40, False)], phases=[("expert_gemm", 0, 0.6, 0.8)]),
+            it(1, 2, 1.0, 1.5, [Segment(3, 40, 50, True)],
+               phases=[("copy", 1, 1.0, 1.25), ("prefetch_wait", 1, 1.2, 1.25), ("expert_gemm", 1, 1.2, 1.5)]),
+        ],
+        first_token_s={2: T0 + 0.5, 3: T0 + 1.5},
+        memory_bytes={"weights": 10, "prefetch_slots": 4, "activations": 3, "peak_total": 18}, copy_bytes=77)
+    return [r0, r1]
+
+
+def test_mode_metrics_by_hand():
+    m = mode_metrics(two_ranks(), num_layers=2)
+    # measured: r0 it1, it2; r1 it1, it2 -> tokens 50 + 0 + 40 + 50; window 100.5 .. 101.5
+    assert m["tokens"] == 140 and m["total_tokens"] == 300 and m["iterations"] == 4 and m["busy_iterations"] == 3
+    assert m["window_s"] == pytest.approx(1.0)
+    assert m["tps_per_gpu"] == pytest.approx(140 / 1.0 / 2)
+    assert m["iterations_per_s"] == pytest.approx(3 / 1.0 / 2)
+    # busy spans: r0 50 tokens over [0.5, 1.0] = 100/s; r1 90 over [0.5, 1.5] = 90/s
+    assert m["tps_per_gpu_busy"] == pytest.approx(95.0)
+    # TTFT of requests with no warm-up chunk: id1 101.0 - 100.0 = 1.0 s; id3 101.5 - 100.2 = 1.3 s
+    assert m["requests_measured"] == 2 and m["requests_unfinished"] == 0
+    assert m["ttft_p50_ms"] == pytest.approx(1150.0)
+    assert m["ttft_p90_ms"] == pytest.approx(1270.0)
+    assert m["ttft_p99_ms"] == pytest.approx(1297.0)
+    # per layer per iteration: sums / (4 iterations * 2 layers); the 0.5 s warm-up attention is excluded
+    us = m["layer_us"]
+    assert us["attention"] == pytest.approx(0.2 / 8 * 1e6)
+    assert us["sync_wait"] == pytest.approx(0.45 / 8 * 1e6)
+    assert us["expert_gemm"] == pytest.approx(0.5 / 8 * 1e6)
+    assert us["copy"] == pytest.approx(0.25 / 8 * 1e6)
+    assert us["prefetch_wait"] == pytest.approx(0.05 / 8 * 1e6) == us["exposed_copy"]
+    assert us["hidden_copy"] == pytest.approx(0.20 / 8 * 1e6)
+    assert us["other"] == 0 and us["all_to_all"] == 0
+    assert m["memory_max_bytes"] == {"weights": 10, "prefetch_slots": 4, "activations": 5, "peak_total": 18}
+    assert m["memory_bytes"]["1"]["prefetch_slots"] == 4
+    assert m["copy_bytes"] == 77
+    assert m["ranks_share_gpu"] is False
+
+
+def test_shared_gpu_is_flagged_and_still_divides_by_ranks():
+    m = mode_metrics(two_ranks(device="cuda:0"), num_layers=2)
+    assert m["ranks_share_gpu"] is True and m["devices"] == ["cuda:0"]
+    assert m["tps_per_gpu"] == pytest.approx(70.0)
+
+
+def test_unfinished_request_and_hidden_copy_clip():
+    res = two_ranks()
+    del res[1].first_token_s[3]
+    res[1].iterations[2].phases = [("copy", 1, T0 + 1.0, T0 + 1.01), ("prefetch_wait", 1, T0 + 1.0, T0 + 1.3)]
+    m = mode_metrics(res, num_layers=2)
+    assert m["requests_unfinished"] == 1 and m["requests_measured"] == 1
+    assert m["ttft_p50_ms"] == pytest.approx(1000.0)
+    assert m["layer_us"]["hidden_copy"] == 0.0  # copy 10 ms < exposed wait 300 ms: clipped at 0
+
+
+def test_ratios_and_consistency():
+    dep = two_ranks()
+    dwdp = copy.deepcopy(dep)
+    for r in dwdp:
+        r.mode = "dwdp"
+        for i in r.iterations:  # DWDP: every time after the start scaled by 0.8
+            i.t_start, i.t_end = T0 + (i.t_start - T0) * 0.8, T0 + (i.t_end - T0) * 0.8
+        r.first_token_s = {k: T0 + (v - T0) * 0.8 for k, v in r.first_token_s.items()}
+    m = compute_metrics({"dep": dep, "dwdp": dwdp}, num_layers=2)
+    assert m["ratio"]["tps_per_gpu"] == pytest.approx(1 / 0.8)
+    assert m["ratio"]["tps_per_gpu"] == pytest.approx(m["dwdp"]["tps_per_gpu"] / m["dep"]["tps_per_gpu"])
+    # TTFT: dwdp id1 0.8 s, id3 1.2 - 0.2 = 1.0 s -> p50 0.9 s; DEP p50 1.15 s
+    assert m["ratio"]["ttft_speedup_p50"] == pytest.approx(1.15 / 0.9)
+    c = consistency(m, expected_tokens=300)
+    assert c["ok"] and c["tokens_equal_across_modes"] and c["tokens_match_workload"] and c["ratio_matches"]
+    bad = copy.deepcopy(m)
+    bad["ratio"]["tps_per_gpu"] *= 1.01
+    assert not consistency(bad, 300)["ratio_matches"] and not consistency(bad, 300)["ok"]
+    assert not consistency(m, 301)["tokens_match_workload"]
+    dwdp[0].iterations[1].num_tokens += 1
+    c = consistency(compute_metrics({"dep": dep, "dwdp": dwdp}, 2), 300)
+    assert not c["tokens_equal_across_modes"] and not c["ok"]
+    assert compute_metrics({"dep": dep}, 2)["ratio"] == {}
+    assert math.isnan(ratios({**m["dep"], "tps_per_gpu": 0.0}, m["dwdp"])["tps_per_gpu"])
+
+
+def test_steady_timeline_window_and_clipping():
+    t = steady_timeline(two_ranks())
+    # rank 0's busy measured iterations with phases: [1] -> k = 1; window [100.5, 101.0]
+    assert t["iteration"] == 1 and t["duration_s"] == pytest.approx(0.5)
+    r0 = {tuple(x[:2]): x[2:] for x in t["ranks"]["0"]}
+    assert r0[("attention", 0)] == pytest.approx([0.0, 0.1])
+    assert r0[("attention", 1)] == pytest.approx([0.2, 0.3])
+    assert ("sync_wait", -1) in r0 and r0[("sync_wait", -1)] == pytest.approx([0.5, 0.5])  # touches the edge
+    assert [x[0] for x in t["ranks"]["1"]][:1] == ["expert_gemm"]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="no rank results"):
+        mode_metrics([], 2)
+    with pytest.raises(ValueError, match="num_layers"):
+        mode_metrics(two_ranks(), 0)
