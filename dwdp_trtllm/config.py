@@ -119,6 +119,9 @@ class ModelConfig:
 
     preset: str = doc(f"Model preset: one of {', '.join(sorted(PRESETS))}.", "tiny")
     num_layers: int | None = doc("Truncate the preset to this many layers (full per-layer dims); null keeps all.", None)
+    first_k_dense: int | None = doc(
+        "Dense (non-MoE) layers at the start; null keeps the preset's, capped at num_layers - 1. Benchmarks of "
+        "truncated models set it low so that most layers are MoE.", None)
     dtype: Literal["float32", "bf16"] = doc("Activation/compute dtype of the engine (float32 for exact CPU checks).", "float32")
     seed: int = doc("Seed of the random weights (identical on every rank).", 0)
     checkpoint: str | None = doc("Directory of a HuggingFace-layout safetensors checkpoint; null = seeded random weights.", None)
@@ -128,9 +131,13 @@ class ModelConfig:
             raise ConfigError(None, "preset", f"unknown model preset {self.preset!r}; expected one of {', '.join(sorted(PRESETS))}")
         if self.num_layers is not None and self.num_layers < 1:
             raise ConfigError(None, "num_layers", f"expected an integer >= 1 or null, got {self.num_layers}")
+        layers = self.num_layers if self.num_layers is not None else PRESETS[self.preset].num_layers
+        if self.first_k_dense is not None and not 0 <= self.first_k_dense < layers:
+            raise ConfigError(None, "first_k_dense", f"expected an integer in [0, {layers - 1}] (at least one MoE layer), "
+                                                     f"got {self.first_k_dense}")
 
     def spec(self) -> ModelSpec:
-        return get_model(self.preset, self.num_layers)
+        return get_model(self.preset, self.num_layers, self.first_k_dense)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

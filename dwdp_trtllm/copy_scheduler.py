@@ -57,6 +57,7 @@ class _Table:
     """Everything issue() needs for one (layer, slot), precomputed."""
 
     batches: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # (dsts, srcs, sizes) uint64 per batch
+    batch_ptrs: tuple[tuple[int, int, int, int], ...]  # host addresses of those arrays + count (batch method)
     lists: tuple[list[int], list[int], list[int]] | None  # per_op: plain ints (no numpy scalar conversion)
     views: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None  # torch/CPU: (dst, src) byte views
 
@@ -143,6 +144,15 @@ class CopyScheduler:
         self._dst_off = np.fromiter((op.dst_offset for op in plan.ops), np.uint64, n)
         self._tidx = np.fromiter((op.tensor_idx for op in plan.ops), np.int64, n)
         self._peer = np.fromiter((op.source_rank for op in plan.ops), np.int64, n)
+        self._ntensors = int(self._tidx.max(initial=-1)) + 1
+        self._npeers = int(self._peer.max(initial=-1)) + 1
+        self._need_src: dict[tuple[int, int], int] = {}  # bytes each buffer must hold for the plan
+        self._need_dst: dict[int, int] = {}
+        for op in plan.ops:
+            end = op.src_offset + op.nbytes
+            self._need_src[(op.source_rank, op.tensor_idx)] = max(self._need_src.get((op.source_rank, op.tensor_idx), 0), end)
+            end = op.dst_offset + op.nbytes
+            self._need_dst[op.tensor_idx] = max(self._need_dst.get(op.tensor_idx, 0), end)
         bounds = np.cumsum([0] + [len(b) for b in split_batches(plan, max_inflight_slices)])
         self._bounds = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
         self._tables = {(layer, slot): self._build(layer, slot, src_buffer, dst_buffer)
@@ -162,15 +172,11 @@ class CopyScheduler:
         ops = self.plan.ops
         dst_t: dict[int, torch.Tensor] = {}
         src_t: dict[tuple[int, int], torch.Tensor] = {}
-        for t in np.unique(self._tidx).tolist():
+        for t in self._need_dst:
             dst_t[t] = _as_bytes(dst_buffer(slot, t), f"dst_buffer(slot={slot}, tensor_idx={t})")
-        for p, t in {(op.source_rank, op.tensor_idx) for op in ops}:
+        for p, t in self._need_src:
             src_t[(p, t)] = _as_bytes(src_buffer(p, layer, t), f"src_buffer(peer={p}, layer={layer}, tensor_idx={t})")
-        for what, bufs, offs, keys in (("src_buffer", src_t, self._src_off, list(zip(self._peer.tolist(), self._tidx.tolist()))),
-                                       ("dst_buffer", dst_t, self._dst_off, self._tidx.tolist())):
-            need: dict = {}
-            for k, end in zip(keys, (offs + self._sizes).tolist()):
-                need[k] = max(need.get(k, 0), end)
+        for what, bufs, need in (("src_buffer", src_t, self._need_src), ("dst_buffer", dst_t, self._need_dst)):
             for k, end in need.items():
                 if bufs[k].numel() < end:
                     raise ValueError(f"{what}{k} for layer {layer} slot {slot} holds {bufs[k].numel()} bytes; "
@@ -180,16 +186,20 @@ class CopyScheduler:
         if self.method == "torch":
             views = tuple((dst_t[op.tensor_idx][op.dst_offset:op.dst_offset + op.nbytes],
                            src_t[(op.source_rank, op.tensor_idx)][op.src_offset:op.src_offset + op.nbytes]) for op in ops)
-            return _Table((), None, views)
-        dst_base = np.array([dst_t[t].data_ptr() if t in dst_t else 0 for t in range(int(self._tidx.max(initial=-1)) + 1)],
-                            np.uint64)
-        src_base = np.array([src_t[(p, t)].data_ptr() for p, t in zip(self._peer.tolist(), self._tidx.tolist())], np.uint64)
-        dsts = dst_base[self._tidx] + self._dst_off if len(ops) else np.zeros(0, np.uint64)
-        srcs = src_base + self._src_off if len(ops) else np.zeros(0, np.uint64)
+            return _Table((), (), None, views)
+        dst_lut = np.zeros(self._ntensors, np.uint64)
+        src_lut = np.zeros(self._npeers * self._ntensors, np.uint64)
+        for t, buf in dst_t.items():
+            dst_lut[t] = buf.data_ptr()
+        for (p, t), buf in src_t.items():
+            src_lut[p * self._ntensors + t] = buf.data_ptr()
+        dsts = dst_lut[self._tidx] + self._dst_off
+        srcs = src_lut[self._peer * self._ntensors + self._tidx] + self._src_off
         batches = tuple((np.ascontiguousarray(dsts[a:b]), np.ascontiguousarray(srcs[a:b]),
                          np.ascontiguousarray(self._sizes[a:b])) for a, b in self._bounds)
+        ptrs = tuple((d.ctypes.data, s.ctypes.data, z.ctypes.data, len(d)) for d, s, z in batches)
         lists = (dsts.tolist(), srcs.tolist(), self._sizes.tolist()) if self.method == "per_op" else None
-        return _Table(batches, lists, None)
+        return _Table(batches, ptrs, lists, None)
 
     def _table(self, layer: int, slot: int) -> _Table:
         if self._closed:
@@ -213,9 +223,9 @@ class CopyScheduler:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(s)
         if self.method == "batch":
-            handle_ptr = s.cuda_stream
-            for dsts, srcs, sizes in tab.batches:
-                self._batch(dsts, srcs, sizes, handle_ptr)
+            raw, stream_ptr = self._batch.raw, s.cuda_stream
+            for dp, sp, zp, count in tab.batch_ptrs:
+                raw(dp, sp, zp, count, stream_ptr)
         elif self.method == "per_op":
             from .memcpy import per_op_memcpy
             per_op_memcpy(*tab.lists, s.cuda_stream)  # type: ignore[misc]

@@ -78,13 +78,17 @@ class BatchMemcpy:
 
     def __call__(self, dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, stream: int) -> None:
         """Enqueue len(dsts) copies on `stream` (a raw cudaStream_t, not the legacy NULL stream)."""
-        count = len(dsts)
+        self.raw(dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(dsts), stream)
+
+    def raw(self, dsts_p: int, srcs_p: int, sizes_p: int, count: int, stream: int) -> None:
+        """As __call__, with host addresses of uint64 arrays the caller keeps alive (no per-call lookups)."""
         if count == 0:
             return
-        args = [dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, count, self._attrs_p, self._idx_p, 1]
         if self._has_fail_idx:
-            args.append(ctypes.addressof(self._fail_idx))
-        code = self._fn(*args, stream)
+            code = self._fn(dsts_p, srcs_p, sizes_p, count, self._attrs_p, self._idx_p, 1,
+                            ctypes.addressof(self._fail_idx), stream)
+        else:
+            code = self._fn(dsts_p, srcs_p, sizes_p, count, self._attrs_p, self._idx_p, 1, stream)
         if code != 0:
             where = f" (first failing op {self._fail_idx.value})" if self._has_fail_idx else ""
             raise CudaError(f"cuMemcpyBatchAsync of {count} copies failed: {_error_name(code)} ({code}){where}")

@@ -5,7 +5,8 @@ Definitions (iterations with IterationRecord.warmup are excluded everywhere):
   latest non-warm-up iteration end over all ranks (one shared perf_counter clock).
 - tokens: sum of num_tokens over non-warm-up iterations of all ranks.
 - tps_per_gpu: tokens / window_s / ranks. On CPU a "GPU" is a rank. When several ranks share one GPU
-  the division is still by the number of ranks (a per-rank rate), flagged by `ranks_share_gpu`.
+  (num_gpus < ranks) the division is still by the number of ranks (a per-rank rate), flagged by
+  `ranks_share_gpu`; tps_per_device = tokens / window_s / num_gpus is what each physical device did.
 - tps_per_gpu_busy: mean over ranks of the rank's measured tokens / its own busy span (first non-warm-up
   iteration start to the end of its last non-warm-up iteration that processed tokens): a rank's rate
   while it has work, which leaves out the tail where lightly loaded ranks have finished.
@@ -40,13 +41,19 @@ def measured_iterations(results: list[RankResult]):
     return [(r, it) for r in results for it in r.iterations if not it.warmup]
 
 
-def mode_metrics(results: list[RankResult], num_layers: int) -> dict:
-    """Metrics of one mode's run (one RankResult per rank); see the module doc."""
+def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | None = None) -> dict:
+    """Metrics of one mode's run (one RankResult per rank); see the module doc.
+
+    num_gpus: physical devices the ranks ran on (None: one per rank, as on CPU).
+    """
     if not results:
         raise ValueError("no rank results")
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     ranks = len(results)
+    gpus = ranks if num_gpus is None else num_gpus
+    if not 1 <= gpus <= ranks:
+        raise ValueError(f"num_gpus must be in [1, {ranks} ranks], got {num_gpus}")
     measured = measured_iterations(results)
     tokens = sum(it.num_tokens for _, it in measured)
     total_tokens = sum(it.num_tokens for r in results for it in r.iterations)
@@ -84,8 +91,9 @@ def mode_metrics(results: list[RankResult], num_layers: int) -> dict:
     mem_max = {k: max((int(r.memory_bytes.get(k, 0)) for r in results), default=0) for k in MEMORY_KEYS}
     return {
         "ranks": ranks,
+        "num_gpus": gpus,
         "devices": devices,
-        "ranks_share_gpu": any(d.startswith("cuda") for d in devices) and len(devices) < ranks,
+        "ranks_share_gpu": gpus < ranks,
         "requests": sum(len(r.requests) for r in results),
         "requests_measured": len(ttft),
         "requests_unfinished": unfinished,
@@ -95,6 +103,7 @@ def mode_metrics(results: list[RankResult], num_layers: int) -> dict:
         "busy_iterations": busy_iters,
         "window_s": window,
         "tps_per_gpu": tokens / window / ranks if window > 0 else math.nan,
+        "tps_per_device": tokens / window / gpus if window > 0 else math.nan,
         "tps_per_gpu_busy": float(np.mean(busy_rates)),
         "iterations_per_s": busy_iters / window / ranks if window > 0 else math.nan,
         "ttft_p50_ms": _percentile(ttft, 50) * 1e3,
@@ -123,9 +132,9 @@ def ratios(dep: dict, dwdp: dict) -> dict:
     }
 
 
-def compute_metrics(by_mode: dict[str, list[RankResult]], num_layers: int) -> dict:
+def compute_metrics(by_mode: dict[str, list[RankResult]], num_layers: int, num_gpus: int | None = None) -> dict:
     """{"<mode>": mode_metrics, ..., "ratio": ratios(dep, dwdp) or {} when either mode is missing}."""
-    out: dict = {mode: mode_metrics(res, num_layers) for mode, res in by_mode.items()}
+    out: dict = {mode: mode_metrics(res, num_layers, num_gpus) for mode, res in by_mode.items()}
     out["ratio"] = ratios(out["dep"], out["dwdp"]) if "dep" in out and "dwdp" in out else {}
     return out
 

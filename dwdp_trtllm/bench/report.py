@@ -95,6 +95,7 @@ def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
     rows: list[tuple[str, str, int, str | None]] = [
         ("context tokens/s per GPU", "tps_per_gpu", 1, "tps_per_gpu"),
         ("  while busy (per-rank mean)", "tps_per_gpu_busy", 1, "tps_per_gpu_busy"),
+        ("  per physical device", "tps_per_device", 1, None),
         ("iterations/s per rank", "iterations_per_s", 2, "iterations_per_s"),
         ("TTFT p50 ms *", "ttft_p50_ms", 2, "ttft_speedup_p50"),
         ("TTFT p90 ms *", "ttft_p90_ms", 2, "ttft_speedup_p90"),
@@ -147,9 +148,9 @@ def print_point(console: Console, run: dict) -> None:
     console.print(point_table(run))
     first = next(iter(v for k, v in run["metrics"].items() if k != "ratio"), {})
     if first.get("ranks_share_gpu"):
-        console.print(f"[yellow]note:[/] {first['ranks']} ranks share {len(first['devices'])} GPU(s) "
-                      f"({', '.join(first['devices'])}); 'per GPU' numbers are per rank, and the ratio is not the "
-                      "multi-GPU answer (ranks compete for one GPU's SMs and copy engines).")
+        console.print(f"[yellow]note:[/] {first['ranks']} ranks share {first['num_gpus']} GPU(s) "
+                      f"({', '.join(first['devices'])}): 'per GPU' numbers are per rank, and the ratio is not the "
+                      "multi-GPU answer (the ranks compete for one GPU's SMs, memory bandwidth and copy engines).")
     c = run.get("consistency", {})
     if c and not c.get("ok", True):
         bad = [k for k, v in c.items() if isinstance(v, bool) and not v and k != "ok"]

@@ -50,11 +50,19 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _device_name(results: dict[str, list[RankResult]]) -> str | None:
-    for res in results.values():
-        for r in res:
-            if r.extra.get("device_name"):
-                return str(r.extra["device_name"])
-    return None
+    """The ranks' device name (RankResult.device is e.g. 'NVIDIA H200' on cuda, 'cpu' on cpu)."""
+    names = sorted({r.device for res in results.values() for r in res})
+    return ", ".join(names) if names else None
+
+
+def num_gpus(cfg: BenchConfig) -> int | None:
+    """Physical GPUs the launcher spreads the ranks over (rank r -> GPU r % device_count); None on cpu."""
+    if cfg.run.device != "cuda":
+        return None
+    import torch
+
+    count = torch.cuda.device_count()  # NVML/driver query; creates no context in this process
+    return max(1, min(cfg.run.ranks, count)) if count else None
 
 
 def run_point(point: SweepPoint, run_mode: RunMode, console: Console) -> dict:
@@ -79,7 +87,7 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console) -> dict:
             by_mode[mode] = sorted(results, key=lambda r: r.rank)
             progress.update(task, completed=sum(sum(1 for q in r.requests if q.request_id in r.first_token_s)
                                                 for r in results))
-    metrics = compute_metrics(by_mode, cfg.model.spec().num_layers)
+    metrics = compute_metrics(by_mode, cfg.model.spec().num_layers, num_gpus(cfg))
     expected = sum(q.isl for rq in queues for q in rq)
     return {"config": point.config_dict, "point": point.values, "point_hash": point.key,
             "env": env_info(cfg.run.device, _device_name(by_mode)), "metrics": metrics,

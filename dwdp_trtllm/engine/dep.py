@@ -20,27 +20,38 @@ from .timing import PhaseTimer
 
 
 class A2A:
-    """all_to_all_single on `group`; CUDA tensors on a gloo group are staged through host memory.
+    """all_to_all_single for DEP: NCCL (one GPU per rank), gloo (CPU), or CUDA IPC buffers when
+    several ranks share a GPU (NCCL refuses duplicate GPUs; see ipc_a2a.py). `kind` names the path
+    and is reported with the results."""
 
-    Staging is used only when several ranks share one GPU (NCCL refuses duplicate GPUs); it slows
-    DEP, so results of such runs say so (RankResult.extra["dep_a2a"]).
-    """
-
-    def __init__(self, group, device: torch.device):
-        self.group, self.device = group, device
+    def __init__(self, group, device: torch.device, *, rank: int, world: int, tag: str):
+        self.group, self.device, self.rank, self.world = group, device, rank, world
         backend = dist.get_backend(group)
-        self.staged = device.type == "cuda" and backend == "gloo"
-        self.kind = f"{backend}{'-staged' if self.staged else ''}"
+        self.ipc = None
+        if device.type == "cuda" and backend == "gloo":
+            from .ipc_a2a import IpcAllToAll
+            self.ipc = IpcAllToAll(group, rank, world, device, tag)
+        self.kind = "cuda-ipc" if self.ipc is not None else backend
 
-    def __call__(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None = None,
-                 in_splits: list[int] | None = None) -> torch.Tensor:
-        if self.staged:
-            out_h = torch.empty(out.shape, dtype=out.dtype)
-            dist.all_to_all_single(out_h, inp.cpu(), out_splits, in_splits, group=self.group)
-            out.copy_(out_h, non_blocking=False)
-        else:
-            dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
+    def splits(self, send_counts_W: torch.Tensor) -> tuple[list[int], list[int]]:
+        """(in_splits, out_splits): rows this rank sends to / receives from each rank (host sync)."""
+        if self.ipc is not None:
+            m = self.ipc.exchange_counts(send_counts_W)
+            return m[self.rank], [m[i][self.rank] for i in range(self.world)]
+        recv_counts_W = torch.empty_like(send_counts_W)
+        dist.all_to_all_single(recv_counts_W, send_counts_W, group=self.group)
+        return send_counts_W.tolist(), recv_counts_W.tolist()
+
+    def __call__(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
+                 *, combine: bool = False) -> torch.Tensor:
+        if self.ipc is not None:
+            return self.ipc(out, inp, out_splits, in_splits, transpose=combine)
+        dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
         return out
+
+    def close(self) -> None:
+        if self.ipc is not None:
+            self.ipc.close()
 
 
 class DepExperts:
@@ -50,11 +61,12 @@ class DepExperts:
     """
 
     def __init__(self, *, group, ep_rank: int, ep_size: int, num_experts: int, expert_start: int, expert_end: int,
-                 weights: list[dict[str, torch.Tensor]], device: torch.device, gemm: str, timer: PhaseTimer | None = None):
+                 weights: list[dict[str, torch.Tensor]], device: torch.device, gemm: str, timer: PhaseTimer | None = None,
+                 tag: str = "dwdp_dep"):
         self.group, self.ep_rank, self.ep_size = group, ep_rank, ep_size
         self.num_experts, self.start, self.end = num_experts, expert_start, expert_end
         self.weights, self.device, self.gemm, self.timer = weights, device, gemm, timer
-        self.a2a = A2A(group, device)
+        self.a2a = A2A(group, device, rank=ep_rank, world=ep_size, tag=tag)
         # owner rank of every expert (contiguous blocks, same split on every rank)
         bounds = [((num_experts * r) // ep_size) for r in range(ep_size + 1)]
         owner = torch.empty(num_experts, dtype=torch.int64)
@@ -85,12 +97,9 @@ class DepExperts:
             send_x = x_TH.index_select(0, tok_P)
             send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
             send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
-            recv_counts_W = torch.empty_like(send_counts_W)
         with self._phase("sync_wait", moe_idx):
             # The first collective of the layer: every rank blocks here until the slowest arrives.
-            self.a2a(recv_counts_W, send_counts_W)
-            in_splits = send_counts_W.tolist()
-            out_splits = recv_counts_W.tolist()
+            in_splits, out_splits = self.a2a.splits(send_counts_W)
         R = sum(out_splits)
         with self._phase("all_to_all", moe_idx):
             recv_x = torch.empty(R, H, dtype=x_TH.dtype, device=x_TH.device)
@@ -109,7 +118,7 @@ class DepExperts:
             y_R[perm_R] = y_sorted
         with self._phase("all_to_all", moe_idx):
             back_P = torch.empty(T * K, H, dtype=y_R.dtype, device=x_TH.device)
-            self.a2a(back_P, y_R, in_splits, out_splits)
+            self.a2a(back_P, y_R, in_splits, out_splits, combine=True)
         with self._phase("other", moe_idx):
             out_TH = combine(back_P, perm_P, topk_weights_TK, T)
         return out_TH.to(x_TH.dtype)

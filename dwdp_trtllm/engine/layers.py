@@ -10,6 +10,8 @@ Weights use the nn.Linear convention (out x in) and the HF names of weights.dens
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -107,6 +109,50 @@ def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix
     return o.transpose(0, 1)
 
 
+#: use torch's flash varlen kernel for packed batches on CUDA (bf16/fp16) when this torch has it
+VARLEN_ATTENTION = True
+
+
+@functools.cache
+def _torch_varlen():
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    # torch 2.9-2.11 spell causal as window_size=(-1, 0); older previews had other signatures
+    return varlen_attn if "window_size" in inspect.signature(varlen_attn).parameters else None
+
+
+def _varlen_fn(q: torch.Tensor):
+    if not (VARLEN_ATTENTION and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)):
+        return None
+    return _torch_varlen()
+
+
+def attend_packed(q_TNd: torch.Tensor, k_list: list[torch.Tensor], v_list: list[torch.Tensor], plan: list[SegmentSlice],
+                  scale: float) -> torch.Tensor:
+    """Attention of every segment of the packed batch: out_TNe. k_list[i]/v_list[i] are segment i's keys
+    and values [S_i, G, d]/[S_i, G, e] (cached prefix first). One flash varlen call on CUDA, else a
+    loop of SDPA calls over segments (CPU, fp32)."""
+    varlen = _varlen_fn(q_TNd)
+    if varlen is None or len(plan) == 1 and plan[0].prefix == 0:
+        out = [attend(q_TNd[s.begin:s.end], k, v, s.prefix, scale) for s, k, v in zip(plan, k_list, v_list)]
+        return torch.cat(out) if len(out) > 1 else out[0]
+    N, d, e = q_TNd.shape[1], q_TNd.shape[2], v_list[0].shape[2]
+    k_SGd, v_SGe = torch.cat(k_list), torch.cat(v_list)
+    if k_SGd.shape[1] != N:  # this varlen has no enable_gqa: repeat the kv heads
+        k_SGd, v_SGe = k_SGd.repeat_interleave(N // k_SGd.shape[1], 1), v_SGe.repeat_interleave(N // v_SGe.shape[1], 1)
+    if e != d:  # flash wants one head dim (MLA: v 128 vs qk 192): zero-pad v, slice the output
+        v_SGe = F.pad(v_SGe, (0, d - e))
+    lens_q, lens_k = [s.end - s.begin for s in plan], [k.shape[0] for k in k_list]
+    cu = torch.tensor([[sum(lens_q[:i]), sum(lens_k[:i])] for i in range(len(plan) + 1)], dtype=torch.int32)
+    cu = cu.to(q_TNd.device, non_blocking=True)
+    # window (-1, 0) is causal aligned to the bottom right: query i of a chunk sees its prefix + keys <= i
+    out = varlen(q_TNd.contiguous(), k_SGd.contiguous(), v_SGe.contiguous(), cu[:, 0].contiguous(), cu[:, 1].contiguous(),
+                 max(lens_q), max(lens_k), scale=scale, window_size=(-1, 0))
+    return out[..., :e]
+
+
 # ---- attention blocks ------------------------------------------------------------------------------
 class MLAAttention:
     """DeepSeek multi-head latent attention, expanded form (K/V rebuilt from the cached latent)."""
@@ -131,7 +177,7 @@ class MLAAttention:
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.rms_eps)
         krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]
         kvb_w = w["kv_b_proj.weight"]
-        out = []
+        k_list, v_list = [], []
         for s in plan:
             ckv_SC, krope_SR = ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]
             if s.prefix:
@@ -140,9 +186,9 @@ class MLAAttention:
             if s.keep:
                 kv_cache.extend(s.request_id, self.layer, (ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]))  # type: ignore[union-attr]
             kv_SNe = F.linear(ckv_SC, kvb_w).view(-1, N, Dn + Dv)
-            k_SNd = torch.cat([kv_SNe[..., :Dn], krope_SR[:, None, :].expand(-1, N, R)], dim=-1)
-            out.append(attend(q_TNd[s.begin:s.end], k_SNd, kv_SNe[..., Dn:], s.prefix, self.scale))
-        o_TNe = torch.cat(out) if len(out) > 1 else out[0]
+            k_list.append(torch.cat([kv_SNe[..., :Dn], krope_SR[:, None, :].expand(-1, N, R)], dim=-1))
+            v_list.append(kv_SNe[..., Dn:])
+        o_TNe = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
         return F.linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
 
 
@@ -166,7 +212,7 @@ class GQAAttention:
         if sp.qk_norm and sp.family != "olmoe":
             q_TNd, k_TGd = rms_norm(q_TNd, w["q_norm.weight"], sp.rms_eps), rms_norm(k_TGd, w["k_norm.weight"], sp.rms_eps)
         q_TNd, k_TGd = apply_rope(q_TNd, *rope, interleaved=False), apply_rope(k_TGd, *rope, interleaved=False)
-        out = []
+        k_list, v_list = [], []
         for s in plan:
             k_SGd, v_SGd = k_TGd[s.begin:s.end], v_TGd[s.begin:s.end]
             if s.prefix:
@@ -174,8 +220,9 @@ class GQAAttention:
                 k_SGd, v_SGd = torch.cat([pk, k_SGd]), torch.cat([pv, v_SGd])
             if s.keep:
                 kv_cache.extend(s.request_id, self.layer, (k_TGd[s.begin:s.end], v_TGd[s.begin:s.end]))  # type: ignore[union-attr]
-            out.append(attend(q_TNd[s.begin:s.end], k_SGd, v_SGd, s.prefix, self.scale))
-        o_TNd = torch.cat(out) if len(out) > 1 else out[0]
+            k_list.append(k_SGd)
+            v_list.append(v_SGd)
+        o_TNd = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
         return F.linear(o_TNd.reshape(T, N * d), w["o_proj.weight"])
 
 

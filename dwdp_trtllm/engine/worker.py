@@ -75,7 +75,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
         if device.type == "cuda" and torch.cuda.device_count() >= world:
             group = dist.new_group(backend="nccl")
         backend = DepExperts(group=group, ep_rank=rank, ep_size=world, num_experts=spec.num_experts, expert_start=start,
-                             expert_end=end, weights=weights, device=device, gemm=cfg.dwdp.gemm)
+                             expert_end=end, weights=weights, device=device, gemm=cfg.dwdp.gemm, tag=f"{tag}_dep")
         return backend, sum(_tensor_bytes(w.values()) for w in weights), 0, {"dep_a2a": backend.a2a.kind}
     if mode == "dwdp":
         from ..runtime import DwdpRuntime
@@ -193,11 +193,18 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         rt = getattr(backend, "rt", None)
         if rt is not None:
             rt.abort()  # local release only: a collective here would hang on the failing path
+        if hasattr(backend, "a2a"):
+            backend.a2a.close()
         raise
     rt = getattr(backend, "rt", None)
     copied = rt.prefetcher.copied_bytes if rt is not None and rt.prefetcher is not None else 0
     if rt is not None:
         rt.close()
+    if hasattr(backend, "a2a"):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()  # no peer still writes into our DEP receive buffer
+        backend.a2a.close()
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
     else:

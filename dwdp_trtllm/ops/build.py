@@ -130,7 +130,7 @@ def load(cuda: bool | None = None, verbose: bool = False) -> Path:
             includes += [str(p) for p in cutlass_include_dirs()]
         try:
             cpp_extension.load(
-                name=name, sources=[str(s) for s in _source_files(cuda)], extra_cflags=["-O2", "-std=c++17"],
+                name=name, sources=[str(s) for s in _source_files(cuda)], extra_cflags=["-O2"],
                 extra_cuda_cflags=_CUDA_FLAGS if cuda else None, extra_include_paths=includes,
                 build_directory=str(build_dir), verbose=verbose, with_cuda=cuda, is_python_module=False)
         except (RuntimeError, OSError, ImportError) as e:

@@ -166,7 +166,7 @@ class Recommendation:
     dwdp_size: int | None
     redundant_experts: int | None
     slice_bytes: int | None
-    mean_speedup: float | None  # geometric mean over the ISLs
+    mean_speedup: float | None  # geometric mean over the ISLs of the chosen (or best) setup
     reason: str
     notes: tuple[str, ...] = ()
 
@@ -193,27 +193,36 @@ def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
                f"{worst.memory_per_rank_gb:.1f} GB per rank > {spec.memory_budget_gb:.1f} GB") if worst else \
               "no DWDP group size > 1 among the candidates"
         return Recommendation(False, None, None, None, None, f"use DEP here: {why}")
-    scores = {k: _geomean([r.speedup for r in v]) for k, v in fitting.items()}
-    best = max(scores, key=lambda k: (scores[k], -k[0], -k[1]))
-    best_rows, score = fitting[best], scores[best]
+    # DEP stays available where DWDP loses, so a setup is scored by its gains only: geomean(max(speedup, 1))
+    scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}
+    best = max(scores, key=lambda k: (scores[k], _geomean([r.speedup for r in fitting[k]]), -k[0], -k[1]))
+    best_rows = fitting[best]
+    score = _geomean([r.speedup for r in best_rows])
     notes = []
-    losing = [r for r in best_rows if r.speedup < 1]
-    if score <= 1:
+    losing = [r for r in best_rows if r.speedup <= 1]
+    if len(losing) == len(best_rows):
         exposed = [r for r in best_rows if not r.prefetch_hidden]
         if exposed:
             why = "prefetch exposed: " + ", ".join(
                 f"T_prefetch {r.t_prefetch_us:.0f} us > T_compute {r.t_compute_us:.0f} us at ISL {r.isl}" for r in exposed[:4])
         else:
-            why = "the all-to-all and sync DWDP removes cost less than the copy interference it adds"
+            why = "the all-to-all and sync that DWDP removes cost less than the copy interference it adds"
         return Recommendation(False, None, None, None, score,
-                              f"use DEP here: best DWDP setup G={best[0]} averages {score:.2f}x; {why}")
+                              f"use DEP here: the best DWDP setup (G={best[0]}) reaches at most "
+                              f"{max(r.speedup for r in best_rows):.2f}x; {why}")
     if losing:
+        wins = [r.isl for r in best_rows if r.speedup > 1]
         notes.append("DWDP loses at ISL " + ", ".join(str(r.isl) for r in losing)
-                     + " (prefetch not hidden or all-to-all too small to pay for it); prefer DEP there")
+                     + f" (prefetch not hidden or too little all-to-all to save): use DEP there, DWDP at ISL "
+                     + ", ".join(map(str, wins)))
     eb = spec.model.expert_bytes(spec.weight_dtype)
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
-    extra = int(headroom * 1e9 // (eb * (spec.model.num_moe_layers + 2)))
-    if extra > 0:
+    local = len(_placement(spec, best[0], best[1]).local_experts[0])
+    extra = min(int(headroom * 1e9 // (eb * (spec.model.num_moe_layers + 2))), spec.model.num_experts - local)
+    if extra > 0 and local + extra >= spec.model.num_experts:
+        notes.append(f"{headroom:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
+                     "no prefetch) -- compare with G=1")
+    elif extra > 0:
         notes.append(f"{headroom:.1f} GB free per rank: up to {extra} more redundant experts per rank fit "
                      f"(try --redundant-experts {best[1] + extra})")
     cal = spec.calibration
@@ -222,9 +231,10 @@ def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
         notes.append(f"measured slice efficiency is best at {fmt_bytes(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
     elif best[2]:
         notes.append(f"slice size {fmt_bytes(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
+    gains = ", ".join(f"{r.speedup:.2f}x at ISL {r.isl}" for r in best_rows if r.speedup > 1)
     return Recommendation(True, best[0], best[1], best[2], score,
                           f"use DWDP with G={best[0]}, redundant_experts={best[1]}, slice {fmt_bytes(best[2])}: "
-                          f"predicted {score:.2f}x DEP throughput (geometric mean over ISLs)", tuple(notes))
+                          f"predicted {gains} (DWDP/DEP throughput)", tuple(notes))
 
 
 def check_candidates(spec: PlanSpec) -> None:

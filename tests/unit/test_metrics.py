@@ -69,13 +69,16 @@ def test_mode_metrics_by_hand():
     assert m["memory_max_bytes"] == {"weights": 10, "prefetch_slots": 4, "activations": 5, "peak_total": 18}
     assert m["memory_bytes"]["1"]["prefetch_slots"] == 4
     assert m["copy_bytes"] == 77
-    assert m["ranks_share_gpu"] is False
+    assert m["ranks_share_gpu"] is False and m["num_gpus"] == 2 and m["tps_per_device"] == m["tps_per_gpu"]
 
 
 def test_shared_gpu_is_flagged_and_still_divides_by_ranks():
-    m = mode_metrics(two_ranks(device="cuda:0"), num_layers=2)
-    assert m["ranks_share_gpu"] is True and m["devices"] == ["cuda:0"]
+    m = mode_metrics(two_ranks(device="NVIDIA H200"), num_layers=2, num_gpus=1)
+    assert m["ranks_share_gpu"] is True and m["devices"] == ["NVIDIA H200"] and m["num_gpus"] == 1
     assert m["tps_per_gpu"] == pytest.approx(70.0)
+    assert m["tps_per_device"] == pytest.approx(140.0)
+    with pytest.raises(ValueError, match="num_gpus"):
+        mode_metrics(two_ranks(), 2, num_gpus=3)
 
 
 def test_unfinished_request_and_hidden_copy_clip():

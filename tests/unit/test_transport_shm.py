@@ -64,20 +64,20 @@ def _worker(rank: int, G: int, store_path: str, tag: str) -> None:
             sched = CopyScheduler(plan, src_buffer=lambda p, layer, t: tp.peer_buffer(p, f"L{layer}.{layout.tensor_names[t]}"),
                                   dst_buffer=lambda s, t: slots[s][t], layers=LAYERS, num_slots=2, device="cpu",
                                   max_inflight_slices=inflight, timeout_s=60)
-            released = [threading.Event(), threading.Event()]
-            released[0].set(), released[1].set()
-            handles = {LAYERS[0]: sched.issue(LAYERS[0], 0, after=released[0])}
-            for i, layer in enumerate(LAYERS):  # prefetch l+1 while "computing" l, both slots in turn
+            # Slot ring: layer i+2 is issued into layer i's slot while layer i is still being read,
+            # guarded by the event that marks the end of that read (write-after-read).
+            released = {layer: threading.Event() for layer in LAYERS}
+            handles = {LAYERS[i]: sched.issue(LAYERS[i], i % 2) for i in range(2)}
+            for i, layer in enumerate(LAYERS):
                 slot = i % 2
-                if i + 1 < len(LAYERS):
-                    released[(i + 1) % 2].clear() if i else None
-                    handles[LAYERS[i + 1]] = sched.issue(LAYERS[i + 1], (i + 1) % 2, after=released[(i + 1) % 2])
                 handles[layer].wait(timeout_s=60)
+                if i + 2 < len(LAYERS):
+                    handles[LAYERS[i + 2]] = sched.issue(LAYERS[i + 2], slot, after=released[layer])
                 for t, nb in enumerate(tbytes):  # reference: each fetched expert from its chosen source
                     want = [_rank_bytes(s, layer, t, len(placement.local_experts[s]) * nb)
                             .view(-1, nb)[placement.local_experts[s].index(e)] for e, s in placement.sources[rank]]
                     assert torch.equal(slots[slot][t], torch.cat(want)), (si, rank, layer, t)
-                released[slot].set()
+                released[layer].set()
             sched.close()
             dist.barrier(group=group)  # nobody reads our segments any more
             tp.close()

@@ -1,0 +1,223 @@
+"""`dwdp plan`: predict DWDP against DEP for a model, GPU, group sizes and ISLs; recommend a setup."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from ..models import PRESETS, get_model
+from ..schema import ConfigError
+
+DEFAULT_BENCH_DIR = Path("docs/bench_results")
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def int_list(text: str, arg: str, *, lo: int = 1) -> tuple[int, ...]:
+    """'1024,8192' -> (1024, 8192); every item an integer >= lo, else an error naming `arg`."""
+    out = []
+    for item in str(text).split(","):
+        item = item.strip().lower().replace("_", "")
+        m = re.fullmatch(r"(\d+)(k?)", item)
+        if not m:
+            raise ConfigError(None, arg, f"expected a comma-separated list of integers (e.g. 1024,8192 or 8k), got {text!r}")
+        v = int(m.group(1)) * (1024 if m.group(2) else 1)
+        if v < lo:
+            raise ConfigError(None, arg, f"each value must be >= {lo}, got {v}")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def size_list(text: str, arg: str) -> tuple[int, ...]:
+    """'2MiB,8MiB' or '0' (unsliced) -> bytes; multiples of 256."""
+    out = []
+    for item in str(text).split(","):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", item)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ConfigError(None, arg, f"expected sizes like 2MiB, 512KiB, 4194304 or 0 (unsliced), got {item!r}")
+        v = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        if v % 256:
+            raise ConfigError(None, arg, f"slice size must be 0 or a multiple of 256 bytes, got {v}")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plan", help="predict DWDP vs DEP (roofline + contention + imbalance) and recommend G",
+                              description=__doc__)
+    g = p.add_argument_group("model and hardware")
+    g.add_argument("--model", default="deepseek-r1", help=f"model preset: {', '.join(sorted(PRESETS))} (default deepseek-r1)")
+    g.add_argument("--num-layers", type=int, default=None, help="truncate the preset to this many layers (memory)")
+    g.add_argument("--gpu", default="h200", help="h100 | h200 | b200 | gb200 (default h200)")
+    g.add_argument("--gpu-memory-gb", type=float, default=None, help="usable memory per GPU (default: the datasheet's)")
+    g.add_argument("--weight-dtype", default="fp8", help="routed-expert weights: bf16 | fp8 | nvfp4 (default fp8)")
+    g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 (default fp8)")
+    g = p.add_argument_group("candidates")
+    g.add_argument("--dwdp-size", default="4", help="candidate group sizes G, comma-separated (default 4)")
+    g.add_argument("--redundant-experts", default="0", help="candidate extra experts per rank, comma-separated (default 0)")
+    g.add_argument("--slice-bytes", default="2MiB", help="candidate copy slice sizes, e.g. 2MiB,8MiB; 0 = unsliced (default 2MiB)")
+    g = p.add_argument_group("workload")
+    g.add_argument("--isl", default="1024,4096,8192,16384,32768", help="mean input sequence lengths, comma-separated")
+    b = g.add_mutually_exclusive_group()
+    b.add_argument("--batch", type=int, default=None, help="requests per rank per iteration (default 1)")
+    b.add_argument("--mnt", type=int, default=None, help="max tokens per rank per iteration: whole requests packed up to it")
+    g.add_argument("--isl-dist", default="fixed", help="fixed | uniform_ratio | normal (default fixed)")
+    g.add_argument("--isl-ratio", type=float, default=0.8, help="uniform_ratio lower bound as a fraction of ISL (default 0.8)")
+    g.add_argument("--isl-cv", type=float, default=0.0, help="normal: coefficient of variation of ISL")
+    g.add_argument("--imbalance-cv", type=float, default=0.0, help="across-rank CV of each rank's mean ISL (default 0)")
+    g.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads (default 256)")
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("model knobs and calibration")
+    g.add_argument("--interference", type=float, default=None,
+                   help="slowdown of compute overlapped with copies (default: calibration, else 1.15 measured on H200)")
+    g.add_argument("--calibration", default=None, help="calibration JSON (see docs/PLANNER.md)")
+    g.add_argument("--bench-results", default=None,
+                   help=f"directory of benchmark JSON to calibrate from (default {DEFAULT_BENCH_DIR} if it exists)")
+    g.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON; datasheet + defaults only")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
+    g.add_argument("--plot", default=None, help="write DWDP/DEP against ISL to this PNG (the paper's figure 3)")
+    return p
+
+
+def build_spec(args, *, gpu_name: str | None = None):
+    """A PlanSpec from parsed arguments; bad values raise ConfigError naming the argument."""
+    from ..perf.calibration import Calibration, load_bench_results, load_calibration
+    from ..perf.hardware import GPUS, get_gpu
+    from ..perf.planner import PlanSpec, check_candidates
+
+    gpu_name = gpu_name or args.gpu
+    if gpu_name.lower() not in GPUS:
+        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {gpu_name!r}")
+    if args.model not in PRESETS:
+        raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))}, got {args.model!r}")
+    if args.num_layers is not None and args.num_layers < 1:
+        raise ConfigError(None, "--num-layers", f"expected an integer >= 1, got {args.num_layers}")
+    for name, val, choices in (("--weight-dtype", args.weight_dtype, ("bf16", "fp8", "nvfp4")),
+                               ("--dispatch-dtype", args.dispatch_dtype, ("bf16", "fp8")),
+                               ("--isl-dist", args.isl_dist, ("fixed", "uniform_ratio", "normal"))):
+        if val not in choices:
+            raise ConfigError(None, name, f"expected one of {', '.join(choices)}, got {val!r}")
+    checks = [("--batch", args.batch is None or args.batch >= 1, "an integer >= 1"),
+              ("--mnt", args.mnt is None or args.mnt >= 1, "an integer >= 1"),
+              ("--isl-ratio", 0 < args.isl_ratio <= 1, "a number in (0, 1]"),
+              ("--isl-cv", args.isl_cv >= 0, "a number >= 0"),
+              ("--imbalance-cv", 0 <= args.imbalance_cv < 1, "a number in [0, 1)"),
+              ("--samples", args.samples >= 1, "an integer >= 1"),
+              ("--gpu-memory-gb", args.gpu_memory_gb is None or args.gpu_memory_gb > 0, "a number > 0"),
+              ("--interference", args.interference is None or args.interference >= 1, "a number >= 1")]
+    for name, ok, expected in checks:
+        if not ok:
+            raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")
+    gpu = get_gpu(gpu_name)
+    cal = Calibration()
+    if not args.no_bench_results:
+        d = Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
+        if args.bench_results and not d.is_dir():
+            raise ConfigError(None, "--bench-results", f"{d} is not a directory")
+        cal = cal.merged(load_bench_results(d, gpu.name))
+    if args.calibration:
+        cal = cal.merged(load_calibration(args.calibration))
+    spec = PlanSpec(
+        model=get_model(args.model, args.num_layers), gpu=gpu, weight_dtype=args.weight_dtype,
+        dwdp_sizes=int_list(args.dwdp_size, "--dwdp-size"), isls=int_list(args.isl, "--isl"),
+        batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
+        isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
+        redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
+        slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
+        interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
+        samples=args.samples, seed=args.seed)
+    check_candidates(spec)
+    return spec
+
+
+def _ms(x: float) -> str:
+    return f"{x / 1000:,.2f}"
+
+
+def console():
+    from rich.console import Console
+
+    con = Console()
+    return con if con.is_terminal else Console(width=140)  # piped output (docs, CI logs): do not wrap tables
+
+
+def print_table(spec, rows, rec) -> None:
+    from rich.table import Table
+
+    from ..perf.planner import fmt_bytes
+
+    con = console()
+    wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
+    wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
+    wl += f", imbalance CV {spec.imbalance_cv}"
+    title = (f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
+             f"times per MoE layer in ms")
+    multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
+    t = Table(title=title, title_justify="left")
+    cols = ["G"] + (["red.", "slice"] if multi else []) + [
+        "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", "T_all2all", "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
+        "hidden?"]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in rows:
+        mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
+        ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
+        cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_bytes(r.slice_bytes)] if multi else []) + [
+            str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us), _ms(r.t_prefetch_us), _ms(r.t_all2all_us),
+            _ms(r.t_sync_us), _ms(r.t_dep_us), _ms(r.t_dwdp_us), ratio, "yes" if r.prefetch_hidden else "no"]
+        t.add_row(*cells)
+    con.print(t)
+    src = ", ".join(spec.calibration.sources) or "none (datasheet peaks x default efficiencies)"
+    con.print(f"calibration: {src}; memory budget {spec.memory_budget_gb:g} GB/rank; "
+              f"interference {spec.params().overlap_slowdown:g}x")
+    for n in spec.calibration.notes:
+        con.print(f"  note: {n}")
+    con.print(f"[bold]recommendation:[/bold] {rec.reason}")
+    for n in rec.notes:
+        con.print(f"  - {n}")
+
+
+def write_plot(spec, rows, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..perf.planner import fmt_bytes
+
+    multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    series: dict[tuple, list] = {}
+    for r in rows:
+        series.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
+    for (g, red, s), rs in series.items():
+        label = f"DWDP{g} / DEP{g}" + (f", red {red}, {fmt_bytes(s)}" if multi else "")
+        ax.plot([r.isl for r in rs], [r.speedup for r in rs], marker="o", label=label)
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("input sequence length (tokens)")
+    ax.set_ylabel("T_DEP / T_DWDP (predicted)")
+    ax.set_title(f"{spec.model.name}, {spec.gpu.name}, {spec.weight_dtype}")
+    ax.legend()
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    from ..perf.planner import plan, recommend
+
+    spec = build_spec(args)
+    rows = plan(spec)
+    if args.plot:
+        write_plot(spec, rows, args.plot)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=1))
+        return 0
+    print_table(spec, rows, recommend(spec, rows))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
+# benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
+#   usage: scripts/gpu_check.sh [sections...]   sections: env plugin transport engine bench (default: all)
+# Carry `.carry` (CUTLASS headers at .carry/cutlass_include) with the call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/bench_out/gpu_check}"
+mkdir -p "$OUT/raw"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # multicast stays off
+[ -d .carry/cutlass_include ] && export CUTLASS_DIR="$PWD/.carry/cutlass_include"
+export DWDP_CACHE_DIR="${DWDP_CACHE_DIR:-/tmp/dwdp_cache}"
+sections="${*:-env plugin transport engine bench}"
+rc=0
+section() { echo; echo "=== $1 ($(date +%T)) ==="; }
+for s in $sections; do
+  case $s in
+    env)
+      section env
+      { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.draw --format=csv
+        python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), 'python', sys.version.split()[0])"
+        git rev-parse --short HEAD 2>/dev/null || echo "commit unknown"; } 2>&1 | tee "$OUT/env.log" ;;
+    plugin)
+      section plugin
+      bash scripts/gpu/plugin_check.sh "$OUT/raw" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
+    transport)
+      section transport
+      if [ -f scripts/gpu/transport_check.sh ]; then bash scripts/gpu/transport_check.sh "$OUT/raw" > "$OUT/transport.log" 2>&1 || rc=1
+      else python3 -m pytest -q -m gpu tests/gpu/test_transport_cuda.py tests/gpu/test_copy_scheduler_cuda.py > "$OUT/transport.log" 2>&1 || rc=1; fi
+      tail -n 25 "$OUT/transport.log" ;;
+    engine)
+      section engine
+      python3 -m pytest -q -s -m gpu tests/gpu/test_engine_cuda.py > "$OUT/engine.log" 2>&1 || rc=1
+      grep -E "max relative error|passed|failed|Error" "$OUT/engine.log" | tail -n 20 ;;
+    bench)
+      section bench
+      for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do
+        python3 -m dwdp_trtllm.cli bench "$cfg" --device cuda --out "$OUT/raw/bench_$(basename "$cfg" .yaml)" >> "$OUT/bench.log" 2>&1 || rc=1
+      done
+      tail -n 60 "$OUT/bench.log" ;;
+    *) echo "unknown section $s"; rc=2 ;;
+  esac
+done
+tar -czf "$OUT/raw.tar.gz" -C "$OUT" raw 2>/dev/null && rm -rf "$OUT/raw"
+echo "gpu_check: exit $rc"
+exit $rc

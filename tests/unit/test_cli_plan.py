@@ -1,0 +1,118 @@
+"""`dwdp plan` and `dwdp validate-plan` end to end through the CLI entry point."""
+import json
+
+import pytest
+
+from dwdp_trtllm.cli import main
+
+PAPER = ["plan", "--model", "deepseek-r1", "--gpu", "gb200", "--dwdp-size", "4", "--weight-dtype", "nvfp4",
+         "--batch", "1", "--isl", "1024,8192,16384,32768", "--no-bench-results"]
+REQUIRED = {"isl", "dwdp_size", "t_compute_us", "t_prefetch_us", "t_all2all_us", "t_dep_us", "t_dwdp_us", "speedup",
+            "prefetch_hidden", "memory_per_rank_gb", "fits"}
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_paper_section3_shape(capsys):
+    rows = _json(capsys, PAPER + ["--json"])
+    assert [r["isl"] for r in rows] == [1024, 8192, 16384, 32768]
+    s = [r["speedup"] for r in rows]
+    assert s[0] < s[1] < 1 < s[2] and s[3] > 1 and s[3] < s[2]  # loses short, wins past a crossover, shrinks long
+    assert [r["prefetch_hidden"] for r in rows] == [False, False, True, True]
+
+
+def test_json_rows_are_consistent(capsys):
+    rows = _json(capsys, ["plan", "--gpu", "h200", "--dwdp-size", "2,4,8", "--isl", "2k,8192", "--mnt", "16384",
+                          "--isl-dist", "uniform_ratio", "--imbalance-cv", "0.2", "--samples", "64",
+                          "--slice-bytes", "2MiB,0", "--no-bench-results", "--json"])
+    assert len(rows) == 3 * 2 * 2
+    for r in rows:
+        assert REQUIRED <= set(r)
+        assert r["speedup"] == pytest.approx(r["t_dep_us"] / r["t_dwdp_us"], rel=1e-5)
+        assert r["t_sync_us"] > 0 and r["tokens_per_rank"] <= 16384
+
+
+def test_table_and_recommendation(capsys, tmp_path):
+    png = tmp_path / "fig3.png"
+    assert main(PAPER + ["--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "DWDP/DEP" in out and "recommendation: use DWDP with G=4" in out and "loses at ISL 1024, 8192" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_h200_bf16_full_model_does_not_fit(capsys):
+    assert main(["plan", "--gpu", "h200", "--weight-dtype", "bf16", "--dwdp-size", "4,8", "--isl", "8192",
+                 "--no-bench-results"]) == 0
+    assert "use DEP here: memory does not fit" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,arg", [
+    (["--isl", "abc"], "--isl"), (["--isl", "0"], "--isl"), (["--dwdp-size", "4,x"], "--dwdp-size"),
+    (["--dwdp-size", "999"], "--dwdp-size"), (["--gpu", "a100"], "--gpu"), (["--model", "gpt5"], "--model"),
+    (["--weight-dtype", "int4"], "--weight-dtype"), (["--redundant-experts", "250"], "--redundant-experts"),
+    (["--slice-bytes", "2 parsecs"], "--slice-bytes"), (["--slice-bytes", "1000"], "--slice-bytes"),
+    (["--imbalance-cv", "1.5"], "--imbalance-cv"), (["--batch", "0"], "--batch"),
+    (["--interference", "0.5"], "--interference"), (["--isl-dist", "zipf"], "--isl-dist"),
+])
+def test_bad_arguments_are_named(capsys, argv, arg):
+    assert main(["plan", "--no-bench-results"] + argv) == 2
+    assert f"config error: {arg}:" in capsys.readouterr().err
+
+
+def test_calibration_file_errors_name_file_and_key(capsys, tmp_path):
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"peer_copy_gbps": -1}))
+    assert main(["plan", "--no-bench-results", "--calibration", str(cal)]) == 2
+    err = capsys.readouterr().err
+    assert str(cal) in err and "peer_copy_gbps" in err
+
+
+def test_calibration_file_is_used(capsys, tmp_path):
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"peer_copy_gbps": 187.5}))
+    base = _json(capsys, ["plan", "--isl", "8192", "--no-bench-results", "--json"])[0]
+    slow = _json(capsys, ["plan", "--isl", "8192", "--no-bench-results", "--json", "--calibration", str(cal)])[0]
+    assert slow["t_prefetch_us"] == pytest.approx(2 * base["t_prefetch_us"], rel=1e-5)
+
+
+def _bench_results(tmp_path, capsys, scale=1.1):
+    """A bench-shaped results.json whose measured numbers are the prediction times `scale`, some missing."""
+    cfg = {"model": {"preset": "deepseek-r1", "num_layers": 5}, "dwdp": {"dwdp_size": 4, "weight_dtype": "fp8"},
+           "workload": {"isl": 8192, "isl_dist": "fixed", "max_num_tokens": 16384}, "run": {"device": "cuda", "ranks": 4}}
+    rows = _json(capsys, ["plan", "--model", "deepseek-r1", "--num-layers", "5", "--dwdp-size", "4", "--isl", "8192",
+                          "--mnt", "16384", "--no-bench-results", "--json"])
+    r = rows[0]
+    metrics = {"dep": {"tps_per_gpu": r["tps_per_gpu_dep"] * scale,
+                       "layer_us": {"attention": r["t_attention_us"] * scale, "all_to_all": r["t_all2all_us"] * scale}},
+               "dwdp": {"tps_per_gpu": r["tps_per_gpu_dwdp"] * scale}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": metrics}, {"metrics": {}}]}))
+    return path
+
+
+def test_validate_plan_reports_error_per_metric(capsys, tmp_path):
+    path = _bench_results(tmp_path, capsys)
+    res = _json(capsys, ["validate-plan", str(path), "--gpu", "h200", "--no-bench-results", "--json"])
+    cmp = {c["metric"]: c for c in res[0]["comparisons"]}
+    assert set(cmp) == {"dep.tps_per_gpu", "dwdp.tps_per_gpu", "dep.layer_us.attention", "dep.layer_us.all_to_all"}
+    for c in cmp.values():
+        assert c["rel_error"] == pytest.approx(1 / 1.1 - 1, abs=1e-4)
+    assert "ratio.tps_per_gpu" in res[0]["not_compared"] and "dwdp.layer_us.prefetch_wait" in res[0]["not_compared"]
+    assert "error" in res[1]
+    assert main(["validate-plan", str(path), "--no-bench-results"]) == 0
+    out = capsys.readouterr().out
+    assert "dep.tps_per_gpu" in out and "-9.1%" in out and "not compared" in out
+
+
+def test_validate_plan_bad_inputs(capsys, tmp_path):
+    assert main(["validate-plan", str(tmp_path / "none.json")]) == 2
+    assert "file not found" in capsys.readouterr().err
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"runs": 3}))
+    assert main(["validate-plan", str(p)]) == 2
+    assert "runs" in capsys.readouterr().err
+    assert main(["validate-plan", str(p), "--gpu", "tpu"]) == 2
+    assert "--gpu" in capsys.readouterr().err

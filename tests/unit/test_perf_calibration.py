@@ -1,0 +1,109 @@
+"""Calibration: strict schema for our file, tolerant reads of benchmark JSON."""
+import json
+
+import pytest
+
+from dwdp_trtllm.perf.calibration import (Calibration, device_matches, interp_log, load_bench_results,
+                                          load_calibration)
+from dwdp_trtllm.schema import ConfigError
+
+GOOD = {
+    "gpu": "h200",
+    "grouped_gemm_tflops": {"bf16": [[16384, 760], [2048, 420]], "fp8": [[16384, 1091]]},
+    "attention_tflops": 450.0,
+    "attention_us_by_isl": [[1024, 100.0], [8192, 5000.0]],
+    "hbm_tbps": 4.19,
+    "peer_copy_gbps": 370,
+    "slice_efficiency": [[2097152, 0.9], [262144, 0.3]],
+    "all_to_all_gbps": 300,
+    "interference": 1.2,
+    "contention_slowdown": {"sliced": 1.02},
+}
+
+
+def _write(tmp_path, data, name="cal.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(data))
+    return p
+
+
+def test_good_file_loads_and_sorts_points(tmp_path):
+    cal = load_calibration(_write(tmp_path, GOOD))
+    assert cal.grouped_gemm_tflops["bf16"] == ((2048.0, 420.0), (16384.0, 760.0))
+    assert cal.gemm_tflops("bf16", 16384) == 760 and cal.gemm_tflops("nvfp4", 16384) is None
+    assert cal.slice_eff(2 << 20) == pytest.approx(0.9)
+    assert cal.attention_us(8192) == pytest.approx(5000.0)
+    assert cal.attention_us(16384) == pytest.approx(20000.0)  # quadratic beyond the measured range
+    assert cal.interference == 1.2 and cal.contention_slowdown == {"sliced": 1.02}
+
+
+@pytest.mark.parametrize("data,key", [
+    ({"grouped_gemm_tflop": {}}, "grouped_gemm_tflop"),
+    ({"grouped_gemm_tflops": {"int8": [[1, 2]]}}, "grouped_gemm_tflops.int8"),
+    ({"grouped_gemm_tflops": {"bf16": [[1024, -5]]}}, "grouped_gemm_tflops.bf16[0][1]"),
+    ({"grouped_gemm_tflops": {"bf16": [[1024, 5], [1024, 6]]}}, "grouped_gemm_tflops.bf16"),
+    ({"slice_efficiency": [[1, 2, 3]]}, "slice_efficiency[0]"),
+    ({"interference": 0.9}, "interference"),
+    ({"hbm_tbps": "fast"}, "hbm_tbps"),
+    ({"contention_slowdown": {"both": 1.0}}, "contention_slowdown"),
+])
+def test_bad_values_name_file_and_key(tmp_path, data, key):
+    p = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as e:
+        load_calibration(p)
+    assert e.value.key == key and e.value.file == str(p)
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_calibration(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_calibration(bad)
+
+
+def test_interp_log():
+    pts = ((1.0, 10.0), (100.0, 30.0))
+    assert interp_log(pts, 10.0) == pytest.approx(20.0)
+    assert interp_log(pts, 0.5) == 10.0 and interp_log(pts, 1e4) == 30.0
+
+
+def test_device_names():
+    assert device_matches("NVIDIA H200", "h200")
+    assert device_matches("NVIDIA GB200", "gb200") and not device_matches("NVIDIA GB200", "b200")
+    assert device_matches("NVIDIA B200", "b200") and not device_matches("NVIDIA H100 80GB HBM3", "h200")
+
+
+def test_bench_json_is_read_tolerantly_and_only_for_its_gpu(tmp_path):
+    gemm = {"env": {"device": "NVIDIA H200", "torch": "2.11"}, "shape": "dsv3",
+            "results": [{"variant": "multi_buffer", "tokens": 8192, "tflops": 700.5, "dtype": "bf16", "extra": [1, 2]},
+                        {"variant": "contiguous", "tokens": 8192, "tflops": 745.0, "dtype": "bf16"},
+                        {"variant": "multi_buffer", "tokens": 16384, "tflops": 1050.0, "dtype": "fp8"},
+                        {"note": "unrelated", "tokens": "many"}]}
+    copy = {"device": "NVIDIA H200", "bulk_gbps": 4000.0,
+            "sliced": [{"slice_bytes": 2097152, "gbps": 3600.0, "path": "batched"},
+                       {"slice_bytes": 2097152, "gbps": 2000.0, "path": "per_op"},
+                       {"slice_bytes": 262144, "fraction_of_bulk": 0.25}],
+            "overlap": {"gemm_slowdown": 1.12}}
+    other = {"device": "NVIDIA B200", "results": [{"tokens": 8192, "tflops": 2000.0}]}
+    d = tmp_path / "bench_results"
+    d.mkdir()
+    (d / "gemm.json").write_text(json.dumps(gemm))
+    (d / "copy.json").write_text(json.dumps(copy))
+    (d / "b200.json").write_text(json.dumps(other))
+    (d / "broken.json").write_text("[")
+    cal = load_bench_results(d, "h200")
+    assert cal.grouped_gemm_tflops == {"bf16": ((8192.0, 745.0),), "fp8": ((16384.0, 1050.0),)}
+    assert cal.slice_efficiency == ((262144.0, 0.25), (2097152.0, 0.9))
+    assert cal.interference == 1.12
+    assert any("b200.json" in n for n in cal.notes) and any("broken.json" in n for n in cal.notes)
+    assert load_bench_results(d, "gb200").grouped_gemm_tflops == {}
+    assert load_bench_results(tmp_path / "absent", "h200") == Calibration()
+
+
+def test_merge_prefers_the_later_source():
+    a = Calibration(sources=("a",), peer_copy_gbps=300.0, hbm_tbps=4.0)
+    b = Calibration(sources=("b",), peer_copy_gbps=350.0)
+    m = a.merged(b)
+    assert m.peer_copy_gbps == 350.0 and m.hbm_tbps == 4.0 and m.sources == ("a", "b")

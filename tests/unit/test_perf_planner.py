@@ -1,0 +1,98 @@
+"""Planner: the paper's section-3 shape, imbalance, memory and recommendations."""
+import dataclasses
+
+import pytest
+
+from dwdp_trtllm.models import get_model
+from dwdp_trtllm.perf.calibration import Calibration
+from dwdp_trtllm.perf.hardware import get_gpu
+from dwdp_trtllm.perf.planner import PlanSpec, check_candidates, plan, recommend
+from dwdp_trtllm.schema import ConfigError
+
+R1 = get_model("deepseek-r1")
+
+
+def _spec(**kw):
+    base = dict(model=R1, gpu=get_gpu("gb200"), weight_dtype="nvfp4", dwdp_sizes=(4,), isls=(1024, 8192, 16384, 32768))
+    return PlanSpec(**{**base, **kw})
+
+
+def test_gb200_nvfp4_crossover_shape_and_paper_ratios():
+    rows = plan(_spec())
+    s = [r.speedup for r in rows]
+    assert s[0] < 1 and s[1] < 1 < s[2] and s[3] > 1 and s[3] < s[2]
+    # the paper's roofline (section 3): T_compute/T_prefetch 0.19, 0.62, 1.52, 4.77 -- same order and trend
+    ratios = [r.compute_over_prefetch for r in rows]
+    assert ratios == sorted(ratios) and 0.1 < ratios[0] < 0.3 and 0.4 < ratios[1] < 1 < ratios[2] < 2.5
+    for r in rows:
+        assert r.speedup == pytest.approx(r.t_dep_us / r.t_dwdp_us)
+        assert r.prefetch_hidden == (r.t_compute_us * 1.15 >= r.t_prefetch_us)
+        assert r.t_dep_us == pytest.approx(r.t_compute_dep_us + r.t_all2all_us, rel=1e-9)  # balanced: no sync
+    rec = recommend(_spec(), rows)
+    assert rec.use_dwdp and rec.dwdp_size == 4 and any("loses at ISL 1024, 8192" in n for n in rec.notes)
+
+
+def test_imbalance_helps_dwdp():
+    kw = dict(isls=(8192,), batch=None, mnt=32768, isl_dist="uniform_ratio", samples=128)
+    bal = plan(_spec(**kw))[0]
+    imb = plan(_spec(imbalance_cv=0.2, **kw))[0]
+    assert imb.t_sync_us > bal.t_sync_us >= 0 and imb.sync_overhead > 0.02
+    assert imb.speedup > bal.speedup
+
+
+def test_bigger_batch_moves_the_crossover_down():
+    one = plan(_spec(isls=(8192,)))[0]
+    four = plan(_spec(isls=(8192,), batch=4))[0]
+    assert one.speedup < 1 < four.speedup
+
+
+def test_redundancy_shrinks_prefetch_and_grows_memory():
+    a, b = plan(_spec(isls=(8192,), redundant_experts=(0, 32)))
+    assert b.t_prefetch_us < a.t_prefetch_us and b.memory_per_rank_gb > a.memory_per_rank_gb
+    assert b.fetch_gb == pytest.approx(a.fetch_gb * (192 - 32) / 192)
+
+
+def test_unsliced_copies_pay_contention():
+    sl, un = plan(_spec(isls=(16384,), slice_bytes=(2 << 20, 0)))
+    assert un.t_prefetch_us > 1.5 * sl.t_prefetch_us and un.speedup < sl.speedup
+
+
+def test_memory_does_not_fit_means_dep():
+    spec = _spec(gpu_memory_gb=60.0)
+    rows = plan(spec)
+    assert not any(r.fits for r in rows)
+    rec = recommend(spec, rows)
+    assert not rec.use_dwdp and "memory does not fit" in rec.reason
+
+
+def test_prefetch_exposed_everywhere_means_dep_with_reason():
+    spec = _spec(isls=(1024, 2048), dwdp_sizes=(2, 4))
+    rec = recommend(spec, plan(spec))
+    assert not rec.use_dwdp and "prefetch exposed" in rec.reason and "T_prefetch" in rec.reason
+
+
+def test_calibration_changes_the_prediction():
+    slow = _spec(isls=(16384,), calibration=Calibration(peer_copy_gbps=100.0, interference=1.3))
+    base = plan(_spec(isls=(16384,)))[0]
+    r = plan(slow)[0]
+    assert r.t_prefetch_us == pytest.approx(base.t_prefetch_us * (750 / 100))  # GB200: 900 GB/s x 0.833
+    assert r.speedup < base.speedup
+
+
+def test_g1_is_plain_data_parallel():
+    r = plan(_spec(isls=(8192,), dwdp_sizes=(1,), model=get_model("qwen3-30b-a3b")))[0]
+    assert r.t_prefetch_us == 0 and r.t_all2all_us == 0 and r.speedup == pytest.approx(1.0)
+
+
+def test_candidates_checked_with_argument_names():
+    with pytest.raises(ConfigError, match="--dwdp-size"):
+        check_candidates(_spec(dwdp_sizes=(300,)))
+    with pytest.raises(ConfigError, match="--redundant-experts"):
+        check_candidates(_spec(redundant_experts=(250,)))
+
+
+def test_gqa_model_and_h200_rows_are_finite():
+    spec = dataclasses.replace(_spec(), model=get_model("mixtral-8x7b"), gpu=get_gpu("h200"), weight_dtype="bf16",
+                               dwdp_sizes=(2, 4))
+    for r in plan(spec):
+        assert 0 < r.t_dwdp_us < 1e8 and 0 < r.speedup < 10

@@ -1,0 +1,70 @@
+"""`dwdp serve` execs trtllm-serve with DWDP_TRTLLM_CONFIG set; `dwdp check-trtllm` reports without tensorrt_llm."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env(path_dir: Path | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DWDP_TRTLLM_CONFIG", "DWDP_TRTLLM")}
+    env["PYTHONPATH"] = str(REPO)
+    env["PATH"] = (f"{path_dir}{os.pathsep}" if path_dir else "") + "/usr/bin:/bin"
+    return env
+
+
+def _dwdp(args, env):
+    return subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def _fake_serve(tmp_path: Path) -> Path:
+    b = tmp_path / "bin"
+    b.mkdir()
+    s = b / "trtllm-serve"
+    s.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                 "print(json.dumps({'argv': sys.argv[1:], 'cfg': os.environ.get('DWDP_TRTLLM_CONFIG')}))\n")
+    s.chmod(0o755)
+    return b
+
+
+def test_serve_execs_trtllm_serve_with_config_and_hook(tmp_path, monkeypatch):
+    b = _fake_serve(tmp_path)
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 4}}))
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    monkeypatch.chdir(tmp_path)
+    r = _dwdp(["serve", "--hook-site-dir", str(site_dir), "/ckpt/m", "--dwdp", "d.yaml", "--config", "x.yaml", "--tp_size", "1"], _env(b))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["argv"] == ["/ckpt/m", "--config", "x.yaml", "--tp_size", "1"]  # --dwdp removed, the rest unchanged
+    assert out["cfg"] == str(cfg.resolve())  # absolute path
+    from dwdp_trtllm.integration.hook import PTH_LINE, PTH_NAME
+    assert (site_dir / PTH_NAME).read_text() == PTH_LINE
+
+
+def test_serve_errors_exit_2(tmp_path):
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text(yaml.safe_dump({"dwdp_config": {"dwdp_size": 2}}))
+    r = _dwdp(["serve", "--dwdp", str(cfg), "--hook-site-dir", str(tmp_path), "/ckpt/m"], _env(None))
+    assert r.returncode == 2 and "trtllm-serve not found" in r.stderr
+    cfg.write_text(yaml.safe_dump({"dwdp_config": {"dwdp_size": 2, "bogus": 1}}))
+    r = _dwdp(["serve", "--dwdp", str(cfg), "/ckpt/m"], _env(_fake_serve(tmp_path)))
+    assert r.returncode == 2 and "dwdp_config.bogus" in r.stderr
+    r = _dwdp(["serve", "/ckpt/m"], _env(None))
+    assert r.returncode == 2 and "--dwdp" in r.stderr
+
+
+def test_check_trtllm_without_tensorrt_llm(tmp_path):
+    r = _dwdp(["check-trtllm", "--json"], _env(None))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["tensorrt_llm"] == "not installed" and rep["upstream_dwdp"] is None
+    assert len(rep["patch_targets"]) == 4 and all("not checked" in t["status"] for t in rep["patch_targets"])
+    assert rep["our_mode"]["engine"] == "dwdp_trtllm" and rep["upstream_can_run_here"] is False
+    r = _dwdp(["check-trtllm"], _env(None))
+    assert r.returncode == 0 and "TensorRT-LLM:   not installed" in r.stdout and "MoE.__init__" in r.stdout
