@@ -151,11 +151,19 @@ class WorkloadConfig:
     isl_ratio: float = doc("Lower bound of uniform_ratio as a fraction of isl, in (0, 1].", 0.8)
     isl_cv: float = doc("Coefficient of variation of ISL for isl_dist: normal.", 0.0)
     imbalance_cv: float = doc("Across-rank coefficient of variation of each rank's mean ISL (0 = balanced ranks).", 0.0)
-    requests_per_rank: int = doc("Requests in each rank's queue.", 8)
+    requests_per_rank: int = doc("Requests in each rank's queue (ignored when tokens_per_rank > 0).", 8)
+    tokens_per_rank: int = doc(
+        "When > 0: each rank's queue holds ceil(tokens_per_rank / isl) requests, so sweeps over isl keep a "
+        "comparable amount of work (and steady-state iterations) per point.", 0)
     arrival: Literal["offline", "poisson"] = doc("offline: all requests queued at t=0 (throughput); poisson: arrivals at `rate`.", "offline")
     rate: float = doc("Poisson arrival rate per rank, requests per second (arrival: poisson).", 1.0)
     max_num_tokens: int = doc("Max tokens per iteration per rank (MNT); each rank packs its own queue up to this.", 1024)
     seed: int = doc("Seed of the workload generator.", 0)
+
+    @property
+    def num_requests(self) -> int:
+        """Requests per rank: from tokens_per_rank when set, else requests_per_rank."""
+        return -(-self.tokens_per_rank // self.isl) if self.tokens_per_rank > 0 else self.requests_per_rank
 
     def __post_init__(self) -> None:
         checks = [
@@ -164,6 +172,7 @@ class WorkloadConfig:
             ("isl_cv", self.isl_cv >= 0, "a number >= 0"),
             ("imbalance_cv", 0 <= self.imbalance_cv < 1, "a number in [0, 1)"),
             ("requests_per_rank", self.requests_per_rank >= 1, "an integer >= 1"),
+            ("tokens_per_rank", self.tokens_per_rank >= 0, "an integer >= 0"),
             ("rate", self.rate > 0, "a number > 0"),
             ("max_num_tokens", self.max_num_tokens >= 1, "an integer >= 1"),
         ]

@@ -2,7 +2,7 @@
 
 Contract (see copy_plan.py for the byte layout):
 - src_buffer(peer, layer, tensor_idx): the peer's exported buffer of that tensor for that layer
-  (contiguous, read only); dst_buffer(slot, tensor_idx): prefetch slot `slot`'s buffer of the tensor.
+  (contiguous, read only; on CUDA any device of this process: IPC/VMM maps or UVA peers); dst_buffer(slot, tensor_idx): prefetch slot `slot`'s buffer of the tensor.
   Both are resolved ONCE at construction; every (layer, slot) gets prebuilt address arrays, so
   issue() costs a few driver calls whatever the op count.
 - CUDA: issue() enqueues on the scheduler's own non-blocking copy stream: wait(after) -> start
@@ -181,7 +181,9 @@ class CopyScheduler:
                 if bufs[k].numel() < end:
                     raise ValueError(f"{what}{k} for layer {layer} slot {slot} holds {bufs[k].numel()} bytes; "
                                      f"the plan needs {end}")
-                if bufs[k].device != self.device:
+                # Sources may live on another GPU of this process (UVA peer reads); slots must be ours.
+                bad = bufs[k].device.type != self.device.type if what == "src_buffer" else bufs[k].device != self.device
+                if bad:
                     raise ValueError(f"{what}{k} is on {bufs[k].device}, scheduler device is {self.device}")
         if self.method == "torch":
             views = tuple((dst_t[op.tensor_idx][op.dst_offset:op.dst_offset + op.nbytes],
@@ -217,6 +219,12 @@ class CopyScheduler:
             handle = CpuCopyHandle(layer, slot, self.nbytes, self.timeout_s)
             self._queue.put((handle, tab.views, after))
             return handle
+        if torch.cuda.current_device() != self.device.index:  # driver calls use the current context
+            with torch.cuda.device(self.device):
+                return self._issue_cuda(tab, layer, slot, after)
+        return self._issue_cuda(tab, layer, slot, after)
+
+    def _issue_cuda(self, tab: _Table, layer: int, slot: int, after: Any) -> CudaCopyHandle:
         s = self.stream
         for ev in (after if isinstance(after, (list, tuple)) else [after] if after is not None else []):
             s.wait_event(ev)

@@ -144,7 +144,8 @@ def main() -> int:
         torch.cuda.empty_cache()
     date = datetime.date.today().isoformat()
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip() or "unknown (no git checkout)"
     except OSError:
         commit = "unknown"
     meta = dict(date=date, commit=commit, device=torch.cuda.get_device_name(0), torch=torch.__version__,

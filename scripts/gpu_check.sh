@@ -2,14 +2,14 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]   sections: env plugin transport engine bench (default: all)
-# Carry `.carry` (CUTLASS headers at .carry/cutlass_include) with the call.
+# Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/bench_out/gpu_check}"
 mkdir -p "$OUT/raw"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # multicast stays off
-[ -d .carry/cutlass_include ] && export CUTLASS_DIR="$PWD/.carry/cutlass_include"
+[ -d .carry/cutlass ] && export CUTLASS_DIR="$PWD/.carry/cutlass"
 export DWDP_CACHE_DIR="${DWDP_CACHE_DIR:-/tmp/dwdp_cache}"
 sections="${*:-env plugin transport engine bench}"
 rc=0
@@ -23,10 +23,10 @@ for s in $sections; do
         git rev-parse --short HEAD 2>/dev/null || echo "commit unknown"; } 2>&1 | tee "$OUT/env.log" ;;
     plugin)
       section plugin
-      bash scripts/gpu/plugin_check.sh "$OUT/raw" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
+      bash scripts/gpu/plugin_check.sh "$OUT/raw/plugin" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
     transport)
       section transport
-      if [ -f scripts/gpu/transport_check.sh ]; then bash scripts/gpu/transport_check.sh "$OUT/raw" > "$OUT/transport.log" 2>&1 || rc=1
+      if [ -f scripts/gpu/transport_check.sh ]; then OUT="$OUT/raw/transport" bash scripts/gpu/transport_check.sh > "$OUT/transport.log" 2>&1 || rc=1
       else python3 -m pytest -q -m gpu tests/gpu/test_transport_cuda.py tests/gpu/test_copy_scheduler_cuda.py > "$OUT/transport.log" 2>&1 || rc=1; fi
       tail -n 25 "$OUT/transport.log" ;;
     engine)

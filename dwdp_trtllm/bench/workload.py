@@ -60,10 +60,10 @@ def _arrivals(w: WorkloadConfig, n: int, rng: np.random.Generator) -> np.ndarray
 
 
 def generate_requests(w: WorkloadConfig, ranks: int) -> list[list[Request]]:
-    """One FCFS queue per rank; request ids are unique across ranks (rank * requests_per_rank + i)."""
+    """One FCFS queue per rank; request ids are unique across ranks (rank * num_requests + i)."""
     factors = imbalance_factors(w.imbalance_cv, ranks)
     seeds = np.random.SeedSequence(w.seed).spawn(ranks)
-    n = w.requests_per_rank
+    n = w.num_requests
     queues = []
     for r in range(ranks):
         rng = np.random.default_rng(seeds[r])

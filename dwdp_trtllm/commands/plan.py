@@ -53,6 +53,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--gpu-memory-gb", type=float, default=None, help="usable memory per GPU (default: the datasheet's)")
     g.add_argument("--weight-dtype", default="fp8", help="routed-expert weights: bf16 | fp8 | nvfp4 (default fp8)")
     g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 (default fp8)")
+    g.add_argument("--a2a-dedup", action="store_true",
+                   help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")
     g.add_argument("--dwdp-size", default="4", help="candidate group sizes G, comma-separated (default 4)")
     g.add_argument("--redundant-experts", default="0", help="candidate extra experts per rank, comma-separated (default 0)")
@@ -126,7 +128,7 @@ def build_spec(args, *, gpu_name: str | None = None):
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
-        interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
+        a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
         samples=args.samples, seed=args.seed)
     check_candidates(spec)
     return spec

@@ -27,6 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--bench-results", default=None, help="directory of benchmark JSON to calibrate from")
     p.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON")
     p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor")
+    p.add_argument("--a2a-dedup", action="store_true", help="DEP sends a token once per remote rank (DeepEP-style)")
     p.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     return p
@@ -94,7 +95,7 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
         batch=None, mnt=int(wl.get("max_num_tokens", 1024)), isl_dist=wl.get("isl_dist", "uniform_ratio"),
         isl_ratio=float(wl.get("isl_ratio", 0.8)), isl_cv=float(wl.get("isl_cv", 0.0)),
         imbalance_cv=float(wl.get("imbalance_cv", 0.0)), redundant_experts=(red,), slice_bytes=(slice_bytes,),
-        interference=args.interference, calibration=cal, samples=args.samples, seed=int(wl.get("seed", 0)),
+        interference=args.interference, a2a_dedup=args.a2a_dedup, calibration=cal, samples=args.samples, seed=int(wl.get("seed", 0)),
         source_policy=_get(cfg, "dwdp.source_policy", "balanced"))
     return spec, notes
 

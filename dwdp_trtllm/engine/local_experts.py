@@ -38,11 +38,11 @@ class LocalExperts:
 
     @classmethod
     def from_seed(cls, spec: ModelSpec, seed: int, weight_dtype: str, device: torch.device | str,
-                  gemm: str = "reference") -> "LocalExperts":
+                  gemm: str = "reference", *, on_device: bool = False) -> "LocalExperts":
         """All experts from weights.init_expert, stored as `weight_dtype` (float32|bf16|fp8)."""
         if weight_dtype not in EXPERT_DTYPES:
             raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {sorted(EXPERT_DTYPES)}")
-        layers = [stacked_expert_tensors(spec, l, range(spec.num_experts), seed, weight_dtype, device)
+        layers = [stacked_expert_tensors(spec, l, range(spec.num_experts), seed, weight_dtype, device, on_device=on_device)
                   for l in spec.moe_layer_ids]
         return cls(spec, layers, gemm)
 

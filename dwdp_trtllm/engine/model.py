@@ -100,12 +100,15 @@ def _phase(timer: PhaseTimer | None, name: str, layer: int):
 
 
 def build_reference_model(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device | str,
-                          gemm: str = "reference", weight_dtype: str | None = None) -> MoETransformer:
-    """Seeded dense weights + LocalExperts (weight_dtype defaults to the model dtype: float32 or bf16)."""
+                          gemm: str = "reference", weight_dtype: str | None = None, *,
+                          on_device: bool = False) -> MoETransformer:
+    """Seeded dense weights + LocalExperts (weight_dtype defaults to the model dtype: float32 or bf16;
+    on_device: draw the weights with the device's generator, see weights.init_expert)."""
     if weight_dtype is None:
         names = {torch.float32: "float32", torch.bfloat16: "bf16"}
         if dtype not in names:
             raise ValueError(f"dtype {dtype}: pass weight_dtype explicitly (float32|bf16|fp8)")
         weight_dtype = names[dtype]
-    experts = LocalExperts.from_seed(spec, seed, weight_dtype, device, gemm=gemm)
-    return MoETransformer(spec, init_dense_weights(spec, seed, dtype, device), experts, device=device, dtype=dtype)
+    experts = LocalExperts.from_seed(spec, seed, weight_dtype, device, gemm=gemm, on_device=on_device)
+    dense = init_dense_weights(spec, seed, dtype, device, on_device=on_device)
+    return MoETransformer(spec, dense, experts, device=device, dtype=dtype)

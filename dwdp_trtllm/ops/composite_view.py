@@ -3,8 +3,11 @@ reserved virtual-address range, so a stock grouped GEMM (torch._grouped_mm / tor
 [E, N, K] tensor without copying.
 
 Legend: E experts, N out, K in. Granularity: cuMemGetAllocationGranularity(MINIMUM) of the device (2 MiB on H200).
-Every chunk's offset and size must be a multiple of it (one DeepSeek-V3 w13 expert in bf16 is 56 MiB = 28 x 2 MiB);
-other sizes are refused with an error naming the size and the granularity, never padded silently.
+Every chunk's size must be a multiple of it (one DeepSeek-V3 w13 expert in bf16 is 56 MiB = 28 x 2 MiB); other
+sizes are refused with an error naming the size and the granularity, never padded silently. cuMemMap maps whole
+physical allocations only (offset 0; a non-zero offset gave CUDA_ERROR_NOT_SUPPORTED on the H200, driver 580,
+2026-12-02), so a chunk is one whole VmmAllocation: to map any subset of experts, allocate each expert (or each run
+of experts that always travels together) as its own VmmAllocation.
 Mapping and unmapping are host calls (not stream-ordered): build views at setup, not per forward. close() must
 only run once no stream still reads the view (callers synchronise or hold an event first).
 """
@@ -46,11 +49,10 @@ def check_chunks(chunks: Sequence[tuple[int, int]], gran: int, alloc_sizes: Sequ
         if n <= 0 or n % gran:
             raise ValueError(f"CompositeView: chunk {i} size {n} bytes is not a positive multiple of the VMM "
                              f"granularity {gran} bytes (expert sizes must be multiples of {gran // 2**20} MiB)")
-        if off < 0 or off % gran:
-            raise ValueError(f"CompositeView: chunk {i} offset {off} bytes is not a multiple of the VMM "
-                             f"granularity {gran} bytes")
-        if off + n > size:
-            raise ValueError(f"CompositeView: chunk {i} [{off}, {off + n}) exceeds its allocation of {size} bytes")
+        if off != 0 or n != size:
+            raise ValueError(f"CompositeView: chunk {i} maps bytes [{off}, {off + n}) of a {size}-byte allocation; "
+                             "cuMemMap maps whole allocations only (offset 0, nbytes = allocation size): allocate "
+                             "each expert (or run of experts) as its own VmmAllocation")
         total += n
     return total
 

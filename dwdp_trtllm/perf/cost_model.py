@@ -13,10 +13,12 @@ MoE layer, one rank with T tokens in a group of G ranks (E experts, top-k, hidde
   experts     DWDP: 6*H*I*k*T over all E experts (reads E experts' weights)
               DEP:  6*H*I*k*T_group/G over E/G experts (routing assumed balanced over experts)
   all-to-all  DEP only: dispatch T*k*(G-1)/G tokens of H (FP8 or BF16), combine the same in BF16
+              (a2a_dedup: T * E[distinct remote ranks among the top-k] instead of T*k*(G-1)/G)
   prefetch    DWDP only: the experts a rank lacks, pulled over NVLink, x contention slowdown
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +45,7 @@ class CostParams:
     weight_dtype: str = "fp8"  # routed experts: bf16 | fp8 | nvfp4
     dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 (combine is always BF16)
     interference: float | None = None  # compute slowdown while copies run; None: calibration or 1.15
+    a2a_dedup: bool = False  # DeepEP-style: a token goes once to each remote *rank* holding any of its top-k
     calibration: Calibration = field(default_factory=Calibration)
 
     def __post_init__(self) -> None:
@@ -181,11 +184,21 @@ def all_to_all_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):
         return np.zeros(tokens_SR.shape[:-1])
     k, H = spec.top_k, spec.hidden_size
     remote = (group - 1) / group
+    if p.a2a_dedup:  # expected distinct remote ranks among a token's top-k (uniform routing), in top-k units
+        k = remote_ranks_per_token(spec, group) / remote
     send = tokens_SR * k * remote * H  # elements each rank sends (dispatch) / receives back (combine)
     recv = (tokens_SR.sum(-1, keepdims=True) - tokens_SR) * k / group * H
     vol = np.maximum(send, recv).max(-1)
     nbytes = vol * (DTYPE_BYTES[p.dispatch_dtype] + 2.0)  # dispatch in FP8/BF16, combine in BF16
     return nbytes / p.a2a_bps * 1e6 + p.gpu.a2a_latency_us
+
+
+def remote_ranks_per_token(spec: ModelSpec, group: int) -> float:
+    """E[number of other ranks holding at least one of a token's top-k experts], experts split evenly."""
+    E, k = spec.num_experts, spec.top_k
+    per_rank = E // group
+    p_miss = math.comb(E - per_rank, k) / math.comb(E, k)
+    return (group - 1) * (1 - p_miss)
 
 
 def prefetch_us(spec: ModelSpec, p: CostParams, placement: ExpertPlacement, slice_bytes: int) -> float:

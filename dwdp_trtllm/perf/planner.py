@@ -42,6 +42,7 @@ class PlanSpec:
     redundant_experts: tuple[int, ...] = (0,)
     slice_bytes: tuple[int, ...] = (2 * MiB,)
     dispatch_dtype: str = "fp8"
+    a2a_dedup: bool = False
     interference: float | None = None
     calibration: Calibration = field(default_factory=Calibration)
     gpu_memory_gb: float | None = None
@@ -55,7 +56,7 @@ class PlanSpec:
 
     def params(self) -> cm.CostParams:
         return cm.CostParams(gpu=self.gpu, weight_dtype=self.weight_dtype, dispatch_dtype=self.dispatch_dtype,
-                             interference=self.interference, calibration=self.calibration)
+                             a2a_dedup=self.a2a_dedup, interference=self.interference, calibration=self.calibration)
 
     def workload(self, isl: int) -> Workload:
         return Workload(isl=isl, isl_dist=self.isl_dist, isl_ratio=self.isl_ratio, isl_cv=self.isl_cv,  # type: ignore[arg-type]

@@ -23,9 +23,8 @@ IPC_HANDLE_BYTES = 64
 
 
 def _handle_bytes(handle) -> bytes:
-    # cuda.bindings < 13.4 exposes `.reserved`; newer builds only getPtr(): read the 64 bytes either way.
-    if hasattr(handle, "reserved"):
-        return bytes(bytearray(handle.reserved))
+    # The 64 bytes of cudaIpcMemHandle_t, read through its address: `.reserved` exists only in some
+    # cuda.bindings versions (and as signed chars), getPtr() in all of them.
     return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
 
 
@@ -34,10 +33,7 @@ def _handle_from_bytes(raw: bytes):
     if len(raw) != IPC_HANDLE_BYTES:
         raise TransportError(f"ipc: handle must be {IPC_HANDLE_BYTES} bytes, got {len(raw)}")
     handle = runtime.cudaIpcMemHandle_t()
-    if hasattr(handle, "reserved"):
-        handle.reserved = raw
-    else:
-        ctypes.memmove(handle.getPtr(), raw, IPC_HANDLE_BYTES)
+    ctypes.memmove(handle.getPtr(), raw, IPC_HANDLE_BYTES)
     return handle
 
 

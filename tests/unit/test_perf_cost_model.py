@@ -126,3 +126,16 @@ def test_hopper_has_no_fp4_and_falls_back_to_fp8_rate():
     # the efficiencies measured on our H200 are the defaults there
     assert h.matmul_tflops("bf16") == pytest.approx(760.0)
     assert h.matmul_tflops("fp8") == pytest.approx(1091.0)
+
+
+def test_dedup_sends_once_per_remote_rank():
+    from math import comb
+    p = cm.CostParams(gpu=get_gpu("h200"), weight_dtype="fp8")
+    pd = dataclasses.replace(p, a2a_dedup=True)
+    # DSv3 on 4 ranks: a token misses a given rank's 64 experts with probability C(192,8)/C(256,8)
+    ranks = 3 * (1 - comb(192, 8) / comb(256, 8))
+    assert cm.remote_ranks_per_token(V3, 4) == pytest.approx(ranks)
+    tokens = np.array([[1000.0] * 4])
+    lat = p.gpu.a2a_latency_us
+    full, dedup = cm.all_to_all_us(V3, p, tokens, 4)[0] - lat, cm.all_to_all_us(V3, pd, tokens, 4)[0] - lat
+    assert dedup / full == pytest.approx(ranks / 6.0)  # 6 = 8 top-k x 3/4 remote

@@ -1,0 +1,42 @@
+"""Plugin GEMM paths for the engine's MoE: 'multi_buffer' = the dwdp::grouped_gemm op (ops/).
+
+Registered into moe_compute.GEMM_PATHS on first use of such a name (moe_compute imports this lazily),
+so the engine runs without the C++ op until a config asks for it. FP8 weights (128x128 block scales)
+take FP8 activations quantised here in 1x128 groups (DeepSeek-V3 recipe); the op returns bf16.
+
+Shape legend: A token-expert rows, D in features, N out features, G = ceil(D/128) groups.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ops import grouped_gemm
+from .moe_compute import GEMM_PATHS, register_gemm
+
+FP8_MAX = 448.0
+GROUP = 128
+
+
+def quantize_act_1x128(a_AD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a_fp8 [A, D] e4m3, scale_AG fp32 [A, ceil(D/128)]) with a ~= a_fp8 * scale per 1x128 group."""
+    A, D = a_AD.shape
+    G = -(-D // GROUP)
+    pad = G * GROUP - D
+    a = torch.nn.functional.pad(a_AD.float(), (0, pad)) if pad else a_AD.float()
+    a_AGk = a.view(A, G, GROUP)
+    scale_AG = (a_AGk.abs().amax(dim=-1) / FP8_MAX).clamp_min(1e-12)
+    q = (a_AGk / scale_AG[..., None]).to(torch.float8_e4m3fn).view(A, G * GROUP)
+    return (q[:, :D] if pad else q).contiguous(), scale_AG
+
+
+def _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
+    buf_idx_E, row_E, offs_E = buf_idx_E.to(torch.int32), row_E.to(torch.int32), offs_E.to(torch.int32)
+    if scales is None:
+        return grouped_gemm(a_AD, offs_E, weights, buf_idx_E, row_E)
+    a_q, a_scale = quantize_act_1x128(a_AD)
+    return grouped_gemm(a_q, offs_E, weights, buf_idx_E, row_E, a_scale, scales).to(a_AD.dtype)
+
+
+def ensure_registered() -> None:
+    if "multi_buffer" not in GEMM_PATHS:
+        register_gemm("multi_buffer", _multi_buffer, supports_fp8=True)
