@@ -103,6 +103,22 @@ def batch_memcpy_available() -> bool:
         return False
 
 
+class DriverMemcpy:
+    """cuMemcpyAsync through ctypes (~1 us a call): used to record copies into CUDA graphs."""
+
+    def __init__(self) -> None:
+        self._fn = _libcuda().cuMemcpyAsync
+        self._fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        self._fn.restype = ctypes.c_int
+
+    def __call__(self, dsts: list[int], srcs: list[int], sizes: list[int], stream: int) -> None:
+        fn = self._fn
+        for d, s, n in zip(dsts, srcs, sizes):
+            code = fn(d, s, n, stream)
+            if code:
+                raise CudaError(f"cuMemcpyAsync(dst {d:#x}, src {s:#x}, {n} bytes) failed: {_error_name(code)} ({code})")
+
+
 def per_op_memcpy(dsts: list[int], srcs: list[int], sizes: list[int], stream: int) -> None:
     """One cudaMemcpyAsync per op through cuda.bindings.runtime (the unbatched path)."""
     from .cuda_utils import cuda_bindings

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwdp_trtllm.config import DwdpConfig  # noqa: E402
-from dwdp_trtllm.copy_plan import CopyPlan, ExpertLayout, build_copy_plan  # noqa: E402
+from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, ExpertLayout, build_copy_plan  # noqa: E402
 from dwdp_trtllm.copy_scheduler import CopyScheduler  # noqa: E402
 from dwdp_trtllm.memcpy import BatchMemcpy, per_op_memcpy  # noqa: E402
 from dwdp_trtllm.models import get_model  # noqa: E402
@@ -85,7 +85,7 @@ def sliced(dev, nbytes: int, slice_sizes, reps: int, bulk_GBps: float) -> list[d
     batch = BatchMemcpy()
     from dwdp_trtllm.cuda_utils import cuda_bindings
     runtime, _ = cuda_bindings()
-    rows = []
+    rows, graphs, streams = [], [], {}
     for sz in slice_sizes:
         offs = list(range(0, nbytes, sz))
         d = [dst.data_ptr() + o for o in offs]
@@ -106,16 +106,32 @@ def sliced(dev, nbytes: int, slice_sizes, reps: int, bulk_GBps: float) -> list[d
             # cuda.bindings' own wrapper: marshals Python lists on every call
             "batch_pylist": lambda: runtime.cudaMemcpyBatchAsync(d, sr, n, len(d), [attr], [0], 1, s.cuda_stream),
         }
+        plan = CopyPlan(0, tuple(CopyOp(1, 0, o, o, k) for o, k in zip(offs, n)), sliced=True)
+        for lanes in (1, 4):
+            try:
+                g = CopyScheduler(plan, src_buffer=lambda p, layer, t: src, dst_buffer=lambda sl, t: dst, layers=[0],
+                                  num_slots=1, device=dev, method="graph", lanes=lanes)
+                g.issue(0, 0).synchronize(60)  # first launch uploads the graph
+            except Exception as e:  # noqa: BLE001 - report, keep benchmarking
+                row[f"graph{lanes}_error"] = repr(e)[:200]
+                continue
+            graphs.append(g)
+            streams[f"graph{lanes}"] = g.stream
+            variants[f"graph{lanes}"] = (lambda g=g: g.issue(0, 0))
         for name, fn in variants.items():
             dst.fill_(0)
+            torch.cuda.synchronize()  # the fill runs on another stream than the copies
             try:
-                ms, us = timed(fn, s, reps, hide)
+                ms, us = timed(fn, streams.get(name, s), reps, hide)
             except Exception as e:  # noqa: BLE001 - report, keep benchmarking
                 row[f"{name}_error"] = repr(e)[:200]
                 continue
             ok = torch.equal(dst, src)
             row.update({f"{name}_GBps": 2 * nbytes / ms / 1e6, f"{name}_frac_bulk": 2 * nbytes / ms / 1e6 / bulk_GBps,
                         f"{name}_issue_us": us, f"{name}_exact": ok})
+        for g in graphs:
+            g.close()
+        graphs.clear()
         rows.append(row)
         print(f"  slice {sz // KiB:6d} KiB x {len(offs):5d}: " + ", ".join(
             f"{k} {row.get(k + '_GBps', float('nan')):7.0f} GB/s ({row.get(k + '_issue_us', float('nan')):8.0f} us)"
@@ -151,10 +167,10 @@ class R1Layer:
     def replan(self, sliced_plan: bool, slice_bytes: int = 2 * MiB) -> CopyPlan:
         return build_copy_plan(self.placement, self.layout, 0, sliced=sliced_plan, slice_bytes=slice_bytes)
 
-    def scheduler(self, method="batch", max_inflight_slices=0, plan: CopyPlan | None = None) -> CopyScheduler:
+    def scheduler(self, method="batch", max_inflight_slices=0, plan: CopyPlan | None = None, lanes=0) -> CopyScheduler:
         return CopyScheduler(plan or self.plan, src_buffer=lambda p, layer, t: self.src[(p, t)],
                              dst_buffer=lambda s, t: self.dst[t], layers=[0], num_slots=1, device=self.dev,
-                             method=method, max_inflight_slices=max_inflight_slices)
+                             method=method, max_inflight_slices=max_inflight_slices, lanes=lanes)
 
     def check(self) -> bool:
         nbs = self.layout.tensor_bytes
@@ -170,26 +186,36 @@ def issue_time(dev, weight_dtype: str, reps: int) -> dict:
     layer = R1Layer(dev, weight_dtype)
     out = {"dtype": weight_dtype, "ops": len(layer.plan.ops), "bytes": layer.plan.total_bytes,
            "bytes_per_source": layer.plan.bytes_per_source()}
-    for method, inflight in (("batch", 0), ("batch", 64), ("per_op", 0), ("torch", 0)):
-        sched = layer.scheduler(method, inflight)
+    for method, inflight, lanes in (("batch", 0, 0), ("batch", 64, 0), ("graph", 0, 0), ("graph", 0, 1),
+                                    ("per_op", 0, 0), ("torch", 0, 0)):
+        t0 = time.perf_counter()
+        try:
+            sched = layer.scheduler(method, inflight, lanes=lanes)
+            setup_ms = (time.perf_counter() - t0) * 1e3
+            sched.issue(0, 0).synchronize(60)  # warm-up (graph upload, lazy init)
+        except Exception as e:  # noqa: BLE001 - report, keep benchmarking
+            out[f"{method}_lanes{lanes}_error"] = repr(e)[:300]
+            print(f"  R1 {weight_dtype} {method}: {e!r}", flush=True)
+            continue
         host, dev_ms = [], []
-        for i in range(reps if method == "batch" else 2):
+        for i in range(reps if method in ("batch", "graph") else 2):
             layer.dst[0].fill_(0)
             torch.cuda.synchronize()
             with torch.cuda.stream(sched.stream):
-                spin(0.05 if method != "batch" else 2e-3)  # copies start after issue returns
+                spin(0.15 if method in ("per_op", "torch") else 0.02)  # copies start after issue returns
             t0 = time.perf_counter()
             h = sched.issue(0, 0)
             host.append((time.perf_counter() - t0) * 1e6)
             h.synchronize(60)
             dev_ms.append(h.elapsed_ms())
-        key = f"{method}{'_inflight' + str(inflight) if inflight else ''}"
+        key = method + (f"_inflight{inflight}" if inflight else "") + (f"_lanes{sched.lanes}" if method == "graph" else "")
         ms = statistics.median(dev_ms)
         out[key] = {"issue_us": statistics.median(host), "issue_us_min": min(host), "copy_ms": ms,
-                    "GBps": 2 * layer.plan.total_bytes / ms / 1e6, "exact": layer.check()}
+                    "GBps": 2 * layer.plan.total_bytes / ms / 1e6, "exact": layer.check(), "setup_ms": setup_ms}
         sched.close()
         print(f"  R1 {weight_dtype} {key}: {len(layer.plan.ops)} ops, issue {out[key]['issue_us']:.0f} us, "
-              f"copy {ms:.2f} ms = {out[key]['GBps']:.0f} GB/s, exact {out[key]['exact']}", flush=True)
+              f"copy {ms:.2f} ms = {out[key]['GBps']:.0f} GB/s, exact {out[key]['exact']}, setup {setup_ms:.0f} ms",
+              flush=True)
     del layer
     torch.cuda.empty_cache()
     return out
@@ -212,21 +238,17 @@ def gemm_overlap(dev, reps: int) -> list[dict]:
     torch.cuda.synchronize()
 
     def run(n_gemm, sched=None, delay_after=None):
+        """GEMMs are queued first and the copies after them (both behind one spin), so a host that
+        blocks inside issue() cannot skew the overlap; the copy starts with the GEMMs (or at `mid`)."""
         g0, g1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        spin(2e-3)  # both streams start from a common idle point
+        spin(5e-3)
         g0.record(compute)
-        h = None
-        if sched is not None and delay_after is None:
-            h = sched.issue(0, 0, after=g0)
-        if delay_after is not None:
-            gemms(delay_after)
-            mid = torch.cuda.Event()
-            mid.record(compute)
-            h = sched.issue(0, 0, after=mid)
-            gemms(n_gemm - delay_after)
-        else:
-            gemms(n_gemm)
+        gemms(delay_after or 0)
+        mid = torch.cuda.Event()
+        mid.record(compute)
+        gemms(n_gemm - (delay_after or 0))
         g1.record(compute)
+        h = sched.issue(0, 0, after=mid) if sched is not None else None
         g1.synchronize()
         if h is not None:
             h.synchronize(60)
@@ -240,28 +262,36 @@ def gemm_overlap(dev, reps: int) -> list[dict]:
         return tuple(statistics.median(v[i] for v in vals) for i in range(3))
 
     one_gemm = med(lambda: run(1))[0]
-    sched = layer.scheduler("batch")
-    copy_alone = med(lambda: run(0, sched))[1]
-    sched.close()
-    n_gemm = max(2, round(copy_alone / one_gemm))
+    copy_alone = {}
+    for method in ("batch", "graph"):
+        sched = layer.scheduler(method)
+        sched.issue(0, 0).synchronize(60)
+        copy_alone[method] = med(lambda: run(0, sched))[1]
+        sched.close()
+    n_gemm = max(2, round(min(copy_alone.values()) / one_gemm))
     gemm_alone = med(lambda: run(n_gemm))[0]
     rows = [{"variant": "gemm alone", "gemms": n_gemm, "gemm_ms": gemm_alone, "copy_ms": 0.0, "makespan_ms": gemm_alone}]
     unsliced = layer.replan(False)
-    for name, plan, inflight, delay in (("copy alone (sliced 2 MiB, 1 batch)", layer.plan, 0, None),
-                                        ("unsliced, 1 batch", unsliced, 0, None),
-                                        ("sliced 2 MiB, 1 batch", layer.plan, 0, None),
-                                        ("sliced, pacing 256 in flight", layer.plan, 256, None),
-                                        ("sliced, pacing 64 in flight", layer.plan, 64, None),
-                                        ("sliced, pacing 16 in flight", layer.plan, 16, None),
-                                        ("sliced, delayed start (after half the GEMMs)", layer.plan, 0, n_gemm // 2)):
-        sched = layer.scheduler("batch", inflight, plan=plan)
+    for name, plan, method, inflight, delay in (
+            ("copy alone (sliced 2 MiB, batch)", layer.plan, "batch", 0, None),
+            ("copy alone (sliced 2 MiB, graph)", layer.plan, "graph", 0, None),
+            ("unsliced, batch", unsliced, "batch", 0, None),
+            ("sliced 2 MiB, batch", layer.plan, "batch", 0, None),
+            ("sliced 2 MiB, graph (3 lanes)", layer.plan, "graph", 0, None),
+            ("sliced, batch, pacing 256 in flight", layer.plan, "batch", 256, None),
+            ("sliced, batch, pacing 64 in flight", layer.plan, "batch", 64, None),
+            ("sliced, batch, pacing 16 in flight", layer.plan, "batch", 16, None),
+            ("sliced, graph, delayed start (after half the GEMMs)", layer.plan, "graph", 0, n_gemm // 2)):
+        sched = layer.scheduler(method, inflight, plan=plan)
+        sched.issue(0, 0).synchronize(60)
         alone = name.startswith("copy alone")
         g, cp, mk = med(lambda: run(0 if alone else n_gemm, sched, None if alone else delay))
         ok = layer.check()
         sched.close()
+        base = copy_alone[method]
         rows.append({"variant": name, "gemms": 0 if alone else n_gemm, "gemm_ms": g, "copy_ms": cp, "makespan_ms": mk,
                      "gemm_slowdown": (g / gemm_alone) if not alone else None,
-                     "copy_slowdown": cp / copy_alone, "exposed_copy_ms": mk - gemm_alone if not alone else cp,
+                     "copy_slowdown": cp / base, "exposed_copy_ms": mk - gemm_alone if not alone else cp,
                      "exact": ok})
         print(f"  {name}: gemm {g:.2f} ms (alone {gemm_alone:.2f}), copy {cp:.2f} ms, makespan {mk:.2f}", flush=True)
     del layer
@@ -270,26 +300,31 @@ def gemm_overlap(dev, reps: int) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
-    b = res["bulk"]
+    b = res["bulk"] or {"bytes": 0, "torch_GBps": float("nan"), "batch1_GBps": float("nan")}
     lines = [f"# Copy benchmark ({res['device']}, {res['date']})", "",
              f"Bulk D2D {b['bytes'] // MiB} MiB: torch copy_ {b['torch_GBps']:.0f} GB/s, one-op cuMemcpyBatchAsync "
-             f"{b['batch1_GBps']:.0f} GB/s (r+w).", "",
-             "## Sliced 1 GiB copy: per-op vs batched (r+w GB/s, fraction of bulk, host issue us)", "",
-             "| slice | ops | per_op GB/s | per_op frac | per_op issue us | batch GB/s | batch frac | batch issue us |"
-             " batch_pylist issue us |", "|---|---|---|---|---|---|---|---|---|"]
+             f"{b['batch1_GBps']:.0f} GB/s (r+w).", "", *[f"ERROR in {k}: {v}" for k, v in res.get("errors", {}).items()], "",
+             "## Sliced 1 GiB copy on one stream: r+w GB/s (fraction of bulk) and host issue us", "",
+             "| slice | ops | per_op | batch | batch (cuda.bindings lists) | graph 1 lane | graph 4 lanes |",
+             "|---|---|---|---|---|---|---|"]
+
+    def cell(r, k):
+        if f"{k}_GBps" not in r:
+            return r.get(f"{k}_error", "n/a")[:40]
+        return (f"{r[f'{k}_GBps']:.0f} ({r[f'{k}_frac_bulk']:.2f}), {r[f'{k}_issue_us']:.0f} us"
+                + ("" if r[f"{k}_exact"] else " NOT EXACT"))
+
     for r in res["sliced"]:
-        lines.append(f"| {r['slice_bytes'] // KiB} KiB | {r['ops']} | {r.get('per_op_GBps', float('nan')):.0f} | "
-                     f"{r.get('per_op_frac_bulk', float('nan')):.2f} | {r.get('per_op_issue_us', float('nan')):.0f} | "
-                     f"{r.get('batch_GBps', float('nan')):.0f} | {r.get('batch_frac_bulk', float('nan')):.2f} | "
-                     f"{r.get('batch_issue_us', float('nan')):.0f} | {r.get('batch_pylist_issue_us', float('nan')):.0f} |")
+        lines.append(f"| {r['slice_bytes'] // KiB} KiB | {r['ops']} | "
+                     + " | ".join(cell(r, k) for k in ("per_op", "batch", "batch_pylist", "graph1", "graph4")) + " |")
     lines += ["", "## Host time to issue one DeepSeek-R1 layer's plan (G=4, rank 0: 3 sources, 2 MiB slices)", "",
-              "| dtype | ops | GB | method | issue us (median) | issue us (min) | copy ms | GB/s | exact |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| dtype | ops | GB | method | issue us (median) | issue us (min) | copy ms | r+w GB/s | exact | setup ms |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["issue"]:
         for k, v in r.items():
             if isinstance(v, dict) and "issue_us" in v:
                 lines.append(f"| {r['dtype']} | {r['ops']} | {r['bytes'] / 1e9:.2f} | {k} | {v['issue_us']:.0f} | "
-                             f"{v['issue_us_min']:.0f} | {v['copy_ms']:.2f} | {v['GBps']:.0f} | {v['exact']} |")
+                             f"{v['issue_us_min']:.0f} | {v['copy_ms']:.2f} | {v['GBps']:.0f} | {v['exact']} | {v['setup_ms']:.0f} |")
     lines += ["", "## bf16 8192^3 GEMM loop with a concurrent R1 fp8 layer pull (copy stream)", "",
               "| variant | GEMMs | GEMM ms | GEMM slowdown | copy ms | copy slowdown | makespan ms | exposed copy ms |",
               "|---|---|---|---|---|---|---|---|"]
@@ -317,18 +352,25 @@ def main(argv=None) -> int:
     total = (256 * MiB) if args.quick else GiB
     res = {"device": torch.cuda.get_device_name(dev), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "torch": torch.__version__, "cuda": torch.version.cuda}
-    print("bulk ...", flush=True)
-    res["bulk"] = bulk(dev, total, reps)
-    print(f"  {res['bulk']}", flush=True)
-    print("sliced ...", flush=True)
-    sizes = [256 * KiB, 512 * KiB, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
-    res["sliced"] = sliced(dev, total, sizes, reps, res["bulk"]["torch_GBps"])
-    print("issue time (DeepSeek-R1, G=4) ...", flush=True)
-    res["issue"] = [issue_time(dev, wd, max(reps, 5)) for wd in (("fp8",) if args.quick else ("fp8", "bf16"))]
-    print("GEMM overlap ...", flush=True)
-    res["gemm_overlap"] = gemm_overlap(dev, reps)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "copy_bench.json").write_text(json.dumps(res, indent=1, default=str))
+
+    def section(key, fn):
+        print(f"{key} ...", flush=True)
+        try:
+            res[key] = fn()
+        except Exception as e:  # noqa: BLE001 - keep what was measured, say what failed
+            import traceback
+            traceback.print_exc()
+            res.setdefault("errors", {})[key] = repr(e)[:500]
+            res[key] = [] if key != "bulk" else {}
+        (args.out / "copy_bench.json").write_text(json.dumps(res, indent=1, default=str))  # partial results survive
+
+    section("bulk", lambda: bulk(dev, total, reps))
+    print(f"  {res['bulk']}", flush=True)
+    sizes = [256 * KiB, 512 * KiB, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
+    section("sliced", lambda: sliced(dev, total, sizes, reps, res["bulk"].get("torch_GBps", 4000.0)))
+    section("issue", lambda: [issue_time(dev, wd, max(reps, 5)) for wd in (("fp8",) if args.quick else ("fp8", "bf16"))])
+    section("gemm_overlap", lambda: gemm_overlap(dev, reps))
     md = markdown(res)
     (args.out / "copy_bench.md").write_text(md)
     print(md)

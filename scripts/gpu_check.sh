@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
-#   usage: scripts/gpu_check.sh [sections...]   sections: env plugin transport engine bench (default: all)
+#   usage: scripts/gpu_check.sh [sections...]   sections: env build plugin transport engine bench (default: all but build)
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,9 @@ for s in $sections; do
       { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.draw --format=csv
         python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), 'python', sys.version.split()[0])"
         git rev-parse --short HEAD 2>/dev/null || echo "commit unknown"; } 2>&1 | tee "$OUT/env.log" ;;
+    build)
+      section build
+      python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/build.log" 2>&1 || rc=1; tail -n 5 "$OUT/build.log" ;;
     plugin)
       section plugin
       bash scripts/gpu/plugin_check.sh "$OUT/raw/plugin" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
@@ -31,7 +34,7 @@ for s in $sections; do
       tail -n 25 "$OUT/transport.log" ;;
     engine)
       section engine
-      python3 -m pytest -q -s -m gpu tests/gpu/test_engine_cuda.py > "$OUT/engine.log" 2>&1 || rc=1
+      timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -m gpu tests/gpu/test_engine_cuda.py > "$OUT/engine.log" 2>&1 || rc=1
       grep -E "max relative error|passed|failed|Error" "$OUT/engine.log" | tail -n 20 ;;
     bench)
       section bench

@@ -56,7 +56,10 @@ class IpcAllToAll:
         (rank i sends matrix[j][i] rows back to j)."""
         assert self.matrix is not None, "exchange_counts first"
         m = self.matrix if not transpose else [list(col) for col in zip(*self.matrix)]
-        row_bytes = inp[0].numel() * inp.element_size() if inp.shape[0] else out[0].numel() * out.element_size() if out.shape[0] else 0
+        # from the row shape, not from data: every rank must compute the same sizes even with 0 rows
+        row_bytes = inp.element_size()
+        for d in inp.shape[1:]:
+            row_bytes *= d
         W, me = self.world, self.rank
         max_recv = max(sum(m[i][j] for i in range(W)) for j in range(W)) * row_bytes
         self._ensure(max_recv)

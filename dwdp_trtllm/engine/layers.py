@@ -134,6 +134,8 @@ def attend_packed(q_TNd: torch.Tensor, k_list: list[torch.Tensor], v_list: list[
     """Attention of every segment of the packed batch: out_TNe. k_list[i]/v_list[i] are segment i's keys
     and values [S_i, G, d]/[S_i, G, e] (cached prefix first). One flash varlen call on CUDA, else a
     loop of SDPA calls over segments (CPU, fp32)."""
+    if not plan:  # an idle rank still runs the layers (DEP collectives)
+        return q_TNd.new_empty(0, q_TNd.shape[1], v_list[0].shape[2] if v_list else q_TNd.shape[2])
     varlen = _varlen_fn(q_TNd)
     if varlen is None or len(plan) == 1 and plan[0].prefix == 0:
         out = [attend(q_TNd[s.begin:s.end], k, v, s.prefix, scale) for s, k, v in zip(plan, k_list, v_list)]

@@ -9,8 +9,9 @@ the single-process reference passes one [E, ...] buffer.
 
 GEMM paths (GEMM_PATHS; the key is `gemm=`): fn(a_AD, offs_E, weights, expert_buffer_idx_E,
 expert_row_E, scales=None) -> out_AN with out[rows of group e] = a[rows] @ W_e^T. offs_E are int32
-cumulative group ends (offs_E[-1] == A); the maps are int32 or int64 device tensors. 'reference' loops over experts (float32 accumulate, host
-sync: tests only); 'merge' gathers all experts into one [E, N, D] tensor and runs torch._grouped_mm.
+cumulative group ends (offs_E[-1] == A); the maps are int32 or int64 tensors on a's device.
+'reference' loops over experts (float32 accumulate, host sync: tests only); 'merge' gathers all
+experts into one [E, N, D] tensor (each buffer read once, no host sync) and runs torch._grouped_mm.
 The plugin registers 'multi_buffer' and 'composite_view' with register_gemm (dwdp_trtllm/ops).
 """
 from __future__ import annotations

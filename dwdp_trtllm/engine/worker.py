@@ -56,12 +56,24 @@ class _Tokens:
 def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, device: torch.device, tag: str):
     """(ExpertBackend, weight bytes held for experts, prefetch slot bytes, extra info)."""
     from .local_experts import LocalExperts
-    from .weights import stacked_expert_tensors
+    from .weights import expert_tensors, init_expert, stacked_expert_tensors
+
+    # On CUDA draw weights with the device generator (seconds instead of minutes at DeepSeek width);
+    # every rank of every mode of a run uses the same setting, so the modes see identical weights.
+    on_device = device.type == "cuda"
 
     seed, wdt = cfg.model.seed, cfg.dwdp.weight_dtype
+    if cfg.dwdp.gemm == "multi_buffer":
+        from .gemm_paths import ensure_registered
+        ensure_registered()
+    elif cfg.dwdp.gemm == "composite_view":
+        raise NotImplementedError(
+            "dwdp.gemm: composite_view is measured in scripts/bench_grouped_gemm.py (ops/composite_view.py) but not "
+            "wired into the engine yet: cuMemMap maps whole allocations only, so it needs one VMM allocation per expert "
+            "in the runtime. Use multi_buffer (the dwdp::grouped_gemm op), merge or reference.")
 
     def layer_tensors(layer: int, experts) -> dict[str, torch.Tensor]:
-        return stacked_expert_tensors(spec, layer, experts, seed, wdt, device)
+        return stacked_expert_tensors(spec, layer, experts, seed, wdt, device, on_device=on_device)
 
     if mode == "reference":
         weights = [layer_tensors(layer, range(spec.num_experts)) for layer in spec.moe_layer_ids]
@@ -85,8 +97,10 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
         rt = DwdpRuntime(cfg.dwdp, spec, group=groups[rank // G], dwdp_rank=rank % G, device=device, tag=f"{tag}_g{rank // G}",
                          timeout_s=cfg.run.timeout_s)
         for m, layer in enumerate(spec.moe_layer_ids):
-            for name, t in layer_tensors(layer, list(rt.local_ids)).items():
-                rt.local_tensor(m, name).copy_(t)
+            for i, e in enumerate(rt.local_ids):  # expert by expert: no stacked copy of the layer
+                w13, w2 = init_expert(spec, layer, e, seed, torch.float32, device, on_device=on_device)
+                for name, t in expert_tensors(spec, w13, w2, wdt).items():
+                    rt.local_tensor(m, name)[i].copy_(t)
         rt.open()
         return DwdpExperts(rt, gemm=cfg.dwdp.gemm), rt.local_bytes, rt.slot_bytes, {"transport": rt.transport.kind}
     raise ValueError(f"unknown mode {mode!r}: expected reference, dep or dwdp")
@@ -113,7 +127,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         torch.set_num_threads(cfg.run.threads_per_rank)
     spec = cfg.model.spec()
     dtype = _DTYPE[cfg.model.dtype]
-    dense = init_dense_weights(spec, cfg.model.seed, dtype, device)
+    dense = init_dense_weights(spec, cfg.model.seed, dtype, device, on_device=device.type == "cuda")
     backend, expert_bytes, slot_bytes, extra = build_backend(cfg, mode, spec, rank=rank, world=world, device=device, tag=tag)
     model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
     timer = PhaseTimer(device)

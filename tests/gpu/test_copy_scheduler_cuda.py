@@ -31,9 +31,11 @@ class World:
                           for e, s in self.placement.sources[rank]])
 
 
-@pytest.mark.parametrize("method", ["per_op", "batch", "torch"])
+@pytest.mark.parametrize("method", ["per_op", "batch", "torch", "graph", "graph5"])
 @pytest.mark.parametrize("sliced,slice_bytes,inflight", [(False, 0, 0), (True, (256 << 10) + 4, 0), (True, 65536, 7)])
 def test_cuda_scheduler_bit_exact(method, sliced, slice_bytes, inflight):
+    lanes = 5 if method == "graph5" else 0  # graph5: more parallel chains than sources
+    method = method.rstrip("5")
     dev = torch.device("cuda", torch.cuda.current_device())
     layout = ExpertLayout(("w13", "w2", "scale"), ((1 << 20) + 12345, 700001, 4099))
     layers = [0, 1, 2, 3, 4]
@@ -44,10 +46,12 @@ def test_cuda_scheduler_bit_exact(method, sliced, slice_bytes, inflight):
     slots = [[torch.full((n * nb,), 0xA5, dtype=torch.uint8, device=dev) for nb in layout.tensor_bytes] for _ in range(2)]
     sched = CopyScheduler(plan, src_buffer=lambda p, layer, t: world.bufs[(p, layer, t)],
                           dst_buffer=lambda s, t: slots[s][t], layers=layers, num_slots=2, device=dev, method=method,
-                          max_inflight_slices=inflight)
+                          max_inflight_slices=inflight, lanes=lanes)
     compute = torch.cuda.current_stream(dev)
     try:
         assert sched.method == method
+        if method == "graph":
+            assert sched.lanes == (lanes or len(plan.bytes_per_source()))
         released = {}
         handles = {layers[i]: sched.issue(layers[i], i % 2) for i in range(2)}
         for i, layer in enumerate(layers):

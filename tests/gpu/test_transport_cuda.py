@@ -55,7 +55,7 @@ def _worker(rank: int, G: int, store_path: str, kind: str) -> None:
         n = len(placement.fetch_experts(rank))
         slots = [[torch.full((n * nb,), 0xA5, dtype=torch.uint8, device="cuda") for nb in TBYTES] for _ in range(2)]
         compute = torch.cuda.current_stream()
-        for method in ("batch", "per_op", "torch"):
+        for method in ("batch", "per_op", "graph", "torch"):
             for sliced in (False, True):
                 plan = build_copy_plan(placement, layout, rank, sliced=sliced, slice_bytes=(512 << 10) + 3)
                 sched = CopyScheduler(plan, src_buffer=lambda p, layer, t: tp.peer_buffer(p, f"L{layer}.t{t}"),

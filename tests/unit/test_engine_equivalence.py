@@ -6,6 +6,7 @@ every request's final hidden states must match the reference (fp32: relative err
 from __future__ import annotations
 
 import glob
+import os
 
 import pytest
 import torch
@@ -62,7 +63,7 @@ def test_g3_redundancy_balanced_sliced():
         assert res.copy_bytes > 0
         assert res.extra["transport"] == "shm"
     assert out["dep"][0].extra["dep_a2a"] == "gloo"
-    assert not glob.glob("/dev/shm/dwdp_*"), "shared memory leaked"
+    assert not glob.glob(f"/dev/shm/dwdp_{os.getpid()}_*"), "shared memory leaked"
     assert spec.num_moe_layers >= 2
 
 
@@ -86,6 +87,21 @@ def test_gqa_softmax_model():
     _check(out, reqs)
 
 
+@pytest.mark.timeout(300)
+def test_multi_buffer_op_path():
+    # the dwdp::grouped_gemm C++ op (CPU build) reads local experts and the prefetch slot in place
+    cfg = _cfg(2, {"dwdp_size": 2, "gemm": "multi_buffer", "slice_bytes": 2048})
+    reqs = _requests(2, 2, seed=5)
+    out = run_modes(cfg, ["reference", "dep", "dwdp"], reqs, collect_outputs=True)
+    _check(out, reqs)
+
+
+def test_composite_view_refused_with_reason():
+    cfg = _cfg(2, {"dwdp_size": 2, "gemm": "composite_view"})
+    with pytest.raises(RankFailed, match="composite_view"):
+        run_modes(cfg, ["dwdp"], _requests(2, 1, seed=6))
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["dwdp", "dep"])
 def test_rank_crash_mid_forward_ends_run(mode):
@@ -95,4 +111,4 @@ def test_rank_crash_mid_forward_ends_run(mode):
         run_modes(cfg, [mode], reqs, fail_at=(1, 1))
     assert exc.value.rank == 1
     assert "injected failure on rank 1 at iteration 1" in str(exc.value)
-    assert not glob.glob("/dev/shm/dwdp_*"), "shared memory leaked"
+    assert not glob.glob(f"/dev/shm/dwdp_{os.getpid()}_*"), "shared memory leaked"

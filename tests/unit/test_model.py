@@ -102,7 +102,7 @@ class _Recorder:
 
     def forward(self, moe_idx, x, ids, w):
         self.calls.append(("forward", moe_idx))
-        assert ids.dtype == torch.int64 and w.dtype == torch.float32 and ids.shape == (x.shape[0], 4)
+        assert ids.dtype == torch.int64 and w.dtype == torch.float32 and ids.shape[0] == x.shape[0]
         return self.inner.forward(moe_idx, x, ids, w)
 
     def on_attention_done(self, moe_idx):
@@ -159,3 +159,22 @@ def test_rope_is_relative(interleaved):
 
     torch.testing.assert_close(dot(7, 3), dot(104, 100), atol=1e-5, rtol=1e-5)
     assert not torch.allclose(dot(7, 3), dot(7, 4))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_empty_batch_runs_every_layer(name):
+    """An idle rank still walks every layer (DEP ranks must join each layer's collectives)."""
+    m = _model(name, gemm="merge")
+    rec = _Recorder(m.experts)
+    idle = MoETransformer(m.spec, m.w, rec, device="cpu", dtype=torch.float32)
+    out = idle.forward(torch.empty(0, dtype=torch.int64), [])
+    assert out.shape == (0, m.spec.hidden_size)
+    assert [c for c in rec.calls if c[0] == "forward"] == [("forward", i) for i in range(m.spec.num_moe_layers)]
+
+
+def test_on_device_draw_on_cpu_equals_default():
+    spec = get_model("tiny")
+    ids = _ids(9, 7)
+    seg = [Segment(0, 0, 9, True)]
+    a = build_reference_model(spec, 3, torch.float32, "cpu", on_device=True).forward(ids, seg)
+    assert torch.equal(a, _model("tiny").forward(ids, seg))
