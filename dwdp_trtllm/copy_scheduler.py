@@ -14,12 +14,15 @@ Contract (see copy_plan.py for the byte layout):
 Methods: per_op (one cudaMemcpyAsync per op), batch (one cuMemcpyBatchAsync per pacing batch),
 graph (the (layer, slot)'s copies recorded once into a CUDA graph of `lanes` parallel chains, op i
 in chain i % lanes; issue() is one graph launch), torch (Tensor.copy_ of views; the only CPU
-method), auto (batch when the driver has it, else per_op).
+method), auto (graph on CUDA, torch on CPU).
 Measured on the H200 (docs/bench_results): the driver spends ~4-13 us of host time per copy op in
 both cudaMemcpyAsync and cuMemcpyBatchAsync, and blocks the caller once its queue is full, so only
-graph keeps a 4000-slice layer's issue time in microseconds.
-Pacing: max_inflight_slices > 0 issues the plan as consecutive batches of at most that many ops on
-the one stream, so at most that many are in flight; a delayed start is an `after` event.
+graph keeps a 4000-slice layer's issue time small (~0.2 ms vs 15-60 ms); its parallel chains also
+overlap the ~3 us per-copy device overhead (2 MiB slices: 0.75 of bulk with 4 lanes, 0.25 batched).
+Cost: capturing takes ~10 us per op once per (layer, slot) at construction (47 ms for 4000 ops).
+Pacing: max_inflight_slices > 0 (batch method) issues the plan as consecutive batches of at most that
+many ops on the one stream; graph keeps at most `lanes` copies in flight; a delayed start is an
+`after` event (e.g. recorded after the next layer's attention).
 """
 from __future__ import annotations
 
@@ -45,9 +48,8 @@ def resolve_method(method: str, device: torch.device) -> str:
         if method not in ("auto", "torch"):
             raise ValueError(f"copy method {method!r} needs a cuda device; on cpu use torch or auto")
         return "torch"
-    if method == "auto":
-        from .memcpy import batch_memcpy_available
-        return "batch" if batch_memcpy_available() else "per_op"
+    if method == "auto":  # graph: ~0.2 ms issue and 2.7x batch's throughput for a 4000-slice R1 layer (H200)
+        return "graph"
     return method
 
 

@@ -94,8 +94,8 @@ def test_after_event_orders_copy_behind_compute_and_timeout():
         sched.close()
 
 
-def test_auto_picks_batch_when_the_driver_has_it():
+def test_auto_picks_graph_on_cuda():
     from dwdp_trtllm.memcpy import batch_memcpy_available
     dev = torch.device("cuda", torch.cuda.current_device())
-    assert resolve_method("auto", dev) == ("batch" if batch_memcpy_available() else "per_op")
+    assert resolve_method("auto", dev) == "graph"
     assert batch_memcpy_available(), "driver lacks cuMemcpyBatchAsync (needs >= 570 / CUDA 12.8)"
