@@ -54,13 +54,19 @@ class DwdpConfig:
     pacing: Literal["none", "after_attention"] = doc(
         "Copy pacing: none issues layer l+1's pulls as soon as its slot is free; after_attention holds them until the "
         "attention of layer l has been enqueued so copies overlap the MoE GEMMs rather than attention.", "none")
-    max_inflight_slices: int = doc("Sliced copies: split a layer's plan into batches of at most this many slices (0 = one batch).", 0)
+    max_inflight_slices: int = doc("Sliced copies, method batch: split a layer's plan into batches of at most this many slices (0 = one batch).", 0)
+    copy_method: Literal["auto", "graph", "batch", "per_op", "torch"] = doc(
+        "How the copy scheduler issues a layer's pulls on CUDA: graph (one CUDA-graph replay of the recorded plan, "
+        "measured fastest), batch (cuMemcpyBatchAsync), per_op (one cudaMemcpyAsync per op), torch (Tensor.copy_); "
+        "auto = graph on CUDA, torch on CPU.", "auto")
+    copy_lanes: int = doc("Graph method: parallel copy chains per layer (0 = one per source peer).", 0)
 
     def __post_init__(self) -> None:
         for name in ("dwdp_size", "num_groups", "prefetch_depth"):
             if getattr(self, name) < 1:
                 raise ConfigError(None, name, f"expected an integer >= 1, got {getattr(self, name)}")
-        for name in ("num_experts_per_worker", "num_prefetch_experts", "redundant_experts", "max_inflight_slices"):
+        for name in ("num_experts_per_worker", "num_prefetch_experts", "redundant_experts", "max_inflight_slices",
+                     "copy_lanes"):
             if getattr(self, name) < 0:
                 raise ConfigError(None, name, f"expected an integer >= 0, got {getattr(self, name)}")
         if self.slice_bytes <= 0 or self.slice_bytes % 256:

@@ -108,7 +108,8 @@ class DwdpRuntime:
             src_buffer=lambda peer, layer, t: self.transport.peer_buffer(peer, self._key(layer, t)),
             dst_buffer=lambda slot, t: self.slots[slot][t],
             layers=range(self.num_layers), num_slots=self.cfg.num_slots, device=self.device,
-            max_inflight_slices=self.cfg.max_inflight_slices)
+            method=self.cfg.copy_method, max_inflight_slices=self.cfg.max_inflight_slices, lanes=self.cfg.copy_lanes,
+            timeout_s=self.timeout_s)
         self.prefetcher = Prefetcher(self.scheduler, num_layers=self.num_layers, num_slots=self.cfg.num_slots,
                                      device=self.device, pacing=self.cfg.pacing, timeout_s=self.timeout_s)
         self.prefetcher.start()
