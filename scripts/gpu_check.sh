@@ -39,7 +39,10 @@ for s in $sections; do
     bench)
       section bench
       for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do
-        python3 -m dwdp_trtllm.cli bench "$cfg" --device cuda --out "$OUT/raw/bench_$(basename "$cfg" .yaml)" >> "$OUT/bench.log" 2>&1 || rc=1
+        name=$(basename "$cfg" .yaml)
+        timeout "${BENCH_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli bench "$cfg" --device cuda --out "$OUT/raw/bench_$name" \
+          >> "$OUT/bench.log" 2>&1 || rc=1
+        tar -czf "$OUT/bench_$name.tar.gz" -C "$OUT/raw" "bench_$name" 2>/dev/null  # comes back even if a later step times out
       done
       tail -n 60 "$OUT/bench.log" ;;
     *) echo "unknown section $s"; rc=2 ;;

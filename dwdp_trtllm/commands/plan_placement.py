@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import DwdpConfig, ModelConfig
 from ..memory import GiB, MemoryBudgetError, check_memory, estimate_group_memory
-from ..models import PRESETS, get_model
+from ..models import PRESETS
 from ..placement import compact_ranges, make_placement
 from ..schema import ConfigError, from_dict, load_yaml
 

@@ -214,7 +214,7 @@ def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
     if losing:
         wins = [r.isl for r in best_rows if r.speedup > 1]
         notes.append("DWDP loses at ISL " + ", ".join(str(r.isl) for r in losing)
-                     + f" (prefetch not hidden or too little all-to-all to save): use DEP there, DWDP at ISL "
+                     + " (prefetch not hidden or too little all-to-all to save): use DEP there, DWDP at ISL "
                      + ", ".join(map(str, wins)))
     eb = spec.model.expert_bytes(spec.weight_dtype)
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)

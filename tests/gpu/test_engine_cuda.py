@@ -34,9 +34,9 @@ def _requests(ranks: int, per_rank: int) -> list[list[Request]]:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("ranks,dwdp", [
-    (2, {"dwdp_size": 2, "transport": "ipc", "gemm": "merge"}),
-    (3, {"dwdp_size": 3, "redundant_experts": 2, "transport": "ipc", "gemm": "reference", "slice_bytes": 4096}),
-    (4, {"dwdp_size": 2, "num_groups": 2, "transport": "vmm_fd", "gemm": "merge", "contention_opt": False}),
+    (3, {"dwdp_size": 3, "redundant_experts": 2, "transport": "ipc", "gemm": "multi_buffer", "slice_bytes": 4096}),
+    (4, {"dwdp_size": 2, "num_groups": 2, "transport": "vmm_fd", "gemm": "merge", "contention_opt": False,
+         "pacing": "after_attention"}),
 ])
 def test_cuda_equivalence(ranks, dwdp):
     cfg = _cfg(ranks, dwdp)

@@ -14,13 +14,6 @@ from dwdp_trtllm.engine.weights import dequantize_fp8_blockwise, init_dense_weig
 from dwdp_trtllm.models import get_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _save_seeded(path, spec, seed, num_files=1):
     dense = init_dense_weights(spec, seed, torch.float32, "cpu")

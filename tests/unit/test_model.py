@@ -11,14 +11,6 @@ from dwdp_trtllm.engine.weights import init_dense_weights
 from dwdp_trtllm.models import get_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: 2 OpenMP threads on a shared 2-core box spin-wait for ~30 ms per op."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 PRESETS = ["tiny", "tiny-gqa"]
 _models: dict = {}
 

@@ -9,14 +9,6 @@ from dwdp_trtllm.engine.router import router_logits, select_experts
 from dwdp_trtllm.models import get_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: 2 OpenMP threads on a shared 2-core box spin-wait for ~30 ms per op."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _loop_grouped(spec, logits, bias):
     ids_out, w_out = [], []
