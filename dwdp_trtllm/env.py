@@ -12,6 +12,8 @@ DWDP_TRTLLM = "DWDP_TRTLLM"
 DWDP_CACHE_DIR = "DWDP_CACHE_DIR"
 #: Where CUTLASS headers live when the nvidia-cutlass wheel is not installed.
 CUTLASS_DIR = "CUTLASS_DIR"
+#: "1": count host synchronisations inside the DWDP MoE layer on CUDA (torch sync debug mode; tests).
+DWDP_CHECK_SYNC = "DWDP_CHECK_SYNC"
 
 
 def get(name: str, default: str | None = None) -> str | None:
@@ -20,6 +22,10 @@ def get(name: str, default: str | None = None) -> str | None:
 
 def cache_dir() -> Path:
     return Path(os.environ.get(DWDP_CACHE_DIR) or Path.home() / ".cache" / "dwdp_trtllm")
+
+
+def check_sync() -> bool:
+    return os.environ.get(DWDP_CHECK_SYNC) == "1"
 
 
 def launch_env() -> dict[str, int] | None:

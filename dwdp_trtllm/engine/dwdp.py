@@ -10,9 +10,12 @@ end event; release() records the write-after-read event the next copy into that 
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+import warnings
+from contextlib import contextmanager, nullcontext
 
 import torch
+
+from .. import env
 
 from ..runtime import DwdpRuntime
 from .moe_compute import combine, expert_mlp, sort_by_expert
@@ -25,6 +28,24 @@ class DwdpExperts:
     def __init__(self, runtime: DwdpRuntime, *, gemm: str, timer: PhaseTimer | None = None):
         self.rt, self.gemm, self.timer = runtime, gemm, timer
         self.num_experts = runtime.spec.num_experts
+        # DWDP_CHECK_SYNC=1: count host syncs inside this layer (torch's sync debug mode, warn level)
+        self.check_sync = env.check_sync() and runtime.device.type == "cuda"
+        self.host_syncs = 0
+
+    @contextmanager
+    def _sync_check(self):
+        if not self.check_sync:
+            yield
+            return
+        prev = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode(prev)
+        self.host_syncs += sum("synchroniz" in str(w.message) for w in caught)
 
     def set_timer(self, timer: PhaseTimer | None) -> None:
         self.timer = timer
@@ -36,6 +57,11 @@ class DwdpExperts:
 
     def forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
                 topk_weights_TK: torch.Tensor) -> torch.Tensor:
+        with self._sync_check():
+            return self._forward(moe_idx, x_TH, topk_ids_TK, topk_weights_TK)
+
+    def _forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
+                 topk_weights_TK: torch.Tensor) -> torch.Tensor:
         timer = self.timer
         phase = (lambda n: timer.phase(n, moe_idx)) if timer is not None else (lambda n: nullcontext())
         T, H = x_TH.shape

@@ -226,6 +226,8 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     memory = {"weights": weights_bytes, "prefetch_slots": slot_bytes,
               "activations": max(0, peak - weights_bytes - slot_bytes), "peak_total": peak}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if getattr(backend, "check_sync", False):
+        extra["host_syncs_in_dwdp_layer"] = backend.host_syncs
     if collect_outputs:
         extra["hidden"] = {rid: torch.cat(parts) for rid, parts in outputs.items()}
     return RankResult(rank=rank, mode=mode, device=name, t0=t0, requests=requests, iterations=iterations,
