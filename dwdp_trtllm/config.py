@@ -225,6 +225,13 @@ class BenchConfig:
             raise ConfigError(None, "dwdp.weight_dtype", "fp8 expert weights need run.device: cuda")
         if self.dwdp.transport in ("ipc", "vmm_fd", "vmm_fabric") and self.run.device != "cuda":
             raise ConfigError(None, "dwdp.transport", f"{self.dwdp.transport} needs run.device: cuda (use shm or auto on cpu)")
+        if self.dwdp.gemm == "composite_view" and self.run.device != "cuda":
+            raise ConfigError(None, "dwdp.gemm", "composite_view maps CUDA VMM allocations: needs run.device: cuda "
+                                                 "(use multi_buffer, merge or reference on cpu)")
+        if self.dwdp.gemm == "composite_view" and self.dwdp.transport not in ("auto", "vmm_fd", "vmm_fabric"):
+            raise ConfigError(None, "dwdp.transport", f"gemm: composite_view maps local experts next to the slot, which "
+                                                      f"needs cuMem allocations: transport vmm_fd or vmm_fabric (or auto), "
+                                                      f"got {self.dwdp.transport!r}")
         if self.dwdp.transport == "shm" and self.run.device == "cuda":
             raise ConfigError(None, "dwdp.transport", "shm is the CPU transport; use auto, ipc or vmm_fd on cuda")
 

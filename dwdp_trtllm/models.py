@@ -179,6 +179,14 @@ PRESETS: dict[str, ModelSpec] = {
         dense_intermediate=128, moe_intermediate=32, num_experts=12, top_k=3, num_shared_experts=0,
         vocab_size=256, attention="gqa", num_heads=4, num_kv_heads=2, head_dim=16,
         norm_topk_prob=True, qk_norm=True),
+    # DeepSeek-shaped with experts sized in whole 2 MiB VMM pages (bf16 w2 = 2 MiB, w13 = 4 MiB):
+    # the smallest model that exercises gemm: composite_view on a GPU.
+    "tiny-vmm": ModelSpec(
+        name="tiny-vmm", family="deepseek", hidden_size=1024, num_layers=3, first_k_dense=1,
+        dense_intermediate=1024, moe_intermediate=1024, num_experts=8, top_k=2, num_shared_experts=1,
+        vocab_size=256, attention="mla", num_heads=4, num_kv_heads=4, q_lora_rank=64,
+        kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+        router="sigmoid_grouped", n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5),
 }
 PRESETS["deepseek-r1"] = dataclasses.replace(PRESETS["deepseek-v3"], name="deepseek-r1")
 

@@ -60,7 +60,17 @@ class DwdpRuntime:
         self.num_layers = spec.num_moe_layers
         self.local_ids = self.placement.local_experts[dwdp_rank]
         self.fetch_ids = self.placement.fetch_experts(dwdp_rank)
-        self.transport = make_transport(cfg.transport, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
+        transport = cfg.transport
+        if cfg.gemm == "composite_view":
+            # local experts must be cuMem allocations to be mapped next to the slot: the vmm transport makes them
+            from .composite_slots import CompositeUnsupported, local_run
+            if transport == "auto" and device.type == "cuda":
+                transport = "vmm_fd"
+            if transport not in ("vmm_fd", "vmm_fabric"):
+                raise CompositeUnsupported(f"gemm: composite_view needs transport vmm_fd or vmm_fabric on cuda, "
+                                           f"got transport {cfg.transport!r} on {device.type}")
+            local_run(self.placement, dwdp_rank)
+        self.transport = make_transport(transport, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                         device=device, tag=tag)
         self.timeout_s = timeout_s
         n_local = len(self.local_ids)
@@ -72,10 +82,20 @@ class DwdpRuntime:
         # Slots are plain device memory: only this rank reads and writes them.
         self.slots = [[torch.empty(max(n_fetch * nbytes, 1), dtype=torch.uint8, device=device)
                        for nbytes in self.layout.tensor_bytes] for _ in range(cfg.num_slots)]
+        self.composite = None
+        if cfg.gemm == "composite_view":
+            from .composite_slots import CompositeSlots
+            self.composite = CompositeSlots(
+                placement=self.placement, rank=dwdp_rank, specs=self.specs, tensor_bytes=self.layout.tensor_bytes,
+                num_layers=self.num_layers, num_slots=cfg.num_slots, device=device,
+                local_alloc=lambda m, t: self.transport.allocation(self._key(m, t)))
+            for (slot, t), buf in self.composite.slot_tensor.items():
+                self.slots[slot][t] = buf  # the scheduler fills the run allocations through this mapping
         self.slot_bytes = cfg.num_slots * n_fetch * self.layout.expert_bytes
         loc = self.placement.expert_location(dwdp_rank)
         self.expert_buffer_idx_E = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
         self.expert_row_E = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
+        self.identity_row_E = torch.arange(spec.num_experts, dtype=torch.int32, device=device)
         self.prefetcher: Prefetcher | None = None
         self.scheduler = None
         self._closed = False
@@ -114,6 +134,10 @@ class DwdpRuntime:
                                      device=self.device, pacing=self.cfg.pacing, timeout_s=self.timeout_s)
         self.prefetcher.start()
 
+    def composite_weights(self, moe_idx: int, slot: int) -> dict[str, torch.Tensor]:
+        """gemm: composite_view: name -> [E, ...] view of all experts (local + this slot) of MoE layer moe_idx."""
+        return {self.layout.tensor_names[t]: self.composite.composite[(moe_idx, slot, t)] for t in self.composite.mapped}
+
     def expert_sources(self, moe_idx: int, slot: int) -> ExpertSources:
         n_local, n_fetch = len(self.local_ids), len(self.fetch_ids)
         buffers = {}
@@ -137,6 +161,8 @@ class DwdpRuntime:
         finally:
             if self.scheduler is not None:
                 self.scheduler.close()
+            if self.composite is not None:
+                self.composite.close()
             self.transport.close()
 
     def abort(self) -> None:
@@ -147,5 +173,7 @@ class DwdpRuntime:
         try:
             if self.scheduler is not None:
                 self.scheduler.close()
+            if self.composite is not None:
+                self.composite.close()
         finally:
             self.transport.close()

@@ -18,7 +18,7 @@ import torch
 from .. import env
 
 from ..runtime import DwdpRuntime
-from .moe_compute import combine, expert_mlp, sort_by_expert
+from .moe_compute import combine, expert_mlp, gather_experts, sort_by_expert
 from .timing import PhaseTimer
 
 
@@ -74,8 +74,19 @@ class DwdpExperts:
         src = self.rt.expert_sources(moe_idx, slot)
         with phase("expert_gemm"):
             b = src.buffers
-            y_sorted = expert_mlp(x_sorted, offs_E, b["w13"], b["w2"], src.expert_buffer_idx_E, src.expert_row_E,
-                                  gemm=self.gemm, w13_scale_sources=b.get("w13_scale"), w2_scale_sources=b.get("w2_scale"))
+            if self.rt.composite is not None:
+                # one [E, ...] view per tensor (local + slot mapped side by side): identity expert map;
+                # fp8 block scales are small and gathered from [local, slot]
+                view = self.rt.composite_weights(moe_idx, slot)
+                scales = {n: [gather_experts(b[n], src.expert_buffer_idx_E, src.expert_row_E)] for n in b if n.endswith("scale")}
+                ident = self.rt.identity_row_E
+                y_sorted = expert_mlp(x_sorted, offs_E, [view["w13"]], [view["w2"]], torch.zeros_like(ident), ident,
+                                      gemm=self.gemm, w13_scale_sources=scales.get("w13_scale"),
+                                      w2_scale_sources=scales.get("w2_scale"))
+            else:
+                y_sorted = expert_mlp(x_sorted, offs_E, b["w13"], b["w2"], src.expert_buffer_idx_E, src.expert_row_E,
+                                      gemm=self.gemm, w13_scale_sources=b.get("w13_scale"),
+                                      w2_scale_sources=b.get("w2_scale"))
         self.rt.prefetcher.release(moe_idx)
         with phase("other"):
             out_TH = combine(y_sorted, perm_P, topk_weights_TK, T)

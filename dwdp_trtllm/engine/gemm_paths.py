@@ -1,4 +1,6 @@
-"""Plugin GEMM paths for the engine's MoE: 'multi_buffer' = the dwdp::grouped_gemm op (ops/).
+"""Plugin GEMM paths for the engine's MoE: 'multi_buffer' = the dwdp::grouped_gemm op (ops/);
+'composite_view' = a stock grouped GEMM (torch._grouped_mm) on one [E, N, K] VMM view of local +
+prefetched experts (composite_slots.py), the op with that single buffer for fp8 block scales.
 
 Registered into moe_compute.GEMM_PATHS on first use of such a name (moe_compute imports this lazily),
 so the engine runs without the C++ op until a config asks for it. FP8 weights (128x128 block scales)
@@ -37,6 +39,17 @@ def _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     return grouped_gemm(a_q, offs_E, weights, buf_idx_E, row_E, a_scale, scales).to(a_AD.dtype)
 
 
+def _composite_view(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
+    if len(weights) != 1:
+        raise ValueError(f"gemm='composite_view' takes one [E, N, K] view, got {len(weights)} buffers")
+    if scales is not None:
+        return _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales)
+    # the expert map is the identity by construction: the view is in expert order
+    return torch._grouped_mm(a_AD, weights[0].transpose(1, 2), offs=offs_E.to(torch.int32))
+
+
 def ensure_registered() -> None:
     if "multi_buffer" not in GEMM_PATHS:
         register_gemm("multi_buffer", _multi_buffer, supports_fp8=True)
+    if "composite_view" not in GEMM_PATHS:
+        register_gemm("composite_view", _composite_view, supports_fp8=True)

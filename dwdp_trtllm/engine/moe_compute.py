@@ -145,7 +145,7 @@ register_gemm("merge", _gemm_merge, supports_fp8=True)
 def grouped_gemm(a_AD: torch.Tensor, offs_E: torch.Tensor, weights: list[torch.Tensor], expert_buffer_idx_E: torch.Tensor,
                  expert_row_E: torch.Tensor, *, gemm: str = "reference", scales: list[torch.Tensor] | None = None) -> torch.Tensor:
     """out_AN = a @ W_e^T per expert group, dispatched to GEMM_PATHS[gemm]."""
-    if gemm == "multi_buffer" and gemm not in GEMM_PATHS:
+    if gemm in ("multi_buffer", "composite_view") and gemm not in GEMM_PATHS:
         from .gemm_paths import ensure_registered  # the C++/CUDA op, only when asked for
         ensure_registered()
     try:

@@ -63,14 +63,12 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
     on_device = device.type == "cuda"
 
     seed, wdt = cfg.model.seed, cfg.dwdp.weight_dtype
-    if cfg.dwdp.gemm == "multi_buffer":
+    gemm = cfg.dwdp.gemm
+    if gemm in ("multi_buffer", "composite_view"):
         from .gemm_paths import ensure_registered
         ensure_registered()
-    elif cfg.dwdp.gemm == "composite_view":
-        raise NotImplementedError(
-            "dwdp.gemm: composite_view is measured in scripts/bench_grouped_gemm.py (ops/composite_view.py) but not "
-            "wired into the engine yet: cuMemMap maps whole allocations only, so it needs one VMM allocation per expert "
-            "in the runtime. Use multi_buffer (the dwdp::grouped_gemm op), merge or reference.")
+    if gemm == "composite_view" and mode != "dwdp":
+        gemm = "multi_buffer"  # the composite view is DWDP's (local + slot); other modes hold one buffer
 
     def layer_tensors(layer: int, experts) -> dict[str, torch.Tensor]:
         return stacked_expert_tensors(spec, layer, experts, seed, wdt, device, on_device=on_device)
@@ -78,7 +76,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
     if mode == "reference":
         weights = [layer_tensors(layer, range(spec.num_experts)) for layer in spec.moe_layer_ids]
         nbytes = sum(_tensor_bytes(w.values()) for w in weights)
-        return LocalExperts(spec, weights, gemm=cfg.dwdp.gemm), nbytes, 0, {}
+        return LocalExperts(spec, weights, gemm=gemm), nbytes, 0, {}
     if mode == "dep":
         from .dep import DepExperts
         start, end = spec.num_experts * rank // world, spec.num_experts * (rank + 1) // world
@@ -87,7 +85,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
         if device.type == "cuda" and torch.cuda.device_count() >= world:
             group = dist.new_group(backend="nccl")
         backend = DepExperts(group=group, ep_rank=rank, ep_size=world, num_experts=spec.num_experts, expert_start=start,
-                             expert_end=end, weights=weights, device=device, gemm=cfg.dwdp.gemm, tag=f"{tag}_dep")
+                             expert_end=end, weights=weights, device=device, gemm=gemm, tag=f"{tag}_dep")
         return backend, sum(_tensor_bytes(w.values()) for w in weights), 0, {"dep_a2a": backend.a2a.kind}
     if mode == "dwdp":
         from ..runtime import DwdpRuntime
@@ -102,7 +100,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
                 for name, t in expert_tensors(spec, w13, w2, wdt).items():
                     rt.local_tensor(m, name)[i].copy_(t)
         rt.open()
-        return DwdpExperts(rt, gemm=cfg.dwdp.gemm), rt.local_bytes, rt.slot_bytes, {"transport": rt.transport.kind}
+        return DwdpExperts(rt, gemm=gemm), rt.local_bytes, rt.slot_bytes, {"transport": rt.transport.kind}
     raise ValueError(f"unknown mode {mode!r}: expected reference, dep or dwdp")
 
 

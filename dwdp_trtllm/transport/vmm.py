@@ -209,6 +209,15 @@ class VmmTransport(PeerTransport):
         self._mapped.append((handle, va, padded))
         return tensor_from_ptr(va, (padded,), torch.uint8, self.device)[:nbytes]
 
+    def allocation(self, key: str) -> tuple[object, int]:
+        """(cuMem handle, padded bytes) of this rank's own buffer `key`, for mapping it again elsewhere
+        (the composite view maps local experts next to the prefetch slot)."""
+        try:
+            handle, _, padded = self._own[key]
+        except KeyError:
+            raise TransportError(f"{self.kind}: no own buffer {key!r} on dwdp_rank {self.dwdp_rank}") from None
+        return handle, padded
+
     def peer_buffer(self, peer: int, key: str) -> torch.Tensor:
         if peer == self.dwdp_rank:
             if key not in self.local:

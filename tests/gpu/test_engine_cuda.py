@@ -19,6 +19,7 @@ REL_TOL_BF16 = 2e-2
 
 
 def _cfg(ranks: int, dwdp: dict, model: str = "tiny"):
+    model = dwdp.pop("_model", model)
     data = {"model": {"preset": model, "dtype": "bf16"},
             "dwdp": {"weight_dtype": "bf16", **dwdp},
             "workload": {"max_num_tokens": 256},
@@ -37,9 +38,12 @@ def _requests(ranks: int, per_rank: int) -> list[list[Request]]:
     (3, {"dwdp_size": 3, "redundant_experts": 2, "transport": "ipc", "gemm": "multi_buffer", "slice_bytes": 4096}),
     (4, {"dwdp_size": 2, "num_groups": 2, "transport": "vmm_fd", "gemm": "merge", "contention_opt": False,
          "pacing": "after_attention"}),
+    # local experts (vmm_fd allocations) and slot runs mapped into one [E, ...] range: torch._grouped_mm, no merge
+    (2, {"dwdp_size": 2, "transport": "vmm_fd", "gemm": "composite_view", "_model": "tiny-vmm"}),
 ])
 def test_cuda_equivalence(ranks, dwdp, monkeypatch):
     monkeypatch.setenv("DWDP_CHECK_SYNC", "1")  # ranks count host syncs inside the DWDP layer
+    dwdp = dict(dwdp)
     cfg = _cfg(ranks, dwdp)
     reqs = _requests(ranks, 3)
     out = run_modes(cfg, ["reference", "dep", "dwdp"], reqs, collect_outputs=True)

@@ -96,10 +96,10 @@ def test_multi_buffer_op_path():
     _check(out, reqs)
 
 
-def test_composite_view_refused_with_reason():
-    cfg = _cfg(2, {"dwdp_size": 2, "gemm": "composite_view"})
-    with pytest.raises(RankFailed, match="composite_view"):
-        run_modes(cfg, ["dwdp"], _requests(2, 1, seed=6))
+def test_composite_view_needs_cuda_and_vmm():
+    from dwdp_trtllm.schema import ConfigError
+    with pytest.raises(ConfigError, match="dwdp.gemm: composite_view maps CUDA VMM allocations"):
+        _cfg(2, {"dwdp_size": 2, "gemm": "composite_view"})
 
 
 @pytest.mark.timeout(120)
