@@ -144,3 +144,17 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     if bad:
         console.print(f"[red]{len(bad)} point(s) failed the consistency checks:[/] {', '.join(bad)}")
     return {"runs": runs, "swept": swept, "files": files, "consistent": not bad}
+
+
+def follow_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
+                 ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode) -> None:
+    """Ranks other than 0 under torchrun/mpirun: run the same unfinished points and modes as rank 0
+    (collectively, in the same order) and write nothing."""
+    _, points = load_sweep(config_path, overrides, device=device, ranks=ranks)
+    out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
+    for p in points:
+        if _load_point(out / "points" / f"{p.key}.json") is not None:
+            continue  # rank 0 skips it too (it reads the same file before any point runs)
+        queues = generate_requests(p.config.workload, p.config.run.ranks)
+        for mode in p.config.run.modes:
+            run_mode(p.config, mode, queues)

@@ -23,8 +23,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench.runner import run_bench
+    from .. import env
+    from ..bench.runner import follow_bench, run_bench
 
-    result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
-                       plots=not args.no_plots)
+    launched = env.launch_env()
+    if launched is None:  # the usual case: this process spawns the ranks itself
+        result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
+                           plots=not args.no_plots)
+        return 0 if result["consistent"] else 1
+    # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
+    from ..engine.launcher import run_in_process
+
+    ranks = args.ranks if args.ranks is not None else launched["world_size"]
+    if launched["rank"] != 0:
+        follow_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
+                     run_mode=run_in_process)
+        return 0
+    result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
+                       plots=not args.no_plots,
+                       run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
     return 0 if result["consistent"] else 1
