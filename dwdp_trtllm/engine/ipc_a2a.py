@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..cuda_utils import check, cuda_bindings
+from ..memcpy import per_op_memcpy
 from ..transport import make_transport
 
 
@@ -63,20 +63,19 @@ class IpcAllToAll:
         W, me = self.world, self.rank
         max_recv = max(sum(m[i][j] for i in range(W)) for j in range(W)) * row_bytes
         self._ensure(max_recv)
-        runtime, _ = cuda_bindings()
         stream = torch.cuda.current_stream(self.device).cuda_stream
         torch.cuda.current_stream(self.device).synchronize()
         dist.barrier(group=self.group)  # every reader finished with its buffer
         src = inp.contiguous()
-        src_off = 0
+        dsts, srcs, sizes, src_off = [], [], [], 0
         for j in range(W):
             n = m[me][j] * row_bytes
-            if n:
-                dst_off = sum(m[i][j] for i in range(me)) * row_bytes
-                dst = self.transport.peer_buffer(j, "recv").data_ptr() + dst_off
-                check(runtime.cudaMemcpyAsync(dst, src.data_ptr() + src_off, n,
-                                              runtime.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync")
+            if n:  # my rows for rank j go after the rows of lower ranks in j's receive buffer
+                dsts.append(self.transport.peer_buffer(j, "recv").data_ptr() + sum(m[i][j] for i in range(me)) * row_bytes)
+                srcs.append(src.data_ptr() + src_off)
+                sizes.append(n)
             src_off += n
+        per_op_memcpy(dsts, srcs, sizes, stream)
         torch.cuda.current_stream(self.device).synchronize()
         dist.barrier(group=self.group)  # every writer finished
         total = sum(m[i][me] for i in range(W)) * row_bytes
