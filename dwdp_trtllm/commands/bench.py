@@ -34,12 +34,21 @@ def run(args: argparse.Namespace) -> int:
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process
 
+    import torch.distributed as dist
+
     ranks = args.ranks if args.ranks is not None else launched["world_size"]
     if launched["rank"] != 0:
         follow_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
                      run_mode=run_in_process)
-        return 0
-    result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                       plots=not args.no_plots,
-                       run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
-    return 0 if result["consistent"] else 1
+        code = 0
+    else:
+        result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
+                           plots=not args.no_plots,
+                           run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
+        code = 0 if result["consistent"] else 1
+    # On success only (an error propagates and the launcher ends the others): a gloo group still alive at
+    # interpreter exit aborts the process, so every rank leaves it together.
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return code
