@@ -88,7 +88,7 @@ def test_pidfd_getfd_duplicates_a_child_process_fd(tmp_path):
         ok, why = getfd_permitted(child.pid, remote_fd)
         if not ok:
             assert "CAP_SYS_PTRACE" in why or "pidfd" in why  # the message carries the remedy
-            pytest.skip(f"pidfd_getfd not permitted here: {why}")
+            pytest.skip(reason=f"pidfd_getfd not permitted here: {why}")
         fd = getfd_from(child.pid, remote_fd)
         try:
             assert os.pread(fd, 4096, 0) == payload
