@@ -18,14 +18,11 @@ import torch.distributed as dist
 
 from .config import DwdpConfig
 from .copy_plan import build_copy_plan
-from .engine.weights import expert_layout
+from .engine.weights import EXPERT_DTYPES, expert_layout, expert_tensor_names
 from .models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher
 from .transport import make_transport
-
-_TORCH_DTYPE = {"float32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-
 
 @dataclass(frozen=True)
 class ExpertSources:
@@ -41,12 +38,10 @@ class ExpertSources:
 
 
 def tensor_specs(spec: ModelSpec, weight_dtype: str) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-    """Routed-expert tensors in buffer order with per-expert shape and dtype (the ExpertLayout contract)."""
-    dt = _TORCH_DTYPE[weight_dtype]
-    out = [(name, shape, dt) for name, shape in spec.expert_tensor_shapes().items()]
-    if weight_dtype == "fp8":
-        out += [(name, shape, torch.float32) for name, shape in spec.expert_scale_shapes().items()]
-    return out
+    """Routed-expert tensors in buffer order (weights.expert_tensor_names) with per-expert shape and dtype."""
+    shapes = {**spec.expert_tensor_shapes(), **spec.expert_scale_shapes()}
+    return [(n, shapes[n], torch.float32 if n.endswith("scale") else EXPERT_DTYPES[weight_dtype])
+            for n in expert_tensor_names(weight_dtype)]
 
 
 class DwdpRuntime:
@@ -56,7 +51,6 @@ class DwdpRuntime:
         self.placement = make_placement(cfg, spec.num_experts)
         self.specs = tensor_specs(spec, cfg.weight_dtype)
         self.layout = expert_layout(spec, cfg.weight_dtype)
-        assert self.layout.tensor_names == tuple(n for n, _, _ in self.specs)
         self.num_layers = spec.num_moe_layers
         self.local_ids = self.placement.local_experts[dwdp_rank]
         self.fetch_ids = self.placement.fetch_experts(dwdp_rank)
