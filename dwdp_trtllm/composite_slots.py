@@ -91,6 +91,10 @@ class CompositeSlots:
             self.close()
             raise
 
+    @property
+    def allocated_bytes(self) -> int:
+        return sum(a.nbytes for a in self._allocs)
+
     def close(self) -> None:
         """Unmap every view, then release the run allocations (callers synchronise the device first)."""
         for v in self._views:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import glob
 import os
+import pickle
 import queue
 import socket
 import time
@@ -61,7 +62,9 @@ def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str],
                            progress=lambda done, total, m=mode: out_q.put(("progress", rank, m, done, total)),
                            collect_outputs=collect_outputs,
                            fail_at_iteration=fail_at[1] if fail_at is not None and fail_at[0] == rank else None)
-            out_q.put(("ok", rank, mode, res))
+            # Plain pickle bytes: torch's queue reduction would share tensors by file descriptor, which the
+            # parent can only open while this process is alive (a race seen on the GPU machine).
+            out_q.put(("ok", rank, mode, pickle.dumps(res)))
             dist.barrier()
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything goes to the parent
@@ -117,7 +120,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         nonlocal failure
         kind, rank, mode = msg[0], msg[1], msg[2]
         if kind == "ok":
-            results[(mode, rank)] = msg[3]
+            results[(mode, rank)] = pickle.loads(msg[3])
         elif kind == "progress":
             if progress is not None:
                 progress(rank, mode, msg[3], msg[4])

@@ -53,6 +53,16 @@ class _Tokens:
         return ids[seg.start: seg.start + seg.length]
 
 
+def _external_bytes(backend) -> int:
+    """Device bytes a backend allocated outside torch's caching allocator."""
+    rt = getattr(backend, "rt", None)
+    if rt is not None:
+        comp = rt.composite.allocated_bytes if rt.composite is not None else 0
+        return rt.local_bytes + comp
+    ipc = getattr(getattr(backend, "a2a", None), "ipc", None)
+    return ipc.capacity if ipc is not None else 0
+
+
 def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, device: torch.device, tag: str):
     """(ExpertBackend, weight bytes held for experts, prefetch slot bytes, extra info)."""
     from .local_experts import LocalExperts
@@ -141,6 +151,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     first_token: dict[int, float] = {}
     done_requests = 0
     outputs: dict[int, list[torch.Tensor]] = {}
+    sync_counts, sync_seen = {"warmup": 0, "steady": 0}, 0
     weights_bytes = _tensor_bytes(dense.values()) + expert_bytes
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -195,6 +206,10 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                 if s.is_last:
                     first_token[s.request_id] = t_e
                     done_requests += 1
+            if getattr(backend, "check_sync", False):  # host syncs inside the DWDP layer, by iteration kind
+                key = "warmup" if it < cfg.run.warmup_iters else "steady"
+                sync_counts[key] += backend.host_syncs - sync_seen
+                sync_seen = backend.host_syncs
             iterations.append(IterationRecord(rank=rank, iteration=it, t_start=t_s, t_end=t_e,
                                               num_tokens=sum(s.length for s in real), segments=real,
                                               warmup=it < cfg.run.warmup_iters, phases=timer.collect()))
@@ -210,6 +225,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         raise
     rt = getattr(backend, "rt", None)
     copied = rt.prefetcher.copied_bytes if rt is not None and rt.prefetcher is not None else 0
+    external = _external_bytes(backend) if device.type == "cuda" else 0  # before close() releases them
     if rt is not None:
         rt.close()
     if hasattr(backend, "a2a"):
@@ -218,14 +234,16 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         dist.barrier()  # no peer still writes into our DEP receive buffer
         backend.a2a.close()
     if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
+        # torch's peak misses what cudaMalloc/cuMemCreate handed out directly (exported expert buffers,
+        # VMM slot runs, DEP's IPC receive buffers): add those
+        peak = torch.cuda.max_memory_allocated(device) + external
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     memory = {"weights": weights_bytes, "prefetch_slots": slot_bytes,
               "activations": max(0, peak - weights_bytes - slot_bytes), "peak_total": peak}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if getattr(backend, "check_sync", False):
-        extra["host_syncs_in_dwdp_layer"] = backend.host_syncs
+        extra["host_syncs_in_dwdp_layer"] = sync_counts
     if collect_outputs:
         extra["hidden"] = {rid: torch.cat(parts) for rid, parts in outputs.items()}
     return RankResult(rank=rank, mode=mode, device=name, t0=t0, requests=requests, iterations=iterations,
