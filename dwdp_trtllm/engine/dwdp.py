@@ -31,6 +31,7 @@ class DwdpExperts:
         # DWDP_CHECK_SYNC=1: count host syncs inside this layer (torch's sync debug mode, warn level)
         self.check_sync = env.check_sync() and runtime.device.type == "cuda"
         self.host_syncs = 0
+        self.sync_sites: list[str] = []
 
     @contextmanager
     def _sync_check(self):
@@ -45,7 +46,12 @@ class DwdpExperts:
                 yield
             finally:
                 torch.cuda.set_sync_debug_mode(prev)
-        self.host_syncs += sum("synchroniz" in str(w.message) for w in caught)
+        hits = [w for w in caught if "synchroniz" in str(w.message)]
+        self.host_syncs += len(hits)
+        for w in hits[:3]:  # where they come from, for the report (first few distinct)
+            where = f"{w.filename}:{w.lineno}: {w.message}"
+            if where not in self.sync_sites and len(self.sync_sites) < 5:
+                self.sync_sites.append(where)
 
     def set_timer(self, timer: PhaseTimer | None) -> None:
         self.timer = timer

@@ -244,6 +244,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if getattr(backend, "check_sync", False):
         extra["host_syncs_in_dwdp_layer"] = sync_counts
+        extra["host_sync_sites"] = backend.sync_sites
     if collect_outputs:
         extra["hidden"] = {rid: torch.cat(parts) for rid, parts in outputs.items()}
     return RankResult(rank=rank, mode=mode, device=name, t0=t0, requests=requests, iterations=iterations,

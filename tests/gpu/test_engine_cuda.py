@@ -59,6 +59,7 @@ def test_cuda_equivalence(ranks, dwdp, monkeypatch):
     if dwdp["gemm"] != "reference":  # the reference GEMM loop reads offsets on the host by design
         syncs = [r.extra["host_syncs_in_dwdp_layer"] for r in out["dwdp"]]
         print(f"host syncs inside the DWDP layer per rank (first iteration = warm-up): {syncs}")
+        print("sync sites:", sorted({site for r in out["dwdp"] for site in r.extra["host_sync_sites"]}))
         # 2026-12-02 on the H200 one sync per rank was counted over a whole run (before warm-up and steady
         # state were told apart); steady state is the contract (CUDA-graph capture of later iterations)
         assert [s["steady"] for s in syncs] == [0] * ranks
