@@ -13,22 +13,15 @@ from __future__ import annotations
 import torch
 
 from ..ops import grouped_gemm
+from ..ops.reference import quantize_fp8_blockwise
 from .moe_compute import GEMM_PATHS, register_gemm
 
-FP8_MAX = 448.0
 GROUP = 128
 
 
 def quantize_act_1x128(a_AD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(a_fp8 [A, D] e4m3, scale_AG fp32 [A, ceil(D/128)]) with a ~= a_fp8 * scale per 1x128 group."""
-    A, D = a_AD.shape
-    G = -(-D // GROUP)
-    pad = G * GROUP - D
-    a = torch.nn.functional.pad(a_AD.float(), (0, pad)) if pad else a_AD.float()
-    a_AGk = a.view(A, G, GROUP)
-    scale_AG = (a_AGk.abs().amax(dim=-1) / FP8_MAX).clamp_min(1e-12)
-    q = (a_AGk / scale_AG[..., None]).to(torch.float8_e4m3fn).view(A, G * GROUP)
-    return (q[:, :D] if pad else q).contiguous(), scale_AG
+    return quantize_fp8_blockwise(a_AD, (1, GROUP))
 
 
 def _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):

@@ -17,10 +17,10 @@ import math
 import torch
 
 from ..copy_plan import ExpertLayout
+from ..ops import reference as _ops_ref
 from ..models import FP8_BLOCK, ModelSpec
 
 FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
 
 #: torch dtype of the routed-expert weight tensors by weight_dtype name
 EXPERT_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp8": FP8_DTYPE}
@@ -131,22 +131,13 @@ def quantize_fp8_blockwise(w_NK: torch.Tensor, block: int = FP8_BLOCK) -> tuple[
     """w_NK -> (w_fp8 e4m3 [N, K], scale_fp32 [ceil(N/b), ceil(K/b)]) with w ~= w_fp8 * scale per block."""
     if w_NK.dim() != 2:
         raise ValueError(f"quantize_fp8_blockwise: expected a 2-D weight, got shape {tuple(w_NK.shape)}")
-    N, K = w_NK.shape
-    nb, kb = math.ceil(N / block), math.ceil(K / block)
-    w = torch.nn.functional.pad(w_NK.float(), (0, kb * block - K, 0, nb * block - N))
-    blocks = w.view(nb, block, kb, block)
-    amax = blocks.abs().amax(dim=(1, 3)).clamp_min(1e-12)
-    scale = amax / FP8_MAX
-    q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    return q.view(nb * block, kb * block)[:N, :K].contiguous(), scale.contiguous()
+    return _ops_ref.quantize_fp8_blockwise(w_NK, (block, block))
 
 
 def dequantize_fp8_blockwise(w_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32,
                              block: int = FP8_BLOCK) -> torch.Tensor:
     """Inverse of quantize_fp8_blockwise; also takes a leading batch dim ([E, N, K] with [E, nb, kb])."""
-    N, K = w_fp8.shape[-2:]
-    s = scale.repeat_interleave(block, dim=-2)[..., :N, :].repeat_interleave(block, dim=-1)[..., :K]
-    return (w_fp8.float() * s).to(dtype)
+    return _ops_ref.dequantize_fp8_blockwise(w_fp8, scale, (block, block), dtype)
 
 
 # ---- the per-expert tensors that live in DWDP buffers ------------------------------------------------

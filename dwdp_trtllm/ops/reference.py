@@ -10,18 +10,21 @@ from collections.abc import Sequence
 import torch
 
 FP8_BLOCK = 128
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
 def dequantize_fp8_blockwise(x: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (FP8_BLOCK, FP8_BLOCK),
                              dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [..., R, C] (any float dtype, usually float8_e4m3fn) times scale [..., ceil(R/br), ceil(C/bc)] per block.
 
-    Activation groups of 1x128 use block=(1, 128); DeepSeek weight blocks use (128, 128).
+    Activation groups of 1x128 use block=(1, 128); DeepSeek weight blocks use (128, 128). The product is
+    formed in at least float32 and then cast to `dtype`.
     """
     br, bc = block
     R, C = x.shape[-2], x.shape[-1]
-    full = scale.to(dtype).repeat_interleave(br, dim=-2).repeat_interleave(bc, dim=-1)[..., :R, :C]
-    return x.to(dtype) * full
+    work = torch.promote_types(dtype, torch.float32)
+    full = scale.to(work).repeat_interleave(br, dim=-2)[..., :R, :].repeat_interleave(bc, dim=-1)[..., :C]
+    return (x.to(work) * full).to(dtype)
 
 
 def grouped_gemm_reference(a: torch.Tensor, offs: torch.Tensor, weights: Sequence[torch.Tensor],
@@ -47,13 +50,14 @@ def grouped_gemm_reference(a: torch.Tensor, offs: torch.Tensor, weights: Sequenc
 def quantize_fp8_blockwise(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., R, C] float -> (e4m3 [..., R, C], fp32 scale [..., ceil(R/br), ceil(C/bc)]), amax/448 per block.
 
-    R and C must be multiples of the block (true for the DeepSeek shapes and the tests)."""
+    The one FP8 block quantiser of the package: DeepSeek 128x128 weight blocks (block=(128, 128)) and
+    1x128 activation groups (block=(1, 128)). Sizes off the block are zero-padded for the amax.
+    """
     br, bc = block
     *lead, R, C = x.shape
-    if R % br or C % bc:
-        raise ValueError(f"quantize_fp8_blockwise: shape {tuple(x.shape)} is not a multiple of block {block}")
-    xb = x.float().reshape(*lead, R // br, br, C // bc, bc)
-    amax = xb.abs().amax(dim=(-3, -1), keepdim=True).clamp(min=1e-12)
-    scale = amax / 448.0
-    q = (xb / scale).to(torch.float8_e4m3fn).reshape(*lead, R, C)
-    return q, scale.reshape(*lead, R // br, C // bc).contiguous()
+    nb, kb = -(-R // br), -(-C // bc)
+    xp = torch.nn.functional.pad(x.float(), (0, kb * bc - C, 0, nb * br - R))
+    xb = xp.reshape(*lead, nb, br, kb, bc)
+    scale = xb.abs().amax(dim=(-3, -1), keepdim=True).clamp_min(1e-12) / FP8_MAX
+    q = (xb / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).reshape(*lead, nb * br, kb * bc)
+    return q[..., :R, :C].contiguous(), scale.reshape(*lead, nb, kb).contiguous()
