@@ -89,8 +89,6 @@ class DwdpRuntime:
         loc = self.placement.expert_location(dwdp_rank)
         self.expert_buffer_idx_E = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
         self.expert_row_E = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
-        self.identity_row_E = torch.arange(spec.num_experts, dtype=torch.int32, device=device)
-        self.zero_buf_idx_E = torch.zeros(spec.num_experts, dtype=torch.int32, device=device)  # one-buffer map
         self.prefetcher: Prefetcher | None = None
         self.scheduler = None
         self._closed = False

@@ -12,10 +12,12 @@ built on all_to_all_single does).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.distributed as dist
 
-from .moe_compute import combine, expert_mlp, sort_by_expert
+from .moe_compute import combine, expert_mlp, identity_map, sort_by_expert
 from .timing import PhaseTimer
 
 
@@ -74,11 +76,9 @@ class DepExperts:
             owner[bounds[r]:bounds[r + 1]] = r
         self.owner_E = owner.to(device)
         n_local = expert_end - expert_start
-        self.local_buf_idx = torch.zeros(n_local, dtype=torch.int32, device=device)
-        self.local_row = torch.arange(n_local, dtype=torch.int32, device=device)
+        self.local_buf_idx, self.local_row = identity_map(n_local, device)
 
     def _phase(self, name: str, layer: int):
-        from contextlib import nullcontext
         return self.timer.phase(name, layer) if self.timer is not None else nullcontext()
 
     def on_attention_done(self, moe_idx: int) -> None:

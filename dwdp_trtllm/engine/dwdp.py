@@ -18,7 +18,7 @@ import torch
 from .. import env
 
 from ..runtime import DwdpRuntime
-from .moe_compute import combine, expert_mlp, gather_experts, sort_by_expert
+from .moe_compute import combine, expert_mlp, gather_experts, identity_map, sort_by_expert
 from .timing import PhaseTimer
 
 
@@ -85,8 +85,8 @@ class DwdpExperts:
                 # fp8 block scales are small and gathered from [local, slot]
                 view = self.rt.composite_weights(moe_idx, slot)
                 scales = {n: [gather_experts(b[n], src.expert_buffer_idx_E, src.expert_row_E)] for n in b if n.endswith("scale")}
-                y_sorted = expert_mlp(x_sorted, offs_E, [view["w13"]], [view["w2"]], self.rt.zero_buf_idx_E,
-                                      self.rt.identity_row_E,
+                y_sorted = expert_mlp(x_sorted, offs_E, [view["w13"]], [view["w2"]],
+                                      *identity_map(self.num_experts, x_TH.device),
                                       gemm=self.gemm, w13_scale_sources=scales.get("w13_scale"),
                                       w2_scale_sources=scales.get("w2_scale"))
             else:

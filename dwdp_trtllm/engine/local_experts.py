@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..models import ModelSpec
-from .moe_compute import GEMM_PATHS, routed_experts_forward
+from .moe_compute import GEMM_PATHS, identity_map, routed_experts_forward
 from .weights import EXPERT_DTYPES, expert_tensor_names, expert_tensors, stacked_expert_tensors
 
 
@@ -33,8 +33,7 @@ class LocalExperts:
         self.spec, self.layers, self.gemm = spec, list(layers), gemm
         dev = layers[0]["w13"].device if layers else torch.device("cpu")
         # int32: the dtype of the plugin op's maps (moe_compute paths take either)
-        self._buf_idx_E = torch.zeros(spec.num_experts, dtype=torch.int32, device=dev)
-        self._row_E = torch.arange(spec.num_experts, dtype=torch.int32, device=dev)
+        self._buf_idx_E, self._row_E = identity_map(spec.num_experts, dev)
 
     @classmethod
     def from_seed(cls, spec: ModelSpec, seed: int, weight_dtype: str, device: torch.device | str,

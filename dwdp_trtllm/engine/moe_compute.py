@@ -91,10 +91,34 @@ def _gemm_reference(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     return out_AN
 
 
+_IDENTITY: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def identity_map(num_experts: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(expert_buffer_idx_E, expert_row_E) for one buffer already in expert order (int32, cached per device).
+
+    Holders of such a buffer (reference, DEP, the composite view) pass these exact tensors; gather_experts
+    recognises them by identity (no host sync) and uses the buffer in place instead of copying it.
+    """
+    key = (num_experts, str(torch.device(device)))
+    if key not in _IDENTITY:
+        _IDENTITY[key] = (torch.zeros(num_experts, dtype=torch.int32, device=device),
+                          torch.arange(num_experts, dtype=torch.int32, device=device))
+    return _IDENTITY[key]
+
+
+def _is_identity(buf_idx_E: torch.Tensor, row_E: torch.Tensor) -> bool:
+    ident = _IDENTITY.get((buf_idx_E.shape[0], str(buf_idx_E.device)))
+    return ident is not None and buf_idx_E is ident[0] and row_E is ident[1]
+
+
 def gather_experts(buffers: list[torch.Tensor], buf_idx_E: torch.Tensor, row_E: torch.Tensor) -> torch.Tensor:
     """[E, ...] with expert e = buffers[buf_idx_E[e]][row_E[e]]: device-side maps, no host sync, every
-    buffer read once. Rows a buffer holds but no expert uses (redundant copies) land in a scratch row E."""
+    buffer read once. Rows a buffer holds but no expert uses (redundant copies) land in a scratch row E.
+    The identity map of one expert-ordered buffer (identity_map) returns that buffer itself, no copy."""
     if len(buffers) == 1:
+        if _is_identity(buf_idx_E, row_E) and buffers[0].shape[0] == buf_idx_E.shape[0]:
+            return buffers[0]
         return buffers[0].index_select(0, row_E)
     E, dev = buf_idx_E.shape[0], buffers[0].device
     out = torch.empty((E + 1, *buffers[0].shape[1:]), dtype=buffers[0].dtype, device=dev)

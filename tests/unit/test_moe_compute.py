@@ -164,3 +164,16 @@ def test_init_expert_deterministic_and_independent():
     assert a13.std() == pytest.approx(1 / math.sqrt(spec.hidden_size), rel=0.1)
     with pytest.raises(ValueError, match="not a MoE layer"):
         init_expert(spec, 0, 0, seed=1, dtype=torch.float32, device="cpu")
+
+
+def test_identity_map_uses_the_buffer_in_place_and_other_maps_gather():
+    from dwdp_trtllm.engine.moe_compute import gather_experts, identity_map
+    w = torch.randn(5, 3, 4)
+    bidx, rows = identity_map(5, "cpu")
+    assert identity_map(5, "cpu")[0] is bidx  # cached: holders share the same tensors
+    assert gather_experts([w], bidx, rows) is w  # no copy for an expert-ordered buffer
+    perm = torch.tensor([4, 3, 2, 1, 0], dtype=torch.int32)
+    out = gather_experts([w], bidx.clone(), perm)  # equal values but not the identity tensors: a real gather
+    assert out is not w and torch.equal(out, w.flip(0))
+    same_values = gather_experts([w], bidx.clone(), rows.clone())
+    assert same_values is not w and torch.equal(same_values, w)
