@@ -35,22 +35,23 @@ def _tensor_bytes(tensors) -> int:
 
 
 class _Tokens:
-    """Deterministic token ids per request (seeded by request id), sliced per segment."""
+    """Deterministic token ids of each request (seeded by its id), drawn whole on its first chunk."""
 
-    def __init__(self, vocab: int, seed: int):
-        self.vocab, self.seed, self.cache = vocab, seed, {}
+    def __init__(self, vocab: int, seed: int, requests: list[Request]):
+        self.vocab, self.seed = vocab, seed
+        self.isl = {r.request_id: r.isl for r in requests}
+        self.cache: dict[int, torch.Tensor] = {}
 
     def ids(self, seg: Segment) -> torch.Tensor:
+        if seg.request_id < 0:  # DEP's dummy one-token forward
+            return torch.zeros(seg.length, dtype=torch.int64)
         if seg.request_id not in self.cache:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + seg.request_id)
-            self.cache[seg.request_id] = torch.randint(0, self.vocab, (seg.start + seg.length + 4096,), generator=g)
-        ids = self.cache[seg.request_id]
-        if ids.numel() < seg.start + seg.length:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + seg.request_id)
-            ids = self.cache[seg.request_id] = torch.randint(0, self.vocab, (seg.start + seg.length,), generator=g)
+            self.cache[seg.request_id] = torch.randint(0, self.vocab, (self.isl[seg.request_id],), generator=g)
+        ids = self.cache[seg.request_id][seg.start: seg.start + seg.length]
         if seg.is_last:
-            self.cache.pop(seg.request_id, None)
-        return ids[seg.start: seg.start + seg.length]
+            del self.cache[seg.request_id]
+        return ids
 
 
 def _external_bytes(backend) -> int:
@@ -145,7 +146,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         backend.timer = timer
     sched = RankScheduler(requests, cfg.workload.max_num_tokens)
     kv = KVCache(spec.num_layers)
-    tokens = _Tokens(spec.vocab_size, cfg.model.seed)
+    tokens = _Tokens(spec.vocab_size, cfg.model.seed, requests)
     lockstep = mode == "dep"
     iterations: list[IterationRecord] = []
     first_token: dict[int, float] = {}
