@@ -56,26 +56,31 @@ class A2A:
             self.ipc.close()
 
 
-class DepExperts:
-    """ExpertBackend for DEP. Rank `ep_rank` holds experts [start, end) of every MoE layer.
+def expert_range(num_experts: int, ep_rank: int, ep_size: int) -> tuple[int, int]:
+    """[start, end) of the experts DEP rank `ep_rank` owns: contiguous near-equal blocks."""
+    return num_experts * ep_rank // ep_size, num_experts * (ep_rank + 1) // ep_size
 
-    w13_layers[m]: [n_local, 2I, H]; w2_layers[m]: [n_local, H, I] (model dtype or fp8 + scales).
+
+class DepExperts:
+    """ExpertBackend for DEP. Rank `ep_rank` holds experts expert_range(E, ep_rank, ep_size) of every MoE layer.
+
+    weights[m]: {"w13": [n_local, 2I, H], "w2": [n_local, H, I]} (model dtype, or fp8 + "*_scale" tensors).
     """
 
-    def __init__(self, *, group, ep_rank: int, ep_size: int, num_experts: int, expert_start: int, expert_end: int,
+    def __init__(self, *, group, ep_rank: int, ep_size: int, num_experts: int,
                  weights: list[dict[str, torch.Tensor]], device: torch.device, gemm: str, timer: PhaseTimer | None = None,
                  tag: str = "dwdp_dep"):
         self.group, self.ep_rank, self.ep_size = group, ep_rank, ep_size
-        self.num_experts, self.start, self.end = num_experts, expert_start, expert_end
+        self.num_experts = num_experts
+        self.start, self.end = expert_range(num_experts, ep_rank, ep_size)
         self.weights, self.device, self.gemm, self.timer = weights, device, gemm, timer
         self.a2a = A2A(group, device, rank=ep_rank, world=ep_size, tag=tag)
-        # owner rank of every expert (contiguous blocks, same split on every rank)
-        bounds = [((num_experts * r) // ep_size) for r in range(ep_size + 1)]
+        # owner rank of every expert (the same contiguous split on every rank)
         owner = torch.empty(num_experts, dtype=torch.int64)
         for r in range(ep_size):
-            owner[bounds[r]:bounds[r + 1]] = r
+            owner[slice(*expert_range(num_experts, r, ep_size))] = r
         self.owner_E = owner.to(device)
-        n_local = expert_end - expert_start
+        n_local = self.end - self.start
         self.local_buf_idx, self.local_row = identity_map(n_local, device)
 
     def _phase(self, name: str, layer: int):

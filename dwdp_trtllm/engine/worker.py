@@ -89,14 +89,13 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
         nbytes = sum(_tensor_bytes(w.values()) for w in weights)
         return LocalExperts(spec, weights, gemm=gemm), nbytes, 0, {}
     if mode == "dep":
-        from .dep import DepExperts
-        start, end = spec.num_experts * rank // world, spec.num_experts * (rank + 1) // world
-        weights = [layer_tensors(layer, range(start, end)) for layer in spec.moe_layer_ids]
+        from .dep import DepExperts, expert_range
+        weights = [layer_tensors(layer, range(*expert_range(spec.num_experts, rank, world))) for layer in spec.moe_layer_ids]
         group = dist.group.WORLD
         if device.type == "cuda" and torch.cuda.device_count() >= world:
             group = dist.new_group(backend="nccl")
-        backend = DepExperts(group=group, ep_rank=rank, ep_size=world, num_experts=spec.num_experts, expert_start=start,
-                             expert_end=end, weights=weights, device=device, gemm=gemm, tag=f"{tag}_dep")
+        backend = DepExperts(group=group, ep_rank=rank, ep_size=world, num_experts=spec.num_experts, weights=weights,
+                             device=device, gemm=gemm, tag=f"{tag}_dep")
         return backend, sum(_tensor_bytes(w.values()) for w in weights), 0, {"dep_a2a": backend.a2a.kind}
     if mode == "dwdp":
         from ..runtime import DwdpRuntime
