@@ -34,7 +34,7 @@ for s in $sections; do
       tail -n 25 "$OUT/transport.log" ;;
     engine)
       section engine
-      timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_engine_cuda.py tests/unit/test_launch_external.py > "$OUT/engine.log" 2>&1 || rc=1
+      timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_engine_cuda.py tests/gpu/test_dwdp_layer_graph.py tests/unit/test_launch_external.py > "$OUT/engine.log" 2>&1 || rc=1
       grep -E "max relative error|passed|failed|Error" "$OUT/engine.log" | tail -n 20 ;;
     bench)
       section bench

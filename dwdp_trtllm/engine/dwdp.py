@@ -22,6 +22,16 @@ from .moe_compute import combine, expert_mlp, gather_experts, identity_map, sort
 from .timing import PhaseTimer
 
 
+# torch's sync debug mode warns with this text at each synchronizing call (c10/cuda/CUDAFunctions.cpp);
+# its one-time "Synchronization debug mode is a prototype feature ..." notice is not a sync
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def is_sync_warning(message: str) -> bool:
+    """True for the warning torch's sync debug mode ("warn") raises at a host-synchronizing CUDA call."""
+    return SYNC_WARNING in message
+
+
 class DwdpExperts:
     """ExpertBackend for DWDP over a DwdpRuntime (which owns every distributed resource)."""
 
@@ -46,7 +56,7 @@ class DwdpExperts:
                 yield
             finally:
                 torch.cuda.set_sync_debug_mode(prev)
-        hits = [w for w in caught if "synchroniz" in str(w.message)]
+        hits = [w for w in caught if is_sync_warning(str(w.message))]
         self.host_syncs += len(hits)
         for w in hits[:3]:  # where they come from, for the report (first few distinct)
             where = f"{w.filename}:{w.lineno}: {w.message}"

@@ -100,13 +100,23 @@ def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix
     Query i (absolute position prefix + i) sees keys [0, prefix + i]. G may divide N (GQA)."""
     q, k, v = q_LNd.transpose(0, 1), k_SGd.transpose(0, 1), v_SGe.transpose(0, 1)
     gqa = k.shape[0] != q.shape[0]
+    d, e = q.shape[-1], v.shape[-1]
+    # CUDA's fused SDPA kernels want one head dim; MLA has v 128 vs qk 192, and the math fallback then
+    # materialises [N, L, S] fp32 scores (32 GiB at 128 heads x 8K). Zero-padded v is exact: slice it off.
+    pad_v = e < d and q.device.type in PAD_V_DEVICES
+    if pad_v:
+        v = F.pad(v, (0, d - e))
     if prefix == 0:
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
         L, S = q.shape[1], k.shape[1]
         mask_LS = torch.arange(S, device=q.device)[None, :] <= (prefix + torch.arange(L, device=q.device))[:, None]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_LS, scale=scale, enable_gqa=gqa)
-    return o.transpose(0, 1)
+    return (o[..., :e] if pad_v else o).transpose(0, 1)
+
+
+#: device types on which attend() zero-pads v to the qk head dim so a fused SDPA kernel (flash) is eligible
+PAD_V_DEVICES = ("cuda",)
 
 
 #: use torch's flash varlen kernel for packed batches on CUDA (bf16/fp16) when this torch has it

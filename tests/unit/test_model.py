@@ -170,3 +170,17 @@ def test_on_device_draw_on_cpu_equals_default():
     seg = [Segment(0, 0, 9, True)]
     a = build_reference_model(spec, 3, torch.float32, "cpu", on_device=True).forward(ids, seg)
     assert torch.equal(a, _model("tiny").forward(ids, seg))
+
+
+@pytest.mark.parametrize("prefix", [0, 5])
+def test_attend_zero_padded_v_is_exact(monkeypatch, prefix):
+    # MLA: v head dim (6) < qk head dim (8); CUDA pads v so a fused SDPA kernel applies (forced on CPU here)
+    from dwdp_trtllm.engine import layers
+    g = torch.Generator().manual_seed(9)
+    q, k = torch.randn(12 - prefix, 4, 8, generator=g), torch.randn(12, 4, 8, generator=g)
+    v = torch.randn(12, 4, 6, generator=g)
+    plain = attend(q, k, v, prefix, 0.3)
+    monkeypatch.setattr(layers, "PAD_V_DEVICES", ("cpu",))
+    padded = attend(q, k, v, prefix, 0.3)
+    assert padded.shape == plain.shape == (12 - prefix, 4, 6)
+    torch.testing.assert_close(padded, plain, atol=1e-6, rtol=1e-6)

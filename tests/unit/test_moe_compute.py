@@ -177,3 +177,33 @@ def test_identity_map_uses_the_buffer_in_place_and_other_maps_gather():
     assert out is not w and torch.equal(out, w.flip(0))
     same_values = gather_experts([w], bidx.clone(), rows.clone())
     assert same_values is not w and torch.equal(same_values, w)
+
+
+def test_gather_experts_fp8_two_buffers_bit_exact():
+    # index_copy_ has no fp8 kernel on the CPU: the gather moves the bytes (uint8 view) instead
+    w = (torch.randn(6, 4, 8) * 3).to(torch.float8_e4m3fn)
+    local, fetched = [4, 1], [0, 5, 2, 3]
+    buf_idx = torch.tensor([0 if e in local else 1 for e in range(6)], dtype=torch.int32)
+    row = torch.tensor([local.index(e) if e in local else fetched.index(e) for e in range(6)], dtype=torch.int32)
+    out = mc.gather_experts([w[local], w[fetched]], buf_idx, row)
+    assert out.dtype == torch.float8_e4m3fn and torch.equal(out.view(torch.uint8), w.view(torch.uint8))
+
+
+def test_sync_warning_classifier():
+    from dwdp_trtllm.engine.dwdp import is_sync_warning
+    assert is_sync_warning("called a synchronizing CUDA operation")
+    # torch's one-time notice when the debug mode is switched on (was miscounted as a sync on the H200)
+    assert not is_sync_warning("Synchronization debug mode is a prototype feature and does not yet detect all "
+                               "synchronizing operations (Triggered internally at ...)")
+
+
+def test_combine_in_chunks_equals_one_pass(monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    T, K, H = 37, 3, 16
+    ids = torch.randint(0, 5, (T, K), generator=g)
+    w = torch.rand(T, K, generator=g)
+    perm, _, _ = mc.sort_by_expert(ids, 5)
+    y = torch.randn(T * K, H, generator=g)
+    want = torch.zeros(T, H).index_add_(0, torch.div(perm, K, rounding_mode="floor"), y * w.reshape(-1)[perm][:, None])
+    monkeypatch.setattr(mc, "COMBINE_CHUNK_BYTES", 4 * H * 7)  # 7 rows per chunk, the last one partial
+    assert torch.equal(mc.combine(y, perm, w, T), want)
