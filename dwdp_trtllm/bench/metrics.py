@@ -18,6 +18,8 @@ Definitions (iterations with IterationRecord.warmup are excluded everywhere):
   that iteration divided by num_layers; exposed_copy = prefetch_wait, hidden_copy = max(copy -
   prefetch_wait, 0), both per layer per iteration like the phases.
 - memory: per-rank RankResult.memory_bytes and the maximum over ranks of each key.
+- allocator_after_warmup (CUDA): per rank, torch caching-allocator cudaMalloc calls, retries (cache freed,
+  device synchronised) and OOMs during the measured iterations; non-zero retries flag a distorted timing.
 - ratio: tps_per_gpu, tps_per_gpu_busy and iterations_per_s DWDP/DEP; ttft_speedup_* = DEP/DWDP.
 """
 from __future__ import annotations
@@ -113,6 +115,9 @@ def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | Non
         "memory_max_bytes": mem_max,
         "memory_bytes": mem_ranks,
         "copy_bytes": sum(r.copy_bytes for r in results),
+        # CUDA: cudaMalloc calls / allocator retries / OOMs during measured iterations, per rank
+        "allocator_after_warmup": {str(r.rank): dict(r.extra["allocator_after_warmup"]) for r in results
+                                   if "allocator_after_warmup" in r.extra},
     }
 
 

@@ -151,6 +151,12 @@ def print_point(console: Console, run: dict) -> None:
         console.print(f"[yellow]note:[/] {first['ranks']} ranks share {first['num_gpus']} GPU(s) "
                       f"({', '.join(first['devices'])}): 'per GPU' numbers are per rank, and the ratio is not the "
                       "multi-GPU answer (the ranks compete for one GPU's SMs, memory bandwidth and copy engines).")
+    for mode, m in run["metrics"].items():
+        hot = {r: a for r, a in (m.get("allocator_after_warmup") or {}).items() if a.get("alloc_retries") or a.get("ooms")}
+        if mode != "ratio" and hot:
+            console.print(f"[yellow]note:[/] {mode}: the caching allocator freed its cache and retried during measured "
+                          f"iterations on rank(s) {', '.join(sorted(hot))} ({json.dumps(hot)}): near the memory limit, "
+                          "those iterations include device synchronisation and cudaMalloc time.")
     c = run.get("consistency", {})
     if c and not c.get("ok", True):
         bad = [k for k, v in c.items() if isinstance(v, bool) and not v and k != "ok"]

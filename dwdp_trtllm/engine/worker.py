@@ -114,6 +114,13 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
     raise ValueError(f"unknown mode {mode!r}: expected reference, dep or dwdp")
 
 
+def _allocator_counts(device: torch.device) -> dict[str, int]:
+    """torch's caching-allocator event counters (cumulative) for the device."""
+    stats = torch.cuda.memory_stats(device)
+    return {"device_allocs": int(stats.get("num_device_alloc", 0)), "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+            "ooms": int(stats.get("num_ooms", 0))}
+
+
 def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int, world: int, tag: str,
              progress: Callable[[int, int], None] | None = None, collect_outputs: bool = False,
              fail_at_iteration: int | None = None) -> RankResult:
@@ -152,6 +159,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     done_requests = 0
     outputs: dict[int, list[torch.Tensor]] = {}
     sync_counts, sync_seen = {"warmup": 0, "steady": 0}, 0
+    alloc_after_warmup: dict[str, int] = {}
     weights_bytes = _tensor_bytes(dense.values()) + expert_bytes
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -206,6 +214,8 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                 if s.is_last:
                     first_token[s.request_id] = t_e
                     done_requests += 1
+            if device.type == "cuda" and it + 1 == cfg.run.warmup_iters:
+                alloc_after_warmup = _allocator_counts(device)
             if getattr(backend, "check_sync", False):  # host syncs inside the DWDP layer, by iteration kind
                 key = "warmup" if it < cfg.run.warmup_iters else "steady"
                 sync_counts[key] += backend.host_syncs - sync_seen
@@ -242,6 +252,11 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     memory = {"weights": weights_bytes, "prefetch_slots": slot_bytes,
               "activations": max(0, peak - weights_bytes - slot_bytes), "peak_total": peak}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if device.type == "cuda":
+        # cudaMalloc calls and allocator retries (a retry frees the cache and syncs the device) after warm-up:
+        # non-zero means measured iterations paid for allocation, e.g. a rank near the memory limit
+        end = _allocator_counts(device)
+        extra["allocator_after_warmup"] = {k: end[k] - alloc_after_warmup.get(k, 0) for k in end}
     if getattr(backend, "check_sync", False):
         extra["host_syncs_in_dwdp_layer"] = sync_counts
         extra["host_sync_sites"] = backend.sync_sites

@@ -133,3 +133,23 @@ def test_bad_arguments():
         mode_metrics([], 2)
     with pytest.raises(ValueError, match="num_layers"):
         mode_metrics(two_ranks(), 0)
+
+
+def test_allocator_counters_are_reported_and_flagged():
+    import io
+    from rich.console import Console
+    from dwdp_trtllm.bench.report import print_point
+    res = two_ranks(device="NVIDIA H200")
+    res[0].extra["allocator_after_warmup"] = {"device_allocs": 0, "alloc_retries": 0, "ooms": 0}
+    res[1].extra["allocator_after_warmup"] = {"device_allocs": 3, "alloc_retries": 2, "ooms": 0}
+    m = mode_metrics(res, num_layers=2, num_gpus=1)
+    assert m["allocator_after_warmup"]["1"] == {"device_allocs": 3, "alloc_retries": 2, "ooms": 0}
+    assert mode_metrics(two_ranks(), num_layers=2)["allocator_after_warmup"] == {}  # CPU: none recorded
+    dwdp = copy.deepcopy(res)
+    for r in dwdp:
+        r.mode = "dwdp"
+    metrics = compute_metrics({"dep": res, "dwdp": dwdp}, 2, 1)
+    out = io.StringIO()
+    print_point(Console(file=out, width=200), {"config": {}, "point": {}, "metrics": metrics, "consistency": {}})
+    text = out.getvalue()
+    assert "dep: the caching allocator freed its cache and retried" in text and "rank(s) 1" in text
