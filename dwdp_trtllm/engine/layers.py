@@ -98,8 +98,9 @@ def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix
     """Causal attention of one chunk over its cached prefix + itself: out_LNe.
 
     Query i (absolute position prefix + i) sees keys [0, prefix + i]. G may divide N (GQA)."""
-    q, k, v = q_LNd.transpose(0, 1), k_SGd.transpose(0, 1), v_SGe.transpose(0, 1)
-    gqa = k.shape[0] != q.shape[0]
+    # [1, N, L, d]: SDPA's fused CUDA kernels (flash, mem-efficient) take 4-D inputs only; 3-D goes to math
+    q, k, v = q_LNd.transpose(0, 1)[None], k_SGd.transpose(0, 1)[None], v_SGe.transpose(0, 1)[None]
+    gqa = k.shape[1] != q.shape[1]
     d, e = q.shape[-1], v.shape[-1]
     # CUDA's fused SDPA kernels want one head dim; MLA has v 128 vs qk 192, and the math fallback then
     # materialises [N, L, S] fp32 scores (32 GiB at 128 heads x 8K). Zero-padded v is exact: slice it off.
@@ -109,10 +110,10 @@ def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix
     if prefix == 0:
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
-        L, S = q.shape[1], k.shape[1]
+        L, S = q.shape[2], k.shape[2]
         mask_LS = torch.arange(S, device=q.device)[None, :] <= (prefix + torch.arange(L, device=q.device))[:, None]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_LS, scale=scale, enable_gqa=gqa)
-    return (o[..., :e] if pad_v else o).transpose(0, 1)
+    return (o[0, ..., :e] if pad_v else o[0]).transpose(0, 1)
 
 
 #: device types on which attend() zero-pads v to the qk head dim so a fused SDPA kernel (flash) is eligible
