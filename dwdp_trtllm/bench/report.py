@@ -152,8 +152,10 @@ def print_point(console: Console, run: dict) -> None:
                       f"({', '.join(first['devices'])}): 'per GPU' numbers are per rank, and the ratio is not the "
                       "multi-GPU answer (the ranks compete for one GPU's SMs, memory bandwidth and copy engines).")
     for mode, m in run["metrics"].items():
-        hot = {r: a for r, a in (m.get("allocator_after_warmup") or {}).items() if a.get("alloc_retries") or a.get("ooms")}
-        if mode != "ratio" and hot:
+        if mode == "ratio":
+            continue
+        hot = {r: a for r, a in m.get("allocator_after_warmup", {}).items() if a["alloc_retries"] or a["ooms"]}
+        if hot:
             console.print(f"[yellow]note:[/] {mode}: the caching allocator freed its cache and retried during measured "
                           f"iterations on rank(s) {', '.join(sorted(hot))} ({json.dumps(hot)}): near the memory limit, "
                           "those iterations include device synchronisation and cudaMalloc time.")

@@ -101,22 +101,18 @@ def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix
     # [1, N, L, d]: SDPA's fused CUDA kernels (flash, mem-efficient) take 4-D inputs only; 3-D goes to math
     q, k, v = q_LNd.transpose(0, 1)[None], k_SGd.transpose(0, 1)[None], v_SGe.transpose(0, 1)[None]
     gqa = k.shape[1] != q.shape[1]
-    d, e = q.shape[-1], v.shape[-1]
-    # CUDA's fused SDPA kernels want one head dim; MLA has v 128 vs qk 192, and the math fallback then
-    # materialises [N, L, S] fp32 scores (32 GiB at 128 heads x 8K). Zero-padded v is exact: slice it off.
-    pad_v = e < d and q.device.type in PAD_V_DEVICES
-    if pad_v:
-        v = F.pad(v, (0, d - e))
     if prefix == 0:
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
         L, S = q.shape[2], k.shape[2]
         mask_LS = torch.arange(S, device=q.device)[None, :] <= (prefix + torch.arange(L, device=q.device))[:, None]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_LS, scale=scale, enable_gqa=gqa)
-    return (o[0, ..., :e] if pad_v else o[0]).transpose(0, 1)
+    return o[0].transpose(0, 1)
 
 
-#: device types on which attend() zero-pads v to the qk head dim so a fused SDPA kernel (flash) is eligible
+#: device types on which attend_packed() zero-pads v to the qk head dim: CUDA's fused attention kernels
+#: (flash, varlen) want one head dim, and MLA has v 128 vs qk 192 (SDPA's math fallback would materialise
+#: [N, L, S] fp32 scores: 32 GiB at 128 heads x 8K). Zero columns of v are exact: the output is sliced.
 PAD_V_DEVICES = ("cuda",)
 
 
@@ -147,16 +143,16 @@ def attend_packed(q_TNd: torch.Tensor, k_list: list[torch.Tensor], v_list: list[
     loop of SDPA calls over segments (CPU, fp32)."""
     if not plan:  # an idle rank still runs the layers (DEP collectives)
         return q_TNd.new_empty(0, q_TNd.shape[1], v_list[0].shape[2] if v_list else q_TNd.shape[2])
+    N, d, e = q_TNd.shape[1], q_TNd.shape[2], v_list[0].shape[2]
+    if e < d and q_TNd.device.type in PAD_V_DEVICES:
+        v_list = [F.pad(v, (0, d - e)) for v in v_list]
     varlen = _varlen_fn(q_TNd)
     if varlen is None or len(plan) == 1 and plan[0].prefix == 0:
         out = [attend(q_TNd[s.begin:s.end], k, v, s.prefix, scale) for s, k, v in zip(plan, k_list, v_list)]
-        return torch.cat(out) if len(out) > 1 else out[0]
-    N, d, e = q_TNd.shape[1], q_TNd.shape[2], v_list[0].shape[2]
+        return (torch.cat(out) if len(out) > 1 else out[0])[..., :e]
     k_SGd, v_SGe = torch.cat(k_list), torch.cat(v_list)
     if k_SGd.shape[1] != N:  # this varlen has no enable_gqa: repeat the kv heads
         k_SGd, v_SGe = k_SGd.repeat_interleave(N // k_SGd.shape[1], 1), v_SGe.repeat_interleave(N // v_SGe.shape[1], 1)
-    if e != d:  # flash wants one head dim (MLA: v 128 vs qk 192): zero-pad v, slice the output
-        v_SGe = F.pad(v_SGe, (0, d - e))
     lens_q, lens_k = [s.end - s.begin for s in plan], [k.shape[0] for k in k_list]
     cu = torch.tensor([[sum(lens_q[:i]), sum(lens_k[:i])] for i in range(len(plan) + 1)], dtype=torch.int32)
     cu = cu.to(q_TNd.device, non_blocking=True)

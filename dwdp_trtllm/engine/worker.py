@@ -159,10 +159,10 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     done_requests = 0
     outputs: dict[int, list[torch.Tensor]] = {}
     sync_counts, sync_seen = {"warmup": 0, "steady": 0}, 0
-    alloc_after_warmup: dict[str, int] = {}
     weights_bytes = _tensor_bytes(dense.values()) + expert_bytes
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        alloc_after_warmup = _allocator_counts(device)  # replaced when the warm-up iterations end
     dist.barrier()
     t0 = time.perf_counter()
     it = 0
@@ -256,7 +256,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         # cudaMalloc calls and allocator retries (a retry frees the cache and syncs the device) after warm-up:
         # non-zero means measured iterations paid for allocation, e.g. a rank near the memory limit
         end = _allocator_counts(device)
-        extra["allocator_after_warmup"] = {k: end[k] - alloc_after_warmup.get(k, 0) for k in end}
+        extra["allocator_after_warmup"] = {k: end[k] - alloc_after_warmup[k] for k in end}
     if getattr(backend, "check_sync", False):
         extra["host_syncs_in_dwdp_layer"] = sync_counts
         extra["host_sync_sites"] = backend.sync_sites

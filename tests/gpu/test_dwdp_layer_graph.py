@@ -33,7 +33,7 @@ class _StubPrefetcher:
         pass
 
 
-def _layer(gemm: str, fp8: bool) -> tuple[DwdpExperts, dict[str, list[torch.Tensor]]]:
+def _layer(gemm: str, fp8: bool) -> DwdpExperts:
     g = torch.Generator(device="cuda").manual_seed(11)
     dev = torch.device("cuda")
     w13 = torch.randn(E, 2 * I, H, generator=g, device=dev) / H ** 0.5
@@ -53,7 +53,7 @@ def _layer(gemm: str, fp8: bool) -> tuple[DwdpExperts, dict[str, list[torch.Tens
     sources = ExpertSources(buffers, buf_idx, row)
     rt = SimpleNamespace(spec=SimpleNamespace(num_experts=E), device=dev, composite=None,
                          prefetcher=_StubPrefetcher(), expert_sources=lambda moe_idx, slot: sources)
-    return DwdpExperts(rt, gemm=gemm), buffers
+    return DwdpExperts(rt, gemm=gemm)
 
 
 def _inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -68,7 +68,7 @@ def _inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("gemm,fp8", [("merge", False), ("multi_buffer", False), ("multi_buffer", True)])
 def test_dwdp_layer_forward_captures_in_a_cuda_graph(gemm, fp8):
-    layer, _ = _layer(gemm, fp8)
+    layer = _layer(gemm, fp8)
     x, ids, w = _inputs(1)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -103,7 +103,7 @@ def test_dwdp_layer_forward_captures_in_a_cuda_graph(gemm, fp8):
     assert not torch.equal(want, eager)  # the new inputs change the answer
     assert torch.equal(static_out, want), f"graph replay differs from eager ({gemm}, fp8={fp8})"
     # and eager DWDP is right: the same experts from one expert-ordered buffer through the reference loop
-    ref_layer, _ = _layer("reference", fp8)
+    ref_layer = _layer("reference", fp8)
     ref = ref_layer.forward(0, x, ids, w)
     rel = ((want.float() - ref.float()).norm() / ref.float().norm()).item()
     # fp8: multi_buffer also quantises the activations to e4m3 (1x128 groups), two GEMMs deep; the op alone

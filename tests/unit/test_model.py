@@ -174,13 +174,15 @@ def test_on_device_draw_on_cpu_equals_default():
 
 @pytest.mark.parametrize("prefix", [0, 5])
 def test_attend_zero_padded_v_is_exact(monkeypatch, prefix):
-    # MLA: v head dim (6) < qk head dim (8); CUDA pads v so a fused SDPA kernel applies (forced on CPU here)
+    # MLA: v head dim (6) < qk head dim (8); CUDA pads v so a fused kernel applies (forced on CPU here)
     from dwdp_trtllm.engine import layers
     g = torch.Generator().manual_seed(9)
     q, k = torch.randn(12 - prefix, 4, 8, generator=g), torch.randn(12, 4, 8, generator=g)
     v = torch.randn(12, 4, 6, generator=g)
-    plain = attend(q, k, v, prefix, 0.3)
+    plan = [layers.SegmentSlice(0, 0, 12 - prefix, prefix, False)]
+    plain = layers.attend_packed(q, [k], [v], plan, 0.3)
     monkeypatch.setattr(layers, "PAD_V_DEVICES", ("cpu",))
-    padded = attend(q, k, v, prefix, 0.3)
+    padded = layers.attend_packed(q, [k], [v], plan, 0.3)
     assert padded.shape == plain.shape == (12 - prefix, 4, 6)
     torch.testing.assert_close(padded, plain, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(plain, attend(q, k, v, prefix, 0.3), atol=0, rtol=0)
