@@ -38,11 +38,7 @@ class ExpertPlacement:
     @cached_property
     def owners(self) -> tuple[tuple[int, ...], ...]:
         """owners[e]: sorted dwdp_ranks that hold expert e."""
-        out: list[list[int]] = [[] for _ in range(self.num_experts)]
-        for r, experts in enumerate(self.local_experts):
-            for e in experts:
-                out[e].append(r)
-        return tuple(tuple(o) for o in out)
+        return tuple(map(tuple, _owners(list(self.local_experts), self.num_experts)))
 
     def fetch_experts(self, rank: int) -> tuple[int, ...]:
         """Experts rank `rank` must pull for every MoE layer, sorted."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import DwdpConfig, load_dwdp_config
+from ..config import DwdpConfig
 from ..schema import ConfigError, from_dict, load_yaml
 
 #: Fields of upstream TensorRT-LLM's DwdpConfig (tensorrt_llm/llmapi/llm_args.py), in its order.
@@ -53,7 +53,8 @@ def load_integration_config(path: str | Path) -> IntegrationConfig:
             raise ConfigError(p, extra[0], f"unknown top-level key; expected {', '.join(_TOP_KEYS)}")
         if "dwdp_config" in data and "dwdp" in data:
             raise ConfigError(p, "dwdp", "give either dwdp_config or dwdp, not both")
-        return IntegrationConfig(engine=engine, dwdp=load_dwdp_config(p), path=p)
+        sec = "dwdp_config" if "dwdp_config" in data else "dwdp"
+        return IntegrationConfig(engine=engine, dwdp=from_dict(DwdpConfig, data[sec], file=p, prefix=sec), path=p)
     fields = {k: v for k, v in data.items() if k != "engine"}
     return IntegrationConfig(engine=engine, dwdp=from_dict(DwdpConfig, fields, file=p), path=p)
 

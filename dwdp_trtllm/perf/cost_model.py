@@ -208,10 +208,13 @@ def prefetch_us(spec: ModelSpec, p: CostParams, placement: ExpertPlacement, slic
     dest, src = fetch_bytes(spec, placement, p.weight_dtype)
     sliced = slice_bytes > 0
     eff = (p.calibration.slice_eff(slice_bytes) or 1.0) if sliced else 1.0
+    return max(dest, src) / (p.peer_bps * eff) * contention_factor(p, placement.dwdp_size, sliced) * 1e6
+
+
+def contention_factor(p: CostParams, group: int, sliced: bool) -> float:
+    """Many-to-one slowdown of a pull: the calibrated one when measured, else the model's expectation."""
     slow = p.calibration.contention_slowdown.get("sliced" if sliced else "unsliced")
-    if slow is None:
-        slow = expected_slowdown(placement.dwdp_size, sliced)
-    return max(dest, src) / (p.peer_bps * eff) * slow * 1e6
+    return expected_slowdown(group, sliced) if slow is None else slow
 
 
 def overlapped_us(compute_us, prefetch: float, slowdown: float):

@@ -10,7 +10,7 @@ Units: TFLOP/s, TB/s (HBM), GB/s (NVLink, one direction), GB (memory, 1e9 bytes)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 #: matmul dtype names the planner knows; "nvfp4" runs on FP4 tensor cores
 MATMUL_DTYPES = ("bf16", "fp8", "nvfp4")
@@ -106,8 +106,3 @@ def get_gpu(name: str) -> GpuSpec:
         return GPUS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown GPU {name!r}: expected one of {', '.join(GPUS)}") from None
-
-
-def with_overrides(gpu: GpuSpec, **fields) -> GpuSpec:
-    """A copy of `gpu` with some fields replaced (used by calibration)."""
-    return replace(gpu, **fields)

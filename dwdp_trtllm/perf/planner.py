@@ -6,6 +6,7 @@ are normalised so that speedup = t_dep_us / t_dwdp_us is the DWDP/DEP throughput
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -17,7 +18,6 @@ from ..placement import make_placement
 from ..schema import ConfigError
 from . import cost_model as cm
 from .calibration import Calibration
-from .contention import expected_slowdown
 from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
 
@@ -99,10 +99,18 @@ class PlanRow:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def _placement(spec: PlanSpec, group: int, redundant: int):
+def _dwdp_config(spec: PlanSpec, group: int, redundant: int) -> DwdpConfig:
     cfg = DwdpConfig(dwdp_size=group, redundant_experts=redundant, source_policy=spec.source_policy)  # type: ignore[arg-type]
     cfg.validate_for(spec.model.num_experts, prefix="")
-    return make_placement(cfg, spec.model.num_experts)
+    return cfg
+
+
+# a placement depends only on (config, E): built once per planner process, not per (slice, ISL) row
+_placement_of = functools.lru_cache(maxsize=256)(make_placement)
+
+
+def _placement(spec: PlanSpec, group: int, redundant: int):
+    return _placement_of(_dwdp_config(spec, group, redundant), spec.model.num_experts)
 
 
 def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int) -> PlanRow:
@@ -133,7 +141,8 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     max_tok = float(tokens_SR.max())
     local = max(len(e) for e in placement.local_experts)
     fetched = max(len(placement.fetch_experts(r)) for r in range(group))
-    mem = cm.memory_bytes(m, p, local, fetched, 2 if group > 1 else 0, max_tok) / 1e9
+    slots = _dwdp_config(spec, group, redundant).num_slots if group > 1 else 0
+    mem = cm.memory_bytes(m, p, local, fetched, slots, max_tok) / 1e9
     mem_dep = cm.memory_bytes(m, p, cm.ceil_div(m.num_experts, group), 0, 0, max_tok) / 1e9
     t_compute = float(compute_SR.mean())
     return PlanRow(
@@ -147,8 +156,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         t_dep_us=layer.t_dep_us, t_dwdp_us=layer.t_dwdp_us, speedup=layer.t_dep_us / layer.t_dwdp_us,
         prefetch_hidden=bool(t_compute * f >= t_p), compute_over_prefetch=t_compute / t_p if t_p else math.inf,
         sync_overhead=layer.sync_overhead,
-        contention_slowdown=p.calibration.contention_slowdown.get("sliced" if slice_bytes else "unsliced")
-        or expected_slowdown(group, slice_bytes > 0),
+        contention_slowdown=cm.contention_factor(p, group, slice_bytes > 0),
         fetch_gb=cm.fetch_bytes(m, placement, p.weight_dtype)[0] / 1e9,
         memory_per_rank_gb=mem, memory_dep_gb=mem_dep, fits=mem <= spec.memory_budget_gb,
         tps_per_gpu_dep=group_tokens / it.t_dep_us * 1e6 / group,
