@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .copy_plan import CopyPlan, split_batches
+from .memcpy import BatchMemcpy, DriverMemcpy, per_op_memcpy
 
 METHODS = ("auto", "per_op", "batch", "graph", "torch")
 DEFAULT_TIMEOUT_S = 300.0
@@ -164,7 +165,6 @@ class CopyScheduler:
             self._need_dst[op.tensor_idx] = max(self._need_dst.get(op.tensor_idx, 0), end)
         self.lanes = lanes or max(1, len(set(self._peer.tolist())))
         if self.method == "graph":
-            from .memcpy import DriverMemcpy
             self._record = DriverMemcpy()
             self._capture_streams = [torch.cuda.Stream(self.device) for _ in range(self.lanes)]
         bounds = np.cumsum([0] + [len(b) for b in split_batches(plan, max_inflight_slices)])
@@ -175,7 +175,6 @@ class CopyScheduler:
         if self.device.type == "cuda":
             self.stream = torch.cuda.Stream(self.device)
             if self.method == "batch":
-                from .memcpy import BatchMemcpy
                 self._batch = BatchMemcpy()
             return
         self._queue: queue.Queue = queue.Queue()
@@ -279,7 +278,6 @@ class CopyScheduler:
                 with torch.cuda.stream(s):
                     tab.graph.replay()
         elif self.method == "per_op":
-            from .memcpy import per_op_memcpy
             per_op_memcpy(*tab.lists, s.cuda_stream)  # type: ignore[misc]
         else:
             with torch.cuda.stream(s):

@@ -25,11 +25,6 @@ def cuda_bindings() -> tuple[Any, Any]:
     return runtime, driver
 
 
-def cuda_usable() -> bool:
-    """True when torch sees a CUDA device (cheap, no cuda-python driver init)."""
-    return torch.cuda.is_available()
-
-
 def check(result: Any, what: str) -> Any:
     """Unwrap a cuda-python call result `(err, *values)`; raise CudaError naming `what` on failure."""
     if not isinstance(result, tuple):

@@ -58,12 +58,14 @@ class Prefetcher:
         handle = self.handles.pop(seq)
         timer = self.timer
         if self.cuda:
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record()
-            handle.wait(torch.cuda.current_stream(self.device))
-            b.record()
-            if timer is not None:
+            if timer is None:
+                handle.wait(torch.cuda.current_stream(self.device))
+            else:  # the wait's span on the compute stream, read back by the timer at the end of the iteration
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
+                handle.wait(torch.cuda.current_stream(self.device))
+                b.record()
                 timer.mark_events("prefetch_wait", moe_idx, a, b)
         else:
             t = time.perf_counter()

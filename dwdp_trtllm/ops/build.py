@@ -100,11 +100,6 @@ def default_cuda() -> bool:
     return torch.cuda.is_available() and torch.version.cuda is not None
 
 
-def library_path(cuda: bool) -> Path | None:
-    """Path of the loaded library for this flavour, or None when not loaded in this process."""
-    return _loaded.get("cuda" if cuda else "cpu")
-
-
 def load(cuda: bool | None = None, verbose: bool = False) -> Path:
     """Build (if not cached) and load the dwdp ops; returns the shared library path. Raises OpsBuildError.
 

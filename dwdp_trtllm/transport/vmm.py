@@ -19,7 +19,6 @@ from .base import PeerTransport, TransportError
 from .pidfd import PidfdError, getfd_from
 
 HANDLE_TYPES = ("fd", "fabric")
-FABRIC_HANDLE_BYTES = 64
 
 
 def choose_handle_type(machine: str, fabric_supported: bool, fd_supported: bool, requested: str = "auto") -> str:
