@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dwdp_trtllm.integration.settings import load_integration_config
+
 from dwdp_trtllm.cli import main
 from dwdp_trtllm.integration.gen_config import KEY_SOURCES, emitted_keys
 
@@ -76,8 +78,23 @@ def test_every_key_is_documented_with_its_source():
         assert source and version
 
 
+# every shipped example and the gen-config arguments that produce it (launch.env holds an absolute path: not shipped)
+SHIPPED = {
+    "dsr1_fp8_h200_dwdp4": ["--weight-dtype", "fp8", "--model", "/ckpt/DeepSeek-R1-FP8"],
+    "dsr1_nvfp4_gb200_upstream_dwdp4": ["--weight-dtype", "nvfp4", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
+}
+
+
 def test_shipped_configs_match_the_generator(tmp_path):
-    for d in (REPO / "configs/disagg").iterdir():
-        for f in d.glob("*.yaml"):
-            assert emitted_keys(yaml.safe_load(f.read_text())) <= set(KEY_SOURCES) | {"engine", "dwdp_config"} | {
-                f"dwdp_config.{k}" for k in yaml.safe_load(f.read_text()).get("dwdp_config", {})}
+    assert sorted(d.name for d in (REPO / "configs/disagg").iterdir()) == sorted(SHIPPED)
+    for name, args in SHIPPED.items():
+        out = tmp_path / name
+        assert main(["gen-config", "--mode", "disaggregated", "--preset", "deepseek-r1", "--gen-tp", "4", *args,
+                     "--out", str(out)]) == 0
+        shipped = REPO / "configs/disagg" / name
+        want = sorted(f.name for f in out.iterdir() if f.name != "launch.env")
+        assert sorted(f.name for f in shipped.iterdir()) == want, name
+        for f in want:
+            assert (shipped / f).read_text() == (out / f).read_text(), f"{name}/{f} differs from `dwdp gen-config`"
+        if (shipped / "dwdp.yaml").exists():
+            assert load_integration_config(shipped / "dwdp.yaml").dwdp.dwdp_size == 4
