@@ -20,7 +20,10 @@ for s in $sections; do
       section env
       { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.draw --format=csv
         python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), 'python', sys.version.split()[0])"
-        git rev-parse --short HEAD 2>/dev/null || echo "commit unknown"; } 2>&1 | tee "$OUT/env.log" ;;
+        git rev-parse --short HEAD 2>/dev/null || echo "commit unknown"; } 2>&1 | tee "$OUT/env.log"
+      # the GPU tests skip without CUDA: a machine that shows none must not read as green
+      python3 -c "import sys, torch; sys.exit(0 if torch.cuda.device_count() else 1)" \
+        || { echo "gpu_check: torch sees no CUDA device" | tee -a "$OUT/env.log"; rc=1; } ;;
     build)
       section build
       python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/build.log" 2>&1 || rc=1; tail -n 5 "$OUT/build.log" ;;
@@ -29,8 +32,7 @@ for s in $sections; do
       bash scripts/gpu/plugin_check.sh "$OUT/raw/plugin" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
     transport)
       section transport
-      if [ -f scripts/gpu/transport_check.sh ]; then OUT="$OUT/raw/transport" bash scripts/gpu/transport_check.sh > "$OUT/transport.log" 2>&1 || rc=1
-      else python3 -m pytest -q -m gpu tests/gpu/test_transport_cuda.py tests/gpu/test_copy_scheduler_cuda.py > "$OUT/transport.log" 2>&1 || rc=1; fi
+      OUT="$OUT/raw/transport" bash scripts/gpu/transport_check.sh > "$OUT/transport.log" 2>&1 || rc=1
       tail -n 25 "$OUT/transport.log" ;;
     engine)
       section engine

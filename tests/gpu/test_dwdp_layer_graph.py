@@ -33,7 +33,8 @@ class _StubPrefetcher:
         pass
 
 
-def _layer(gemm: str, fp8: bool) -> DwdpExperts:
+def _layer(gemm: str, fp8: bool, split: bool = True) -> DwdpExperts:
+    """DWDP layer over [local buffer, slot] (split) or over one expert-ordered buffer (the independent reference)."""
     g = torch.Generator(device="cuda").manual_seed(11)
     dev = torch.device("cuda")
     w13 = torch.randn(E, 2 * I, H, generator=g, device=dev) / H ** 0.5
@@ -41,15 +42,18 @@ def _layer(gemm: str, fp8: bool) -> DwdpExperts:
     per = {"w13": w13, "w2": w2}
     buffers: dict[str, list[torch.Tensor]] = {}
     for name, w in per.items():
-        parts = [w[LOCAL], w[FETCHED]]
+        parts = [w[LOCAL], w[FETCHED]] if split else [w]
         if fp8:
             qs = [quantize_fp8_blockwise(p, (128, 128)) for p in parts]
             buffers[name] = [q for q, _ in qs]
             buffers[name + "_scale"] = [s for _, s in qs]
         else:
             buffers[name] = [p.to(torch.bfloat16).contiguous() for p in parts]
-    buf_idx = torch.tensor([0 if e in LOCAL else 1 for e in range(E)], dtype=torch.int32, device=dev)
-    row = torch.tensor([LOCAL.index(e) if e in LOCAL else FETCHED.index(e) for e in range(E)], dtype=torch.int32, device=dev)
+    if split:
+        buf_idx = torch.tensor([0 if e in LOCAL else 1 for e in range(E)], dtype=torch.int32, device=dev)
+        row = torch.tensor([LOCAL.index(e) if e in LOCAL else FETCHED.index(e) for e in range(E)], dtype=torch.int32, device=dev)
+    else:
+        buf_idx, row = torch.zeros(E, dtype=torch.int32, device=dev), torch.arange(E, dtype=torch.int32, device=dev)
     sources = ExpertSources(buffers, buf_idx, row)
     rt = SimpleNamespace(spec=SimpleNamespace(num_experts=E), device=dev, composite=None,
                          prefetcher=_StubPrefetcher(), expert_sources=lambda moe_idx, slot: sources)
@@ -103,7 +107,7 @@ def test_dwdp_layer_forward_captures_in_a_cuda_graph(gemm, fp8):
     assert not torch.equal(want, eager)  # the new inputs change the answer
     assert torch.equal(static_out, want), f"graph replay differs from eager ({gemm}, fp8={fp8})"
     # and eager DWDP is right: the same experts from one expert-ordered buffer through the reference loop
-    ref_layer = _layer("reference", fp8)
+    ref_layer = _layer("reference", fp8, split=False)
     ref = ref_layer.forward(0, x, ids, w)
     rel = ((want.float() - ref.float()).norm() / ref.float().norm()).item()
     # fp8: multi_buffer also quantises the activations to e4m3 (1x128 groups), two GEMMs deep; the op alone

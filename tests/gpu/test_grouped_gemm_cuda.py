@@ -7,6 +7,7 @@ output rounding differ), and <= 0.1 against the unquantised float inputs (e4m3 c
 from __future__ import annotations
 
 import importlib
+import zlib
 
 import pytest
 import torch
@@ -56,7 +57,7 @@ CASES = {
 @pytest.mark.parametrize("K,N", [(256, 384), (512, 264)])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bf16_matches_reference(case, K, N):
-    a, offs, w, bidx, rows = make_case(*CASES[case], K=K, N=N, seed=hash((case, K)) % 1000)
+    a, offs, w, bidx, rows = make_case(*CASES[case], K=K, N=N, seed=zlib.crc32(f"{case}{K}".encode()) % 1000)  # stable across runs (str hash is salted)
     out = grouped_gemm(a, offs, w, bidx, rows, backend="op")
     ref = grouped_gemm_reference(a, offs, w, bidx, rows, dtype=torch.float64)
     assert out.dtype == torch.bfloat16 and not out.isnan().any()

@@ -12,8 +12,11 @@ import pytest
 import torch
 
 from dwdp_trtllm.config import load_bench_points
+from dwdp_trtllm.copy_plan import build_copy_plan
 from dwdp_trtllm.engine.launcher import RankFailed, run_modes
 from dwdp_trtllm.engine.records import Request
+from dwdp_trtllm.engine.weights import expert_layout
+from dwdp_trtllm.placement import make_placement
 
 REL_TOL_FP32 = 1e-5
 
@@ -59,12 +62,16 @@ def test_g3_redundancy_balanced_sliced():
     _check(out, reqs)
     # DWDP pulled exactly the fetch set of every layer on every iteration, from peers
     spec = cfg.model.spec()
+    assert spec.num_moe_layers >= 2
+    placement = make_placement(cfg.dwdp, spec.num_experts)
+    layout = expert_layout(spec, cfg.dwdp.weight_dtype)
     for res in out["dwdp"]:
-        assert res.copy_bytes > 0
+        per_layer = build_copy_plan(placement, layout, res.rank, sliced=False).total_bytes
+        assert per_layer > 0
+        assert res.copy_bytes == len(res.iterations) * spec.num_moe_layers * per_layer
         assert res.extra["transport"] == "shm"
     assert out["dep"][0].extra["dep_a2a"] == "gloo"
     assert not glob.glob(f"/dev/shm/dwdp_{os.getpid()}_*"), "shared memory leaked"
-    assert spec.num_moe_layers >= 2
 
 
 @pytest.mark.timeout(240)

@@ -37,7 +37,8 @@ def test_full_slot_ops_rebuild_every_expert_exactly_once(cfg, E, sliced):
         for t in range(len(full)):
             assert torch.equal(slot[t], full[t].reshape(-1))
             assert torch.equal(hits[t], torch.ones_like(hits[t]))
-        assert {op.source_rank for op in ops if op.source_rank == rank}  # local experts come from own buffer
+        # local experts come from the own buffer, each exactly once
+        assert sum(op.nbytes for op in ops if op.source_rank == rank) == len(placement.local_experts[rank]) * sum(layout.tensor_bytes)
         assert sum(op.nbytes for op in ops if op.source_rank != rank) == plan.total_bytes
 
 
