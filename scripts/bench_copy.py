@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -27,8 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwdp_trtllm.config import DwdpConfig  # noqa: E402
-from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, ExpertLayout, build_copy_plan  # noqa: E402
+from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
 from dwdp_trtllm.copy_scheduler import CopyScheduler  # noqa: E402
+from dwdp_trtllm.engine.weights import expert_layout  # noqa: E402
 from dwdp_trtllm.memcpy import BatchMemcpy, per_op_memcpy  # noqa: E402
 from dwdp_trtllm.models import get_model  # noqa: E402
 from dwdp_trtllm.placement import make_placement  # noqa: E402
@@ -139,23 +139,11 @@ def sliced(dev, nbytes: int, slice_sizes, reps: int, bulk_GBps: float) -> list[d
     return rows
 
 
-def expert_layout(weight_dtype: str) -> ExpertLayout:
-    spec = get_model("deepseek-r1")
-    shapes = spec.expert_tensor_shapes()
-    el = 1 if weight_dtype == "fp8" else 2
-    names, sizes = ["w13", "w2"], [math.prod(shapes["w13"]) * el, math.prod(shapes["w2"]) * el]
-    if weight_dtype == "fp8":
-        for k, v in spec.expert_scale_shapes().items():
-            names.append(k)
-            sizes.append(math.prod(v) * 4)
-    return ExpertLayout(tuple(names), tuple(sizes))
-
-
 class R1Layer:
     """One DeepSeek-R1 MoE layer's pulls for dwdp_rank 0 of G=4: 3 'peers' stood in by local buffers."""
 
     def __init__(self, dev, weight_dtype: str, G: int = 4, slice_bytes: int = 2 * MiB, sliced_plan: bool = True):
-        self.layout = expert_layout(weight_dtype)
+        self.layout = expert_layout(get_model("deepseek-r1"), weight_dtype)
         self.placement = make_placement(DwdpConfig(dwdp_size=G), 256)
         self.plan = build_copy_plan(self.placement, self.layout, 0, sliced=sliced_plan, slice_bytes=slice_bytes)
         self.src = {(p, t): rand_bytes(len(self.placement.local_experts[p]) * nb, dev)
