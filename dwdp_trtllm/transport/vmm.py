@@ -137,8 +137,12 @@ class VmmTransport(PeerTransport):
             padded = round_up(nbytes, gran)
             try:
                 handle = check(driver.cuMemCreate(padded, prop, 0), f"cuMemCreate({padded}) for buffer {key!r}")
+            except CudaError as e:
+                raise TransportError(f"{self.kind}: {e} on {self.device}; try transport: ipc") from e
+            try:
                 va = self._map(handle, padded, f"for own buffer {key!r}")
             except CudaError as e:
+                driver.cuMemRelease(handle)  # not in _own yet: close() would not free it
                 raise TransportError(f"{self.kind}: {e} on {self.device}; try transport: ipc") from e
             self._own[key] = (handle, va, padded)
             self._sizes[key] = nbytes
