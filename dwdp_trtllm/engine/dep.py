@@ -12,13 +12,11 @@ built on all_to_all_single does).
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import torch
 import torch.distributed as dist
 
 from .moe_compute import combine, expert_mlp, identity_map, sort_by_expert
-from .timing import PhaseTimer
+from .timing import PhaseTimer, phase
 
 
 class A2A:
@@ -83,8 +81,6 @@ class DepExperts:
         n_local = self.end - self.start
         self.local_buf_idx, self.local_row = identity_map(n_local, device)
 
-    def _phase(self, name: str, layer: int):
-        return self.timer.phase(name, layer) if self.timer is not None else nullcontext()
 
     def on_attention_done(self, moe_idx: int) -> None:
         pass
@@ -94,7 +90,7 @@ class DepExperts:
         T, H = x_TH.shape
         K = topk_ids_TK.shape[1]
         W = self.ep_size
-        with self._phase("other", moe_idx):
+        with phase(self.timer, "other", moe_idx):
             # Expert order is also owner order (contiguous expert blocks), and matches the reference's
             # summation order in combine().
             perm_P, _, counts_E = sort_by_expert(topk_ids_TK, self.num_experts)
@@ -102,16 +98,16 @@ class DepExperts:
             send_x = x_TH.index_select(0, tok_P)
             send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
             send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
-        with self._phase("sync_wait", moe_idx):
+        with phase(self.timer, "sync_wait", moe_idx):
             # The first collective of the layer: every rank blocks here until the slowest arrives.
             in_splits, out_splits = self.a2a.splits(send_counts_W)
         R = sum(out_splits)
-        with self._phase("all_to_all", moe_idx):
+        with phase(self.timer, "all_to_all", moe_idx):
             recv_x = torch.empty(R, H, dtype=x_TH.dtype, device=x_TH.device)
             recv_ids = torch.empty(R, dtype=send_ids.dtype, device=x_TH.device)
             self.a2a(recv_x, send_x, out_splits, in_splits)
             self.a2a(recv_ids, send_ids, out_splits, in_splits)
-        with self._phase("expert_gemm", moe_idx):
+        with phase(self.timer, "expert_gemm", moe_idx):
             local_ids = (recv_ids - self.start).view(-1, 1)
             perm_R, offs_E, _ = sort_by_expert(local_ids, self.end - self.start)
             x_sorted = recv_x.index_select(0, perm_R)
@@ -121,9 +117,9 @@ class DepExperts:
                                   w2_scale_sources=[w["w2_scale"]] if "w2_scale" in w else None)
             y_R = torch.empty_like(y_sorted)
             y_R[perm_R] = y_sorted
-        with self._phase("all_to_all", moe_idx):
+        with phase(self.timer, "all_to_all", moe_idx):
             back_P = torch.empty(T * K, H, dtype=y_R.dtype, device=x_TH.device)
             self.a2a(back_P, y_R, in_splits, out_splits, combine=True)
-        with self._phase("other", moe_idx):
+        with phase(self.timer, "other", moe_idx):
             out_TH = combine(back_P, perm_P, topk_weights_TK, T)
         return out_TH.to(x_TH.dtype)

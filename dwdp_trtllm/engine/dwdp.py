@@ -11,7 +11,7 @@ end event; release() records the write-after-read event the next copy into that 
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 import torch
 
@@ -19,7 +19,7 @@ from .. import env
 
 from ..runtime import DwdpRuntime
 from .moe_compute import combine, expert_mlp, gather_experts, identity_map, sort_by_expert
-from .timing import PhaseTimer
+from .timing import PhaseTimer, phase
 
 
 # torch's sync debug mode warns with this text at each synchronizing call (c10/cuda/CUDAFunctions.cpp);
@@ -78,17 +78,15 @@ class DwdpExperts:
 
     def _forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
                  topk_weights_TK: torch.Tensor) -> torch.Tensor:
-        timer = self.timer
-        phase = (lambda n: timer.phase(n, moe_idx)) if timer is not None else (lambda n: nullcontext())
         T, H = x_TH.shape
         K = topk_ids_TK.shape[1]
-        with phase("other"):
+        with phase(self.timer, "other", moe_idx):
             perm_P, offs_E, _ = sort_by_expert(topk_ids_TK, self.num_experts)
             tok_P = torch.div(perm_P, K, rounding_mode="floor")
             x_sorted = x_TH.index_select(0, tok_P)
         slot = self.rt.prefetcher.acquire(moe_idx)  # times its own wait as prefetch_wait
         src = self.rt.expert_sources(moe_idx, slot)
-        with phase("expert_gemm"):
+        with phase(self.timer, "expert_gemm", moe_idx):
             b = src.buffers
             if self.rt.composite is not None:
                 # one [E, ...] view per tensor (local + slot mapped side by side): identity expert map;
@@ -104,6 +102,6 @@ class DwdpExperts:
                                       gemm=self.gemm, w13_scale_sources=b.get("w13_scale"),
                                       w2_scale_sources=b.get("w2_scale"))
         self.rt.prefetcher.release(moe_idx)
-        with phase("other"):
+        with phase(self.timer, "other", moe_idx):
             out_TH = combine(y_sorted, perm_P, topk_weights_TK, T)
         return out_TH.to(x_TH.dtype)

@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..models import ModelSpec
-from .moe_compute import GEMM_PATHS, identity_map, routed_experts_forward
+from .moe_compute import gemm_path, identity_map, routed_experts_forward
 from .weights import EXPERT_DTYPES, expert_tensor_names, expert_tensors, stacked_expert_tensors
 
 
@@ -21,8 +21,7 @@ class LocalExperts:
     def __init__(self, spec: ModelSpec, layers: Sequence[Mapping[str, torch.Tensor]], gemm: str = "reference"):
         if len(layers) != spec.num_moe_layers:
             raise ValueError(f"LocalExperts: got weights for {len(layers)} MoE layers, {spec.name} has {spec.num_moe_layers}")
-        if gemm not in GEMM_PATHS:
-            raise ValueError(f"gemm={gemm!r}: expected one of {sorted(GEMM_PATHS)}")
+        gemm_path(gemm)  # ValueError naming the choices
         shapes = spec.expert_tensor_shapes()
         for i, t in enumerate(layers):
             for name in ("w13", "w2"):

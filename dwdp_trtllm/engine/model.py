@@ -18,7 +18,7 @@ from .layers import make_attention, plan_segments, positions_of, rms_norm, rope_
 from .local_experts import LocalExperts
 from .records import Segment
 from .router import router_logits, select_experts
-from .timing import PhaseTimer
+from .timing import PhaseTimer, phase
 from .weights import dense_weight_shapes, init_dense_weights
 
 
@@ -45,7 +45,7 @@ class MoETransformer:
 
     def _moe(self, layer: int, h_TH: torch.Tensor, timer: PhaseTimer | None) -> torch.Tensor:
         sp, p = self.spec, f"model.layers.{layer}.mlp."
-        with _phase(timer, "other", layer):
+        with phase(timer, "other", layer):
             logits_TE = router_logits(h_TH, self.w[p + "gate.weight"])
             ids_TK, w_TK = select_experts(sp, logits_TE, self.w.get(p + "gate.e_score_correction_bias"))
             shared_TH = (swiglu_mlp(h_TH, *(self.w[p + f"shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))
@@ -63,16 +63,16 @@ class MoETransformer:
         if input_ids_T.dim() != 1:
             raise ValueError(f"input_ids_T: expected 1-D token ids, got shape {tuple(input_ids_T.shape)}")
         plan = plan_segments(segments, input_ids_T.shape[0], kv_cache)
-        with _phase(timer, "other", -1):
+        with phase(timer, "other", -1):
             x_TH = w["model.embed_tokens.weight"].index_select(0, input_ids_T.to(self.device))
             rope = rope_cos_sin(positions_of(segments, self.device), rope_dim(sp), sp.rope_theta)
         for layer in range(sp.num_layers):
             p = f"model.layers.{layer}."
-            with _phase(timer, "attention", layer):
+            with phase(timer, "attention", layer):
                 x_TH = x_TH + self.attn[layer](rms_norm(x_TH, w[p + "input_layernorm.weight"], sp.rms_eps), rope, plan, kv_cache)
             h_TH = rms_norm(x_TH, w[p + "post_attention_layernorm.weight"], sp.rms_eps)
             if layer < sp.first_k_dense:
-                with _phase(timer, "other", layer):
+                with phase(timer, "other", layer):
                     x_TH = x_TH + swiglu_mlp(h_TH, *(w[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down")))
             else:
                 self.experts.on_attention_done(layer - sp.first_k_dense)
@@ -81,22 +81,12 @@ class MoETransformer:
             for s in segments:
                 if s.is_last:
                     kv_cache.free(s.request_id)
-        with _phase(timer, "other", -1):
+        with phase(timer, "other", -1):
             return rms_norm(x_TH, w["model.norm.weight"], sp.rms_eps)
 
     __call__ = forward
 
 
-class _NullPhase:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _phase(timer: PhaseTimer | None, name: str, layer: int):
-    return timer.phase(name, layer) if timer is not None else _NullPhase()
 
 
 def build_reference_model(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device | str,

@@ -12,7 +12,7 @@ expert_row_E, scales=None) -> out_AN with out[rows of group e] = a[rows] @ W_e^T
 cumulative group ends (offs_E[-1] == A); the maps are int32 or int64 tensors on a's device.
 'reference' loops over experts (float32 accumulate, host sync: tests only); 'merge' gathers all
 experts into one [E, N, D] tensor (each buffer read once, no host sync) and runs torch._grouped_mm.
-The plugin registers 'multi_buffer' and 'composite_view' with register_gemm (dwdp_trtllm/ops).
+'multi_buffer' and 'composite_view' (the C++ op, engine/gemm_paths.py) register on first lookup (gemm_path).
 """
 from __future__ import annotations
 
@@ -42,6 +42,21 @@ def register_gemm(name: str, fn: GemmFn, *, supports_fp8: bool = False, overwrit
     if name in GEMM_PATHS and not overwrite:
         raise ValueError(f"gemm path {name!r} already registered")
     GEMM_PATHS[name] = GemmPath(fn, supports_fp8)
+
+
+#: paths that engine/gemm_paths.py registers on first use (they load the C++/CUDA op)
+PLUGIN_PATHS = ("multi_buffer", "composite_view")
+
+
+def gemm_path(name: str) -> GemmPath:
+    """GEMM_PATHS[name], registering the plugin paths on first use; ValueError naming the choices."""
+    if name in PLUGIN_PATHS and name not in GEMM_PATHS:
+        from .gemm_paths import ensure_registered
+        ensure_registered()
+    try:
+        return GEMM_PATHS[name]
+    except KeyError:
+        raise ValueError(f"gemm={name!r}: expected one of {sorted(set(GEMM_PATHS) | set(PLUGIN_PATHS))}") from None
 
 
 _warned: set[str] = set()
@@ -183,14 +198,7 @@ register_gemm("merge", _gemm_merge, supports_fp8=True)
 def grouped_gemm(a_AD: torch.Tensor, offs_E: torch.Tensor, weights: list[torch.Tensor], expert_buffer_idx_E: torch.Tensor,
                  expert_row_E: torch.Tensor, *, gemm: str = "reference", scales: list[torch.Tensor] | None = None) -> torch.Tensor:
     """out_AN = a @ W_e^T per expert group, dispatched to GEMM_PATHS[gemm]."""
-    if gemm in ("multi_buffer", "composite_view") and gemm not in GEMM_PATHS:
-        from .gemm_paths import ensure_registered  # the C++/CUDA op, only when asked for
-        ensure_registered()
-    try:
-        path = GEMM_PATHS[gemm]
-    except KeyError:
-        raise ValueError(f"gemm={gemm!r}: expected one of {sorted(GEMM_PATHS)} (plugin paths register on import "
-                         f"of dwdp_trtllm.ops)") from None
+    path = gemm_path(gemm)
     if a_AD.shape[0] == 0:
         return a_AD.new_empty(0, weights[0].shape[1])
     fp8 = _is_fp8(weights)

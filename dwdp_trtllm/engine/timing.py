@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Iterator
 
 import torch
@@ -15,8 +15,8 @@ class PhaseTimer:
     synchronize) converts them to host seconds using a reference event taken at `start()`.
     """
 
-    def __init__(self, device: torch.device, enabled: bool = True):
-        self.device, self.enabled = device, enabled
+    def __init__(self, device: torch.device):
+        self.device = device
         self.cuda = device.type == "cuda"
         self._spans: list[tuple[str, int, object, object]] = []
         self._host: list[tuple[str, int, float, float]] = []
@@ -26,7 +26,7 @@ class PhaseTimer:
     def start(self) -> None:
         self._spans.clear()
         self._host.clear()
-        if self.cuda and self.enabled:
+        if self.cuda:
             torch.cuda.synchronize(self.device)
             self._ref_event = torch.cuda.Event(enable_timing=True)
             self._ref_event.record()
@@ -34,9 +34,6 @@ class PhaseTimer:
 
     @contextmanager
     def phase(self, name: str, layer: int = -1) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
         if self.cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
@@ -50,13 +47,11 @@ class PhaseTimer:
 
     def mark(self, name: str, layer: int, start_s: float, end_s: float) -> None:
         """Add a span measured elsewhere on the host clock (e.g. a CPU copy thread)."""
-        if self.enabled:
-            self._host.append((name, layer, start_s, end_s))
+        self._host.append((name, layer, start_s, end_s))
 
     def mark_events(self, name: str, layer: int, a: object, b: object) -> None:
         """Add a span delimited by two CUDA events recorded on any stream of this device."""
-        if self.enabled:
-            self._spans.append((name, layer, a, b))
+        self._spans.append((name, layer, a, b))
 
     def collect(self) -> list[tuple[str, int, float, float]]:
         out = list(self._host)
@@ -69,3 +64,8 @@ class PhaseTimer:
                 out.append((name, layer, s, e))
         out.sort(key=lambda x: x[2])
         return out
+
+
+def phase(timer: PhaseTimer | None, name: str, layer: int = -1) -> AbstractContextManager:
+    """timer.phase(name, layer), or a no-op context when the pass is not timed."""
+    return timer.phase(name, layer) if timer is not None else nullcontext()

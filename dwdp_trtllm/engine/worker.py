@@ -75,9 +75,6 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
 
     seed, wdt = cfg.model.seed, cfg.dwdp.weight_dtype
     gemm = cfg.dwdp.gemm
-    if gemm in ("multi_buffer", "composite_view"):
-        from .gemm_paths import ensure_registered
-        ensure_registered()
     if gemm == "composite_view" and mode != "dwdp":
         gemm = "multi_buffer"  # the composite view is DWDP's (local + slot); other modes hold one buffer
 
