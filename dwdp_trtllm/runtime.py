@@ -73,9 +73,6 @@ class DwdpRuntime:
         self.local_bytes = sum(sizes.values())
         self._local = self.transport.allocate(sizes)
         n_fetch = len(self.fetch_ids)
-        # Slots are plain device memory: only this rank reads and writes them.
-        self.slots = [[torch.empty(max(n_fetch * nbytes, 1), dtype=torch.uint8, device=device)
-                       for nbytes in self.layout.tensor_bytes] for _ in range(cfg.num_slots)]
         self.composite = None
         if cfg.gemm == "composite_view":
             from .composite_slots import CompositeSlots
@@ -83,8 +80,12 @@ class DwdpRuntime:
                 placement=self.placement, rank=dwdp_rank, specs=self.specs, tensor_bytes=self.layout.tensor_bytes,
                 num_layers=self.num_layers, num_slots=cfg.num_slots, device=device,
                 local_alloc=lambda m, t: self.transport.allocation(self._key(m, t)))
-            for (slot, t), buf in self.composite.slot_tensor.items():
-                self.slots[slot][t] = buf  # the scheduler fills the run allocations through this mapping
+        # Slots are plain device memory (only this rank reads and writes them), except the (slot, tensor)
+        # pairs the composite view made of VMM run allocations: the scheduler fills those through their mapping.
+        mapped = self.composite.slot_tensor if self.composite is not None else {}
+        self.slots = [[mapped[(s, t)] if (s, t) in mapped else
+                       torch.empty(max(n_fetch * nbytes, 1), dtype=torch.uint8, device=device)
+                       for t, nbytes in enumerate(self.layout.tensor_bytes)] for s in range(cfg.num_slots)]
         self.slot_bytes = cfg.num_slots * n_fetch * self.layout.expert_bytes
         loc = self.placement.expert_location(dwdp_rank)
         self.expert_buffer_idx_E = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
