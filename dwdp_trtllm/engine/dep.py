@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .moe_compute import combine, expert_mlp, identity_map, sort_by_expert
+from .moe_compute import combine, expert_mlp, gather_sorted, identity_map
 from .timing import PhaseTimer, phase
 
 
@@ -93,9 +93,7 @@ class DepExperts:
         with phase(self.timer, "other", moe_idx):
             # Expert order is also owner order (contiguous expert blocks), and matches the reference's
             # summation order in combine().
-            perm_P, _, counts_E = sort_by_expert(topk_ids_TK, self.num_experts)
-            tok_P = torch.div(perm_P, K, rounding_mode="floor")
-            send_x = x_TH.index_select(0, tok_P)
+            send_x, perm_P, _, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
             send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
             send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
         with phase(self.timer, "sync_wait", moe_idx):
@@ -109,8 +107,7 @@ class DepExperts:
             self.a2a(recv_ids, send_ids, out_splits, in_splits)
         with phase(self.timer, "expert_gemm", moe_idx):
             local_ids = (recv_ids - self.start).view(-1, 1)
-            perm_R, offs_E, _ = sort_by_expert(local_ids, self.end - self.start)
-            x_sorted = recv_x.index_select(0, perm_R)
+            x_sorted, perm_R, offs_E, _ = gather_sorted(recv_x, local_ids, self.end - self.start)
             w = self.weights[moe_idx]
             y_sorted = expert_mlp(x_sorted, offs_E, [w["w13"]], [w["w2"]], self.local_buf_idx, self.local_row, gemm=self.gemm,
                                   w13_scale_sources=[w["w13_scale"]] if "w13_scale" in w else None,

@@ -18,7 +18,7 @@ import torch
 from .. import env
 
 from ..runtime import DwdpRuntime
-from .moe_compute import combine, expert_mlp, gather_experts, identity_map, sort_by_expert
+from .moe_compute import combine, expert_mlp, gather_experts, gather_sorted, identity_map
 from .timing import PhaseTimer, phase
 
 
@@ -78,12 +78,8 @@ class DwdpExperts:
 
     def _forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
                  topk_weights_TK: torch.Tensor) -> torch.Tensor:
-        T, H = x_TH.shape
-        K = topk_ids_TK.shape[1]
         with phase(self.timer, "other", moe_idx):
-            perm_P, offs_E, _ = sort_by_expert(topk_ids_TK, self.num_experts)
-            tok_P = torch.div(perm_P, K, rounding_mode="floor")
-            x_sorted = x_TH.index_select(0, tok_P)
+            x_sorted, perm_P, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
         slot = self.rt.prefetcher.acquire(moe_idx)  # times its own wait as prefetch_wait
         src = self.rt.expert_sources(moe_idx, slot)
         with phase(self.timer, "expert_gemm", moe_idx):
@@ -103,5 +99,5 @@ class DwdpExperts:
                                       w2_scale_sources=b.get("w2_scale"))
         self.rt.prefetcher.release(moe_idx)
         with phase(self.timer, "other", moe_idx):
-            out_TH = combine(y_sorted, perm_P, topk_weights_TK, T)
+            out_TH = combine(y_sorted, perm_P, topk_weights_TK, x_TH.shape[0])
         return out_TH.to(x_TH.dtype)

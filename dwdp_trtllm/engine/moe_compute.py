@@ -83,6 +83,14 @@ def sort_by_expert(topk_ids_TK: torch.Tensor, num_experts: int) -> tuple[torch.T
 COMBINE_CHUNK_BYTES = 256 << 20
 
 
+def gather_sorted(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, num_experts: int):
+    """(x_sorted_AH, perm_A, offs_E, counts_E): token rows repeated per routed copy, in expert order
+    (sort_by_expert's order, the one combine() undoes)."""
+    perm_A, offs_E, counts_E = sort_by_expert(topk_ids_TK, num_experts)
+    x_sorted_AH = x_TH.index_select(0, torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor"))
+    return x_sorted_AH, perm_A, offs_E, counts_E
+
+
 def combine(y_sorted_AH: torch.Tensor, perm_A: torch.Tensor, topk_weights_TK: torch.Tensor, num_tokens: int) -> torch.Tensor:
     """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32 with index_add_; returns float32.
 
@@ -229,9 +237,7 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
                            w13_scale_sources: list[torch.Tensor] | None = None,
                            w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
     """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine."""
-    T, K = topk_ids_TK.shape
-    perm_A, offs_E, _ = sort_by_expert(topk_ids_TK, expert_buffer_idx_E.shape[0])
-    x_sorted_AH = x_TH.index_select(0, torch.div(perm_A, K, rounding_mode="floor"))
+    x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0])
     y_sorted_AH = expert_mlp(x_sorted_AH, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm,
                              w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources)
-    return combine(y_sorted_AH, perm_A, topk_weights_TK, T).to(x_TH.dtype)
+    return combine(y_sorted_AH, perm_A, topk_weights_TK, x_TH.shape[0]).to(x_TH.dtype)
