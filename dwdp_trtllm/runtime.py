@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .config import DwdpConfig
 from .copy_plan import build_copy_plan
-from .engine.weights import EXPERT_DTYPES, expert_layout, expert_tensor_names
+from .engine.weights import expert_layout, expert_tensor_specs
 from .models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher
@@ -37,19 +37,12 @@ class ExpertSources:
     expert_row_E: torch.Tensor
 
 
-def tensor_specs(spec: ModelSpec, weight_dtype: str) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-    """Routed-expert tensors in buffer order (weights.expert_tensor_names) with per-expert shape and dtype."""
-    shapes = {**spec.expert_tensor_shapes(), **spec.expert_scale_shapes()}
-    return [(n, shapes[n], torch.float32 if n.endswith("scale") else EXPERT_DTYPES[weight_dtype])
-            for n in expert_tensor_names(weight_dtype)]
-
-
 class DwdpRuntime:
     def __init__(self, cfg: DwdpConfig, spec: ModelSpec, *, group, dwdp_rank: int, device: torch.device,
                  tag: str, timeout_s: float = 300.0):
         self.cfg, self.spec, self.group, self.dwdp_rank, self.device = cfg, spec, group, dwdp_rank, device
         self.placement = make_placement(cfg, spec.num_experts)
-        self.specs = tensor_specs(spec, cfg.weight_dtype)
+        self.specs = expert_tensor_specs(spec, cfg.weight_dtype)
         self.layout = expert_layout(spec, cfg.weight_dtype)
         self.num_layers = spec.num_moe_layers
         self.local_ids = self.placement.local_experts[dwdp_rank]

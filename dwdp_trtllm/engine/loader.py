@@ -17,10 +17,9 @@ from typing import Callable
 import torch
 
 from ..models import ModelSpec
-from .weights import FP8_DTYPE, dense_weight_shapes, dequantize_fp8_blockwise
+from .weights import FP8_DTYPE, dense_dtype, dense_weight_shapes, dequantize_fp8_blockwise
 
 ExpertLoader = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
-_KEEP32 = ("norm.weight", "e_score_correction_bias")
 
 
 def hf_dense_name(spec: ModelSpec, name: str) -> str:
@@ -92,7 +91,7 @@ def load_checkpoint(path: str | Path, spec: ModelSpec, *, dtype: torch.dtype,
     dense = {}
     for name, shape in dense_weight_shapes(spec).items():
         t = ckpt.get(hf_dense_name(spec, name), shape)
-        dense[name] = t.to(device=device, dtype=torch.float32 if name.endswith(_KEEP32) else dtype)
+        dense[name] = t.to(device=device, dtype=dense_dtype(name, dtype))
     H, I = spec.hidden_size, spec.moe_intermediate
 
     def expert_loader(layer: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ from .local_experts import LocalExperts
 from .records import Segment
 from .router import router_logits, select_experts
 from .timing import PhaseTimer, phase
-from .weights import dense_weight_shapes, init_dense_weights
+from .weights import dense_dtype, dense_weight_shapes, init_dense_weights
 
 
 def check_dense_weights(spec: ModelSpec, weights: dict[str, torch.Tensor]) -> None:
@@ -39,8 +39,7 @@ class MoETransformer:
         check_dense_weights(spec, dense_weights)
         self.spec, self.experts = spec, experts
         self.device, self.dtype = torch.device(device), dtype
-        keep32 = ("norm.weight", "e_score_correction_bias")
-        self.w = {n: t.to(self.device, torch.float32 if n.endswith(keep32) else dtype) for n, t in dense_weights.items()}
+        self.w = {n: t.to(self.device, dense_dtype(n, dtype)) for n, t in dense_weights.items()}
         self.attn = [make_attention(spec, self.w, i) for i in range(spec.num_layers)]
 
     def _moe(self, layer: int, h_TH: torch.Tensor, timer: PhaseTimer | None) -> torch.Tensor:

@@ -95,6 +95,15 @@ def _init_one(name: str, shape: tuple[int, ...], seed: int, gen_device: torch.de
     return _randn(shape, 1.0 / math.sqrt(shape[-1]), g)
 
 
+#: replicated weights kept in float32 whatever the model dtype (they are applied in float32)
+KEEP_FLOAT32 = ("norm.weight", "e_score_correction_bias")
+
+
+def dense_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    """Storage dtype of replicated weight `name` in a model of `dtype` (KEEP_FLOAT32 stay float32)."""
+    return torch.float32 if name.endswith(KEEP_FLOAT32) else dtype
+
+
 def init_dense_weights(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device | str, *,
                        on_device: bool = False) -> dict[str, torch.Tensor]:
     """Seeded replicated weights of `spec` (names and shapes: `dense_weight_shapes`). Norm weights and
@@ -103,8 +112,7 @@ def init_dense_weights(spec: ModelSpec, seed: int, dtype: torch.dtype, device: t
     out = {}
     for name, shape in dense_weight_shapes(spec).items():
         t = _init_one(name, shape, seed, device if on_device else "cpu")
-        keep32 = name.endswith("norm.weight") or name.endswith("e_score_correction_bias")
-        out[name] = t.to(device=device, dtype=torch.float32 if keep32 else dtype)
+        out[name] = t.to(device=device, dtype=dense_dtype(name, dtype))
     return out
 
 
@@ -167,13 +175,17 @@ def expert_tensors(spec: ModelSpec, w13_NH: torch.Tensor, w2_HI: torch.Tensor, w
     return {"w13": q13, "w2": q2, "w13_scale": s13, "w2_scale": s2}
 
 
+def expert_tensor_specs(spec: ModelSpec, weight_dtype: str) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """One expert's routed tensors in buffer order (expert_tensor_names): (name, per-expert shape, dtype)."""
+    shapes = {**spec.expert_tensor_shapes(), **spec.expert_scale_shapes()}
+    return [(n, shapes[n], torch.float32 if n.endswith("scale") else EXPERT_DTYPES[weight_dtype])
+            for n in expert_tensor_names(weight_dtype)]
+
+
 def expert_layout(spec: ModelSpec, weight_dtype: str) -> ExpertLayout:
     """Byte sizes of one expert's tensors in buffer order (see expert_tensors)."""
-    names = expert_tensor_names(weight_dtype)
-    shapes = {**spec.expert_tensor_shapes(), **spec.expert_scale_shapes()}
-    elem = {"w13": EXPERT_DTYPES[weight_dtype].itemsize, "w2": EXPERT_DTYPES[weight_dtype].itemsize,
-            "w13_scale": 4, "w2_scale": 4}
-    return ExpertLayout(names, tuple(math.prod(shapes[n]) * elem[n] for n in names))
+    specs = expert_tensor_specs(spec, weight_dtype)
+    return ExpertLayout(tuple(n for n, _, _ in specs), tuple(math.prod(s) * d.itemsize for _, s, d in specs))
 
 
 def stacked_expert_tensors(spec: ModelSpec, layer_idx: int, experts: list[int] | range, seed: int,
@@ -184,8 +196,5 @@ def stacked_expert_tensors(spec: ModelSpec, layer_idx: int, experts: list[int] |
     per = [expert_tensors(spec, *init_expert(spec, layer_idx, e, seed, torch.float32, gen_dev, on_device=on_device),
                           weight_dtype) for e in experts]
     if not per:
-        shapes = {**spec.expert_tensor_shapes(), **spec.expert_scale_shapes()}
-        return {n: torch.empty((0, *shapes[n]), device=device,
-                               dtype=torch.float32 if n.endswith("scale") else EXPERT_DTYPES[weight_dtype])
-                for n in expert_tensor_names(weight_dtype)}
+        return {n: torch.empty((0, *shape), device=device, dtype=dt) for n, shape, dt in expert_tensor_specs(spec, weight_dtype)}
     return {n: torch.stack([p[n] for p in per]).to(device) for n in expert_tensor_names(weight_dtype)}
