@@ -109,7 +109,6 @@ class DwdpRuntime:
         self.transport.open_peers()
         plan = build_copy_plan(self.placement, self.layout, self.dwdp_rank, sliced=self.cfg.contention_opt,
                                slice_bytes=self.cfg.slice_bytes)
-        self.plan = plan
         self.scheduler = CopyScheduler(
             plan,
             src_buffer=lambda peer, layer, t: self.transport.peer_buffer(peer, self._key(layer, t)),

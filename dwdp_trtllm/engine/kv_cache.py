@@ -52,7 +52,3 @@ class KVCache:
     @property
     def num_requests(self) -> int:
         return len(self._store)
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for layers in self._store.values()
-                   for entry in layers if entry is not None for t in entry)
