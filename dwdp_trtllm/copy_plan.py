@@ -61,21 +61,28 @@ class CopyPlan:
         return out
 
 
+def merge_adjacent(ops: list[CopyOp]) -> list[CopyOp]:
+    """`ops` in order, each merged into its predecessor when source, tensor, source offset and
+    destination offset all continue it (fewer, larger copies; the same bytes)."""
+    out: list[CopyOp] = []
+    for op in ops:
+        last = out[-1] if out else None
+        if (last is not None and last.source_rank == op.source_rank and last.tensor_idx == op.tensor_idx
+                and last.src_offset + last.nbytes == op.src_offset and last.dst_offset + last.nbytes == op.dst_offset):
+            out[-1] = CopyOp(op.source_rank, op.tensor_idx, last.src_offset, last.dst_offset, last.nbytes + op.nbytes)
+        else:
+            out.append(op)
+    return out
+
+
 def _runs(placement: ExpertPlacement, layout: ExpertLayout, rank: int) -> dict[int, list[CopyOp]]:
     """Unsliced ops per source, merged where source and destination are both contiguous."""
     per_source: dict[int, list[CopyOp]] = {}
     src_index = [{e: i for i, e in enumerate(held)} for held in placement.local_experts]
     for t, nbytes in enumerate(layout.tensor_bytes):
         for slot_idx, (e, s) in enumerate(placement.sources[rank]):
-            op = CopyOp(s, t, src_index[s][e] * nbytes, slot_idx * nbytes, nbytes)
-            ops = per_source.setdefault(s, [])
-            last = ops[-1] if ops else None
-            if (last is not None and last.tensor_idx == t and last.src_offset + last.nbytes == op.src_offset
-                    and last.dst_offset + last.nbytes == op.dst_offset):
-                ops[-1] = CopyOp(s, t, last.src_offset, last.dst_offset, last.nbytes + nbytes)
-            else:
-                ops.append(op)
-    return per_source
+            per_source.setdefault(s, []).append(CopyOp(s, t, src_index[s][e] * nbytes, slot_idx * nbytes, nbytes))
+    return {s: merge_adjacent(ops) for s, ops in per_source.items()}
 
 
 def _slices(op: CopyOp, slice_bytes: int) -> list[CopyOp]:

@@ -9,20 +9,8 @@ crosses an expert boundary whose destinations are not adjacent, and adds the loc
 """
 from __future__ import annotations
 
-from ..copy_plan import CopyOp, CopyPlan, ExpertLayout
+from ..copy_plan import CopyOp, CopyPlan, ExpertLayout, merge_adjacent
 from ..placement import ExpertPlacement
-
-
-def _merge(ops: list[CopyOp]) -> list[CopyOp]:
-    out: list[CopyOp] = []
-    for op in ops:
-        last = out[-1] if out else None
-        if (last is not None and last.source_rank == op.source_rank and last.tensor_idx == op.tensor_idx
-                and last.src_offset + last.nbytes == op.src_offset and last.dst_offset + last.nbytes == op.dst_offset):
-            out[-1] = CopyOp(op.source_rank, op.tensor_idx, last.src_offset, last.dst_offset, last.nbytes + op.nbytes)
-        else:
-            out.append(op)
-    return out
 
 
 def full_slot_ops(placement: ExpertPlacement, layout: ExpertLayout, rank: int, plan: CopyPlan) -> tuple[CopyOp, ...]:
@@ -47,4 +35,4 @@ def full_slot_ops(placement: ExpertPlacement, layout: ExpertLayout, rank: int, p
             n = min(end - pos, nb - within)
             peer_ops.append(CopyOp(op.source_rank, op.tensor_idx, src, fetched[k] * nb + within, n))
             pos, src = pos + n, src + n
-    return tuple(_merge(local_ops) + _merge(peer_ops))
+    return tuple(merge_adjacent(local_ops) + merge_adjacent(peer_ops))
