@@ -32,7 +32,8 @@ def _gpu() -> dict:
 
 
 def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> dict:
-    from ..integration.settings import choose_engine, load_integration_config
+    from ..integration.settings import choose_engine, load_integration_config, upstream_supported
+    from ..schema import ConfigError
     from ..integration.trtllm import patches
 
     rep: dict = {"tensorrt_llm": None, "patch_targets": [], "upstream_dwdp": None, "gpu": _gpu()}
@@ -54,10 +55,12 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     cfg = load_integration_config(dwdp_path) if dwdp_path else None
     wd = weight_dtype or (cfg.dwdp.weight_dtype if cfg else "fp8")
     sm = rep["gpu"].get("sm")
-    rep["upstream_can_run_here"] = bool(rep["upstream_dwdp"]) and sm is not None and sm >= 100 and wd == "nvfp4"
-    engine, why = choose_engine(cfg.engine if cfg else "auto", upstream_available=bool(rep["upstream_dwdp"]),
-                                sm=sm, weight_dtype=wd) if not (cfg and cfg.engine == "upstream" and not rep["upstream_dwdp"]) \
-        else ("error", "engine: upstream requested but this TensorRT-LLM has no DwdpConfig")
+    rep["upstream_can_run_here"] = upstream_supported(bool(rep["upstream_dwdp"]), sm, wd)
+    try:
+        engine, why = choose_engine(cfg.engine if cfg else "auto", upstream_available=bool(rep["upstream_dwdp"]),
+                                    sm=sm, weight_dtype=wd)
+    except ConfigError as e:  # reported, not raised: this command describes what would happen
+        engine, why = "error", str(e)
     rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
                        "gemm": "CUTLASS MoE over full-slot buffers (gemm: merge)" if engine == "dwdp_trtllm" else
                        "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}

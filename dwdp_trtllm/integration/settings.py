@@ -111,9 +111,14 @@ def from_upstream(data: Any, *, extras: dict[str, Any] | None = None, file: str 
     return from_dict(DwdpConfig, merged, file=file, prefix=prefix)
 
 
+def upstream_supported(upstream_available: bool, sm: int | None, weight_dtype: str) -> bool:
+    """Upstream DWDP runs only on Blackwell (sm >= 100) with NVFP4 + CuteDSL, and needs its DwdpConfig."""
+    return upstream_available and sm is not None and sm >= 100 and weight_dtype == "nvfp4"
+
+
 def choose_engine(requested: str, *, upstream_available: bool, sm: int | None, weight_dtype: str) -> tuple[str, str]:
-    """(engine, reason). Upstream DWDP runs only on Blackwell (sm >= 100) with NVFP4 + CuteDSL."""
-    upstream_ok = upstream_available and sm is not None and sm >= 100 and weight_dtype == "nvfp4"
+    """(engine, reason); ConfigError when upstream is requested and this TensorRT-LLM lacks it."""
+    upstream_ok = upstream_supported(upstream_available, sm, weight_dtype)
     if requested == "upstream":
         if not upstream_available:
             raise ConfigError(None, "engine", "upstream: the installed TensorRT-LLM has no DwdpConfig "

@@ -68,3 +68,12 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
     assert rep["our_mode"]["engine"] == "dwdp_trtllm" and rep["upstream_can_run_here"] is False
     r = _dwdp(["check-trtllm"], _env(None))
     assert r.returncode == 0 and "TensorRT-LLM:   not installed" in r.stdout and "MoE.__init__" in r.stdout
+
+
+def test_check_trtllm_reports_upstream_requested_without_tensorrt_llm(tmp_path):
+    cfg = tmp_path / "dwdp.yaml"
+    cfg.write_text(yaml.safe_dump({"engine": "upstream", "dwdp_config": {"dwdp_size": 2}}))
+    r = _dwdp(["check-trtllm", "--json", "--dwdp", str(cfg)], _env(None))
+    assert r.returncode == 0, r.stderr
+    mode = json.loads(r.stdout)["our_mode"]
+    assert mode["engine"] == "error" and "no DwdpConfig" in mode["reason"]
