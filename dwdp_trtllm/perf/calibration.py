@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..schema import ConfigError
 
 Points = tuple[tuple[float, float], ...]
@@ -96,17 +98,12 @@ class Calibration:
         return Calibration(**kw)
 
 
-def interp_log(points: Points, x: float) -> float:
-    """Piecewise-linear in log(x) through sorted (x, y) points, clamped at both ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    if x >= points[-1][0]:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x0 <= x <= x1:
-            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return y0 + w * (y1 - y0)
-    raise AssertionError("unreachable")
+def interp_log(points: Points, x):
+    """Piecewise-linear in log(x) through sorted (x, y) points, clamped at both ends; x a float or an
+    array (elementwise, same shape back)."""
+    xs = np.log([p[0] for p in points])
+    out = np.interp(np.log(np.maximum(np.asarray(x, float), points[0][0])), xs, [p[1] for p in points])
+    return float(out) if out.ndim == 0 else out
 
 
 def _num(file: str, key: str, v: Any, *, lo: float = 0.0, lo_incl: bool = False) -> float:

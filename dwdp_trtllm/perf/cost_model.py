@@ -25,7 +25,7 @@ import numpy as np
 
 from ..models import ModelSpec
 from ..placement import ExpertPlacement
-from .calibration import Calibration
+from .calibration import Calibration, interp_log
 from .contention import expected_slowdown
 from .hardware import GpuSpec
 
@@ -85,9 +85,7 @@ class CostParams:
         pts = self.calibration.grouped_gemm_tflops.get(dtype)
         if pts is None or rows_per_expert is None:
             return self.gpu.matmul_tflops(dtype) * 1e12
-        x = np.log(np.maximum(np.asarray(rows_per_expert, float) * _CAL_TOKENS_PER_ROW_PER_EXPERT, 1.0))
-        xs, ys = np.log([p[0] for p in pts]), [p[1] for p in pts]
-        return np.interp(x, xs, ys) * 1e12
+        return interp_log(pts, np.maximum(np.asarray(rows_per_expert, float) * _CAL_TOKENS_PER_ROW_PER_EXPERT, 1.0)) * 1e12
 
 
 def roofline_us(flops, nbytes, flops_per_s, bytes_per_s):
