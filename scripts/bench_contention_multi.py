@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
 from dwdp_trtllm.config import DwdpConfig  # noqa: E402
 from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
 from dwdp_trtllm.copy_scheduler import CopyScheduler  # noqa: E402
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
     md = markdown(res)
     (args.out / "contention_multi.md").write_text(md)
     print(md)
-    return 0
+    return exit_code(res, name="bench_contention_multi")  # every pull must be bit-exact
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
 from dwdp_trtllm.ops import merge_experts  # noqa: E402
 from dwdp_trtllm.ops import grouped_gemm as _  # noqa: E402,F401  (loads the op)
 from dwdp_trtllm.ops.build import load  # noqa: E402
@@ -166,7 +167,8 @@ def main() -> int:
                      f"{r['a_over_c']:.3f} | {f8} |")
     (out / f"grouped_gemm_{date}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0
+    # (a) and (b) against (d) on the same bf16 inputs: 1e-2 is the op's test tolerance (tests/gpu)
+    return exit_code(rows, max_rel_err=1e-2, name="bench_grouped_gemm")
 
 
 if __name__ == "__main__":
