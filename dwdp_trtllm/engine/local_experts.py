@@ -12,7 +12,7 @@ import torch
 
 from ..models import ModelSpec
 from .moe_compute import gemm_path, identity_map, routed_experts_forward
-from .weights import EXPERT_DTYPES, expert_tensor_names, expert_tensors, stacked_expert_tensors
+from .weights import EXPERT_DTYPES, stack_experts, stacked_expert_tensors
 
 
 class LocalExperts:
@@ -48,10 +48,8 @@ class LocalExperts:
     def from_loader(cls, spec: ModelSpec, expert_loader: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]],
                     weight_dtype: str, device: torch.device | str, gemm: str = "reference") -> "LocalExperts":
         """All experts from expert_loader(layer, e) -> (w13_NH, w2_HI) (e.g. loader.load_checkpoint)."""
-        layers = []
-        for l in spec.moe_layer_ids:
-            per = [expert_tensors(spec, *expert_loader(l, e), weight_dtype) for e in range(spec.num_experts)]
-            layers.append({n: torch.stack([p[n] for p in per]).to(device) for n in expert_tensor_names(weight_dtype)})
+        layers = [stack_experts(spec, l, range(spec.num_experts), expert_loader, weight_dtype, device)
+                  for l in spec.moe_layer_ids]
         return cls(spec, layers, gemm)
 
     def forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import Callable
 
 import torch
 
@@ -188,13 +189,29 @@ def expert_layout(spec: ModelSpec, weight_dtype: str) -> ExpertLayout:
     return ExpertLayout(tuple(n for n, _, _ in specs), tuple(math.prod(s) * d.itemsize for _, s, d in specs))
 
 
+#: expert_fn(layer, e) -> (w13_NH, w2_HI) float weights of routed expert e of (absolute) MoE layer `layer`
+ExpertFn = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def seeded_expert_fn(spec: ModelSpec, seed: int, device: torch.device | str, *, on_device: bool = False) -> ExpertFn:
+    """init_expert as an ExpertFn (float32; drawn on `device` when on_device, else on the CPU)."""
+    gen_dev = device if on_device else "cpu"
+    return lambda layer, e: init_expert(spec, layer, e, seed, torch.float32, gen_dev, on_device=on_device)
+
+
 def stacked_expert_tensors(spec: ModelSpec, layer_idx: int, experts: list[int] | range, seed: int,
                            weight_dtype: str, device: torch.device | str, *, on_device: bool = False) -> dict[str, torch.Tensor]:
     """Seeded experts `experts` of one layer stacked in buffer order: name -> [len(experts), ...]
     (on_device: see init_expert)."""
-    gen_dev = device if on_device else "cpu"
-    per = [expert_tensors(spec, *init_expert(spec, layer_idx, e, seed, torch.float32, gen_dev, on_device=on_device),
-                          weight_dtype) for e in experts]
+    return stack_experts(spec, layer_idx, experts, seeded_expert_fn(spec, seed, device, on_device=on_device),
+                         weight_dtype, device)
+
+
+def stack_experts(spec: ModelSpec, layer_idx: int, experts: list[int] | range, expert_fn: ExpertFn,
+                  weight_dtype: str, device: torch.device | str) -> dict[str, torch.Tensor]:
+    """Experts `experts` of one layer from expert_fn, as `weight_dtype`, stacked in buffer order:
+    name -> [len(experts), ...] on `device`."""
+    per = [expert_tensors(spec, *expert_fn(layer_idx, e), weight_dtype) for e in experts]
     if not per:
         return {n: torch.empty((0, *shape), device=device, dtype=dt) for n, shape, dt in expert_tensor_specs(spec, weight_dtype)}
     return {n: torch.stack([p[n] for p in per]).to(device) for n in expert_tensor_names(weight_dtype)}

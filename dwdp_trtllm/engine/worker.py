@@ -64,22 +64,41 @@ def _external_bytes(backend) -> int:
     return ipc.capacity if ipc is not None else 0
 
 
-def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, device: torch.device, tag: str):
-    """(ExpertBackend, weight bytes held for experts, prefetch slot bytes, extra info)."""
-    from .local_experts import LocalExperts
-    from .weights import expert_tensors, init_expert, stacked_expert_tensors
+def load_weights(cfg: BenchConfig, spec, device: torch.device):
+    """(dense weights on `device`, ExpertFn): from cfg.model.checkpoint (HF safetensors) when set, else seeded.
 
-    # On CUDA draw weights with the device generator (seconds instead of minutes at DeepSeek width);
-    # every rank of every mode of a run uses the same setting, so the modes see identical weights.
+    Seeded weights on CUDA are drawn with the device generator (seconds instead of minutes at DeepSeek
+    width); every rank of every mode of a run uses the same setting, so the modes see identical weights."""
+    from .weights import dense_dtype, init_dense_weights, seeded_expert_fn
+
+    dtype = _DTYPE[cfg.model.dtype]
+    if cfg.model.checkpoint:
+        from .loader import load_checkpoint
+        dense, loader = load_checkpoint(cfg.model.checkpoint, spec, dtype=torch.float32, device="cpu")
+        # experts stay float32 on the CPU until expert_tensors has cast them to weight_dtype
+        return {n: t.to(device, dense_dtype(n, dtype)) for n, t in dense.items()}, loader
     on_device = device.type == "cuda"
+    return (init_dense_weights(spec, cfg.model.seed, dtype, device, on_device=on_device),
+            seeded_expert_fn(spec, cfg.model.seed, device, on_device=on_device))
 
-    seed, wdt = cfg.model.seed, cfg.dwdp.weight_dtype
+
+def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, device: torch.device, tag: str,
+                  expert_fn=None):
+    """(ExpertBackend, weight bytes held for experts, prefetch slot bytes, extra info).
+
+    expert_fn(layer, e) -> (w13, w2) float weights (weights.ExpertFn); default: load_weights(cfg, ...)."""
+    from .local_experts import LocalExperts
+    from .weights import expert_tensors, stack_experts
+
+    if expert_fn is None:
+        expert_fn = load_weights(cfg, spec, device)[1]
+    wdt = cfg.dwdp.weight_dtype
     gemm = cfg.dwdp.gemm
     if gemm == "composite_view" and mode != "dwdp":
         gemm = "multi_buffer"  # the composite view is DWDP's (local + slot); other modes hold one buffer
 
     def layer_tensors(layer: int, experts) -> dict[str, torch.Tensor]:
-        return stacked_expert_tensors(spec, layer, experts, seed, wdt, device, on_device=on_device)
+        return stack_experts(spec, layer, experts, expert_fn, wdt, device)
 
     if mode == "reference":
         weights = [layer_tensors(layer, range(spec.num_experts)) for layer in spec.moe_layer_ids]
@@ -103,8 +122,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
                          timeout_s=cfg.run.timeout_s)
         for m, layer in enumerate(spec.moe_layer_ids):
             for i, e in enumerate(rt.local_ids):  # expert by expert: no stacked copy of the layer
-                w13, w2 = init_expert(spec, layer, e, seed, torch.float32, device, on_device=on_device)
-                for name, t in expert_tensors(spec, w13, w2, wdt).items():
+                for name, t in expert_tensors(spec, *expert_fn(layer, e), wdt).items():
                     rt.local_tensor(m, name)[i].copy_(t)
         rt.open()
         return DwdpExperts(rt, gemm=gemm), rt.local_bytes, rt.slot_bytes, {"transport": rt.transport.kind}
@@ -129,8 +147,6 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     from .kv_cache import KVCache
     from .model import MoETransformer
     from .scheduler import RankScheduler
-    from .weights import init_dense_weights
-
     device = rank_device(rank, cfg.run.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -139,8 +155,9 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
         torch.set_num_threads(cfg.run.threads_per_rank)
     spec = cfg.model.spec()
     dtype = _DTYPE[cfg.model.dtype]
-    dense = init_dense_weights(spec, cfg.model.seed, dtype, device, on_device=device.type == "cuda")
-    backend, expert_bytes, slot_bytes, extra = build_backend(cfg, mode, spec, rank=rank, world=world, device=device, tag=tag)
+    dense, expert_fn = load_weights(cfg, spec, device)
+    backend, expert_bytes, slot_bytes, extra = build_backend(cfg, mode, spec, rank=rank, world=world, device=device, tag=tag,
+                                                             expert_fn=expert_fn)
     model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
     timer = PhaseTimer(device)
     if hasattr(backend, "set_timer"):
