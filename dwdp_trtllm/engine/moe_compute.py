@@ -157,18 +157,43 @@ def gather_experts(buffers: list[torch.Tensor], buf_idx_E: torch.Tensor, row_E: 
         return gather_experts([b.view(torch.uint8) for b in buffers], buf_idx_E, row_E).view(FP8_DTYPE)
     if len(buffers) == 1:
         return buffers[0].index_select(0, row_E)
-    E, dev = buf_idx_E.shape[0], buffers[0].device
-    out = torch.empty((E + 1, *buffers[0].shape[1:]), dtype=buffers[0].dtype, device=dev)
-    e_E = torch.arange(E, device=dev)
-    for b, buf in enumerate(buffers):
-        R = buf.shape[0]
-        if R == 0:
-            continue
-        # dst_R[r] = the expert stored at row r of buffer b (E when none); row R absorbs the other buffers' experts
-        dst_R = torch.full((R + 1,), E, dtype=torch.int64, device=dev)
-        dst_R.scatter_(0, torch.where(buf_idx_E == b, row_E.long(), R), e_E)
-        out.index_copy_(0, dst_R[:R], buf)
+    E = buf_idx_E.shape[0]
+    out = torch.empty((E + 1, *buffers[0].shape[1:]), dtype=buffers[0].dtype, device=buffers[0].device)
+    for buf, dst_R in zip(buffers, _gather_rows(buf_idx_E, row_E, tuple(b.shape[0] for b in buffers))):
+        if dst_R is not None:
+            out.index_copy_(0, dst_R, buf)
     return out[:E]
+
+
+# (id(buf_idx_E), id(row_E), rows per buffer) -> (buf_idx_E, row_E, their versions, destinations): the maps
+# of a run are built once (DwdpRuntime), so the destination rows are too; the tensors are held so the ids stay
+# theirs, and an in-place change of a map (a new _version) recomputes
+_GATHER_ROWS: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor, tuple[int, int], list]] = {}
+_GATHER_ROWS_MAX = 64
+
+
+def _gather_rows(buf_idx_E: torch.Tensor, row_E: torch.Tensor, rows: tuple[int, ...]) -> list[torch.Tensor | None]:
+    """Per buffer b: dst_R[r] = the expert stored at row r of buffer b (E when none: the scratch row),
+    None for an empty buffer. Device tensors, computed on the device (no host sync), cached per map."""
+    key = (id(buf_idx_E), id(row_E), rows)
+    version = (buf_idx_E._version, row_E._version)
+    hit = _GATHER_ROWS.get(key)
+    if hit is not None and hit[0] is buf_idx_E and hit[1] is row_E and hit[2] == version:
+        return hit[3]
+    E, dev = buf_idx_E.shape[0], buf_idx_E.device
+    e_E = torch.arange(E, device=dev)
+    dsts: list[torch.Tensor | None] = []
+    for b, R in enumerate(rows):
+        if R == 0:
+            dsts.append(None)
+            continue
+        dst_R = torch.full((R + 1,), E, dtype=torch.int64, device=dev)  # row R absorbs the other buffers' experts
+        dst_R.scatter_(0, torch.where(buf_idx_E == b, row_E.long(), R), e_E)
+        dsts.append(dst_R[:R])
+    if len(_GATHER_ROWS) >= _GATHER_ROWS_MAX:
+        _GATHER_ROWS.clear()
+    _GATHER_ROWS[key] = (buf_idx_E, row_E, version, dsts)
+    return dsts
 
 
 def _grouped_mm_or_none(a_AD: torch.Tensor, w_END: torch.Tensor, offs_E: torch.Tensor) -> torch.Tensor | None:

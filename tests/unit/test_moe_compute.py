@@ -207,3 +207,17 @@ def test_combine_in_chunks_equals_one_pass(monkeypatch):
     want = torch.zeros(T, H).index_add_(0, torch.div(perm, K, rounding_mode="floor"), y * w.reshape(-1)[perm][:, None])
     monkeypatch.setattr(mc, "COMBINE_CHUNK_BYTES", 4 * H * 7)  # 7 rows per chunk, the last one partial
     assert torch.equal(mc.combine(y, perm, w, T), want)
+
+
+def test_gather_experts_reuses_destinations_per_map_and_sees_in_place_changes():
+    w = torch.randn(5, 2, 3)
+    local, fetched = [3, 0], [1, 4, 2]
+    bidx = torch.tensor([0 if e in local else 1 for e in range(5)], dtype=torch.int32)
+    row = torch.tensor([local.index(e) if e in local else fetched.index(e) for e in range(5)], dtype=torch.int32)
+    bufs = [w[local], w[fetched]]
+    assert torch.equal(mc.gather_experts(bufs, bidx, row), w)
+    assert torch.equal(mc.gather_experts([b * 2 for b in bufs], bidx, row), w * 2)  # cached rows, new data
+    bidx[3], row[3], bidx[1], row[1] = 1, 0, 0, 0  # in place: experts 3 and 1 swap their source rows
+    want = w.clone()
+    want[3], want[1] = w[1], w[3]
+    assert torch.equal(mc.gather_experts(bufs, bidx, row), want)
