@@ -83,9 +83,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def load_cal(args, gpu_name: str):
+    """Calibration for `gpu_name`: our bench results (--bench-results, default docs/bench_results, unless
+    --no-bench-results), then --calibration on top."""
+    from ..perf.calibration import Calibration, load_bench_results, load_calibration
+
+    cal = Calibration()
+    if not args.no_bench_results:
+        d = Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
+        if args.bench_results and not d.is_dir():
+            raise ConfigError(None, "--bench-results", f"{d} is not a directory")
+        cal = cal.merged(load_bench_results(d, gpu_name))
+    if args.calibration:
+        cal = cal.merged(load_calibration(args.calibration))
+    return cal
+
+
 def build_spec(args, *, gpu_name: str | None = None):
     """A PlanSpec from parsed arguments; bad values raise ConfigError naming the argument."""
-    from ..perf.calibration import Calibration, load_bench_results, load_calibration
     from ..perf.hardware import GPUS, get_gpu
     from ..perf.planner import PlanSpec, check_candidates
 
@@ -113,14 +128,7 @@ def build_spec(args, *, gpu_name: str | None = None):
         if not ok:
             raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")
     gpu = get_gpu(gpu_name)
-    cal = Calibration()
-    if not args.no_bench_results:
-        d = Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
-        if args.bench_results and not d.is_dir():
-            raise ConfigError(None, "--bench-results", f"{d} is not a directory")
-        cal = cal.merged(load_bench_results(d, gpu.name))
-    if args.calibration:
-        cal = cal.merged(load_calibration(args.calibration))
+    cal = load_cal(args, gpu.name)
     spec = PlanSpec(
         model=get_model(args.model, args.num_layers), gpu=gpu, weight_dtype=args.weight_dtype,
         dwdp_sizes=int_list(args.dwdp_size, "--dwdp-size"), isls=int_list(args.isl, "--isl"),

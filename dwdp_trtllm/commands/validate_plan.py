@@ -144,9 +144,8 @@ def _fmt(x: float) -> str:
 def run(args) -> int:
     from rich.table import Table
 
-    from ..perf.calibration import Calibration, load_bench_results, load_calibration
     from ..perf.hardware import GPUS
-    from .plan import DEFAULT_BENCH_DIR, console
+    from .plan import console, load_cal
 
     if args.gpu.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {args.gpu!r}")
@@ -154,11 +153,7 @@ def run(args) -> int:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")
     if args.interference is not None and args.interference < 1:
         raise ConfigError(None, "--interference", f"expected a number >= 1, got {args.interference}")
-    cal = Calibration()
-    if not args.no_bench_results:
-        cal = cal.merged(load_bench_results(Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR, args.gpu))
-    if args.calibration:
-        cal = cal.merged(load_calibration(args.calibration))
+    cal = load_cal(args, args.gpu)
     results = []
     for i, r in enumerate(load_runs(args.results)):
         if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
