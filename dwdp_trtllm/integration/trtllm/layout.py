@@ -28,13 +28,18 @@ def layout_attrs(placement: ExpertPlacement, dwdp_rank: int) -> dict:
 
 
 def placement_for(num_experts: int):
-    from .activation import integration_config
-    cfg = integration_config()
-    if cfg is None:
-        raise RuntimeError("dwdp_trtllm engine active without DWDP_TRTLLM_CONFIG: set it to the integration YAML "
-                           "(dwdp serve does this) or use engine: upstream")
-    cfg.dwdp.validate_for(num_experts, None, file=cfg.path, prefix="dwdp_config")
-    return cfg.dwdp, make_placement(cfg.dwdp, num_experts)
+    """(DwdpConfig, placement) of the process's integration config: validated and built once per
+    num_experts (every MoE layer of a model asks; the balanced source search is not free)."""
+    from .activation import _cache, integration_config
+    key = ("placement", num_experts)
+    if key not in _cache:
+        cfg = integration_config()
+        if cfg is None:
+            raise RuntimeError("dwdp_trtllm engine active without DWDP_TRTLLM_CONFIG: set it to the integration YAML "
+                               "(dwdp serve does this) or use engine: upstream")
+        cfg.dwdp.validate_for(num_experts, None, file=cfg.path, prefix="dwdp_config")
+        _cache[key] = (cfg.dwdp, make_placement(cfg.dwdp, num_experts))
+    return _cache[key]
 
 
 def override_layout(moe) -> None:
