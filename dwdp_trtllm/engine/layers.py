@@ -163,14 +163,35 @@ def attend_packed(q_TNd: torch.Tensor, k_list: list[torch.Tensor], v_list: list[
 
 
 # ---- attention blocks ------------------------------------------------------------------------------
-class MLAAttention:
-    """DeepSeek multi-head latent attention, expanded form (K/V rebuilt from the cached latent)."""
+class _Attention:
+    """What both attention kinds share: their layer's weights (prefix stripped) and the per-segment cache."""
 
-    def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
+    def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int, head_dim_for_scale: int):
         self.spec, self.layer = spec, layer
         p = f"model.layers.{layer}.self_attn."
         self.w = {k[len(p):]: v for k, v in w.items() if k.startswith(p)}
-        self.scale = 1.0 / math.sqrt(spec.qk_nope_head_dim + spec.qk_rope_head_dim)
+        self.scale = 1.0 / math.sqrt(head_dim_for_scale)
+
+    def with_prefix(self, plan: list[SegmentSlice], kv_cache: KVCache | None, a_T: torch.Tensor, b_T: torch.Tensor):
+        """Per segment: (a, b) of its cached prefix followed by this chunk's rows; chunks that a later chunk
+        continues are appended to the cache. (a, b) is what the attention caches (MLA: latent + rope key;
+        GQA: k + v)."""
+        for s in plan:
+            a_S, b_S = a_T[s.begin:s.end], b_T[s.begin:s.end]
+            full_a, full_b = a_S, b_S
+            if s.prefix:
+                pa, pb = kv_cache.prefix(s.request_id, self.layer)  # type: ignore[union-attr, misc]
+                full_a, full_b = torch.cat([pa, a_S]), torch.cat([pb, b_S])
+            if s.keep:
+                kv_cache.extend(s.request_id, self.layer, (a_S, b_S))  # type: ignore[union-attr]
+            yield full_a, full_b
+
+
+class MLAAttention(_Attention):
+    """DeepSeek multi-head latent attention, expanded form (K/V rebuilt from the cached latent)."""
+
+    def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
+        super().__init__(spec, w, layer, spec.qk_nope_head_dim + spec.qk_rope_head_dim)
 
     def __call__(self, x_TH: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], plan: list[SegmentSlice],
                  kv_cache: KVCache | None) -> torch.Tensor:
@@ -187,13 +208,7 @@ class MLAAttention:
         krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]
         kvb_w = w["kv_b_proj.weight"]
         k_list, v_list = [], []
-        for s in plan:
-            ckv_SC, krope_SR = ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]
-            if s.prefix:
-                pc, pr = kv_cache.prefix(s.request_id, self.layer)  # type: ignore[union-attr, misc]
-                ckv_SC, krope_SR = torch.cat([pc, ckv_SC]), torch.cat([pr, krope_SR])
-            if s.keep:
-                kv_cache.extend(s.request_id, self.layer, (ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]))  # type: ignore[union-attr]
+        for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
             kv_SNe = F.linear(ckv_SC, kvb_w).view(-1, N, Dn + Dv)
             k_list.append(torch.cat([kv_SNe[..., :Dn], krope_SR[:, None, :].expand(-1, N, R)], dim=-1))
             v_list.append(kv_SNe[..., Dn:])
@@ -201,14 +216,11 @@ class MLAAttention:
         return F.linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
 
 
-class GQAAttention:
+class GQAAttention(_Attention):
     """Grouped-query attention with optional q/k RMSNorm (Qwen3: per head; OLMoE: whole projection)."""
 
     def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
-        self.spec, self.layer = spec, layer
-        p = f"model.layers.{layer}.self_attn."
-        self.w = {k[len(p):]: v for k, v in w.items() if k.startswith(p)}
-        self.scale = 1.0 / math.sqrt(spec.head_dim)
+        super().__init__(spec, w, layer, spec.head_dim)
 
     def __call__(self, x_TH: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], plan: list[SegmentSlice],
                  kv_cache: KVCache | None) -> torch.Tensor:
@@ -221,16 +233,8 @@ class GQAAttention:
         if sp.qk_norm and sp.family != "olmoe":
             q_TNd, k_TGd = rms_norm(q_TNd, w["q_norm.weight"], sp.rms_eps), rms_norm(k_TGd, w["k_norm.weight"], sp.rms_eps)
         q_TNd, k_TGd = apply_rope(q_TNd, *rope, interleaved=False), apply_rope(k_TGd, *rope, interleaved=False)
-        k_list, v_list = [], []
-        for s in plan:
-            k_SGd, v_SGd = k_TGd[s.begin:s.end], v_TGd[s.begin:s.end]
-            if s.prefix:
-                pk, pv = kv_cache.prefix(s.request_id, self.layer)  # type: ignore[union-attr, misc]
-                k_SGd, v_SGd = torch.cat([pk, k_SGd]), torch.cat([pv, v_SGd])
-            if s.keep:
-                kv_cache.extend(s.request_id, self.layer, (k_TGd[s.begin:s.end], v_TGd[s.begin:s.end]))  # type: ignore[union-attr]
-            k_list.append(k_SGd)
-            v_list.append(v_SGd)
+        kv = list(self.with_prefix(plan, kv_cache, k_TGd, v_TGd))
+        k_list, v_list = [k for k, _ in kv], [v for _, v in kv]
         o_TNd = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
         return F.linear(o_TNd.reshape(T, N * d), w["o_proj.weight"])
 
