@@ -14,6 +14,8 @@ DWDP_CACHE_DIR = "DWDP_CACHE_DIR"
 CUTLASS_DIR = "CUTLASS_DIR"
 #: "1": count host synchronisations inside the DWDP MoE layer on CUDA (torch sync debug mode; tests).
 DWDP_CHECK_SYNC = "DWDP_CHECK_SYNC"
+#: "1": run the engine's elementwise chains eagerly on CUDA instead of the torch.compile'd kernels (engine/fused.py).
+DWDP_NO_FUSE = "DWDP_NO_FUSE"
 
 
 def get(name: str, default: str | None = None) -> str | None:
@@ -26,6 +28,10 @@ def cache_dir() -> Path:
 
 def check_sync() -> bool:
     return os.environ.get(DWDP_CHECK_SYNC) == "1"
+
+
+def no_fuse() -> bool:
+    return os.environ.get(DWDP_NO_FUSE) == "1"
 
 
 def launch_env() -> dict[str, int] | None:

@@ -15,8 +15,12 @@ Definitions (iterations with IterationRecord.warmup are excluded everywhere):
 - ttft_*_ms: first_token_s - (t0 + arrival_s) of every request none of whose chunks ran in a warm-up
   iteration (queueing + compute); p50/p90/p99 with linear interpolation (numpy default).
 - layer_us[phase]: mean over (rank, non-warm-up iteration) of the phase's summed span durations in
-  that iteration divided by num_layers; exposed_copy = prefetch_wait, hidden_copy = max(copy -
-  prefetch_wait, 0), both per layer per iteration like the phases.
+  that iteration, divided by the layers the phase belongs to: attention by all layers (per attention
+  layer); expert_gemm, all_to_all, sync_wait, prefetch_wait, copy by the MoE layers (per MoE layer);
+  other (dense MLPs, router, shared experts, norms, sort / gather / combine, embedding) by all layers.
+  exposed_copy = prefetch_wait, hidden_copy = max(copy - prefetch_wait, 0), per MoE layer.
+- iteration_ms[phase]: the same sums per iteration (no division by layers); iteration_ms["wall"]: mean
+  wall time of a measured iteration that processed tokens.
 - memory: per-rank RankResult.memory_bytes and the maximum over ranks of each key.
 - allocator_after_warmup (CUDA): per rank, torch caching-allocator cudaMalloc calls, retries (cache freed,
   device synchronised) and OOMs during the measured iterations; non-zero retries flag a distorted timing.
@@ -43,10 +47,16 @@ def measured_iterations(results: list[RankResult]):
     return [(r, it) for r in results for it in r.iterations if not it.warmup]
 
 
-def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | None = None) -> dict:
+#: phases that happen once per MoE layer (layer_us divides them by the MoE layers, the others by all layers)
+MOE_PHASES = ("expert_gemm", "all_to_all", "sync_wait", "prefetch_wait", "copy")
+
+
+def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | None = None,
+                 num_moe_layers: int | None = None) -> dict:
     """Metrics of one mode's run (one RankResult per rank); see the module doc.
 
-    num_gpus: physical devices the ranks ran on (None: one per rank, as on CPU).
+    num_gpus: physical devices the ranks ran on (None: one per rank, as on CPU). num_moe_layers: the
+    model's MoE layers (None: every layer is one).
     """
     if not results:
         raise ValueError("no rank results")
@@ -83,10 +93,17 @@ def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | Non
     for _, it in measured:
         for phase, _layer, s, e in it.phases:
             sums[phase] += e - s
-    denom = len(measured) * num_layers
-    layer_us = {p: (sums[p] / denom * 1e6 if denom else math.nan) for p in PHASES}
+    n_moe = num_layers if num_moe_layers is None else num_moe_layers
+    n = len(measured)
+    layer_us = {}
+    for p in PHASES:
+        per = n_moe if p in MOE_PHASES else num_layers
+        layer_us[p] = sums[p] / (n * per) * 1e6 if n and per else math.nan
     layer_us["exposed_copy"] = layer_us["prefetch_wait"]
-    layer_us["hidden_copy"] = max(layer_us["copy"] - layer_us["prefetch_wait"], 0.0) if denom else math.nan
+    layer_us["hidden_copy"] = max(layer_us["copy"] - layer_us["prefetch_wait"], 0.0) if n and n_moe else math.nan
+    iteration_ms = {p: (sums[p] / n * 1e3 if n else math.nan) for p in PHASES}
+    walls = [it.t_end - it.t_start for _, it in measured if it.num_tokens > 0]
+    iteration_ms["wall"] = float(np.mean(walls)) * 1e3 if walls else math.nan
 
     devices = sorted({r.device for r in results})
     mem_ranks = {str(r.rank): dict(r.memory_bytes) for r in results}
@@ -112,6 +129,7 @@ def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | Non
         "ttft_p90_ms": _percentile(ttft, 90) * 1e3,
         "ttft_p99_ms": _percentile(ttft, 99) * 1e3,
         "layer_us": layer_us,
+        "iteration_ms": iteration_ms,
         "memory_max_bytes": mem_max,
         "memory_bytes": mem_ranks,
         "copy_bytes": sum(r.copy_bytes for r in results),
@@ -137,9 +155,10 @@ def ratios(dep: dict, dwdp: dict) -> dict:
     }
 
 
-def compute_metrics(by_mode: dict[str, list[RankResult]], num_layers: int, num_gpus: int | None = None) -> dict:
+def compute_metrics(by_mode: dict[str, list[RankResult]], num_layers: int, num_gpus: int | None = None,
+                    num_moe_layers: int | None = None) -> dict:
     """{"<mode>": mode_metrics, ..., "ratio": ratios(dep, dwdp) or {} when either mode is missing}."""
-    out: dict = {mode: mode_metrics(res, num_layers, num_gpus) for mode, res in by_mode.items()}
+    out: dict = {mode: mode_metrics(res, num_layers, num_gpus, num_moe_layers) for mode, res in by_mode.items()}
     out["ratio"] = ratios(out["dep"], out["dwdp"]) if "dep" in out and "dwdp" in out else {}
     return out
 

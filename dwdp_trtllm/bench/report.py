@@ -103,8 +103,10 @@ def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
         ("tokens measured / total", "tokens", 0, None),
         ("measured iterations (all ranks)", "iterations", 0, None),
     ]
-    rows += [(f"per layer {p.replace('_', ' ')} us", f"layer_us.{p}", 1, None)
+    per = {"attention": "per attention layer", "other": "per layer (all layers)"}
+    rows += [(f"{p.replace('_', ' ')} us {per.get(p, 'per MoE layer')}", f"layer_us.{p}", 1, None)
              for p in (*PHASES, "exposed_copy", "hidden_copy")]
+    rows += [("iteration ms (wall, per iteration)", "iteration_ms.wall", 1, None)]
     rows += [(f"peak memory {label} MiB/rank", f"memory_max_bytes.{k}", 1, None)
              for k, label in (("weights", "weights"), ("prefetch_slots", "prefetch slots"),
                               ("activations", "activations"), ("peak_total", "total"))]
@@ -144,8 +146,39 @@ def point_table(run: dict, title: str | None = None) -> Table:
     return table
 
 
+FLOOR_PHASES = (("attention", "attention"), ("expert_gemm", "experts"), ("other", "other"), ("total", "iteration"))
+
+
+def floor_table(run: dict) -> Table | None:
+    """Engine vs stock-kernel floor, ms per iteration, per mode: floor | measured | measured/floor."""
+    fl = run.get("floor")
+    modes = [m for m in ("dep", "dwdp", "reference") if fl and m in fl]
+    if not modes:
+        return None
+    table = Table(title=f"engine vs stock-kernel floor, ms per iteration (mean over measured iterations of every rank; "
+                        f"{fl.get('device', '')})", title_justify="left",
+                  caption="attention: all layers; experts: routed GEMMs of the MoE layers; other: dense MLP, router, "
+                          "shared experts (+ norms, sort/gather/combine measured); iteration: wall. x floor = measured / "
+                          "floor (1.00 = stock kernels alone); the floor has no communication",
+                  caption_justify="left")
+    table.add_column("phase")
+    for m in modes:
+        for col in ("floor", "ms", "x floor"):
+            table.add_column(f"{MODE_TITLES[m]} {col}", justify="right")
+    for key, label in FLOOR_PHASES:
+        cells = []
+        for m in modes:
+            f = fl[m]
+            cells += [_fmt(f["floor_ms"][key], 1), _fmt(f["measured_ms"][key], 1), _fmt(f["measured_over_floor"][key], 2)]
+        table.add_row(label, *cells)
+    return table
+
+
 def print_point(console: Console, run: dict) -> None:
     console.print(point_table(run))
+    ft = floor_table(run)
+    if ft is not None:
+        console.print(ft)
     first = next(iter(v for k, v in run["metrics"].items() if k != "ratio"), {})
     if first.get("ranks_share_gpu"):
         console.print(f"[yellow]note:[/] {first['ranks']} ranks share {first['num_gpus']} GPU(s) "

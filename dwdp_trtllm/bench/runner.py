@@ -65,8 +65,9 @@ def num_gpus(cfg: BenchConfig) -> int | None:
     return max(1, min(cfg.run.ranks, count)) if count else None
 
 
-def run_point(point: SweepPoint, run_mode: RunMode, console: Console) -> dict:
-    """Run every mode of one point on the same generated requests; the report "run" dict."""
+def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: bool = False) -> dict:
+    """Run every mode of one point on the same generated requests; the report "run" dict. floor: also time the
+    stock-kernel floor of every measured iteration (bench/floor.py) after the modes, in this process."""
     cfg: BenchConfig = point.config
     queues: list[list[Request]] = generate_requests(cfg.workload, cfg.run.ranks)
     by_mode: dict[str, list[RankResult]] = {}
@@ -87,17 +88,23 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console) -> dict:
             by_mode[mode] = sorted(results, key=lambda r: r.rank)
             progress.update(task, completed=sum(sum(1 for q in r.requests if q.request_id in r.first_token_s)
                                                 for r in results))
-    metrics = compute_metrics(by_mode, cfg.model.spec().num_layers, num_gpus(cfg))
+    spec = cfg.model.spec()
+    metrics = compute_metrics(by_mode, spec.num_layers, num_gpus(cfg), spec.num_moe_layers)
     expected = sum(q.isl for rq in queues for q in rq)
-    return {"config": point.config_dict, "point": point.values, "point_hash": point.key,
-            "env": env_info(cfg.run.device, _device_name(by_mode)), "metrics": metrics,
-            "consistency": consistency(metrics, expected),
-            "timeline": {mode: steady_timeline(res) for mode, res in by_mode.items()}}
+    run = {"config": point.config_dict, "point": point.values, "point_hash": point.key,
+           "env": env_info(cfg.run.device, _device_name(by_mode)), "metrics": metrics,
+           "consistency": consistency(metrics, expected),
+           "timeline": {mode: steady_timeline(res) for mode, res in by_mode.items()}}
+    if floor:
+        from .floor import floor_report
+        console.print("timing the stock-kernel floor of the measured iterations ...")
+        run["floor"] = floor_report(cfg, by_mode)
+    return run
 
 
 def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
               ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
-              plots: bool = True, console: Console | None = None) -> dict:
+              plots: bool = True, console: Console | None = None, floor: bool = False) -> dict:
     """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}.
 
     Raises ConfigError for bad config files/overrides before anything runs.
@@ -121,7 +128,7 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     for i, p in enumerate(todo):
         desc = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "single point"
         console.rule(f"point {i + 1}/{len(todo)}: {desc}")
-        run = run_point(p, run_mode, console)  # type: ignore[arg-type]
+        run = run_point(p, run_mode, console, floor=floor)  # type: ignore[arg-type]
         text = json.dumps(json_ready(run), allow_nan=False)
         _write_atomic(points_dir / f"{p.key}.json", text)
         finished[p.key] = json.loads(text)  # the same form a resumed sweep reads back

@@ -19,6 +19,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="override any config key, e.g. --set workload.isl=16384 or --set 'workload.isl=[1024,4096]' "
                         "(repeatable; VALUE is YAML)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--floor", action="store_true",
+                   help="also time the stock-kernel floor of every measured iteration (projection GEMMs, attention "
+                        "core, grouped expert GEMMs of the routing produced, shared expert, router, dense MLP) and "
+                        "report engine efficiency = floor / measured per phase (docs/BENCHMARKS.md)")
     return p
 
 
@@ -29,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
-                           plots=not args.no_plots)
+                           plots=not args.no_plots, floor=args.floor)
         return 0 if result["consistent"] else 1
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process
@@ -43,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         code = 0
     else:
         result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                           plots=not args.no_plots,
+                           plots=not args.no_plots, floor=args.floor,
                            run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
         code = 0 if result["consistent"] else 1
     # On success only (an error propagates and the launcher ends the others): a gloo group still alive at

@@ -93,9 +93,11 @@ class DepExperts:
         with phase(self.timer, "other", moe_idx):
             # Expert order is also owner order (contiguous expert blocks), and matches the reference's
             # summation order in combine().
-            send_x, perm_P, _, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
+            send_x, perm_P, offs_E, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
             send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
             send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
+        if W == 1:  # one rank owns every expert: nothing to exchange, the sorted pairs are already its own
+            return self._forward_alone(moe_idx, send_x, perm_P, counts_E, topk_weights_TK, x_TH)
         with phase(self.timer, "sync_wait", moe_idx):
             # The first collective of the layer: every rank blocks here until the slowest arrives.
             in_splits, out_splits = self.a2a.splits(send_counts_W)
@@ -119,4 +121,17 @@ class DepExperts:
             self.a2a(back_P, y_R, in_splits, out_splits, combine=True)
         with phase(self.timer, "other", moe_idx):
             out_TH = combine(back_P, perm_P, topk_weights_TK, T)
+        return out_TH.to(x_TH.dtype)
+
+    def _forward_alone(self, moe_idx: int, x_sorted_AH: torch.Tensor, perm_A: torch.Tensor, counts_E: torch.Tensor,
+                       topk_weights_TK: torch.Tensor, x_TH: torch.Tensor) -> torch.Tensor:
+        """ep_size 1: no collective, no second sort; the same expert MLP and combine as the exchange path."""
+        with phase(self.timer, "expert_gemm", moe_idx):
+            offs_E = counts_E.cumsum(0).to(torch.int32)
+            w = self.weights[moe_idx]
+            y_sorted = expert_mlp(x_sorted_AH, offs_E, [w["w13"]], [w["w2"]], self.local_buf_idx, self.local_row, gemm=self.gemm,
+                                  w13_scale_sources=[w["w13_scale"]] if "w13_scale" in w else None,
+                                  w2_scale_sources=[w["w2_scale"]] if "w2_scale" in w else None)
+        with phase(self.timer, "other", moe_idx):
+            out_TH = combine(y_sorted, perm_A, topk_weights_TK, x_TH.shape[0])
         return out_TH.to(x_TH.dtype)

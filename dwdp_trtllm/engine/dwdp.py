@@ -41,6 +41,9 @@ class DwdpExperts:
         # DWDP_CHECK_SYNC=1: count host syncs inside this layer (torch's sync debug mode, warn level)
         self.check_sync = env.check_sync() and runtime.device.type == "cuda"
         self.host_syncs = 0
+        # dwdp_size 1 (or a placement that gives this rank everything): the local buffers are the layer, in
+        # expert order, so the GEMM reads them in place (no merge copy, no slot)
+        self.all_local = list(runtime.local_ids) == list(range(self.num_experts))
         self.sync_sites: list[str] = []
 
     @contextmanager
@@ -84,7 +87,12 @@ class DwdpExperts:
         src = self.rt.expert_sources(moe_idx, slot)
         with phase(self.timer, "expert_gemm", moe_idx):
             b = src.buffers
-            if self.rt.composite is not None:
+            if self.all_local:
+                y_sorted = expert_mlp(x_sorted, offs_E, [self.rt.local_tensor(moe_idx, "w13")], [self.rt.local_tensor(moe_idx, "w2")],
+                                      *identity_map(self.num_experts, x_TH.device), gemm=self.gemm,
+                                      w13_scale_sources=[self.rt.local_tensor(moe_idx, "w13_scale")] if "w13_scale" in b else None,
+                                      w2_scale_sources=[self.rt.local_tensor(moe_idx, "w2_scale")] if "w2_scale" in b else None)
+            elif self.rt.composite is not None:
                 # one [E, ...] view per tensor (local + slot mapped side by side): identity expert map;
                 # fp8 block scales are small and gathered from [local, slot]
                 view = self.rt.composite_weights(moe_idx, slot)

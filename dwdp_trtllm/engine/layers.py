@@ -19,19 +19,26 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelSpec
+from .attention_cuda import attend_cudnn, cudnn_attention_usable
+from .fused import fused
 from .kv_cache import KVCache
 from .records import Segment
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim, computed in float32, returned in x's dtype."""
+    """RMSNorm over the last dim, computed in float32, returned in x's dtype (one fused kernel on CUDA)."""
+    fn = fused("rms_norm", x)
+    if fn is not None:
+        return fn(x, w, eps)
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
 def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)): dense MLPs and shared experts."""
-    return F.linear(F.silu(F.linear(x_TH, gate_w)) * F.linear(x_TH, up_w), down_w)
+    g_TI, u_TI = F.linear(x_TH, gate_w), F.linear(x_TH, up_w)
+    fn = fused("silu_mul_pair", g_TI)
+    return F.linear(fn(g_TI, u_TI) if fn is not None else F.silu(g_TI) * u_TI, down_w)
 
 
 # ---- RoPE ------------------------------------------------------------------------------------------
@@ -44,7 +51,11 @@ def rope_cos_sin(positions_T: torch.Tensor, dim: int, theta: float) -> tuple[tor
 
 def apply_rope(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """Rotate x (float32 math). interleaved=True rotates pairs (2i, 2i+1) (DeepSeek: HF de-interleaves
-    q and k identically before rotate_half, which gives the same scores); False is NeoX rotate_half."""
+    q and k identically before rotate_half, which gives the same scores); False is NeoX rotate_half.
+    One fused kernel on CUDA (engine/fused.py), the same float32 math."""
+    fn = fused("rope_interleaved" if interleaved else "rope_neox", x_TNd)
+    if fn is not None:
+        return fn(x_TNd, cos_TF, sin_TF)
     xf = x_TNd.float()
     c, s = cos_TF[:, None, :], sin_TF[:, None, :]
     if interleaved:
@@ -136,14 +147,26 @@ def _varlen_fn(q: torch.Tensor):
     return _torch_varlen()
 
 
+#: use cuDNN's SDPA per segment on CUDA (bf16/fp16, as many kv heads as q heads) when the GPU has it
+CUDNN_ATTENTION = True
+
+
+def _cudnn_ok(q_TNd: torch.Tensor, k_SGd: torch.Tensor) -> bool:
+    return (CUDNN_ATTENTION and q_TNd.is_cuda and q_TNd.dtype in (torch.bfloat16, torch.float16)
+            and k_SGd.shape[1] == q_TNd.shape[1] and cudnn_attention_usable(q_TNd.device.index or 0))
+
+
 def attend_packed(q_TNd: torch.Tensor, k_list: list[torch.Tensor], v_list: list[torch.Tensor], plan: list[SegmentSlice],
                   scale: float) -> torch.Tensor:
     """Attention of every segment of the packed batch: out_TNe. k_list[i]/v_list[i] are segment i's keys
-    and values [S_i, G, d]/[S_i, G, e] (cached prefix first). One flash varlen call on CUDA, else a
-    loop of SDPA calls over segments (CPU, fp32)."""
+    and values [S_i, G, d]/[S_i, G, e] (cached prefix first). On CUDA: cuDNN per segment where it applies
+    (MLA, and GQA without head sharing), else one flash varlen call; on the CPU a loop of SDPA calls (fp32)."""
     if not plan:  # an idle rank still runs the layers (DEP collectives)
         return q_TNd.new_empty(0, q_TNd.shape[1], v_list[0].shape[2] if v_list else q_TNd.shape[2])
     N, d, e = q_TNd.shape[1], q_TNd.shape[2], v_list[0].shape[2]
+    if _cudnn_ok(q_TNd, k_list[0]):  # cuDNN per segment, v at its own head dim (attention_cuda.py)
+        out = [attend_cudnn(q_TNd[s.begin:s.end], k, v, s.prefix, scale) for s, k, v in zip(plan, k_list, v_list)]
+        return torch.cat(out) if len(out) > 1 else out[0]
     if e < d and q_TNd.device.type in PAD_V_DEVICES:
         v_list = [F.pad(v, (0, d - e)) for v in v_list]
     varlen = _varlen_fn(q_TNd)
@@ -202,7 +225,7 @@ class MLAAttention(_Attention):
             q_TNd = F.linear(q_TQ, w["q_b_proj.weight"]).view(T, N, Dn + R)
         else:
             q_TNd = F.linear(x_TH, w["q_proj.weight"]).view(T, N, Dn + R)
-        q_TNd = torch.cat([q_TNd[..., :Dn], apply_rope(q_TNd[..., Dn:], *rope, interleaved=True)], dim=-1)
+        q_TNd[..., Dn:] = apply_rope(q_TNd[..., Dn:], *rope, interleaved=True)  # in place: no copy of the nope part
         kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.rms_eps)
         krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]

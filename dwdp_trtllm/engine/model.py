@@ -41,12 +41,29 @@ class MoETransformer:
         self.device, self.dtype = torch.device(device), dtype
         self.w = {n: t.to(self.device, dense_dtype(n, dtype)) for n, t in dense_weights.items()}
         self.attn = [make_attention(spec, self.w, i) for i in range(spec.num_layers)]
+        #: [MoE layer, expert] routed pairs of the last forward (record_routing()); None: not recorded
+        self.counts_ME: torch.Tensor | None = None
+
+    def record_routing(self, on: bool = True) -> None:
+        """Count the routed pairs per expert of each MoE layer in every forward (read with routing_counts())."""
+        self.counts_ME = torch.zeros(self.spec.num_moe_layers, self.spec.num_experts, dtype=torch.int64,
+                                     device=self.device) if on else None
+
+    def routing_counts(self) -> list[list[int]] | None:
+        """The last forward's counts (host copy: call after the iteration's sync) and reset them."""
+        if self.counts_ME is None:
+            return None
+        out = self.counts_ME.tolist()
+        self.counts_ME.zero_()
+        return out
 
     def _moe(self, layer: int, h_TH: torch.Tensor, timer: PhaseTimer | None) -> torch.Tensor:
         sp, p = self.spec, f"model.layers.{layer}.mlp."
         with phase(timer, "other", layer):
             logits_TE = router_logits(h_TH, self.w[p + "gate.weight"])
             ids_TK, w_TK = select_experts(sp, logits_TE, self.w.get(p + "gate.e_score_correction_bias"))
+            if self.counts_ME is not None:  # routing record for the floor (one small kernel, no host sync)
+                self.counts_ME[layer - sp.first_k_dense].scatter_add_(0, ids_TK.reshape(-1), torch.ones_like(ids_TK.reshape(-1)))
             shared_TH = (swiglu_mlp(h_TH, *(self.w[p + f"shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))
                          if sp.num_shared_experts else None)
         y_TH = self.experts.forward(layer - sp.first_k_dense, h_TH, ids_TK, w_TK)

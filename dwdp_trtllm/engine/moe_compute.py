@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from .fused import fused, inverse_permutation
 from .weights import FP8_DTYPE, dequantize_fp8_blockwise
 
 GemmFn = Callable[..., torch.Tensor]
@@ -92,12 +93,18 @@ def gather_sorted(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, num_experts: in
 
 
 def combine(y_sorted_AH: torch.Tensor, perm_A: torch.Tensor, topk_weights_TK: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32 with index_add_; returns float32.
+    """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32; returns float32. On CUDA one fused kernel
+    (engine/fused.py); elsewhere index_add_ in expert order:
 
     Rows go in chunks of COMBINE_CHUNK_BYTES of float32 temporary, in order (the same sums as one call on
     the CPU): at DeepSeek-R1 width and 16K tokens x top-8 one unchunked temporary is 3.5 GiB."""
     K = topk_weights_TK.shape[1]
     A, H = y_sorted_AH.shape
+    fn = fused("combine", y_sorted_AH)
+    if fn is not None and A == num_tokens * K:
+        # CUDA: gather the K rows of each token, weight and sum in one kernel (no atomics, no temporary);
+        # the sum runs over k in routing order, the same in every mode
+        return fn(y_sorted_AH, inverse_permutation(perm_A), topk_weights_TK)
     w_A = topk_weights_TK.reshape(-1).float().index_select(0, perm_A)
     tok_A = torch.div(perm_A, K, rounding_mode="floor")
     y_TH = torch.zeros(num_tokens, H, dtype=torch.float32, device=y_sorted_AH.device)
@@ -252,7 +259,8 @@ def expert_mlp(x_sorted_AH: torch.Tensor, offs_E: torch.Tensor, w13_sources: lis
     """SwiGLU experts on expert-sorted rows: down(silu(gate) * up), per group. Returns y_sorted_AH."""
     h_A2I = grouped_gemm(x_sorted_AH, offs_E, w13_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w13_scale_sources)
     I = h_A2I.shape[1] // 2
-    act_AI = (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(x_sorted_AH.dtype)
+    fn = fused("silu_mul", h_A2I)
+    act_AI = fn(h_A2I) if fn is not None else (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(x_sorted_AH.dtype)
     return grouped_gemm(act_AI, offs_E, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w2_scale_sources)
 
 

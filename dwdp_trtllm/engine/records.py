@@ -45,6 +45,8 @@ class IterationRecord:
     warmup: bool
     # (phase, layer index, start_s, end_s); phase in PHASES; layer -1 for whole-iteration phases
     phases: list[tuple[str, int, float, float]] = field(default_factory=list)
+    # routed (token, expert) pairs per expert of every MoE layer: [MoE layer][expert] (the floor's routing)
+    expert_counts: list[list[int]] | None = None
 
 
 @dataclass

@@ -159,6 +159,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     backend, expert_bytes, slot_bytes, extra = build_backend(cfg, mode, spec, rank=rank, world=world, device=device, tag=tag,
                                                              expert_fn=expert_fn)
     model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
+    model.record_routing()  # per-expert routed pairs of each iteration, for `dwdp bench --floor`
     timer = PhaseTimer(device)
     if hasattr(backend, "set_timer"):
         backend.set_timer(timer)
@@ -236,7 +237,8 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                 sync_seen = backend.host_syncs
             iterations.append(IterationRecord(rank=rank, iteration=it, t_start=t_s, t_end=t_e,
                                               num_tokens=sum(s.length for s in real), segments=real,
-                                              warmup=it < cfg.run.warmup_iters, phases=timer.collect()))
+                                              warmup=it < cfg.run.warmup_iters, phases=timer.collect(),
+                                              expert_counts=model.routing_counts()))
             it += 1
             if progress is not None and real:
                 progress(done_requests, len(requests))

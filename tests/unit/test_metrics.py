@@ -153,3 +153,15 @@ def test_allocator_counters_are_reported_and_flagged():
     print_point(Console(file=out, width=200), {"config": {}, "point": {}, "metrics": metrics, "consistency": {}})
     text = out.getvalue()
     assert "dep: the caching allocator freed its cache and retried" in text and "rank(s) 1" in text
+
+
+def test_layer_us_divides_moe_phases_by_moe_layers_and_iteration_ms_has_the_totals():
+    # measured iterations: r0 it1 (attention 0.1 + 0.1, sync 0.05), r0 it2 (sync 0.4), r1 it1 (gemm 0.2),
+    # r1 it2 (copy 0.25, wait 0.05, gemm 0.3): 4 iterations; 2 layers of which 1 is MoE
+    m = mode_metrics(two_ranks(), num_layers=2, num_moe_layers=1)
+    us, per_it = m["layer_us"], m["iteration_ms"]
+    assert math.isclose(us["attention"], 0.2 / (4 * 2) * 1e6)  # per attention layer (both layers)
+    assert math.isclose(us["expert_gemm"], 0.5 / (4 * 1) * 1e6)  # per MoE layer
+    assert math.isclose(us["sync_wait"], 0.45 / 4 * 1e6)
+    assert math.isclose(per_it["expert_gemm"], 0.5 / 4 * 1e3) and math.isclose(per_it["attention"], 0.2 / 4 * 1e3)
+    assert math.isclose(per_it["wall"], 0.5 * 1e3)  # the three measured iterations with tokens, 0.5 s each

@@ -1,0 +1,316 @@
+"""The stock-kernel floor of the engine's work: what stock kernels take for the same per-layer work, on this machine.
+
+`dwdp bench --floor` times it for the measured iterations of every rank and mode and reports the engine's
+efficiency (floor / measured) per phase beside the table (docs/BENCHMARKS.md, "Engine vs floor").
+
+What one iteration's floor counts (its batch: the segments it ran, with their cached prefixes, and the
+routing it produced per MoE layer), each timed alone with CUDA events (median of `reps` after warm-up):
+- attention, per layer: every projection GEMM at the model dtype (MLA: q_a, q_b, kv_a, kv_b over prefix +
+  chunk keys, o; GQA: q, k, v, o) and the attention core over the actual sequence mix with the fastest stock
+  kernel of this torch (cuDNN SDPA per segment, v at its own head dim; flash varlen with v padded to the qk
+  head dim where cuDNN is not usable; SDPA per segment on the CPU);
+- routed experts, per MoE layer: the grouped GEMMs of that layer's routing (gate|up, then down) on one
+  [E, N, K] buffer: torch._grouped_mm for BF16, torch._scaled_grouped_mm (rowwise scales) for FP8; the rows
+  are those the rank's expert phase computes (DEP: the pairs its experts received from every rank);
+- other: the dense MLP GEMMs of the first_k_dense layers, and per MoE layer the router GEMM and the shared
+  experts' GEMMs.
+Not counted (taken as free, i.e. fusable into a neighbour by a production stack): norms, RoPE, SwiGLU, top-k,
+the sort / gather / combine of routed rows, activation quantisation, embedding. The floor is therefore a
+lower bound of what any implementation of the same model and batch needs on this GPU.
+
+Shape legend: T tokens of the iteration, H hidden, E experts, I intermediate, A routed rows.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One iteration's work as the floor sees it: (prefix, length) per segment and the expert rows per MoE layer."""
+
+    segments: tuple[tuple[int, int], ...]
+    rows_per_expert: tuple[tuple[int, ...], ...]  # [MoE layer][expert]
+
+    @property
+    def tokens(self) -> int:
+        return sum(n for _, n in self.segments)
+
+
+class FloorTimer:
+    """Times stock kernels on one device; buffers are allocated once per shape and reused."""
+
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, weight_dtype: str, device: torch.device, *,
+                 warmup: int = 2, reps: int = 5):
+        self.spec, self.dtype, self.weight_dtype, self.device = spec, dtype, weight_dtype, device
+        self.warmup, self.reps = warmup, reps
+        self._bufs: dict[tuple, torch.Tensor] = {}
+        self._gen = torch.Generator(device=device).manual_seed(0)
+
+    # ---- buffers and timing -------------------------------------------------------------------------
+    def _buf(self, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A random [shape] tensor: one buffer per (trailing dims, dtype), grown to the most rows asked and
+        sliced, so batches of many sizes share it (an [A, H] activation is GBs at DeepSeek width)."""
+        dtype = dtype or self.dtype
+        rows, trailing = shape[0], tuple(shape[1:])
+        key = (trailing, dtype)
+        have = self._bufs.get(key)
+        if have is None or have.shape[0] < rows:
+            self._bufs.pop(key, None)
+            # random data, never zeros (zeros run faster than real data); drawn in chunks to bound the fp32 temporary
+            t = torch.empty((max(rows, 1), *trailing), device=self.device, dtype=dtype)
+            step = max(1, (256 << 20) // (4 * max(1, t[0].numel())))
+            for i in range(0, t.shape[0], step):
+                part = t[i:i + step]
+                part.copy_(torch.randn(part.shape, generator=self._gen, device=self.device) * 0.05)
+            self._bufs[key] = have = t
+        return have[:rows]
+
+    def time_ms(self, fn) -> float:
+        """Median milliseconds of fn() (CUDA events on GPU, perf_counter on CPU)."""
+        cuda = self.device.type == "cuda"
+        for _ in range(self.warmup):
+            fn()
+        samples = []
+        for _ in range(self.reps):
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                samples.append(a.elapsed_time(b))
+            else:
+                t = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(samples)
+
+    def gemm_ms(self, m: int, n: int, k: int) -> float:
+        """[m, k] @ [k, n] at the model dtype (nn.Linear layout: weight [n, k])."""
+        if m == 0:
+            return 0.0
+        x, w = self._buf((m, k)), self._buf((n, k))
+        return self.time_ms(lambda: F.linear(x, w))
+
+    # ---- attention ----------------------------------------------------------------------------------
+    def attention_core_ms(self, segments: tuple[tuple[int, int], ...]) -> float:
+        sp = self.spec
+        if sp.attention == "mla":
+            N, d, e = sp.num_heads, sp.qk_nope_head_dim + sp.qk_rope_head_dim, sp.v_head_dim
+        else:
+            N, d, e = sp.num_heads, sp.head_dim, sp.head_dim
+        scale = d ** -0.5
+        from ..engine.attention_cuda import attend_cudnn, cudnn_attention_usable
+        use_cudnn = self.device.type == "cuda" and cudnn_attention_usable(self.device.index or 0)
+        T, S = sum(n for _, n in segments), sum(p + n for p, n in segments)
+        q, k, v = self._buf((T, N, d)), self._buf((S, N, d)), self._buf((S, N, e))
+
+        def per_segment():
+            qo = ko = 0
+            for p, n in segments:
+                qs, ks, vs = q[qo:qo + n], k[ko:ko + p + n], v[ko:ko + p + n]
+                if use_cudnn:
+                    attend_cudnn(qs, ks, vs, p, scale)
+                else:
+                    from ..engine.layers import attend
+                    attend(qs, ks, vs if e == d or self.device.type != "cuda" else F.pad(vs, (0, d - e)), p, scale)
+                qo, ko = qo + n, ko + p + n
+        best = self.time_ms(per_segment)
+        if self.device.type == "cuda" and e <= d:
+            from ..engine.layers import _torch_varlen
+            varlen = _torch_varlen()
+            if varlen is not None and self.dtype in (torch.bfloat16, torch.float16):
+                vp = F.pad(v, (0, d - e)) if e < d else v
+                cu_q = torch.tensor([0] + [sum(n for _, n in segments[:i + 1]) for i in range(len(segments))],
+                                    dtype=torch.int32, device=self.device)
+                cu_k = torch.tensor([0] + [sum(p + n for p, n in segments[:i + 1]) for i in range(len(segments))],
+                                    dtype=torch.int32, device=self.device)
+                mq, mk = max(n for _, n in segments), max(p + n for p, n in segments)
+                best = min(best, self.time_ms(lambda: varlen(q, k, vp, cu_q, cu_k, mq, mk, scale=scale, window_size=(-1, 0))))
+        return best
+
+    def attention_layer_ms(self, segments: tuple[tuple[int, int], ...]) -> dict[str, float]:
+        sp = self.spec
+        T, S = sum(n for _, n in segments), sum(p + n for p, n in segments)
+        H, N = sp.hidden_size, sp.num_heads
+        if sp.attention == "mla":
+            qd = N * (sp.qk_nope_head_dim + sp.qk_rope_head_dim)
+            proj = (self.gemm_ms(T, sp.q_lora_rank, H) + self.gemm_ms(T, qd, sp.q_lora_rank) if sp.q_lora_rank
+                    else self.gemm_ms(T, qd, H))
+            proj += self.gemm_ms(T, sp.kv_lora_rank + sp.qk_rope_head_dim, H)
+            proj += self.gemm_ms(S, N * (sp.qk_nope_head_dim + sp.v_head_dim), sp.kv_lora_rank)
+            proj += self.gemm_ms(T, H, N * sp.v_head_dim)
+        else:
+            G, d = sp.num_kv_heads, sp.head_dim
+            proj = self.gemm_ms(T, N * d, H) + 2 * self.gemm_ms(T, G * d, H) + self.gemm_ms(T, H, N * d)
+        return {"projections": proj, "core": self.attention_core_ms(segments)}
+
+    # ---- experts ------------------------------------------------------------------------------------
+    def grouped_ms(self, rows_per_expert: tuple[int, ...]) -> float:
+        """gate|up then down grouped GEMMs of one MoE layer with these rows per expert."""
+        sp = self.spec
+        A = sum(rows_per_expert)
+        if A == 0:
+            return 0.0
+        E, H, I = len(rows_per_expert), sp.hidden_size, sp.moe_intermediate
+        offs = torch.tensor(rows_per_expert, device=self.device).cumsum(0).to(torch.int32)
+        fp8 = self.weight_dtype == "fp8" and self.device.type == "cuda" and hasattr(torch, "_scaled_grouped_mm")
+        if fp8:
+            f8 = torch.float8_e4m3fn
+            a1, a2 = self._buf((A, H), f8), self._buf((A, I), f8)
+            w13, w2 = self._buf((E, 2 * I, H), f8), self._buf((E, H, I), f8)
+            s_a1, s_a2 = self._buf((A,), torch.float32).abs() + 1e-3, self._buf((A,), torch.float32).abs() + 1e-3
+            s_w13, s_w2 = self._buf((E, 2 * I), torch.float32).abs() + 1e-3, self._buf((E, H), torch.float32).abs() + 1e-3
+
+            def run():
+                torch._scaled_grouped_mm(a1, w13.transpose(1, 2), s_a1, s_w13, offs=offs, out_dtype=torch.bfloat16)
+                torch._scaled_grouped_mm(a2, w2.transpose(1, 2), s_a2, s_w2, offs=offs, out_dtype=torch.bfloat16)
+            return self.time_ms(run)
+        a1, a2 = self._buf((A, H)), self._buf((A, I))
+        w13, w2 = self._buf((E, 2 * I, H)), self._buf((E, H, I))
+        if hasattr(torch, "_grouped_mm") and (self.device.type != "cuda" or self.dtype == torch.bfloat16):
+            try:
+                def run():
+                    torch._grouped_mm(a1, w13.transpose(1, 2), offs=offs)
+                    torch._grouped_mm(a2, w2.transpose(1, 2), offs=offs)
+                return self.time_ms(run)
+            except (RuntimeError, NotImplementedError):
+                pass
+        ends = offs.tolist()
+
+        def loop():
+            b = 0
+            for e, end in enumerate(ends):
+                if end > b:
+                    F.linear(a1[b:end], w13[e])
+                    F.linear(a2[b:end], w2[e])
+                b = end
+        return self.time_ms(loop)
+
+    def moe_other_ms(self, T: int) -> float:
+        sp = self.spec
+        ms = self.gemm_ms(T, sp.num_experts, sp.hidden_size)  # router
+        if sp.num_shared_experts:
+            Is = sp.moe_intermediate * sp.num_shared_experts
+            ms += 2 * self.gemm_ms(T, Is, sp.hidden_size) + self.gemm_ms(T, sp.hidden_size, Is)
+        return ms
+
+    def dense_mlp_ms(self, T: int) -> float:
+        sp = self.spec
+        return 2 * self.gemm_ms(T, sp.dense_intermediate, sp.hidden_size) + self.gemm_ms(T, sp.hidden_size, sp.dense_intermediate)
+
+    # ---- one iteration ------------------------------------------------------------------------------
+    def iteration_ms(self, batch: Batch) -> dict[str, float]:
+        """{"attention", "expert_gemm", "other", "total"}: floor ms of one iteration (all layers)."""
+        sp = self.spec
+        T = batch.tokens
+        att = self.attention_layer_ms(batch.segments)
+        attention = (att["projections"] + att["core"]) * sp.num_layers
+        experts = sum(self.grouped_ms(r) for r in batch.rows_per_expert)
+        other = self.dense_mlp_ms(T) * sp.first_k_dense + self.moe_other_ms(T) * sp.num_moe_layers
+        return {"attention": attention, "attention_core": att["core"] * sp.num_layers, "expert_gemm": experts,
+                "other": other, "total": attention + experts + other}
+
+    def release(self) -> None:
+        self._bufs.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# ---- a bench point's floor ------------------------------------------------------------------------------
+def _memo(fn):
+    cache: dict = {}
+
+    def wrapped(*args):
+        if args not in cache:
+            cache[args] = fn(*args)
+        return cache[args]
+    return wrapped
+
+
+def rank_batches(by_mode: dict, spec: ModelSpec) -> dict[str, list[tuple[int, object, Batch]]]:
+    """{mode: [(rank, IterationRecord, Batch)]} for the measured iterations that processed tokens.
+
+    DEP rank r computes, at iteration i, the pairs every rank routed to its experts (iterations are in lockstep,
+    dummy forwards included, so index i is the same layer step on every rank); DWDP and reference ranks compute
+    their own pairs over all experts."""
+    from ..engine.dep import expert_range
+
+    out: dict[str, list] = {}
+    for mode, results in by_mode.items():
+        rows = []
+        world = len(results)
+        for r in results:
+            for i, it in enumerate(r.iterations):
+                if it.warmup or it.num_tokens == 0 or it.expert_counts is None:
+                    continue
+                if mode == "dep":
+                    lo, hi = expert_range(spec.num_experts, r.rank, world)
+                    per_layer = []
+                    for m in range(spec.num_moe_layers):
+                        tot = [0] * (hi - lo)
+                        for peer in results:
+                            c = peer.iterations[i].expert_counts if i < len(peer.iterations) else None
+                            if c is not None:
+                                tot = [a + b for a, b in zip(tot, c[m][lo:hi])]
+                        per_layer.append(tuple(tot))
+                else:
+                    per_layer = [tuple(c) for c in it.expert_counts]
+                segs = tuple((s.start, s.length) for s in it.segments)
+                rows.append((r.rank, it, Batch(segs, tuple(per_layer))))
+        out[mode] = rows
+    return out
+
+
+def _measured(it) -> dict[str, float]:
+    sums = {"attention": 0.0, "expert_gemm": 0.0, "other": 0.0}
+    for phase, _layer, s, e in it.phases:
+        if phase in sums:
+            sums[phase] += (e - s) * 1e3
+    sums["total"] = (it.t_end - it.t_start) * 1e3
+    return sums
+
+
+def floor_report(cfg, by_mode: dict) -> dict:
+    """{mode: {"floor_ms", "measured_ms", "efficiency"}}: per-iteration means over the measured iterations
+    of every rank (phases: attention, expert_gemm, other, total = iteration wall); efficiency = floor / measured.
+    Also "method" and "device". Runs in this process on the run's device (cuda:0 or cpu)."""
+    spec = cfg.model.spec()
+    dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[cfg.model.dtype]
+    device = torch.device("cuda", 0) if cfg.run.device == "cuda" else torch.device("cpu")
+    timer = FloorTimer(spec, dtype, cfg.dwdp.weight_dtype, device)
+    timer.gemm_ms = _memo(timer.gemm_ms)  # the same GEMM shape recurs in every iteration and layer
+    timer.attention_core_ms = _memo(timer.attention_core_ms)
+    timer.grouped_ms = _memo(timer.grouped_ms)
+    out: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                 "method": "stock kernels timed alone per iteration's batch (bench/floor.py; docs/BENCHMARKS.md)"}
+    try:
+        for mode, rows in rank_batches(by_mode, spec).items():
+            if not rows:
+                continue
+            keys = ("attention", "expert_gemm", "other", "total")
+            f_sum = dict.fromkeys(keys, 0.0)
+            m_sum = dict.fromkeys(keys, 0.0)
+            for _rank, it, batch in rows:
+                f = timer.iteration_ms(batch)
+                m = _measured(it)
+                for k in keys:
+                    f_sum[k] += f[k]
+                    m_sum[k] += m[k]
+            n = len(rows)
+            floor = {k: v / n for k, v in f_sum.items()}
+            meas = {k: v / n for k, v in m_sum.items()}
+            out[mode] = {"iterations": n, "floor_ms": floor, "measured_ms": meas,
+                         "efficiency": {k: (floor[k] / meas[k] if meas[k] > 0 else None) for k in keys},
+                         "measured_over_floor": {k: (meas[k] / floor[k] if floor[k] > 0 else None) for k in keys}}
+    finally:
+        timer.release()
+    return out

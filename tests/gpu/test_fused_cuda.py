@@ -1,0 +1,88 @@
+"""CUDA fast paths of the engine against their eager / float64 references, on random inputs:
+engine/fused.py (torch.compile'd RMSNorm, RoPE, SwiGLU, FP8 1x128 quantisation, combine) and
+engine/attention_cuda.py (cuDNN SDPA per segment, prefix chunks merged by log-sum-exp)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (run on the device: scripts/gpu_check.sh engine)", allow_module_level=True)
+
+from dwdp_trtllm.engine import fused as fz  # noqa: E402
+from dwdp_trtllm.engine.attention_cuda import attend_cudnn, cudnn_attention_usable  # noqa: E402
+from dwdp_trtllm.engine.moe_compute import combine, sort_by_expert  # noqa: E402
+from dwdp_trtllm.ops.reference import quantize_fp8_blockwise  # noqa: E402
+
+DEV = "cuda"
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("T", [1, 37, 4096])
+def test_rms_norm_rope_swiglu(T):
+    g = torch.Generator(device=DEV).manual_seed(T)
+    x = torch.randn(T, 1536, device=DEV, dtype=torch.bfloat16, generator=g)
+    w = torch.rand(1536, device=DEV, generator=g) + 0.5
+    out = fz.fused("rms_norm", x)(x, w, 1e-6)
+    assert out.dtype == x.dtype and rel(out, fz._rms_norm(x, w, 1e-6)) < 1e-2
+    r = torch.randn(T, 8, 64, device=DEV, dtype=torch.bfloat16, generator=g)
+    cos, sin = torch.rand(T, 32, device=DEV, generator=g), torch.rand(T, 32, device=DEV, generator=g)
+    for name in ("rope_interleaved", "rope_neox"):
+        got = fz.fused(name, r)(r, cos, sin)
+        assert rel(got, fz._BODIES[name](r, cos, sin)) < 1e-2
+    r_view = torch.randn(T, 8, 192, device=DEV, dtype=torch.bfloat16, generator=g)[..., 128:]  # MLA: a strided view
+    assert rel(fz.fused("rope_interleaved", r_view)(r_view, cos, sin), fz._rope_interleaved(r_view, cos, sin)) < 1e-2
+    h = torch.randn(T, 2 * 256, device=DEV, dtype=torch.bfloat16, generator=g)
+    assert rel(fz.fused("silu_mul", h)(h), fz._silu_mul(h)) < 1e-2
+
+
+def test_quant_1x128_matches_reference_quantiser():
+    g = torch.Generator(device=DEV).manual_seed(3)
+    a = torch.randn(333, 1024, device=DEV, dtype=torch.bfloat16, generator=g) * 3
+    q, s = fz.fused("quant_1x128", a)(a)
+    q_ref, s_ref = quantize_fp8_blockwise(a, (1, 128))
+    assert q.shape == q_ref.shape and s.shape == s_ref.shape and q.is_contiguous() and s.is_contiguous()
+    torch.testing.assert_close(s, s_ref, rtol=1e-6, atol=0)
+    mismatch = (q.float() != q_ref.float()).float().mean().item()
+    assert mismatch < 1e-3, f"{mismatch:.2%} of fp8 codes differ from the reference quantiser"
+
+
+@pytest.mark.parametrize("T,E,K", [(1, 8, 2), (513, 64, 8)])
+def test_combine_fused_matches_cpu_path(T, E, K):
+    g = torch.Generator(device=DEV).manual_seed(T)
+    ids = torch.stack([torch.randperm(E, device=DEV, generator=g)[:K] for _ in range(T)])
+    w = torch.rand(T, K, device=DEV, generator=g)
+    perm, _, _ = sort_by_expert(ids, E)
+    y_sorted = torch.randn(T * K, 256, device=DEV, dtype=torch.bfloat16, generator=g)
+    got = combine(y_sorted, perm, w, T)
+    want = combine(y_sorted.cpu(), perm.cpu(), w.cpu(), T)  # the CPU path: index_add_ in expert order
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def _reference_attention(q_LNd, k_SNd, v_SNe, prefix, scale):
+    L, S = q_LNd.shape[0], k_SNd.shape[0]
+    s = torch.einsum("lnd,snd->nls", q_LNd.double(), k_SNd.double()) * scale
+    mask = torch.arange(S, device=q_LNd.device)[None, :] <= (prefix + torch.arange(L, device=q_LNd.device))[:, None]
+    p = s.masked_fill(~mask, float("-inf")).softmax(-1)
+    return torch.einsum("nls,sne->lne", p, v_SNe.double())
+
+
+@pytest.mark.parametrize("L,prefix", [(1, 0), (300, 0), (257, 1000), (64, 1)])
+def test_attend_cudnn_mla_shapes(L, prefix):
+    if not cudnn_attention_usable(0):
+        pytest.skip("cuDNN SDPA unusable on this GPU")
+    g = torch.Generator(device=DEV).manual_seed(L + prefix)
+    N, d, e = 4, 192, 128
+    S = prefix + L
+    q = torch.randn(L, N, d, device=DEV, dtype=torch.bfloat16, generator=g)
+    kv = torch.randn(S, N, d + e, device=DEV, dtype=torch.bfloat16, generator=g)
+    k, v = kv[..., :d], kv[..., d:]  # strided views, as MLA's kv_b output gives them
+    out = attend_cudnn(q, k, v, prefix, d ** -0.5)
+    assert out.shape == (L, N, e) and out.dtype == q.dtype
+    assert rel(out, _reference_attention(q, k, v, prefix, d ** -0.5)) < 2e-2

@@ -1,0 +1,65 @@
+"""The stock-kernel floor (bench/floor.py): which work each mode's rank is charged with, and `dwdp bench --floor`
+on the real engine (CPU): every mode gets floor / measured / efficiency per phase, in results.json and the table."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dwdp_trtllm import cli
+from dwdp_trtllm.bench.floor import Batch, FloorTimer, rank_batches
+from dwdp_trtllm.engine.records import IterationRecord, RankResult, Segment
+from dwdp_trtllm.models import get_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rank(rank, mode, counts, segs, warmup=False):
+    its = [IterationRecord(rank=rank, iteration=0, t_start=0.0, t_end=1.0, num_tokens=sum(s.length for s in segs),
+                           segments=segs, warmup=warmup, expert_counts=counts)]
+    return RankResult(rank=rank, mode=mode, device="cpu", t0=0.0, requests=[], iterations=its, first_token_s={},
+                      memory_bytes={})
+
+
+def test_rank_batches_dep_sums_what_every_rank_routed_to_its_experts():
+    spec = get_model("tiny")  # 8 experts
+    E = spec.num_experts
+    c0 = [[1] * E for _ in range(spec.num_moe_layers)]
+    c1 = [list(range(E)) for _ in range(spec.num_moe_layers)]
+    segs = [Segment(0, 5, 7, True)]
+    dep = rank_batches({"dep": [_rank(0, "dep", c0, segs), _rank(1, "dep", c1, segs)]}, spec)["dep"]
+    (_, _, b0), (_, _, b1) = dep
+    half = E // 2
+    assert b0.rows_per_expert[0] == tuple(1 + e for e in range(half))  # rank 0 owns experts [0, E/2)
+    assert b1.rows_per_expert[0] == tuple(1 + e for e in range(half, E))
+    assert b0.segments == ((5, 7),)  # (cached prefix, chunk length)
+    dwdp = rank_batches({"dwdp": [_rank(0, "dwdp", c1, segs), _rank(1, "dwdp", c0, segs, warmup=True)]}, spec)["dwdp"]
+    assert len(dwdp) == 1 and dwdp[0][2].rows_per_expert[0] == tuple(range(E))  # own pairs over all experts; warm-up left out
+
+
+def test_floor_timer_grows_with_the_work():
+    spec = get_model("tiny")
+    t = FloorTimer(spec, torch.float32, "float32", torch.device("cpu"), warmup=1, reps=3)
+    E = spec.num_experts
+    small = t.iteration_ms(Batch(((0, 16),), tuple((2,) * E for _ in range(spec.num_moe_layers))))
+    big = t.iteration_ms(Batch(((0, 512), (256, 512)), tuple((256,) * E for _ in range(spec.num_moe_layers))))
+    for k in ("attention", "expert_gemm", "other"):
+        assert 0 < small[k] < big[k], k
+    assert abs(big["total"] - big["attention"] - big["expert_gemm"] - big["other"]) < 1e-9
+
+
+@pytest.mark.timeout(300)
+def test_bench_floor_on_the_real_engine(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(out), "--floor", "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "stock-kernel floor" in printed
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    for mode in ("dep", "dwdp"):
+        f = run["floor"][mode]
+        assert f["iterations"] == sum(1 for _ in range(run["metrics"][mode]["busy_iterations"]))
+        for k in ("attention", "expert_gemm", "other", "total"):
+            assert f["floor_ms"][k] > 0 and f["measured_ms"][k] > 0
+            assert f["efficiency"][k] == pytest.approx(f["floor_ms"][k] / f["measured_ms"][k])
