@@ -14,7 +14,16 @@ from ..models import ModelSpec
 
 
 def router_logits(x_TH: torch.Tensor, gate_w_EH: torch.Tensor) -> torch.Tensor:
-    """logits_TE in float32 (routing decisions are precision sensitive)."""
+    """logits_TE in float32 (routing decisions are precision sensitive).
+
+    bf16 x and gate on CUDA: one bf16 GEMM with float32 accumulation and output (what TensorRT-LLM's DeepSeek
+    router GEMM does). A bf16 x bf16 product is exact in float32, so this equals the float32 GEMM of the upcast
+    inputs up to summation order, without materialising them or running a float32 GEMM."""
+    if x_TH.is_cuda and x_TH.dtype == torch.bfloat16 and gate_w_EH.dtype == torch.bfloat16:
+        try:
+            return torch.mm(x_TH, gate_w_EH.t(), out_dtype=torch.float32)
+        except (TypeError, RuntimeError):  # a torch without mm(out_dtype=) for these inputs
+            pass
     return F.linear(x_TH.float(), gate_w_EH.float())
 
 

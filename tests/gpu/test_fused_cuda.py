@@ -86,3 +86,14 @@ def test_attend_cudnn_mla_shapes(L, prefix):
     out = attend_cudnn(q, k, v, prefix, d ** -0.5)
     assert out.shape == (L, N, e) and out.dtype == q.dtype
     assert rel(out, _reference_attention(q, k, v, prefix, d ** -0.5)) < 2e-2
+
+
+def test_router_logits_bf16_gemm_matches_float32_gemm():
+    from dwdp_trtllm.engine.router import router_logits
+    g = torch.Generator(device=DEV).manual_seed(5)
+    x = torch.randn(777, 1024, device=DEV, dtype=torch.bfloat16, generator=g)
+    w = torch.randn(64, 1024, device=DEV, dtype=torch.bfloat16, generator=g)
+    got = router_logits(x, w)
+    want = x.double() @ w.double().t()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)  # float32 accumulation, exact products
