@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .fused import _lse_merge, fused
+
 
 @functools.cache
 def cudnn_attention_usable(device_index: int) -> bool:
@@ -53,7 +55,5 @@ def attend_cudnn(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, 
         return o[0].transpose(0, 1)
     o1, lse1 = _cudnn(q, k[:, :, :prefix], v[:, :, :prefix], causal=False, scale=scale)
     o2, lse2 = _cudnn(q, k[:, :, prefix:], v[:, :, prefix:], causal=True, scale=scale)
-    m = torch.maximum(lse1, lse2)
-    w1, w2 = (lse1 - m).exp_(), (lse2 - m).exp_()
-    o = (o1.float() * w1[..., None] + o2.float() * w2[..., None]) / (w1 + w2)[..., None]
-    return o.to(q.dtype)[0].transpose(0, 1)
+    merge = fused("lse_merge", o1) or _lse_merge
+    return merge(o1, lse1, o2, lse2)[0].transpose(0, 1)

@@ -80,7 +80,16 @@ def _combine(y_sorted_AH: torch.Tensor, inv_A: torch.Tensor, w_TK: torch.Tensor)
     return (y_TKH.float() * w_TK.float()[:, :, None]).sum(1)
 
 
+def _lse_merge(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor, lse2: torch.Tensor) -> torch.Tensor:
+    """Two partial attention outputs [B, N, L, e] over disjoint key sets, merged by their log-sum-exp [B, N, L]."""
+    m = torch.maximum(lse1, lse2)
+    w1, w2 = (lse1 - m).exp(), (lse2 - m).exp()
+    o = (o1.float() * w1[..., None] + o2.float() * w2[..., None]) / (w1 + w2)[..., None]
+    return o.to(o1.dtype)
+
+
 _BODIES: dict[str, Callable] = {
+    "lse_merge": _lse_merge,
     "rms_norm": _rms_norm, "rope_interleaved": _rope_interleaved, "rope_neox": _rope_neox,
     "silu_mul": _silu_mul, "silu_mul_pair": _silu_mul_pair, "quant_1x128": _quant_1x128,
     "silu_mul_quant": _silu_mul_quant, "combine": _combine,
