@@ -2,6 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]   sections: env build plugin transport engine bench (default: all but build)
+#   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,13 +37,13 @@ for s in $sections; do
       tail -n 25 "$OUT/transport.log" ;;
     engine)
       section engine
-      timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_engine_cuda.py tests/gpu/test_dwdp_layer_graph.py tests/unit/test_launch_external.py > "$OUT/engine.log" 2>&1 || rc=1
+      timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_fused_cuda.py tests/gpu/test_engine_cuda.py tests/gpu/test_dwdp_layer_graph.py tests/unit/test_launch_external.py > "$OUT/engine.log" 2>&1 || rc=1
       grep -E "max relative error|passed|failed|Error" "$OUT/engine.log" | tail -n 20 ;;
     bench)
       section bench
       for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do
         name=$(basename "$cfg" .yaml)
-        timeout "${BENCH_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli bench "$cfg" --device cuda --out "$OUT/raw/bench_$name" \
+        timeout "${BENCH_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli bench "$cfg" --device cuda --out "$OUT/raw/bench_$name" ${BENCH_ARGS:-} \
           >> "$OUT/bench.log" 2>&1 || rc=1
         tar -czf "$OUT/bench_$name.tar.gz" -C "$OUT/raw" "bench_$name" 2>/dev/null  # comes back even if a later step times out
       done
