@@ -219,6 +219,27 @@ class FloorTimer:
         return {"attention": attention, "attention_core": att["core"] * sp.num_layers, "expert_gemm": experts,
                 "other": other, "total": attention + experts + other}
 
+    def iteration_flops(self, batch: Batch) -> dict[str, float]:
+        """FLOPs (2 per MAC) of the floor's phases for one iteration: attention (projections + causal core,
+        half of the chunk's own square), expert_gemm (6 H I per routed row), other (dense MLP, router, shared)."""
+        sp = self.spec
+        T, S = batch.tokens, sum(p + n for p, n in batch.segments)
+        H, N = sp.hidden_size, sp.num_heads
+        if sp.attention == "mla":
+            qd, d, e = N * (sp.qk_nope_head_dim + sp.qk_rope_head_dim), sp.qk_nope_head_dim + sp.qk_rope_head_dim, sp.v_head_dim
+            q = H * sp.q_lora_rank + sp.q_lora_rank * qd if sp.q_lora_rank else H * qd
+            proj = 2 * (T * (q + H * (sp.kv_lora_rank + sp.qk_rope_head_dim) + N * e * H)
+                        + S * sp.kv_lora_rank * N * (sp.qk_nope_head_dim + e))
+        else:
+            d = e = sp.head_dim
+            proj = 2 * T * H * (2 * N * d + 2 * sp.num_kv_heads * d)
+        core = sum(2 * N * (d + e) * (n * p + n * n / 2) for p, n in batch.segments)
+        rows = sum(sum(r) for r in batch.rows_per_expert)
+        other = (6 * H * sp.dense_intermediate * T * sp.first_k_dense
+                 + sp.num_moe_layers * T * (2 * H * sp.num_experts + 6 * H * sp.moe_intermediate * sp.num_shared_experts))
+        return {"attention": (proj + core) * sp.num_layers, "expert_gemm": 6.0 * H * sp.moe_intermediate * rows,
+                "other": float(other)}
+
     def release(self) -> None:
         self._bufs.clear()
         if self.device.type == "cuda":
@@ -299,18 +320,24 @@ def floor_report(cfg, by_mode: dict) -> dict:
             keys = ("attention", "expert_gemm", "other", "total")
             f_sum = dict.fromkeys(keys, 0.0)
             m_sum = dict.fromkeys(keys, 0.0)
+            flops = dict.fromkeys(keys[:3], 0.0)
             for _rank, it, batch in rows:
                 f = timer.iteration_ms(batch)
                 m = _measured(it)
                 for k in keys:
                     f_sum[k] += f[k]
                     m_sum[k] += m[k]
+                for k, v in timer.iteration_flops(batch).items():
+                    flops[k] += v
             n = len(rows)
             floor = {k: v / n for k, v in f_sum.items()}
             meas = {k: v / n for k, v in m_sum.items()}
             out[mode] = {"iterations": n, "floor_ms": floor, "measured_ms": meas,
                          "efficiency": {k: (floor[k] / meas[k] if meas[k] > 0 else None) for k in keys},
-                         "measured_over_floor": {k: (meas[k] / floor[k] if floor[k] > 0 else None) for k in keys}}
+                         "measured_over_floor": {k: (meas[k] / floor[k] if floor[k] > 0 else None) for k in keys},
+                         # achieved rates: the floor's kernels and the engine, on the same FLOPs
+                         "floor_tflops": {k: (flops[k] / n / (floor[k] * 1e-3) / 1e12 if floor[k] > 0 else None) for k in flops},
+                         "engine_tflops": {k: (flops[k] / n / (meas[k] * 1e-3) / 1e12 if meas[k] > 0 else None) for k in flops}}
     finally:
         timer.release()
     return out
