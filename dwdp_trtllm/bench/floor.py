@@ -238,7 +238,7 @@ class FloorTimer:
         other = (6 * H * sp.dense_intermediate * T * sp.first_k_dense
                  + sp.num_moe_layers * T * (2 * H * sp.num_experts + 6 * H * sp.moe_intermediate * sp.num_shared_experts))
         return {"attention": (proj + core) * sp.num_layers, "expert_gemm": 6.0 * H * sp.moe_intermediate * rows,
-                "other": float(other)}
+                "other": float(other), "attention_proj": proj * sp.num_layers, "attention_core": core * sp.num_layers}
 
     def release(self) -> None:
         self._bufs.clear()
@@ -320,9 +320,11 @@ def floor_report(cfg, by_mode: dict) -> dict:
             keys = ("attention", "expert_gemm", "other", "total")
             f_sum = dict.fromkeys(keys, 0.0)
             m_sum = dict.fromkeys(keys, 0.0)
-            flops = dict.fromkeys(keys[:3], 0.0)
+            flops = dict.fromkeys((*keys[:3], "attention_proj", "attention_core"), 0.0)
+            f_core = 0.0
             for _rank, it, batch in rows:
                 f = timer.iteration_ms(batch)
+                f_core += f["attention_core"]
                 m = _measured(it)
                 for k in keys:
                     f_sum[k] += f[k]
@@ -331,13 +333,16 @@ def floor_report(cfg, by_mode: dict) -> dict:
                     flops[k] += v
             n = len(rows)
             floor = {k: v / n for k, v in f_sum.items()}
+            floor["attention_core"] = f_core / n
+            floor["attention_proj"] = floor["attention"] - floor["attention_core"]
             meas = {k: v / n for k, v in m_sum.items()}
             out[mode] = {"iterations": n, "floor_ms": floor, "measured_ms": meas,
                          "efficiency": {k: (floor[k] / meas[k] if meas[k] > 0 else None) for k in keys},
                          "measured_over_floor": {k: (meas[k] / floor[k] if floor[k] > 0 else None) for k in keys},
                          # achieved rates: the floor's kernels and the engine, on the same FLOPs
                          "floor_tflops": {k: (flops[k] / n / (floor[k] * 1e-3) / 1e12 if floor[k] > 0 else None) for k in flops},
-                         "engine_tflops": {k: (flops[k] / n / (meas[k] * 1e-3) / 1e12 if meas[k] > 0 else None) for k in flops}}
+                         "engine_tflops": {k: (flops[k] / n / (meas[k] * 1e-3) / 1e12 if meas.get(k, 0) > 0 else None)
+                                           for k in keys[:3]}}
     finally:
         timer.release()
     return out

@@ -100,12 +100,12 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
     return spec, notes
 
 
-def predicted_metrics(row) -> dict[str, float]:
-    """The planner's numbers under the bench's metric names."""
+def predicted_metrics(row, model=None) -> dict[str, float]:
+    """The planner's numbers under the bench's metric names (with `model`: also the per-iteration phase totals)."""
     c = row.t_compute_us
     # compute that ran beside the copies is slowed; spread the layer's slowdown over its compute parts
     s = (row.t_dwdp_us - row.t_prefetch_wait_us) / c if c > 0 and row.dwdp_size > 1 else 1.0
-    return {
+    out = {
         "dep.tps_per_gpu": row.tps_per_gpu_dep, "dwdp.tps_per_gpu": row.tps_per_gpu_dwdp,
         "ratio.tps_per_gpu": row.tps_per_gpu_dwdp / row.tps_per_gpu_dep,
         "dep.layer_us.attention": row.t_attention_us, "dep.layer_us.expert_gemm": row.t_experts_dep_us,
@@ -115,6 +115,13 @@ def predicted_metrics(row) -> dict[str, float]:
         "dwdp.layer_us.all_to_all": 0.0, "dwdp.layer_us.sync_wait": 0.0,
         "dwdp.layer_us.prefetch_wait": row.t_prefetch_wait_us, "dwdp.layer_us.other": row.t_other_us * s,
     }
+    if model is not None:  # iteration totals: every layer's attention, the MoE layers' experts, dense MLPs + router/shared
+        L, n, k = model.num_layers, model.num_moe_layers, model.first_k_dense
+        for mode, experts, f in (("dep", row.t_experts_dep_us, 1.0), ("dwdp", row.t_experts_dwdp_us, s)):
+            out[f"{mode}.iteration_ms.attention"] = row.t_attention_us * L * f / 1e3
+            out[f"{mode}.iteration_ms.expert_gemm"] = experts * n * f / 1e3
+            out[f"{mode}.iteration_ms.other"] = (row.t_other_us * n + row.t_dense_mlp_us * k) * f / 1e3
+    return out
 
 
 def compare_run(run: dict, args, cal) -> dict:
@@ -122,7 +129,7 @@ def compare_run(run: dict, args, cal) -> dict:
 
     spec, notes = spec_for_run(run, args, cal)
     row = plan(spec)[0]
-    pred = predicted_metrics(row)
+    pred = predicted_metrics(row, spec.model)
     metrics = run.get("metrics") or {}
     out, missing = [], []
     for key, p in pred.items():

@@ -12,7 +12,11 @@ Calibration file (strict; every key optional, unknown keys are errors naming fil
       "slice_efficiency": [[slice_bytes, fraction], ...],  # sliced copy bandwidth / bulk bandwidth
       "all_to_all_gbps": 300.0,                        # effective dispatch/combine GB/s per rank
       "interference": 1.15,                            # slowdown of compute overlapped with copies
-      "contention_slowdown": {"sliced": 1.01, "unsliced": 1.6}
+      "contention_slowdown": {"sliced": 1.01, "unsliced": 1.6},
+      "floor_tflops": {"attention_proj": 650.0, "attention_core": 500.0, "expert_gemm_bf16": 560.0, "expert_gemm_fp8": 900.0, "other": 650.0},
+                                                       # stock-kernel floor rates per phase (`dwdp bench --floor`)
+      "engine_over_floor": {"attention": 1.1, "expert_gemm": 1.05, "other": 1.2}
+                                                       # the engine's measured / floor time per phase
     }
 
 `grouped_gemm_tflops` tokens are the tokens entering the MoE on one rank (before top-k); values are
@@ -25,7 +29,10 @@ walked and only these keys are read, anything else is ignored:
   - a mapping with "slice_bytes" and "fraction_of_bulk", or "slice_bytes" and "gbps" plus a "bulk_gbps"
     anywhere in the file: one slice-efficiency point (best per slice size);
   - "p2p_gbps" or "peer_copy_gbps": peer copy bandwidth; "gemm_slowdown" or "interference": interference;
-  - "device" or "gpu" (top level or under "env"/"environment"): which GPU measured it. A file is used only
+  - a bench run with "floor" (`dwdp bench --floor`, results.json): per mode, "floor_tflops" and
+    "measured_over_floor" give floor_tflops (expert_gemm keyed by the run's weight dtype) and engine_over_floor
+    (the reference or DEP mode of a one-rank run is preferred: no communication, no sharing);
+  - "device" or "gpu" (top level or under "env"/"environment", or the first run's env): which GPU measured it. A file is used only
     when that name contains the planner's --gpu (e.g. "NVIDIA H200" for h200); otherwise it is skipped
     with a note.
 """
@@ -45,7 +52,10 @@ from ..schema import ConfigError
 Points = tuple[tuple[float, float], ...]
 
 _KEYS = ("gpu", "grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps", "peer_copy_gbps",
-         "slice_efficiency", "all_to_all_gbps", "interference", "contention_slowdown")
+         "slice_efficiency", "all_to_all_gbps", "interference", "contention_slowdown", "floor_tflops",
+         "engine_over_floor")
+FLOOR_RATE_KEYS = ("attention_proj", "attention_core", "expert_gemm_bf16", "expert_gemm_fp8", "expert_gemm_nvfp4", "other")
+ENGINE_PHASES = ("attention", "expert_gemm", "other")
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,13 @@ class Calibration:
     all_to_all_gbps: float | None = None
     interference: float | None = None
     contention_slowdown: dict[str, float] = field(default_factory=dict)
+    floor_tflops: dict[str, float] = field(default_factory=dict)
+    engine_over_floor: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+
+    def engine_factor(self, phase: str) -> float:
+        """The engine's measured / floor time for `phase` (1.0 when not calibrated)."""
+        return self.engine_over_floor.get(phase, 1.0)
 
     def gemm_tflops(self, dtype: str, tokens: float) -> float | None:
         pts = self.grouped_gemm_tflops.get(dtype)
@@ -91,7 +107,7 @@ class Calibration:
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name in ("sources", "notes"):
                 kw[f.name] = a + b
-            elif f.name in ("grouped_gemm_tflops", "contention_slowdown"):
+            elif f.name in ("grouped_gemm_tflops", "contention_slowdown", "floor_tflops", "engine_over_floor"):
                 kw[f.name] = {**a, **b}
             else:
                 kw[f.name] = b if b not in (None, ()) else a
@@ -159,6 +175,12 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         if not isinstance(c, dict) or not c or set(c) - {"sliced", "unsliced"}:
             raise ConfigError(file, "contention_slowdown", f"expected a mapping with keys sliced and/or unsliced, got {c!r}")
         kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, lo=1.0, lo_incl=True) for k, v in c.items()}
+    for k, allowed in (("floor_tflops", FLOOR_RATE_KEYS), ("engine_over_floor", ENGINE_PHASES)):
+        if k in data:
+            c = data[k]
+            if not isinstance(c, dict) or not c or set(c) - set(allowed):
+                raise ConfigError(file, k, f"expected a mapping with keys among {', '.join(allowed)}, got {c!r}")
+            kw[k] = {n: _num(file, f"{k}.{n}", v) for n, v in c.items()}
     return Calibration(**kw)
 
 
@@ -193,6 +215,11 @@ def _is_num(v: Any) -> bool:
 def _device_name(data: Any) -> str | None:
     if not isinstance(data, dict):
         return None
+    runs = data.get("runs")
+    if isinstance(runs, list) and runs and isinstance(runs[0], dict) and isinstance(runs[0].get("env"), dict):
+        name = runs[0]["env"].get("device_name")
+        if isinstance(name, str):
+            return name
     for scope in (data, data.get("env"), data.get("environment"), data.get("meta")):
         if isinstance(scope, dict):
             for k in ("device", "gpu", "device_name"):
@@ -208,7 +235,24 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
     slices_gbps: dict[float, float] = {}
     bulk = peer = interference = None
     slowdowns: list[tuple[str, float]] = []  # (variant, gemm slowdown) of copy/compute overlap records
+    floor_rates: dict[str, float] = {}
+    engine: dict[str, float] = {}
     for d in _walk(data):
+        fl = d.get("floor")
+        if isinstance(fl, dict):  # a bench run with --floor: prefer the communication-free mode
+            wdt = ((d.get("config") or {}).get("dwdp") or {}).get("weight_dtype", "bf16")
+            for mode in ("dwdp", "dep", "reference"):
+                f = fl.get(mode)
+                if not isinstance(f, dict):
+                    continue
+                rates, over = f.get("floor_tflops") or {}, f.get("measured_over_floor") or {}
+                for ph in ("attention_proj", "attention_core", "expert_gemm", "other"):
+                    key = f"expert_gemm_{wdt}" if ph == "expert_gemm" else ph
+                    if _is_num(rates.get(ph)):
+                        floor_rates[key] = float(rates[ph])
+                for ph in ENGINE_PHASES:
+                    if _is_num(over.get(ph)):
+                        engine[ph] = float(over[ph])
         if _is_num(d.get("tokens")) and _is_num(d.get("tflops")):
             dt = d.get("dtype", "bf16") if d.get("dtype") in ("bf16", "fp8", "nvfp4") else "bf16"
             t = float(d["tokens"])
@@ -238,7 +282,8 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
     return Calibration(
         sources=(file,), gpu=_device_name(data),
         grouped_gemm_tflops={dt: tuple(sorted(v.items())) for dt, v in gemm.items()},
-        slice_efficiency=tuple(sorted(slices.items())), peer_copy_gbps=peer, interference=interference)
+        slice_efficiency=tuple(sorted(slices.items())), peer_copy_gbps=peer, interference=interference,
+        floor_tflops=floor_rates, engine_over_floor=engine)
 
 
 def device_matches(device_name: str, gpu: str) -> bool:

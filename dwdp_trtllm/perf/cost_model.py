@@ -142,19 +142,28 @@ def sdpa_us(spec: ModelSpec, p: CostParams, isl):
     cal = p.calibration
     if cal.attention_us_by_isl:
         return np.vectorize(lambda x: cal.attention_us(x) if x > 0 else 0.0, otypes=[float])(isl)
-    rate = cal.attention_tflops * 1e12 if cal.attention_tflops else p.gpu.attention_flops_per_s
+    floor = cal.floor_tflops.get("attention_core")
+    rate = (floor or cal.attention_tflops) * 1e12 if (floor or cal.attention_tflops) else p.gpu.attention_flops_per_s
     return sdpa_flops(spec, isl) / rate * 1e6
 
 
 def attention_us(spec: ModelSpec, p: CostParams, tokens, sdpa_sum_us):
-    """Projections (roofline at the dense dtype) + the summed SDPA time of the rank's requests."""
+    """Projections (roofline at the dense dtype) + the summed SDPA time of the rank's requests. With a floor
+    calibration (`dwdp bench --floor`) both run at the measured floor rate, times the engine's measured/floor."""
+    cal = p.calibration
+    floor = cal.floor_tflops.get("attention_proj")
+    if floor:
+        return (attention_proj_flops(spec, tokens) / (floor * 1e12) * 1e6 + sdpa_sum_us) * cal.engine_factor("attention")
     wbytes = spec.attention_params() * DTYPE_BYTES[p.dense_dtype]
     act = np.asarray(tokens, float) * spec.hidden_size * 2 * 4  # q/kv/o inputs and outputs, BF16
     return roofline_us(attention_proj_flops(spec, tokens), wbytes + act, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps) + sdpa_sum_us
 
 
 def other_us(spec: ModelSpec, p: CostParams, tokens):
-    """Shared experts and router (replicated weights, dense dtype)."""
+    """Shared experts and router (replicated weights, dense dtype); floor-calibrated like attention_us."""
+    cal = p.calibration
+    if cal.floor_tflops.get("other"):
+        return shared_and_router_flops(spec, tokens) / (cal.floor_tflops["other"] * 1e12) * 1e6 * cal.engine_factor("other")
     wbytes = (spec.expert_params * spec.num_shared_experts * DTYPE_BYTES[p.dense_dtype]
               + spec.hidden_size * spec.num_experts * 2)
     return roofline_us(shared_and_router_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
@@ -164,15 +173,26 @@ def experts_us(spec: ModelSpec, p: CostParams, rows, num_experts: int):
     """Grouped GEMM over `num_experts` experts holding `rows` (token, expert) pairs in total."""
     rows = np.asarray(rows, float)
     flops = 6.0 * spec.hidden_size * spec.moe_intermediate * rows
+    cal = p.calibration
+    floor = cal.floor_tflops.get(f"expert_gemm_{p.weight_dtype}")
+    if floor:  # floor-calibrated: the measured grouped-GEMM rate of the routing produced, times the engine's factor
+        return flops / (floor * 1e12) * 1e6 * cal.engine_factor("expert_gemm")
     nbytes = num_experts * spec.expert_bytes(p.weight_dtype) + expert_activation_bytes(spec, rows, p.weight_dtype)
     return roofline_us(flops, nbytes, p.gemm_flops_per_s(p.weight_dtype, rows / num_experts), p.hbm_bps)
 
 
 def dense_layer_us(spec: ModelSpec, p: CostParams, tokens, sdpa_sum_us):
     """One of the first_k_dense layers (identical in DEP and DWDP)."""
+    return attention_us(spec, p, tokens, sdpa_sum_us) + dense_mlp_us(spec, p, tokens)
+
+
+def dense_mlp_us(spec: ModelSpec, p: CostParams, tokens):
+    """The MLP of one first_k_dense layer; floor-calibrated like other_us."""
+    cal = p.calibration
+    if cal.floor_tflops.get("other"):
+        return dense_mlp_flops(spec, tokens) / (cal.floor_tflops["other"] * 1e12) * 1e6 * cal.engine_factor("other")
     wbytes = 3 * spec.hidden_size * spec.dense_intermediate * DTYPE_BYTES[p.dense_dtype]
-    mlp = roofline_us(dense_mlp_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
-    return attention_us(spec, p, tokens, sdpa_sum_us) + mlp
+    return roofline_us(dense_mlp_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
 
 
 def all_to_all_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):

@@ -75,6 +75,7 @@ class PlanRow:
     t_experts_dwdp_us: float
     t_experts_dep_us: float
     t_other_us: float
+    t_dense_mlp_us: float  # the MLP of one first_k_dense layer
     t_compute_us: float  # DWDP rank compute per layer (no interference): the window that hides the prefetch
     t_compute_dep_us: float  # DEP rank compute per layer (own work + its expert share), no sync, no all-to-all
     t_prefetch_us: float
@@ -149,7 +150,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         isl=isl, dwdp_size=group, redundant_experts=redundant, slice_bytes=slice_bytes,
         tokens_per_rank=float(tokens_SR.mean()), t_attention_us=float(attn_SR.mean()),
         t_experts_dwdp_us=float(experts_dwdp_SR.mean()), t_experts_dep_us=float(np.mean(experts_dep_S)),
-        t_other_us=float(other_SR.mean()), t_compute_us=t_compute,
+        t_other_us=float(other_SR.mean()), t_dense_mlp_us=float(cm.dense_mlp_us(m, p, tokens_SR).mean()), t_compute_us=t_compute,
         t_compute_dep_us=float(own_SR.mean() + np.mean(experts_dep_S)), t_prefetch_us=t_p,
         t_all2all_us=float(np.mean(a2a_S)), t_sync_us=layer.t_sync_us,
         t_prefetch_wait_us=float(np.maximum(0.0, t_p - compute_SR * f).mean()),
