@@ -1,17 +1,21 @@
-"""The attention core on CUDA: cuDNN's fused SDPA kernel, one call per segment, v at its own head dim.
+"""The attention core on CUDA: cuDNN's fused SDPA kernel for causal chunks, v at its own head dim.
 
 Why cuDNN: MLA has qk head dim 192 and v 128. torch's flash kernels need one head dim (v zero-padded to 192)
 and run the DeepSeek-R1 core at 269 TFLOP/s on the H200; cuDNN takes v at 128 and runs it at 559 TFLOP/s
 (2 x 8K causal, 128 heads: 20.4 ms vs 9.8 ms; docs/BENCHMARKS.md section 6).
 
-A chunk with a cached prefix (chunked prefill) needs a causal mask aligned to the bottom right, which the
-fused causal kernels do not take. Its keys split in two: the prefix [0, P), which every query of the chunk
-sees, and the chunk's own keys [P, S), seen causally (top-left aligned on that block). Each half is one
-cuDNN call that also returns its log-sum-exp; the two partial outputs merge exactly:
-    o = (o1 * exp(lse1 - m) + o2 * exp(lse2 - m)) / (exp(lse1 - m) + exp(lse2 - m)),  m = max(lse1, lse2).
+Why buckets: cuDNN builds an execution plan per new shape (about 65 ms each on the H200, measured: a layer-0
+attention of 216-569 ms against 15-21 ms in layers 1-2 of the same iteration). Every chunk length would be a new
+plan, so the causal call runs on the chunk padded at its end to a multiple of BUCKET rows: with a top-left causal
+mask the real queries never see the padded keys, and the padded queries are dropped, so the result is exact.
+`warm_plans(...)` builds every bucket up to max_num_tokens once, before timing starts.
 
-Shape legend: L queries of the chunk, P cached prefix keys, S = P + L keys, N heads, G kv heads, d qk head
-dim, e v head dim.
+A chunk with a cached prefix (chunked prefill) needs a causal mask aligned to the bottom right. Its keys split
+in two: the prefix [0, P), which every query of the chunk sees (flash, non-causal, v padded: no per-shape plan),
+and the chunk's own keys [P, S), seen causally (cuDNN, bucketed as above). Both return their log-sum-exp and the
+partial outputs merge exactly: o = (o1 e^(lse1-m) + o2 e^(lse2-m)) / (e^(lse1-m) + e^(lse2-m)), m = max(lse1, lse2).
+
+Shape legend: L queries of the chunk, P cached prefix keys, S = P + L keys, N heads, d qk head dim, e v head dim.
 """
 from __future__ import annotations
 
@@ -20,40 +24,79 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .fused import _lse_merge, fused
+
+#: causal cuDNN calls run on the chunk padded to a multiple of this many rows (bounded plan count)
+BUCKET = 256
+
+
+def bucket(n: int) -> int:
+    return -(-n // BUCKET) * BUCKET
+
+
+def _cudnn(q, k, v, *, causal: bool, scale: float):
+    """(out [1, N, L, e], lse [1, N, L] float32) of one cuDNN SDPA call; inputs [1, N, L|S, d|e]."""
+    out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+    lse = out[1]
+    return out[0], lse.reshape(lse.shape[0], lse.shape[1], lse.shape[2])
+
+
+def _flash(q, k, v, *, scale: float):
+    """(out [1, N, L, e], lse) of one non-causal flash call (v zero-padded to d, output sliced back)."""
+    e, d = v.shape[-1], q.shape[-1]
+    vp = F.pad(v, (0, d - e)) if e < d else v
+    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, vp, 0.0, False, False, scale=scale)
+    lse = out[1]
+    return out[0][..., :e], lse.reshape(lse.shape[0], lse.shape[1], lse.shape[2])
+
+
+def _pad_rows(x_LNd: torch.Tensor, rows: int) -> torch.Tensor:
+    return x_LNd if x_LNd.shape[0] == rows else F.pad(x_LNd, (0, 0, 0, 0, 0, rows - x_LNd.shape[0]))
+
+
+def causal_chunk(q_LNd: torch.Tensor, k_LNd: torch.Tensor, v_LNe: torch.Tensor, scale: float, lse: bool = False):
+    """Causal self-attention of a chunk (no prefix) with cuDNN on the bucketed length: out_LNe (and lse_NL)."""
+    L = q_LNd.shape[0]
+    Lb = bucket(L)
+    q, k, v = (_pad_rows(t, Lb).transpose(0, 1)[None] for t in (q_LNd, k_LNd, v_LNe))
+    o, s = _cudnn(q, k, v, causal=True, scale=scale)
+    return (o[:, :, :L], s[:, :, :L]) if lse else o[0, :, :L].transpose(0, 1)
 
 
 @functools.cache
 def cudnn_attention_usable(device_index: int) -> bool:
-    """cuDNN SDPA is available on this GPU for bf16 (probed once per device with a tiny call)."""
+    """cuDNN SDPA runs here for bf16 with qk and v head dims that differ (probed once per device)."""
     try:
-        q = torch.randn(1, 2, 16, 64, device=f"cuda:{device_index}", dtype=torch.bfloat16)
-        v = torch.randn(1, 2, 16, 32, device=q.device, dtype=q.dtype)
-        _cudnn(q, q, v, causal=True, scale=0.125)
+        q = torch.randn(BUCKET, 2, 64, device=f"cuda:{device_index}", dtype=torch.bfloat16)
+        causal_chunk(q, q, q[..., :32], 0.125)
         return True
     except RuntimeError as exc:
         warnings.warn(f"cuDNN attention unusable on cuda:{device_index} ({str(exc)[:160]}): using flash", RuntimeWarning)
         return False
 
 
-def _cudnn(q, k, v, *, causal: bool, scale: float):
-    """(out [1, N, L, e], lse [1, N, L] float32 natural log) of one cuDNN SDPA call."""
-    out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
-    lse = out[1]
-    return out[0], lse.view(lse.shape[0], lse.shape[1], lse.shape[2])
-
-
-def attend_cudnn(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix: int, scale: float) -> torch.Tensor:
-    """Causal attention of one chunk over its cached prefix + itself: out_LNe (q's dtype). G must equal N
-    (the caller repeats kv heads for GQA)."""
-    q, k, v = q_LNd.transpose(0, 1)[None], k_SGd.transpose(0, 1)[None], v_SGe.transpose(0, 1)[None]
+def attend_cudnn(q_LNd: torch.Tensor, k_SNd: torch.Tensor, v_SNe: torch.Tensor, prefix: int, scale: float) -> torch.Tensor:
+    """Causal attention of one chunk over its cached prefix + itself: out_LNe (q's dtype). k/v have q's head count."""
     if prefix == 0:
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        return o[0].transpose(0, 1)
-    o1, lse1 = _cudnn(q, k[:, :, :prefix], v[:, :, :prefix], causal=False, scale=scale)
-    o2, lse2 = _cudnn(q, k[:, :, prefix:], v[:, :, prefix:], causal=True, scale=scale)
+        return causal_chunk(q_LNd, k_SNd, v_SNe, scale)
+    o2, lse2 = causal_chunk(q_LNd, k_SNd[prefix:], v_SNe[prefix:], scale, lse=True)
+    q, k, v = (t.transpose(0, 1)[None] for t in (q_LNd, k_SNd[:prefix], v_SNe[:prefix]))
+    o1, lse1 = _flash(q, k, v, scale=scale)
     merge = fused("lse_merge", o1) or _lse_merge
     return merge(o1, lse1, o2, lse2)[0].transpose(0, 1)
+
+
+def warm_plans(num_heads: int, d: int, e: int, max_rows: int, device: torch.device, dtype=torch.bfloat16) -> int:
+    """Build cuDNN's plan of every causal bucket up to max_rows now, not during timing.
+    Returns the number of buckets."""
+    if not cudnn_attention_usable(device.index or 0):
+        return 0
+    n = 0
+    for rows in range(BUCKET, bucket(max_rows) + 1, BUCKET):
+        q = torch.randn(rows, num_heads, d, device=device, dtype=dtype)
+        v = torch.randn(rows, num_heads, e, device=device, dtype=dtype)
+        causal_chunk(q, q, v, d ** -0.5)  # one plan per bucket: every call asks cuDNN for the lse too
+        n += 1
+    torch.cuda.synchronize(device)
+    return n

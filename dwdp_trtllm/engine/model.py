@@ -44,6 +44,22 @@ class MoETransformer:
         #: [MoE layer, expert] routed pairs of the last forward (record_routing()); None: not recorded
         self.counts_ME: torch.Tensor | None = None
 
+    def warm_up_attention(self, max_tokens: int) -> int:
+        """CUDA: build the attention kernels' per-shape plans for every chunk length up to max_tokens now
+        (engine/attention_cuda.py), so measured iterations do not pay for them. Returns the plans built."""
+        from .layers import _cudnn_ok
+        sp = self.spec
+        if self.device.type != "cuda" or self.dtype not in (torch.bfloat16, torch.float16):
+            return 0
+        d = sp.qk_nope_head_dim + sp.qk_rope_head_dim if sp.attention == "mla" else sp.head_dim
+        e = sp.v_head_dim if sp.attention == "mla" else sp.head_dim
+        G = sp.num_heads if sp.attention == "mla" else sp.num_kv_heads
+        probe = torch.empty(1, sp.num_heads, d, device=self.device, dtype=self.dtype)
+        if not _cudnn_ok(probe, probe.new_empty(1, G, d)):
+            return 0
+        from .attention_cuda import warm_plans
+        return warm_plans(sp.num_heads, d, e, max_tokens, self.device, self.dtype)
+
     def record_routing(self, on: bool = True) -> None:
         """Count the routed pairs per expert of each MoE layer in every forward (read with routing_counts())."""
         self.counts_ME = torch.zeros(self.spec.num_moe_layers, self.spec.num_experts, dtype=torch.int64,

@@ -160,6 +160,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                                                              expert_fn=expert_fn)
     model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
     model.record_routing()  # per-expert routed pairs of each iteration, for `dwdp bench --floor`
+    model.warm_up_attention(cfg.workload.max_num_tokens)  # per-shape attention plans, before any timing
     timer = PhaseTimer(device)
     if hasattr(backend, "set_timer"):
         backend.set_timer(timer)
