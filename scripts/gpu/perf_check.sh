@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Engine speed on one H200 (issue 14): fused-kernel tests, a profile of one forward, and `dwdp bench --floor`
 # points (one rank: no communication, no sharing) at ISL 2K / 8K / 32K, BF16 and FP8 experts.
-#   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test profile b8 b2 b32 f8 f2 f32 (default: all)
+#   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test profile b8 b2 b32 f8 f2 f32 smoke (default: all but smoke)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/bench_out/perf_check}"; mkdir -p "$OUT/raw"
@@ -26,8 +26,11 @@ for s in ${*:-test profile b8 f8 b2 b32 f2 f32}; do
     f8) bench f8 --set workload.isl=8192 --set workload.tokens_per_rank=81920 --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer ;;
     f2) bench f2 --set workload.isl=2048 --set workload.tokens_per_rank=81920 --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer ;;
     f32) bench f32 --set workload.isl=32768 --set workload.max_num_tokens=32768 --set workload.tokens_per_rank=163840 --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer ;;
+    smoke) timeout "${BENCH_TIMEOUT:-300}" python3 -m dwdp_trtllm.cli bench configs/bench/h200_smoke.yaml --device cuda --floor \
+             --out "$OUT/raw/smoke" 2>&1 | tail -n 60 | tee -a "$OUT/bench.log" ;;
     *) echo "unknown step $s"; rc=2 ;;
   esac
+  tar -czf "$OUT/raw.tar.gz" -C "$OUT" raw 2>/dev/null  # after every step: a later timeout loses nothing
 done
-tar -czf "$OUT/raw.tar.gz" -C "$OUT" raw 2>/dev/null && rm -rf "$OUT/raw"
+rm -rf "$OUT/raw"
 exit $rc
