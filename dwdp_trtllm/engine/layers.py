@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelSpec
-from .attention_cuda import attend_cudnn, cudnn_attention_usable
+from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
 from .fused import fused
 from .kv_cache import KVCache
 from .records import Segment
@@ -220,16 +220,24 @@ class MLAAttention(_Attention):
                  kv_cache: KVCache | None) -> torch.Tensor:
         sp, w = self.spec, self.w
         T, N, Dn, R, Dv, C = x_TH.shape[0], sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim, sp.kv_lora_rank
-        if sp.q_lora_rank:
-            q_TQ = rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.rms_eps)
-            q_TNd = F.linear(q_TQ, w["q_b_proj.weight"]).view(T, N, Dn + R)
-        else:
-            q_TNd = F.linear(x_TH, w["q_proj.weight"]).view(T, N, Dn + R)
+        q_in, q_w = ((rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.rms_eps), w["q_b_proj.weight"])
+                     if sp.q_lora_rank else (x_TH, w["q_proj.weight"]))
+        # cuDNN path: q/k/v live in buffers with BUCKET spare rows, so each chunk's causal call reads its bucketed
+        # length in place (rows past the chunk are the next chunk's or zeros: only dropped queries see them)
+        cudnn = bool(plan) and _cudnn_ok(x_TH.new_empty(1, N, 1), x_TH.new_empty(1, N, 1))
+        pad = BUCKET if cudnn else 0
+        q_buf = torch.empty(T + pad, N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
+        torch.mm(q_in, q_w.t(), out=q_buf[:T])
+        q_buf[T:].zero_()
+        q_TNd = q_buf[:T].view(T, N, Dn + R)
         q_TNd[..., Dn:] = apply_rope(q_TNd[..., Dn:], *rope, interleaved=True)  # in place: no copy of the nope part
         kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.rms_eps)
         krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]
         kvb_w = w["kv_b_proj.weight"]
+        if cudnn:
+            return F.linear(self._cudnn_core(q_buf.view(T + pad, N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
+                            .reshape(T, N * Dv), w["o_proj.weight"])
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
             kv_SNe = F.linear(ckv_SC, kvb_w).view(-1, N, Dn + Dv)
@@ -237,6 +245,29 @@ class MLAAttention(_Attention):
             v_list.append(kv_SNe[..., Dn:])
         o_TNe = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
         return F.linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
+
+    def _cudnn_core(self, q_buf_TNd, ckv_TC, krope_TR, plan, kv_cache) -> torch.Tensor:
+        """out_TNe of every segment: k / v of all segments (cached prefix first) written once into buffers with
+        BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies)."""
+        sp = self.spec
+        N, Dn, R, Dv = sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim
+        S_all = sum(s.prefix + s.end - s.begin for s in plan)
+        k_buf = torch.empty(S_all + BUCKET, N, Dn + R, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
+        v_buf = torch.empty(S_all + BUCKET, N, Dv, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
+        k_buf[S_all:].zero_()
+        v_buf[S_all:].zero_()
+        kvb_w, off, starts = self.w["kv_b_proj.weight"], 0, []
+        for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
+            S = ckv_SC.shape[0]
+            kv_SNe = F.linear(ckv_SC, kvb_w).view(S, N, Dn + Dv)
+            k_buf[off:off + S, :, :Dn] = kv_SNe[..., :Dn]
+            k_buf[off:off + S, :, Dn:] = krope_SR[:, None, :]
+            v_buf[off:off + S] = kv_SNe[..., Dn:]
+            starts.append(off)
+            off += S
+        outs = [attend_bucketed(q_buf_TNd[s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
+                for s, o in zip(plan, starts)]
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 
 class GQAAttention(_Attention):
