@@ -1,0 +1,67 @@
+"""The CUDA attention layout logic (engine/attention_cuda.py + MLAAttention._cudnn_core) checked on the CPU:
+cuDNN's and flash's calls are replaced by an exact math stand-in with the same contract (out, log-sum-exp),
+so what is tested is ours: bucketed lengths read in place from the q/k/v buffers with spare rows, the split of
+a chunk with a cached prefix into prefix keys + its own causal keys, and the log-sum-exp merge."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from dwdp_trtllm.engine import attention_cuda, layers
+from dwdp_trtllm.engine.kv_cache import KVCache
+from dwdp_trtllm.engine.model import build_reference_model
+from dwdp_trtllm.engine.records import Segment
+from dwdp_trtllm.models import get_model
+
+
+def _math(q, k, v, *, causal: bool, scale: float):
+    """[1, N, L, d] x [1, N, S, d] -> (out [1, N, L, e], lse [1, N, L]); causal is top-left aligned, like cuDNN's."""
+    s = torch.einsum("bnld,bnsd->bnls", q.double(), k.double()) * scale
+    if causal:
+        L, S = s.shape[-2:]
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.einsum("bnls,bnse->bnle", (s - lse[..., None]).exp(), v.double()).to(q.dtype), lse.float()
+
+
+@pytest.fixture
+def bucketed_path(monkeypatch):
+    calls = {"cudnn": [], "flash": 0}
+
+    def cudnn(q, k, v, causal, scale):
+        calls["cudnn"].append(q.shape[2])
+        return _math(q, k, v, causal=causal, scale=scale)
+
+    def flash(q, k, v, scale):
+        calls["flash"] += 1
+        return _math(q, k, v, causal=False, scale=scale)
+    monkeypatch.setattr(attention_cuda, "BUCKET", 64)
+    monkeypatch.setattr(layers, "BUCKET", 64)
+    monkeypatch.setattr(attention_cuda, "_cudnn", cudnn)
+    monkeypatch.setattr(attention_cuda, "_flash", flash)
+    monkeypatch.setattr(layers, "_cudnn_ok", lambda q, k: True)
+    return calls
+
+
+def _run(spec):
+    model = build_reference_model(spec, 5, torch.float32, "cpu", gemm="reference", weight_dtype="float32")
+    kv = KVCache(spec.num_layers)
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randint(0, spec.vocab_size, (150,), generator=g), torch.randint(0, spec.vocab_size, (70,), generator=g)
+    h1 = model.forward(torch.cat([b, a[:90]]), [Segment(0, 0, 70, True), Segment(1, 0, 90, False)], kv)
+    h2 = model.forward(torch.cat([a[90:], b[:1]]), [Segment(1, 90, 60, True), Segment(2, 0, 1, True)], kv)
+    return h1, h2
+
+
+def test_bucketed_cudnn_layout_equals_the_cpu_path(bucketed_path, monkeypatch):
+    spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12)
+    got = _run(spec)
+    calls = bucketed_path
+    assert calls["cudnn"] and all(n % 64 == 0 for n in calls["cudnn"]), calls["cudnn"]  # bucketed lengths only
+    assert calls["flash"] == spec.num_layers  # the one chunk with a cached prefix, once per layer
+    monkeypatch.setattr(layers, "_cudnn_ok", lambda q, k: False)  # the plain CPU path
+    want = _run(spec)
+    for g_, w_ in zip(got, want):
+        torch.testing.assert_close(g_, w_, rtol=1e-5, atol=1e-5)
