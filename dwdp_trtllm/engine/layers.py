@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from ..models import ModelSpec
 from .kv_cache import KVCache
 from .records import Segment
+from .rope import softmax_scale_factor
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -192,20 +193,21 @@ class MLAAttention(_Attention):
 
     def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
         super().__init__(spec, w, layer, spec.qk_nope_head_dim + spec.qk_rope_head_dim)
+        self.scale *= softmax_scale_factor(spec)  # YaRN: mscale**2 (DeepSeek's yarn_apply_mscale)
 
     def __call__(self, x_TH: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], plan: list[SegmentSlice],
                  kv_cache: KVCache | None) -> torch.Tensor:
         sp, w = self.spec, self.w
         T, N, Dn, R, Dv, C = x_TH.shape[0], sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim, sp.kv_lora_rank
         if sp.q_lora_rank:
-            q_TQ = rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.rms_eps)
+            q_TQ = rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.latent_norm_eps)
             q_TNd = F.linear(q_TQ, w["q_b_proj.weight"]).view(T, N, Dn + R)
         else:
             q_TNd = F.linear(x_TH, w["q_proj.weight"]).view(T, N, Dn + R)
-        q_TNd = torch.cat([q_TNd[..., :Dn], apply_rope(q_TNd[..., Dn:], *rope, interleaved=True)], dim=-1)
+        q_TNd = torch.cat([q_TNd[..., :Dn], apply_rope(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)], dim=-1)
         kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
-        ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.rms_eps)
-        krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]
+        ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
+        krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]
         kvb_w = w["kv_b_proj.weight"]
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
