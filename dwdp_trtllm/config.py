@@ -176,7 +176,7 @@ class ModelConfig:
         try:
             return spec_from_hf_config(p)
         except ConfigError as e:  # keep the config.json path and key in the message, under model.checkpoint
-            raise ConfigError(None, "checkpoint", str(e)) from None
+            raise ConfigError(None, "checkpoint", f"{e.file}: {e.key + ': ' if e.key else ''}{e.expected}") from None
 
     def spec(self) -> ModelSpec:
         if self.checkpoint is None:

@@ -165,7 +165,7 @@ def _gqa_common(r: _Reader, family: str) -> dict:
                rms_eps=float(r.get("rms_norm_eps", 1e-6, kind=(int, float))))
     out["rope_theta"], out["rope_scaling"] = _rope(r, head_dim)
     if out["rope_scaling"] is not None:
-        raise r.error("rope_scaling", f"yarn is implemented for the MLA families (deepseek_v3, deepseek_v2) only, "
+        raise r.error("rope_parameters" if r.data.get("rope_parameters") else "rope_scaling", f"yarn is implemented for the MLA families (deepseek_v3, deepseek_v2) only, "
                                       f"not for {family!r}")
     return out
 

@@ -85,7 +85,7 @@ class _Checkpoint:
         if t.is_floating_point() and not bool(torch.isfinite(t.float() if t.dtype == FP8_DTYPE else t).all()):
             from ..schema import ConfigError
 
-            raise ConfigError(None, "checkpoint", f"{f}: tensor {name!r} holds NaN or Inf values")
+            raise ConfigError(None, "model.checkpoint", f"{f}: tensor {name!r} holds NaN or Inf values")
         return t
 
     def has(self, name: str) -> bool:
