@@ -171,8 +171,11 @@ class ModelConfig:
             raise ConfigError(None, "checkpoint", f"{self.checkpoint!r} "
                               + ("is a file; expected the checkpoint directory (config.json + *.safetensors)" if p.exists()
                                  else "does not exist"))
-        if not (p / "config.json").exists() and self.preset is not None:
-            return PRESETS[self.preset]  # a weights-only checkpoint (engine.loader.save_checkpoint) of a preset
+        if not (p / "config.json").exists():
+            if self.preset is not None:
+                return PRESETS[self.preset]  # a weights-only checkpoint (engine.loader.save_checkpoint) of a preset
+            raise ConfigError(None, "checkpoint", f"{p / 'config.json'}: config.json not found (the model spec is read "
+                                                  "from it; for a weights-only directory give model.preset)")
         try:
             return spec_from_hf_config(p)
         except ConfigError as e:  # keep the config.json path and key in the message, under model.checkpoint
