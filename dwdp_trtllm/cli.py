@@ -8,7 +8,7 @@ import sys
 from .schema import ConfigError
 
 #: subcommand module names (commands/<module>.py); a module that is missing is not offered
-COMMANDS = ("bench", "plan", "plan_placement", "validate_plan", "build_ops", "check_trtllm", "gen_config", "serve")
+COMMANDS = ("bench", "verify", "plan", "plan_placement", "validate_plan", "build_ops", "check_trtllm", "gen_config", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ Every field is documented with `doc(...)`; docs/CONFIG.md is generated from thes
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -123,27 +124,79 @@ class DwdpConfig:
 class ModelConfig:
     """Which model the engine builds."""
 
-    preset: str = doc(f"Model preset: one of {', '.join(sorted(PRESETS))}.", "tiny")
-    num_layers: int | None = doc("Truncate the preset to this many layers (full per-layer dims); null keeps all.", None)
+    preset: str | None = doc(
+        f"Model preset: one of {', '.join(sorted(PRESETS))}; null: the checkpoint's config.json when `checkpoint` is "
+        "set, else tiny. Given together with a checkpoint, it must agree with the checkpoint's config.json.", None)
+    num_layers: int | None = doc("Truncate the model to this many layers (full per-layer dims); null keeps all. With a "
+                                 "checkpoint only these layers are read.", None)
     first_k_dense: int | None = doc(
-        "Dense (non-MoE) layers at the start; null keeps the preset's, capped at num_layers - 1. Benchmarks of "
+        "Dense (non-MoE) layers at the start; null keeps the model's, capped at num_layers - 1. Benchmarks of "
         "truncated models set it low so that most layers are MoE.", None)
     dtype: Literal["float32", "bf16"] = doc("Activation/compute dtype of the engine (float32 for exact CPU checks).", "float32")
     seed: int = doc("Seed of the random weights (identical on every rank).", 0)
-    checkpoint: str | None = doc("Directory of a HuggingFace-layout safetensors checkpoint; null = seeded random weights.", None)
+    checkpoint: str | None = doc(
+        "Directory of a HuggingFace-layout safetensors checkpoint (config.json + *.safetensors, optionally "
+        "model.safetensors.index.json); the model spec is read from its config.json and its headers are checked "
+        "when the config is read. null = seeded random weights.", None)
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
+        if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(None, "preset", f"unknown model preset {self.preset!r}; expected one of {', '.join(sorted(PRESETS))}")
         if self.num_layers is not None and self.num_layers < 1:
             raise ConfigError(None, "num_layers", f"expected an integer >= 1 or null, got {self.num_layers}")
-        layers = self.num_layers if self.num_layers is not None else PRESETS[self.preset].num_layers
+        if self.checkpoint is not None:
+            from .engine.checkpoint_check import check_checkpoint
+
+            full = self._checkpoint_spec()
+            if self.preset is not None and full is not PRESETS[self.preset]:
+                _check_preset_matches(PRESETS[self.preset], full, self.checkpoint)
+        else:
+            full = PRESETS[self.preset or "tiny"]
+        layers = self.num_layers if self.num_layers is not None else full.num_layers
+        if self.num_layers is not None and self.num_layers > full.num_layers:
+            raise ConfigError(None, "num_layers", f"{self.num_layers} is more than the model's {full.num_layers} layers")
         if self.first_k_dense is not None and not 0 <= self.first_k_dense < layers:
             raise ConfigError(None, "first_k_dense", f"expected an integer in [0, {layers - 1}] (at least one MoE layer), "
                                                      f"got {self.first_k_dense}")
+        if self.checkpoint is not None:
+            check_checkpoint(self.checkpoint, self.spec())  # headers of the tensors of the layers used
+
+    def _checkpoint_spec(self) -> ModelSpec:
+        from .hf_config import spec_from_hf_config
+
+        if not self.checkpoint:
+            raise ConfigError(None, "checkpoint", "empty string: give the checkpoint directory, or null for seeded weights")
+        p = Path(self.checkpoint)
+        if not p.is_dir():
+            raise ConfigError(None, "checkpoint", f"{self.checkpoint!r} "
+                              + ("is a file; expected the checkpoint directory (config.json + *.safetensors)" if p.exists()
+                                 else "does not exist"))
+        if not (p / "config.json").exists():
+            if self.preset is not None:
+                return PRESETS[self.preset]  # a weights-only checkpoint (engine.loader.save_checkpoint) of a preset
+            raise ConfigError(None, "checkpoint", f"{p / 'config.json'}: config.json not found (the model spec is read "
+                                                  "from it; for a weights-only directory give model.preset)")
+        try:
+            return spec_from_hf_config(p)
+        except ConfigError as e:  # keep the config.json path and key in the message, under model.checkpoint
+            raise ConfigError(None, "checkpoint", f"{e.file}: {e.key + ': ' if e.key else ''}{e.expected}") from None
 
     def spec(self) -> ModelSpec:
-        return get_model(self.preset, self.num_layers, self.first_k_dense)
+        if self.checkpoint is None:
+            return get_model(self.preset or "tiny", self.num_layers, self.first_k_dense)
+        full = self._checkpoint_spec()
+        if self.num_layers is None and self.first_k_dense is None:
+            return full
+        return full.truncated(full.num_layers if self.num_layers is None else self.num_layers, self.first_k_dense)
+
+
+def _check_preset_matches(preset: ModelSpec, ckpt: ModelSpec, path: str) -> None:
+    """A preset named together with a checkpoint must describe the same model (every dim but the name)."""
+    for f in dataclasses.fields(ModelSpec):
+        if f.name != "name" and getattr(preset, f.name) != getattr(ckpt, f.name):
+            raise ConfigError(None, "preset", f"preset {preset.name!r} has {f.name}={getattr(preset, f.name)!r} but "
+                                              f"{path}/config.json gives {getattr(ckpt, f.name)!r}; drop the preset "
+                                              "(the checkpoint's config.json is enough) or fix it")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,34 @@ from typing import Literal
 FP8_BLOCK = 128
 NVFP4_GROUP = 16
 
+#: epsilon of DeepSeek's q_a_layernorm / kv_a_layernorm: the reference implementation builds both with its
+#: RMSNorm default (1e-6), whatever the config's rms_norm_eps
+LATENT_NORM_EPS = 1e-6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class YarnScaling:
+    """YaRN rope scaling as DeepSeek-V3's config.json gives it (rope_scaling type "yarn").
+
+    engine/rope.py turns it into frequencies (interpolation ramped between beta_fast and beta_slow
+    rotations over original_max_position_embeddings), the cos/sin factor (attention_factor, or
+    mscale(factor, mscale) / mscale(factor, mscale_all_dim)) and, for MLA, mscale(factor, mscale_all_dim)^2
+    on the softmax scale."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+    attention_factor: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.factor > 0 or self.original_max_position_embeddings < 1:
+            raise ValueError(f"yarn: factor must be > 0 and original_max_position_embeddings >= 1, got {self}")
+
+
 #: bytes per weight element by weight dtype name
 WEIGHT_BYTES = {"float32": 4.0, "bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
 
@@ -56,6 +84,9 @@ class ModelSpec:
     qk_norm: bool = False  # Qwen3 / OLMoE per-head q/k RMSNorm
     rms_eps: float = 1e-6
     rope_theta: float = 10000.0
+    rope_scaling: YarnScaling | None = None  # None: plain rope theta**(-2i/d)
+    rope_interleave: bool = True  # MLA only: rotate pairs (2i, 2i+1) (DeepSeek) or NeoX halves
+    latent_norm_eps: float = LATENT_NORM_EPS  # MLA q_a_layernorm / kv_a_layernorm
 
     def __post_init__(self) -> None:
         if not 0 <= self.first_k_dense <= self.num_layers:
@@ -144,13 +175,19 @@ PRESETS: dict[str, ModelSpec] = {
         dense_intermediate=18432, moe_intermediate=2048, num_experts=256, top_k=8, num_shared_experts=1,
         vocab_size=129280, attention="mla", num_heads=128, num_kv_heads=128, q_lora_rank=1536,
         kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-        router="sigmoid_grouped", n_group=8, topk_group=4, norm_topk_prob=True, routed_scaling_factor=2.5),
+        router="sigmoid_grouped", n_group=8, topk_group=4, norm_topk_prob=True, routed_scaling_factor=2.5,
+        # the release's config.json (deepseek-ai/DeepSeek-V3 and -R1): rope_theta 10000, rope_scaling yarn
+        rope_scaling=YarnScaling(factor=40.0, original_max_position_embeddings=4096, beta_fast=32.0, beta_slow=1.0,
+                                 mscale=1.0, mscale_all_dim=1.0)),
     "deepseek-v2-lite": ModelSpec(
         name="deepseek-v2-lite", family="deepseek", hidden_size=2048, num_layers=27, first_k_dense=1,
         dense_intermediate=10944, moe_intermediate=1408, num_experts=64, top_k=6, num_shared_experts=2,
         vocab_size=102400, attention="mla", num_heads=16, num_kv_heads=16, q_lora_rank=0,
         kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-        router="softmax", n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0),
+        router="softmax", n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0,
+        # deepseek-ai/DeepSeek-V2-Lite config.json: yarn with mscale = mscale_all_dim = 0.707
+        rope_scaling=YarnScaling(factor=40.0, original_max_position_embeddings=4096, beta_fast=32.0, beta_slow=1.0,
+                                 mscale=0.707, mscale_all_dim=0.707)),
     "qwen3-30b-a3b": ModelSpec(
         name="qwen3-30b-a3b", family="qwen3_moe", hidden_size=2048, num_layers=48, first_k_dense=0,
         dense_intermediate=6144, moe_intermediate=768, num_experts=128, top_k=8, num_shared_experts=0,

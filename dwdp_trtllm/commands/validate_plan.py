@@ -65,10 +65,14 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
 
     notes: list[str] = []
     cfg = run.get("config") or {}
-    preset = _get(cfg, "model.preset", "tiny")
-    if preset not in PRESETS:
-        raise ValueError(f"config.model.preset {preset!r} is not a known preset")
-    model = get_model(preset, _get(cfg, "model.num_layers"))
+    if _get(cfg, "model.checkpoint"):  # the spec of a checkpoint run comes from its config.json
+        from ..config import ModelConfig
+        model = ModelConfig(checkpoint=_get(cfg, "model.checkpoint"), num_layers=_get(cfg, "model.num_layers")).spec()
+    else:
+        preset = _get(cfg, "model.preset") or "tiny"  # null: ModelConfig's default
+        if preset not in PRESETS:
+            raise ValueError(f"config.model.preset {preset!r} is not a known preset")
+        model = get_model(preset, _get(cfg, "model.num_layers"))
     E = model.num_experts
     G = int(_get(cfg, "dwdp.dwdp_size", 1))
     dtype = _get(cfg, "dwdp.weight_dtype", "bf16")

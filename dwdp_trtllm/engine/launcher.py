@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 
 from .. import env
 from ..config import BenchConfig
+from ..schema import ConfigError
 from .records import RankResult, Request
 
 
@@ -67,6 +68,11 @@ def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str],
             out_q.put(("ok", rank, mode, pickle.dumps(res)))
             dist.barrier()
         dist.destroy_process_group()
+    except ConfigError as e:  # bad user input found by a rank (e.g. NaN in a checkpoint): reported as such
+        out_q.put(("config_error", rank, None, (e.file, e.key, e.expected)))
+        out_q.close()
+        out_q.join_thread()
+        os._exit(1)
     except BaseException:  # noqa: BLE001 - everything goes to the parent
         out_q.put(("error", rank, None, traceback.format_exc()))
         out_q.close()
@@ -124,6 +130,8 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         elif kind == "progress":
             if progress is not None:
                 progress(rank, mode, msg[3], msg[4])
+        elif kind == "config_error":
+            failure = ConfigError(*msg[3])
         else:
             failure = RankFailed(rank, ",".join(modes), msg[3])
 

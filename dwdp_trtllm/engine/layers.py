@@ -23,6 +23,7 @@ from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attenti
 from .fused import fused
 from .kv_cache import KVCache
 from .records import Segment
+from .rope import softmax_scale_factor
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -215,12 +216,13 @@ class MLAAttention(_Attention):
 
     def __init__(self, spec: ModelSpec, w: dict[str, torch.Tensor], layer: int):
         super().__init__(spec, w, layer, spec.qk_nope_head_dim + spec.qk_rope_head_dim)
+        self.scale *= softmax_scale_factor(spec)  # YaRN: mscale**2 (DeepSeek's yarn_apply_mscale)
 
     def __call__(self, x_TH: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], plan: list[SegmentSlice],
                  kv_cache: KVCache | None) -> torch.Tensor:
         sp, w = self.spec, self.w
         T, N, Dn, R, Dv, C = x_TH.shape[0], sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim, sp.kv_lora_rank
-        q_in, q_w = ((rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.rms_eps), w["q_b_proj.weight"])
+        q_in, q_w = ((rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.latent_norm_eps), w["q_b_proj.weight"])
                      if sp.q_lora_rank else (x_TH, w["q_proj.weight"]))
         # cuDNN path: q/k/v live in buffers with BUCKET spare rows, so each chunk's causal call reads its bucketed
         # length in place (rows past the chunk are the next chunk's or zeros: only dropped queries see them)
@@ -230,10 +232,10 @@ class MLAAttention(_Attention):
         torch.mm(q_in, q_w.t(), out=q_buf[:T])
         q_buf[T:].zero_()
         q_TNd = q_buf[:T].view(T, N, Dn + R)
-        q_TNd[..., Dn:] = apply_rope(q_TNd[..., Dn:], *rope, interleaved=True)  # in place: no copy of the nope part
+        q_TNd[..., Dn:] = apply_rope(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
         kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
-        ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.rms_eps)
-        krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=True)[:, 0]
+        ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
+        krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
             return F.linear(self._cudnn_core(q_buf.view(T + pad, N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)

@@ -21,6 +21,8 @@ from .weights import FP8_DTYPE, dense_dtype, dense_weight_shapes, dequantize_fp8
 
 ExpertLoader = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
 
+INDEX_NAME = "model.safetensors.index.json"
+
 
 def hf_dense_name(spec: ModelSpec, name: str) -> str:
     """Checkpoint name of one of our dense tensors (ours follow DeepSeek/Qwen3; Mixtral renames the MoE)."""
@@ -48,9 +50,10 @@ class _Checkpoint:
         self.dir = Path(path)
         if not self.dir.is_dir():
             raise FileNotFoundError(f"checkpoint directory {str(self.dir)!r} does not exist")
-        index = self.dir / "model.safetensors.index.json"
-        if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
+        from .checkpoint_check import read_index
+
+        weight_map = read_index(self.dir)
+        if weight_map is not None:  # files are opened when one of their tensors is first read
             self.file_of = {k: self.dir / v for k, v in weight_map.items()}
         else:
             files = sorted(self.dir.glob("*.safetensors"))
@@ -79,7 +82,14 @@ class _Checkpoint:
             sname = name + "_scale_inv"
             nb, kb = -(-shape[0] // 128), -(-shape[1] // 128)
             t = dequantize_fp8_blockwise(t, self.get(sname, (nb, kb)).float())
+        if t.is_floating_point() and not bool(torch.isfinite(t.float() if t.dtype == FP8_DTYPE else t).all()):
+            from ..schema import ConfigError
+
+            raise ConfigError(None, "model.checkpoint", f"{f}: tensor {name!r} holds NaN or Inf values")
         return t
+
+    def has(self, name: str) -> bool:
+        return name in self.file_of
 
 
 def load_checkpoint(path: str | Path, spec: ModelSpec, *, dtype: torch.dtype,
@@ -102,6 +112,15 @@ def load_checkpoint(path: str | Path, spec: ModelSpec, *, dtype: torch.dtype,
         return w13.to(device), ckpt.get(d, (H, I)).to(device=device, dtype=dtype)
 
     return dense, expert_loader
+
+
+def load_lm_head(path: str | Path, spec: ModelSpec, *, tied: bool = False) -> torch.Tensor | None:
+    """lm_head_VH (float32, CPU) of the checkpoint: `lm_head.weight`, the embedding when `tied`, else None."""
+    ckpt = _Checkpoint(path)
+    shape = (spec.vocab_size, spec.hidden_size)
+    if ckpt.has("lm_head.weight"):
+        return ckpt.get("lm_head.weight", shape).float()
+    return ckpt.get("model.embed_tokens.weight", shape).float() if tied else None
 
 
 def save_checkpoint(path: str | Path, spec: ModelSpec, dense: dict[str, torch.Tensor], expert_fn: ExpertLoader,
@@ -134,4 +153,4 @@ def save_checkpoint(path: str | Path, spec: ModelSpec, dense: dict[str, torch.Te
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(out / fname))
         weight_map.update({k: fname for k in shard})
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
+    (out / INDEX_NAME).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))

@@ -14,9 +14,10 @@ import torch
 from ..models import ModelSpec
 from .experts import ExpertBackend
 from .kv_cache import KVCache
-from .layers import make_attention, plan_segments, positions_of, rms_norm, rope_cos_sin, rope_dim, swiglu_mlp
+from .layers import make_attention, plan_segments, positions_of, rms_norm, swiglu_mlp
 from .local_experts import LocalExperts
 from .records import Segment
+from .rope import rope_cos_sin
 from .router import router_logits, select_experts
 from .timing import PhaseTimer, phase
 from .weights import dense_dtype, dense_weight_shapes, init_dense_weights
@@ -97,7 +98,7 @@ class MoETransformer:
         plan = plan_segments(segments, input_ids_T.shape[0], kv_cache)
         with phase(timer, "other", -1):
             x_TH = w["model.embed_tokens.weight"].index_select(0, input_ids_T.to(self.device))
-            rope = rope_cos_sin(positions_of(segments, self.device), rope_dim(sp), sp.rope_theta)
+            rope = rope_cos_sin(positions_of(segments, self.device), sp)
         for layer in range(sp.num_layers):
             p = f"model.layers.{layer}."
             with phase(timer, "attention", layer):

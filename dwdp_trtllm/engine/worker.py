@@ -34,6 +34,12 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def request_token_ids(vocab: int, seed: int, request_id: int, isl: int) -> torch.Tensor:
+    """The isl token ids of request `request_id` in a run seeded with model.seed `seed` (every mode, every rank)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + request_id)
+    return torch.randint(0, vocab, (isl,), generator=g)
+
+
 class _Tokens:
     """Deterministic token ids of each request (seeded by its id), drawn whole on its first chunk."""
 
@@ -46,8 +52,7 @@ class _Tokens:
         if seg.request_id < 0:  # DEP's dummy one-token forward
             return torch.zeros(seg.length, dtype=torch.int64)
         if seg.request_id not in self.cache:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + seg.request_id)
-            self.cache[seg.request_id] = torch.randint(0, self.vocab, (self.isl[seg.request_id],), generator=g)
+            self.cache[seg.request_id] = request_token_ids(self.vocab, self.seed, seg.request_id, self.isl[seg.request_id])
         ids = self.cache[seg.request_id][seg.start: seg.start + seg.length]
         if seg.is_last:
             del self.cache[seg.request_id]

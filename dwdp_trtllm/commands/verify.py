@@ -1,0 +1,126 @@
+"""`dwdp verify CONFIG.yaml`: DEP and DWDP leave the model's outputs unchanged (against the reference mode).
+
+Runs reference, DEP and DWDP on the config's model (model.checkpoint or seeded weights) with the same
+requests and tokens (one spawn of run.ranks ranks for all three modes), then prints for DEP and DWDP the
+max abs / max rel error of every request's final hidden states against the reference, plus logits error
+and top-1 agreement when the checkpoint has an lm_head (or ties it to the embedding). Exit 1 when a
+mode is over the tolerance, 2 on a config error.
+
+Errors of one request over its [isl, H] (or [isl, V]) tensor: max abs = max|x - x_ref|, rel = ||x - x_ref|| /
+||x_ref|| (Frobenius, as tests/unit/test_engine_equivalence.py: one token routed to another expert by a bf16
+tie moves it, without one element deciding); the table shows the maximum over requests.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+#: default tolerance on the max relative error of the final hidden states, by model.dtype
+DEFAULT_TOL = {"float32": 1e-4, "bf16": 5e-2}
+MODES = ("reference", "dep", "dwdp")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "verify", help="check that DEP and DWDP reproduce the reference outputs (hidden states, logits, top-1)",
+        description="Run reference, DEP and DWDP on the config's model with the same tokens and print max abs / rel "
+                    "error of final hidden states (and logits + top-1 agreement when the checkpoint has an lm_head). "
+                    "Exit 1 over the tolerance.")
+    p.add_argument("config", type=Path, help="bench-style YAML (model, dwdp, workload, run sections; no sweeps)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="override run.device")
+    p.add_argument("--ranks", type=int, default=None, help="override run.ranks")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key (repeatable; VALUE is YAML)")
+    p.add_argument("--tol", type=float, default=None,
+                   help=f"max relative error allowed on hidden states (default by model.dtype: {DEFAULT_TOL})")
+    return p
+
+
+def _rel(x, ref) -> tuple[float, float]:
+    """(max abs error, norm-wise relative error) of x against ref."""
+    d = x - ref
+    return d.abs().max().item(), d.norm().item() / max(ref.norm().item(), 1e-30)
+
+
+def _lm_head(cfg):
+    """lm_head_VH of the config's checkpoint, or None (seeded weights, or a checkpoint without one)."""
+    if not cfg.model.checkpoint:
+        return None
+    import json
+
+    from ..engine.loader import load_lm_head
+
+    cfg_json = Path(cfg.model.checkpoint) / "config.json"
+    tied = cfg_json.exists() and bool(json.loads(cfg_json.read_text()).get("tie_word_embeddings", False))
+    return load_lm_head(cfg.model.checkpoint, cfg.model.spec(), tied=tied)
+
+
+def compare(outputs: dict, lm_head_VH=None) -> dict[str, dict[str, float]]:
+    """{mode: {hidden_abs, hidden_rel[, logits_abs, logits_rel, top1]}} of dep/dwdp against reference.
+
+    outputs: run_modes(..., collect_outputs=True); hidden states are CPU float32 [isl, H] per request."""
+    ref = {rid: h for res in outputs["reference"] for rid, h in res.extra["hidden"].items()}
+    rows = {}
+    for mode in (m for m in MODES if m != "reference" and m in outputs):
+        got = {rid: h for res in outputs[mode] for rid, h in res.extra["hidden"].items()}
+        if sorted(got) != sorted(ref):
+            raise RuntimeError(f"{mode}: requests {sorted(set(ref) ^ set(got))} missing from one of the modes")
+        row = {"hidden_abs": 0.0, "hidden_rel": 0.0}
+        same = total = 0
+        for rid, h_ref in ref.items():
+            a, r = _rel(got[rid], h_ref)
+            row["hidden_abs"], row["hidden_rel"] = max(row["hidden_abs"], a), max(row["hidden_rel"], r)
+            if lm_head_VH is not None:
+                lg, lg_ref = got[rid] @ lm_head_VH.T, h_ref @ lm_head_VH.T
+                a, r = _rel(lg, lg_ref)
+                row["logits_abs"], row["logits_rel"] = max(row.get("logits_abs", 0.0), a), max(row.get("logits_rel", 0.0), r)
+                same += int((lg.argmax(-1) == lg_ref.argmax(-1)).sum())
+                total += lg.shape[0]
+        if total:
+            row["top1"] = same / total
+        rows[mode] = row
+    return rows
+
+
+def run_verify(cfg, tol: float | None = None) -> tuple[dict, float, bool]:
+    """(compare() rows, tolerance used, all within tolerance) for one BenchConfig."""
+    from ..bench.workload import generate_requests
+    from ..engine.launcher import run_modes
+
+    tol = DEFAULT_TOL[cfg.model.dtype] if tol is None else tol
+    queues = generate_requests(cfg.workload, cfg.run.ranks)
+    outputs = run_modes(cfg, list(MODES), queues, collect_outputs=True)
+    rows = compare(outputs, _lm_head(cfg))
+    return rows, tol, all(r["hidden_rel"] <= tol for r in rows.values())
+
+
+def format_rows(rows: dict, tol: float) -> str:
+    head = f"{'mode':<6} {'hidden max abs':>15} {'hidden max rel':>15} {'logits max abs':>15} {'logits max rel':>15} {'top-1':>7}  verdict"
+    lines = [head]
+    for mode, r in rows.items():
+        lg = (f"{r['logits_abs']:>15.3e} {r['logits_rel']:>15.3e} {r['top1']:>7.2%}" if "top1" in r
+              else f"{'-':>15} {'-':>15} {'-':>7}")
+        ok = "ok" if r["hidden_rel"] <= tol else f"OVER tolerance {tol:g}"
+        lines.append(f"{mode:<6} {r['hidden_abs']:>15.3e} {r['hidden_rel']:>15.3e} {lg}  {ok}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench.sweep import load_sweep
+    from ..schema import ConfigError
+
+    if args.tol is not None and not args.tol > 0:
+        raise ConfigError(None, "--tol", f"expected a number > 0, got {args.tol}")
+    swept, points = load_sweep(args.config, args.overrides, device=args.device, ranks=args.ranks)
+    if swept:
+        raise ConfigError(str(args.config), swept[0], "dwdp verify runs one point: give a single value, not a list")
+    cfg = points[0].config
+    spec = cfg.model.spec()
+    src = cfg.model.checkpoint or f"seeded weights (seed {cfg.model.seed})"
+    print(f"dwdp verify: {spec.name} ({spec.num_layers} layers, {spec.num_experts} experts) from {src}; "
+          f"{cfg.run.ranks} ranks on {cfg.run.device}, dwdp_size {cfg.dwdp.dwdp_size}, weights {cfg.dwdp.weight_dtype}, "
+          f"dtype {cfg.model.dtype}")
+    rows, tol, ok = run_verify(cfg, args.tol)
+    print(format_rows(rows, tol))
+    print("dwdp verify: " + ("DEP and DWDP match the reference" if ok else "FAILED: a mode is over the tolerance"))
+    return 0 if ok else 1
