@@ -81,3 +81,18 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant):
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
         if era == "hooks":
             assert got["trace"][:4] == [("wait", 0), ("release", 0), ("wait", 1), ("release", 1)]
+
+
+@pytest.mark.parametrize("era", ["lifecycle", "hooks"])
+def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
+    tree = era_tree(tmp_path, era)
+    r = subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", "check-trtllm", "--json"],
+                       env=_env(tree, tmp_path, {}), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import json
+    rep = json.loads(r.stdout)
+    assert rep["tensorrt_llm"] == "0.0.0+fake"
+    assert rep["lifecycle"] == ("upstream" if era == "lifecycle" else "hooks")
+    if era == "hooks":
+        assert "pyexecutor.dwdp.set_global_dwdp_manager (module not importable" in rep["lifecycle_reason"]
+        assert "ConfigurableMoE._should_enable_dwdp (missing)" in rep["lifecycle_reason"]
