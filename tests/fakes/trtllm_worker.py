@@ -20,8 +20,10 @@ steps, tokens = int(os.environ.get("FAKE_STEPS", "3")), int(os.environ.get("FAKE
 
 
 def inputs(rank, step):
+    from tensorrt_llm._torch.models.modeling_tiny import H
     g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(tokens + 3 * step, 128, generator=g)
+    x = torch.randn(tokens + 3 * step, H, generator=g)
+    return x.cuda() if torch.cuda.is_available() else x
 
 
 def build():
@@ -38,7 +40,7 @@ def build():
 
 if mode == "reference":
     _, ex = build()
-    torch.save({(r, s): ex.forward_step(inputs(r, s)) for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
+    torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
     sys.exit(0)
 
 from mpi4py import MPI  # noqa: E402
@@ -50,7 +52,7 @@ if rank >= ctx:
     sys.exit(0)  # generation server: never calls into DWDP
 model, ex = build()
 info = model._dwdp_trtllm_runtime
-outs = {(rank, s): ex.forward_step(inputs(rank, s)) for s in range(steps)}
+outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
 torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"],
             "trace": list(info["hooks"].trace) if info["hooks"] else None}, f"{out_dir}/out_{rank}.pt")
 info["manager"].cleanup()

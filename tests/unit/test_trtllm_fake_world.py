@@ -48,12 +48,15 @@ def _env(tree: Path, tmp: Path, extra: dict) -> dict:
     return env
 
 
-def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3):
+def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3,
+              env_extra: dict | None = None):
+    """Runs the world and the reference; returns (per context rank: saved dict, reference outputs)."""
     tree = era_tree(tmp, era)
     cfg = tmp / "dwdp.yaml"
     cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {
         "dwdp_size": ctx, "contention_opt": True, "slice_bytes": 8192, **(dwdp or {})}}))
-    common = {"FAKE_CTX_RANKS": str(ctx), "FAKE_GEN_RANKS": str(gen), "FAKE_QUANT": quant, "FAKE_STEPS": str(steps)}
+    common = {"FAKE_CTX_RANKS": str(ctx), "FAKE_GEN_RANKS": str(gen), "FAKE_QUANT": quant, "FAKE_STEPS": str(steps),
+              **(env_extra or {})}
     procs = []
     for r in range(ctx + gen):
         env = _env(tree, tmp, {**common, "DWDP_TRTLLM_CONFIG": str(cfg), "OMPI_COMM_WORLD_RANK": str(r),

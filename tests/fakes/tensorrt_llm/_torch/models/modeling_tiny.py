@@ -4,12 +4,16 @@ The MoE block calls its experts through nn.Module.__call__ (`self.experts(...)`)
 compute_routed_output does (stored ids 2891600299, 3518086746); the engine calls the model's forward
 directly (pyexecutor/model_engine.py). Weights come from a seeded full checkpoint (`tiny_checkpoint`).
 """
+import os
+
 import torch
 
 from ..modules.fused_moe.configurable_moe import ConfigurableMoE
 from ..modules.fused_moe.quantization import BLOCK
 
-H, I, E, TOP_K, LAYERS = 128, 128, 8, 2, 3
+# FAKE_H / FAKE_I: the GPU test uses expert tensors of whole 2 MiB VMM pages (composite view)
+H, I = int(os.environ.get("FAKE_H", "128")), int(os.environ.get("FAKE_I", "128"))
+E, TOP_K, LAYERS = 8, 2, 3
 
 
 class Renormalize:

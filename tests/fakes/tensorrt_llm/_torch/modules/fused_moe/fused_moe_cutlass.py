@@ -22,7 +22,7 @@ def _dequant(w, scale):
 
 
 def _fused_moe(x, topk_ids, topk_w, w3_w1, w2, quant_scales, *, ep_size, ep_rank, n_local):
-    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32)
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
     xf = x.float()
     fc1_s = quant_scales[0] if quant_scales else None
     fc2_s = quant_scales[1] if quant_scales else None
