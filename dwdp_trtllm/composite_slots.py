@@ -43,16 +43,19 @@ class CompositeSlots:
     """Slot buffers made of VMM run allocations, and the composite [E, ...] views per (layer, slot)."""
 
     def __init__(self, *, placement: ExpertPlacement, rank: int, specs, tensor_bytes, num_layers: int,
-                 num_slots: int, local_alloc, device: torch.device):
+                 num_slots: int, local_alloc, device: torch.device, mapped=None):
         """specs: [(name, per-expert shape, dtype)] in buffer order; tensor_bytes: per-expert bytes;
-        local_alloc(layer, tensor_idx) -> (cuMem handle, padded bytes) of the transport's own allocation."""
+        local_alloc(layer, tensor_idx) -> (cuMem handle, padded bytes) of the transport's own allocation;
+        mapped: tensor indices to map (default: names not ending in "scale"; the TensorRT-LLM host names
+        its FP8 scales *_scaling_factor and passes its own list)."""
         self.device = device
         dev = device.index if device.index is not None else torch.cuda.current_device()
         gran = granularity(dev)
         E = placement.num_experts
         a, b = local_run(placement, rank)
         runs = [(0, a), (b, E)]
-        self.mapped = [i for i, (name, _, _) in enumerate(specs) if not name.endswith("scale")]
+        self.mapped = list(mapped) if mapped is not None else [
+            i for i, (name, _, _) in enumerate(specs) if not name.endswith("scale")]
         for t in self.mapped:
             for lo, hi in [(a, b)] + runs:
                 if hi > lo and ((hi - lo) * tensor_bytes[t]) % gran:

@@ -22,6 +22,13 @@ GiB = 1 << 30
 
 #: bytes per replicated (dense) weight element by routed-expert weight dtype
 DENSE_WEIGHT_BYTES = {"float32": 4, "bf16": 2, "fp8": 2, "nvfp4": 2}
+#: FP8 checkpoints (DeepSeek-R1 / Qwen3 FP8: quantization_config e4m3, weight_block_size [128, 128]) quantise every
+#: linear layer, dense ones included; embeddings and lm_head stay bf16. Used by the deployment fit (fit_deployment).
+FP8_DENSE_LINEAR_BYTES = 1
+#: KV cache a context server needs at the least: max_num_tokens tokens of every layer (bf16). TensorRT-LLM gives the
+#: KV cache a fraction of the memory left after weights (kv_cache_config.free_gpu_memory_fraction), so a fit
+#: without this floor could start and then serve no request of max_num_tokens.
+KV_BYTES = 2
 
 
 class MemoryBudgetError(ConfigError):
@@ -146,3 +153,78 @@ def check_memory(spec: ModelSpec, cfg: DwdpConfig, placement: ExpertPlacement, g
            f"Change {', '.join(keys)} (larger dwdp_size, fewer redundant experts, a smaller weight dtype, "
            "fewer layers or tokens) to fit")
     raise MemoryBudgetError(file, "dwdp", msg)
+
+
+def kv_cache_floor_bytes(spec: ModelSpec, max_num_tokens: int) -> int:
+    """KV cache of max_num_tokens tokens over every layer: MLA stores kv_lora + rope per token and layer,
+    GQA 2 x kv_heads x head_dim (bf16)."""
+    per = (spec.kv_lora_rank + spec.qk_rope_head_dim) if spec.attention == "mla" else 2 * spec.num_kv_heads * spec.head_dim
+    return max_num_tokens * spec.num_layers * per * KV_BYTES
+
+
+def deployment_dense_bytes(spec: ModelSpec, weight_dtype: str) -> int:
+    """Dense weights as a TensorRT-LLM checkpoint of that dtype stores them (FP8: linear layers FP8, embeddings bf16)."""
+    if weight_dtype != "fp8":
+        return spec.dense_params() * DENSE_WEIGHT_BYTES[weight_dtype]
+    emb = 2 * spec.vocab_size * spec.hidden_size
+    return emb * 2 + (spec.dense_params() - emb) * FP8_DENSE_LINEAR_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentFit:
+    """Worst rank of a TensorRT-LLM context server group against the GPU (bytes; GB = 1e9 in messages)."""
+
+    dwdp_size: int
+    local_experts: int
+    prefetch_slots: int
+    dense_weights: int
+    activations: int
+    kv_cache_floor: int
+    gpu_bytes: int
+    smallest_fitting_dwdp_size: int | None  # derived placement, same dtype / slots / tokens
+
+    @property
+    def total(self) -> int:
+        return self.local_experts + self.prefetch_slots + self.dense_weights + self.activations + self.kv_cache_floor
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.gpu_bytes
+
+    def rows(self) -> list[tuple[str, float]]:
+        return [("experts held", self.local_experts / 1e9), ("prefetch slots", self.prefetch_slots / 1e9),
+                ("dense weights", self.dense_weights / 1e9), ("activations", self.activations / 1e9),
+                ("KV-cache floor", self.kv_cache_floor / 1e9), ("total", self.total / 1e9), ("GPU", self.gpu_bytes / 1e9)]
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {v:.1f} GB" for k, v in self.rows())
+        return f"per-rank memory at dwdp_size {self.dwdp_size}: {parts}"
+
+
+def _worst(spec, cfg, wd, max_num_tokens):
+    from .placement import make_placement
+    p = make_placement(cfg, spec.num_experts)
+    ests = [estimate_rank_memory(spec, cfg, p, r, weight_dtype=wd, max_num_tokens=max_num_tokens)
+            for r in range(cfg.dwdp_size)]
+    return max(ests, key=lambda m: m.local_expert_bytes + m.prefetch_bytes)
+
+
+def fit_deployment(spec: ModelSpec, cfg: DwdpConfig, gpu_bytes: int, *, weight_dtype: str,
+                   max_num_tokens: int, max_dwdp_size: int = 64) -> DeploymentFit:
+    """Per-rank bytes = experts held + slots + dense weights + activations at max_num_tokens + KV-cache floor,
+    for the worst rank of `cfg`; also the smallest dwdp_size (derived placement, no redundancy) that fits."""
+    import dataclasses
+
+    def parts(c):
+        w = _worst(spec, c, weight_dtype, max_num_tokens)
+        return (w.local_expert_bytes, w.prefetch_bytes, deployment_dense_bytes(spec, weight_dtype), w.activation_bytes,
+                kv_cache_floor_bytes(spec, max_num_tokens))
+
+    smallest = None
+    for g in range(1, min(max_dwdp_size, spec.num_experts) + 1):
+        c = dataclasses.replace(cfg, dwdp_size=g, num_groups=1, num_experts_per_worker=0, num_prefetch_experts=0,
+                                redundant_experts=0)
+        if sum(parts(c)) <= gpu_bytes:
+            smallest = g
+            break
+    return DeploymentFit(cfg.dwdp_size, *parts(cfg), gpu_bytes=gpu_bytes, smallest_fitting_dwdp_size=smallest)

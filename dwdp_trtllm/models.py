@@ -193,6 +193,14 @@ PRESETS: dict[str, ModelSpec] = {
         dense_intermediate=6144, moe_intermediate=768, num_experts=128, top_k=8, num_shared_experts=0,
         vocab_size=151936, attention="gqa", num_heads=32, num_kv_heads=4, head_dim=128,
         norm_topk_prob=True, qk_norm=True, rope_theta=1e6),
+    # Qwen/Qwen3-235B-A22B config.json as copied in a public test (stored id 52018680971): 94 layers, hidden 4096,
+    # moe_intermediate 1536, 128 experts top-8, 64 heads / 4 kv heads, vocab 151936; head_dim 128 and no dense
+    # layers (mlp_only_layers []) from the published config, not in that copy.
+    "qwen3-235b-a22b": ModelSpec(
+        name="qwen3-235b-a22b", family="qwen3_moe", hidden_size=4096, num_layers=94, first_k_dense=0,
+        dense_intermediate=12288, moe_intermediate=1536, num_experts=128, top_k=8, num_shared_experts=0,
+        vocab_size=151936, attention="gqa", num_heads=64, num_kv_heads=4, head_dim=128,
+        norm_topk_prob=True, qk_norm=True, rope_theta=1e6),
     "mixtral-8x7b": ModelSpec(
         name="mixtral-8x7b", family="mixtral", hidden_size=4096, num_layers=32, first_k_dense=0,
         dense_intermediate=14336, moe_intermediate=14336, num_experts=8, top_k=2, num_shared_experts=0,

@@ -2,7 +2,10 @@
 
 Reports the TensorRT-LLM version (or "not installed"), each patch target (present / missing), whether
 upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it can run (Blackwell +
-NVFP4 + CuteDSL), the GPU, and the engine our mode would pick. Exit code 0 whenever a report was made.
+NVFP4 + CuteDSL), the GPU, the engine our mode would pick, and which lifecycle drives our manager:
+"upstream" (ConfigurableMoE.forward_impl / PyExecutor call wait_and_bind, record_compute_and_prefetch_next,
+prefetch_first_layers) when the optional targets are present, else "hooks" (MoE forward hooks), with the
+reason. Exit code 0 whenever a report was made.
 """
 from __future__ import annotations
 
@@ -43,15 +46,18 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
         try:
             import tensorrt_llm  # noqa: F401 - heavy, but this command exists to check it
             rep["tensorrt_llm"] = patches.trtllm_version()
-            rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": s}
-                                    for t, s in patches.report()]
+            rows = patches.report()
+            rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": s,
+                                     "optional": t.optional} for t, s in rows]
+            rep["lifecycle"], rep["lifecycle_reason"] = patches.lifecycle_report(rows)
             from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
             rep["upstream_dwdp"] = "dwdp_config" in TorchLlmArgs.model_fields
         except Exception as e:  # noqa: BLE001 - reported
             rep["tensorrt_llm"] = f"import failed: {type(e).__name__}: {e}"
     if not rep["patch_targets"]:
-        rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": "not checked (no tensorrt_llm)"}
-                                for t in patches.PATCH_TARGETS]
+        rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": "not checked (no tensorrt_llm)",
+                                 "optional": t.optional} for t in patches.PATCH_TARGETS]
+        rep["lifecycle"], rep["lifecycle_reason"] = None, "unknown: TensorRT-LLM not importable here"
     cfg = load_integration_config(dwdp_path) if dwdp_path else None
     wd = weight_dtype or (cfg.dwdp.weight_dtype if cfg else "fp8")
     sm = rep["gpu"].get("sm")
@@ -62,7 +68,8 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     except ConfigError as e:  # reported, not raised: this command describes what would happen
         engine, why = "error", str(e)
     rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
-                       "gemm": "CUTLASS MoE over full-slot buffers (gemm: merge)" if engine == "dwdp_trtllm" else
+                       "gemm": "stock CUTLASS MoE over the VMM composite view (CUDA + vmm_fd), else full-slot buffers "
+                               "(merge; the log says why)" if engine == "dwdp_trtllm" else
                        "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}
     return rep
 
@@ -81,7 +88,8 @@ def run(args) -> int:
           f" here: {'yes' if rep['upstream_can_run_here'] else 'no'}")
     print("patch targets:")
     for t in rep["patch_targets"]:
-        print(f"  {t['status']:<10} {t['module']}:{t['attribute']}")
+        print(f"  {t['status']:<10} {t['module']}:{t['attribute']}{' (lifecycle, optional)' if t['optional'] else ''}")
+    print(f"lifecycle:      {rep['lifecycle'] or 'unknown'} - {rep['lifecycle_reason']}")
     m = rep["our_mode"]
     print(f"our mode:       engine {m['engine']} ({m['reason']}); weights {m['weight_dtype']}; GEMM: {m['gemm']}")
     return 0

@@ -24,7 +24,7 @@ _DISAGG_AT = "stored versions read via code search (2 versions, one with **kwarg
 KEY_SOURCES: dict[str, tuple[str, str]] = {
     # LlmArgs (trtllm-serve --config, trtllm-bench --config, per-server sections of disagg configs)
     "model": (_LLM_ARGS + " BaseLlmArgs.model", _LLM_ARGS_AT),
-    "backend": (_LLM_ARGS + " TorchLlmArgs.backend (Literal['pytorch'], deprecated)", _LLM_ARGS_AT),
+    "backend": (_LLM_ARGS + " BaseLlmArgs.backend (Optional[str], deprecated)", "newest stored (id 55143598664)"),
     "tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.tensor_parallel_size", "TorchLlmArgs docs signature 1.4.0rc4"),
     "enable_attention_dp": (_LLM_ARGS + " BaseLlmArgs.enable_attention_dp", "TorchLlmArgs docs signature 1.4.0rc4"),
     "max_num_tokens": (_LLM_ARGS + " BaseLlmArgs.max_num_tokens", "research notes (reference/trtllm-integration.md), not re-read"),

@@ -1,11 +1,10 @@
-"""Full-slot copy ops, the MoE layout attributes and the hook-driven prefetch pipeline, on CPU."""
+"""Full-slot copy ops and the MoE layout attributes, on CPU (the hook/lifecycle drivers: test_trtllm_fake_world.py)."""
 import pytest
 import torch
 
 from dwdp_trtllm.config import DwdpConfig
 from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
 from dwdp_trtllm.integration.full_slot import full_slot_ops
-from dwdp_trtllm.integration.pipeline import LayerPipeline, SlotCopyExecutor
 from dwdp_trtllm.integration.trtllm.layout import layout_attrs
 from dwdp_trtllm.placement import make_placement
 
@@ -51,48 +50,3 @@ def test_layout_attrs_contiguous_and_wrapping():
     assert layout_attrs(wrap, 0)["slot_end"] == 6
     with pytest.raises(ValueError, match="contiguous"):
         layout_attrs(wrap, 2)  # holds 7,8,9,0,1
-
-
-class _Moe(torch.nn.Module):
-    """Stand-in for a TensorRT-LLM MoE: y = sum_e x @ w[e] over ALL experts of the bound weight."""
-
-    def __init__(self, local_w):
-        super().__init__()
-        self.w = torch.nn.Parameter(local_w.clone(), requires_grad=False)
-
-    def forward(self, x):
-        return x + torch.einsum("th,ehk->tk", x, self.w)
-
-
-def test_pipeline_binds_full_weights_and_orders_events():
-    E, H, G, L, rank = 8, 4, 2, 3, 1
-    cfg = DwdpConfig(dwdp_size=G)
-    placement = make_placement(cfg, E)
-    gen = torch.Generator().manual_seed(7)
-    w_full = [torch.randn(E, H, H, generator=gen) for _ in range(L)]  # per layer, float32
-    nb = H * H * 4
-    layout = ExpertLayout(("w",), (nb,))
-    exported = {(r, pos): w_full[pos][list(placement.local_experts[r])].contiguous().view(torch.uint8).reshape(-1)
-                for r in range(G) for pos in range(L)}
-    plan = build_copy_plan(placement, layout, rank, sliced=True, slice_bytes=48)
-    ops = full_slot_ops(placement, layout, rank, plan)
-    slots = [[torch.zeros(E * nb, dtype=torch.uint8)] for _ in range(2)]
-    ex = SlotCopyExecutor(ops, slots, lambda peer, pos, t: exported[(peer, pos)])
-    moes = [_Moe(w_full[pos][list(placement.local_experts[rank])]) for pos in range(L)]
-    model = torch.nn.Sequential(*moes)
-
-    def bind(m, pos, slot):
-        m.w.data = slots[slot][0].view(torch.float32).view(E, H, H)
-
-    pipe = LayerPipeline(moes, ex, bind, prefetch_depth=1).attach(model)
-    x = torch.randn(5, H, generator=gen)
-    ref = x
-    for pos in range(L):
-        ref = ref + torch.einsum("th,ehk->tk", ref, w_full[pos])
-    for _ in range(2):  # second forward reuses the slots
-        pipe.trace.clear()
-        torch.testing.assert_close(model(x), ref)
-    assert pipe.trace == [("issue", 0), ("wait", 0), ("issue", 1), ("release", 0), ("wait", 1), ("issue", 2),
-                          ("release", 1), ("wait", 2), ("release", 2)]
-    pipe.detach()
-    assert not pipe.handles

@@ -25,7 +25,8 @@ def _gen(tmp_path, *args):
 
 
 def test_disaggregated_hopper_engine(tmp_path):
-    out, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--gen-tp", "4")
+    out, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--gen-tp", "4",
+                      "--gpu-memory-gb", "400")  # key layout only; the fit has its own test
     assert set(docs) == {"disagg_proxy.yaml", "disagg_worker.yaml", "dwdp.yaml"}
     assert emitted_keys(docs["disagg_proxy.yaml"]) == SERVERS
     w = docs["disagg_worker.yaml"]
@@ -35,7 +36,7 @@ def test_disaggregated_hopper_engine(tmp_path):
     assert "dwdp_config" not in ctx and gen["tensor_parallel_size"] == 4 and "moe_config" not in gen
     assert len(set(ctx["urls"] + gen["urls"])) == 5
     d = docs["dwdp.yaml"]
-    assert d["engine"] == "dwdp_trtllm" and d["dwdp_config"]["dwdp_size"] == 4 and d["dwdp_config"]["gemm"] == "merge"
+    assert d["engine"] == "dwdp_trtllm" and d["dwdp_config"]["dwdp_size"] == 4 and d["dwdp_config"]["gemm"] == "composite_view"
     assert (out / "launch.env").read_text() == f"DWDP_TRTLLM_CONFIG={out.resolve() / 'dwdp.yaml'}\n"
     cmds = (out / "commands.sh").read_text()
     assert "mpirun -x DWDP_TRTLLM_CONFIG -n 8 trtllm-serve disaggregated_mpi_worker" in cmds
@@ -51,17 +52,17 @@ def test_upstream_engine_aggregated_bench_disaggregated(tmp_path):
     assert s["dwdp_config"] == {"dwdp_size": 4, "num_groups": 1, "num_experts_per_worker": 24, "num_prefetch_experts": 16,
                                 "contention_opt": True}
     assert s["moe_config"]["backend"] == "CUTEDSL" and s["enable_attention_dp"] is True
-    _, docs = _gen(tmp_path, "--mode", "bench", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4")
+    _, docs = _gen(tmp_path, "--mode", "bench", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gpu", "gb200")
     assert emitted_keys(docs["trtllm_bench_extra.yaml"]) == {"enable_attention_dp"} | LLM | UP
-    _, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4")
+    _, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gpu", "gb200")
     w = docs["disagg_worker.yaml"]
     assert w["context_servers"]["dwdp_config"]["num_experts_per_worker"] == 64 and "dwdp_config" not in w["generation_servers"]
     assert emitted_keys(w) <= set(KEY_SOURCES)
 
 
 @pytest.mark.parametrize("args,arg", [
-    (["--mode", "aggregated", "--preset", "deepseek-r1"], "--mode"),
-    (["--preset", "deepseek-r1", "--ctx-servers", "3"], "--ctx-servers"),
+    (["--mode", "aggregated", "--preset", "deepseek-r1", "--gpu-memory-gb", "400"], "--mode"),
+    (["--preset", "deepseek-r1", "--ctx-servers", "3", "--gpu-memory-gb", "400"], "--ctx-servers"),
     (["--preset", "deepseek-r1", "--engine", "upstream"], "--weight-dtype"),
     (["--num-experts", "16", "--dwdp-size", "0"], "--dwdp-size"),
     (["--num-experts", "8", "--dwdp-size", "16"], "--dwdp-size"),
@@ -80,8 +81,12 @@ def test_every_key_is_documented_with_its_source():
 
 # every shipped example and the gen-config arguments that produce it (launch.env holds an absolute path: not shipped)
 SHIPPED = {
-    "dsr1_fp8_h200_dwdp4": ["--weight-dtype", "fp8", "--model", "/ckpt/DeepSeek-R1-FP8"],
-    "dsr1_nvfp4_gb200_upstream_dwdp4": ["--weight-dtype", "nvfp4", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
+    "dsr1_fp8_h200_dwdp8": ["--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "8", "--gen-tp", "8",
+                            "--model", "/ckpt/DeepSeek-R1-FP8"],
+    "qwen3_235b_fp8_h200_dwdp4": ["--preset", "qwen3-235b-a22b", "--weight-dtype", "fp8", "--dwdp-size", "4",
+                                  "--gen-tp", "4", "--model", "/ckpt/Qwen3-235B-A22B-FP8"],
+    "dsr1_nvfp4_gb200_upstream_dwdp4": ["--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gen-tp", "4",
+                                        "--gpu", "gb200", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
 }
 
 
@@ -89,12 +94,27 @@ def test_shipped_configs_match_the_generator(tmp_path):
     assert sorted(d.name for d in (REPO / "configs/disagg").iterdir()) == sorted(SHIPPED)
     for name, args in SHIPPED.items():
         out = tmp_path / name
-        assert main(["gen-config", "--mode", "disaggregated", "--preset", "deepseek-r1", "--gen-tp", "4", *args,
-                     "--out", str(out)]) == 0
+        assert main(["gen-config", "--mode", "disaggregated", *args, "--out", str(out)]) == 0
         shipped = REPO / "configs/disagg" / name
         want = sorted(f.name for f in out.iterdir() if f.name != "launch.env")
         assert sorted(f.name for f in shipped.iterdir()) == want, name
         for f in want:
             assert (shipped / f).read_text() == (out / f).read_text(), f"{name}/{f} differs from `dwdp gen-config`"
         if (shipped / "dwdp.yaml").exists():
-            assert load_integration_config(shipped / "dwdp.yaml").dwdp.dwdp_size == 4
+            size = int(args[args.index("--dwdp-size") + 1])
+            assert load_integration_config(shipped / "dwdp.yaml").dwdp.dwdp_size == size
+
+
+def test_gen_config_refuses_a_deployment_that_does_not_fit(tmp_path, capsys):
+    """DeepSeek-R1 FP8 at DWDP4 on H200 (the old shipped example): 163.5 GB of experts per rank alone."""
+    rc = main(["gen-config", "--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "4", "--gen-tp", "4",
+               "--model", "m", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--dwdp-size" in err
+    assert "experts held 163.5 GB" in err and "GPU 141.0 GB" in err
+    assert "the smallest dwdp_size that fits is 7" in err
+    assert not (tmp_path / "o").exists()  # nothing written
+    rc = main(["gen-config", "--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "8", "--gen-tp", "8",
+               "--model", "m", "--out", str(tmp_path / "p")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "experts held 81.8 GB" in out and "prefetch slots 19.7 GB" in out and ": fits" in out

@@ -17,6 +17,8 @@ MOE_INTERFACE = "tensorrt_llm._torch.modules.fused_moe.interface"
 MODEL_LOADER = "tensorrt_llm._torch.pyexecutor.model_loader"
 CUTLASS_MOE = "tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass"
 LLM_ARGS = "tensorrt_llm.llmapi.llm_args"
+CONFIGURABLE_MOE = "tensorrt_llm._torch.modules.fused_moe.configurable_moe"
+DWDP_MODULE = "tensorrt_llm._torch.pyexecutor.dwdp"
 
 
 class PatchTargetMissing(RuntimeError):
@@ -36,6 +38,7 @@ class PatchTarget:
     what: str
     source: str  # where we read it (file @ commit)
     apply: str | None  # name of the function in this module that applies it; None = existence check only
+    optional: bool = False  # absent in versions without upstream's DWDP lifecycle: hooks are used instead
 
 
 PATCH_TARGETS: tuple[PatchTarget, ...] = (
@@ -53,7 +56,16 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "tensorrt_llm/_torch/pyexecutor/model_loader.py @ 004b733e0ed7", "_patch_model_loader"),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
-                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ 7b437aaa73bf", None),
+                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ newest stored (id 55194060208)", None),
+    PatchTarget(CONFIGURABLE_MOE, "ConfigurableMoE._should_enable_dwdp",
+                "wrap (lifecycle): enable DWDP for our HopperDwdpManager with the CutlassFusedMoE backend; upstream's "
+                "gate admits only CuteDSL + NVFP4 and stays in force for upstream's own manager",
+                "tensorrt_llm/_torch/modules/fused_moe/configurable_moe.py @ stored ids 51886803846, 67533515591",
+                "_patch_dwdp_gate", optional=True),
+    PatchTarget(DWDP_MODULE, "set_global_dwdp_manager",
+                "call (lifecycle): register our HopperDwdpManager so PyExecutor's prefetch_first_layers() reaches it",
+                "tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc, VA era stored id 56230681187",
+                "_register_manager", optional=True),
 )
 
 
@@ -84,12 +96,27 @@ def verify(module: ModuleType, targets=None) -> list[PatchTarget]:
     """The targets of `module`, each checked to exist; raises PatchTargetMissing on the first missing one."""
     name = module.__name__
     mine = [t for t in (targets or PATCH_TARGETS) if t.module == name]
+    present = []
     for t in mine:
         try:
             resolve(module, t.attribute)
         except AttributeError:
+            if t.optional:
+                continue  # this version lacks the lifecycle piece: the hook path is used
             raise PatchTargetMissing(trtllm_version(), t.module, t.attribute, t.what) from None
-    return mine
+        present.append(t)
+    return present
+
+
+def lifecycle_report(rows) -> tuple[str, str]:
+    """('upstream' | 'hooks', why) from report() rows: upstream's lifecycle needs every optional target."""
+    opt = [(t, st) for t, st in rows if t.optional]
+    missing = [f"{t.module}.{t.attribute} ({st})" for t, st in opt if st != "present"]
+    if not missing:
+        return "upstream", ("ConfigurableMoE has the DWDP gate and pyexecutor.dwdp the global manager: "
+                            "TensorRT-LLM's own call sites (wait_and_bind, record_compute_and_prefetch_next, "
+                            "prefetch_first_layers) drive our HopperDwdpManager")
+    return "hooks", "no upstream DWDP lifecycle: " + "; ".join(missing) + " -> MoE forward hooks drive the same manager"
 
 
 def report(import_module: Callable[[str], ModuleType] | None = None) -> list[tuple[PatchTarget, str]]:
@@ -143,6 +170,29 @@ def _patch_model_loader(module: ModuleType) -> None:
             return result
         return load
     wrap_method(module.ModelLoader, "load", make)
+
+
+def _patch_dwdp_gate(module: ModuleType) -> None:
+    """ConfigurableMoE._should_enable_dwdp: True for our manager with CutlassFusedMoE (BF16 / FP8 block scales
+    on sm_90); the original (CuteDSL + NVFP4 only) for anything else. ConfigurableMoE.__init__ reads
+    `self.dwdp_manager = get_global_dwdp_manager()` before the gate (stored id 51886803846); a manager that is
+    not ours or None is replaced by ours here, so the lifecycle does not depend on the global being set first."""
+    from .runtime import process_manager
+
+    def make(orig):
+        def _should_enable_dwdp(self):
+            from tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass import CutlassFusedMoE  # noqa: PLC0415
+            if not isinstance(getattr(self, "backend", None), CutlassFusedMoE) or not hasattr(self, "_dwdp_trtllm"):
+                return orig(self)
+            self.dwdp_manager = process_manager()
+            return True
+        return _should_enable_dwdp
+    wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
+
+
+def _register_manager(module: ModuleType) -> None:
+    from .runtime import process_manager
+    module.set_global_dwdp_manager(process_manager())
 
 
 def on_target_imported(module: ModuleType) -> None:

@@ -1,32 +1,45 @@
 """Setup after TensorRT-LLM loaded the weights (wrapped ModelLoader.load), for the dwdp_trtllm engine.
 
-Steps (every rank of a DWDP group runs them in the same order; nothing here has run against a real
-TensorRT-LLM yet, see docs/TRTLLM.md "verified against"):
- 1. checks: no upstream dwdp_config at the same time, overlap scheduler off, CUTLASS backend, dtypes;
- 2. group: torch.distributed over the DWDP participants (mpi4py passes the rendezvous address);
- 3. transport (dwdp_trtllm.transport.make_transport): each rank exports its own experts per (layer,
-    tensor); the module's own storage is re-pointed at the exported buffer (no duplicate);
- 4. full-slot buffers ([E, ...] per tensor, prefetch_depth + 1 slots) and the copy ops
-    (copy_plan.build_copy_plan -> full_slot.full_slot_ops);
- 5. backend fix-up to the full expert range (ep_size 1, slots 0..E), like upstream fixup_moe_backends;
- 6. pipeline hooks (integration/pipeline.py): wait for layer l's slot, bind it, start l+depth.
-Tensor legend: *_u8 = uint8 byte views.
+Steps (every context rank of a DWDP group runs them in the same order):
+ 1. checks: no upstream dwdp_config at the same time, overlap scheduler off, CUTLASS backend
+    (llm_args, or pytorch_backend_config in ModelLoader versions without llm_args: @ b51992a3);
+ 2. group: only the context ranks form it (integration/group.py, Create_group like upstream);
+ 3. AdapterRuntime (integration/adapter.py): transport, composite view or merge slots, CopyScheduler,
+    Prefetcher: the DWDP core the embedded engine uses;
+ 4. promotion of the ConfigurableMoE wrapper AND its backend to the full expert range, like upstream
+    fixup_moe_backends (tensorrt_llm/_torch/modules/dwdp/setup.py, stored id 56165781406: "ConfigurableMoE
+    has its own ep_size, slot_start, etc. that are used in its forward path");
+ 5. driver: upstream's lifecycle when ConfigurableMoE enabled DWDP with our manager (it then calls
+    wait_and_bind / record_compute_and_prefetch_next itself), else MoE forward hooks (integration/pipeline.py).
 """
 from __future__ import annotations
 
 import os
-import socket
 
 import torch
 
-from ...copy_plan import ExpertLayout, build_copy_plan
 from ...transport import make_transport
-from ..full_slot import full_slot_ops
-from ..pipeline import LayerPipeline, SlotCopyExecutor
+from ..adapter import AdapterRuntime
+from ..group import dwdp_process_group
+from ..manager import HopperDwdpManager
+from ..pipeline import MoeHooks
 
-#: routed-expert tensors bound to full slots, by TensorRT-LLM attribute name (BF16, FP8 block scales)
+#: routed-expert tensors handled per expert, by TensorRT-LLM attribute name (BF16, FP8 block scales);
+#: *_weight_scale are NVFP4 names (pyexecutor/dwdp.py @ 753d71cc QUANT_SCALE_PARAMS), bound if present
 WEIGHT_NAMES = ("w3_w1_weight", "w2_weight", "w3_w1_weight_scaling_factor", "w2_weight_scaling_factor",
                 "w3_w1_weight_scale", "w2_weight_scale")
+#: layout fields upstream fixup_moe_backends sets on wrapper and backend (setup.py, stored id 56165781406)
+PROMOTED = ("ep_size", "ep_rank", "expert_size_per_partition", "slot_start", "slot_end", "num_slots",
+            "initial_local_expert_ids", "initial_global_assignments")
+
+
+def process_manager() -> HopperDwdpManager:
+    """The one HopperDwdpManager of this process (created on first use; dwdp_trtllm engine only)."""
+    from .activation import _cache, global_rank, integration_config
+    if "manager" not in _cache:
+        cfg = integration_config().dwdp
+        _cache["manager"] = HopperDwdpManager(cfg, global_rank() % cfg.dwdp_size)
+    return _cache["manager"]
 
 
 def _moe_modules(model):
@@ -46,9 +59,19 @@ def _weight_owner(moe):
     raise RuntimeError(f"{type(moe).__name__}: no module owns w3_w1_weight; unsupported MoE backend layout")
 
 
+def loader_args(loader):
+    """llm_args (ModelLoader @ 004b733e) or pytorch_backend_config (ModelLoader @ b51992a3, no llm_args)."""
+    for name in ("llm_args", "pytorch_backend_config"):
+        args = getattr(loader, name, None)
+        if args is not None:
+            return args
+    raise RuntimeError(f"{type(loader).__name__} has neither llm_args nor pytorch_backend_config; this "
+                       "TensorRT-LLM version is not supported by dwdp_trtllm (run `dwdp check-trtllm`)")
+
+
 def _check(loader, owners) -> None:
     from tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass import CutlassFusedMoE  # noqa: PLC0415
-    args = loader.llm_args
+    args = loader_args(loader)
     if getattr(args, "dwdp_config", None) is not None:
         raise RuntimeError("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config (upstream's engine "
                            "would run too): remove dwdp_config there, or set engine: upstream in DWDP_TRTLLM_CONFIG")
@@ -56,48 +79,48 @@ def _check(loader, owners) -> None:
         raise RuntimeError("dwdp_trtllm needs disable_overlap_scheduler: true on context servers")
     for o in owners:
         if not isinstance(o, CutlassFusedMoE):
-            raise RuntimeError(f"dwdp_trtllm binds full-slot weights into CutlassFusedMoE; got {type(o).__name__}: "
+            raise RuntimeError(f"dwdp_trtllm binds expert weights into CutlassFusedMoE; got {type(o).__name__}: "
                                "set moe_config: {backend: CUTLASS}")
 
 
-def _process_group(cfg, rank: int):
-    """torch.distributed group of this rank's DWDP group; initialises a gloo world over the participants."""
-    import torch.distributed as dist
-    from mpi4py import MPI  # TensorRT-LLM launches workers with MPI
-    world = cfg.world_size
-    sub = MPI.COMM_WORLD.Split(0 if rank < world else MPI.UNDEFINED, rank)
-    if not dist.is_initialized():
-        addr = sub.bcast((socket.gethostname(), _free_port()) if sub.Get_rank() == 0 else None, root=0)
-        dist.init_process_group("gloo", init_method=f"tcp://{addr[0]}:{addr[1]}", rank=sub.Get_rank(), world_size=world)
-    groups = [dist.new_group(list(range(g * cfg.dwdp_size, (g + 1) * cfg.dwdp_size))) for g in range(cfg.num_groups)]
-    return groups[rank // cfg.dwdp_size]
+def promote(modules, num_experts: int) -> None:
+    """Every module (wrapper and backend) now sees all experts as local (ep_size 1, slots 0..E)."""
+    E = num_experts
+    values = {"ep_size": 1, "ep_rank": 0, "expert_size_per_partition": E, "slot_start": 0, "slot_end": E,
+              "num_slots": E, "initial_local_expert_ids": list(range(E)), "initial_global_assignments": list(range(E))}
+    for m in modules:
+        for k in PROMOTED:
+            if k in ("initial_global_assignments",) and not hasattr(m, k):
+                continue  # older versions have no global assignments (used by EPLB only)
+            setattr(m, k, values[k])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def _lifecycle(moes, manager) -> str:
+    """'upstream' when every MoE enabled DWDP with our manager (ConfigurableMoE.forward_impl will call it),
+    'hooks' when none did; a mix is refused."""
+    on = [bool(getattr(m, "enable_dwdp", False)) and getattr(m, "dwdp_manager", None) is manager for m in moes]
+    if all(on):
+        return "upstream"
+    if not any(on):
+        return "hooks"
+    raise RuntimeError(f"dwdp_trtllm: {sum(on)} of {len(on)} MoE layers enabled upstream's DWDP lifecycle; "
+                       "all or none must (mixed MoE backends?)")
 
 
 def setup_after_load(loader, model) -> None:
     from .activation import engine_for_process, global_rank, integration_config
     if engine_for_process() != "dwdp_trtllm":
         return
-    icfg = integration_config()
-    cfg = icfg.dwdp
-    if cfg.gemm not in ("merge",):
-        raise NotImplementedError(f"dwdp_config.gemm: {cfg.gemm} is not wired into TensorRT-LLM yet; use gemm: merge "
-                                  "(full-slot buffers feeding the stock CUTLASS MoE)")
+    cfg = integration_config().dwdp
     moes = _moe_modules(model)
     if not moes:
         raise RuntimeError("dwdp_trtllm: no MoE layer received our layout (MoE.__init__ patch did not run?)")
     owners = [_weight_owner(m) for m in moes]
     _check(loader, owners)
-    rank = global_rank()
     meta = moes[0]._dwdp_trtllm
     dwdp_rank, placement = meta["dwdp_rank"], meta["placement"]
     E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
     names = [n for n in WEIGHT_NAMES if getattr(owners[0], n, None) is not None]
     for o in owners:
@@ -105,37 +128,24 @@ def setup_after_load(loader, model) -> None:
             if p is not None and p.dim() > 0 and p.shape[0] == n_local and pname not in names:
                 raise RuntimeError(f"{type(o).__name__}.{pname} is per-expert ({tuple(p.shape)}) but not handled by "
                                    "dwdp_trtllm; unsupported quantisation for this integration")
-    shapes = {n: (tuple(getattr(owners[0], n).shape[1:]), getattr(owners[0], n).dtype) for n in names}
-    per_expert = [getattr(owners[0], n)[0].numel() * getattr(owners[0], n).element_size() for n in names]
-    layout = ExpertLayout(tuple(names), tuple(per_expert))
 
-    group = _process_group(cfg, rank)
-    transport = make_transport(cfg.transport, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size, device=device)
-    exported = transport.allocate({f"L{pos}.{n}": n_local * nb for pos in range(len(owners)) for n, nb in zip(names, per_expert)})
-    for pos, o in enumerate(owners):
-        for n in names:
-            p = getattr(o, n)
-            buf_u8 = exported[f"L{pos}.{n}"]
-            buf_u8.copy_(p.data.contiguous().view(torch.uint8).reshape(-1))
-            p.data = buf_u8.view(p.dtype).view(p.shape)  # own storage now lives in the exported buffer
-    transport.open_peers()
+    group, tag = dwdp_process_group(cfg, global_rank())
+    transport_kind = cfg.transport
+    if transport_kind == "auto" and device.type == "cuda" and cfg.gemm == "composite_view":
+        transport_kind = "vmm_fd"  # local experts must be cuMem allocations to be mapped beside the slot
+    transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
+                               device=device, tag=tag)
+    rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
+                        transport=transport, device=device)
+    promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E)
 
-    plan = build_copy_plan(placement, layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
-    ops = full_slot_ops(placement, layout, dwdp_rank, plan)
-    slots_u8 = [[torch.empty(E * nb, dtype=torch.uint8, device=device) for nb in per_expert] for _ in range(cfg.num_slots)]
-    source = lambda peer, pos, t: transport.peer_buffer(peer, f"L{pos}.{names[t]}")  # noqa: E731
-    executor = SlotCopyExecutor(ops, slots_u8, source)
-
-    for o in owners:  # the backend now sees every expert as local (upstream fixup_moe_backends does the same)
-        o.ep_size, o.ep_rank, o.expert_size_per_partition = 1, 0, E
-        o.slot_start, o.slot_end, o.initial_local_expert_ids = 0, E, list(range(E))
-
-    def bind(moe, pos: int, slot: int) -> None:
-        o = owners[pos]
-        for t, n in enumerate(names):
-            shape, dtype = shapes[n]
-            getattr(o, n).data = slots_u8[slot][t].view(dtype).view(E, *shape)
-
-    pipeline = LayerPipeline(moes, executor, bind, cfg.prefetch_depth).attach(model)
-    model._dwdp_trtllm_runtime = {"transport": transport, "pipeline": pipeline, "plan": plan, "ops": ops,
+    manager = process_manager()
+    layer_ids = [getattr(m, "layer_idx", None) for m in moes]
+    if None in layer_ids or len(set(layer_ids)) != len(layer_ids):
+        layer_ids = list(range(len(moes)))  # hooks only: positions serve as ids
+    lifecycle = _lifecycle(moes, manager)
+    manager.attach(rt, layer_ids, lifecycle)
+    hooks = MoeHooks(manager, moes, owners, layer_ids).attach() if lifecycle == "hooks" else None
+    model._dwdp_trtllm_runtime = {"transport": transport, "runtime": rt, "manager": manager, "hooks": hooks,
+                                  "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason,
                                   "pid": os.getpid(), "dwdp_rank": dwdp_rank}

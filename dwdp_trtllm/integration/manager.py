@@ -1,0 +1,106 @@
+"""HopperDwdpManager: upstream's DwdpManager interface, backed by our AdapterRuntime (no tensorrt_llm import).
+
+Interface mirrored from tensorrt_llm/_torch/pyexecutor/dwdp.py, VA era (stored id 56230681187):
+`add_layer(layer_idx)` (ConfigurableMoE.__init__), `setup(model)`, `prefetch_first_layers()` (PyExecutor at
+each forward start, MOE_DEVELOPER_GUIDE stored id 68282709368), `wait_and_bind(backend_module, layer_idx)` and
+`record_compute_and_prefetch_next(layer_idx)` (ConfigurableMoE.forward_impl, stored id 67533515591),
+`dwdp_rank`, `dwdp_size`, `is_enabled()`, `cleanup()`, `__enter__`/`__exit__` (global registration).
+
+Two drivers call it:
+- upstream lifecycle: TensorRT-LLM's own call sites above (our gate patch makes ConfigurableMoE enable
+  DWDP for this manager with the CUTLASS backend);
+- hooks (versions without the lifecycle): forward pre/post hooks on each MoE module; the pre-hook of
+  position 0 calls prefetch_first_layers(), a point reached on every forward even when the engine calls
+  model.forward() directly.
+Either way copies are started by the Prefetcher itself: positions 0..S-1 at setup, then each release of
+position p issues sequence p + S, which wraps into the next forward. prefetch_first_layers() therefore only
+checks that the previous forward ran every MoE layer; it never issues twice.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .adapter import AdapterRuntime
+
+
+class DwdpOrderError(RuntimeError):
+    """A forward did not run the MoE layers in setup order (or stopped part-way)."""
+
+
+class HopperDwdpManager:
+    is_dwdp_trtllm = True
+
+    def __init__(self, config, dwdp_rank: int):
+        """config: our DwdpConfig; dwdp_rank: this rank's index in its DWDP group."""
+        self.config, self.dwdp_size, self.dwdp_rank = config, config.dwdp_size, dwdp_rank
+        self.num_groups = config.num_groups
+        self._registered_layers: list[int] = []
+        self._rt: Optional[AdapterRuntime] = None
+        self._pos: dict[int, int] = {}
+        self.lifecycle = "unset"  # "upstream" | "hooks" once attached
+
+    # -- upstream lifecycle surface ---------------------------------------------------------------
+    def add_layer(self, layer_idx: int) -> None:
+        """Register an MoE layer index (ConfigurableMoE.__init__); duplicates are ignored like upstream."""
+        if layer_idx not in self._registered_layers:
+            self._registered_layers.append(layer_idx)
+
+    def is_enabled(self) -> bool:
+        return self.dwdp_size > 1
+
+    def setup(self, model) -> None:
+        """Upstream calls this after loading only for its own manager; ours is set up by the ModelLoader.load
+        wrapper (attach). A call after attach is a no-op; before it, an error."""
+        if self._rt is None:
+            raise RuntimeError("HopperDwdpManager.setup: dwdp_trtllm sets the runtime up in ModelLoader.load; "
+                               "the wrapped loader did not run (is the integration activated in this process?)")
+
+    def attach(self, runtime: AdapterRuntime, layer_ids: list[int], lifecycle: str) -> None:
+        """layer_ids[p]: the model layer index of MoE position p (what upstream passes as layer_idx)."""
+        if len(set(layer_ids)) != len(layer_ids) or len(layer_ids) != runtime.num_layers:
+            raise ValueError(f"layer ids {layer_ids} must be {runtime.num_layers} distinct values")
+        self._rt, self._pos, self.lifecycle = runtime, {l: p for p, l in enumerate(layer_ids)}, lifecycle
+
+    @property
+    def runtime(self) -> AdapterRuntime:
+        if self._rt is None:
+            raise RuntimeError("HopperDwdpManager used before the runtime was attached (setup after load)")
+        return self._rt
+
+    def position(self, layer_idx: int) -> int:
+        try:
+            return self._pos[layer_idx]
+        except KeyError:
+            raise DwdpOrderError(f"layer {layer_idx} is not a DWDP MoE layer (have {sorted(self._pos)})") from None
+
+    def prefetch_first_layers(self) -> None:
+        """Forward start: the first positions' copies are already in flight (issued at setup or by the previous
+        forward's releases); refuse a forward that starts while the previous one stopped part-way."""
+        rt = self.runtime
+        if not rt.at_forward_start():
+            raise DwdpOrderError(f"forward started while the previous one stopped after MoE position "
+                                 f"{rt.prefetcher.n % rt.num_layers - 1}: DWDP slots would hold the wrong layers")
+
+    def wait_and_bind(self, backend_module, layer_idx: int) -> None:
+        pos = self.position(layer_idx)
+        rt = self.runtime
+        owner = rt.owners[pos]
+        if backend_module is not owner and not any(m is owner for m in backend_module.modules()):
+            raise RuntimeError(f"wait_and_bind(layer {layer_idx}): module {type(backend_module).__name__} does not own "
+                               "that layer's expert weights")
+        rt.wait_and_bind(pos)
+
+    def record_compute_and_prefetch_next(self, layer_idx: int) -> None:
+        self.runtime.release(self.position(layer_idx))
+
+    def cleanup(self) -> None:
+        if self._rt is not None:
+            self._rt.close()
+            self._rt = None
+
+    def __enter__(self) -> "HopperDwdpManager":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.cleanup()
+        return False

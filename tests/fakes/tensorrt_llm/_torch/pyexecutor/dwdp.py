@@ -1,0 +1,12 @@
+"""Global DWDP manager slot, as tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc (and the VA era,
+stored id 56230681187): a module global read by ConfigurableMoE.__init__ and PyExecutor."""
+_global_dwdp_manager = None
+
+
+def set_global_dwdp_manager(manager):
+    global _global_dwdp_manager
+    _global_dwdp_manager = manager
+
+
+def get_global_dwdp_manager():
+    return _global_dwdp_manager

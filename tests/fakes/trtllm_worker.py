@@ -1,0 +1,58 @@
+"""One rank of a fake disaggregated TensorRT-LLM world (or the single-process reference).
+
+Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
+fp8_block_scales), FAKE_STEPS, FAKE_TOKENS. world: every rank runs split_world_comm (all ranks, once);
+generation ranks leave without any DWDP call; context ranks build the model through ModelLoader.load (our
+activation wraps it when DWDP_TRTLLM_CONFIG is set) and run FAKE_STEPS forwards through PyExecutor ->
+model_engine -> model.forward(...) directly, saving outputs to OUT_DIR/out_{rank}.pt. reference: no DWDP,
+every context rank's inputs through one full-expert model, saved to OUT_DIR/ref.pt.
+"""
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+out_dir, mode = sys.argv[1], sys.argv[2]
+ctx, gen = int(os.environ["FAKE_CTX_RANKS"]), int(os.environ.get("FAKE_GEN_RANKS", "0"))
+quant = os.environ["FAKE_QUANT"]
+steps, tokens = int(os.environ.get("FAKE_STEPS", "3")), int(os.environ.get("FAKE_TOKENS", "16"))
+
+
+def inputs(rank, step):
+    from tensorrt_llm._torch.models.modeling_tiny import H
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    x = torch.randn(tokens + 3 * step, H, generator=g)
+    return x.cuda() if torch.cuda.is_available() else x
+
+
+def build():
+    if os.environ.get("DWDP_TRTLLM_CONFIG"):
+        import dwdp_trtllm.integration.boot  # noqa: F401  (what the .pth line does in every interpreter)
+    from tensorrt_llm._torch.pyexecutor.model_engine import PyTorchModelEngine
+    from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
+    from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
+    args = SimpleNamespace(quant=None if quant == "bf16" else quant, seed=7, dwdp_config=None,
+                           disable_overlap_scheduler=True)
+    model, _ = ModelLoader(args).load("ckpt", None)
+    return model, PyExecutor(PyTorchModelEngine(model))
+
+
+if mode == "reference":
+    _, ex = build()
+    torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
+    sys.exit(0)
+
+from mpi4py import MPI  # noqa: E402
+from tensorrt_llm.llmapi.disagg_utils import split_world_comm  # noqa: E402
+
+rank = MPI.COMM_WORLD.Get_rank()
+split_world_comm([1] * ctx + [1] * gen)  # TP1 instances, context first
+if rank >= ctx:
+    sys.exit(0)  # generation server: never calls into DWDP
+model, ex = build()
+info = model._dwdp_trtllm_runtime
+outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
+torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"],
+            "trace": list(info["hooks"].trace) if info["hooks"] else None}, f"{out_dir}/out_{rank}.pt")
+info["manager"].cleanup()
