@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from .models import PRESETS, ModelSpec, get_model
-from .schema import ConfigError, doc, expand_sweep, from_dict, load_yaml
+from .schema import MAX_SWEEP_POINTS, ConfigError, doc, expand_sweep, from_dict, load_yaml
 
 MiB = 1 << 20
 
@@ -298,7 +298,8 @@ def load_dwdp_config(path: str | Path) -> DwdpConfig:
     return from_dict(DwdpConfig, data, file=str(path))
 
 
-def load_bench_points(data: dict, *, file: str | None = None) -> tuple[list[str], list[BenchConfig]]:
-    """Expand sweeps in a bench config mapping and validate every point."""
-    keys, points = expand_sweep(BenchConfig, data, file=file)
+def load_bench_points(data: dict, *, file: str | None = None,
+                      max_points: int = MAX_SWEEP_POINTS) -> tuple[list[str], list[BenchConfig]]:
+    """Expand sweeps in a bench config mapping (at most max_points points) and validate every point."""
+    keys, points = expand_sweep(BenchConfig, data, file=file, max_points=max_points)
     return keys, [from_dict(BenchConfig, p, file=file) for p in points]

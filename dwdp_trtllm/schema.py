@@ -154,10 +154,13 @@ def load_yaml(path: str | Path) -> dict:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(str(p), "", f"cannot read the file: {e}") from None
+    from .yaml_safe import safe_load  # duplicate keys, recursive aliases and alias bombs refused before building
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text, file=str(p))
     except yaml.YAMLError as e:
         raise ConfigError(str(p), "", f"not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(str(p), "", "nested too deeply to be a config") from None
     if data is None:
         raise ConfigError(str(p), "", "file is empty; expected a mapping of config sections")
     if not isinstance(data, dict):
@@ -165,7 +168,12 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def expand_sweep(cls: type, data: dict, *, file: str | None = None, prefix: str = "") -> tuple[list[str], list[dict]]:
+#: the most points one sweep may have unless the caller raises it (`dwdp bench --max-points`)
+MAX_SWEEP_POINTS = 10_000
+
+
+def expand_sweep(cls: type, data: dict, *, file: str | None = None, prefix: str = "",
+                 max_points: int = MAX_SWEEP_POINTS) -> tuple[list[str], list[dict]]:
     """Cross product of every list given for a scalar key of `cls` (a list of lists for a list-typed key).
 
     Returns (swept dotted keys, list of point dicts). Unknown keys are left for `from_dict` to report.
@@ -191,6 +199,13 @@ def expand_sweep(cls: type, data: dict, *, file: str | None = None, prefix: str 
                 axes.append((path + (f.name,), v))
 
     walk(cls, data, ())
+    n_points = 1
+    for _, vals in axes:
+        n_points *= len(vals)
+    if n_points > max_points:  # counted before expanding: a 10^8-point product must not be built
+        raise ConfigError(file, ",".join(".".join(p) for p, _ in axes),
+                          f"the sweep has {n_points:,} points, more than the bound of {max_points:,} "
+                          "(raise it with `dwdp bench --max-points N`)")
     points = []
     for combo in itertools.product(*[vals for _, vals in axes]):
         point = _deepcopy(data)

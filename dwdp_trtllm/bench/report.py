@@ -12,7 +12,9 @@ import csv
 import dataclasses
 import datetime
 import hashlib
+import io
 import json
+import os
 import math
 import platform
 import shutil
@@ -216,7 +218,7 @@ def write_results(out_dir: Path, runs: list[dict]) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     slim = [{k: v for k, v in run.items() if k != "timeline"} for run in runs]
     json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
-    json_path.write_text(json.dumps(json_ready({"runs": slim}), indent=1, allow_nan=False))
+    write_atomic(json_path, json.dumps(json_ready({"runs": slim}), indent=1, allow_nan=False))
     rows = []
     for i, run in enumerate(slim):
         for mode, mm in run["metrics"].items():
@@ -231,8 +233,24 @@ def write_results(out_dir: Path, runs: list[dict]) -> tuple[Path, Path]:
     fields: list[str] = []
     for row in rows:
         fields += [k for k in row if k not in fields]
-    with csv_path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+    write_atomic(csv_path, buf.getvalue())
     return json_path, csv_path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, flush it to disk and rename it over `path`: a full disk or
+    a kill leaves the previous file (or none), never a truncated one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -10,6 +10,8 @@ sweep continues where it stopped.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -21,7 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..config import BenchConfig
 from ..engine.records import RankResult, Request
 from .metrics import compute_metrics, consistency
-from .report import env_info, json_ready, print_point, write_results
+from ..schema import MAX_SWEEP_POINTS, ConfigError
+from .report import env_info, json_ready, print_point, write_atomic, write_results
 from .sweep import SweepPoint, load_sweep
 from .timeline import steady_timeline
 from .workload import generate_requests
@@ -36,17 +39,54 @@ def engine_run_mode() -> RunMode:
     return run_mode
 
 
-def _load_point(path: Path) -> dict | None:
+def _load_point(path: Path, console: Console | None = None) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        run = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError):
-        return None  # unreadable or truncated: run the point again
+        run = None  # unreadable or truncated
+    if not (isinstance(run, dict) and isinstance(run.get("metrics"), dict) and isinstance(run.get("config"), dict)):
+        if console is not None:
+            console.print(f"[yellow]warning:[/] {path} is not a finished point (unreadable or of the wrong shape): "
+                          "running that point again")
+        return None
+    return run
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+_write_atomic = write_atomic
+
+
+@contextlib.contextmanager
+def out_lock(out: Path):
+    """Hold an exclusive lock on out/.dwdp.lock for the run: a second `dwdp bench` into the same folder is refused
+    (it would compute every point again and race this one's writes)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(str(out), "--out", "is a file; expected a directory (or a path to create)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if (out / "points").exists() and not (out / "points").is_dir():
+            raise ConfigError(str(out / "points"), "--out", "is a file; the run keeps its finished points in this directory")
+        (out / "points").mkdir(exist_ok=True)
+        f = open(out / ".dwdp.lock", "a+")
+    except OSError as e:
+        raise ConfigError(str(out), "--out", f"cannot create or write the output directory ({e.strerror})") from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise ConfigError(str(out), "--out", f"another `dwdp bench` ({holder}) is writing here; wait for it to finish "
+                                             "or choose another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}")
+    f.flush()
+    try:
+        yield
+    finally:
+        f.close()
 
 
 def _device_name(results: dict[str, list[RankResult]]) -> str | None:
@@ -104,17 +144,22 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
 
 def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
               ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
-              plots: bool = True, console: Console | None = None, floor: bool = False) -> dict:
+              plots: bool = True, console: Console | None = None, floor: bool = False,
+              max_points: int = MAX_SWEEP_POINTS) -> dict:
     """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}.
 
     Raises ConfigError for bad config files/overrides before anything runs.
     """
     console = console or Console()
-    swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks)
+    swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks, max_points=max_points)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
+    with out_lock(out):
+        return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor)
+
+
+def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, console, floor) -> dict:
     points_dir = out / "points"
-    points_dir.mkdir(parents=True, exist_ok=True)
-    finished = {p.key: run for p in points if (run := _load_point(points_dir / f"{p.key}.json")) is not None}
+    finished = {p.key: run for p in points if (run := _load_point(points_dir / f"{p.key}.json", console)) is not None}
     console.print(f"dwdp bench: {len(points)} point(s)" + (f" sweeping {', '.join(swept)}" if swept else "")
                   + f"; results in {out}")
     if finished:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BenchConfig, load_bench_points
-from ..schema import ConfigError, apply_override, load_yaml, parse_override
+from ..schema import MAX_SWEEP_POINTS, ConfigError, apply_override, load_yaml, parse_override
 from .report import config_dict, point_hash
 
 
@@ -32,25 +32,28 @@ def _get(d: dict, dotted: str) -> Any:
 
 
 def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
-               ranks: int | None = None) -> tuple[list[str], list[SweepPoint]]:
+               ranks: int | None = None, max_points: int = MAX_SWEEP_POINTS) -> tuple[list[str], list[SweepPoint]]:
     """(swept dotted keys, points in sweep order with duplicates removed)."""
     file = str(config_path)
     data = load_yaml(config_path)
     sources: dict[str, str] = {}  # overridden dotted key -> the option that set it
     for text in overrides:
-        path, value = parse_override(text)
-        apply_override(data, path, value)
+        try:
+            path, value = parse_override(text)
+            apply_override(data, path, value)
+        except ConfigError as e:  # the override itself is malformed: blame --set, not the file
+            raise ConfigError(f"--set {text!r}", e.key, e.expected) from None
         sources[".".join(path)] = "--set"
     for name, value in (("device", device), ("ranks", ranks)):
         if value is not None:
             apply_override(data, ["run", name], value)
             sources[f"run.{name}"] = f"--{name}"
     try:
-        swept, configs = load_bench_points(data, file=file)
+        swept, configs = load_bench_points(data, file=file, max_points=max_points)
     except ConfigError as e:
         for k, source in sources.items():
-            if e.key == k or e.key.startswith((k + ".", k + "[")):
-                raise ConfigError(f"{file} ({source})", e.key, e.expected) from None
+            if e.key == k or e.key.startswith((k + ".", k + "[")) or k.startswith(e.key + ".") and e.key:
+                raise ConfigError(f"{source} (over {file})", e.key, e.expected) from None
         raise
     points, seen = [], set()
     for cfg in configs:

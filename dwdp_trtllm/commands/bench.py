@@ -19,11 +19,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="override any config key, e.g. --set workload.isl=16384 or --set 'workload.isl=[1024,4096]' "
                         "(repeatable; VALUE is YAML)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--max-points", type=int, default=None, metavar="N",
+                   help="refuse sweeps of more than N points (default 10000), counted before anything is expanded")
     p.add_argument("--floor", action="store_true",
                    help="also time the stock-kernel floor of every measured iteration (projection GEMMs, attention "
                         "core, grouped expert GEMMs of the routing produced, shared expert, router, dense MLP) and "
                         "report engine efficiency = floor / measured per phase (docs/BENCHMARKS.md)")
     return p
+
+
+def _max_points(args) -> int:
+    from ..schema import MAX_SWEEP_POINTS, ConfigError
+
+    if args.max_points is None:
+        return MAX_SWEEP_POINTS
+    if args.max_points < 1:
+        raise ConfigError(None, "--max-points", f"expected an integer >= 1, got {args.max_points}")
+    return args.max_points
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
-                           plots=not args.no_plots, floor=args.floor)
+                           plots=not args.no_plots, floor=args.floor, max_points=_max_points(args))
         return 0 if result["consistent"] else 1
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process

@@ -15,6 +15,7 @@ import glob
 import os
 import pickle
 import queue
+import signal
 import socket
 import time
 import traceback
@@ -48,8 +49,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: this process gets SIGKILL when its parent dies (PR_SET_PDEATHSIG), and exits now if the parent is
+    already gone; a killed `dwdp bench` must not leave ranks behind."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent-liveness check in the waits still applies
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
 def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str], requests: list[Request], tag: str,
-           out_q, fail_at: tuple[int, int] | None, collect_outputs: bool) -> None:
+           out_q, fail_at: tuple[int, int] | None, collect_outputs: bool, parent_pid: int | None = None) -> None:
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     import torch.distributed as dist
 
     from .worker import run_rank
@@ -80,6 +95,50 @@ def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str],
         os._exit(1)  # do not wait in collectives or atexit handlers
 
 
+def sweep_orphaned_shm() -> list[str]:
+    """Remove /dev/shm/dwdp_<pid>_* segments whose owning `dwdp` process (the pid in the name) is dead: what a
+    hang-up or a group kill left behind. Returns the removed paths."""
+    removed = []
+    for p in glob.glob("/dev/shm/dwdp_*"):
+        parts = os.path.basename(p).split("_")
+        if len(parts) < 2 or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        try:
+            os.kill(pid, 0)
+            continue  # the owner lives: not ours to remove
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            os.unlink(p)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "is still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (signal {-exitcode})"
+    return f"exited with code {exitcode}"
+
+
+def _stopped(pid: int | None) -> bool:
+    try:
+        import psutil
+        return pid is not None and psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except Exception:  # noqa: BLE001 - a best-effort diagnosis only
+        return False
+
+
 def _cleanup_shm(tag: str) -> list[str]:
     leftovers = glob.glob(f"/dev/shm/{tag}*")
     for p in leftovers:
@@ -108,12 +167,13 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     world = cfg.run.ranks
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
+    sweep_orphaned_shm()
     tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_child, args=(r, world, port, cfg, list(modes), requests_per_rank[r], tag, out_q, fail_at,
-                                              collect_outputs),
+                                              collect_outputs, os.getpid()),
                          daemon=True, name=f"dwdp-rank{r}") for r in range(world)]
     for p in procs:
         p.start()
@@ -134,6 +194,31 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
             failure = ConfigError(*msg[3])
         else:
             failure = RankFailed(rank, ",".join(modes), msg[3])
+            reports[rank] = msg[3]
+
+    reports: dict[int, str] = {}
+
+    def culprit(first: BaseException) -> BaseException:
+        """The first rank that died on its own (a signal, or an exit without a report) is the cause; errors the
+        others reported after it (a peer's connection reset, say) are its consequences."""
+        if isinstance(first, ConfigError):
+            return first
+        time.sleep(0.5)  # let the exit statuses of ranks that died at the same moment settle
+        try:  # reports already on their way count as reports
+            while True:
+                m = out_q.get_nowait()
+                if m[0] == "error":
+                    reports.setdefault(m[1], m[3])
+        except (queue.Empty, OSError, ValueError):
+            pass
+        # a rank that raised always reports; one killed by a signal cannot: that one is the cause
+        silent = [(r, p.exitcode) for r, p in enumerate(procs) if (p.exitcode or 0) < 0 and r not in reports]
+        if not silent:
+            return first
+        r, code = silent[0]
+        after = "; ".join(f"rank {k}: {v.strip().splitlines()[-1]}" for k, v in sorted(reports.items()) if v.strip())
+        return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error"
+                          + (f"\nthen, as a consequence: {after}" if after else ""))
 
     try:
         while len(results) < expected and failure is None:
@@ -148,12 +233,16 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
                         while failure is None:
                             handle(out_q.get(timeout=2.0))
                     except queue.Empty:
-                        failure = RankFailed(r, ",".join(modes), f"process exited with code {p.exitcode} without a report")
+                        failure = RankFailed(r, ",".join(modes), f"rank {r} {_how(p.exitcode)} without reporting an error")
                     break
             if failure is None and time.monotonic() > deadline:
                 missing = sorted({r for r in range(world) for m in modes if (m, r) not in results})
-                failure = RankTimeout(f"modes {modes}: ranks {missing} did not finish within "
-                                      f"run.timeout_s={cfg.run.timeout_s} per mode")
+                stopped = [r for r in missing if _stopped(procs[r].pid)]
+                why = (f"rank(s) {stopped} are stopped (SIGSTOP / job control), the others wait for them"
+                       if stopped else f"ranks {missing} did not finish")
+                failure = RankTimeout(f"modes {modes}: {why} within run.timeout_s={cfg.run.timeout_s} per mode")
+        if failure is not None:
+            failure = culprit(failure)
     finally:
         _stop(procs, grace_s if failure is None else 1.0)
         _cleanup_shm(tag)

@@ -1,0 +1,164 @@
+"""Faults, signals and bad input (issue 16), on the CPU, bounded in time.
+
+Each signal test starts `python -m dwdp_trtllm bench` in its own process group and always kills that group at the
+end, so a failure here cannot leave processes behind either."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dwdp_trtllm import cli
+from dwdp_trtllm.bench.report import write_atomic
+from dwdp_trtllm.bench.runner import out_lock
+from dwdp_trtllm.engine.launcher import sweep_orphaned_shm
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = str(ROOT / "configs/bench/quickstart.yaml")
+
+
+def _start(tmp_path, *extra):
+    cmd = [sys.executable, "-m", "dwdp_trtllm", "bench", QUICK, "--out", str(tmp_path / "out"), "--no-plots",
+           "--set", "workload.requests_per_rank=48", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+
+
+def _ranks(proc, n=4, timeout=60.0):
+    """The rank processes (python children of `proc` running the spawn entry point), once n of them exist."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        kids = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                if "spawn_main" in " ".join(c.cmdline()) and "resource_tracker" not in " ".join(c.cmdline())]
+        if len(kids) >= n:
+            time.sleep(2.0)  # let them reach the run (past imports and rendezvous)
+            return kids
+        time.sleep(0.2)
+    raise AssertionError("ranks did not start")
+
+
+def _gone(pids, timeout=10.0) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return alive
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP])
+def test_killing_the_parent_leaves_no_rank_and_no_shared_memory(tmp_path, sig):
+    proc = _start(tmp_path)
+    try:
+        kids = _ranks(proc)
+        everything = [proc.pid] + [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=15)
+        assert _gone(everything) == [], f"processes left after {sig.name} of the parent"
+        if sig != signal.SIGKILL:
+            err = proc.stderr.read()
+            assert proc.returncode == 128 + sig and "terminated by" in err and "Traceback" not in err, err
+        # a SIGKILLed parent cannot clean up: the next run's sweep removes what its ranks left
+        sweep_orphaned_shm()
+        assert not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*"), "shared memory of the dead run left behind"
+        assert all(k.pid not in psutil.pids() or psutil.Process(k.pid).status() == psutil.STATUS_ZOMBIE for k in kids)
+    finally:
+        _kill_group(proc)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_rank_is_named_with_its_signal(tmp_path):
+    proc = _start(tmp_path, "--set", "run.modes=[dep]")
+    try:
+        kids = sorted(_ranks(proc), key=lambda p: p.create_time())
+        victim = kids[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert "SIGKILL" in err and "Traceback" not in err, err
+        line = next(line for line in err.splitlines() if "run failed" in line)
+        assert "was killed by SIGKILL" in line
+        log = Path(err.split("full tracebacks: ")[1].split()[0])
+        assert log.is_file() and str(tmp_path) in str(log)
+        assert _gone([k.pid for k in kids]) == []
+    finally:
+        _kill_group(proc)
+
+
+def test_two_runs_into_one_out_are_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    with out_lock(out):
+        code = cli.main(["bench", QUICK, "--out", str(out), "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2 and "another `dwdp bench`" in err and f"pid {os.getpid()}" in err
+
+
+def test_a_full_disk_leaves_the_previous_results(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    path.write_text('{"runs": []}')
+
+    def no_space(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(OSError):
+        write_atomic(path, json.dumps({"runs": [1, 2, 3]}))
+    assert json.loads(path.read_text()) == {"runs": []}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no temporary left
+
+
+BOMB = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: {preset: tiny}\n"
+
+
+@pytest.mark.parametrize("name,text,args,needle", [
+    ("bomb", BOMB, [], "aliases expand"),
+    ("recursive", "model: &m {preset: tiny, x: *m}\n", [], "recursive alias"),
+    ("duplicate", "model: {preset: tiny}\nmodel: {preset: tiny}\n", [], "given twice"),
+    ("sweep", "model: {preset: tiny}\nworkload: {isl: [" + ",".join(str(i + 1) for i in range(100)) + "], seed: ["
+     + ",".join(str(i) for i in range(100)) + "]}\nrun: {warmup_iters: [" + ",".join(str(i) for i in range(100)) + "]}\n",
+     [], "1,000,000 points"),
+    ("sweep_bound", "model: {preset: tiny}\nworkload: {isl: [64, 128, 256]}\n", ["--max-points", "2"], "3 points"),
+    ("set_unknown", "model: {preset: tiny}\n", ["--set", "foo.bar=1"], "--set"),
+    ("out_is_file", "model: {preset: tiny}\n", ["--out", "FILE"], "is a file"),
+])
+def test_bad_input_exits_2_in_one_line_fast(tmp_path, capsys, name, text, args, needle):
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(text)
+    (tmp_path / "FILE").write_text("x")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "out")]
+    t = time.monotonic()
+    code = cli.main(["bench", str(cfg), "--no-plots", *args])
+    took = time.monotonic() - t
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert took < 2.0, f"{name}: {took:.1f} s"
+
+
+def test_version_and_python_m(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("dwdp ")
+    r = subprocess.run([sys.executable, "-m", "dwdp_trtllm", "--version"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and r.stdout.startswith("dwdp ")
