@@ -8,6 +8,7 @@ Every field is documented with `doc(...)`; docs/CONFIG.md is generated from thes
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -120,6 +121,13 @@ class DwdpConfig:
                                   f"{self.redundant_experts} extra experts per rank exceed the model's {num_experts} experts")
 
 
+#: upper bounds of the size keys (docs/CONFIG.md): beyond them a run cannot fit any machine we target
+MAX_TOKENS = 1 << 20  # isl, max_num_tokens
+MAX_REQUESTS = 1_000_000  # requests per rank
+MAX_RANKS = 1024
+MAX_LAYERS = 1024
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
     """Which model the engine builds."""
@@ -142,8 +150,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(None, "preset", f"unknown model preset {self.preset!r}; expected one of {', '.join(sorted(PRESETS))}")
-        if self.num_layers is not None and self.num_layers < 1:
-            raise ConfigError(None, "num_layers", f"expected an integer >= 1 or null, got {self.num_layers}")
+        if self.num_layers is not None and not 1 <= self.num_layers <= MAX_LAYERS:
+            raise ConfigError(None, "num_layers", f"expected an integer in [1, {MAX_LAYERS}] or null, got {self.num_layers}")
+        if not 0 <= self.seed < 2 ** 63:
+            raise ConfigError(None, "seed", f"expected an integer in [0, 2**63), got {self.seed}")
         if self.checkpoint is not None:
             from .engine.checkpoint_check import check_checkpoint
 
@@ -226,14 +236,16 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            ("isl", self.isl >= 1, "an integer >= 1"),
+            ("isl", 1 <= self.isl <= MAX_TOKENS, f"an integer in [1, {MAX_TOKENS:,}]"),
             ("isl_ratio", 0 < self.isl_ratio <= 1, "a number in (0, 1]"),
-            ("isl_cv", self.isl_cv >= 0, "a number >= 0"),
+            ("isl_cv", 0 <= self.isl_cv <= 10, "a number in [0, 10]"),
             ("imbalance_cv", 0 <= self.imbalance_cv < 1, "a number in [0, 1)"),
-            ("requests_per_rank", self.requests_per_rank >= 1, "an integer >= 1"),
-            ("tokens_per_rank", self.tokens_per_rank >= 0, "an integer >= 0"),
-            ("rate", self.rate > 0, "a number > 0"),
-            ("max_num_tokens", self.max_num_tokens >= 1, "an integer >= 1"),
+            ("requests_per_rank", 1 <= self.requests_per_rank <= MAX_REQUESTS, f"an integer in [1, {MAX_REQUESTS:,}]"),
+            ("tokens_per_rank", 0 <= self.tokens_per_rank <= MAX_TOKENS * MAX_REQUESTS // 1000,
+             f"an integer in [0, {MAX_TOKENS * MAX_REQUESTS // 1000:,}]"),
+            ("rate", 0 < self.rate <= 1e6, "a number in (0, 1e6]"),
+            ("max_num_tokens", 1 <= self.max_num_tokens <= MAX_TOKENS, f"an integer in [1, {MAX_TOKENS:,}]"),
+            ("seed", 0 <= self.seed < 2 ** 63, "an integer in [0, 2**63)"),
         ]
         for key, ok, expected in checks:
             if not ok:
@@ -252,14 +264,16 @@ class RunConfig:
     threads_per_rank: int = doc("torch CPU threads per rank (cpu device).", 1)
 
     def __post_init__(self) -> None:
-        if self.ranks < 1:
-            raise ConfigError(None, "ranks", f"expected an integer >= 1, got {self.ranks}")
+        if not 1 <= self.ranks <= MAX_RANKS:
+            raise ConfigError(None, "ranks", f"expected an integer in [1, {MAX_RANKS}], got {self.ranks}")
         if not self.modes:
             raise ConfigError(None, "modes", "expected at least one of dep, dwdp, reference")
-        if self.warmup_iters < 0:
-            raise ConfigError(None, "warmup_iters", f"expected an integer >= 0, got {self.warmup_iters}")
-        if self.timeout_s <= 0:
-            raise ConfigError(None, "timeout_s", f"expected a number > 0, got {self.timeout_s}")
+        if not 0 <= self.warmup_iters <= 1000:
+            raise ConfigError(None, "warmup_iters", f"expected an integer in [0, 1000], got {self.warmup_iters}")
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 7 * 86400):
+            raise ConfigError(None, "timeout_s", f"expected a finite number of seconds in (0, 604800], got {self.timeout_s}")
+        if not 1 <= self.threads_per_rank <= 1024:
+            raise ConfigError(None, "threads_per_rank", f"expected an integer in [1, 1024], got {self.threads_per_rank}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,6 +301,15 @@ class BenchConfig:
                                                       f"got {self.dwdp.transport!r}")
         if self.dwdp.transport == "shm" and self.run.device == "cuda":
             raise ConfigError(None, "dwdp.transport", "shm is the CPU transport; use auto, ipc or vmm_fd on cuda")
+        if self.dwdp.copy_method == "graph" and self.run.device != "cuda":
+            raise ConfigError(None, "dwdp.copy_method", "graph records CUDA graphs: needs run.device: cuda (use auto or torch on cpu)")
+        if self.dwdp.num_groups != 1 and self.dwdp.num_groups * self.dwdp.dwdp_size != self.run.ranks:
+            # num_groups 1 (the default) means "as many groups as run.ranks / dwdp_size"; a value given must agree
+            raise ConfigError(None, "dwdp.num_groups", f"num_groups ({self.dwdp.num_groups}) x dwdp_size ({self.dwdp.dwdp_size}) "
+                                                       f"must equal run.ranks ({self.run.ranks})")
+        if self.dwdp.prefetch_depth > spec.num_moe_layers:
+            raise ConfigError(None, "dwdp.prefetch_depth", f"{self.dwdp.prefetch_depth} is more than the model's "
+                                                           f"{spec.num_moe_layers} MoE layers")
 
 
 def load_dwdp_config(path: str | Path) -> DwdpConfig:

@@ -162,3 +162,26 @@ def test_version_and_python_m(capsys):
     r = subprocess.run([sys.executable, "-m", "dwdp_trtllm", "--version"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stdout.startswith("dwdp ")
+
+
+@pytest.mark.parametrize("override,key", [
+    ("run.threads_per_rank=0", "run.threads_per_rank"),
+    ("run.timeout_s=.nan", "run.timeout_s"),
+    ("run.timeout_s=.inf", "run.timeout_s"),
+    ("workload.seed=-1", "workload.seed"),
+    ("model.seed=100000000000000000000000", "model.seed"),
+    ("workload.isl_cv=.inf", "workload.isl_cv"),
+    ("dwdp.copy_method=graph", "dwdp.copy_method"),
+    ("dwdp.num_groups=3", "dwdp.num_groups"),
+    ("dwdp.prefetch_depth=9", "dwdp.prefetch_depth"),
+    ("run.ranks=1000000000000", "run.ranks"),
+    ("workload.requests_per_rank=1000000000000", "workload.requests_per_rank"),
+    ("model.num_layers=100000000", "model.num_layers"),
+    ("workload.isl=100000000000000000000", "workload.isl"),
+])
+def test_out_of_range_settings_are_refused_when_the_config_is_read(tmp_path, capsys, override, key):
+    t = time.monotonic()
+    code = cli.main(["bench", QUICK, "--out", str(tmp_path / "out"), "--no-plots", "--set", override])
+    err = capsys.readouterr().err
+    assert code == 2 and key.split(".")[-1] in err and "--set" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - t < 2.0
