@@ -1,6 +1,8 @@
 """`dwdp plan`: predict DWDP against DEP for a model, GPU, group sizes and ISLs; recommend a setup."""
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 import re
@@ -9,7 +11,8 @@ from pathlib import Path
 from ..models import PRESETS, get_model
 from ..schema import ConfigError
 
-DEFAULT_BENCH_DIR = Path("docs/bench_results")
+#: our measured results, found beside the package (a source checkout), never relative to the working directory
+DEFAULT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
@@ -96,6 +99,10 @@ def load_cal(args, gpu_name: str):
         cal = cal.merged(load_bench_results(d, gpu_name))
     if args.calibration:
         cal = cal.merged(load_calibration(args.calibration))
+    if not getattr(args, "engine_efficiency", False) and cal.engine_over_floor:
+        # the embedded engine's measured/floor factors describe our engine, not a deployment: planning keeps the
+        # stock-kernel floor rates only (validate-plan, which compares against the engine, keeps both)
+        cal = dataclasses.replace(cal, engine_over_floor={})
     return cal
 
 
@@ -119,11 +126,12 @@ def build_spec(args, *, gpu_name: str | None = None):
     checks = [("--batch", args.batch is None or args.batch >= 1, "an integer >= 1"),
               ("--mnt", args.mnt is None or args.mnt >= 1, "an integer >= 1"),
               ("--isl-ratio", 0 < args.isl_ratio <= 1, "a number in (0, 1]"),
-              ("--isl-cv", args.isl_cv >= 0, "a number >= 0"),
+              ("--isl-cv", 0 <= args.isl_cv <= 10, "a number in [0, 10]"),
               ("--imbalance-cv", 0 <= args.imbalance_cv < 1, "a number in [0, 1)"),
-              ("--samples", args.samples >= 1, "an integer >= 1"),
-              ("--gpu-memory-gb", args.gpu_memory_gb is None or args.gpu_memory_gb > 0, "a number > 0"),
-              ("--interference", args.interference is None or args.interference >= 1, "a number >= 1")]
+              ("--samples", 1 <= args.samples <= 100_000, "an integer in [1, 100000]"),
+              ("--seed", 0 <= args.seed < 2 ** 32, "an integer in [0, 2**32)"),
+              ("--gpu-memory-gb", args.gpu_memory_gb is None or 0 < args.gpu_memory_gb < 1e5, "a number in (0, 1e5)"),
+              ("--interference", args.interference is None or 1 <= args.interference < 100, "a number in [1, 100)")]
     for name, ok, expected in checks:
         if not ok:
             raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")

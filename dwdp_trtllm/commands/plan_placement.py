@@ -164,8 +164,8 @@ def _print_tables(rep: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gpu_memory_gb is not None and not args.gpu_memory_gb > 0:
-        raise ConfigError(None, "--gpu-memory-gb", f"expected a number > 0, got {args.gpu_memory_gb}")
+    if args.gpu_memory_gb is not None and not 0 < args.gpu_memory_gb < 1e5:
+        raise ConfigError(None, "--gpu-memory-gb", f"expected a finite number of GiB in (0, 1e5), got {args.gpu_memory_gb}")
     if args.max_num_tokens is not None and args.max_num_tokens < 1:
         raise ConfigError(None, "--max-num-tokens", f"expected an integer >= 1, got {args.max_num_tokens}")
     model_cfg, cfg = _load(args)

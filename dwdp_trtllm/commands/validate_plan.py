@@ -164,6 +164,7 @@ def run(args) -> int:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")
     if args.interference is not None and args.interference < 1:
         raise ConfigError(None, "--interference", f"expected a number >= 1, got {args.interference}")
+    args.engine_efficiency = True  # the measured runs are the engine's: its measured/floor factors apply
     cal = load_cal(args, args.gpu)
     results = []
     for i, r in enumerate(load_runs(args.results)):

@@ -185,3 +185,24 @@ def test_out_of_range_settings_are_refused_when_the_config_is_read(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and key.split(".")[-1] in err and "--set" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and time.monotonic() - t < 2.0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["plan", "--seed", "-1"], "--seed"),
+    (["plan", "--samples", "1000000000"], "--samples"),
+    (["plan", "--isl-cv", "inf", "--isl-dist", "normal"], "--isl-cv"),
+    (["plan-placement", "--gpu-memory-gb", "inf"], "--gpu-memory-gb"),
+])
+def test_planner_arguments_out_of_range_exit_2(capsys, argv, needle):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_plan_calibration_does_not_depend_on_the_working_directory(tmp_path, monkeypatch, capsys):
+    args = ["plan", "--model", "deepseek-r1", "--dwdp-size", "4", "--isl", "8192", "--json"]
+    assert cli.main(args) == 0
+    here = capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out == here
