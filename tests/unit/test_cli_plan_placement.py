@@ -83,8 +83,8 @@ def test_config_file_with_flag_override(tmp_path, capsys):
     (["--dwdp-size", "4", "--num-experts-per-worker", "60"], "both num_experts_per_worker and num_prefetch_experts"),
     (["--dwdp-size", "3", "--redundant-experts", "200"], "--redundant-experts: 200 extra experts"),
     (["--model", "tiny", "--dwdp-size", "32"], "--dwdp-size: dwdp_size 32 is larger than the model's 16 experts"),
-    (["--num-layers", "0"], "--num-layers: expected an integer >= 1"),
-    (["--gpu-memory-gb", "-1"], "--gpu-memory-gb: expected a number > 0"),
+    (["--num-layers", "0"], "--num-layers: expected an integer in [1, 1024]"),
+    (["--gpu-memory-gb", "-1"], "--gpu-memory-gb: expected a finite number of GiB in (0, 1e5)"),
     (["--max-num-tokens", "0"], "--max-num-tokens: expected an integer >= 1"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(capsys, args, fragment):
