@@ -179,6 +179,8 @@ def consistency(metrics: dict, expected_tokens: int) -> dict:
         "tokens_equal_across_modes": len(set(totals.values())) <= 1,
         "tokens_match_workload": all(t == expected_tokens for t in totals.values()),
         "all_requests_finished": all(metrics[m]["requests_unfinished"] == 0 for m in modes),
+        # run.warmup_iters at or past a rank's iterations leaves nothing measured: every metric would read "-"
+        "iterations_measured": all(metrics[m]["iterations"] > 0 for m in modes),
     }
     if metrics.get("ratio"):
         again = ratios(metrics["dep"], metrics["dwdp"])

@@ -206,3 +206,11 @@ def test_plan_calibration_does_not_depend_on_the_working_directory(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert cli.main(args) == 0
     assert capsys.readouterr().out == here
+
+
+@pytest.mark.timeout(120)
+def test_warmup_longer_than_the_run_fails_the_consistency_check(tmp_path, capsys):
+    code = cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(tmp_path / "o"), "--no-plots",
+                     "--set", "run.warmup_iters=50"])
+    out = capsys.readouterr().out
+    assert code == 1 and "iterations_measured" in out, out[-2000:]
