@@ -89,6 +89,8 @@ class ModelSpec:
     latent_norm_eps: float = LATENT_NORM_EPS  # MLA q_a_layernorm / kv_a_layernorm
 
     def __post_init__(self) -> None:
+        if self.num_layers < 1:
+            raise ValueError(f"{self.name}: num_layers={self.num_layers} must be >= 1")
         if not 0 <= self.first_k_dense <= self.num_layers:
             raise ValueError(f"{self.name}: first_k_dense={self.first_k_dense} not in [0, num_layers={self.num_layers}]")
         if not 1 <= self.top_k <= self.num_experts:

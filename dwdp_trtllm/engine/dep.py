@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .moe_compute import combine, expert_mlp, gather_sorted, identity_map
+from .moe_compute import combine, expert_mlp, gather_sorted, identity_map, wants_fp8_rows
 from .timing import PhaseTimer, phase
 
 
@@ -80,6 +80,7 @@ class DepExperts:
         self.owner_E = owner.to(device)
         n_local = self.end - self.start
         self.local_buf_idx, self.local_row = identity_map(n_local, device)
+        self.fp8_rows = bool(weights) and wants_fp8_rows(gemm, "w13_scale" in weights[0])
 
 
     def on_attention_done(self, moe_idx: int) -> None:
@@ -93,7 +94,9 @@ class DepExperts:
         with phase(self.timer, "other", moe_idx):
             # Expert order is also owner order (contiguous expert blocks), and matches the reference's
             # summation order in combine().
-            send_x, perm_P, offs_E, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
+            # one rank: the sorted rows go straight to its GEMMs, so FP8 paths take them quantised (before the gather)
+            send_x, perm_P, offs_E, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts,
+                                                             fp8_rows=W == 1 and self.fp8_rows)
             send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
             send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
         if W == 1:  # one rank owns every expert: nothing to exchange, the sorted pairs are already its own
@@ -120,8 +123,7 @@ class DepExperts:
             back_P = torch.empty(T * K, H, dtype=y_R.dtype, device=x_TH.device)
             self.a2a(back_P, y_R, in_splits, out_splits, combine=True)
         with phase(self.timer, "other", moe_idx):
-            out_TH = combine(back_P, perm_P, topk_weights_TK, T)
-        return out_TH.to(x_TH.dtype)
+            return combine(back_P, perm_P, topk_weights_TK, T, out_dtype=x_TH.dtype)
 
     def _forward_alone(self, moe_idx: int, x_sorted_AH: torch.Tensor, perm_A: torch.Tensor, counts_E: torch.Tensor,
                        topk_weights_TK: torch.Tensor, x_TH: torch.Tensor) -> torch.Tensor:
@@ -133,5 +135,4 @@ class DepExperts:
                                   w13_scale_sources=[w["w13_scale"]] if "w13_scale" in w else None,
                                   w2_scale_sources=[w["w2_scale"]] if "w2_scale" in w else None)
         with phase(self.timer, "other", moe_idx):
-            out_TH = combine(y_sorted, perm_A, topk_weights_TK, x_TH.shape[0])
-        return out_TH.to(x_TH.dtype)
+            return combine(y_sorted, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype)

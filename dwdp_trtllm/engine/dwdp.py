@@ -18,7 +18,7 @@ import torch
 from .. import env
 
 from ..runtime import DwdpRuntime
-from .moe_compute import combine, expert_mlp, gather_experts, gather_sorted, identity_map
+from .moe_compute import combine, expert_mlp, gather_experts, gather_sorted, identity_map, wants_fp8_rows
 from .timing import PhaseTimer, phase
 
 
@@ -45,6 +45,8 @@ class DwdpExperts:
         # expert order, so the GEMM reads them in place (no merge copy, no slot)
         self.all_local = list(runtime.local_ids) == list(range(self.num_experts))
         self.sync_sites: list[str] = []
+        # FP8 experts on a path that takes quantised rows: quantise the T tokens once, before the gather
+        self.fp8_rows = wants_fp8_rows(gemm, runtime.cfg.weight_dtype == "fp8")
 
     @contextmanager
     def _sync_check(self):
@@ -82,7 +84,7 @@ class DwdpExperts:
     def _forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
                  topk_weights_TK: torch.Tensor) -> torch.Tensor:
         with phase(self.timer, "other", moe_idx):
-            x_sorted, perm_P, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
+            x_sorted, perm_P, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, self.num_experts, fp8_rows=self.fp8_rows)
         slot = self.rt.prefetcher.acquire(moe_idx)  # times its own wait as prefetch_wait
         src = self.rt.expert_sources(moe_idx, slot)
         with phase(self.timer, "expert_gemm", moe_idx):
@@ -107,5 +109,4 @@ class DwdpExperts:
                                       w2_scale_sources=b.get("w2_scale"))
         self.rt.prefetcher.release(moe_idx)
         with phase(self.timer, "other", moe_idx):
-            out_TH = combine(y_sorted, perm_P, topk_weights_TK, x_TH.shape[0])
-        return out_TH.to(x_TH.dtype)
+            return combine(y_sorted, perm_P, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype)

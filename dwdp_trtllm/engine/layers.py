@@ -35,6 +35,15 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
+def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + a, rms_norm(x + a, w)): the residual add and the next norm (one fused kernel on CUDA)."""
+    fn = fused("add_rms_norm", x)
+    if fn is not None:
+        return fn(x, a, w, eps)
+    s = x + a
+    return s, rms_norm(s, w, eps)
+
+
 def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)): dense MLPs and shared experts."""
     g_TI, u_TI = F.linear(x_TH, gate_w), F.linear(x_TH, up_w)

@@ -4,8 +4,9 @@ Shape legend: T packed tokens of this iteration, H hidden, E experts, K top-k.
 
 Per layer: x += attention(rms(x)); then x += dense_mlp(rms(x)) for the first_k_dense layers, else
 x += shared_experts(h) + routed(h) with h = rms(x), where the routed part goes through the
-ExpertBackend (reference / DEP / DWDP). Timing phases: "attention" (norm + attention), "other"
-(router, shared experts, dense MLPs, embedding, final norm); the backend times its own work.
+ExpertBackend (reference / DEP / DWDP). Each residual add runs fused with the norm that follows it.
+Timing phases: "attention" (attention + residual add + post-attention norm), "other" (router, shared
+experts, dense MLPs, embedding, residual add + next norm); the backend times its own work.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 from ..models import ModelSpec
 from .experts import ExpertBackend
 from .kv_cache import KVCache
-from .layers import make_attention, plan_segments, positions_of, rms_norm, swiglu_mlp
+from .layers import add_rms_norm, make_attention, plan_segments, positions_of, rms_norm, swiglu_mlp
 from .local_experts import LocalExperts
 from .records import Segment
 from .rope import rope_cos_sin
@@ -99,27 +100,29 @@ class MoETransformer:
         with phase(timer, "other", -1):
             x_TH = w["model.embed_tokens.weight"].index_select(0, input_ids_T.to(self.device))
             rope = rope_cos_sin(positions_of(segments, self.device), sp)
+            h_TH = rms_norm(x_TH, w["model.layers.0.input_layernorm.weight"], sp.rms_eps)
         for layer in range(sp.num_layers):
             p = f"model.layers.{layer}."
             with phase(timer, "attention", layer):
-                x_TH = x_TH + self.attn[layer](rms_norm(x_TH, w[p + "input_layernorm.weight"], sp.rms_eps), rope, plan, kv_cache)
-            h_TH = rms_norm(x_TH, w[p + "post_attention_layernorm.weight"], sp.rms_eps)
+                # the residual add and the next norm run as one pass (layers.add_rms_norm)
+                x_TH, h_TH = add_rms_norm(x_TH, self.attn[layer](h_TH, rope, plan, kv_cache),
+                                          w[p + "post_attention_layernorm.weight"], sp.rms_eps)
             if layer < sp.first_k_dense:
                 with phase(timer, "other", layer):
-                    x_TH = x_TH + swiglu_mlp(h_TH, *(w[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down")))
+                    m_TH = swiglu_mlp(h_TH, *(w[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down")))
             else:
                 self.experts.on_attention_done(layer - sp.first_k_dense)
-                x_TH = x_TH + self._moe(layer, h_TH, timer)
+                m_TH = self._moe(layer, h_TH, timer)
+            nxt = f"model.layers.{layer + 1}.input_layernorm.weight" if layer + 1 < sp.num_layers else "model.norm.weight"
+            with phase(timer, "other", layer):
+                x_TH, h_TH = add_rms_norm(x_TH, m_TH, w[nxt], sp.rms_eps)
         if kv_cache is not None:
             for s in segments:
                 if s.is_last:
                     kv_cache.free(s.request_id)
-        with phase(timer, "other", -1):
-            return rms_norm(x_TH, w["model.norm.weight"], sp.rms_eps)
+        return h_TH  # the last add_rms_norm applied the final norm
 
     __call__ = forward
-
-
 
 
 def build_reference_model(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device | str,

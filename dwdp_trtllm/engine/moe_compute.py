@@ -23,7 +23,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .fused import fused, inverse_permutation
+from .fused import fused, fused_enabled, inverse_permutation
+from ..ops.reference import quantize_fp8_blockwise
 from .weights import FP8_DTYPE, dequantize_fp8_blockwise
 
 GemmFn = Callable[..., torch.Tensor]
@@ -33,16 +34,62 @@ GemmFn = Callable[..., torch.Tensor]
 class GemmPath:
     fn: GemmFn
     supports_fp8: bool  # fn accepts fp8 buffers with `scales` (128x128 block scales per buffer)
+    fp8_activations: bool = False  # with fp8 buffers, fn takes Fp8Rows (activations quantised 1x128 by the caller)
+
+
+@dataclass(frozen=True, slots=True)
+class Fp8Rows:
+    """Activation rows already quantised for an FP8 GEMM path: q_AD float8_e4m3fn, scale_AG float32 with
+    a ~= q * scale per 1x128 group (G = D / 128). Quantising once, before the rows are gathered or after the
+    SwiGLU in the same kernel, is what makes the FP8 expert phase pay (issue 14)."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.q.shape
+
+    def index_select(self, rows_A: torch.Tensor) -> "Fp8Rows":
+        # index_select has no fp8 kernel on some devices: move the codes as bytes
+        return Fp8Rows(self.q.view(torch.uint8).index_select(0, rows_A).view(self.q.dtype), self.scale.index_select(0, rows_A))
+
+
+#: activation quantisation group along the in-features (DeepSeek-V3 recipe: 1x128 activations, 128x128 weights)
+FP8_GROUP = 128
+
+
+def quantize_act_1x128(a_AD: torch.Tensor) -> Fp8Rows:
+    """Fp8Rows of a [A, D] activation (1x128 groups). One fused pass on CUDA when D % 128 == 0
+    (engine/fused.py), the reference quantiser (ops/reference.py) otherwise."""
+    fn = fused("quant_1x128", a_AD) if a_AD.shape[1] % FP8_GROUP == 0 else None
+    return Fp8Rows(*(fn(a_AD) if fn is not None else quantize_fp8_blockwise(a_AD, (1, FP8_GROUP))))
+
+
+def silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
+    """[A, 2I] gate | up -> silu(gate) * up (float32 math, h's dtype); one fused kernel on CUDA."""
+    fn = fused("silu_mul", h_A2I)
+    if fn is not None:
+        return fn(h_A2I)
+    I = h_A2I.shape[1] // 2
+    return (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(h_A2I.dtype)
+
+
+def silu_mul_quant(h_A2I: torch.Tensor) -> Fp8Rows:
+    """silu_mul then 1x128 FP8 quantisation: one kernel on CUDA (the FP8 down projection's input)."""
+    fn = fused("silu_mul_quant", h_A2I) if (h_A2I.shape[1] // 2) % FP8_GROUP == 0 else None
+    return Fp8Rows(*fn(h_A2I)) if fn is not None else quantize_act_1x128(silu_mul(h_A2I))
 
 
 GEMM_PATHS: dict[str, GemmPath] = {}
 
 
-def register_gemm(name: str, fn: GemmFn, *, supports_fp8: bool = False, overwrite: bool = False) -> None:
+def register_gemm(name: str, fn: GemmFn, *, supports_fp8: bool = False, fp8_activations: bool = False,
+                  overwrite: bool = False) -> None:
     """Make `fn` selectable as gemm=`name` (see the module docstring for its contract)."""
     if name in GEMM_PATHS and not overwrite:
         raise ValueError(f"gemm path {name!r} already registered")
-    GEMM_PATHS[name] = GemmPath(fn, supports_fp8)
+    GEMM_PATHS[name] = GemmPath(fn, supports_fp8, fp8_activations)
 
 
 #: paths that engine/gemm_paths.py registers on first use (they load the C++/CUDA op)
@@ -84,34 +131,41 @@ def sort_by_expert(topk_ids_TK: torch.Tensor, num_experts: int) -> tuple[torch.T
 COMBINE_CHUNK_BYTES = 256 << 20
 
 
-def gather_sorted(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, num_experts: int):
+def gather_sorted(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, num_experts: int, *, fp8_rows: bool = False):
     """(x_sorted_AH, perm_A, offs_E, counts_E): token rows repeated per routed copy, in expert order
-    (sort_by_expert's order, the one combine() undoes)."""
+    (sort_by_expert's order, the one combine() undoes). fp8_rows: x is quantised first (T rows, not T*K)
+    and x_sorted is Fp8Rows; quantisation is per row, so this equals quantising the gathered rows."""
     perm_A, offs_E, counts_E = sort_by_expert(topk_ids_TK, num_experts)
-    x_sorted_AH = x_TH.index_select(0, torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor"))
+    rows_A = torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor")
+    x_sorted_AH = quantize_act_1x128(x_TH).index_select(rows_A) if fp8_rows else x_TH.index_select(0, rows_A)
     return x_sorted_AH, perm_A, offs_E, counts_E
 
 
-def combine(y_sorted_AH: torch.Tensor, perm_A: torch.Tensor, topk_weights_TK: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32; returns float32. On CUDA one fused kernel
-    (engine/fused.py); elsewhere index_add_ in expert order:
+def wants_fp8_rows(gemm: str, fp8_weights: bool) -> bool:
+    """The expert GEMMs of this path take Fp8Rows (so gather_sorted should quantise)."""
+    return fp8_weights and gemm_path(gemm).fp8_activations
+
+
+def combine(y_sorted_AH: torch.Tensor, perm_A: torch.Tensor, topk_weights_TK: torch.Tensor, num_tokens: int,
+            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32, returned in out_dtype. On CUDA one Triton
+    kernel (engine/combine_cuda.py: each token's K rows gathered, weighted and summed in routing order);
+    elsewhere index_add_ in expert order:
 
     Rows go in chunks of COMBINE_CHUNK_BYTES of float32 temporary, in order (the same sums as one call on
     the CPU): at DeepSeek-R1 width and 16K tokens x top-8 one unchunked temporary is 3.5 GiB."""
     K = topk_weights_TK.shape[1]
     A, H = y_sorted_AH.shape
-    fn = fused("combine", y_sorted_AH)
-    if fn is not None and A == num_tokens * K:
-        # CUDA: gather the K rows of each token, weight and sum in one kernel (no atomics, no temporary);
-        # the sum runs over k in routing order, the same in every mode
-        return fn(y_sorted_AH, inverse_permutation(perm_A), topk_weights_TK)
+    if y_sorted_AH.is_cuda and A == num_tokens * K and fused_enabled():
+        from .combine_cuda import combine_cuda
+        return combine_cuda(y_sorted_AH, inverse_permutation(perm_A), topk_weights_TK, out_dtype)
     w_A = topk_weights_TK.reshape(-1).float().index_select(0, perm_A)
     tok_A = torch.div(perm_A, K, rounding_mode="floor")
     y_TH = torch.zeros(num_tokens, H, dtype=torch.float32, device=y_sorted_AH.device)
     step = max(1, COMBINE_CHUNK_BYTES // (4 * max(H, 1)))
     for a in range(0, A, step):
         y_TH.index_add_(0, tok_A[a:a + step], y_sorted_AH[a:a + step].float() * w_A[a:a + step, None])
-    return y_TH
+    return y_TH.to(out_dtype)
 
 
 # ---- GEMM paths ------------------------------------------------------------------------------------
@@ -239,8 +293,11 @@ def grouped_gemm(a_AD: torch.Tensor, offs_E: torch.Tensor, weights: list[torch.T
                  expert_row_E: torch.Tensor, *, gemm: str = "reference", scales: list[torch.Tensor] | None = None) -> torch.Tensor:
     """out_AN = a @ W_e^T per expert group, dispatched to GEMM_PATHS[gemm]."""
     path = gemm_path(gemm)
+    if isinstance(a_AD, Fp8Rows) and not (path.fp8_activations and _is_fp8(weights)):
+        raise ValueError(f"gemm={gemm!r}: Fp8Rows activations need fp8 weights and a path that takes them")
     if a_AD.shape[0] == 0:
-        return a_AD.new_empty(0, weights[0].shape[1])
+        return torch.empty(0, weights[0].shape[1], device=weights[0].device,
+                           dtype=torch.bfloat16 if isinstance(a_AD, Fp8Rows) else a_AD.dtype)
     fp8 = _is_fp8(weights)
     if fp8 and scales is None:
         raise ValueError("fp8 expert weights need their block scales (scales=...)")
@@ -252,15 +309,14 @@ def grouped_gemm(a_AD: torch.Tensor, offs_E: torch.Tensor, weights: list[torch.T
     return path.fn(a_AD, offs_E, weights, expert_buffer_idx_E, expert_row_E, scales=scales if fp8 else None)
 
 
-def expert_mlp(x_sorted_AH: torch.Tensor, offs_E: torch.Tensor, w13_sources: list[torch.Tensor], w2_sources: list[torch.Tensor],
-               expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *, gemm: str = "reference",
-               w13_scale_sources: list[torch.Tensor] | None = None,
+def expert_mlp(x_sorted_AH: torch.Tensor | Fp8Rows, offs_E: torch.Tensor, w13_sources: list[torch.Tensor],
+               w2_sources: list[torch.Tensor], expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *,
+               gemm: str = "reference", w13_scale_sources: list[torch.Tensor] | None = None,
                w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
-    """SwiGLU experts on expert-sorted rows: down(silu(gate) * up), per group. Returns y_sorted_AH."""
+    """SwiGLU experts on expert-sorted rows: down(silu(gate) * up), per group. Returns y_sorted_AH (the model
+    dtype; bf16 for Fp8Rows input). FP8 paths that take Fp8Rows get the SwiGLU output quantised in the same pass."""
     h_A2I = grouped_gemm(x_sorted_AH, offs_E, w13_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w13_scale_sources)
-    I = h_A2I.shape[1] // 2
-    fn = fused("silu_mul", h_A2I)
-    act_AI = fn(h_A2I) if fn is not None else (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(x_sorted_AH.dtype)
+    act_AI = silu_mul_quant(h_A2I) if wants_fp8_rows(gemm, _is_fp8(w2_sources)) else silu_mul(h_A2I)
     return grouped_gemm(act_AI, offs_E, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w2_scale_sources)
 
 
@@ -270,7 +326,8 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
                            w13_scale_sources: list[torch.Tensor] | None = None,
                            w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
     """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine."""
-    x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0])
+    x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0],
+                                                   fp8_rows=wants_fp8_rows(gemm, _is_fp8(w13_sources)))
     y_sorted_AH = expert_mlp(x_sorted_AH, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm,
                              w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources)
-    return combine(y_sorted_AH, perm_A, topk_weights_TK, x_TH.shape[0]).to(x_TH.dtype)
+    return combine(y_sorted_AH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype)

@@ -55,7 +55,8 @@ def _layer(gemm: str, fp8: bool, split: bool = True) -> DwdpExperts:
     else:
         buf_idx, row = torch.zeros(E, dtype=torch.int32, device=dev), torch.arange(E, dtype=torch.int32, device=dev)
     sources = ExpertSources(buffers, buf_idx, row)
-    rt = SimpleNamespace(spec=SimpleNamespace(num_experts=E), device=dev, composite=None,
+    rt = SimpleNamespace(spec=SimpleNamespace(num_experts=E), cfg=SimpleNamespace(weight_dtype="fp8" if fp8 else "bf16"),
+                         device=dev, composite=None, local_ids=LOCAL,
                          prefetcher=_StubPrefetcher(), expert_sources=lambda moe_idx, slot: sources)
     return DwdpExperts(rt, gemm=gemm)
 

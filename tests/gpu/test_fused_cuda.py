@@ -1,5 +1,6 @@
 """CUDA fast paths of the engine against their eager / float64 references, on random inputs:
-engine/fused.py (torch.compile'd RMSNorm, RoPE, SwiGLU, FP8 1x128 quantisation, combine) and
+engine/fused.py (torch.compile'd RMSNorm, add + RMSNorm, RoPE, SwiGLU, FP8 1x128 quantisation, SwiGLU + quantisation),
+engine/combine_cuda.py (the Triton MoE combine) and
 engine/attention_cuda.py (cuDNN SDPA per segment, prefix chunks merged by log-sum-exp)."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ if not torch.cuda.is_available():
 
 from dwdp_trtllm.engine import fused as fz  # noqa: E402
 from dwdp_trtllm.engine.attention_cuda import attend_cudnn, cudnn_attention_usable  # noqa: E402
-from dwdp_trtllm.engine.moe_compute import combine, sort_by_expert  # noqa: E402
+from dwdp_trtllm.engine.moe_compute import combine, silu_mul_quant, sort_by_expert  # noqa: E402
 from dwdp_trtllm.ops.reference import quantize_fp8_blockwise  # noqa: E402
 
 DEV = "cuda"
@@ -39,6 +40,9 @@ def test_rms_norm_rope_swiglu(T):
     assert rel(fz.fused("rope_interleaved", r_view)(r_view, cos, sin), fz._rope_interleaved(r_view, cos, sin)) < 1e-2
     h = torch.randn(T, 2 * 256, device=DEV, dtype=torch.bfloat16, generator=g)
     assert rel(fz.fused("silu_mul", h)(h), fz._silu_mul(h)) < 1e-2
+    a = torch.randn(T, 1536, device=DEV, dtype=torch.bfloat16, generator=g)
+    s_fused, h_fused = fz.fused("add_rms_norm", x)(x, a, w, 1e-6)
+    assert torch.equal(s_fused, x + a) and rel(h_fused, fz._rms_norm(x + a, w, 1e-6)) < 1e-2
 
 
 def test_quant_1x128_matches_reference_quantiser():
@@ -52,17 +56,31 @@ def test_quant_1x128_matches_reference_quantiser():
     assert mismatch < 1e-3, f"{mismatch:.2%} of fp8 codes differ from the reference quantiser"
 
 
-@pytest.mark.parametrize("T,E,K", [(1, 8, 2), (513, 64, 8)])
-def test_combine_fused_matches_cpu_path(T, E, K):
+def test_silu_mul_quant_matches_the_two_step_reference():
+    g = torch.Generator(device=DEV).manual_seed(4)
+    h = torch.randn(517, 2 * 512, device=DEV, dtype=torch.bfloat16, generator=g) * 2
+    rows = silu_mul_quant(h)
+    q_ref, s_ref = quantize_fp8_blockwise(fz._silu_mul(h), (1, 128))
+    torch.testing.assert_close(rows.scale, s_ref, rtol=1e-2, atol=0)
+    deq, deq_ref = (q.float().view(517, 4, 128) * s[..., None] for q, s in ((rows.q, rows.scale), (q_ref, s_ref)))
+    assert rel(deq, deq_ref) < 2e-2
+
+
+@pytest.mark.parametrize("T,E,K,H", [(1, 8, 2, 256), (513, 64, 8, 256), (4099, 256, 8, 7168)])
+def test_combine_triton_matches_cpu_path(T, E, K, H):
+    """engine/combine_cuda.py against the CPU path (index_add_ in expert order), float32 and bf16 outputs."""
     g = torch.Generator(device=DEV).manual_seed(T)
     ids = torch.stack([torch.randperm(E, device=DEV, generator=g)[:K] for _ in range(T)])
     w = torch.rand(T, K, device=DEV, generator=g)
     perm, _, _ = sort_by_expert(ids, E)
-    y_sorted = torch.randn(T * K, 256, device=DEV, dtype=torch.bfloat16, generator=g)
+    y_sorted = torch.randn(T * K, H, device=DEV, dtype=torch.bfloat16, generator=g)
+    want = combine(y_sorted.cpu(), perm.cpu(), w.cpu(), T)
     got = combine(y_sorted, perm, w, T)
-    want = combine(y_sorted.cpu(), perm.cpu(), w.cpu(), T)  # the CPU path: index_add_ in expert order
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    got_bf16 = combine(y_sorted, perm, w, T, out_dtype=torch.bfloat16)
+    assert got_bf16.dtype == torch.bfloat16  # the float32 sums (order differs by ulps) rounded once
+    torch.testing.assert_close(got_bf16.cpu().float(), want.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)
 
 
 def _reference_attention(q_LNd, k_SNd, v_SNe, prefix, scale):

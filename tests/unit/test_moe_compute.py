@@ -9,6 +9,7 @@ from dwdp_trtllm.engine import moe_compute as mc
 from dwdp_trtllm.engine.weights import (dequantize_fp8_blockwise, expert_layout, expert_tensors, init_expert,
                                         quantize_fp8_blockwise, stacked_expert_tensors)
 from dwdp_trtllm.models import get_model
+from dwdp_trtllm.ops.reference import quantize_fp8_blockwise as ref_quant
 
 
 E, H, I, T, K = 6, 32, 16, 20, 2
@@ -221,3 +222,52 @@ def test_gather_experts_reuses_destinations_per_map_and_sees_in_place_changes():
     want = w.clone()
     want[3], want[1] = w[1], w[3]
     assert torch.equal(mc.gather_experts(bufs, bidx, row), want)
+
+
+def test_fp8_rows_quantised_before_the_gather_equal_rows_quantised_after():
+    """gather_sorted(fp8_rows=True) quantises T rows then gathers: bit-equal to quantising the T*K gathered rows."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(T, 256, generator=g) * 3
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)])
+    rows, perm, offs, counts = mc.gather_sorted(x, ids, E, fp8_rows=True)
+    plain, perm2, offs2, _ = mc.gather_sorted(x, ids, E)
+    q_ref, s_ref = ref_quant(plain, (1, 128))
+    assert isinstance(rows, mc.Fp8Rows) and torch.equal(perm, perm2) and torch.equal(offs, offs2)
+    assert rows.q.dtype == torch.float8_e4m3fn and torch.equal(rows.q.view(torch.uint8), q_ref.view(torch.uint8))
+    assert torch.equal(rows.scale, s_ref)
+
+
+def test_fp8_rows_path_equals_the_bf16_input_path():
+    """A path taking Fp8Rows (fp8_activations) computes what the same path computes from bf16 rows that it
+    quantises itself: the SwiGLU output quantised in one step equals silu_mul then the quantiser."""
+    seen = []
+
+    def spy(a, offs, weights, bidx, row, scales=None):
+        seen.append(type(a).__name__)
+        if not isinstance(a, mc.Fp8Rows):
+            a = mc.quantize_act_1x128(a)
+        deq = (a.q.float().view(a.q.shape[0], -1, 128) * a.scale[..., None]).view(a.q.shape)
+        return mc.GEMM_PATHS["reference"].fn(deq, offs, weights, bidx, row, scales=scales).to(torch.bfloat16)
+
+    mc.register_gemm("spy_fp8_rows", spy, supports_fp8=True, fp8_activations=True, overwrite=True)
+    try:
+        g = torch.Generator().manual_seed(8)
+        Hq, Iq = 256, 128
+        w13 = torch.randn(E, 2 * Iq, Hq, generator=g) / 16
+        w2 = torch.randn(E, Hq, Iq, generator=g) / 11
+        (q13, s13), (q2, s2) = ref_quant(w13, (128, 128)), ref_quant(w2, (128, 128))
+        x = torch.randn(T, Hq, generator=g).to(torch.bfloat16)
+        ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)])
+        w = torch.rand(T, K, generator=g)
+        bidx, row = mc.identity_map(E, "cpu")
+        y = mc.routed_experts_forward(x, ids, w, [q13], [q2], bidx, row, gemm="spy_fp8_rows",
+                                      w13_scale_sources=[s13], w2_scale_sources=[s2])
+        assert seen == ["Fp8Rows", "Fp8Rows"] and y.dtype == torch.bfloat16
+        x_sorted, perm, offs, _ = mc.gather_sorted(x, ids, E)
+        h = spy(x_sorted, offs, [q13], bidx, row, scales=[s13])
+        y_sorted = spy(mc.silu_mul(h), offs, [q2], bidx, row, scales=[s2])
+        assert torch.equal(y, mc.combine(y_sorted, perm, w, T, out_dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match="Fp8Rows"):
+            mc.grouped_gemm(mc.quantize_act_1x128(x), offs, [w13], bidx, row, gemm="reference")
+    finally:
+        mc.GEMM_PATHS.pop("spy_fp8_rows", None)

@@ -45,7 +45,7 @@ def test_dwdp_all_local_reads_the_local_buffers_in_place():
         return GEMM_PATHS["merge"].fn(a, offs, weights, buf_idx, row, scales)
     if "spy_all_local" not in GEMM_PATHS:
         register_gemm("spy_all_local", spy)
-    rt = SimpleNamespace(spec=spec, device=torch.device("cpu"), local_ids=list(range(E)), composite=None,
+    rt = SimpleNamespace(spec=spec, cfg=SimpleNamespace(weight_dtype="float32"), device=torch.device("cpu"), local_ids=list(range(E)), composite=None,
                          prefetcher=SimpleNamespace(acquire=lambda m: 0, release=lambda m: None, timer=None),
                          local_tensor=lambda m, n: local[n],
                          expert_sources=lambda m, s: ExpertSources(
