@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
-#   usage: scripts/gpu_check.sh [sections...]   sections: env build plugin transport engine bench (default: all but build)
+#   usage: scripts/gpu_check.sh [sections...]
+#     sections: env build plugin transport engine profile trtllm verify bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
-# Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call.
+# Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
+# returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
+# a later call loads it instead of compiling (ops/build.py: the key hashes every source, torch and the flags).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/bench_out/gpu_check}"
@@ -12,6 +15,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # multicast stays off
 [ -d .carry/cutlass ] && export CUTLASS_DIR="$PWD/.carry/cutlass"
 export DWDP_CACHE_DIR="${DWDP_CACHE_DIR:-/tmp/dwdp_cache}"
+[ -d .carry/ops ] && mkdir -p "$DWDP_CACHE_DIR" && cp -r .carry/ops "$DWDP_CACHE_DIR/"
 sections="${*:-env plugin transport engine bench}"
 rc=0
 section() { echo; echo "=== $1 ($(date +%T)) ==="; }
@@ -27,7 +31,8 @@ for s in $sections; do
         || { echo "gpu_check: torch sees no CUDA device" | tee -a "$OUT/env.log"; rc=1; } ;;
     build)
       section build
-      python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/build.log" 2>&1 || rc=1; tail -n 5 "$OUT/build.log" ;;
+      MAX_JOBS=${MAX_JOBS:-16} python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/build.log" 2>&1 || rc=1; tail -n 5 "$OUT/build.log"
+      (cd "$DWDP_CACHE_DIR" && tar -czf "$OUT/ops_lib.tgz" ops/*/dwdp_ops_cuda.so) 2>/dev/null ;;
     plugin)
       section plugin
       bash scripts/gpu/plugin_check.sh "$OUT/raw/plugin" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
@@ -38,7 +43,24 @@ for s in $sections; do
     engine)
       section engine
       timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_fused_cuda.py tests/gpu/test_engine_cuda.py tests/gpu/test_dwdp_layer_graph.py tests/unit/test_launch_external.py > "$OUT/engine.log" 2>&1 || rc=1
-      grep -E "max relative error|passed|failed|Error" "$OUT/engine.log" | tail -n 20 ;;
+      grep -E "max relative error|passed|failed|Error|FAILED" "$OUT/engine.log" | tail -n 20 ;;
+    profile)  # where the engine's time goes (issue 14): chunked-prefill iteration at 16K tokens, BF16 and FP8
+      section profile
+      for a in ${PROFILE_RUNS:-"--weight-dtype bf16 --gemm merge" "--weight-dtype fp8 --gemm multi_buffer"}; do
+        timeout "${PROFILE_TIMEOUT:-240}" python3 scripts/profile_engine.py --out "$OUT/raw/profile" --isl 8192 --tokens 16384 --mix $a \
+          2>&1 | grep -E "^\[|Self CUDA time" | tee -a "$OUT/profile.log" || rc=1
+        tar -czf "$OUT/profile.tgz" -C "$OUT/raw" profile 2>/dev/null  # back even if a later step runs out of time
+      done ;;
+    trtllm)  # issue 13: the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
+      section trtllm
+      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout 300 python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1
+      timeout 200 python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
+      grep -E "passed|failed|Error|host|ms" "$OUT/trtllm.log" | tail -n 25 ;;
+    verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
+      section verify
+      timeout 300 python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
+      timeout 400 python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
+      tail -n 14 "$OUT/verify.log" ;;
     bench)
       section bench
       for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do

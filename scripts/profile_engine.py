@@ -2,7 +2,10 @@
 (all experts local, no communication), kernel table by CUDA time, plus the engine's own phase times.
 
     python3 scripts/profile_engine.py --out DIR [--isl 8192] [--tokens 16384] [--weight-dtype bf16|fp8]
-        [--gemm merge|multi_buffer] [--layers 3] [--first-k-dense 1]
+        [--gemm merge|multi_buffer] [--layers 3] [--first-k-dense 1] [--mix]
+
+--mix: the iteration a chunked-prefill bench step runs (ISL ratio 0.8 at max_num_tokens = --tokens): the tail
+of a request with a cached prefix, a whole request, and the first chunk of a third (kept in the KV cache).
 
 Writes DIR/profile_<tag>.txt (kernel table) and DIR/profile_<tag>.json (phase times per iteration).
 """
@@ -30,6 +33,16 @@ def segments_for(tokens: int, isl: int) -> list[Segment]:
     return out
 
 
+def mixed_segments(tokens: int, isl: int) -> tuple[list[Segment], list[Segment]]:
+    """(prefill of the cached prefix, the measured iteration): request 0 continues after isl*5/8 cached tokens
+    for its last isl*3/8, request 1 runs whole (0.9 isl), request 2 fills the rest as a first, non-final chunk."""
+    p0, n0, n1 = isl * 5 // 8, isl * 3 // 8, isl * 9 // 10
+    n2 = tokens - n0 - n1
+    if n2 <= 0:
+        raise SystemExit(f"--mix needs --tokens > {n0 + n1} at isl {isl}")
+    return [Segment(0, 0, p0, False)], [Segment(0, p0, n0, True), Segment(1, 0, n1, True), Segment(2, 0, n2, False)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -42,10 +55,11 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--preset", default="deepseek-r1")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--mix", action="store_true", help="chunked-prefill iteration with a cached prefix (see above)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"{args.weight_dtype}_{args.gemm}_isl{args.isl}_t{args.tokens}"
+    tag = f"{args.weight_dtype}_{args.gemm}_isl{args.isl}_t{args.tokens}{'_mix' if args.mix else ''}"
     spec = get_model(args.preset, num_layers=args.layers, first_k_dense=args.first_k_dense)
     dev = torch.device(args.device)
     t0 = time.perf_counter()
@@ -53,35 +67,69 @@ def main() -> None:
     print(f"[{tag}] built in {time.perf_counter() - t0:.1f} s", flush=True)
     g = torch.Generator(device=dev).manual_seed(1)
     ids = torch.randint(0, spec.vocab_size, (args.tokens,), device=dev, generator=g)
-    segs = segments_for(args.tokens, args.isl)
-    for _ in range(2):
-        model.forward(ids, segs)
+    from dwdp_trtllm.engine.kv_cache import KVCache
+    kv = KVCache(spec.num_layers)
+    pre, segs = mixed_segments(args.tokens, args.isl) if args.mix else ([], segments_for(args.tokens, args.isl))
+    pre_ids = torch.randint(0, spec.vocab_size, (sum(s.length for s in pre),), device=dev, generator=g)
+
+    def fill_prefix():  # the cached prefix of request 0 (untimed)
+        if pre:
+            model.forward(pre_ids, pre, kv)
+        sync()
+
+    def forward(timer=None):
+        out = model.forward(ids, segs, kv, timer=timer)
+        for s in segs:  # drop the chunk kept for a later iteration
+            kv.free(s.request_id)
+        return out
+
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    print(f"[{tag}] attention plans built: {model.warm_up_attention(args.tokens)}", flush=True)
+    for _ in range(2):
+        fill_prefix()
+        forward()
     sync()
     timer = PhaseTimer(dev)
     phases = []
     walls = []
+    model.record_routing(True)
     for _ in range(args.iters):
+        fill_prefix()
+        model.routing_counts()  # reset: count the measured iteration only
         timer.start()
         t = time.perf_counter()
-        model.forward(ids, segs, timer=timer)
+        forward(timer)
         sync()
         walls.append(time.perf_counter() - t)
         agg: dict[str, float] = {}
         for name, layer, s, e in timer.collect():
             agg[name] = agg.get(name, 0.0) + (e - s) * 1e3
+        agg.setdefault("expert_gemm", walls[-1] * 1e3 - sum(agg.values()))  # LocalExperts times no phase: the rest
         phases.append(agg)
+    counts = model.routing_counts()
+    model.record_routing(False)
     print(f"[{tag}] wall ms per iteration: {[round(w * 1e3, 1) for w in walls]}")
     print(f"[{tag}] phase ms per iteration (last): { {k: round(v, 1) for k, v in phases[-1].items()} }")
+    floor = {}
+    if dev.type == "cuda":  # the stock-kernel floor of this very batch (bench/floor.py), beside the measurement
+        from dwdp_trtllm.bench.floor import Batch, FloorTimer
+        ft = FloorTimer(spec, torch.bfloat16, args.weight_dtype, dev)
+        floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
+        ft.release()
+        ratio = {k: round(phases[-1].get(k, 0.0) / v, 3) for k, v in floor.items() if k in phases[-1] and v}
+        ratio["total"] = round(walls[-1] * 1e3 / floor["total"], 3)
+        print(f"[{tag}] floor ms: { {k: round(v, 1) for k, v in floor.items()} }  measured/floor: {ratio}")
     from torch.profiler import ProfilerActivity, profile
+    fill_prefix()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
-        model.forward(ids, segs)
+        forward()
         sync()
     table = prof.key_averages().table(sort_by="cuda_time_total" if dev.type == "cuda" else "cpu_time_total", row_limit=60, max_name_column_width=90)
     shapes = prof.key_averages(group_by_input_shape=True).table(sort_by="cuda_time_total" if dev.type == "cuda" else "cpu_time_total", row_limit=40,
                                                                  max_name_column_width=60, max_shapes_column_width=80)
     (out / f"profile_{tag}.txt").write_text(table + "\n\n" + shapes)
-    (out / f"profile_{tag}.json").write_text(json.dumps({"walls_ms": [w * 1e3 for w in walls], "phases_ms": phases}, indent=1))
+    (out / f"profile_{tag}.json").write_text(json.dumps({"walls_ms": [w * 1e3 for w in walls], "phases_ms": phases, "floor_ms": floor,
+                                                           "segments": [(s.start, s.length) for s in segs]}, indent=1))
     print(table[:6000])
 
 

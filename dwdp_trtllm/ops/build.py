@@ -123,6 +123,13 @@ def load(cuda: bool | None = None, verbose: bool = False) -> Path:
         includes = [str(plugins_dir() / "include"), str(plugins_dir() / "csrc")]
         if cuda:
             includes += [str(p) for p in cutlass_include_dirs()]
+        path = build_dir / f"{name}.so"
+        if path.is_file() and not (build_dir / "build.ninja").is_file():
+            # a library placed here without its build tree (carried from another machine): the key hashes every
+            # source, header, the torch version and the CUDA flags, so it is this build; load it as is
+            torch.ops.load_library(str(path))
+            _loaded["cuda" if cuda else "cpu"] = path
+            return path
         try:
             cpp_extension.load(
                 name=name, sources=[str(s) for s in _source_files(cuda)], extra_cflags=["-O2"],
@@ -130,6 +137,5 @@ def load(cuda: bool | None = None, verbose: bool = False) -> Path:
                 build_directory=str(build_dir), verbose=verbose, with_cuda=cuda, is_python_module=False)
         except (RuntimeError, OSError, ImportError) as e:
             raise OpsBuildError(f"building {name} in {build_dir} failed: {e}") from e
-        path = build_dir / f"{name}.so"
         _loaded["cuda" if cuda else "cpu"] = path
         return path

@@ -171,3 +171,23 @@ def test_composite_view_refuses_off_granularity_sizes():
         check_chunks([(2 * mib, 2 * mib)], 2 * mib, [4 * mib])
     with pytest.raises(ValueError, match="whole allocations only"):
         check_chunks([(0, 2 * mib)], 2 * mib, [4 * mib])
+
+
+def test_a_carried_library_for_this_build_key_is_loaded_without_building(op_ready, tmp_path):
+    """build.load() takes a library placed in its key's folder without a build tree (one carried from the machine
+    that built it) as is: no compiler runs (a build would write build.ninja), the op is registered."""
+    import shutil
+    import subprocess
+    import sys
+
+    built = build.load(cuda=False)
+    dest = tmp_path / "ops" / built.parent.name
+    dest.mkdir(parents=True)
+    shutil.copy(built, dest / built.name)
+    code = ("import torch; from dwdp_trtllm.ops import build; p = build.load(cuda=False); "
+            "print(p.parent.name, hasattr(torch.ops.dwdp, 'grouped_gemm'))")
+    env = {**__import__("os").environ, "DWDP_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [built.parent.name, "True"]
+    assert not (dest / "build.ninja").exists()
