@@ -3,9 +3,8 @@
 Reports the TensorRT-LLM version (or "not installed"), each patch target (present / missing), whether
 upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it can run (Blackwell +
 NVFP4 + CuteDSL), the GPU, the engine our mode would pick, and which lifecycle drives our manager:
-"upstream" (ConfigurableMoE.forward_impl / PyExecutor call wait_and_bind, record_compute_and_prefetch_next,
-prefetch_first_layers) when the optional targets are present, else "hooks" (MoE forward hooks), with the
-reason. Exit code 0 whenever a report was made.
+"upstream" (ConfigurableMoE.forward_impl calls wait_and_bind, record_compute_and_prefetch_next) when the
+optional targets are present, else "hooks" (MoE forward hooks), with the reason. Exit code 0 whenever a report was made.
 """
 from __future__ import annotations
 

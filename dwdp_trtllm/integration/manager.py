@@ -1,20 +1,22 @@
 """HopperDwdpManager: upstream's DwdpManager interface, backed by our AdapterRuntime (no tensorrt_llm import).
 
 Interface mirrored from tensorrt_llm/_torch/pyexecutor/dwdp.py, VA era (stored id 56230681187):
-`add_layer(layer_idx)` (ConfigurableMoE.__init__), `setup(model)`, `prefetch_first_layers()` (PyExecutor at
-each forward start, MOE_DEVELOPER_GUIDE stored id 68282709368), `wait_and_bind(backend_module, layer_idx)` and
-`record_compute_and_prefetch_next(layer_idx)` (ConfigurableMoE.forward_impl, stored id 67533515591),
-`dwdp_rank`, `dwdp_size`, `is_enabled()`, `cleanup()`, `__enter__`/`__exit__` (global registration).
+`add_layer(layer_idx)` (ConfigurableMoE), `setup(model)`, `prefetch_first_layers()`, `wait_and_bind(backend_module,
+layer_idx)` and `record_compute_and_prefetch_next(layer_idx)` (ConfigurableMoE.forward_impl, stored id
+67533515591), `dwdp_rank`, `dwdp_size`, `is_enabled()`, `cleanup()`, `__enter__`/`__exit__`.
 
 Two drivers call it:
-- upstream lifecycle: TensorRT-LLM's own call sites above (our gate patch makes ConfigurableMoE enable
-  DWDP for this manager with the CUTLASS backend);
-- hooks (versions without the lifecycle): forward pre/post hooks on each MoE module; the pre-hook of
-  position 0 calls prefetch_first_layers(), a point reached on every forward even when the engine calls
-  model.forward() directly.
-Either way copies are started by the Prefetcher itself: positions 0..S-1 at setup, then each release of
-position p issues sequence p + S, which wraps into the next forward. prefetch_first_layers() therefore only
-checks that the previous forward ran every MoE layer; it never issues twice.
+- upstream lifecycle: ConfigurableMoE.forward_impl calls wait_and_bind / record_compute_and_prefetch_next (our
+  gate patch makes it enable DWDP for this manager with the CUTLASS backend). PyExecutor calls
+  prefetch_first_layers() only on the manager py_executor_creator gave it, which exists only with TensorRT-LLM's
+  own dwdp_config (PR #12136 `_executor_loop`, PR #17546 creator): never this one;
+- hooks (versions without that lifecycle): forward pre/post hooks on each MoE module make the same two calls.
+Either way the forward-start check runs inside wait_and_bind of the first MoE position, a point reached on every
+forward whatever calls the model (the engine calls model.forward() directly). Copies are started by the
+Prefetcher itself: positions 0..S-1 at setup, then each release of position p issues sequence p + S, which wraps
+into the next forward; prefetch_first_layers() never issues, it only checks that the previous forward ran every
+MoE layer. record_compute_and_prefetch_next without a wait_and_bind of the same layer is refused (a TensorRT-LLM
+whose wrapper does not bind our weights would otherwise run the kernel on unbound tensors).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class HopperDwdpManager:
         self._registered_layers: list[int] = []
         self._rt: Optional[AdapterRuntime] = None
         self._pos: dict[int, int] = {}
+        self._bound: Optional[int] = None  # position bound by wait_and_bind and not yet released
         self.lifecycle = "unset"  # "upstream" | "hooks" once attached
 
     # -- upstream lifecycle surface ---------------------------------------------------------------
@@ -75,11 +78,14 @@ class HopperDwdpManager:
 
     def prefetch_first_layers(self) -> None:
         """Forward start: the first positions' copies are already in flight (issued at setup or by the previous
-        forward's releases); refuse a forward that starts while the previous one stopped part-way."""
+        forward's releases); refuse a forward that starts while the previous one stopped part-way. Also run by
+        wait_and_bind of the first MoE position, since upstream's PyExecutor never calls it on this manager."""
         rt = self.runtime
-        if not rt.at_forward_start():
+        if self._bound is not None or not rt.at_forward_start():
             raise DwdpOrderError(f"forward started while the previous one stopped after MoE position "
-                                 f"{rt.prefetcher.n % rt.num_layers - 1}: DWDP slots would hold the wrong layers")
+                                 f"{(rt.prefetcher.n - 1) % rt.num_layers}"
+                                 f"{' (position ' + str(self._bound) + ' bound, never released)' if self._bound is not None else ''}"
+                                 ": DWDP slots would hold the wrong layers")
 
     def wait_and_bind(self, backend_module, layer_idx: int) -> None:
         pos = self.position(layer_idx)
@@ -88,10 +94,23 @@ class HopperDwdpManager:
         if backend_module is not owner and not any(m is owner for m in backend_module.modules()):
             raise RuntimeError(f"wait_and_bind(layer {layer_idx}): module {type(backend_module).__name__} does not own "
                                "that layer's expert weights")
+        if pos == 0:
+            self.prefetch_first_layers()
+        elif self._bound is not None:
+            raise DwdpOrderError(f"wait_and_bind(layer {layer_idx}) while MoE position {self._bound} is still bound "
+                                 "(its record_compute_and_prefetch_next never came)")
         rt.wait_and_bind(pos)
+        self._bound = pos
 
     def record_compute_and_prefetch_next(self, layer_idx: int) -> None:
-        self.runtime.release(self.position(layer_idx))
+        pos = self.position(layer_idx)
+        if self._bound != pos:
+            raise DwdpOrderError(
+                f"record_compute_and_prefetch_next(layer {layer_idx}) without wait_and_bind of that layer: the kernel "
+                "ran on weights this manager never bound (a TensorRT-LLM whose ConfigurableMoE.forward_impl does not "
+                "call wait_and_bind, e.g. the IPC-era DWDP lifecycle?); run `dwdp check-trtllm`")
+        self.runtime.release(pos)
+        self._bound = None
 
     def cleanup(self) -> None:
         if self._rt is not None:

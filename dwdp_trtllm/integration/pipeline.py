@@ -5,12 +5,11 @@ id 5682132957; the decoder runner's model_forward, stored id 69864124258), so a 
 model never fires. Only the MoE modules are called through nn.Module.__call__ (Deepseekv3MoE:
 `self.experts(...)`, stored ids 2891600299, 3518086746), so all hooks live there:
 
-    MoE p pre-hook:   p == 0: manager.prefetch_first_layers()   (reached on every forward)
-                      manager.wait_and_bind(owner_p, layer_id_p)
+    MoE p pre-hook:   manager.wait_and_bind(owner_p, layer_id_p)   (p == 0: the forward-start check inside)
     MoE p post-hook:  manager.record_compute_and_prefetch_next(layer_id_p)
 
-which are exactly the calls upstream's ConfigurableMoE.forward_impl and PyExecutor make in versions
-that have the lifecycle (see manager.py).
+which are exactly the calls upstream's ConfigurableMoE.forward_impl makes in versions that have the
+lifecycle (see manager.py).
 """
 from __future__ import annotations
 
@@ -34,8 +33,6 @@ class MoeHooks:
 
     def _pre(self, pos: int):
         def hook(module, args):
-            if pos == 0:
-                self.manager.prefetch_first_layers()
             self.trace.append(("wait", pos))
             self.manager.wait_and_bind(self.owners[pos], self.layer_ids[pos])
         return hook

@@ -31,11 +31,11 @@ def build():
         import dwdp_trtllm.integration.boot  # noqa: F401  (what the .pth line does in every interpreter)
     from tensorrt_llm._torch.pyexecutor.model_engine import PyTorchModelEngine
     from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
-    from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
+    from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
     args = SimpleNamespace(quant=None if quant == "bf16" else quant, seed=7, dwdp_config=None,
                            disable_overlap_scheduler=True)
     model, _ = ModelLoader(args).load("ckpt", None)
-    return model, PyExecutor(PyTorchModelEngine(model))
+    return model, create_py_executor(args, PyTorchModelEngine(model))
 
 
 if mode == "reference":

@@ -1,6 +1,8 @@
 """HopperDwdpManager contract (upstream's DwdpManager interface) over a stub runtime: layer ids map to
-positions, a forward that stops part-way is refused at the next forward start, a module that does not own
-the layer's weights is refused, add_layer ignores duplicates like upstream (dwdp.py, stored id 56230681187)."""
+positions, a forward that stops part-way is refused at the next forward start (also when only wait_and_bind
+of the first layer marks it: upstream's PyExecutor never calls prefetch_first_layers on our manager), a record
+without a bind of the same layer is refused, a module that does not own the layer's weights is refused,
+add_layer ignores duplicates like upstream (dwdp.py, stored id 56230681187)."""
 import pytest
 import torch
 
@@ -56,3 +58,29 @@ def test_setup_before_attach_names_the_missing_step():
         m.setup(torch.nn.Linear(1, 1))
     with pytest.raises(RuntimeError, match="before the runtime was attached"):
         m.prefetch_first_layers()
+
+
+def test_forward_start_is_checked_at_the_first_bind_without_prefetch_first_layers():
+    """Upstream's PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made (PR #12136,
+    PR #17546): ours sees only ConfigurableMoE's wait_and_bind / record calls."""
+    m, rt, owners = _manager()
+    for lid, o in zip((3, 4, 5), owners):  # one whole forward
+        m.wait_and_bind(o, lid)
+        m.record_compute_and_prefetch_next(lid)
+    m.wait_and_bind(owners[0], 3)  # next forward starts
+    m.record_compute_and_prefetch_next(3)
+    with pytest.raises(DwdpOrderError, match="stopped after MoE position 0"):
+        m.wait_and_bind(owners[0], 3)  # a forward that ran only the first MoE layer
+    m2, rt2, owners2 = _manager()
+    m2.wait_and_bind(owners2[0], 3)
+    with pytest.raises(DwdpOrderError, match="still bound"):
+        m2.wait_and_bind(owners2[1], 4)  # the previous layer was never released
+
+
+def test_record_without_bind_is_refused():
+    """An upstream whose ConfigurableMoE.forward_impl only records (IPC era: the weight view is built in the
+    scheduler for CuteDslFusedMoE only, moe_scheduler.py stored id 52297624341) must not run on unbound weights."""
+    m, rt, owners = _manager()
+    with pytest.raises(DwdpOrderError, match="without wait_and_bind"):
+        m.record_compute_and_prefetch_next(3)
+    assert rt.calls == []

@@ -63,7 +63,8 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "tensorrt_llm/_torch/modules/fused_moe/configurable_moe.py @ stored ids 51886803846, 67533515591",
                 "_patch_dwdp_gate", optional=True),
     PatchTarget(DWDP_MODULE, "set_global_dwdp_manager",
-                "call (lifecycle): register our HopperDwdpManager so PyExecutor's prefetch_first_layers() reaches it",
+                "call (lifecycle): register our HopperDwdpManager so ConfigurableMoE (get_global_dwdp_manager() at "
+                "construction) enables DWDP with it",
                 "tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc, VA era stored id 56230681187",
                 "_register_manager", optional=True),
 )
@@ -114,8 +115,8 @@ def lifecycle_report(rows) -> tuple[str, str]:
     missing = [f"{t.module}.{t.attribute} ({st})" for t, st in opt if st != "present"]
     if not missing:
         return "upstream", ("ConfigurableMoE has the DWDP gate and pyexecutor.dwdp the global manager: "
-                            "TensorRT-LLM's own call sites (wait_and_bind, record_compute_and_prefetch_next, "
-                            "prefetch_first_layers) drive our HopperDwdpManager")
+                            "TensorRT-LLM's own call sites (ConfigurableMoE.forward_impl: wait_and_bind, "
+                            "record_compute_and_prefetch_next) drive our HopperDwdpManager")
     return "hooks", "no upstream DWDP lifecycle: " + "; ".join(missing) + " -> MoE forward hooks drive the same manager"
 
 

@@ -3,7 +3,8 @@ behaviour citing the upstream file and commit (or stored-copy id) it mirrors. Ev
 
 Eras (tests/unit/test_trtllm_fake_world.py builds each from this tree):
 - lifecycle (default tree): pyexecutor/dwdp.py with set_/get_global_dwdp_manager, ConfigurableMoE's DWDP
-  block, PyExecutor calling prefetch_first_layers(), ModelLoader.llm_args;
+  block, ModelLoader.llm_args; PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator
+  made for TensorRT-LLM's own dwdp_config (none with our engine);
 - hooks: blocks between "# DWDP-LIFECYCLE-BEGIN/END" removed, pyexecutor/dwdp.py deleted, lines starting
   "# HOOKS-ERA: " uncommented (ModelLoader.pytorch_backend_config, as @ b51992a3).
 The expert GEMM (torch.ops.trtllm.fused_moe, C++) is replaced by a float32 torch reference

@@ -1,19 +1,16 @@
-"""PyExecutor forward step: in the lifecycle era it calls DwdpManager.prefetch_first_layers() at each forward
-start (MOE_DEVELOPER_GUIDE, stored id 68282709368: "PyExecutor forward start -> DwdpManager.
-prefetch_first_layers()"), then the model engine's forward."""
-# DWDP-LIFECYCLE-BEGIN
-from .dwdp import get_global_dwdp_manager
-# DWDP-LIFECYCLE-END
+"""PyExecutor forward step, as tensorrt_llm/_torch/pyexecutor/py_executor.py after PR #12136 (merged; diff of
+`_executor_loop` in its review thread): `if self.dwdp_manager is not None: self.dwdp_manager.prefetch_first_layers()`
+right before `self._forward_step(...)`. `self.dwdp_manager` is the executor's own attribute, handed over by
+py_executor_creator (see py_executor_creator.py), NOT the global of pyexecutor/dwdp.py: a manager registered
+only through set_global_dwdp_manager (ours) never receives prefetch_first_layers() from here."""
 
 
 class PyExecutor:
-    def __init__(self, model_engine):
+    def __init__(self, model_engine, dwdp_manager=None):
         self.model_engine = model_engine
+        self.dwdp_manager = dwdp_manager
 
     def forward_step(self, hidden_states):
-# DWDP-LIFECYCLE-BEGIN
-        mgr = get_global_dwdp_manager()
-        if mgr is not None:
-            mgr.prefetch_first_layers()
-# DWDP-LIFECYCLE-END
+        if self.dwdp_manager is not None:
+            self.dwdp_manager.prefetch_first_layers()
         return self.model_engine.forward(hidden_states)
