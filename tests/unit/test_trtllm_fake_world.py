@@ -23,20 +23,29 @@ REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"
 
 
+ERAS = ("lifecycle", "ipc", "hooks")
+
+
 def era_tree(root: Path, era: str) -> Path:
-    """Copy of the fake tree for `era` ("lifecycle" as is; "hooks": lifecycle blocks stripped)."""
+    """Copy of the fake tree for `era` (see tests/fakes/tensorrt_llm/__init__.py): "lifecycle" (VA era: upstream's
+    ConfigurableMoE calls wait_and_bind), "ipc" (IPC era: DWDP block without wait_and_bind), "hooks" (no DWDP)."""
+    assert era in ERAS, era
     dst = root / f"fake_{era}"
     shutil.copytree(FAKES / "tensorrt_llm", dst / "tensorrt_llm")
     shutil.copytree(FAKES / "mpi4py", dst / "mpi4py")
     shutil.copy(FAKES / "trtllm_worker.py", dst)  # run from the tree: sys.path[0] must be this era's tree
+    drop = {"lifecycle": ("IPC",), "ipc": ("VA",), "hooks": ("IPC", "VA", "DWDP")}[era]
     if era == "hooks":
         (dst / "tensorrt_llm/_torch/pyexecutor/dwdp.py").unlink()
-        for p in (dst / "tensorrt_llm").rglob("*.py"):
-            s = p.read_text()
-            s2 = re.sub(r"# DWDP-LIFECYCLE-BEGIN\n.*?# DWDP-LIFECYCLE-END\n", "", s, flags=re.S)
+    for p in (dst / "tensorrt_llm").rglob("*.py"):
+        s = s2 = p.read_text()
+        for tag in drop:
+            s2 = re.sub(rf"# {tag}-BEGIN\n.*?# {tag}-END\n", "", s2, flags=re.S)
+        s2 = re.sub(r"(?m)^# [A-Z]+-(BEGIN|END)\n", "", s2)
+        if era == "hooks":
             s2 = re.sub(r"(?m)^# HOOKS-ERA: ", "        ", s2)
-            if s2 != s:
-                p.write_text(s2)
+        if s2 != s:
+            p.write_text(s2)
     return dst
 
 
@@ -74,19 +83,21 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
 
 
 @pytest.mark.parametrize("era,quant", [("lifecycle", "fp8_block_scales"), ("hooks", "bf16"),
-                                       ("lifecycle", "bf16"), ("hooks", "fp8_block_scales")])
+                                       ("lifecycle", "bf16"), ("hooks", "fp8_block_scales"), ("ipc", "bf16")])
 def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant):
+    """ipc: upstream's IPC-era ConfigurableMoE has the DWDP gate but never calls wait_and_bind for a CUTLASS
+    backend (only CuteDSL gets a weight view, in the scheduler): our manager must not be enabled there."""
     outs, ref = run_world(tmp_path, era, quant)
     for r, got in enumerate(outs):
         assert got["lifecycle"] == ("upstream" if era == "lifecycle" else "hooks")
         assert got["gemm"] == "merge"  # cpu: no VMM
         for key, y in got["outs"].items():
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
-        if era == "hooks":
+        if era != "lifecycle":
             assert got["trace"][:4] == [("wait", 0), ("release", 0), ("wait", 1), ("release", 1)]
 
 
-@pytest.mark.parametrize("era", ["lifecycle", "hooks"])
+@pytest.mark.parametrize("era", ERAS)
 def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
     tree = era_tree(tmp_path, era)
     r = subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", "check-trtllm", "--json"],
@@ -99,3 +110,6 @@ def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
     if era == "hooks":
         assert "pyexecutor.dwdp.set_global_dwdp_manager (module not importable" in rep["lifecycle_reason"]
         assert "ConfigurableMoE._should_enable_dwdp (missing)" in rep["lifecycle_reason"]
+    if era == "ipc":
+        assert rep["lifecycle_reason"].endswith("-> MoE forward hooks drive the same manager")
+        assert "pyexecutor.dwdp.DwdpManager.wait_and_bind (missing)" in rep["lifecycle_reason"]

@@ -64,8 +64,9 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["tensorrt_llm"] == "not installed" and rep["upstream_dwdp"] is None
-    assert len(rep["patch_targets"]) == 6 and all("not checked" in t["status"] for t in rep["patch_targets"])
-    assert [t["optional"] for t in rep["patch_targets"]] == [False] * 4 + [True] * 2
+    from dwdp_trtllm.integration.trtllm.patches import PATCH_TARGETS
+    assert len(rep["patch_targets"]) == len(PATCH_TARGETS) and all("not checked" in t["status"] for t in rep["patch_targets"])
+    assert [t["optional"] for t in rep["patch_targets"]] == [False] * 4 + [True] * (len(PATCH_TARGETS) - 4)
     assert rep["lifecycle"] is None and "not importable" in rep["lifecycle_reason"]
     assert rep["our_mode"]["engine"] == "dwdp_trtllm" and rep["upstream_can_run_here"] is False
     r = _dwdp(["check-trtllm"], _env(None))

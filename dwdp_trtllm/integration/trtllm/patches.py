@@ -58,15 +58,22 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
                 "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ newest stored (id 55194060208)", None),
     PatchTarget(CONFIGURABLE_MOE, "ConfigurableMoE._should_enable_dwdp",
-                "wrap (lifecycle): enable DWDP for our HopperDwdpManager with the CutlassFusedMoE backend; upstream's "
-                "gate admits only CuteDSL + NVFP4 and stays in force for upstream's own manager",
+                "wrap (lifecycle): True for our HopperDwdpManager with the CutlassFusedMoE backend; for any other "
+                "manager upstream's gate (CuteDSL + NVFP4 only) decides",
                 "tensorrt_llm/_torch/modules/fused_moe/configurable_moe.py @ stored ids 51886803846, 67533515591",
                 "_patch_dwdp_gate", optional=True),
     PatchTarget(DWDP_MODULE, "set_global_dwdp_manager",
                 "call (lifecycle): register our HopperDwdpManager so ConfigurableMoE (get_global_dwdp_manager() at "
-                "construction) enables DWDP with it",
+                "construction) enables DWDP with it; only where DwdpManager.wait_and_bind exists (VA era)",
                 "tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc, VA era stored id 56230681187",
                 "_register_manager", optional=True),
+    PatchTarget(DWDP_MODULE, "DwdpManager.wait_and_bind",
+                "check only (lifecycle): marks the VA era, whose ConfigurableMoE.forward_impl calls "
+                "wait_and_bind(backend, layer_idx); the IPC era (dwdp.py @ 198af04538bc / 753d71ccd9f1) has no "
+                "wait_and_bind and binds a weight view in moe_scheduler for CuteDslFusedMoE only",
+                "tensorrt_llm/_torch/pyexecutor/dwdp.py VA era stored id 56230681187; configurable_moe.py stored id "
+                "67533515591; IPC era: configurable_moe.py id 51886803846, moe_scheduler.py id 52297624341",
+                None, optional=True),
 )
 
 
@@ -174,24 +181,26 @@ def _patch_model_loader(module: ModuleType) -> None:
 
 
 def _patch_dwdp_gate(module: ModuleType) -> None:
-    """ConfigurableMoE._should_enable_dwdp: True for our manager with CutlassFusedMoE (BF16 / FP8 block scales
-    on sm_90); the original (CuteDSL + NVFP4 only) for anything else. ConfigurableMoE.__init__ reads
-    `self.dwdp_manager = get_global_dwdp_manager()` before the gate (stored id 51886803846); a manager that is
-    not ours or None is replaced by ours here, so the lifecycle does not depend on the global being set first."""
-    from .runtime import process_manager
+    """ConfigurableMoE._should_enable_dwdp: for our HopperDwdpManager (what `get_global_dwdp_manager()` returned
+    when the layer was built, stored id 51886803846 / 67533515591) True exactly when the backend is
+    CutlassFusedMoE (BF16 / FP8 block scales on sm_90); for any other manager the original gate (CuteDSL + NVFP4
+    only) decides. ConfigurableMoE only asks the gate when a global manager is set, so with none nothing changes."""
 
     def make(orig):
         def _should_enable_dwdp(self):
-            from tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass import CutlassFusedMoE  # noqa: PLC0415
-            if not isinstance(getattr(self, "backend", None), CutlassFusedMoE) or not hasattr(self, "_dwdp_trtllm"):
+            if not getattr(getattr(self, "dwdp_manager", None), "is_dwdp_trtllm", False):
                 return orig(self)
-            self.dwdp_manager = process_manager()
-            return True
+            from tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass import CutlassFusedMoE  # noqa: PLC0415
+            return isinstance(getattr(self, "backend", None), CutlassFusedMoE)
         return _should_enable_dwdp
     wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
 
 
 def _register_manager(module: ModuleType) -> None:
+    """Register our manager globally only where upstream's ConfigurableMoE calls wait_and_bind (VA era:
+    DwdpManager.wait_and_bind exists); in the IPC era it would be asked to record layers it never bound."""
+    if not hasattr(getattr(module, "DwdpManager", None), "wait_and_bind"):
+        return
     from .runtime import process_manager
     module.set_global_dwdp_manager(process_manager())
 

@@ -1,12 +1,16 @@
 """Fake TensorRT-LLM for CPU tests of dwdp_trtllm: the call paths that matter to our integration, each
 behaviour citing the upstream file and commit (or stored-copy id) it mirrors. Everything else is left out.
 
-Eras (tests/unit/test_trtllm_fake_world.py builds each from this tree):
-- lifecycle (default tree): pyexecutor/dwdp.py with set_/get_global_dwdp_manager, ConfigurableMoE's DWDP
-  block, ModelLoader.llm_args; PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator
-  made for TensorRT-LLM's own dwdp_config (none with our engine);
-- hooks: blocks between "# DWDP-LIFECYCLE-BEGIN/END" removed, pyexecutor/dwdp.py deleted, lines starting
-  "# HOOKS-ERA: " uncommented (ModelLoader.pytorch_backend_config, as @ b51992a3).
+Eras (tests/unit/test_trtllm_fake_world.py `era_tree` builds each from this tree):
+- lifecycle (VA era): blocks between "# DWDP-BEGIN/END" and "# VA-BEGIN/END" kept, "# IPC-BEGIN/END" removed:
+  pyexecutor/dwdp.py with set_/get_global_dwdp_manager and DwdpManager.wait_and_bind, ConfigurableMoE's DWDP
+  block whose forward_impl calls wait_and_bind + record_compute_and_prefetch_next, ModelLoader.llm_args;
+- ipc (IPC era): "# IPC-BEGIN/END" kept, "# VA-BEGIN/END" removed: DwdpManager without wait_and_bind,
+  forward_impl records only (the weight view is a CuteDSL-only scheduler path);
+- hooks: every DWDP/VA/IPC block removed, pyexecutor/dwdp.py deleted, lines starting "# HOOKS-ERA: "
+  uncommented (ModelLoader.pytorch_backend_config, as @ b51992a3).
+PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made for TensorRT-LLM's own
+dwdp_config (none with our engine).
 The expert GEMM (torch.ops.trtllm.fused_moe, C++) is replaced by a float32 torch reference
 (fused_moe/fused_moe_cutlass.py `_fused_moe`) with the semantics the conformance audit assumed.
 """

@@ -2,9 +2,9 @@
 BaseLlmArgs.backend: Optional[str] (deprecated), disable_overlap_scheduler, moe_config, and in DWDP-era
 versions dwdp_config: Optional[DwdpConfig] (prototype). `dwdp check-trtllm` reads model_fields."""
 _FIELDS = ["backend", "disable_overlap_scheduler", "moe_config", "cuda_graph_config"]
-# DWDP-LIFECYCLE-BEGIN
+# DWDP-BEGIN
 _FIELDS.append("dwdp_config")
-# DWDP-LIFECYCLE-END
+# DWDP-END
 
 
 class TorchLlmArgs:

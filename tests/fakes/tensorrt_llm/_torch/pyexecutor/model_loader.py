@@ -11,9 +11,9 @@ from ..models.modeling_tiny import TinyDecoder, tiny_checkpoint
 
 class ModelLoader:
     def __init__(self, args):
-# DWDP-LIFECYCLE-BEGIN
+# DWDP-BEGIN
         self.llm_args = args
-# DWDP-LIFECYCLE-END
+# DWDP-END
 # HOOKS-ERA: self.pytorch_backend_config = args
         self._args = args
 

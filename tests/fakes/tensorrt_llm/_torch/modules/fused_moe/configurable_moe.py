@@ -1,15 +1,25 @@
-"""ConfigurableMoE, as tensorrt_llm/_torch/modules/fused_moe/configurable_moe.py (stored ids 51886803846,
-67533515591): a MoE wrapper that builds its backend with init_load_balancer=False and
-skip_create_weights_in_init, copies _BACKEND_SYNC_ATTRS from itself to the backend, then creates the weights.
-Lifecycle era: `self.dwdp_manager = get_global_dwdp_manager()`, `_should_enable_dwdp()` (CuteDSL + NVFP4 only),
-`add_layer(layer_idx)`; forward_impl calls `dwdp_manager.wait_and_bind(self.backend, self.layer_idx)` before
-and `record_compute_and_prefetch_next(self.layer_idx)` after the backend's forward.
+"""ConfigurableMoE: a MoE wrapper that builds its backend with init_load_balancer=False and
+skip_create_weights_in_init, copies _BACKEND_SYNC_ATTRS from itself to the backend, then creates the weights
+(configurable_moe.py, stored ids 51886803846, 67533515591; the copy is field by field @ 90c54bad).
+
+DWDP block, by era (tests/unit/test_trtllm_fake_world.py builds each era from this file):
+- IPC era (stored id 51886803846, with pyexecutor/dwdp.py @ 198af04538bc): `self.dwdp_manager =
+  get_global_dwdp_manager()`; if not None and `_should_enable_dwdp()` (CuteDslFusedMoE + NVFP4 only):
+  `enable_dwdp`, `dwdp_handle_collector = dwdp_manager.add_layer(layer_idx=...)`, `dwdp_rank =
+  dwdp_manager.dwdp_rank`. forward_impl calls ONLY `record_compute_and_prefetch_next(layer_idx)` after the
+  scheduler; the weight view is built inside moe_scheduler (stored id 52297624341) for CuteDslFusedMoE only
+  (`moe.dwdp_manager.build_weight_view(moe.layer_idx, moe.backend)`): no wait_and_bind for any backend.
+- VA era (stored id 67533515591, tensorrt_llm/_torch/moe/fused_moe/configurable_moe.py): same gate
+  (backend.capabilities.supports_dwdp, not uses_locality_domain, NVFP4), `add_layer(layer_idx=...)` (returns
+  None); forward_impl calls `dwdp_manager.wait_and_bind(self.backend, self.layer_idx)` before the scheduler
+  and `record_compute_and_prefetch_next(self.layer_idx)` after it.
+- hooks era (@ 90c54bad): no DWDP block.
 """
 from .fused_moe_cutlass import CutlassFusedMoE
 from .interface import MoE
-# DWDP-LIFECYCLE-BEGIN
+# DWDP-BEGIN
 from ...pyexecutor.dwdp import get_global_dwdp_manager
-# DWDP-LIFECYCLE-END
+# DWDP-END
 
 _BACKEND_SYNC_ATTRS = ("num_slots", "layer_load_balancer", "initial_local_expert_ids", "initial_global_assignments",
                        "slot_start", "slot_end", "expert_size_per_partition")
@@ -25,30 +35,42 @@ class ConfigurableMoE(MoE):
         self.backend.create_weights()
         self._weights_removed = True  # model_loader runs post_load_weights on the backend only
         self.enable_dwdp = False
-# DWDP-LIFECYCLE-BEGIN
+# DWDP-BEGIN
         self.dwdp_manager = get_global_dwdp_manager()
         if self.dwdp_manager is not None and self._should_enable_dwdp():
             self.enable_dwdp = True
+# IPC-BEGIN
+            self.dwdp_handle_collector = self.dwdp_manager.add_layer(layer_idx=self.layer_idx)
+            self.dwdp_rank = self.dwdp_manager.dwdp_rank
+            self.backend.dwdp_handle_collector = self.dwdp_handle_collector
+# IPC-END
+# VA-BEGIN
             self.dwdp_manager.add_layer(layer_idx=self.layer_idx)
+# VA-END
 
     def _should_enable_dwdp(self):
-        # upstream: only CuteDslFusedMoE with NVFP4 (no CuteDSL backend exists in this fake)
+        # upstream: only a CuteDSL backend with NVFP4 (no CuteDSL backend exists in this fake)
         return False
-# DWDP-LIFECYCLE-END
+# DWDP-END
 
     def load_weights(self, weights):
         self.backend.load_weights(weights)
 
+    def _scheduler_forward(self, x, router_logits):
+        # moe_scheduler: the IPC era passes a DWDP weight view to CuteDslFusedMoE only; every other backend
+        # (CutlassFusedMoE here) runs on its own parameters
+        return self.backend.forward_impl(x, router_logits)
+
     def forward_impl(self, x, router_logits):
-# DWDP-LIFECYCLE-BEGIN
+# VA-BEGIN
         if self.enable_dwdp:
             self.dwdp_manager.wait_and_bind(self.backend, self.layer_idx)
-# DWDP-LIFECYCLE-END
-        out = self.backend.forward_impl(x, router_logits)
-# DWDP-LIFECYCLE-BEGIN
+# VA-END
+        out = self._scheduler_forward(x, router_logits)
+# DWDP-BEGIN
         if self.enable_dwdp:
             self.dwdp_manager.record_compute_and_prefetch_next(self.layer_idx)
-# DWDP-LIFECYCLE-END
+# DWDP-END
         return out
 
     def forward(self, x, router_logits):
