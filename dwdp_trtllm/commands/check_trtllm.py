@@ -4,7 +4,7 @@ Reports the TensorRT-LLM version (or "not installed"), each patch target (presen
 upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it can run (Blackwell +
 NVFP4 + CuteDSL), the GPU, the engine our mode would pick, and which lifecycle drives our manager:
 "upstream" (ConfigurableMoE.forward_impl calls wait_and_bind, record_compute_and_prefetch_next) when the
-optional targets are present, else "hooks" (MoE forward hooks), with the reason. Exit code 0 whenever a report was made.
+lifecycle targets are present, else "hooks" (MoE forward hooks), with the reason. Exit code 0 whenever a report was made.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
             rep["tensorrt_llm"] = patches.trtllm_version()
             rows = patches.report()
             rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": s,
-                                     "optional": t.optional} for t, s in rows]
+                                     "optional": t.optional, "lifecycle": t.lifecycle} for t, s in rows]
             rep["lifecycle"], rep["lifecycle_reason"] = patches.lifecycle_report(rows)
             from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
             rep["upstream_dwdp"] = "dwdp_config" in TorchLlmArgs.model_fields
@@ -55,7 +55,7 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
             rep["tensorrt_llm"] = f"import failed: {type(e).__name__}: {e}"
     if not rep["patch_targets"]:
         rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": "not checked (no tensorrt_llm)",
-                                 "optional": t.optional} for t in patches.PATCH_TARGETS]
+                                 "optional": t.optional, "lifecycle": t.lifecycle} for t in patches.PATCH_TARGETS]
         rep["lifecycle"], rep["lifecycle_reason"] = None, "unknown: TensorRT-LLM not importable here"
     cfg = load_integration_config(dwdp_path) if dwdp_path else None
     wd = weight_dtype or (cfg.dwdp.weight_dtype if cfg else "fp8")
@@ -87,7 +87,8 @@ def run(args) -> int:
           f" here: {'yes' if rep['upstream_can_run_here'] else 'no'}")
     print("patch targets:")
     for t in rep["patch_targets"]:
-        print(f"  {t['status']:<10} {t['module']}:{t['attribute']}{' (lifecycle, optional)' if t['optional'] else ''}")
+        kind = " (lifecycle, optional)" if t["lifecycle"] else " (optional)" if t["optional"] else ""
+        print(f"  {t['status']:<10} {t['module']}:{t['attribute']}{kind}")
     print(f"lifecycle:      {rep['lifecycle'] or 'unknown'} - {rep['lifecycle_reason']}")
     m = rep["our_mode"]
     print(f"our mode:       engine {m['engine']} ({m['reason']}); weights {m['weight_dtype']}; GEMM: {m['gemm']}")

@@ -66,7 +66,9 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
     assert rep["tensorrt_llm"] == "not installed" and rep["upstream_dwdp"] is None
     from dwdp_trtllm.integration.trtllm.patches import PATCH_TARGETS
     assert len(rep["patch_targets"]) == len(PATCH_TARGETS) and all("not checked" in t["status"] for t in rep["patch_targets"])
-    assert [t["optional"] for t in rep["patch_targets"]] == [False] * 4 + [True] * (len(PATCH_TARGETS) - 4)
+    assert [t["optional"] for t in rep["patch_targets"]] == [t.optional for t in PATCH_TARGETS]
+    assert [t["attribute"] for t in rep["patch_targets"] if t["lifecycle"]] == [
+        "ConfigurableMoE._should_enable_dwdp", "set_global_dwdp_manager", "DwdpManager.wait_and_bind"]
     assert rep["lifecycle"] is None and "not importable" in rep["lifecycle_reason"]
     assert rep["our_mode"]["engine"] == "dwdp_trtllm" and rep["upstream_can_run_here"] is False
     r = _dwdp(["check-trtllm"], _env(None))

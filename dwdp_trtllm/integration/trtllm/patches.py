@@ -38,7 +38,8 @@ class PatchTarget:
     what: str
     source: str  # where we read it (file @ commit)
     apply: str | None  # name of the function in this module that applies it; None = existence check only
-    optional: bool = False  # absent in versions without upstream's DWDP lifecycle: hooks are used instead
+    optional: bool = False  # may be absent: nothing is patched for it then
+    lifecycle: bool = False  # optional target that upstream's DWDP lifecycle needs: missing -> hooks are used
 
 
 PATCH_TARGETS: tuple[PatchTarget, ...] = (
@@ -50,6 +51,11 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
     PatchTarget(MOE_INTERFACE, "MoE._init_load_balancer",
                 "check only: marks the versions whose MoE.__init__ sets the slot attributes we override",
                 "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored", None),
+    PatchTarget(MOE_INTERFACE, "MoE._init_dwdp_expert_layout",
+                "wrap: skipped when the global DWDP manager is ours (it would read upstream-only manager fields "
+                "num_experts_per_worker / start_expert_id); our MoE.__init__ wrapper sets the layout right after",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, newest stored (id 57392471995)",
+                "_patch_dwdp_layout", optional=True),
     PatchTarget(MODEL_LOADER, "ModelLoader.load",
                 "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
                 "full-slot buffers, copy plans) and register per-layer prefetch hooks",
@@ -61,19 +67,19 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "wrap (lifecycle): True for our HopperDwdpManager with the CutlassFusedMoE backend; for any other "
                 "manager upstream's gate (CuteDSL + NVFP4 only) decides",
                 "tensorrt_llm/_torch/modules/fused_moe/configurable_moe.py @ stored ids 51886803846, 67533515591",
-                "_patch_dwdp_gate", optional=True),
+                "_patch_dwdp_gate", optional=True, lifecycle=True),
     PatchTarget(DWDP_MODULE, "set_global_dwdp_manager",
                 "call (lifecycle): register our HopperDwdpManager so ConfigurableMoE (get_global_dwdp_manager() at "
                 "construction) enables DWDP with it; only where DwdpManager.wait_and_bind exists (VA era)",
                 "tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc, VA era stored id 56230681187",
-                "_register_manager", optional=True),
+                "_register_manager", optional=True, lifecycle=True),
     PatchTarget(DWDP_MODULE, "DwdpManager.wait_and_bind",
                 "check only (lifecycle): marks the VA era, whose ConfigurableMoE.forward_impl calls "
                 "wait_and_bind(backend, layer_idx); the IPC era (dwdp.py @ 198af04538bc / 753d71ccd9f1) has no "
                 "wait_and_bind and binds a weight view in moe_scheduler for CuteDslFusedMoE only",
                 "tensorrt_llm/_torch/pyexecutor/dwdp.py VA era stored id 56230681187; configurable_moe.py stored id "
                 "67533515591; IPC era: configurable_moe.py id 51886803846, moe_scheduler.py id 52297624341",
-                None, optional=True),
+                None, optional=True, lifecycle=True),
 )
 
 
@@ -117,8 +123,8 @@ def verify(module: ModuleType, targets=None) -> list[PatchTarget]:
 
 
 def lifecycle_report(rows) -> tuple[str, str]:
-    """('upstream' | 'hooks', why) from report() rows: upstream's lifecycle needs every optional target."""
-    opt = [(t, st) for t, st in rows if t.optional]
+    """('upstream' | 'hooks', why) from report() rows: upstream's lifecycle needs every lifecycle target."""
+    opt = [(t, st) for t, st in rows if t.lifecycle]
     missing = [f"{t.module}.{t.attribute} ({st})" for t, st in opt if st != "present"]
     if not missing:
         return "upstream", ("ConfigurableMoE has the DWDP gate and pyexecutor.dwdp the global manager: "
@@ -178,6 +184,23 @@ def _patch_model_loader(module: ModuleType) -> None:
             return result
         return load
     wrap_method(module.ModelLoader, "load", make)
+
+
+def _patch_dwdp_layout(module: ModuleType) -> None:
+    """MoE._init_dwdp_expert_layout (VA era, stored id 57392471995) runs last in MoE.__init__ and, when
+    `get_global_dwdp_manager()` is set, reads manager.num_experts_per_worker / start_expert_id / dwdp_size. With our
+    HopperDwdpManager registered it is skipped: our MoE.__init__ wrapper (override_layout, the counterpart of this
+    method) sets the layout from our placement right after. Any other manager: the original runs."""
+
+    def make(orig):
+        def _init_dwdp_expert_layout(self):
+            dwdp = sys.modules.get(DWDP_MODULE)
+            mgr = dwdp.get_global_dwdp_manager() if dwdp is not None and hasattr(dwdp, "get_global_dwdp_manager") else None
+            if getattr(mgr, "is_dwdp_trtllm", False):
+                return
+            return orig(self)
+        return _init_dwdp_expert_layout
+    wrap_method(module.MoE, "_init_dwdp_expert_layout", make)
 
 
 def _patch_dwdp_gate(module: ModuleType) -> None:

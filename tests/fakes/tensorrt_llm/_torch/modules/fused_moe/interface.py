@@ -1,8 +1,20 @@
 """MoE base, as tensorrt_llm/_torch/modules/fused_moe/interface.py (newest stored, id 57392471995):
 __init__ sets the layout (num_slots, expert_size_per_partition, slot_start/end, initial_local_expert_ids,
-initial_global_assignments, layer_load_balancer, mapping) via _init_load_balancer (or the
-init_load_balancer=False branch); create_weights is called later by the subclass / ConfigurableMoE."""
+initial_global_assignments, layer_load_balancer, mapping) via _init_load_balancer (no EPLB: the ceil/floor
+partition of _compute_ep_partition) or, with init_load_balancer=False (a ConfigurableMoE backend), the same
+partition directly; create_weights is called later by the subclass / ConfigurableMoE.
+VA era (same id): the LAST step of __init__ is `self._init_dwdp_expert_layout()`, which reads
+`get_global_dwdp_manager()` and, when a manager is registered, sets expert_size_per_partition =
+manager.num_experts_per_worker, slot_start = manager.start_expert_id, num_slots = num_experts, the round-robin
+initial_global_assignments over manager.dwdp_size and initial_local_expert_ids = [slot_start, slot_end)."""
 import torch
+
+
+def _compute_ep_partition(num_experts, ep_size, ep_rank):
+    base, remainder = divmod(num_experts, ep_size)
+    size = base + (1 if ep_rank < remainder else 0)
+    start = ep_rank * base + min(ep_rank, remainder)
+    return size, start, start + size
 
 
 class MoE(torch.nn.Module):
@@ -14,17 +26,37 @@ class MoE(torch.nn.Module):
         self.model_config, self.layer_idx = model_config, layer_idx
         self.mapping = model_config.mapping
         self.ep_size, self.ep_rank = self.mapping.moe_ep_size, self.mapping.moe_ep_rank
-        self.layer_load_balancer = None
         if init_load_balancer:
             self._init_load_balancer()
-        else:  # ConfigurableMoE syncs the layout into the backend afterwards
-            self.num_slots = self.expert_size_per_partition = self.slot_start = self.slot_end = None
-            self.initial_local_expert_ids = self.initial_global_assignments = None
+        else:  # ConfigurableMoE syncs the wrapper's layout into the backend afterwards
+            self.layer_load_balancer = None
+            size, start, end = _compute_ep_partition(self.num_experts, self.ep_size, self.ep_rank)
+            self.expert_size_per_partition, self.num_slots, self.slot_start, self.slot_end = size, num_experts, start, end
+            self.initial_local_expert_ids = list(range(start, end))
+            self.initial_global_assignments = list(range(num_experts))
+# VA-BEGIN
+        self._init_dwdp_expert_layout()
+
+    def _init_dwdp_expert_layout(self):
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        dwdp_manager = get_global_dwdp_manager()
+        if dwdp_manager is None:
+            return
+        assert self.layer_load_balancer is None, "DWDP and EPLB (MoE load balancer) cannot be used together."
+        self.num_slots = self.num_experts
+        self.expert_size_per_partition = dwdp_manager.num_experts_per_worker
+        dwdp_size = dwdp_manager.dwdp_size
+        self.initial_global_assignments = [
+            (ep_rank * self.num_experts // dwdp_size + local_slot_id) % self.num_experts
+            for ep_rank in range(dwdp_size) for local_slot_id in range(self.expert_size_per_partition)]
+        self.slot_start = dwdp_manager.start_expert_id
+        self.slot_end = self.slot_start + self.expert_size_per_partition
+        self.initial_local_expert_ids = list(range(self.slot_start, self.slot_end))
+# VA-END
 
     def _init_load_balancer(self):
-        self.num_slots = self.num_experts
-        self.expert_size_per_partition = self.num_slots // self.ep_size
-        self.slot_start = self.ep_rank * self.expert_size_per_partition
-        self.slot_end = self.slot_start + self.expert_size_per_partition
+        self.layer_load_balancer = None  # no moe_load_balancer configured in these tests
         self.initial_global_assignments = list(range(self.num_experts))
-        self.initial_local_expert_ids = self.initial_global_assignments[self.slot_start:self.slot_end]
+        size, start, end = _compute_ep_partition(self.num_experts, self.ep_size, self.ep_rank)
+        self.expert_size_per_partition, self.num_slots, self.slot_start, self.slot_end = size, self.num_experts, start, end
+        self.initial_local_expert_ids = self.initial_global_assignments[start:end]
