@@ -85,6 +85,11 @@ def main() -> None:
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     print(f"[{tag}] attention plans built: {model.warm_up_attention(args.tokens)}", flush=True)
+    if dev.type == "cuda":  # does cuDNN's output follow q's [L, N, d] layout (then o_proj reads it without a copy)?
+        from dwdp_trtllm.engine.attention_cuda import causal_chunk
+        qd = torch.randn(512, spec.num_heads, 192, device=dev, dtype=torch.bfloat16)
+        o = causal_chunk(qd, qd, qd[..., :128], 0.1)
+        print(f"[{tag}] cuDNN out_LNe strides {o.stride()} contiguous {o.is_contiguous()}", flush=True)
     for _ in range(2):
         fill_prefix()
         forward()

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from ..models import ModelSpec
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
-from .fused import fused
+from .fused import fused, fused_enabled
 from .kv_cache import KVCache
 from .records import Segment
 from .rope import softmax_scale_factor
@@ -75,6 +75,15 @@ def apply_rope(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, 
         x0, x1 = xf.chunk(2, dim=-1)
         out = torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1)
     return out.to(x_TNd.dtype)
+
+
+def apply_rope_(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """apply_rope written back into x (a strided view is fine): one in-place Triton kernel on CUDA
+    (engine/rope_cuda.py), the eager rotation copied back elsewhere. Returns x."""
+    if x_TNd.is_cuda and fused_enabled() and x_TNd.stride(-1) == 1:
+        from .rope_cuda import rope_
+        return rope_(x_TNd, cos_TF, sin_TF, interleaved)
+    return x_TNd.copy_(apply_rope(x_TNd, cos_TF, sin_TF, interleaved))
 
 
 # ---- the batch's segment plan ----------------------------------------------------------------------
@@ -241,7 +250,7 @@ class MLAAttention(_Attention):
         torch.mm(q_in, q_w.t(), out=q_buf[:T])
         q_buf[T:].zero_()
         q_TNd = q_buf[:T].view(T, N, Dn + R)
-        q_TNd[..., Dn:] = apply_rope(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
+        apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
         kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
         krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]
@@ -257,25 +266,40 @@ class MLAAttention(_Attention):
         o_TNe = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
         return F.linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
 
+    def _kv_b_split(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """kv_b_proj's rows regrouped once: (w_kn [N*Dn, C], w_v [N*Dv, C]), each contiguous, so K's nope part and V
+        come out of their own GEMMs and V lands in its attention buffer directly."""
+        if not hasattr(self, "_kvb_split"):
+            sp = self.spec
+            N, Dn, Dv = sp.num_heads, sp.qk_nope_head_dim, sp.v_head_dim
+            w = self.w["kv_b_proj.weight"].view(N, Dn + Dv, -1)
+            self._kvb_split = (w[:, :Dn].reshape(N * Dn, -1).contiguous(), w[:, Dn:].reshape(N * Dv, -1).contiguous())
+        return self._kvb_split
+
     def _cudnn_core(self, q_buf_TNd, ckv_TC, krope_TR, plan, kv_cache) -> torch.Tensor:
         """out_TNe of every segment: k / v of all segments (cached prefix first) written once into buffers with
-        BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies)."""
+        BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies).
+
+        All segments' latents go through one GEMM per output: V straight into v_buf, K's nope part into a
+        temporary that one cat (with the rope key broadcast over heads) writes into k_buf."""
         sp = self.spec
         N, Dn, R, Dv = sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim
-        S_all = sum(s.prefix + s.end - s.begin for s in plan)
+        full = list(self.with_prefix(plan, kv_cache, ckv_TC, krope_TR))
+        starts, off = [], 0
+        for ckv_SC, _ in full:
+            starts.append(off)
+            off += ckv_SC.shape[0]
+        S_all = off
+        ckv_SC = torch.cat([a for a, _ in full]) if len(full) > 1 else full[0][0]
+        krope_SR = torch.cat([b for _, b in full]) if len(full) > 1 else full[0][1]
+        w_kn, w_v = self._kv_b_split()
         k_buf = torch.empty(S_all + BUCKET, N, Dn + R, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
         v_buf = torch.empty(S_all + BUCKET, N, Dv, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
         k_buf[S_all:].zero_()
         v_buf[S_all:].zero_()
-        kvb_w, off, starts = self.w["kv_b_proj.weight"], 0, []
-        for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
-            S = ckv_SC.shape[0]
-            kv_SNe = F.linear(ckv_SC, kvb_w).view(S, N, Dn + Dv)
-            k_buf[off:off + S, :, :Dn] = kv_SNe[..., :Dn]
-            k_buf[off:off + S, :, Dn:] = krope_SR[:, None, :]
-            v_buf[off:off + S] = kv_SNe[..., Dn:]
-            starts.append(off)
-            off += S
+        torch.mm(ckv_SC, w_v.t(), out=v_buf[:S_all].view(S_all, N * Dv))
+        torch.cat([torch.mm(ckv_SC, w_kn.t()).view(S_all, N, Dn), krope_SR[:, None, :].expand(S_all, N, R)], dim=-1,
+                  out=k_buf[:S_all])
         outs = [attend_bucketed(q_buf_TNd[s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
                 for s, o in zip(plan, starts)]
         return torch.cat(outs) if len(outs) > 1 else outs[0]

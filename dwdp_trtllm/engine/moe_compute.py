@@ -60,10 +60,12 @@ FP8_GROUP = 128
 
 
 def quantize_act_1x128(a_AD: torch.Tensor) -> Fp8Rows:
-    """Fp8Rows of a [A, D] activation (1x128 groups). One fused pass on CUDA when D % 128 == 0
-    (engine/fused.py), the reference quantiser (ops/reference.py) otherwise."""
-    fn = fused("quant_1x128", a_AD) if a_AD.shape[1] % FP8_GROUP == 0 else None
-    return Fp8Rows(*(fn(a_AD) if fn is not None else quantize_fp8_blockwise(a_AD, (1, FP8_GROUP))))
+    """Fp8Rows of a [A, D] activation (1x128 groups). One Triton pass on CUDA when D % 128 == 0
+    (engine/quant_cuda.py), the reference quantiser (ops/reference.py) otherwise."""
+    if a_AD.is_cuda and a_AD.shape[1] % FP8_GROUP == 0 and fused_enabled():
+        from .quant_cuda import quant_1x128
+        return Fp8Rows(*quant_1x128(a_AD))
+    return Fp8Rows(*quantize_fp8_blockwise(a_AD, (1, FP8_GROUP)))
 
 
 def silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
@@ -76,9 +78,11 @@ def silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
 
 
 def silu_mul_quant(h_A2I: torch.Tensor) -> Fp8Rows:
-    """silu_mul then 1x128 FP8 quantisation: one kernel on CUDA (the FP8 down projection's input)."""
-    fn = fused("silu_mul_quant", h_A2I) if (h_A2I.shape[1] // 2) % FP8_GROUP == 0 else None
-    return Fp8Rows(*fn(h_A2I)) if fn is not None else quantize_act_1x128(silu_mul(h_A2I))
+    """silu_mul then 1x128 FP8 quantisation: one Triton pass on CUDA (the FP8 down projection's input)."""
+    if h_A2I.is_cuda and (h_A2I.shape[1] // 2) % FP8_GROUP == 0 and fused_enabled():
+        from .quant_cuda import silu_mul_quant as fused_silu_mul_quant
+        return Fp8Rows(*fused_silu_mul_quant(h_A2I))
+    return quantize_act_1x128(silu_mul(h_A2I))
 
 
 GEMM_PATHS: dict[str, GemmPath] = {}

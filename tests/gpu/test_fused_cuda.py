@@ -1,6 +1,6 @@
 """CUDA fast paths of the engine against their eager / float64 references, on random inputs:
-engine/fused.py (torch.compile'd RMSNorm, add + RMSNorm, RoPE, SwiGLU, FP8 1x128 quantisation, SwiGLU + quantisation),
-engine/combine_cuda.py (the Triton MoE combine) and
+engine/fused.py (torch.compile'd RMSNorm, add + RMSNorm, RoPE, SwiGLU), the Triton kernels (combine_cuda.py: the
+MoE combine; quant_cuda.py: FP8 1x128 quantisation and SwiGLU + quantisation; rope_cuda.py: in-place RoPE) and
 engine/attention_cuda.py (cuDNN SDPA per segment, prefix chunks merged by log-sum-exp)."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ if not torch.cuda.is_available():
 
 from dwdp_trtllm.engine import fused as fz  # noqa: E402
 from dwdp_trtllm.engine.attention_cuda import attend_cudnn, cudnn_attention_usable  # noqa: E402
-from dwdp_trtllm.engine.moe_compute import combine, silu_mul_quant, sort_by_expert  # noqa: E402
+from dwdp_trtllm.engine.layers import apply_rope_  # noqa: E402
+from dwdp_trtllm.engine.moe_compute import combine, quantize_act_1x128, silu_mul_quant, sort_by_expert  # noqa: E402
 from dwdp_trtllm.ops.reference import quantize_fp8_blockwise  # noqa: E402
 
 DEV = "cuda"
@@ -45,15 +46,35 @@ def test_rms_norm_rope_swiglu(T):
     assert torch.equal(s_fused, x + a) and rel(h_fused, fz._rms_norm(x + a, w, 1e-6)) < 1e-2
 
 
-def test_quant_1x128_matches_reference_quantiser():
-    g = torch.Generator(device=DEV).manual_seed(3)
-    a = torch.randn(333, 1024, device=DEV, dtype=torch.bfloat16, generator=g) * 3
-    q, s = fz.fused("quant_1x128", a)(a)
+@pytest.mark.parametrize("D,strided", [(1024, False), (1152, True), (7168, False)])
+def test_quant_1x128_matches_reference_quantiser(D, strided):
+    """Widths that fill whole programs (8 groups) and not (9 groups: masked), rows with a stride past D."""
+    g = torch.Generator(device=DEV).manual_seed(D)
+    a = torch.randn(333, D + 256 * strided, device=DEV, dtype=torch.bfloat16, generator=g)[:, :D] * 3
+    rows = quantize_act_1x128(a)  # engine/quant_cuda.py on CUDA
+    q, s = rows.q, rows.scale
     q_ref, s_ref = quantize_fp8_blockwise(a, (1, 128))
     assert q.shape == q_ref.shape and s.shape == s_ref.shape and q.is_contiguous() and s.is_contiguous()
+    assert q.dtype == torch.float8_e4m3fn
     torch.testing.assert_close(s, s_ref, rtol=1e-6, atol=0)
     mismatch = (q.float() != q_ref.float()).float().mean().item()
     assert mismatch < 1e-3, f"{mismatch:.2%} of fp8 codes differ from the reference quantiser"
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_rope_in_place_on_a_strided_view(interleaved):
+    """engine/rope_cuda.py rotates MLA's q rope part where it lives ([T, N, 192][..., 128:]) and leaves the nope
+    part alone; equal to the eager float32 rotation rounded once."""
+    g = torch.Generator(device=DEV).manual_seed(5 + interleaved)
+    q = torch.randn(301, 20, 192, device=DEV, dtype=torch.bfloat16, generator=g)
+    cos, sin = torch.rand(301, 32, device=DEV, generator=g), torch.rand(301, 32, device=DEV, generator=g)
+    body = fz._rope_interleaved if interleaved else fz._rope_neox
+    want = body(q[..., 128:].clone(), cos, sin)
+    nope = q[..., :128].clone()
+    out = apply_rope_(q[..., 128:], cos, sin, interleaved)
+    assert out.data_ptr() == q[..., 128:].data_ptr()
+    assert torch.equal(q[..., :128], nope)
+    assert (q[..., 128:].float() - want.float()).abs().max().item() <= 2 ** -6 * want.float().abs().max().item()
 
 
 def test_silu_mul_quant_matches_the_two_step_reference():
