@@ -46,8 +46,8 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
             import tensorrt_llm  # noqa: F401 - heavy, but this command exists to check it
             rep["tensorrt_llm"] = patches.trtllm_version()
             rows = patches.report()
-            rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": s,
-                                     "optional": t.optional, "lifecycle": t.lifecycle} for t, s in rows]
+            rep["patch_targets"] = [{"module": m, "attribute": t.attribute, "status": s,
+                                     "optional": t.optional, "lifecycle": t.lifecycle} for t, s, m in rows]
             rep["lifecycle"], rep["lifecycle_reason"] = patches.lifecycle_report(rows)
             from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
             rep["upstream_dwdp"] = "dwdp_config" in TorchLlmArgs.model_fields

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_every_patch_target_exists_in_installed_trtllm():
     from dwdp_trtllm.integration.trtllm import patches
     rows = patches.report()
-    assert [(t.attribute, s) for t, s in rows if s != "present" and not t.optional] == []
+    assert [(t.attribute, s) for t, s, _ in rows if s != "present" and not t.optional] == []
 
 
 def test_hook_patches_real_moe_interface(tmp_path):
@@ -26,7 +26,10 @@ def test_hook_patches_real_moe_interface(tmp_path):
     cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 4}}))
     env = {**os.environ, "DWDP_TRTLLM_CONFIG": str(cfg), "PYTHONPATH": str(REPO)}
     code = ("import dwdp_trtllm.integration.boot\n"
-            "from tensorrt_llm._torch.modules.fused_moe.interface import MoE\n"
+            "import importlib\n"
+            "from dwdp_trtllm.integration.trtllm.patches import MOE_INTERFACE, _import_first, PATCH_TARGETS\n"
+            "t = next(t for t in PATCH_TARGETS if t.module == MOE_INTERFACE)\n"
+            "MoE = _import_first(t.modules, importlib.import_module)[1].MoE  # whichever package root exists\n"
             "from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader\n"
             "assert MoE.__init__._dwdp_trtllm_patched and ModelLoader.load._dwdp_trtllm_patched\n")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)

@@ -28,7 +28,8 @@ ERAS = ("lifecycle", "ipc", "hooks")
 
 def era_tree(root: Path, era: str) -> Path:
     """Copy of the fake tree for `era` (see tests/fakes/tensorrt_llm/__init__.py): "lifecycle" (VA era: upstream's
-    ConfigurableMoE calls wait_and_bind), "ipc" (IPC era: DWDP block without wait_and_bind), "hooks" (no DWDP)."""
+    ConfigurableMoE calls wait_and_bind; MoE package under tensorrt_llm._torch.moe.fused_moe), "ipc" (IPC era: DWDP
+    block without wait_and_bind), "hooks" (no DWDP); the last two under tensorrt_llm._torch.modules.fused_moe."""
     assert era in ERAS, era
     dst = root / f"fake_{era}"
     shutil.copytree(FAKES / "tensorrt_llm", dst / "tensorrt_llm")
@@ -37,6 +38,10 @@ def era_tree(root: Path, era: str) -> Path:
     drop = {"lifecycle": ("IPC",), "ipc": ("VA",), "hooks": ("IPC", "VA", "DWDP")}[era]
     if era == "hooks":
         (dst / "tensorrt_llm/_torch/pyexecutor/dwdp.py").unlink()
+    if era == "lifecycle":  # VA era: the MoE package is tensorrt_llm._torch.moe.fused_moe (configurable_moe id 67533515591)
+        (dst / "tensorrt_llm/_torch/moe").mkdir()
+        (dst / "tensorrt_llm/_torch/moe/__init__.py").write_text('"""Fake TensorRT-LLM package (tests only)."""\n')
+        shutil.move(dst / "tensorrt_llm/_torch/modules/fused_moe", dst / "tensorrt_llm/_torch/moe/fused_moe")
     for p in (dst / "tensorrt_llm").rglob("*.py"):
         s = s2 = p.read_text()
         for tag in drop:
@@ -44,6 +49,8 @@ def era_tree(root: Path, era: str) -> Path:
         s2 = re.sub(r"(?m)^# [A-Z]+-(BEGIN|END)\n", "", s2)
         if era == "hooks":
             s2 = re.sub(r"(?m)^# HOOKS-ERA: ", "        ", s2)
+        if era == "lifecycle":
+            s2 = s2.replace("modules.fused_moe", "moe.fused_moe").replace("modules/fused_moe", "moe/fused_moe")
         if s2 != s:
             p.write_text(s2)
     return dst
@@ -110,6 +117,10 @@ def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
     if era == "hooks":
         assert "pyexecutor.dwdp.set_global_dwdp_manager (module not importable" in rep["lifecycle_reason"]
         assert "ConfigurableMoE._should_enable_dwdp (missing)" in rep["lifecycle_reason"]
+    interface = next(t for t in rep["patch_targets"] if t["attribute"] == "MoE.__init__")
+    assert interface["status"] == "present"
+    assert interface["module"] == ("tensorrt_llm._torch.moe.fused_moe.interface" if era == "lifecycle"
+                                   else "tensorrt_llm._torch.modules.fused_moe.interface")
     if era == "ipc":
         assert rep["lifecycle_reason"].endswith("-> MoE forward hooks drive the same manager")
         assert "pyexecutor.dwdp.DwdpManager.wait_and_bind (missing)" in rep["lifecycle_reason"]

@@ -1,9 +1,17 @@
 """Patch table: what we change in TensorRT-LLM, verified before anything is applied.
 
-Each PatchTarget names a module, a dotted attribute in it and what we do. When TensorRT-LLM imports a
-target module (post-import hook, integration/hook.py), every target of that module is checked first;
-a missing attribute raises PatchTargetMissing naming the TensorRT-LLM version, the module and the
-attribute, and nothing of that module is patched. Wrappers keep the original in `__wrapped__`.
+Each PatchTarget names a module (with the other package paths upstream has kept the same file under), a
+dotted attribute in it and what we do. When TensorRT-LLM imports a target module (post-import hook,
+integration/hook.py), every target of that module is checked first; a missing required attribute raises
+PatchTargetMissing naming the TensorRT-LLM version, the module and the attribute, and nothing of that module
+is patched. Wrappers keep the original in `__wrapped__`.
+
+Package roots of the MoE files (MOE_ROOTS): `tensorrt_llm._torch.modules.fused_moe` (through the IPC era,
+e.g. configurable_moe.py stored id 51886803846) and `tensorrt_llm._torch.moe.fused_moe` (VA era: configurable_moe.py
+stored id 67533515591 imports `tensorrt_llm._torch.moe.fused_moe.interface` / `.impl_base` and its sibling
+`.activation`, which exists only under that root; setup.py @ 11eba2696184 imports
+`tensorrt_llm._torch.moe.fused_moe.activation`). Whether the old root remains as an alias there was not verified,
+so both are targets: whichever TensorRT-LLM imports is checked and patched.
 """
 from __future__ import annotations
 
@@ -13,12 +21,19 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
-MOE_INTERFACE = "tensorrt_llm._torch.modules.fused_moe.interface"
+MOE_ROOTS = ("tensorrt_llm._torch.modules.fused_moe", "tensorrt_llm._torch.moe.fused_moe")
+MOE_INTERFACE = f"{MOE_ROOTS[0]}.interface"
 MODEL_LOADER = "tensorrt_llm._torch.pyexecutor.model_loader"
-CUTLASS_MOE = "tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass"
+CUTLASS_MOE = f"{MOE_ROOTS[0]}.fused_moe_cutlass"
 LLM_ARGS = "tensorrt_llm.llmapi.llm_args"
-CONFIGURABLE_MOE = "tensorrt_llm._torch.modules.fused_moe.configurable_moe"
+CONFIGURABLE_MOE = f"{MOE_ROOTS[0]}.configurable_moe"
 DWDP_MODULE = "tensorrt_llm._torch.pyexecutor.dwdp"
+
+
+def _moe_alts(module: str) -> tuple[str, ...]:
+    """The same MoE file under the other package roots."""
+    leaf = module[len(MOE_ROOTS[0]) + 1:]
+    return tuple(f"{r}.{leaf}" for r in MOE_ROOTS[1:])
 
 
 class PatchTargetMissing(RuntimeError):
@@ -40,6 +55,11 @@ class PatchTarget:
     apply: str | None  # name of the function in this module that applies it; None = existence check only
     optional: bool = False  # may be absent: nothing is patched for it then
     lifecycle: bool = False  # optional target that upstream's DWDP lifecycle needs: missing -> hooks are used
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """`module` and the same file under the other MoE package roots (MOE_ROOTS)."""
+        return (self.module, *_moe_alts(self.module)) if self.module.startswith(MOE_ROOTS[0] + ".") else (self.module,)
 
 
 PATCH_TARGETS: tuple[PatchTarget, ...] = (
@@ -84,7 +104,7 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
 
 
 def target_modules() -> tuple[str, ...]:
-    return tuple(sorted({t.module for t in PATCH_TARGETS}))
+    return tuple(sorted({m for t in PATCH_TARGETS for m in t.modules}))
 
 
 def trtllm_version() -> str:
@@ -109,47 +129,80 @@ def resolve(module: ModuleType, attribute: str):
 def verify(module: ModuleType, targets=None) -> list[PatchTarget]:
     """The targets of `module`, each checked to exist; raises PatchTargetMissing on the first missing one."""
     name = module.__name__
-    mine = [t for t in (targets or PATCH_TARGETS) if t.module == name]
+    mine = [t for t in (targets or PATCH_TARGETS) if name in t.modules]
     present = []
     for t in mine:
         try:
             resolve(module, t.attribute)
         except AttributeError:
             if t.optional:
-                continue  # this version lacks the lifecycle piece: the hook path is used
-            raise PatchTargetMissing(trtllm_version(), t.module, t.attribute, t.what) from None
+                continue  # this version lacks it: nothing to patch (a lifecycle piece: the hook path is used)
+            raise PatchTargetMissing(trtllm_version(), name, t.attribute, t.what) from None
         present.append(t)
     return present
 
 
 def lifecycle_report(rows) -> tuple[str, str]:
     """('upstream' | 'hooks', why) from report() rows: upstream's lifecycle needs every lifecycle target."""
-    opt = [(t, st) for t, st in rows if t.lifecycle]
-    missing = [f"{t.module}.{t.attribute} ({st})" for t, st in opt if st != "present"]
+    opt = [(t, st, m) for t, st, m in rows if t.lifecycle]
+    missing = [f"{m}.{t.attribute} ({st})" for t, st, m in opt if st != "present"]
     if not missing:
-        return "upstream", ("ConfigurableMoE has the DWDP gate and pyexecutor.dwdp the global manager: "
-                            "TensorRT-LLM's own call sites (ConfigurableMoE.forward_impl: wait_and_bind, "
-                            "record_compute_and_prefetch_next) drive our HopperDwdpManager")
+        return "upstream", ("ConfigurableMoE has the DWDP gate and pyexecutor.dwdp the global manager and "
+                            "DwdpManager.wait_and_bind: TensorRT-LLM's own call sites (ConfigurableMoE.forward_impl: "
+                            "wait_and_bind, record_compute_and_prefetch_next) drive our HopperDwdpManager")
     return "hooks", "no upstream DWDP lifecycle: " + "; ".join(missing) + " -> MoE forward hooks drive the same manager"
 
 
-def report(import_module: Callable[[str], ModuleType] | None = None) -> list[tuple[PatchTarget, str]]:
-    """(target, 'present' | 'missing' | 'module not importable: ...') for check-trtllm (imports the modules)."""
+def _import_first(names, imp):
+    """(module name, module or None, error): the first of `names` that imports; a name whose own package is
+    absent is skipped, any other import error is the answer."""
+    err = None
+    for name in names:
+        try:
+            return name, imp(name), None
+        except ModuleNotFoundError as e:  # this root does not exist here: try the next one
+            if e.name and (name == e.name or name.startswith(e.name + ".")):
+                err = err or e
+                continue
+            return name, None, e
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            return name, None, e
+    return names[0], None, err
+
+
+def report(import_module: Callable[[str], ModuleType] | None = None) -> list[tuple[PatchTarget, str, str]]:
+    """(target, 'present' | 'missing' | 'module not importable: ...', module checked) for check-trtllm
+    (imports the modules; for MoE files the first package root that exists)."""
     import importlib
     imp = import_module or importlib.import_module
     rows = []
     for t in PATCH_TARGETS:
-        try:
-            mod = imp(t.module)
-        except Exception as e:  # noqa: BLE001 - reported, not raised
-            rows.append((t, f"module not importable: {type(e).__name__}: {e}"))
+        name, mod, err = _import_first(t.modules, imp)
+        if mod is None:
+            rows.append((t, f"module not importable: {type(err).__name__}: {err}", name))
             continue
         try:
             resolve(mod, t.attribute)
-            rows.append((t, "present"))
+            rows.append((t, "present", name))
         except AttributeError:
-            rows.append((t, "missing"))
+            rows.append((t, "missing", name))
     return rows
+
+
+def upstream_class(leaf: str, name: str, near: str | None = None) -> tuple[type, ...]:
+    """Class `name` of MoE file `leaf` ("interface", "fused_moe_cutlass") under every package root TensorRT-LLM
+    has loaded (or under the root of module `near`); imports the file from a root whose interface is loaded."""
+    import importlib
+    roots = [near.rsplit(".", 1)[0]] if near else [r for r in MOE_ROOTS if f"{r}.interface" in sys.modules]
+    found = []
+    for r in roots:
+        cls = getattr(importlib.import_module(f"{r}.{leaf}"), name, None)
+        if isinstance(cls, type) and cls not in found:
+            found.append(cls)
+    if not found:
+        raise RuntimeError(f"dwdp_trtllm: no {leaf}.{name} under {' or '.join(roots or MOE_ROOTS)} "
+                           "(TensorRT-LLM's MoE package was not imported?)")
+    return tuple(found)
 
 
 def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) -> None:
@@ -213,8 +266,8 @@ def _patch_dwdp_gate(module: ModuleType) -> None:
         def _should_enable_dwdp(self):
             if not getattr(getattr(self, "dwdp_manager", None), "is_dwdp_trtllm", False):
                 return orig(self)
-            from tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass import CutlassFusedMoE  # noqa: PLC0415
-            return isinstance(getattr(self, "backend", None), CutlassFusedMoE)
+            return isinstance(getattr(self, "backend", None), upstream_class("fused_moe_cutlass", "CutlassFusedMoE",
+                                                                             near=module.__name__))
         return _should_enable_dwdp
     wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
 

@@ -43,7 +43,8 @@ def process_manager() -> HopperDwdpManager:
 
 
 def _moe_modules(model):
-    from tensorrt_llm._torch.modules.fused_moe.interface import MoE  # noqa: PLC0415 - lazy by design
+    from .patches import upstream_class
+    MoE = upstream_class("interface", "MoE")  # whichever MoE package root TensorRT-LLM loaded
     outer = []
     for name, mod in model.named_modules():
         if isinstance(mod, MoE) and hasattr(mod, "_dwdp_trtllm") and not any(
@@ -70,7 +71,8 @@ def loader_args(loader):
 
 
 def _check(loader, owners) -> None:
-    from tensorrt_llm._torch.modules.fused_moe.fused_moe_cutlass import CutlassFusedMoE  # noqa: PLC0415
+    from .patches import upstream_class
+    CutlassFusedMoE = upstream_class("fused_moe_cutlass", "CutlassFusedMoE")
     args = loader_args(loader)
     if getattr(args, "dwdp_config", None) is not None:
         raise RuntimeError("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config (upstream's engine "

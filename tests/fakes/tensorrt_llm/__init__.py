@@ -2,7 +2,9 @@
 behaviour citing the upstream file and commit (or stored-copy id) it mirrors. Everything else is left out.
 
 Eras (tests/unit/test_trtllm_fake_world.py `era_tree` builds each from this tree):
-- lifecycle (VA era): blocks between "# DWDP-BEGIN/END" and "# VA-BEGIN/END" kept, "# IPC-BEGIN/END" removed:
+- lifecycle (VA era): blocks between "# DWDP-BEGIN/END" and "# VA-BEGIN/END" kept, "# IPC-BEGIN/END" removed,
+  and the MoE package moved from _torch/modules/fused_moe to _torch/moe/fused_moe (where the VA-era
+  configurable_moe.py, stored id 67533515591, lives: it imports tensorrt_llm._torch.moe.fused_moe.interface):
   pyexecutor/dwdp.py with set_/get_global_dwdp_manager and DwdpManager.wait_and_bind, ConfigurableMoE's DWDP
   block whose forward_impl calls wait_and_bind + record_compute_and_prefetch_next, ModelLoader.llm_args;
 - ipc (IPC era): "# IPC-BEGIN/END" kept, "# VA-BEGIN/END" removed: DwdpManager without wait_and_bind,
