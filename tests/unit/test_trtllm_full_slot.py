@@ -1,4 +1,8 @@
-"""Full-slot copy ops and the MoE layout attributes, on CPU (the hook/lifecycle drivers: test_trtllm_fake_world.py)."""
+"""Full-slot copy ops, the MoE layout attributes and the promotion to the full expert range, on CPU (the
+hook/lifecycle drivers: test_trtllm_fake_world.py)."""
+import sys
+import types
+
 import pytest
 import torch
 
@@ -50,3 +54,39 @@ def test_layout_attrs_contiguous_and_wrapping():
     assert layout_attrs(wrap, 0)["slot_end"] == 6
     with pytest.raises(ValueError, match="contiguous"):
         layout_attrs(wrap, 2)  # holds 7,8,9,0,1
+
+
+def test_promotion_sets_wrapper_and_backend_and_reinstalls_backend_activation(monkeypatch):
+    """Upstream fixup_moe_backends (setup.py stored id 57786720065): both the ConfigurableMoE wrapper and the
+    backend get ep_size 1 / slots 0..E ..., then install_activation_params(backend) of its package re-sizes the
+    per-expert activation constants (act_* non-persistent buffers, activation.py stored id 68736167005; backend
+    only; skipped when `activation` is None). Those buffers pass the per-expert guard only when they will be
+    re-installed; any other per-expert tensor is refused."""
+    from dwdp_trtllm.integration.trtllm.runtime import PROMOTED, check_per_expert, promote
+    pkg = "dwdp_fake_moe_root"
+    seen = []
+
+    def install(m):
+        seen.append((type(m).__name__, m.expert_size_per_partition))
+        m.register_buffer("act_clamp", torch.full((m.expert_size_per_partition,), 7.0), persistent=False)
+    act = types.ModuleType(f"{pkg}.activation")
+    act.install_activation_params = install
+    monkeypatch.setitem(sys.modules, f"{pkg}.activation", act)
+    Backend = type("Backend", (torch.nn.Module,), {"__module__": f"{pkg}.fused_moe_cutlass"})
+    wrapper, backend, plain = torch.nn.Module(), Backend(), Backend()
+    for m in (wrapper, backend, plain):
+        m.initial_global_assignments, m.expert_size_per_partition = [0, 1], 4
+    backend.activation, plain.activation = "swiglu(clamp=7)", None
+    install(backend)
+    seen.clear()
+    backend.register_parameter("w2_weight", torch.nn.Parameter(torch.zeros(4, 2), requires_grad=False))
+    check_per_expert([backend], ["w2_weight"], 4)  # act_clamp [4]: re-installed below, accepted
+    plain.register_buffer("act_clamp", torch.zeros(4), persistent=False)
+    with pytest.raises(RuntimeError, match="Backend.act_clamp is per-expert"):
+        check_per_expert([plain], ["w2_weight"], 4)  # no activation to re-install from: refused
+    promote([wrapper, backend, plain], 16, backends=[backend, plain])
+    for m in (wrapper, backend, plain):
+        assert {k: getattr(m, k) for k in PROMOTED} == {
+            "ep_size": 1, "ep_rank": 0, "expert_size_per_partition": 16, "slot_start": 0, "slot_end": 16,
+            "num_slots": 16, "initial_local_expert_ids": list(range(16)), "initial_global_assignments": list(range(16))}
+    assert seen == [("Backend", 16)] and backend.act_clamp.shape == (16,)

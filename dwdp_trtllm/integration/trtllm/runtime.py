@@ -15,6 +15,7 @@ Steps (every context rank of a DWDP group runs them in the same order):
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -85,8 +86,36 @@ def _check(loader, owners) -> None:
                                "set moe_config: {backend: CUTLASS}")
 
 
-def promote(modules, num_experts: int) -> None:
-    """Every module (wrapper and backend) now sees all experts as local (ep_size 1, slots 0..E)."""
+#: per-expert activation constants (non-persistent buffers) that install_activation_params writes
+#: (tensorrt_llm/_torch/moe/fused_moe/activation.py, stored id 68736167005)
+ACTIVATION_SLOTS = ("act_alpha", "act_beta", "act_clamp")
+
+
+def _activation_installer(backend):
+    """install_activation_params of the backend's own MoE package when the backend has an `activation`, else None."""
+    if getattr(backend, "activation", None) is None:
+        return None
+    act = sys.modules.get(type(backend).__module__.rsplit(".", 1)[0] + ".activation")
+    return getattr(act, "install_activation_params", None)
+
+
+def check_per_expert(owners, names, n_local: int) -> None:
+    """Every per-expert tensor of a backend ([n_local, ...] parameter or buffer) must be one we move (names), or an
+    activation constant that promote() re-materializes for the full range; anything else is refused."""
+    for o in owners:
+        known = set(names) | (set(ACTIVATION_SLOTS) if _activation_installer(o) is not None else set())
+        for pname, p in list(o.named_parameters(recurse=False)) + list(o.named_buffers(recurse=False)):
+            if p is not None and p.dim() > 0 and p.shape[0] == n_local and pname not in known:
+                raise RuntimeError(f"{type(o).__name__}.{pname} is per-expert ({tuple(p.shape)}) but not handled by "
+                                   "dwdp_trtllm; unsupported quantisation for this integration")
+
+
+def promote(modules, num_experts: int, *, backends=()) -> None:
+    """Every module (wrapper and backend) now sees all experts as local (ep_size 1, slots 0..E). Then, like
+    upstream fixup_moe_backends (setup.py @ 11eba2696184, stored id 57786720065), each backend in `backends` whose
+    `activation` is set gets its per-expert activation constants (ACTIVATION_SLOTS) re-materialized for the new
+    expert_size_per_partition by `install_activation_params` of its package's `activation` module, where that
+    module exists (tensorrt_llm._torch.moe.fused_moe.activation); plain SwiGLU carries none."""
     E = num_experts
     values = {"ep_size": 1, "ep_rank": 0, "expert_size_per_partition": E, "slot_start": 0, "slot_end": E,
               "num_slots": E, "initial_local_expert_ids": list(range(E)), "initial_global_assignments": list(range(E))}
@@ -95,6 +124,10 @@ def promote(modules, num_experts: int) -> None:
             if k in ("initial_global_assignments",) and not hasattr(m, k):
                 continue  # older versions have no global assignments (used by EPLB only)
             setattr(m, k, values[k])
+    for b in backends:
+        install = _activation_installer(b)
+        if install is not None:
+            install(b)
 
 
 def _lifecycle(moes, manager) -> str:
@@ -125,11 +158,7 @@ def setup_after_load(loader, model) -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
     names = [n for n in WEIGHT_NAMES if getattr(owners[0], n, None) is not None]
-    for o in owners:
-        for pname, p in list(o.named_parameters(recurse=False)) + list(o.named_buffers(recurse=False)):
-            if p is not None and p.dim() > 0 and p.shape[0] == n_local and pname not in names:
-                raise RuntimeError(f"{type(o).__name__}.{pname} is per-expert ({tuple(p.shape)}) but not handled by "
-                                   "dwdp_trtllm; unsupported quantisation for this integration")
+    check_per_expert(owners, names, n_local)
 
     group, tag = dwdp_process_group(cfg, global_rank())
     transport_kind = cfg.transport
@@ -139,7 +168,7 @@ def setup_after_load(loader, model) -> None:
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
                         transport=transport, device=device)
-    promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E)
+    promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E, backends=owners)
 
     manager = process_manager()
     layer_ids = [getattr(m, "layer_idx", None) for m in moes]
