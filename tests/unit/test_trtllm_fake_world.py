@@ -124,3 +124,32 @@ def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
     if era == "ipc":
         assert rep["lifecycle_reason"].endswith("-> MoE forward hooks drive the same manager")
         assert "pyexecutor.dwdp.DwdpManager.wait_and_bind (missing)" in rep["lifecycle_reason"]
+
+
+def test_fake_engine_bypasses_model_hooks_but_not_moe_hooks(tmp_path):
+    """What makes the world test catch D1: the fake engine calls `model.forward(**kwargs)` (model_engine.py stored
+    ids 5682132957, 69864124258), so a model-level forward pre-hook (what LayerPipeline.attach used before issue 13
+    to issue layers 0..d-1) never fires, while the MoE modules are still called through __call__ (their hooks do).
+    Run against the pre-issue-13 integration (b9fe433, CPU device patched in), the hooks-era world gave NaN on the
+    first forward and max diffs of 229-368 on the next two."""
+    tree = era_tree(tmp_path, "hooks")
+    code = """
+import torch
+from types import SimpleNamespace
+from tensorrt_llm._torch.pyexecutor.model_engine import PyTorchModelEngine
+from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
+from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
+from tensorrt_llm._torch.models.modeling_tiny import H
+args = SimpleNamespace(quant=None, seed=7, dwdp_config=None, disable_overlap_scheduler=True)
+model, _ = ModelLoader(args).load("ckpt", None)
+fired = []
+model.register_forward_pre_hook(lambda m, a: fired.append("model"))
+for i, blk in enumerate(model.mlp):
+    blk.experts.register_forward_pre_hook(lambda m, a, i=i: fired.append(i))
+create_py_executor(args, PyTorchModelEngine(model)).forward_step(torch.randn(4, H))
+print(fired)
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=_env(tree, tmp_path, {}), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "[0, 1, 2]"

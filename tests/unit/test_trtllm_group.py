@@ -54,3 +54,13 @@ def test_fake_mpi_times_out_on_a_collective_not_all_members_join(tmp_path):
         procs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60))
     assert procs[1].returncode == 0
     assert procs[0].returncode != 0 and "not joined by world ranks [1]" in procs[0].stderr
+
+
+def test_the_old_split_times_out_beside_generation_ranks(tmp_path):
+    """D2 is caught: the pre-issue-13 `COMM_WORLD.Split` by context ranks only (tests/fakes/old_split_group.py,
+    runtime.py @ b9fe433) fails with the fake MPI's timeout naming the generation ranks; they exit cleanly."""
+    res = _world(tmp_path, ctx=4, gen=2, dwdp_size=2, group_fn="old_split_group:old_process_group", timeout_s=4.0)
+    for r in range(4):
+        rc, _, err = res[r]
+        assert rc != 0 and "TimeoutError" in err and "Split on world" in err and "not joined by world ranks [4, 5]" in err
+    assert all(rc == 0 for rc, _, _ in res[4:])

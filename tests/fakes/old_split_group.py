@@ -1,0 +1,11 @@
+"""The DWDP group formation the integration used before issue 13 (dwdp_trtllm/integration/trtllm/runtime.py
+`_process_group` @ b9fe433): `MPI.COMM_WORLD.Split(0 if rank < world else MPI.UNDEFINED, rank)`, called by the
+context ranks only. Kept as a GROUP_FN for tests/unit/test_trtllm_group.py, which shows that the fake
+disaggregated world turns it into a timeout (defect D2: MPI_Comm_split is collective over all of COMM_WORLD,
+and the generation ranks never make the call)."""
+from mpi4py import MPI
+
+
+def old_process_group(cfg, rank: int):
+    world = cfg.world_size
+    return MPI.COMM_WORLD.Split(0 if rank < world else MPI.UNDEFINED, rank)
