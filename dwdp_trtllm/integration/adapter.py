@@ -9,8 +9,10 @@ per weight name. AdapterRuntime:
     - composite_view (CUDA + VMM transport): weights are one [E, ...] virtual range [run | local | run]
       (composite_slots.py): the local experts are mapped, never copied; the small FP8 block scales
       live in a full [E, ...] plain slot filled with local + peer copies;
-    - merge (fallback, and the only CPU path): every tensor in a full [E, ...] slot, local experts
-      copied in every layer (full_slot.py); the log says why it was chosen;
+    - merge (fallback): every tensor in a full [E, ...] slot, local experts copied in every layer
+      (full_slot.py); the log says why it was chosen;
+    - on CPU (tests), composite_view runs as a stand-in (composite_cpu.py): same slot runs and copy plan, the
+      [E, ...] tensor assembled by concatenation at bind time;
  3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) and
     Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine.
 Per-layer host work on the forward thread: wait (one stream wait_event), bind (param.data = prebuilt
@@ -29,6 +31,7 @@ from ..copy_plan import CopyPlan, ExpertLayout, build_copy_plan
 from ..copy_scheduler import CopyScheduler
 from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
+from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
 
 log = logging.getLogger("dwdp_trtllm.integration")
@@ -58,6 +61,7 @@ class AdapterRuntime:
         self.layout = ExpertLayout(self.names, tuple(per_expert))
 
         exported = transport.allocate({key(p, t): n_local * nb for p in range(L) for t, nb in enumerate(per_expert)})
+        self.local_u8 = exported  # this rank's experts per (position, tensor): what the composite view maps
         for p, o in enumerate(self.owners):
             for t, n in enumerate(names):
                 param = getattr(o, n)
@@ -76,10 +80,15 @@ class AdapterRuntime:
             mapped = [t for t, n in enumerate(names) if not is_scale(n)]
             specs = [(n, *self.shapes[n]) for n in names]
             try:
-                self.composite = CompositeSlots(
-                    placement=placement, rank=dwdp_rank, specs=specs, tensor_bytes=self.layout.tensor_bytes,
-                    num_layers=L, num_slots=S, device=device, mapped=mapped,
-                    local_alloc=lambda m, t: transport.allocation(key(m, t)))
+                if device.type == "cuda":
+                    self.composite = CompositeSlots(
+                        placement=placement, rank=dwdp_rank, specs=specs, tensor_bytes=self.layout.tensor_bytes,
+                        num_layers=L, num_slots=S, device=device, mapped=mapped,
+                        local_alloc=lambda m, t: transport.allocation(key(m, t)))
+                else:
+                    self.composite = CpuCompositeStandIn(
+                        placement=placement, rank=dwdp_rank, specs=specs, tensor_bytes=self.layout.tensor_bytes,
+                        num_layers=L, num_slots=S, mapped=mapped, local_buffer=lambda m, t: exported[key(m, t)])
             except CompositeUnsupported as e:  # e.g. expert bytes off the VMM granularity
                 self.gemm, self.reason = "merge", str(e)
                 log.info("dwdp_trtllm: falling back to merge (%s)", e)
@@ -124,14 +133,18 @@ class AdapterRuntime:
         if want in ("multi_buffer", "reference"):
             # no Hopper MoE execution unit calling dwdp::grouped_gemm in this integration yet
             note = f"gemm: {want} has no TensorRT-LLM execution unit yet; "
-        if self.device.type != "cuda":
+        cpu = self.device.type != "cuda"
+        if cpu and want != "composite_view":
             return "merge", note + "composite_view needs CUDA VMM allocations; this device is cpu"
-        if getattr(self.transport, "kind", "") not in ("vmm_fd", "vmm_fabric"):
+        if not cpu and getattr(self.transport, "kind", "") not in ("vmm_fd", "vmm_fabric"):
             return "merge", note + f"composite_view needs transport vmm_fd or vmm_fabric, got {self.transport.kind}"
         try:
             local_run(self.placement, self.dwdp_rank)
         except CompositeUnsupported as e:
             return "merge", note + str(e)
+        if cpu:  # requested explicitly: the test stand-in (composite_cpu.py)
+            return "composite_view", ("cpu stand-in for tests: slot runs and copy plan of the composite view, the "
+                                      "[E, ...] tensor assembled per bind (no VMM on cpu)")
         return "composite_view", note + "local experts mapped beside the slot (no local copy)"
 
     # -- per layer (forward thread) -------------------------------------------------------------
@@ -147,7 +160,7 @@ class AdapterRuntime:
         slot = self.prefetcher.acquire(pos)
         o = self.owners[pos]
         for n, view in zip(self.names, self.views[(pos, slot)]):
-            getattr(o, n).data = view
+            getattr(o, n).data = view() if callable(view) else view  # callable: the CPU composite stand-in
 
     def release(self, pos: int) -> None:
         """Position pos's kernels are enqueued: the slot may be refilled after them (next forward wraps)."""

@@ -5,8 +5,9 @@ upstream source it mirrors), and our integration activated from DWDP_TRTLLM_CONF
 Shows: setup does not hang (D2), and `model.forward(...)` called directly by the engine reproduces the
 single-process full-expert reference bit-exact over several forwards (D1: a stale or uninitialised slot
 would show), for BF16 and FP8 block scales, on both lifecycles (upstream's manager call sites; MoE hooks).
-On CPU the composite view cannot be built (CUDA VMM), so the runtime takes the merge path and says why;
-the composite path runs in tests/gpu/test_trtllm_adapter_cuda.py.
+On CPU the composite view cannot be mapped (CUDA VMM): gemm composite_view runs as a CPU stand-in with the
+same slot runs and copy plan (integration/composite_cpu.py); the mapping runs in tests/gpu/test_trtllm_adapter_cuda.py.
+gemm multi_buffer has no TensorRT-LLM execution unit (it falls back to composite_view / merge, with the reason).
 """
 import os
 import re
@@ -89,15 +90,18 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
     return [torch.load(tmp / f"out_{r}.pt") for r in range(ctx)], ref_out
 
 
-@pytest.mark.parametrize("era,quant", [("lifecycle", "fp8_block_scales"), ("hooks", "bf16"),
-                                       ("lifecycle", "bf16"), ("hooks", "fp8_block_scales"), ("ipc", "bf16")])
-def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant):
-    """ipc: upstream's IPC-era ConfigurableMoE has the DWDP gate but never calls wait_and_bind for a CUTLASS
+@pytest.mark.parametrize("era,quant,gemm", [("lifecycle", "fp8_block_scales", "merge"), ("hooks", "bf16", "merge"),
+                                            ("lifecycle", "bf16", "composite_view"),
+                                            ("hooks", "fp8_block_scales", "composite_view"), ("ipc", "bf16", "merge")])
+def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
+    """composite_view runs as its CPU stand-in (integration/composite_cpu.py: same slot runs and copy plan, the
+    [E, ...] tensor concatenated at bind; the VMM mapping itself runs in tests/gpu/test_trtllm_adapter_cuda.py).
+    ipc: upstream's IPC-era ConfigurableMoE has the DWDP gate but never calls wait_and_bind for a CUTLASS
     backend (only CuteDSL gets a weight view, in the scheduler): our manager must not be enabled there."""
-    outs, ref = run_world(tmp_path, era, quant)
+    outs, ref = run_world(tmp_path, era, quant, dwdp={"gemm": gemm})
     for r, got in enumerate(outs):
         assert got["lifecycle"] == ("upstream" if era == "lifecycle" else "hooks")
-        assert got["gemm"] == "merge"  # cpu: no VMM
+        assert got["gemm"] == gemm
         for key, y in got["outs"].items():
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
         if era != "lifecycle":
