@@ -14,7 +14,7 @@ DWDP_CACHE_DIR = "DWDP_CACHE_DIR"
 CUTLASS_DIR = "CUTLASS_DIR"
 #: "1": count host synchronisations inside the DWDP MoE layer on CUDA (torch sync debug mode; tests).
 DWDP_CHECK_SYNC = "DWDP_CHECK_SYNC"
-#: "1": run the engine's elementwise chains eagerly on CUDA instead of the torch.compile'd kernels (engine/fused.py).
+#: "1": run the engine's elementwise chains eagerly on CUDA instead of its Triton kernels (engine/fused.py).
 DWDP_NO_FUSE = "DWDP_NO_FUSE"
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelSpec
+from . import mla_cuda
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
 from .fused import fused, fused_enabled
 from .kv_cache import KVCache
@@ -80,7 +81,8 @@ def apply_rope(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, 
 def apply_rope_(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """apply_rope written back into x (a strided view is fine): one in-place Triton kernel on CUDA
     (engine/rope_cuda.py), the eager rotation copied back elsewhere. Returns x."""
-    if x_TNd.is_cuda and fused_enabled() and x_TNd.stride(-1) == 1:
+    F = x_TNd.shape[-1] // 2
+    if x_TNd.is_cuda and fused_enabled() and x_TNd.stride(-1) == 1 and F and not F & (F - 1):
         from .rope_cuda import rope_
         return rope_(x_TNd, cos_TF, sin_TF, interleaved)
     return x_TNd.copy_(apply_rope(x_TNd, cos_TF, sin_TF, interleaved))
@@ -253,7 +255,7 @@ class MLAAttention(_Attention):
         apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
         kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
-        krope_TR = apply_rope(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]
+        krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
             return F.linear(self._cudnn_core(q_buf.view(T + pad, N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
@@ -281,7 +283,7 @@ class MLAAttention(_Attention):
         BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies).
 
         All segments' latents go through one GEMM per output: V straight into v_buf, K's nope part into a
-        temporary that one cat (with the rope key broadcast over heads) writes into k_buf."""
+        temporary that one kernel (mla_cuda.py, with the rope key broadcast over heads) writes into k_buf."""
         sp = self.spec
         N, Dn, R, Dv = sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim
         full = list(self.with_prefix(plan, kv_cache, ckv_TC, krope_TR))
@@ -298,8 +300,11 @@ class MLAAttention(_Attention):
         k_buf[S_all:].zero_()
         v_buf[S_all:].zero_()
         torch.mm(ckv_SC, w_v.t(), out=v_buf[:S_all].view(S_all, N * Dv))
-        torch.cat([torch.mm(ckv_SC, w_kn.t()).view(S_all, N, Dn), krope_SR[:, None, :].expand(S_all, N, R)], dim=-1,
-                  out=k_buf[:S_all])
+        k_nope = torch.mm(ckv_SC, w_kn.t()).view(S_all, N, Dn)
+        if k_buf.is_cuda and fused_enabled() and mla_cuda.usable(Dn, R):  # one Triton pass (cat's broadcast path is slow)
+            mla_cuda.mla_key_(k_buf[:S_all], k_nope, krope_SR)
+        else:
+            torch.cat([k_nope, krope_SR[:, None, :].expand(S_all, N, R)], dim=-1, out=k_buf[:S_all])
         outs = [attend_bucketed(q_buf_TNd[s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
                 for s, o in zip(plan, starts)]
         return torch.cat(outs) if len(outs) > 1 else outs[0]
@@ -321,7 +326,7 @@ class GQAAttention(_Attention):
         q_TNd, k_TGd, v_TGd = q.view(T, N, d), k.view(T, G, d), v.view(T, G, d)
         if sp.qk_norm and sp.family != "olmoe":
             q_TNd, k_TGd = rms_norm(q_TNd, w["q_norm.weight"], sp.rms_eps), rms_norm(k_TGd, w["k_norm.weight"], sp.rms_eps)
-        q_TNd, k_TGd = apply_rope(q_TNd, *rope, interleaved=False), apply_rope(k_TGd, *rope, interleaved=False)
+        q_TNd, k_TGd = apply_rope_(q_TNd, *rope, interleaved=False), apply_rope_(k_TGd, *rope, interleaved=False)
         kv = list(self.with_prefix(plan, kv_cache, k_TGd, v_TGd))
         k_list, v_list = [k for k, _ in kv], [v for _, v in kv]
         o_TNd = attend_packed(q_TNd, k_list, v_list, plan, self.scale)

@@ -6,7 +6,7 @@ at 16K tokens x 128 heads on the H200, profile of 2026-12-03). Rotating in place
 
 Contract: rope_(x_TNR, cos_TF, sin_TF, interleaved) rotates x in place (float32 math, rounded to x's dtype once,
 as layers.apply_rope's eager reference): interleaved pairs (2i, 2i+1) (DeepSeek) or NeoX halves (i, i + F).
-x: any strides with stride(2) == 1; cos/sin: float32 [T, F] contiguous, F = R / 2. No host sync.
+x: any strides with stride(2) == 1, R / 2 a power of two; cos/sin: float32 [T, F], F = R / 2. No host sync.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import functools
 
 import torch
 
-#: heads per program
-BLOCK_N = 16
+#: heads per program (a [BLOCK_N, R] tile of one token)
+BLOCK_N = 32
 
 
 @functools.cache
@@ -24,24 +24,27 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def rope_kernel(x_ptr, cos_ptr, sin_ptr, N, stride_t, stride_n, F,
-                    INTERLEAVED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr):
+    def rope_kernel(x_ptr, cos_ptr, sin_ptr, N, stride_t, stride_n, F: tl.constexpr,
+                    INTERLEAVED: tl.constexpr, BLOCK_N: tl.constexpr):
+        # one token, BLOCK_N heads: each head's R = 2F values are one contiguous row of the tile
         t = tl.program_id(0).to(tl.int64)
         n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        f = tl.arange(0, BLOCK_F)
-        fmask = f < F
-        c = tl.load(cos_ptr + t * F + f, mask=fmask, other=0.0)[None, :]
-        s = tl.load(sin_ptr + t * F + f, mask=fmask, other=0.0)[None, :]
-        mask = (n < N)[:, None] & fmask[None, :]
+        f = tl.arange(0, F)
+        c = tl.load(cos_ptr + t * F + f)[None, :]
+        s = tl.load(sin_ptr + t * F + f)[None, :]
+        nmask = (n < N)[:, None]
         row = x_ptr + t * stride_t + n[:, None] * stride_n
-        if INTERLEAVED:
-            p0, p1 = row + 2 * f[None, :], row + 2 * f[None, :] + 1
-        else:
-            p0, p1 = row + f[None, :], row + F + f[None, :]
-        x0 = tl.load(p0, mask=mask, other=0.0).to(tl.float32)
-        x1 = tl.load(p1, mask=mask, other=0.0).to(tl.float32)
-        tl.store(p0, (x0 * c - x1 * s).to(x_ptr.dtype.element_ty), mask=mask)
-        tl.store(p1, (x0 * s + x1 * c).to(x_ptr.dtype.element_ty), mask=mask)
+        if INTERLEAVED:  # pairs (2i, 2i+1): load the row whole, split the pairs in registers
+            r = tl.arange(0, 2 * F)[None, :]
+            x = tl.load(row + r, mask=nmask, other=0.0).to(tl.float32)
+            x0, x1 = tl.split(tl.reshape(x, (BLOCK_N, F, 2)))
+            y = tl.reshape(tl.join(x0 * c - x1 * s, x0 * s + x1 * c), (BLOCK_N, 2 * F))
+            tl.store(row + r, y.to(x_ptr.dtype.element_ty), mask=nmask)
+        else:  # NeoX halves (i, i + F)
+            x0 = tl.load(row + f[None, :], mask=nmask, other=0.0).to(tl.float32)
+            x1 = tl.load(row + F + f[None, :], mask=nmask, other=0.0).to(tl.float32)
+            tl.store(row + f[None, :], (x0 * c - x1 * s).to(x_ptr.dtype.element_ty), mask=nmask)
+            tl.store(row + F + f[None, :], (x0 * s + x1 * c).to(x_ptr.dtype.element_ty), mask=nmask)
 
     return rope_kernel
 
@@ -53,9 +56,10 @@ def rope_(x_TNR: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, inter
     if x_TNR.stride(2) != 1 or cos_TF.shape != (T, F) or sin_TF.shape != (T, F):
         raise ValueError(f"rope_: x {tuple(x_TNR.shape)} stride {x_TNR.stride()} with cos/sin "
                          f"{tuple(cos_TF.shape)}/{tuple(sin_TF.shape)}: expected stride(2) == 1 and [T, R/2] tables")
+    if F & (F - 1):
+        raise ValueError(f"rope_: the rotary dim {R} must be twice a power of two")
     if T:
-        import triton
-        _kernel()[(T, -(-N // BLOCK_N))](x_TNR, cos_TF.float().contiguous(), sin_TF.float().contiguous(), N, x_TNR.stride(0),
-                                         x_TNR.stride(1), F, INTERLEAVED=interleaved, BLOCK_N=BLOCK_N,
-                                         BLOCK_F=triton.next_power_of_2(F), num_warps=4)
+        _kernel()[(T, -(-N // BLOCK_N))](x_TNR, cos_TF.float().contiguous(), sin_TF.float().contiguous(), N,
+                                         x_TNR.stride(0), x_TNR.stride(1), F=F, INTERLEAVED=interleaved,
+                                         BLOCK_N=BLOCK_N, num_warps=4)
     return x_TNR

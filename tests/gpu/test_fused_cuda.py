@@ -77,6 +77,32 @@ def test_rope_in_place_on_a_strided_view(interleaved):
     assert (q[..., 128:].float() - want.float()).abs().max().item() <= 2 ** -6 * want.float().abs().max().item()
 
 
+def test_mla_key_kernel_equals_cat_with_broadcast_rope():
+    from dwdp_trtllm.engine.mla_cuda import mla_key_
+    g = torch.Generator(device=DEV).manual_seed(6)
+    nope = torch.randn(333, 40, 128, device=DEV, dtype=torch.bfloat16, generator=g)
+    rope = torch.randn(333, 64, device=DEV, dtype=torch.bfloat16, generator=g)
+    out = torch.full((333 + 7, 40, 192), float("nan"), device=DEV, dtype=torch.bfloat16)  # poisoned, rows past S kept
+    mla_key_(out[:333], nope, rope)
+    assert torch.equal(out[:333], torch.cat([nope, rope[:, None, :].expand(-1, 40, -1)], -1))
+    assert out[333:].isnan().all()
+
+
+def test_swiglu_pair_and_lse_merge_match_their_references():
+    g = torch.Generator(device=DEV).manual_seed(7)
+    a, b = (torch.randn(1000, 1408, device=DEV, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    got, want = fz.fused("silu_mul_pair", a)(a, b), fz._silu_mul_pair(a, b)
+    assert (got.float() - want.float()).abs().max().item() <= 2 ** -7 * want.float().abs().max().item()
+    N, L, e = 8, 300, 128
+    o1, o2 = (torch.randn(1, N, L, e, device=DEV, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    l1, l2 = (torch.randn(1, N, L, device=DEV, generator=g) * 3 for _ in range(2))
+    o2_strided = torch.randn(1, L + 5, N, e, device=DEV, dtype=torch.bfloat16, generator=g)[:, :L].transpose(1, 2)
+    for other in (o2, o2_strided):
+        got = fz.fused("lse_merge", o1)(o1, l1, other, l2)
+        assert got.shape == (1, N, L, e) and got[0].transpose(0, 1).is_contiguous()
+        assert rel(got, fz._lse_merge(o1, l1, other, l2)) < 1e-2
+
+
 def test_silu_mul_quant_matches_the_two_step_reference():
     g = torch.Generator(device=DEV).manual_seed(4)
     h = torch.randn(517, 2 * 512, device=DEV, dtype=torch.bfloat16, generator=g) * 2
