@@ -53,13 +53,13 @@ for s in $sections; do
       done ;;
     trtllm)  # issue 13: the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
       section trtllm
-      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout 300 python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1
-      timeout 200 python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
+      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1
+      timeout "${TRTLLM_TIMEOUT:-200}" python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
       grep -E "passed|failed|Error|host|ms" "$OUT/trtllm.log" | tail -n 25 ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
-      timeout 300 python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
-      timeout 400 python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
+      timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
+      timeout "${VERIFY_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
       tail -n 14 "$OUT/verify.log" ;;
     bench)
       section bench
