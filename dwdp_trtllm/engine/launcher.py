@@ -1,11 +1,17 @@
 """Start N ranks on this machine, run one mode, collect RankResults; fail fast and clean.
 
 - Ranks are spawned processes (torch.multiprocessing, start method "spawn"), one per rank; on CUDA
-  rank r uses GPU r % device_count (several ranks may share a GPU for functional runs).
+  rank r uses GPU r % device_count (several ranks may share a GPU for functional runs). Each rank dies
+  with this process (engine/rank_entry.py: PR_SET_PDEATHSIG before any heavy import).
+- Each rank reports over its own pipe (no queue: a queue's named semaphores would outlive a group kill);
+  the end of a pipe tells that its rank is gone, and every message it sent before is read first.
 - Rendezvous: a TCP store on 127.0.0.1 at a free port; default group gloo (control + CPU tensors).
 - If a rank raises, it reports its traceback and exits; the parent then terminates every other rank
-  within `grace_s`, removes leftover /dev/shm segments of the run and raises RankFailed with the
-  failing rank's error. A run past run.timeout_s is ended the same way (RankTimeout).
+  within `grace_s`, removes leftover /dev/shm segments of the run and raises RankFailed naming the rank
+  that caused it: one that died by a signal without a report is the cause, the errors other ranks raised
+  after it (a peer's connection reset) its consequences. A run past run.timeout_s is ended the same way
+  (RankTimeout, naming the ranks that did not finish and those stopped). An interrupt (Ctrl-C, SIGTERM)
+  stops the ranks at once.
 - Under torchrun/mpirun (rank/world in the environment) `run_in_process` runs this process's rank.
 """
 from __future__ import annotations
@@ -14,7 +20,6 @@ import datetime
 import glob
 import os
 import pickle
-import queue
 import signal
 import socket
 import time
@@ -23,6 +28,8 @@ import uuid
 from typing import Callable
 
 import torch.multiprocessing as mp
+from multiprocessing import resource_tracker
+from multiprocessing.connection import wait as wait_any
 
 from .. import env
 from ..config import BenchConfig
@@ -31,12 +38,13 @@ from .records import RankResult, Request
 
 
 class RankFailed(RuntimeError):
-    """A rank raised; carries its rank and formatted traceback."""
+    """A rank failed; carries its rank, formatted traceback (or how it died) and a one-paragraph summary."""
 
-    def __init__(self, rank: int, mode: str, tb: str):
+    def __init__(self, rank: int, mode: str, tb: str, summary: str | None = None):
         self.rank, self.tb = rank, tb
         last = tb.strip().splitlines()[-1] if tb.strip() else "unknown error"
-        super().__init__(f"rank {rank} failed in mode {mode}: {last}\n--- rank {rank} traceback ---\n{tb}")
+        self.summary = f"rank {rank} failed in mode {mode}: {summary or last}"
+        super().__init__(f"{self.summary}\n--- rank {rank} traceback ---\n{tb}")
 
 
 class RankTimeout(RuntimeError):
@@ -49,22 +57,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Linux: this process gets SIGKILL when its parent dies (PR_SET_PDEATHSIG), and exits now if the parent is
-    already gone; a killed `dwdp bench` must not leave ranks behind."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):  # not Linux: the parent-liveness check in the waits still applies
-        pass
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
 def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str], requests: list[Request], tag: str,
-           out_q, fail_at: tuple[int, int] | None, collect_outputs: bool, parent_pid: int | None = None) -> None:
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
+           fail_at: tuple[int, int] | None, collect_outputs: bool, conn) -> None:
+    """One rank (started by rank_entry.main): every mode in turn, each result, progress and error sent on conn."""
     import torch.distributed as dist
 
     from .worker import run_rank
@@ -75,24 +70,28 @@ def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str],
                                 timeout=datetime.timedelta(seconds=cfg.run.timeout_s))
         for mode in modes:
             res = run_rank(cfg, mode, requests, rank=rank, world=world, tag=f"{tag}_{mode}",
-                           progress=lambda done, total, m=mode: out_q.put(("progress", rank, m, done, total)),
+                           progress=lambda done, total, m=mode: conn.send(("progress", rank, m, done, total)),
                            collect_outputs=collect_outputs,
                            fail_at_iteration=fail_at[1] if fail_at is not None and fail_at[0] == rank else None)
-            # Plain pickle bytes: torch's queue reduction would share tensors by file descriptor, which the
+            # Plain pickle bytes: torch's reduction would share tensors by file descriptor, which the
             # parent can only open while this process is alive (a race seen on the GPU machine).
-            out_q.put(("ok", rank, mode, pickle.dumps(res)))
+            conn.send(("ok", rank, mode, pickle.dumps(res)))
             dist.barrier()
         dist.destroy_process_group()
+        conn.close()
     except ConfigError as e:  # bad user input found by a rank (e.g. NaN in a checkpoint): reported as such
-        out_q.put(("config_error", rank, None, (e.file, e.key, e.expected)))
-        out_q.close()
-        out_q.join_thread()
-        os._exit(1)
+        _last_word(conn, ("config_error", rank, None, (e.file, e.key, e.expected)))
     except BaseException:  # noqa: BLE001 - everything goes to the parent
-        out_q.put(("error", rank, None, traceback.format_exc()))
-        out_q.close()
-        out_q.join_thread()
-        os._exit(1)  # do not wait in collectives or atexit handlers
+        _last_word(conn, ("error", rank, None, traceback.format_exc()))
+
+
+def _last_word(conn, msg) -> None:
+    try:
+        conn.send(msg)
+        conn.close()
+    except OSError:  # the parent is gone
+        pass
+    os._exit(1)  # do not wait in collectives or atexit handlers
 
 
 def sweep_orphaned_shm() -> list[str]:
@@ -140,13 +139,29 @@ def _stopped(pid: int | None) -> bool:
 
 
 def _cleanup_shm(tag: str) -> list[str]:
+    """Unlink the run's segments left by ranks that could not (killed, or stopped before closing), and tell the
+    resource tracker the ranks shared with this process that they are gone (else it warns at exit)."""
     leftovers = glob.glob(f"/dev/shm/{tag}*")
     for p in leftovers:
         try:
             os.unlink(p)
         except OSError:
+            continue
+        try:
+            resource_tracker.unregister("/" + os.path.basename(p), "shared_memory")
+        except Exception:  # noqa: BLE001 - no tracker (never started here): nothing to tell
             pass
     return leftovers
+
+
+def describe_failure(rank: int, exitcode: int | None, reports: dict[int, str]) -> str:
+    """One paragraph: how `rank` died, then the errors the other ranks reported as its consequences."""
+    def last(tb: str) -> str:
+        line = tb.strip().splitlines()[-1]
+        return line if len(line) <= 200 else line[:197] + "..."
+
+    after = "; ".join(f"rank {k}: {last(v)}" for k, v in sorted(reports.items()) if k != rank and v.strip())
+    return f"it {_how(exitcode)} without reporting an error" + (f"; then, as a consequence: {after}" if after else "")
 
 
 def run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]], *,
@@ -164,22 +179,25 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
     makes that rank raise at that iteration (tests of the failure path).
     """
+    from .rank_entry import main as rank_main
+
     world = cfg.run.ranks
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
     sweep_orphaned_shm()
     tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     ctx = mp.get_context("spawn")
-    out_q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_child, args=(r, world, port, cfg, list(modes), requests_per_rank[r], tag, out_q, fail_at,
-                                              collect_outputs, os.getpid()),
-                         daemon=True, name=f"dwdp-rank{r}") for r in range(world)]
-    for p in procs:
-        p.start()
+    procs, conns, ends = [], [], []
+    for r in range(world):
+        recv, send = ctx.Pipe(duplex=False)
+        payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at, collect_outputs))
+        procs.append(ctx.Process(target=rank_main, args=(os.getpid(), send, payload), daemon=True, name=f"dwdp-rank{r}"))
+        conns.append(recv)
+        ends.append(send)
     results: dict[tuple[str, int], RankResult] = {}
-    expected = world * len(modes)
-    deadline = time.monotonic() + cfg.run.timeout_s * len(modes)
+    reports: dict[int, str] = {}
+    live: dict = {}  # open pipe -> its rank
     failure: BaseException | None = None
 
     def handle(msg) -> None:
@@ -191,50 +209,78 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
             if progress is not None:
                 progress(rank, mode, msg[3], msg[4])
         elif kind == "config_error":
-            failure = ConfigError(*msg[3])
+            failure = failure or ConfigError(*msg[3])
         else:
-            failure = RankFailed(rank, ",".join(modes), msg[3])
             reports[rank] = msg[3]
+            failure = failure or RankFailed(rank, ",".join(modes), msg[3])
 
-    reports: dict[int, str] = {}
+    def read_one(c) -> None:
+        try:
+            msg = c.recv()
+        except (EOFError, OSError):  # the pipe's end: its rank is gone
+            del live[c]
+            c.close()
+            return
+        handle(msg)
+
+    def read(timeout: float) -> None:
+        """Handle every message that arrives within `timeout`."""
+        if not live:
+            time.sleep(timeout)
+        for c in wait_any(list(live), timeout=timeout) if live else ():
+            read_one(c)
+
+    def read_all_of(rank: int) -> None:
+        """A rank that exited: everything it sent is in its pipe, read up to the end (a pipe some child of the
+        rank still holds open is given up after a second)."""
+        c = conns[rank]
+        while c in live:
+            if not c.poll(1.0):
+                del live[c]
+                c.close()
+                return
+            read_one(c)
 
     def culprit(first: BaseException) -> BaseException:
         """The first rank that died on its own (a signal, or an exit without a report) is the cause; errors the
         others reported after it (a peer's connection reset, say) are its consequences."""
         if isinstance(first, ConfigError):
             return first
-        time.sleep(0.5)  # let the exit statuses of ranks that died at the same moment settle
-        try:  # reports already on their way count as reports
-            while True:
-                m = out_q.get_nowait()
-                if m[0] == "error":
-                    reports.setdefault(m[1], m[3])
-        except (queue.Empty, OSError, ValueError):
-            pass
+        end = time.monotonic() + 0.5  # let ranks that died at the same moment be reaped, their reports read
+        while time.monotonic() < end:
+            read(0.05)
+        for r, p in enumerate(procs):
+            if p.exitcode is not None:
+                read_all_of(r)
         # a rank that raised always reports; one killed by a signal cannot: that one is the cause
         silent = [(r, p.exitcode) for r, p in enumerate(procs) if (p.exitcode or 0) < 0 and r not in reports]
         if not silent:
             return first
         r, code = silent[0]
-        after = "; ".join(f"rank {k}: {v.strip().splitlines()[-1]}" for k, v in sorted(reports.items()) if v.strip())
-        return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error"
-                          + (f"\nthen, as a consequence: {after}" if after else ""))
+        return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error",
+                          summary=describe_failure(r, code, reports))
 
+    done = False
     try:
+        for p in procs:
+            p.start()
+        for c, send in zip(conns, ends):
+            send.close()  # the rank holds the write end now: the pipe ends when the rank does
+        live.update({c: r for r, c in enumerate(conns)})
+        deadline = time.monotonic() + cfg.run.timeout_s * len(modes)
+        expected = world * len(modes)
         while len(results) < expected and failure is None:
-            try:
-                handle(out_q.get(timeout=0.2))
-                continue
-            except queue.Empty:
-                pass
+            read(0.2)
             for r, p in enumerate(procs):
-                if p.exitcode not in (None, 0):
-                    try:  # give its error report a moment to arrive before reporting a bare exit code
-                        while failure is None:
-                            handle(out_q.get(timeout=2.0))
-                    except queue.Empty:
-                        failure = RankFailed(r, ",".join(modes), f"rank {r} {_how(p.exitcode)} without reporting an error")
-                    break
+                if failure is None and p.exitcode is not None:
+                    read_all_of(r)  # its error report (if any) first
+                    unfinished = [m for m in modes if (m, r) not in results]
+                    if failure is None and unfinished and p.exitcode != 0:
+                        failure = RankFailed(r, ",".join(modes), f"rank {r} {_how(p.exitcode)} without reporting an error",
+                                             summary=describe_failure(r, p.exitcode, reports))
+                    elif failure is None and unfinished:
+                        failure = RankFailed(r, ",".join(modes), f"rank {r} exited (code 0) before finishing mode(s) "
+                                             f"{unfinished}", summary=f"it exited (code 0) before finishing {unfinished}")
             if failure is None and time.monotonic() > deadline:
                 missing = sorted({r for r in range(world) for m in modes if (m, r) not in results})
                 stopped = [r for r in missing if _stopped(procs[r].pid)]
@@ -243,8 +289,12 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
                 failure = RankTimeout(f"modes {modes}: {why} within run.timeout_s={cfg.run.timeout_s} per mode")
         if failure is not None:
             failure = culprit(failure)
+        done = True
     finally:
-        _stop(procs, grace_s if failure is None else 1.0)
+        # finished: give the ranks grace_s to leave on their own; failed: 1 s; interrupted: stop them now
+        _stop(procs, grace_s if done and failure is None else 1.0 if done else 0.0)
+        for c in conns + ends:
+            c.close()
         _cleanup_shm(tag)
     if failure is not None:
         raise failure
@@ -254,11 +304,14 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
 def _stop(procs, grace_s: float) -> None:
     end = time.monotonic() + grace_s
     for p in procs:
-        p.join(timeout=max(0.0, end - time.monotonic()))
+        if p.pid is not None:
+            p.join(timeout=max(0.0, end - time.monotonic()))
     for p in procs:
-        if p.is_alive():
+        if p.pid is not None and p.is_alive():
             p.terminate()
     for p in procs:
+        if p.pid is None:
+            continue
         p.join(timeout=2.0)
         if p.is_alive():
             p.kill()

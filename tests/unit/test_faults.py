@@ -25,34 +25,83 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "configs/bench/quickstart.yaml")
 
 
-def _start(tmp_path, *extra):
+def _start(tmp_path, *extra, requests=48):
     cmd = [sys.executable, "-m", "dwdp_trtllm", "bench", QUICK, "--out", str(tmp_path / "out"), "--no-plots",
-           "--set", "workload.requests_per_rank=48", *extra]
+           "--set", f"workload.requests_per_rank={requests}", *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
 
 
-def _ranks(proc, n=4, timeout=60.0):
-    """The rank processes (python children of `proc` running the spawn entry point), once n of them exist."""
+def _rank_procs(proc) -> list[psutil.Process]:
+    """The rank processes: python children of `proc` running the spawn entry point (not the resource tracker)."""
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for c in kids:
+        try:
+            cmd = " ".join(c.cmdline())
+        except psutil.Error:
+            continue
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
+            out.append(c)
+    return sorted(out, key=lambda c: c.create_time())
+
+
+def _shm_mapped(pids) -> set[str]:
+    """/dev/shm files (segments, semaphores) that these processes map, named or already unlinked."""
+    out = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    i = line.find("/dev/shm/")
+                    if i >= 0:
+                        out.add(line[i:].strip().removesuffix(" (deleted)"))
+        except OSError:
+            pass
+    return out
+
+
+def _ranks(proc, n=4, timeout=90.0, when="running") -> list[psutil.Process]:
+    """The n rank processes once they exist ("starting": while they still import) or once every one maps the
+    DWDP weights of its peers ("running": the dwdp mode is under way)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        kids = [c for c in psutil.Process(proc.pid).children(recursive=True)
-                if "spawn_main" in " ".join(c.cmdline()) and "resource_tracker" not in " ".join(c.cmdline())]
-        if len(kids) >= n:
-            time.sleep(2.0)  # let them reach the run (past imports and rendezvous)
+        assert proc.poll() is None, proc.communicate()
+        kids = _rank_procs(proc)
+        if len(kids) >= n and (when == "starting" or all(
+                any("/dwdp_" in f for f in _shm_mapped([k.pid])) for k in kids)):
             return kids
-        time.sleep(0.2)
-    raise AssertionError("ranks did not start")
+        time.sleep(0.05)
+    raise AssertionError(f"ranks not {when} within {timeout} s")
 
 
 def _gone(pids, timeout=10.0) -> list[int]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = []
+        for p in pids:
+            try:
+                if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
         if not alive:
             return []
         time.sleep(0.1)
     return alive
+
+
+def _left(paths, timeout=10.0) -> list[str]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        left = sorted(p for p in paths if os.path.exists(p))
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
 
 
 def _kill_group(proc):
@@ -63,43 +112,99 @@ def _kill_group(proc):
     proc.wait(timeout=10)
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP])
-def test_killing_the_parent_leaves_no_rank_and_no_shared_memory(tmp_path, sig):
-    proc = _start(tmp_path)
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("sig,when", [(signal.SIGKILL, "starting"), (signal.SIGTERM, "running"),
+                                      (signal.SIGKILL, "running"), (signal.SIGHUP, "running")])
+def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig, when):
+    """What a job manager, an IDE's stop button or Popen.terminate() does: within 10 s no rank, no resource
+    tracker and no /dev/shm entry of the run (segment or semaphore) is left, with nothing swept by a next run."""
+    proc = _start(tmp_path, "--set", "run.modes=[dwdp]")
     try:
-        kids = _ranks(proc)
+        kids = _ranks(proc, when=when)
         everything = [proc.pid] + [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+        mapped = _shm_mapped(everything)
+        assert when == "starting" or any("/dwdp_" in f for f in mapped), mapped
+        t = time.monotonic()
         os.kill(proc.pid, sig)
         proc.wait(timeout=15)
-        assert _gone(everything) == [], f"processes left after {sig.name} of the parent"
-        if sig != signal.SIGKILL:
+        if sig != signal.SIGKILL:  # handled like Ctrl-C: the ranks are stopped at once, one line says so
             err = proc.stderr.read()
             assert proc.returncode == 128 + sig and "terminated by" in err and "Traceback" not in err, err
-        # a SIGKILLed parent cannot clean up: the next run's sweep removes what its ranks left
-        sweep_orphaned_shm()
-        assert not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*"), "shared memory of the dead run left behind"
-        assert all(k.pid not in psutil.pids() or psutil.Process(k.pid).status() == psutil.STATUS_ZOMBIE for k in kids)
+            assert time.monotonic() - t < 5.0, f"{sig.name}: the parent took {time.monotonic() - t:.1f} s to exit"
+        assert _gone(everything) == [], f"processes left after {sig.name} of the parent ({when})"
+        assert _left(mapped | set(glob.glob(f"/dev/shm/dwdp_{proc.pid}_*"))) == [], f"/dev/shm entries left ({when})"
+        assert not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*")
+        assert all(not psutil.pid_exists(k.pid) or k.status() == psutil.STATUS_ZOMBIE for k in kids)
     finally:
         _kill_group(proc)
 
 
-@pytest.mark.timeout(120)
-def test_a_killed_rank_is_named_with_its_signal(tmp_path):
-    proc = _start(tmp_path, "--set", "run.modes=[dep]")
+@pytest.mark.timeout(150)
+def test_a_group_kill_leaves_nothing_the_next_run_does_not_clean(tmp_path):
+    """`kill -9 -<pgid>` (a closed terminal's process group, a batch system): nobody of the run can clean up."""
+    proc = _start(tmp_path, "--set", "run.modes=[dwdp]")
     try:
-        kids = sorted(_ranks(proc), key=lambda p: p.create_time())
-        victim = kids[1]
-        os.kill(victim.pid, signal.SIGKILL)
+        _ranks(proc)
+        everything = [proc.pid] + [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+        mapped = _shm_mapped(everything)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+        assert _gone(everything) == []
+        sweep_orphaned_shm()  # what the next run does first
+        assert [p for p in mapped if os.path.exists(p)] == [] and not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*")
+    finally:
+        _kill_group(proc)
+
+
+def test_the_next_run_sweeps_segments_of_dead_runs_only(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+    mine, theirs = Path(f"/dev/shm/dwdp_{dead}_test_x"), Path(f"/dev/shm/dwdp_{os.getpid()}_test_x")
+    try:
+        mine.write_bytes(b"x")
+        theirs.write_bytes(b"x")
+        assert str(mine) in sweep_orphaned_shm()
+        assert not mine.exists() and theirs.exists()  # a live owner's segments are not touched
+    finally:
+        mine.unlink(missing_ok=True)
+        theirs.unlink(missing_ok=True)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode", ["dep", "dwdp"])
+def test_a_killed_rank_is_named_with_its_signal(tmp_path, mode):
+    proc = _start(tmp_path, "--set", f"run.modes=[{mode}]")
+    try:
+        kids = _ranks(proc, when="starting" if mode == "dep" else "running")
+        if mode == "dep":
+            time.sleep(2.0)
+        os.kill(kids[1].pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 1, err
-        assert "SIGKILL" in err and "Traceback" not in err, err
+        assert "Traceback" not in err and "resource_tracker" not in err, err
         line = next(line for line in err.splitlines() if "run failed" in line)
-        assert "was killed by SIGKILL" in line
+        assert f"rank 1 failed in mode {mode}: it was killed by SIGKILL (signal 9)" in line, line
         log = Path(err.split("full tracebacks: ")[1].split()[0])
         assert log.is_file() and str(tmp_path) in str(log)
         assert _gone([k.pid for k in kids]) == []
     finally:
+        _kill_group(proc)
+
+
+@pytest.mark.timeout(150)
+def test_a_stopped_rank_is_named_when_the_run_times_out(tmp_path):
+    proc = _start(tmp_path, "--set", "run.modes=[dwdp]", "--set", "run.timeout_s=25", requests=400)
+    try:
+        kids = _ranks(proc)
+        os.kill(kids[2].pid, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1 and "Traceback" not in err, err
+        line = next(line for line in err.splitlines() if "run failed" in line)
+        assert "rank(s) [2] are stopped" in line and "run.timeout_s=25" in line, line
+        assert _gone([k.pid for k in kids]) == []
+    finally:
+        for k in _rank_procs(proc):
+            k.send_signal(signal.SIGCONT)
         _kill_group(proc)
 
 
