@@ -1,8 +1,11 @@
 """CPU shared-memory transport: every buffer is a POSIX shared-memory segment (tests, CPU engine).
 
 Segment names: f"{tag}_{dwdp_rank}_{sanitised key}" under /dev/shm. `tag` should carry a run id: a
-crashed run leaves segments behind (the launcher removes /dev/shm/{tag}* before a new run) and a
-name that already exists is an error here, never silently reused.
+name that already exists is an error here, never silently reused. A segment's name exists only from
+allocate() until every peer has mapped it (the end of open_peers): then its owner unlinks it and the
+memory lives on in the mappings alone, so a run killed any later (SIGKILL, a group kill, a closed
+terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the launcher removes
+(engine/launcher.py sweep_orphaned_shm).
 
 Owners create and write their segments; peers map them with PROT_READ, so a peer that writes into
 a buffer it only borrowed faults instead of corrupting the owner's weights. Peers open the segment
@@ -92,6 +95,16 @@ class ShmTransport(PeerTransport):
                 views[key] = self._attach(peer, key, nbytes)
             self._peers[peer] = views
         self._opened = True
+        if self.dwdp_size > 1:
+            dist.barrier(group=self.group)  # every peer has mapped our segments: their names are no longer needed
+        self._unlink_own()
+
+    def _unlink_own(self) -> None:
+        for shm in self._own.values():
+            try:
+                shm.unlink()  # also tells the resource tracker
+            except FileNotFoundError:
+                pass
 
     def _attach(self, peer: int, key: str, nbytes: int) -> torch.Tensor:
         path = os.path.join(_SHM_DIR, segment_name(self.tag, peer, key))
@@ -143,10 +156,7 @@ class ShmTransport(PeerTransport):
                 shm.close()
             except BufferError:
                 pass
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+        self._unlink_own()
         self._own.clear()
         self._sizes.clear()
         self._opened = False

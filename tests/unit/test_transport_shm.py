@@ -55,6 +55,8 @@ def _worker(rank: int, G: int, store_path: str, tag: str) -> None:
                     bufs[f"L{layer}.{n}"].copy_(_rank_bytes(rank, layer, t, len(held) * nb))
             del bufs
             tp.open_peers()
+            # every peer has mapped our segments: their names are gone (a kill from now on leaves nothing)
+            assert not glob.glob(f"/dev/shm/{tag}s{si}_{rank}_*")
             for peer in range(G):  # every peer's view is that peer's bytes
                 view = tp.peer_buffer(peer, "L1.t0")
                 assert torch.equal(view, _rank_bytes(peer, 1, 0, len(placement.local_experts[peer]) * tbytes[0]))
