@@ -51,22 +51,28 @@ def _on_signal(signum, _frame) -> None:
 RUN_FAILURES = ("RankFailed", "RankTimeout")
 
 
-def _failure_log(args, exc: BaseException) -> Path:
-    """Write the full error (every rank's traceback) under the run's output folder (or the temp dir)."""
+def _failure_log(args, exc: BaseException) -> str:
+    """Write the full error (every rank's traceback) under the run's output folder (else the temp dir); its path,
+    or why it could not be written (a full disk)."""
     out = getattr(args, "out", None)
     if out is None and getattr(args, "config", None) is not None:
         out = Path("bench_out") / Path(args.config).stem
     base = Path(out) if out is not None else Path(tempfile.gettempdir())
+    text = "".join(traceback.format_exception(exc))
     try:
         (base / "logs").mkdir(parents=True, exist_ok=True)
         path = base / "logs" / f"failure-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-        path.write_text("".join(traceback.format_exception(exc)))
+        path.write_text(text)
+        return str(path)
     except OSError:
+        pass
+    try:
         fd, name = tempfile.mkstemp(prefix="dwdp-failure-", suffix=".log")
         with os.fdopen(fd, "w") as f:
-            f.write("".join(traceback.format_exception(exc)))
-        path = Path(name)
-    return path
+            f.write(text)
+        return name
+    except OSError as e:
+        return f"not written ({e.strerror or e})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dwdp {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # an output that cannot be written (full disk, read-only): the file and why
+        what = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+        print(f"dwdp {args.command}: cannot write or read a file: {what}\nfull traceback: {_failure_log(args, e)}",
+              file=sys.stderr)
+        return 1
     except Exception as e:  # noqa: BLE001 - a run's failure: one paragraph here, the tracebacks in a log file
         if type(e).__name__ not in RUN_FAILURES:
             raise

@@ -251,6 +251,8 @@ def write_atomic(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):  # name the file the user knows, not the temporary
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise

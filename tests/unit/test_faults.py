@@ -229,6 +229,28 @@ def test_a_full_disk_leaves_the_previous_results(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no temporary left
 
 
+def test_a_full_disk_is_one_paragraph_and_leaves_the_previous_results(tmp_path, capsys, monkeypatch):
+    from dwdp_trtllm.bench import runner
+    from dwdp_trtllm.bench.synthetic import synthetic_run_mode
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: synthetic_run_mode)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"runs": []}')
+    runner.run_bench(ROOT / "configs/bench/ci_smoke.yaml", out_dir=out, plots=False)  # a finished point to resume
+    (out / "results.json").write_text('{"runs": []}')
+
+    def no_space(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", no_space)
+    code = cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(out), "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    assert f"No space left on device: {out / 'results.json'}" in err and "full traceback: " in err, err
+    assert json.loads((out / "results.json").read_text()) == {"runs": []}
+    assert not list(out.glob(".*.tmp"))
+
+
 BOMB = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: {preset: tiny}\n"
 
