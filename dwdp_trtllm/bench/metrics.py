@@ -21,6 +21,8 @@ Definitions (iterations with IterationRecord.warmup are excluded everywhere):
   exposed_copy = prefetch_wait, hidden_copy = max(copy - prefetch_wait, 0), per MoE layer.
 - iteration_ms[phase]: the same sums per iteration (no division by layers); iteration_ms["wall"]: mean
   wall time of a measured iteration that processed tokens.
+- iteration_ms_median[phase | "wall"]: the median over the same iterations (one-time costs such as a kernel
+  compiled inside a measured iteration move the mean, not the median: compare the two).
 - memory: per-rank RankResult.memory_bytes and the maximum over ranks of each key.
 - allocator_after_warmup (CUDA): per rank, torch caching-allocator cudaMalloc calls, retries (cache freed,
   device synchronised) and OOMs during the measured iterations; non-zero retries flag a distorted timing.
@@ -104,6 +106,17 @@ def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | Non
     iteration_ms = {p: (sums[p] / n * 1e3 if n else math.nan) for p in PHASES}
     walls = [it.t_end - it.t_start for _, it in measured if it.num_tokens > 0]
     iteration_ms["wall"] = float(np.mean(walls)) * 1e3 if walls else math.nan
+    per_iter = []
+    for _, it in measured:
+        if it.num_tokens > 0:
+            d = dict.fromkeys(PHASES, 0.0)
+            for phase, _layer, s, e in it.phases:
+                if phase in d:
+                    d[phase] += (e - s) * 1e3
+            d["wall"] = (it.t_end - it.t_start) * 1e3
+            per_iter.append(d)
+    iteration_ms_median = {p: float(np.median([d[p] for d in per_iter])) if per_iter else math.nan
+                           for p in (*PHASES, "wall")}
 
     devices = sorted({r.device for r in results})
     mem_ranks = {str(r.rank): dict(r.memory_bytes) for r in results}
@@ -130,6 +143,7 @@ def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | Non
         "ttft_p99_ms": _percentile(ttft, 99) * 1e3,
         "layer_us": layer_us,
         "iteration_ms": iteration_ms,
+        "iteration_ms_median": iteration_ms_median,
         "memory_max_bytes": mem_max,
         "memory_bytes": mem_ranks,
         "copy_bytes": sum(r.copy_bytes for r in results),

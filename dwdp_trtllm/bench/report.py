@@ -161,17 +161,20 @@ def floor_table(run: dict) -> Table | None:
                         f"{fl.get('device', '')})", title_justify="left",
                   caption="attention: all layers; experts: routed GEMMs of the MoE layers; other: dense MLP, router, "
                           "shared experts (+ norms, sort/gather/combine measured); iteration: wall. x floor = measured / "
-                          "floor (1.00 = stock kernels alone); the floor has no communication",
+                          "floor (1.00 = stock kernels alone), median: the median over iterations of each "
+                          "iteration's measured / floor; the floor has no communication",
                   caption_justify="left")
     table.add_column("phase")
     for m in modes:
-        for col in ("floor", "ms", "x floor"):
+        for col in ("floor", "ms", "x floor", "median"):
             table.add_column(f"{MODE_TITLES[m]} {col}", justify="right")
     for key, label in FLOOR_PHASES:
         cells = []
         for m in modes:
             f = fl[m]
-            cells += [_fmt(f["floor_ms"][key], 1), _fmt(f["measured_ms"][key], 1), _fmt(f["measured_over_floor"][key], 2)]
+            med = f.get("measured_over_floor_median", {}).get(key)
+            cells += [_fmt(f["floor_ms"][key], 1), _fmt(f["measured_ms"][key], 1), _fmt(f["measured_over_floor"][key], 2),
+                      _fmt(med, 2)]
         table.add_row(label, *cells)
     return table
 

@@ -165,3 +165,15 @@ def test_layer_us_divides_moe_phases_by_moe_layers_and_iteration_ms_has_the_tota
     assert math.isclose(us["sync_wait"], 0.45 / 4 * 1e6)
     assert math.isclose(per_it["expert_gemm"], 0.5 / 4 * 1e3) and math.isclose(per_it["attention"], 0.2 / 4 * 1e3)
     assert math.isclose(per_it["wall"], 0.5 * 1e3)  # the three measured iterations with tokens, 0.5 s each
+
+
+def test_iteration_ms_median_is_robust_to_one_slow_iteration():
+    """The median over measured iterations with tokens (r0 it1, r1 it1, r1 it2): a one-time cost in one iteration
+    moves the mean wall, not the median."""
+    res = two_ranks()
+    m = mode_metrics(res, num_layers=2, num_moe_layers=1)["iteration_ms_median"]
+    assert math.isclose(m["expert_gemm"], 200.0) and math.isclose(m["attention"], 0.0)
+    assert math.isclose(m["wall"], 500.0)
+    res[1].iterations[2].t_end += 10.0  # r1 it2 took 10 s longer (say, a kernel compiled inside it)
+    slow = mode_metrics(res, num_layers=2, num_moe_layers=1)
+    assert slow["iteration_ms"]["wall"] > 3000 and math.isclose(slow["iteration_ms_median"]["wall"], 500.0)
