@@ -6,9 +6,11 @@
 - timeline_<point hash>.png: one steady-state window per mode (report.run["timeline"]), rows = ranks,
   compute phases coloured on the main lane, copy spans on a thin lane under each rank so the overlap
   of DWDP's pulls with compute is visible; DEP's sync_wait and all_to_all stand out in their colours.
+Every PNG is written to a temporary beside it and renamed (save_figure): a full disk leaves the previous plot.
 """
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +37,21 @@ def _sort_key(v):
     return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
 
 
+def save_figure(fig, path: Path, dpi: int = 110) -> Path:
+    """fig as an image at `path` (format from its suffix), written to a temporary beside it and renamed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):  # name the file the user knows, not the temporary
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
+    return path
+
+
 def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]:
     """One PNG per swept key (ratio.png when none); runs without a DEP/DWDP ratio are left out."""
     runs = [r for r in runs if r["metrics"].get("ratio")]
@@ -53,7 +70,7 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
             ax.text(i, v, f"{v:.3f}", ha="center", va="bottom")
         fig.tight_layout()
         paths.append(out_dir / "ratio.png")
-        fig.savefig(paths[-1], dpi=110)
+        save_figure(fig, paths[-1])
         return paths
     for key in swept:
         others = [k for k in swept if k != key]
@@ -83,7 +100,7 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
                 ax.legend(fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / f"ratio_{_safe(key)}.png")
-        fig.savefig(paths[-1], dpi=110)
+        save_figure(fig, paths[-1])
     return paths
 
 
@@ -114,5 +131,4 @@ def plot_timeline(run: dict, path: Path) -> Path | None:
     fig.legend(handles=[Patch(color=c, label=p) for p, c in COLORS.items()], loc="upper right", ncol=len(COLORS),
                fontsize=7)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path)

@@ -251,6 +251,23 @@ def test_a_full_disk_is_one_paragraph_and_leaves_the_previous_results(tmp_path, 
     assert not list(out.glob(".*.tmp"))
 
 
+def test_a_plot_that_cannot_be_written_leaves_the_previous_one(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from dwdp_trtllm.bench.plots import plot_ratios
+    runs = [{"point": {}, "metrics": {"ratio": {"tps_per_gpu": 1.1, "ttft_speedup_p50": 1.2}}}]
+    (png,) = plot_ratios(runs, [], tmp_path)
+    before = png.read_bytes()
+
+    def half_then_full(self, fname, **kw):
+        Path(fname).write_bytes(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Figure, "savefig", half_then_full)
+    with pytest.raises(OSError, match=f"No space left on device: '{png}'"):
+        plot_ratios(runs, [], tmp_path)
+    assert png.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [png.name]
+
+
 BOMB = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: {preset: tiny}\n"
 
