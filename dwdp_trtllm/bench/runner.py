@@ -25,7 +25,7 @@ from ..engine.records import RankResult, Request
 from .metrics import compute_metrics, consistency
 from ..schema import MAX_SWEEP_POINTS, ConfigError
 from .report import env_info, json_ready, print_point, write_atomic, write_results
-from .sweep import SweepPoint, load_sweep
+from .sweep import SweepPoint, check_device_present, load_sweep
 from .timeline import steady_timeline
 from .workload import generate_requests
 
@@ -152,6 +152,8 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     """
     console = console or Console()
     swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks, max_points=max_points)
+    if run_mode is None:  # the embedded engine runs here: its device must exist
+        check_device_present(points, config_path, overrides, device)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
     with out_lock(out):
         return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor)

@@ -6,6 +6,7 @@ reported before the first point spends time. An error caused by an override name
 """
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,26 @@ def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] =
         seen.add(key)
         points.append(SweepPoint(config=cfg, values={k: _get(d, k) for k in swept}, config_dict=d, key=key))
     return swept, points
+
+
+#: device nodes of an NVIDIA driver (Linux, WSL, Jetson); with none of them no process here can see a CUDA device
+_NVIDIA_NODES = ("/dev/nvidia*", "/dev/dxg", "/dev/nvhost*", "/dev/nvmap")
+
+
+def check_device_present(points: list[SweepPoint], config_path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                         device: str | None = None) -> None:
+    """A cuda point on a machine whose torch sees no CUDA device is bad input, reported before any rank starts:
+    a ConfigError on run.device blaming --device, the --set that gave it, or the file."""
+    if not any(p.config.run.device == "cuda" for p in points):
+        return
+    if not any(glob.glob(pattern) for pattern in _NVIDIA_NODES):  # decided without importing torch (seconds)
+        reason = "this machine has no NVIDIA driver device (/dev/nvidia*)"
+    else:
+        import torch
+
+        if torch.cuda.device_count() > 0:
+            return
+        reason = "torch sees no CUDA device" + (" (a CPU-only torch build)" if torch.version.cuda is None else "")
+    source = ("--device" if device is not None else
+              "--set" if any(o.replace(" ", "").startswith("run.device=") for o in overrides) else str(config_path))
+    raise ConfigError(source, "run.device", f"cuda, but {reason}; use --device cpu")

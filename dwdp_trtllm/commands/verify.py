@@ -106,12 +106,13 @@ def format_rows(rows: dict, tol: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench.sweep import load_sweep
+    from ..bench.sweep import check_device_present, load_sweep
     from ..schema import ConfigError
 
     if args.tol is not None and not args.tol > 0:
         raise ConfigError(None, "--tol", f"expected a number > 0, got {args.tol}")
     swept, points = load_sweep(args.config, args.overrides, device=args.device, ranks=args.ranks)
+    check_device_present(points, args.config, args.overrides, args.device)
     if swept:
         raise ConfigError(str(args.config), swept[0], "dwdp verify runs one point: give a single value, not a list")
     cfg = points[0].config

@@ -322,6 +322,7 @@ def test_version_and_python_m(capsys):
     ("workload.requests_per_rank=1000000000000", "workload.requests_per_rank"),
     ("model.num_layers=100000000", "model.num_layers"),
     ("workload.isl=100000000000000000000", "workload.isl"),
+    ("run.device=cuda", "run.device"),  # this machine has no CUDA device
 ])
 def test_out_of_range_settings_are_refused_when_the_config_is_read(tmp_path, capsys, override, key):
     t = time.monotonic()
@@ -329,6 +330,18 @@ def test_out_of_range_settings_are_refused_when_the_config_is_read(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and key.split(".")[-1] in err and "--set" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and time.monotonic() - t < 2.0
+
+
+@pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="a machine with an NVIDIA driver")
+@pytest.mark.parametrize("command", ["bench", "verify"])
+def test_device_cuda_without_a_cuda_device_is_refused_before_any_rank_starts(tmp_path, capsys, command):
+    t = time.monotonic()
+    extra = ["--out", str(tmp_path / "out"), "--no-plots"] if command == "bench" else []
+    code = cli.main([command, str(ROOT / "configs/bench/ci_smoke.yaml"), "--device", "cuda", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and "--device: run.device: cuda, but" in err and "use --device cpu" in err, err
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - t < 2.0
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("argv,needle", [
