@@ -145,20 +145,40 @@ def from_dict(cls: type, data: Any, *, file: str | None = None, prefix: str = ""
         raise ConfigError(file or e.file, k, e.expected) from None
 
 
+#: the largest config file read (a config is a few KiB, a 10,000-value sweep list ~80 KiB): a bigger file is refused
+#: before parsing, which costs seconds per MiB
+MAX_CONFIG_BYTES = 256 << 10
+
+
+def yaml_error_text(e: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (line, column)."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        what = " ".join(f"{e.context or ''} {e.problem or ''}".split())
+        return f"{what} (line {e.problem_mark.line + 1}, column {e.problem_mark.column + 1})"
+    return " ".join(str(e).split())
+
+
 def load_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping; a missing file, bad YAML, empty file or non-mapping root raises ConfigError."""
+    """Read a YAML mapping; a missing, oversized or unreadable file, bad YAML, an empty file or a non-mapping root
+    raises ConfigError (one line)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), "", "file not found" if not p.exists() else "not a regular file")
     try:
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(str(p), "", f"{size:,} bytes, more than a config file may have ({MAX_CONFIG_BYTES:,}); "
+                                          "is it a config?")
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(str(p), "", f"cannot read the file: {e}") from None
+    except OSError as e:
+        raise ConfigError(str(p), "", f"cannot read the file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(p), "", f"not UTF-8 text (byte {e.start}): a YAML config is expected") from None
     from .yaml_safe import safe_load  # duplicate keys, recursive aliases and alias bombs refused before building
     try:
         data = safe_load(text, file=str(p))
     except yaml.YAMLError as e:
-        raise ConfigError(str(p), "", f"not valid YAML: {e}") from None
+        raise ConfigError(str(p), "", f"not valid YAML: {yaml_error_text(e)}") from None
     except RecursionError:
         raise ConfigError(str(p), "", "nested too deeply to be a config") from None
     if data is None:

@@ -114,7 +114,7 @@ def test_binary_file_is_a_config_error(tmp_path):
     p.write_bytes(bytes([0xff, 0xfe, 0x00, 0x80]) * 8)
     with pytest.raises(ConfigError) as ei:
         load_yaml(p)
-    assert str(ei.value).startswith(f"{p}: <root>: cannot read the file")
+    assert str(ei.value).startswith(f"{p}: <root>: not UTF-8 text (byte 0)")
 
 
 def test_load_dwdp_config_sections(tmp_path):

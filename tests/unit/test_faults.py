@@ -282,12 +282,26 @@ BOMB = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
     ("sweep_bound", "model: {preset: tiny}\nworkload: {isl: [64, 128, 256]}\n", ["--max-points", "2"], "3 points"),
     ("set_unknown", "model: {preset: tiny}\n", ["--set", "foo.bar=1"], "--set"),
     ("out_is_file", "model: {preset: tiny}\n", ["--out", "FILE"], "is a file"),
-])
+    ("out_under_a_file", "model: {preset: tiny}\n", ["--out", "FILE/sub"], "--out: cannot create"),
+    ("binary", "model: {preset: tiny}\n\x00\x01garbage\n", [], "not valid YAML: "),
+    ("not_utf8", b"model: {preset: tiny}\n\x96\xff\n", [], "not UTF-8"),
+    ("bad_indent", "model:\n  preset: tiny\n dwdp: 3\n", [], "(line 3, column 2)"),
+    ("huge", "HUGE", [], "more than a config file may have"),  # 50 MB: refused before parsing
+    ("root_list", "- model\n", [], "expected a mapping at the top level"),
+    ("empty", "", [], "file is empty"),
+    ("points_is_file", "model: {preset: tiny}\n", ["--out", "POINTS"], "points: --out: is a file"),
+], ids=lambda v: v if isinstance(v, str) and v.isidentifier() else "")
 def test_bad_input_exits_2_in_one_line_fast(tmp_path, capsys, name, text, args, needle):
     cfg = tmp_path / f"{name}.yaml"
-    cfg.write_text(text)
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
+    if text == "HUGE":
+        with cfg.open("wb") as f:
+            f.write(b"model: {preset: tiny}\nnotes: '")
+            f.truncate(50 << 20)
     (tmp_path / "FILE").write_text("x")
-    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    (tmp_path / "o2").mkdir()
+    (tmp_path / "o2" / "points").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "FILE")).replace("POINTS", str(tmp_path / "o2")) for a in args]
     if "--out" not in args:
         args += ["--out", str(tmp_path / "out")]
     t = time.monotonic()
