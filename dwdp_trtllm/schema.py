@@ -253,10 +253,13 @@ def parse_override(text: str, *, arg: str = "--set") -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(None, arg, f"bad key in {text!r}")
+    from .yaml_safe import safe_load  # the checks of config files: duplicate keys, recursive aliases, alias bombs
     try:
-        value = yaml.safe_load(raw)
+        value = safe_load(raw, file=arg)
     except yaml.YAMLError:
         value = raw
+    except ConfigError as e:
+        raise ConfigError(None, key, e.expected) from None
     return key.split("."), value
 
 

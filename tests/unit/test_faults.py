@@ -271,7 +271,12 @@ def test_a_plot_that_cannot_be_written_leaves_the_previous_one(tmp_path, monkeyp
 BOMB = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: {preset: tiny}\n"
 
+#: the same bomb as one flow mapping in a --set value
+SET_BOMB = "{a: &a [1,1,1,1,1,1,1,1,1], " + ", ".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "}"
 
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("name,text,args,needle", [
     ("bomb", BOMB, [], "aliases expand"),
     ("recursive", "model: &m {preset: tiny, x: *m}\n", [], "recursive alias"),
@@ -281,6 +286,9 @@ BOMB = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
      [], "1,000,000 points"),
     ("sweep_bound", "model: {preset: tiny}\nworkload: {isl: [64, 128, 256]}\n", ["--max-points", "2"], "3 points"),
     ("set_unknown", "model: {preset: tiny}\n", ["--set", "foo.bar=1"], "--set"),
+    ("set_bomb", "model: {preset: tiny}\n", ["--set", "workload.isl=" + SET_BOMB], "--set 'workload.isl="),
+    ("set_recursive", "model: {preset: tiny}\n", ["--set", "model=&m {preset: tiny, x: *m}"], "recursive alias"),
+    ("set_duplicate", "model: {preset: tiny}\n", ["--set", "model={preset: tiny, preset: tiny}"], "given twice"),
     ("out_is_file", "model: {preset: tiny}\n", ["--out", "FILE"], "is a file"),
     ("out_under_a_file", "model: {preset: tiny}\n", ["--out", "FILE/sub"], "--out: cannot create"),
     ("binary", "model: {preset: tiny}\n\x00\x01garbage\n", [], "not valid YAML: "),
