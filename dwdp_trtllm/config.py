@@ -24,24 +24,40 @@ TransportKind = Literal["auto", "ipc", "vmm_fd", "vmm_fabric", "shm"]
 SourcePolicy = Literal["balanced", "lowest_rank"]
 
 
+#: upper bounds of the size keys (stated in their docs, docs/CONFIG.md): beyond them a run cannot fit any machine we target
+MAX_TOKENS = 1 << 20  # isl, max_num_tokens
+MAX_REQUESTS = 1_000_000  # requests per rank
+MAX_RANKS = 1024
+MAX_LAYERS = 1024
+MAX_SLICE_BYTES = 1 << 30
+MAX_COPY_LANES = 1024
+MAX_INFLIGHT_SLICES = 1 << 20
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DwdpConfig:
     """DWDP group layout and runtime knobs (upstream-compatible names first)."""
 
-    dwdp_size: int = doc("Ranks in one DWDP group (G). Experts of each MoE layer are spread over these ranks; any G >= 1.", 1)
-    num_groups: int = doc("Independent DWDP groups; world size = num_groups * dwdp_size (upstream meaning).", 1)
+    dwdp_size: int = doc("Ranks in one DWDP group (G). Experts of each MoE layer are spread over these ranks; any G in [1, "
+                         "run.ranks], at most the model's experts.", 1)
+    num_groups: int = doc("Independent DWDP groups; world size = num_groups * dwdp_size (upstream meaning): when not 1, "
+                          "num_groups * dwdp_size must equal run.ranks.", 1)
     num_experts_per_worker: int = doc(
         "Upstream mode: experts held by each rank, rank r holds [r*num_prefetch_experts, r*num_prefetch_experts + "
-        "num_experts_per_worker). 0 = derive a balanced placement from dwdp_size and redundant_experts.", 0)
+        "num_experts_per_worker), at most the model's experts. 0 = derive a balanced placement from dwdp_size and "
+        "redundant_experts.", 0)
     num_prefetch_experts: int = doc(
         "Upstream mode: stride between consecutive ranks' expert ranges (overlap when smaller than "
-        "num_experts_per_worker). 0 together with num_experts_per_worker = 0 selects the derived placement.", 0)
+        "num_experts_per_worker), in [0, num_experts_per_worker]. 0 together with num_experts_per_worker = 0 selects "
+        "the derived placement.", 0)
     contention_opt: bool = doc(
         "Slice peer pulls into slice_bytes pieces issued round-robin across sources (time-division multiplexing, "
         "paper 4.3.2). Upstream name; on by default here.", True)
     redundant_experts: int = doc(
-        "Derived placement only: extra experts each rank holds beyond its share (replicas shrink every rank's fetch).", 0)
-    slice_bytes: int = doc("Slice size of sliced copies in bytes; a positive multiple of 256.", 2 * MiB)
+        "Derived placement only: extra experts each rank holds beyond its share (replicas shrink every rank's fetch); "
+        "its share plus these at most the model's experts.", 0)
+    slice_bytes: int = doc(f"Slice size of sliced copies in bytes; a positive multiple of 256, at most {MAX_SLICE_BYTES:,} (1 GiB).",
+                           2 * MiB)
     weight_dtype: WeightDtype = doc("Routed-expert weight dtype. float32 is for CPU tests; fp8 is e4m3 with 128x128 block scales (CUDA only).", "bf16")
     gemm: GemmPath = doc(
         "How the MoE reads local + fetched experts: multi_buffer (dwdp::grouped_gemm op, per-expert pointers), "
@@ -50,18 +66,20 @@ class DwdpConfig:
     transport: TransportKind = doc(
         "How peers' expert weights become addressable: ipc (cudaIpc handles), vmm_fd (cuMem + POSIX fd, x86 H100/H200), "
         "vmm_fabric (fabric handles, NVL72), shm (CPU shared memory), auto (shm on CPU, ipc on CUDA).", "auto")
-    prefetch_depth: int = doc("Layers prefetched ahead of the one computing; slots = prefetch_depth + 1.", 1)
+    prefetch_depth: int = doc("Layers prefetched ahead of the one computing; slots = prefetch_depth + 1. In [1, the model's MoE layers].",
+                              1)
     source_policy: SourcePolicy = doc(
         "Which owner serves a replicated expert: balanced (minimise the largest per-source load) or lowest_rank (upstream).", "balanced")
     pacing: Literal["none", "after_attention"] = doc(
         "Copy pacing: none issues layer l+1's pulls as soon as its slot is free; after_attention holds them until the "
         "attention of layer l has been enqueued so copies overlap the MoE GEMMs rather than attention.", "none")
-    max_inflight_slices: int = doc("Sliced copies, method batch: split a layer's plan into batches of at most this many slices (0 = one batch).", 0)
+    max_inflight_slices: int = doc("Sliced copies, method batch: split a layer's plan into batches of at most this many "
+                                   f"slices (0 = one batch); in [0, {MAX_INFLIGHT_SLICES:,}].", 0)
     copy_method: Literal["auto", "graph", "batch", "per_op", "torch"] = doc(
         "How the copy scheduler issues a layer's pulls on CUDA: graph (one CUDA-graph replay of the recorded plan, "
         "measured fastest), batch (cuMemcpyBatchAsync), per_op (one cudaMemcpyAsync per op), torch (Tensor.copy_); "
         "auto = graph on CUDA, torch on CPU.", "auto")
-    copy_lanes: int = doc("Graph method: parallel copy chains per layer (0 = one per source peer).", 0)
+    copy_lanes: int = doc(f"Graph method: parallel copy chains per layer (0 = one per source peer); in [0, {MAX_COPY_LANES}].", 0)
 
     def __post_init__(self) -> None:
         for name in ("dwdp_size", "num_groups", "prefetch_depth"):
@@ -71,8 +89,12 @@ class DwdpConfig:
                      "copy_lanes"):
             if getattr(self, name) < 0:
                 raise ConfigError(None, name, f"expected an integer >= 0, got {getattr(self, name)}")
-        if self.slice_bytes <= 0 or self.slice_bytes % 256:
-            raise ConfigError(None, "slice_bytes", f"expected a positive multiple of 256, got {self.slice_bytes}")
+        if not 0 < self.slice_bytes <= MAX_SLICE_BYTES or self.slice_bytes % 256:
+            raise ConfigError(None, "slice_bytes", f"expected a positive multiple of 256 up to {MAX_SLICE_BYTES:,}, "
+                                                   f"got {self.slice_bytes}")
+        for name, hi in (("max_inflight_slices", MAX_INFLIGHT_SLICES), ("copy_lanes", MAX_COPY_LANES)):
+            if getattr(self, name) > hi:
+                raise ConfigError(None, name, f"expected an integer in [0, {hi:,}], got {getattr(self, name)}")
         upstream = self.num_experts_per_worker > 0 or self.num_prefetch_experts > 0
         if upstream and (self.num_experts_per_worker == 0 or self.num_prefetch_experts == 0):
             raise ConfigError(None, "num_prefetch_experts" if self.num_prefetch_experts == 0 else "num_experts_per_worker",
@@ -121,13 +143,6 @@ class DwdpConfig:
                                   f"{self.redundant_experts} extra experts per rank exceed the model's {num_experts} experts")
 
 
-#: upper bounds of the size keys (docs/CONFIG.md): beyond them a run cannot fit any machine we target
-MAX_TOKENS = 1 << 20  # isl, max_num_tokens
-MAX_REQUESTS = 1_000_000  # requests per rank
-MAX_RANKS = 1024
-MAX_LAYERS = 1024
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
     """Which model the engine builds."""
@@ -135,13 +150,15 @@ class ModelConfig:
     preset: str | None = doc(
         f"Model preset: one of {', '.join(sorted(PRESETS))}; null: the checkpoint's config.json when `checkpoint` is "
         "set, else tiny. Given together with a checkpoint, it must agree with the checkpoint's config.json.", None)
-    num_layers: int | None = doc("Truncate the model to this many layers (full per-layer dims); null keeps all. With a "
+    num_layers: int | None = doc(f"Truncate the model to this many layers (full per-layer dims), in [1, min({MAX_LAYERS}, the "
+                                 "model's layers)]; null keeps all. With a "
                                  "checkpoint only these layers are read.", None)
     first_k_dense: int | None = doc(
-        "Dense (non-MoE) layers at the start; null keeps the model's, capped at num_layers - 1. Benchmarks of "
+        "Dense (non-MoE) layers at the start, in [0, num_layers - 1]; null keeps the model's, capped at "
+        "num_layers - 1. Benchmarks of "
         "truncated models set it low so that most layers are MoE.", None)
     dtype: Literal["float32", "bf16"] = doc("Activation/compute dtype of the engine (float32 for exact CPU checks).", "float32")
-    seed: int = doc("Seed of the random weights (identical on every rank).", 0)
+    seed: int = doc("Seed of the random weights (identical on every rank), in [0, 2**63).", 0)
     checkpoint: str | None = doc(
         "Directory of a HuggingFace-layout safetensors checkpoint (config.json + *.safetensors, optionally "
         "model.safetensors.index.json); the model spec is read from its config.json and its headers are checked "
@@ -213,21 +230,25 @@ def _check_preset_matches(preset: ModelSpec, ckpt: ModelSpec, path: str) -> None
 class WorkloadConfig:
     """Requests each rank serves in a benchmark (context phase only)."""
 
-    isl: int = doc("Mean input sequence length in tokens.", 256)
+    isl: int = doc(f"Mean input sequence length in tokens, in [1, {MAX_TOKENS:,}].", 256)
     isl_dist: Literal["fixed", "uniform_ratio", "normal"] = doc(
         "Per-request ISL: fixed, uniform_ratio (uniform in [isl_ratio*isl, isl], the paper's 'ratio 0.8'), "
         "or normal with coefficient of variation isl_cv.", "uniform_ratio")
     isl_ratio: float = doc("Lower bound of uniform_ratio as a fraction of isl, in (0, 1].", 0.8)
-    isl_cv: float = doc("Coefficient of variation of ISL for isl_dist: normal.", 0.0)
-    imbalance_cv: float = doc("Across-rank coefficient of variation of each rank's mean ISL (0 = balanced ranks).", 0.0)
-    requests_per_rank: int = doc("Requests in each rank's queue (ignored when tokens_per_rank > 0).", 8)
+    isl_cv: float = doc("Coefficient of variation of ISL for isl_dist: normal, in [0, 10].", 0.0)
+    imbalance_cv: float = doc("Across-rank coefficient of variation of each rank's mean ISL (0 = balanced ranks), "
+                                "in [0, 1).", 0.0)
+    requests_per_rank: int = doc(f"Requests in each rank's queue (ignored when tokens_per_rank > 0), in [1, "
+                                 f"{MAX_REQUESTS:,}].", 8)
     tokens_per_rank: int = doc(
         "When > 0: each rank's queue holds ceil(tokens_per_rank / isl) requests, so sweeps over isl keep a "
-        "comparable amount of work (and steady-state iterations) per point.", 0)
+        "comparable amount of work (and steady-state iterations) per point. In [0, "
+        f"{MAX_TOKENS * MAX_REQUESTS // 1000:,}], at most {MAX_REQUESTS:,} requests.", 0)
     arrival: Literal["offline", "poisson"] = doc("offline: all requests queued at t=0 (throughput); poisson: arrivals at `rate`.", "offline")
-    rate: float = doc("Poisson arrival rate per rank, requests per second (arrival: poisson).", 1.0)
-    max_num_tokens: int = doc("Max tokens per iteration per rank (MNT); each rank packs its own queue up to this.", 1024)
-    seed: int = doc("Seed of the workload generator.", 0)
+    rate: float = doc("Poisson arrival rate per rank, requests per second (arrival: poisson), in (0, 1e6].", 1.0)
+    max_num_tokens: int = doc("Max tokens per iteration per rank (MNT); each rank packs its own queue up to this. "
+                              f"In [1, {MAX_TOKENS:,}].", 1024)
+    seed: int = doc("Seed of the workload generator, in [0, 2**63).", 0)
 
     @property
     def num_requests(self) -> int:
@@ -250,6 +271,9 @@ class WorkloadConfig:
         for key, ok, expected in checks:
             if not ok:
                 raise ConfigError(None, key, f"expected {expected}, got {getattr(self, key)!r}")
+        if self.num_requests > MAX_REQUESTS:
+            raise ConfigError(None, "tokens_per_rank", f"{self.tokens_per_rank:,} tokens at isl {self.isl} make "
+                                                       f"{self.num_requests:,} requests per rank, more than {MAX_REQUESTS:,}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,11 +281,13 @@ class RunConfig:
     """Where and how the benchmark runs."""
 
     device: Literal["cpu", "cuda"] = doc("cpu (gloo + shared memory) or cuda (NCCL + CUDA IPC/VMM; ranks may share a GPU).", "cpu")
-    ranks: int = doc("Ranks (processes) launched on this machine.", 4)
+    ranks: int = doc(f"Ranks (processes) launched on this machine, in [1, {MAX_RANKS}].", 4)
     modes: tuple[Literal["dep", "dwdp", "reference"], ...] = doc("Parallel modes to run and compare.", ("dep", "dwdp"))
-    warmup_iters: int = doc("Iterations per rank excluded from the metrics.", 1)
-    timeout_s: float = doc("Wall-clock limit of one mode's run; a rank that exceeds it ends the run with an error.", 600.0)
-    threads_per_rank: int = doc("torch CPU threads per rank (cpu device).", 1)
+    warmup_iters: int = doc("Iterations per rank excluded from the metrics, in [0, 1000]; a run must measure at "
+                                "least one.", 1)
+    timeout_s: float = doc("Wall-clock limit of one mode's run in seconds, in (0, 604800] (a week); a rank that "
+                                "exceeds it ends the run with an error.", 600.0)
+    threads_per_rank: int = doc("torch CPU threads per rank (cpu device), in [1, 1024].", 1)
 
     def __post_init__(self) -> None:
         if not 1 <= self.ranks <= MAX_RANKS:

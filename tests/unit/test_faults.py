@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -345,6 +346,10 @@ def test_version_and_python_m(capsys):
     ("model.num_layers=100000000", "model.num_layers"),
     ("workload.isl=100000000000000000000", "workload.isl"),
     ("run.device=cuda", "run.device"),  # this machine has no CUDA device
+    ("dwdp.slice_bytes=1099511627776", "dwdp.slice_bytes"),
+    ("dwdp.copy_lanes=1000000000000", "dwdp.copy_lanes"),
+    ("dwdp.max_inflight_slices=1000000000000", "dwdp.max_inflight_slices"),
+    ("workload.tokens_per_rank=1048576000", "workload.tokens_per_rank"),  # 4 million requests of isl 256
 ])
 def test_out_of_range_settings_are_refused_when_the_config_is_read(tmp_path, capsys, override, key):
     t = time.monotonic()
@@ -352,6 +357,18 @@ def test_out_of_range_settings_are_refused_when_the_config_is_read(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and key.split(".")[-1] in err and "--set" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and time.monotonic() - t < 2.0
+
+
+def test_every_size_key_documents_its_range():
+    """Every number in a bench config has a documented range (docs/CONFIG.md is generated from these docs)."""
+    import typing
+
+    from dwdp_trtllm.config import BenchConfig
+    from dwdp_trtllm.schema import field_docs
+    for section, cls in typing.get_type_hints(BenchConfig).items():
+        for name, tp, _default, text in field_docs(cls):
+            if tp.split(" or ")[0] in ("int", "float"):
+                assert re.search(r"(?i)in [\[(]|at most|must equal", text), f"{section}.{name}: no range in its doc: {text}"
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="a machine with an NVIDIA driver")
