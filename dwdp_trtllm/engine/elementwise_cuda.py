@@ -57,7 +57,9 @@ def _kernels():
             a = a.to(out_ptr.dtype.element_ty).to(tl.float32)
         tl.store(out_ptr + row * stride_out + i, (a * u).to(out_ptr.dtype.element_ty), mask=mask)
 
-    @triton.jit
+    # strides of the flash partial and its lse follow the chunk length: not specialised (a new value divisible by 16
+    # or not would compile a new variant inside a measured iteration)
+    @triton.jit(do_not_specialize=["N", "E", "s1n", "s1l", "s2n", "s2l", "l1n", "l1l", "l2n", "l2l", "son", "sol"])
     def lse_merge_kernel(o1_ptr, l1_ptr, o2_ptr, l2_ptr, out_ptr, N, E,
                          s1n, s1l, s2n, s2l, l1n, l1l, l2n, l2l, son, sol, BLOCK_E: tl.constexpr):
         nl = tl.program_id(0).to(tl.int64)
