@@ -395,6 +395,44 @@ def test_planner_arguments_out_of_range_exit_2(capsys, argv, needle):
     assert needle in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--num-experts", "0"], "--num-experts: expected an integer in [1, 4,096], got 0"),
+    (["--num-experts", "1000000000000"], "--num-experts"),
+    (["--num-experts", "2"], "--dwdp-size: dwdp_size 4 is larger than the model's (--num-experts) 2 experts"),
+    (["--port", "-1"], "--port"),
+    (["--port", "70000"], "--port"),
+    (["--gpu-memory-gb", "inf"], "--gpu-memory-gb"),
+    (["--max-num-tokens", "100000000000000"], "--max-num-tokens"),
+    (["--gen-tp", "100000"], "--gen-tp"),
+    (["--hostname", "a b;rm -rf x"], "--hostname"),
+    (["--model", " "], "--model"),
+    (["--out", "FILE"], "--out"),
+    (["--out", "FILE/sub"], "--out"),
+], ids=lambda v: "_".join(v)[:40] if isinstance(v, list) else None)
+def test_gen_config_bad_arguments_exit_2_naming_the_argument(tmp_path, capsys, args, needle):
+    (tmp_path / "FILE").write_text("x")
+    argv = ["gen-config", "--model", "m", "--num-experts", "16", "--out", str(tmp_path / "o")]
+    argv += [a.replace("FILE", str(tmp_path / "FILE")) for a in args]
+    t = time.monotonic()
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert time.monotonic() - t < 2.0 and not (tmp_path / "o").exists()
+
+
+def test_gen_config_quotes_every_path_it_writes_into_commands(tmp_path, capsys):
+    import shlex
+    model, out = "/ckpt/my model's dir", tmp_path / "out dir"
+    for mode, argv in (("bench", ["--weight-dtype", "nvfp4"]), ("disaggregated", ["--weight-dtype", "fp8"])):
+        assert cli.main(["gen-config", "--mode", mode, "--model", model, "--num-experts", "16", *argv,
+                         "--out", str(out / mode)]) == 0
+    line = (out / "bench" / "commands.sh").read_text().splitlines()[-1]
+    assert shlex.split(line)[:3] == ["trtllm-bench", "-m", model]
+    env = subprocess.run(["sh", "-c", f". {shlex.quote(str(out / 'disaggregated' / 'launch.env'))} && "
+                                      "printf %s \"$DWDP_TRTLLM_CONFIG\""], capture_output=True, text=True, timeout=30)
+    assert env.stdout == str(out.resolve() / "disaggregated" / "dwdp.yaml"), env
+
+
 def test_plan_calibration_does_not_depend_on_the_working_directory(tmp_path, monkeypatch, capsys):
     args = ["plan", "--model", "deepseek-r1", "--dwdp-size", "4", "--isl", "8192", "--json"]
     assert cli.main(args) == 0
