@@ -2,7 +2,8 @@
 
 Reports the TensorRT-LLM version (or "not installed"), each patch target (present / missing), whether
 upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it can run (Blackwell +
-NVFP4 + CuteDSL), the GPU, the engine our mode would pick, and which lifecycle drives our manager:
+NVFP4 + CuteDSL), the GPU, the engine our mode would pick and how it runs the experts (composite view,
+multi_buffer or merge: GEMM_CHOICE), and which lifecycle drives our manager:
 "upstream" (ConfigurableMoE.forward_impl calls wait_and_bind, record_compute_and_prefetch_next) when the
 lifecycle targets are present, else "hooks" (MoE forward hooks), with the reason. Exit code 0 whenever a report was made.
 """
@@ -11,6 +12,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+
+
+#: how the dwdp_trtllm engine runs the routed experts on TensorRT-LLM (integration/adapter.py choose_gemm)
+GEMM_CHOICE = ("composite_view: the stock CUTLASS MoE over the VMM composite view (CUDA + vmm_fd; local experts mapped, "
+               "not copied); where that view cannot be built (or gemm: multi_buffer) multi_buffer: our execution unit "
+               "replaces CutlassFusedMoE.run_moe on DWDP layers and runs dwdp::grouped_gemm over [local, slot] "
+               "(BF16 / FP8 block scales, no local copy); else merge (full-slot buffers). The log and "
+               "model._dwdp_trtllm_runtime['gemm_reason'] say which and why")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -67,9 +76,16 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     except ConfigError as e:  # reported, not raised: this command describes what would happen
         engine, why = "error", str(e)
     rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
-                       "gemm": "stock CUTLASS MoE over the VMM composite view (CUDA + vmm_fd), else full-slot buffers "
-                               "(merge; the log says why)" if engine == "dwdp_trtllm" else
+                       "gemm": GEMM_CHOICE if engine == "dwdp_trtllm" else
                        "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}
+    if engine == "dwdp_trtllm":
+        row = next((t for t in rep["patch_targets"] if t["attribute"] == "CutlassFusedMoE.run_moe"), None)
+        status = row["status"] if row else "unknown"
+        rep["our_mode"]["gemm_requested"] = cfg.dwdp.gemm if cfg else None
+        rep["our_mode"]["multi_buffer"] = (
+            "possible where dwdp::grouped_gemm builds (`dwdp build-ops`): CutlassFusedMoE.run_moe present" if status == "present"
+            else f"not possible: CutlassFusedMoE.run_moe {status}" if status == "missing" or status.startswith("module")
+            else "unknown: TensorRT-LLM not importable here")
     return rep
 
 
@@ -92,4 +108,7 @@ def run(args) -> int:
     print(f"lifecycle:      {rep['lifecycle'] or 'unknown'} - {rep['lifecycle_reason']}")
     m = rep["our_mode"]
     print(f"our mode:       engine {m['engine']} ({m['reason']}); weights {m['weight_dtype']}; GEMM: {m['gemm']}")
+    if "multi_buffer" in m:
+        print(f"multi_buffer:   {m['multi_buffer']}"
+              + (f" (configured gemm: {m['gemm_requested']})" if m.get("gemm_requested") else ""))
     return 0

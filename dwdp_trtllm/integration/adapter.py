@@ -9,14 +9,18 @@ per weight name. AdapterRuntime:
     - composite_view (CUDA + VMM transport): weights are one [E, ...] virtual range [run | local | run]
       (composite_slots.py): the local experts are mapped, never copied; the small FP8 block scales
       live in a full [E, ...] plain slot filled with local + peer copies;
+    - multi_buffer (where the composite view cannot be built, or requested): the slot holds only the fetched
+      experts [n_fetch, ...] (the copy plan's ops as they are); the owner's tensors keep the local experts and are
+      never rebound; the host's execution unit (TensorRT-LLM: integration/trtllm/moe_unit.py, installed as the
+      backend's run_moe) reads [local, slot] in place through dwdp::grouped_gemm with `bound_sources(p)`;
     - merge (fallback): every tensor in a full [E, ...] slot, local experts copied in every layer
-      (full_slot.py); the log says why it was chosen;
+      (full_slot.py); the log says why it was chosen (choose_gemm);
     - on CPU (tests), composite_view runs as a stand-in (composite_cpu.py): same slot runs and copy plan, the
       [E, ...] tensor assembled by concatenation at bind time;
  3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) and
     Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine.
 Per-layer host work on the forward thread: wait (one stream wait_event), bind (param.data = prebuilt
-view, one assignment per tensor), release (one event record + one scheduler issue).
+view, one assignment per tensor; multi_buffer: one dict store), release (one event record + one scheduler issue).
 Streams: copies on the scheduler's copy stream; waits and release events on the current (compute) stream.
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
+from ..runtime import ExpertSources
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -46,11 +51,66 @@ def key(pos: int, t: int) -> str:
     return f"L{pos}.t{t}"
 
 
+VMM_TRANSPORTS = ("vmm_fd", "vmm_fabric")
+MULTI_BUFFER_WHAT = "dwdp::grouped_gemm reads [local, slot] in place (no local copy)"
+MERGE_WHAT = "merge: local experts copied into a full [E, ...] slot every layer"
+
+
+def fallback_after_composite(why: str, multi_buffer: str | None) -> tuple[str, str]:
+    """The composite view cannot be built (why): multi_buffer where the host's unit can run, else merge."""
+    if multi_buffer == "":
+        return "multi_buffer", f"composite view not possible ({why}); multi_buffer: {MULTI_BUFFER_WHAT}"
+    unit = multi_buffer or "no multi_buffer execution unit on this host"
+    return "merge", f"composite view not possible ({why}); multi_buffer not possible ({unit}); {MERGE_WHAT}"
+
+
+def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: ExpertPlacement, rank: int,
+                multi_buffer: str | None) -> tuple[str, str]:
+    """(gemm, reason) for the TensorRT-LLM host; the reason goes to the log, `gemm_reason` and check output.
+
+    Preference: the composite view (stock kernel, nothing copied locally), where it cannot be built the
+    multi_buffer unit (dwdp::grouped_gemm over [local, slot]), else merge. `gemm: multi_buffer` asks for the unit
+    first, `gemm: merge` for merge. On CPU the composite view exists only as the test stand-in, used when
+    requested explicitly. multi_buffer: '' = the host's unit can run, text = why not, None = no unit."""
+    if want == "merge":
+        return "merge", "gemm: merge requested"
+    note = ""
+    if want == "multi_buffer":
+        if multi_buffer == "":
+            return "multi_buffer", f"gemm: multi_buffer requested; {MULTI_BUFFER_WHAT}"
+        note = f"gemm: multi_buffer requested but not possible ({multi_buffer or 'no execution unit on this host'}); "
+    elif want == "reference":
+        note = "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "
+    cpu = device_type != "cuda"
+    why = ""
+    if cpu and want != "composite_view":
+        why = "composite_view needs CUDA VMM allocations; this device is cpu"
+    elif not cpu and transport_kind not in VMM_TRANSPORTS:
+        why = f"composite_view needs transport vmm_fd or vmm_fabric, got {transport_kind}"
+    else:
+        try:
+            local_run(placement, rank)
+        except CompositeUnsupported as e:
+            why = str(e)
+    if not why:
+        if cpu:  # requested explicitly: the test stand-in (composite_cpu.py)
+            return "composite_view", note + ("cpu stand-in for tests: slot runs and copy plan of the composite view, "
+                                             "the [E, ...] tensor assembled per bind (no VMM on cpu)")
+        return "composite_view", note + "local experts mapped beside the slot (no local copy)"
+    if want == "multi_buffer":
+        return "merge", note + f"composite view not possible ({why}); {MERGE_WHAT}"
+    gemm, reason = fallback_after_composite(why, multi_buffer)
+    return gemm, note + reason
+
+
 class AdapterRuntime:
     def __init__(self, *, owners: Sequence[torch.nn.Module], names: Sequence[str], placement: ExpertPlacement,
-                 dwdp_rank: int, cfg, transport, device: torch.device, timeout_s: float = 300.0):
+                 dwdp_rank: int, cfg, transport, device: torch.device, timeout_s: float = 300.0,
+                 multi_buffer: str | None = None):
         """owners[p]: the module holding MoE position p's expert tensors `names` ([n_local, ...] each).
-        Collective over the DWDP group (transport.open_peers); call on every rank in the same order."""
+        multi_buffer: '' when the host has an execution unit that can read [local, slot] for these owners (it reads
+        `bound_sources(p)`), else why not (None: no such unit). Collective over the DWDP group
+        (transport.open_peers); call on every rank in the same order."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
         E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
@@ -72,7 +132,10 @@ class AdapterRuntime:
             torch.cuda.synchronize(device)  # local experts are written before peers may read them
         transport.open_peers()
 
-        self.gemm, self.reason = self._choose_gemm()
+        self.multi_buffer = multi_buffer
+        self.gemm, self.reason = choose_gemm(cfg.gemm, device_type=device.type,
+                                             transport_kind=getattr(transport, "kind", ""), placement=placement,
+                                             rank=dwdp_rank, multi_buffer=multi_buffer)
         plan = build_copy_plan(placement, self.layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
         full_ops = full_slot_ops(placement, self.layout, dwdp_rank, plan)
         self.composite = None
@@ -90,30 +153,51 @@ class AdapterRuntime:
                         placement=placement, rank=dwdp_rank, specs=specs, tensor_bytes=self.layout.tensor_bytes,
                         num_layers=L, num_slots=S, mapped=mapped, local_buffer=lambda m, t: exported[key(m, t)])
             except CompositeUnsupported as e:  # e.g. expert bytes off the VMM granularity
-                self.gemm, self.reason = "merge", str(e)
-                log.info("dwdp_trtllm: falling back to merge (%s)", e)
+                self.gemm, self.reason = fallback_after_composite(str(e), multi_buffer)
+        n_fetch = len(placement.fetch_experts(dwdp_rank))
         if self.gemm == "composite_view":
             # weights: the plan's peer ops into the slot runs (fetched order); scales: full-slot ops
             ops = tuple(op for op in plan.ops if op.tensor_idx in mapped) + \
                 tuple(op for op in full_ops if op.tensor_idx not in mapped)
+        elif self.gemm == "multi_buffer":
+            mapped = []
+            ops = plan.ops  # peers' experts in fetched order into [n_fetch, ...] slots; local experts stay put
         else:
             mapped = []
             ops = full_ops
         log.info("dwdp_trtllm: expert weights via %s (%s)", self.gemm, self.reason)
         self.plan = CopyPlan(dwdp_rank, ops, plan.sliced)
+        slot_rows = n_fetch if self.gemm == "multi_buffer" else E
         self.slots = [[self.composite.slot_tensor.get((s, t), torch.empty(1, dtype=torch.uint8, device=device))
-                       if t in mapped else torch.empty(E * nb, dtype=torch.uint8, device=device)
+                       if t in mapped else torch.empty(max(slot_rows * nb, 1), dtype=torch.uint8, device=device)
                        for t, nb in enumerate(per_expert)] for s in range(S)]
-        # the [E, ...] tensors each (position, slot) binds, built once (binding is then attribute stores only)
+        # the [E, ...] tensors each (position, slot) binds, built once (binding is then attribute stores only);
+        # multi_buffer: the [local, slot] sources each (position, slot) hands to the execution unit
         self.views: dict[tuple[int, int], list[torch.Tensor]] = {}
-        for p in range(L):
-            for s in range(S):
-                row = []
-                for t, n in enumerate(names):
-                    shape, dtype = self.shapes[n]
-                    row.append(self.composite.composite[(p, s, t)] if t in mapped
-                               else self.slots[s][t].view(dtype).view(E, *shape))
-                self.views[(p, s)] = row
+        self.sources: dict[tuple[int, int], ExpertSources] = {}
+        self._bound_sources: list[ExpertSources | None] = [None] * L
+        if self.gemm == "multi_buffer":
+            loc = placement.expert_location(dwdp_rank)
+            bidx = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
+            rows = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
+            for p in range(L):
+                for s in range(S):
+                    bufs = {}
+                    for t, n in enumerate(names):
+                        shape, dtype = self.shapes[n]
+                        local = exported[key(p, t)].view(dtype).view(n_local, *shape)
+                        slot = self.slots[s][t][: n_fetch * per_expert[t]].view(dtype).view(n_fetch, *shape)
+                        bufs[n] = [local, slot] if n_fetch else [local]
+                    self.sources[(p, s)] = ExpertSources(bufs, bidx, rows)
+        else:
+            for p in range(L):
+                for s in range(S):
+                    row = []
+                    for t, n in enumerate(names):
+                        shape, dtype = self.shapes[n]
+                        row.append(self.composite.composite[(p, s, t)] if t in mapped
+                                   else self.slots[s][t].view(dtype).view(E, *shape))
+                    self.views[(p, s)] = row
         self.scheduler = CopyScheduler(
             self.plan, src_buffer=lambda peer, layer, t: transport.peer_buffer(peer, key(layer, t)),
             dst_buffer=lambda slot, t: self.slots[slot][t], layers=range(L), num_slots=S, device=device,
@@ -124,29 +208,6 @@ class AdapterRuntime:
         self.prefetcher.start()  # positions 0..S-1 of the first forward; later forwards' are issued by release()
         self._closed = False
 
-    def _choose_gemm(self) -> tuple[str, str]:
-        """composite_view where it can be built, else merge; the reason goes to the log and check output."""
-        want = self.cfg.gemm
-        if want == "merge":
-            return "merge", "gemm: merge requested"
-        note = ""
-        if want in ("multi_buffer", "reference"):
-            # no Hopper MoE execution unit calling dwdp::grouped_gemm in this integration yet
-            note = f"gemm: {want} has no TensorRT-LLM execution unit yet; "
-        cpu = self.device.type != "cuda"
-        if cpu and want != "composite_view":
-            return "merge", note + "composite_view needs CUDA VMM allocations; this device is cpu"
-        if not cpu and getattr(self.transport, "kind", "") not in ("vmm_fd", "vmm_fabric"):
-            return "merge", note + f"composite_view needs transport vmm_fd or vmm_fabric, got {self.transport.kind}"
-        try:
-            local_run(self.placement, self.dwdp_rank)
-        except CompositeUnsupported as e:
-            return "merge", note + str(e)
-        if cpu:  # requested explicitly: the test stand-in (composite_cpu.py)
-            return "composite_view", ("cpu stand-in for tests: slot runs and copy plan of the composite view, the "
-                                      "[E, ...] tensor assembled per bind (no VMM on cpu)")
-        return "composite_view", note + "local experts mapped beside the slot (no local copy)"
-
     # -- per layer (forward thread) -------------------------------------------------------------
     @property
     def num_layers(self) -> int:
@@ -156,15 +217,24 @@ class AdapterRuntime:
         return self.prefetcher.n % self.num_layers == 0
 
     def wait_and_bind(self, pos: int) -> None:
-        """The current stream waits for position pos's copies; its owner's tensors point at the slot's views."""
+        """The current stream waits for position pos's copies; its owner's tensors point at the slot's views
+        (multi_buffer: the execution unit's [local, slot] sources are handed over instead)."""
         slot = self.prefetcher.acquire(pos)
+        if self.gemm == "multi_buffer":
+            self._bound_sources[pos] = self.sources[(pos, slot)]
+            return
         o = self.owners[pos]
         for n, view in zip(self.names, self.views[(pos, slot)]):
             getattr(o, n).data = view() if callable(view) else view  # callable: the CPU composite stand-in
 
+    def bound_sources(self, pos: int) -> ExpertSources | None:
+        """multi_buffer: where position pos's experts are between its wait_and_bind and release, else None."""
+        return self._bound_sources[pos]
+
     def release(self, pos: int) -> None:
         """Position pos's kernels are enqueued: the slot may be refilled after them (next forward wraps)."""
         self.prefetcher.release(pos)
+        self._bound_sources[pos] = None
 
     def close(self) -> None:
         if self._closed:

@@ -83,6 +83,14 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
                 "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ newest stored (id 55194060208)", None),
+    PatchTarget(CUTLASS_MOE, "CutlassFusedMoE.run_moe",
+                "check only (optional): gemm multi_buffer replaces run_moe on each DWDP layer's backend instance "
+                "with our execution unit (integration/trtllm/moe_unit.py: dwdp::grouped_gemm over [local, slot]); "
+                "absent: multi_buffer is not chosen (composite view or merge, with the reason)",
+                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py stored id 55194060208 (keyword run_moe, "
+                "called by forward_chunk / moe_scheduler.py id 52297624341); tensorrt_llm/_torch/moe/fused_moe/"
+                "fused_moe_cutlass.py @ 02320c358831, id 57675435166 (run_moe(ctx: MoERunContext, *, workspace))",
+                None, optional=True),
     PatchTarget(CONFIGURABLE_MOE, "ConfigurableMoE._should_enable_dwdp",
                 "wrap (lifecycle): True for our HopperDwdpManager with the CutlassFusedMoE backend; for any other "
                 "manager upstream's gate (CuteDSL + NVFP4 only) decides",

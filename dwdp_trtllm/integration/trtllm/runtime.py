@@ -4,8 +4,9 @@ Steps (every context rank of a DWDP group runs them in the same order):
  1. checks: no upstream dwdp_config at the same time, overlap scheduler off, CUTLASS backend
     (llm_args, or pytorch_backend_config in ModelLoader versions without llm_args: @ b51992a3);
  2. group: only the context ranks form it (integration/group.py, Create_group like upstream);
- 3. AdapterRuntime (integration/adapter.py): transport, composite view or merge slots, CopyScheduler,
-    Prefetcher: the DWDP core the embedded engine uses;
+ 3. AdapterRuntime (integration/adapter.py): transport, composite view / multi_buffer / merge slots (choose_gemm
+    logs which and why), CopyScheduler, Prefetcher: the DWDP core the embedded engine uses; with multi_buffer each
+    DWDP backend's run_moe becomes our execution unit (moe_unit.py: dwdp::grouped_gemm over [local, slot]);
  4. promotion of the ConfigurableMoE wrapper AND its backend to the full expert range, like upstream
     fixup_moe_backends (tensorrt_llm/_torch/modules/dwdp/setup.py, stored id 56165781406: "ConfigurableMoE
     has its own ep_size, slot_start, etc. that are used in its forward path");
@@ -24,6 +25,7 @@ from ..adapter import AdapterRuntime
 from ..group import dwdp_process_group
 from ..manager import HopperDwdpManager
 from ..pipeline import MoeHooks
+from . import moe_unit
 
 #: routed-expert tensors handled per expert, by TensorRT-LLM attribute name (BF16, FP8 block scales);
 #: *_weight_scale are NVFP4 names (pyexecutor/dwdp.py @ 753d71cc QUANT_SCALE_PARAMS), bound if present
@@ -167,7 +169,9 @@ def setup_after_load(loader, model) -> None:
     transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
-                        transport=transport, device=device)
+                        transport=transport, device=device, multi_buffer=moe_unit.blocker(owners[0], names, device))
+    units = [moe_unit.install(o, lambda p=p: rt.bound_sources(p)) for p, o in enumerate(owners)] \
+        if rt.gemm == "multi_buffer" else []
     promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E, backends=owners)
 
     manager = process_manager()
@@ -178,5 +182,5 @@ def setup_after_load(loader, model) -> None:
     manager.attach(rt, layer_ids, lifecycle)
     hooks = MoeHooks(manager, moes, owners, layer_ids).attach() if lifecycle == "hooks" else None
     model._dwdp_trtllm_runtime = {"transport": transport, "runtime": rt, "manager": manager, "hooks": hooks,
-                                  "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason,
+                                  "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason, "units": units,
                                   "pid": os.getpid(), "dwdp_rank": dwdp_rank}

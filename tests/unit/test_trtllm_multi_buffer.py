@@ -1,0 +1,137 @@
+"""gemm multi_buffer on the TensorRT-LLM host: the execution unit (integration/trtllm/moe_unit.py) that replaces
+CutlassFusedMoE.run_moe on DWDP layers, and the adapter's path choice (integration/adapter.py choose_gemm).
+
+Here: the unit's argument handling (both run_moe calling conventions) and refusals, [local, slot] equal to the
+full set, and the path choice with reasons.
+"""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.engine.moe_compute import identity_map
+from dwdp_trtllm.integration.adapter import choose_gemm
+from dwdp_trtllm.integration.trtllm import moe_unit
+from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.runtime import ExpertSources
+
+class _Backend(torch.nn.Module):
+    """Just what the unit reads of a CutlassFusedMoE (keyword run_moe of fused_moe_cutlass.py id 55194060208)."""
+
+    def __init__(self, E=4, H=16, I=8):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.w3_w1_weight = torch.nn.Parameter((torch.randn(E, 2 * I, H, generator=g) * 0.2).to(torch.bfloat16),
+                                               requires_grad=False)
+        self.w2_weight = torch.nn.Parameter((torch.randn(E, H, I, generator=g) * 0.2).to(torch.bfloat16),
+                                            requires_grad=False)
+        self.w3_w1_bias = self.w2_bias = None
+        self.enable_alltoall = False
+
+    def run_moe(self, x, token_selected_experts, token_final_scales, x_sf=None, is_sf_swizzled=True,
+                output_dtype=None, tuner_num_tokens=None, tuner_top_k=None, moe_output=None, enable_alltoall=None,
+                lora_params=None):
+        raise AssertionError("the stock run_moe must not run once the unit is installed")
+
+
+def _inputs(T=6, E=4, H=16, K=2):
+    g = torch.Generator().manual_seed(2)
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
+    return torch.randn(T, H, generator=g).to(torch.bfloat16), ids, torch.rand(T, K, generator=g)
+
+
+def test_unit_both_conventions_moe_output_and_refusals():
+    b = _Backend()
+    src = {"s": moe_unit.full_sources(b)}
+    unit = moe_unit.install(b, lambda: src["s"])
+    assert b.run_moe is unit and isinstance(b.__dict__["run_moe"], moe_unit.RunMoe)
+    x, ids, w = _inputs()
+    direct = moe_unit.routed_forward(x, ids, w, src["s"], torch.float32)
+    assert torch.equal(b.run_moe(x, ids, w, output_dtype=torch.float32), direct)  # positional, as bound
+    assert torch.equal(b.run_moe(x=x, token_selected_experts=ids, token_final_scales=w, output_dtype=torch.float32),
+                       direct)
+    out = torch.full((x.shape[0], x.shape[1]), 7.0)
+    assert b.run_moe(x=x, token_selected_experts=ids, token_final_scales=w, output_dtype=torch.float32,
+                     moe_output=out) is out
+    assert torch.equal(out, direct)
+    plan = SimpleNamespace(moe_output=None, enable_alltoall=False)  # MoERunContext / MoECommPlan (id 57374981836)
+    ctx = SimpleNamespace(x=x, token_selected_experts=ids, token_final_scales=w, x_sf=None, output_dtype=torch.float32,
+                          do_finalize=True, lora_params=None, comm_plan=plan)
+    assert torch.equal(b.run_moe(ctx, workspace=None), direct)
+    assert torch.equal(b.run_moe(x, ids, None), moe_unit.routed_forward(x, ids, torch.ones(ids.shape), src["s"], x.dtype))
+    assert b.run_moe(x[:0], ids[:0], w[:0]).shape == (0, x.shape[1])
+    with pytest.raises(RuntimeError, match="pre-quantised"):
+        b.run_moe(x, ids, w, x_sf=torch.ones(1))
+    with pytest.raises(RuntimeError, match="enable_alltoall"):
+        b.run_moe(x, ids, w, enable_alltoall=True)
+    src["s"] = None  # released: the slot may be refilled
+    with pytest.raises(RuntimeError, match="outside wait_and_bind"):
+        b.run_moe(x, ids, w)
+    again = moe_unit.install(b, lambda: None)
+    assert again.original == unit.original  # re-installing keeps the class method, not the previous unit
+
+
+def test_unit_reads_local_and_slot_like_the_full_set():
+    """[local, slot] with the placement's expert map gives the bits of the one-buffer [E, ...] reference."""
+    b = _Backend(E=8)
+    full = moe_unit.full_sources(b)
+    placement = make_placement(DwdpConfig(dwdp_size=2), 8)
+    loc = placement.expert_location(1)
+    local_ids, fetch_ids = placement.local_experts[1], placement.fetch_experts(1)
+    bufs = {n: [t[0][list(local_ids)].contiguous(), t[0][list(fetch_ids)].contiguous()] for n, t in full.buffers.items()}
+    split = ExpertSources(bufs, torch.tensor([p for p, _ in loc], dtype=torch.int32),
+                          torch.tensor([r for _, r in loc], dtype=torch.int32))
+    x, ids, w = _inputs(T=20, E=8)
+    assert torch.equal(moe_unit.routed_forward(x, ids, w, split, torch.float32),
+                       moe_unit.routed_forward(x, ids, w, full, torch.float32))
+
+
+def test_blocker_reasons():
+    cpu = torch.device("cpu")
+    b = _Backend()
+    names = ("w3_w1_weight", "w2_weight")
+    assert moe_unit.blocker(b, names, cpu) == ""
+    b.w3_w1_bias = torch.zeros(1)
+    assert "w3_w1_bias is set" in moe_unit.blocker(b, names, cpu)
+    b.w3_w1_bias = None
+    b.activation_type = SimpleNamespace(name="Geglu")
+    assert "activation Geglu" in moe_unit.blocker(b, names, cpu)
+    b.activation_type = SimpleNamespace(name="Swiglu")
+    assert moe_unit.blocker(b, names, cpu) == ""
+    b.w3_w1_weight.data = b.w3_w1_weight.data.to(torch.float8_e4m3fn)
+    assert "without 128x128 block scales" in moe_unit.blocker(b, names, cpu)
+    assert "not a multiple of 128" in moe_unit.blocker(b, names + ("w3_w1_weight_scaling_factor",
+                                                                   "w2_weight_scaling_factor"), cpu)
+    assert "has no run_moe" in moe_unit.blocker(torch.nn.Linear(2, 2), names, cpu)
+
+
+def _choose(want, *, device="cuda", transport="vmm_fd", mb="", redundant=0):
+    cfg = DwdpConfig(dwdp_size=2, redundant_experts=redundant)
+    return choose_gemm(want, device_type=device, transport_kind=transport, placement=make_placement(cfg, 8), rank=1,
+                       multi_buffer=mb)
+
+
+def test_choose_gemm_prefers_composite_then_multi_buffer_then_merge():
+    assert _choose("composite_view")[0] == "composite_view"
+    g, why = _choose("composite_view", transport="ipc")  # the view needs cuMem allocations
+    assert g == "multi_buffer" and "composite view not possible (composite_view needs transport vmm_fd" in why
+    assert "dwdp::grouped_gemm reads [local, slot] in place" in why
+    g, why = _choose("composite_view", redundant=1)  # rank 1's experts wrap around: no single [a, b) run
+    assert g == "multi_buffer" and "wrap around" in why
+    g, why = _choose("composite_view", transport="ipc", mb="dwdp::grouped_gemm is unavailable: no nvcc")
+    assert g == "merge" and "multi_buffer not possible (dwdp::grouped_gemm is unavailable: no nvcc)" in why
+    g, why = _choose("composite_view", transport="ipc", mb=None)
+    assert g == "merge" and "no multi_buffer execution unit on this host" in why
+    g, why = _choose("multi_buffer")
+    assert g == "multi_buffer" and why.startswith("gemm: multi_buffer requested")
+    g, why = _choose("multi_buffer", mb="activation Geglu: ...")
+    assert g == "composite_view" and "multi_buffer requested but not possible (activation Geglu" in why
+    g, why = _choose("multi_buffer", transport="ipc", mb="activation Geglu: ...")
+    assert g == "merge" and "composite view not possible" in why
+    assert _choose("merge") == ("merge", "gemm: merge requested")
+    g, why = _choose("multi_buffer", device="cpu", transport="shm")
+    assert g == "multi_buffer"
+    assert _choose("composite_view", device="cpu", transport="shm")[0] == "composite_view"  # the CPU stand-in
+    g, why = _choose("reference", device="cpu", transport="shm")
+    assert g == "multi_buffer" and why.startswith("gemm: reference is the embedded engine's")
