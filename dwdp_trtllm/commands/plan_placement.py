@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from ..config import DwdpConfig, ModelConfig
+from ..config import MAX_TOKENS, DwdpConfig, ModelConfig
 from ..memory import GiB, MemoryBudgetError, check_memory, estimate_group_memory
 from ..models import PRESETS
 from ..placement import compact_ranges, make_placement
@@ -166,9 +166,15 @@ def _print_tables(rep: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.gpu_memory_gb is not None and not 0 < args.gpu_memory_gb < 1e5:
         raise ConfigError(None, "--gpu-memory-gb", f"expected a finite number of GiB in (0, 1e5), got {args.gpu_memory_gb}")
-    if args.max_num_tokens is not None and args.max_num_tokens < 1:
-        raise ConfigError(None, "--max-num-tokens", f"expected an integer >= 1, got {args.max_num_tokens}")
+    if args.max_num_tokens is not None and not 1 <= args.max_num_tokens <= MAX_TOKENS:
+        raise ConfigError(None, "--max-num-tokens", f"expected an integer in [1, {MAX_TOKENS:,}], got {args.max_num_tokens}")
     model_cfg, cfg = _load(args)
+    moe_layers = model_cfg.spec().num_moe_layers
+    if cfg.prefetch_depth > moe_layers:
+        why = f"{cfg.prefetch_depth} is more than the model's {moe_layers} MoE layers"
+        if args.prefetch_depth is not None:
+            raise ConfigError(None, "--prefetch-depth", why)
+        raise ConfigError(args.config, "prefetch_depth", why)
     gpu = None if args.gpu_memory_gb is None else int(args.gpu_memory_gb * GiB)
     rep = build_report(model_cfg, cfg, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
     if args.json:

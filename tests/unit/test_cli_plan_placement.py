@@ -85,7 +85,7 @@ def test_config_file_with_flag_override(tmp_path, capsys):
     (["--model", "tiny", "--dwdp-size", "32"], "--dwdp-size: dwdp_size 32 is larger than the model's 16 experts"),
     (["--num-layers", "0"], "--num-layers: expected an integer in [1, 1024]"),
     (["--gpu-memory-gb", "-1"], "--gpu-memory-gb: expected a finite number of GiB in (0, 1e5)"),
-    (["--max-num-tokens", "0"], "--max-num-tokens: expected an integer >= 1"),
+    (["--max-num-tokens", "0"], "--max-num-tokens: expected an integer in [1, 1,048,576]"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(capsys, args, fragment):
     assert cli.main(["plan-placement", *args]) == 2

@@ -388,6 +388,8 @@ def test_device_cuda_without_a_cuda_device_is_refused_before_any_rank_starts(tmp
     (["plan", "--samples", "1000000000"], "--samples"),
     (["plan", "--isl-cv", "inf", "--isl-dist", "normal"], "--isl-cv"),
     (["plan-placement", "--gpu-memory-gb", "inf"], "--gpu-memory-gb"),
+    (["plan-placement", "--max-num-tokens", "1000000000000000"], "--max-num-tokens"),
+    (["plan-placement", "--prefetch-depth", "1000000000"], "--prefetch-depth"),
 ])
 def test_planner_arguments_out_of_range_exit_2(capsys, argv, needle):
     assert cli.main(argv) == 2
