@@ -252,6 +252,29 @@ def test_a_full_disk_is_one_paragraph_and_leaves_the_previous_results(tmp_path, 
     assert not list(out.glob(".*.tmp"))
 
 
+def test_a_point_file_of_the_wrong_shape_is_run_again_with_a_warning(tmp_path, capsys, monkeypatch):
+    from dwdp_trtllm.bench import runner
+    from dwdp_trtllm.bench.synthetic import synthetic_run_mode
+
+    calls = []
+
+    def engine(cfg, mode, queues, *, progress=None):
+        calls.append(mode)
+        return synthetic_run_mode(cfg, mode, queues, progress=progress)
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: engine)
+    argv = ["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(tmp_path / "out"), "--no-plots"]
+    assert cli.main(argv) == 0
+    (point,) = (tmp_path / "out" / "points").glob("*.json")
+    for bad in ('[1, 2]', '{"metrics": 3, "config": {}}', '"x"', '{"metrics": {}, '):
+        point.write_text(bad)
+        calls.clear()
+        capsys.readouterr()
+        assert cli.main(argv) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "is not a finished point (unreadable or of the wrong shape): running that point again" in out, out
+        assert calls == ["dep", "dwdp"] and json.loads(point.read_text())["metrics"]["dep"]
+
+
 def test_a_plot_that_cannot_be_written_leaves_the_previous_one(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
