@@ -1,7 +1,8 @@
 """One rank of a fake disaggregated TensorRT-LLM world (or the single-process reference).
 
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
-fp8_block_scales), FAKE_STEPS, FAKE_TOKENS. world: every rank runs split_world_comm (all ranks, once);
+fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
+our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
 generation ranks leave without any DWDP call; context ranks build the model through ModelLoader.load (our
 activation wraps it when DWDP_TRTLLM_CONFIG is set) and run FAKE_STEPS forwards through PyExecutor ->
 model_engine -> model.forward(...) directly, saving outputs to OUT_DIR/out_{rank}.pt. reference: no DWDP,
@@ -39,7 +40,10 @@ def build():
 
 
 if mode == "reference":
-    _, ex = build()
+    model, ex = build()
+    if os.environ.get("FAKE_REF_GEMM") == "multi_buffer":
+        from dwdp_trtllm.integration.trtllm.moe_unit import install_reference
+        assert len(install_reference(model)) > 0
     torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
     sys.exit(0)
 
@@ -53,6 +57,7 @@ if rank >= ctx:
 model, ex = build()
 info = model._dwdp_trtllm_runtime
 outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
-torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"],
+torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
+            "unit_calls": [u.calls for u in info["units"]],
             "trace": list(info["hooks"].trace) if info["hooks"] else None}, f"{out_dir}/out_{rank}.pt")
 info["manager"].cleanup()

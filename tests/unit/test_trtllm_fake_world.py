@@ -7,7 +7,13 @@ single-process full-expert reference bit-exact over several forwards (D1: a stal
 would show), for BF16 and FP8 block scales, on both lifecycles (upstream's manager call sites; MoE hooks).
 On CPU the composite view cannot be mapped (CUDA VMM): gemm composite_view runs as a CPU stand-in with the
 same slot runs and copy plan (integration/composite_cpu.py); the mapping runs in tests/gpu/test_trtllm_adapter_cuda.py.
-gemm multi_buffer has no TensorRT-LLM execution unit (it falls back to composite_view / merge, with the reason).
+gemm multi_buffer runs our execution unit (integration/trtllm/moe_unit.py) in place of CutlassFusedMoE.run_moe, reached
+through the fake's upstream call path (ConfigurableMoE -> quantize_input -> run_moe with keywords, or with a
+MoERunContext in the VA era), computing with dwdp::grouped_gemm (its CPU build) over [local, slot]. Its reference is
+the single-process model whose backends compute through the same unit and op on their full [E, ...] tensors
+(moe_unit.install_reference): the stock kernel stand-in (float32, unquantised activations) adds differently rounded
+numbers, so bit-exactness is judged against the same arithmetic; test_multi_buffer_unit_matches_stock_kernel checks
+the unit against the stand-in kernel with a tolerance (the w3/w1 order included).
 """
 import os
 import re
@@ -36,9 +42,11 @@ def era_tree(root: Path, era: str) -> Path:
     shutil.copytree(FAKES / "tensorrt_llm", dst / "tensorrt_llm")
     shutil.copytree(FAKES / "mpi4py", dst / "mpi4py")
     shutil.copy(FAKES / "trtllm_worker.py", dst)  # run from the tree: sys.path[0] must be this era's tree
-    drop = {"lifecycle": ("IPC",), "ipc": ("VA",), "hooks": ("IPC", "VA", "DWDP")}[era]
+    drop = {"lifecycle": ("IPC", "PREVA"), "ipc": ("VA",), "hooks": ("IPC", "VA", "DWDP")}[era]
     if era == "hooks":
         (dst / "tensorrt_llm/_torch/pyexecutor/dwdp.py").unlink()
+    if era != "lifecycle":  # MoERunContext / run_moe(ctx) exist from the MoEImplBase (VA) era on
+        (dst / "tensorrt_llm/_torch/modules/fused_moe/impl_contract.py").unlink()
     if era == "lifecycle":  # VA era: the MoE package is tensorrt_llm._torch.moe.fused_moe (configurable_moe id 67533515591)
         (dst / "tensorrt_llm/_torch/moe").mkdir()
         (dst / "tensorrt_llm/_torch/moe/__init__.py").write_text('"""Fake TensorRT-LLM package (tests only)."""\n')
@@ -67,8 +75,11 @@ def _env(tree: Path, tmp: Path, extra: dict) -> dict:
 
 def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3,
               env_extra: dict | None = None):
-    """Runs the world and the reference; returns (per context rank: saved dict, reference outputs)."""
+    """Runs the world and the reference; returns (per context rank: saved dict, reference outputs). With gemm
+    multi_buffer the reference computes through the same unit on the full expert set (FAKE_REF_GEMM)."""
     tree = era_tree(tmp, era)
+    if (dwdp or {}).get("gemm") == "multi_buffer":
+        env_extra = {"FAKE_REF_GEMM": "multi_buffer", **(env_extra or {})}
     cfg = tmp / "dwdp.yaml"
     cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {
         "dwdp_size": ctx, "contention_opt": True, "slice_bytes": 8192, **(dwdp or {})}}))
@@ -92,16 +103,25 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
 
 @pytest.mark.parametrize("era,quant,gemm", [("lifecycle", "fp8_block_scales", "merge"), ("hooks", "bf16", "merge"),
                                             ("lifecycle", "bf16", "composite_view"),
-                                            ("hooks", "fp8_block_scales", "composite_view"), ("ipc", "bf16", "merge")])
+                                            ("hooks", "fp8_block_scales", "composite_view"), ("ipc", "bf16", "merge"),
+                                            ("lifecycle", "bf16", "multi_buffer"),
+                                            ("lifecycle", "fp8_block_scales", "multi_buffer"),
+                                            ("hooks", "bf16", "multi_buffer"),
+                                            ("hooks", "fp8_block_scales", "multi_buffer")])
 def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
     """composite_view runs as its CPU stand-in (integration/composite_cpu.py: same slot runs and copy plan, the
     [E, ...] tensor concatenated at bind; the VMM mapping itself runs in tests/gpu/test_trtllm_adapter_cuda.py).
+    multi_buffer: our unit replaced run_moe on every DWDP layer and ran on every forward (3 per layer), reading
+    [local, slot] with dwdp::grouped_gemm; bit-exact against the same unit on the full expert set.
     ipc: upstream's IPC-era ConfigurableMoE has the DWDP gate but never calls wait_and_bind for a CUTLASS
     backend (only CuteDSL gets a weight view, in the scheduler): our manager must not be enabled there."""
     outs, ref = run_world(tmp_path, era, quant, dwdp={"gemm": gemm})
     for r, got in enumerate(outs):
         assert got["lifecycle"] == ("upstream" if era == "lifecycle" else "hooks")
-        assert got["gemm"] == gemm
+        assert got["gemm"] == gemm, got["gemm_reason"]
+        assert got["unit_calls"] == ([3, 3, 3] if gemm == "multi_buffer" else [])
+        if gemm == "multi_buffer":
+            assert got["gemm_reason"].startswith("gemm: multi_buffer requested"), got["gemm_reason"]
         for key, y in got["outs"].items():
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
         if era != "lifecycle":
@@ -121,6 +141,10 @@ def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
     if era == "hooks":
         assert "pyexecutor.dwdp.set_global_dwdp_manager (module not importable" in rep["lifecycle_reason"]
         assert "ConfigurableMoE._should_enable_dwdp (missing)" in rep["lifecycle_reason"]
+    run_moe = next(t for t in rep["patch_targets"] if t["attribute"] == "CutlassFusedMoE.run_moe")
+    assert run_moe["status"] == "present" and run_moe["optional"]  # what gemm multi_buffer replaces per instance
+    assert rep["our_mode"]["multi_buffer"].startswith("possible")
+    assert "multi_buffer: our execution unit replaces CutlassFusedMoE.run_moe" in rep["our_mode"]["gemm"]
     interface = next(t for t in rep["patch_targets"] if t["attribute"] == "MoE.__init__")
     assert interface["status"] == "present"
     assert interface["module"] == ("tensorrt_llm._torch.moe.fused_moe.interface" if era == "lifecycle"

@@ -1,9 +1,15 @@
 """gemm multi_buffer on the TensorRT-LLM host: the execution unit (integration/trtllm/moe_unit.py) that replaces
 CutlassFusedMoE.run_moe on DWDP layers, and the adapter's path choice (integration/adapter.py choose_gemm).
 
-Here: the unit's argument handling (both run_moe calling conventions) and refusals, [local, slot] equal to the
-full set, and the path choice with reasons.
+The world runs (both lifecycles, BF16 / FP8 block scales, bit-exact over three forwards) are in
+test_trtllm_fake_world.py; here: the unit computes what the stock kernel computes (the fake tree's stand-in for
+torch.ops.trtllm.fused_moe, SwiGLU on [w3; w1] as moe_kernels.cu) through both run_moe calling conventions, a unit
+that ignored the w3/w1 order is caught, the unit's argument handling and refusals, and the path choice with reasons.
 """
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +21,51 @@ from dwdp_trtllm.integration.adapter import choose_gemm
 from dwdp_trtllm.integration.trtllm import moe_unit
 from dwdp_trtllm.placement import make_placement
 from dwdp_trtllm.runtime import ExpertSources
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_trtllm_fake_world import _env, era_tree  # noqa: E402
+
+STOCK_VS_UNIT = """
+import sys, torch
+from types import SimpleNamespace
+from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
+from tensorrt_llm._torch.models.modeling_tiny import H
+from dwdp_trtllm.integration.trtllm import moe_unit
+args = SimpleNamespace(quant=None if sys.argv[1] == "bf16" else sys.argv[1], seed=7, dwdp_config=None,
+                       disable_overlap_scheduler=True)
+model, _ = ModelLoader(args).load("ckpt", None)
+moe = model.mlp[0].experts
+x = torch.randn(40, H, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16).float()
+logits = model.mlp[0].gate(x)
+with torch.no_grad():
+    ref = moe(x, logits)  # stock run_moe: the fake's stand-in for torch.ops.trtllm.fused_moe
+    units = moe_unit.install_reference(model)
+    got = moe(x, logits)
+    keep = moe_unit.swap_halves
+    moe_unit.swap_halves = lambda h: h  # a unit taking w3_w1's first half as the gate
+    wrong = moe(x, logits)
+    moe_unit.swap_halves = keep
+rel = lambda y: float((y - ref).norm() / ref.norm())
+print(rel(got), rel(wrong), units[0].calls, len(units))
+"""
+
+
+@pytest.mark.parametrize("era", ["lifecycle", "hooks"])
+@pytest.mark.parametrize("quant,tol", [("bf16", 0.01), ("fp8_block_scales", 0.08)])
+def test_multi_buffer_unit_matches_stock_kernel(tmp_path, era, quant, tol):
+    """Through upstream's call path of that era (lifecycle: run_moe(MoERunContext); hooks: keyword run_moe), the
+    unit's output is the stock kernel's within rounding: bf16 activations (the stand-in multiplies in float32),
+    FP8 additionally quantises activations 1x128 as the engine does (the stand-in does not). Without the w3/w1 half
+    swap the error is of the order of the output itself."""
+    tree = era_tree(tmp_path, era)
+    r = subprocess.run([sys.executable, "-c", STOCK_VS_UNIT, quant], env=_env(tree, tmp_path, {}), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    err, wrong, calls, n_units = r.stdout.split()
+    assert float(err) < tol, r.stdout
+    assert float(wrong) > 0.5, r.stdout
+    assert (int(calls), int(n_units)) == (2, 3)  # layer 0's unit ran twice; one unit per MoE layer
+
 
 class _Backend(torch.nn.Module):
     """Just what the unit reads of a CutlassFusedMoE (keyword run_moe of fused_moe_cutlass.py id 55194060208)."""

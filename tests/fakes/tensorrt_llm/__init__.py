@@ -2,7 +2,9 @@
 behaviour citing the upstream file and commit (or stored-copy id) it mirrors. Everything else is left out.
 
 Eras (tests/unit/test_trtllm_fake_world.py `era_tree` builds each from this tree):
-- lifecycle (VA era): blocks between "# DWDP-BEGIN/END" and "# VA-BEGIN/END" kept, "# IPC-BEGIN/END" removed,
+- lifecycle (VA era): blocks between "# DWDP-BEGIN/END" and "# VA-BEGIN/END" kept, "# IPC-BEGIN/END" and
+  "# PREVA-BEGIN/END" removed (PREVA: what every era before it has, e.g. the keyword run_moe), fused_moe/impl_contract.py
+  kept (deleted in the other eras),
   and the MoE package moved from _torch/modules/fused_moe to _torch/moe/fused_moe (where the VA-era
   configurable_moe.py, stored id 67533515591, lives: it imports tensorrt_llm._torch.moe.fused_moe.interface):
   pyexecutor/dwdp.py with set_/get_global_dwdp_manager and DwdpManager.wait_and_bind, ConfigurableMoE's DWDP
@@ -14,6 +16,8 @@ Eras (tests/unit/test_trtllm_fake_world.py `era_tree` builds each from this tree
 PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made for TensorRT-LLM's own
 dwdp_config (none with our engine).
 The expert GEMM (torch.ops.trtllm.fused_moe, C++) is replaced by a float32 torch reference
-(fused_moe/fused_moe_cutlass.py `_fused_moe`) with the semantics the conformance audit assumed.
+(fused_moe/fused_moe_cutlass.py `_fused_moe`) with the semantics the conformance audit assumed. It is reached the
+way upstream reaches it: ConfigurableMoE routes, calls backend.quantize_input, then backend.run_moe with keywords
+(through the IPC era) or a MoERunContext (VA era), which is where gemm multi_buffer's execution unit takes over.
 """
 __version__ = "0.0.0+fake"

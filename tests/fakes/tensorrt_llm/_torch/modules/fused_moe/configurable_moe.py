@@ -14,9 +14,24 @@ DWDP block, by era (tests/unit/test_trtllm_fake_world.py builds each era from th
   None); forward_impl calls `dwdp_manager.wait_and_bind(self.backend, self.layer_idx)` before the scheduler
   and `record_compute_and_prefetch_next(self.layer_idx)` after it.
 - hooks era (@ 90c54bad): no DWDP block.
+
+Expert call path (`_scheduler_forward`), as ExternalCommMoEScheduler._forward_chunk_impl with no comm (TP1, or DWDP:
+`_create_comm_strategy_auto` returns None when enable_dwdp, id 67533515591), single chunk: routing at the wrapper
+(`moe.routing_method.apply(router_logits)`, ids `.to(torch.int32)`), `x, x_sf = moe.backend.quantize_input(x,
+post_quant_comm=False)`, then `moe.backend.run_moe(...)`:
+- through the IPC era ("# PREVA", moe_scheduler.py stored id 52297624341; ConfigurableMoE stored id 3814212287 inline):
+  keywords x, token_selected_experts, token_final_scales, x_sf plus _get_backend_kwargs for CutlassFusedMoE
+  (is_sf_swizzled, output_dtype, enable_alltoall, moe_output);
+- VA era ("# VA", scheduler stored id 57366040755): `ctx = self._build_run_context(...)` (a MoERunContext with a
+  MoECommPlan), `moe.backend.run_moe(ctx, workspace=...)`.
 """
+import torch
+
 from .fused_moe_cutlass import CutlassFusedMoE
 from .interface import MoE
+# VA-BEGIN
+from .impl_contract import MoECommPlan, MoERunContext
+# VA-END
 # DWDP-BEGIN
 from ...pyexecutor.dwdp import get_global_dwdp_manager
 # DWDP-END
@@ -56,17 +71,34 @@ class ConfigurableMoE(MoE):
     def load_weights(self, weights):
         self.backend.load_weights(weights)
 
-    def _scheduler_forward(self, x, router_logits):
+    def _scheduler_forward(self, x, router_logits, output_dtype):
         # moe_scheduler: the IPC era passes a DWDP weight view to CuteDslFusedMoE only; every other backend
         # (CutlassFusedMoE here) runs on its own parameters
-        return self.backend.forward_impl(x, router_logits)
+        backend = self.backend
+        token_selected_experts, token_final_scales = self.routing_method.apply(router_logits)
+        token_selected_experts = token_selected_experts.to(torch.int32)
+        x, x_sf = backend.quantize_input(x, post_quant_comm=False)
+# PREVA-BEGIN
+        return backend.run_moe(x=x, token_selected_experts=token_selected_experts,
+                               token_final_scales=token_final_scales, x_sf=x_sf, is_sf_swizzled=True,
+                               output_dtype=output_dtype, enable_alltoall=False, moe_output=None)
+# PREVA-END
+# VA-BEGIN
+        ctx = MoERunContext(token_selected_experts=token_selected_experts, token_final_scales=token_final_scales,
+                            x=x, x_sf=x_sf, output_dtype=output_dtype, router_logits=router_logits,
+                            all_rank_num_tokens=[x.shape[0]],
+                            comm_plan=MoECommPlan(input_sf_swizzled=True, enable_alltoall=False, moe_output=None,
+                                                  payload_in_workspace=False))
+        return backend.run_moe(ctx, workspace=None)
+# VA-END
 
     def forward_impl(self, x, router_logits):
+        output_dtype = x.dtype  # forward_impl: `output_dtype = x.dtype` for a plain tensor (id 67533515591)
 # VA-BEGIN
         if self.enable_dwdp:
             self.dwdp_manager.wait_and_bind(self.backend, self.layer_idx)
 # VA-END
-        out = self._scheduler_forward(x, router_logits)
+        out = self._scheduler_forward(x, router_logits, output_dtype)
 # DWDP-BEGIN
         if self.enable_dwdp:
             self.dwdp_manager.record_compute_and_prefetch_next(self.layer_idx)

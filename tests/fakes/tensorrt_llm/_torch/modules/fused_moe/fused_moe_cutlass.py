@@ -3,10 +3,25 @@ a MoE subclass; create_weights through its quant method sized expert_size_per_pa
 when ConfigurableMoE builds it with skip_create_weights_in_init); run_moe reads self.w3_w1_weight,
 self.w2_weight and list(self.quant_scales) on EVERY call and passes ep_size / ep_rank to the kernel.
 
+run_moe's calling convention, by era (tests/unit/test_trtllm_fake_world.py `era_tree`):
+- through the IPC era ("# PREVA" block): keywords, `run_moe(self, x, token_selected_experts, token_final_scales,
+  x_sf=None, is_sf_swizzled=True, output_dtype=None, tuner_num_tokens=None, tuner_top_k=None, moe_output=None,
+  enable_alltoall=None, lora_params=None)` (id 55194060208), called by moe_scheduler.py (stored id 52297624341) as
+  `moe.backend.run_moe(x=x, token_selected_experts=..., token_final_scales=..., x_sf=x_sf, **_get_backend_kwargs(...))`;
+- VA era ("# VA" block; the MoEImplBase execution unit, tensorrt_llm/_torch/moe/fused_moe/fused_moe_cutlass.py
+  @ 02320c358831, stored id 57675435166): `run_moe(self, ctx: MoERunContext, *, workspace=None)` reading ctx.x,
+  ctx.token_selected_experts, ctx.token_final_scales, ctx.x_sf, ctx.output_dtype and ctx.comm_plan (moe_output,
+  enable_alltoall), called by the scheduler (stored id 57366040755) as `moe.backend.run_moe(ctx, workspace=...)`.
+  (Upstream's class there is a MoEImplBase, not a MoE; this fake keeps the MoE base in every era.)
+Both return the [T, H] output in output_dtype (the moe_output buffer when one is given).
+quantize_input(x, post_quant_comm) returns (x, None) for BF16 and FP8 block scales ("No quantization needed here,
+handled in kernel", both ids).
+
 `_fused_moe` stands in for torch.ops.trtllm.fused_moe (C++, not read): global expert ids; this rank computes
 the experts [ep_rank * n, (ep_rank + 1) * n) with n = expert_size_per_partition (tokens routed elsewhere add
-nothing, EP's combine sums them); SwiGLU on [w3; w1] (silu(x w1) * (x w3)); FP8 128x128 block dequant.
-Assumed semantics (the conformance audit's harness, section 3), computed in float32.
+nothing, EP's combine sums them); SwiGLU on [w3; w1]: silu(x w1) * (x w3), the gated activation of moe_kernels.cu
+(doGatedActivationKernel: `fc1_value = gemm_result[i]`, `gate_value = gemm_result[i + inter_size]`, stored ids
+3775219850, 49366630937); FP8 128x128 block dequant. Computed in float32 (the audit's harness semantics).
 """
 import torch
 
@@ -45,6 +60,8 @@ class CutlassFusedMoE(MoE):
         super().__init__(**kwargs)
         qc = self.model_config.quant_config
         self.quant_method = DeepSeekFP8BlockScalesFusedMoEMethod() if qc == "fp8_block_scales" else UnquantizedFusedMoEMethod()
+        self.w3_w1_bias = self.w2_bias = None  # bias=False (the DeepSeek MoE)
+        self.enable_alltoall = False  # TP1, no attention DP: no alltoall
         if not skip_create_weights_in_init:
             self.create_weights()
 
@@ -57,13 +74,32 @@ class CutlassFusedMoE(MoE):
     def post_load_weights(self):
         self.quant_method.post_load_weights(self)
 
-    def run_moe(self, x, topk_ids, topk_w):
-        return _fused_moe(x, topk_ids, topk_w, self.w3_w1_weight, self.w2_weight, list(self.quant_scales),
-                          ep_size=self.ep_size, ep_rank=self.ep_rank, n_local=self.expert_size_per_partition)
+    def quantize_input(self, x, post_quant_comm=True, **kwargs):
+        return x, None  # BF16: nothing; FP8 block scales: "handled in kernel"
 
-    def forward_impl(self, x, router_logits):
-        topk_ids, topk_w = self.routing_method.apply(router_logits)
-        return self.run_moe(x, topk_ids, topk_w).to(x.dtype)
+    def _run(self, x, token_selected_experts, token_final_scales, x_sf, output_dtype, moe_output, enable_alltoall):
+        assert x_sf is None and not enable_alltoall
+        out = _fused_moe(x, token_selected_experts, token_final_scales, self.w3_w1_weight, self.w2_weight,
+                         list(self.quant_scales), ep_size=self.ep_size, ep_rank=self.ep_rank,
+                         n_local=self.expert_size_per_partition).to(output_dtype or x.dtype)
+        if moe_output is not None:
+            moe_output.copy_(out)
+            return moe_output
+        return out
+# PREVA-BEGIN
 
-    def forward(self, x, router_logits):
-        return self.forward_impl(x, router_logits)
+    def run_moe(self, x, token_selected_experts, token_final_scales, x_sf=None, is_sf_swizzled=True,
+                output_dtype=None, tuner_num_tokens=None, tuner_top_k=None, moe_output=None, enable_alltoall=None,
+                lora_params=None):
+        if enable_alltoall is None:
+            enable_alltoall = self.enable_alltoall
+        return self._run(x, token_selected_experts, token_final_scales, x_sf, output_dtype, moe_output,
+                         enable_alltoall)
+# PREVA-END
+# VA-BEGIN
+
+    def run_moe(self, ctx, *, workspace=None):
+        plan = ctx.comm_plan
+        return self._run(ctx.x, ctx.token_selected_experts, ctx.token_final_scales, ctx.x_sf, ctx.output_dtype,
+                         plan.moe_output, plan.enable_alltoall)
+# VA-END
