@@ -76,7 +76,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = p.add_argument_group("model knobs and calibration")
     g.add_argument("--interference", type=float, default=None,
                    help="slowdown of compute overlapped with copies (default: calibration, else 1.15 measured on H200)")
-    g.add_argument("--calibration", default=None, help="calibration JSON (see docs/PLANNER.md)")
+    g.add_argument("--calibration", action="append", default=None,
+                   help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     g.add_argument("--bench-results", default=None,
                    help=f"directory of benchmark JSON to calibrate from (default {DEFAULT_BENCH_DIR} if it exists)")
     g.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON; datasheet + defaults only")
@@ -86,10 +87,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def load_cal(args, gpu_name: str):
+def load_cal(args, gpu_name: str, validated: str | None = None):
     """Calibration for `gpu_name`: our bench results (--bench-results, default docs/bench_results, unless
-    --no-bench-results), then --calibration on top."""
-    from ..perf.calibration import Calibration, load_bench_results, load_calibration
+    --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
+    floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
+    `validated` file's when it is one, else the newest), the validated file's own runs left out."""
+    from ..perf.calibration import (Calibration, calibration_from_bench, device_matches, load_bench_results,
+                                    load_calibration, read_json)
 
     cal = Calibration()
     if not args.no_bench_results:
@@ -97,13 +101,19 @@ def load_cal(args, gpu_name: str):
         if args.bench_results and not d.is_dir():
             raise ConfigError(None, "--bench-results", f"{d} is not a directory")
         cal = cal.merged(load_bench_results(d, gpu_name))
-    if args.calibration:
-        cal = cal.merged(load_calibration(args.calibration))
-    if not getattr(args, "engine_efficiency", False) and cal.engine_over_floor:
-        # the embedded engine's measured/floor factors describe our engine, not a deployment: planning keeps the
-        # stock-kernel floor rates only (validate-plan, which compares against the engine, keeps both)
-        cal = dataclasses.replace(cal, engine_over_floor={})
-    return cal
+    for path in args.calibration or ():
+        data = read_json(Path(path))
+        if isinstance(data, dict) and isinstance(data.get("runs"), list):  # a bench results.json
+            c = calibration_from_bench(data, file=str(path))
+            if not c.gpu or not device_matches(c.gpu, gpu_name):
+                raise ConfigError(str(path), "", f"measured on {c.gpu or 'an unnamed device'}, not {gpu_name}")
+            cal = cal.merged(c)
+        else:
+            cal = cal.merged(load_calibration(path))
+    # the embedded engine's measured/floor factors describe our engine, not a deployment: planning uses the
+    # stock-kernel floor rates only (validate-plan, which compares against the engine, applies both)
+    engine = bool(getattr(args, "engine_efficiency", False))
+    return dataclasses.replace(cal, floor=cal.floor.select(validated, measured=engine), engine_efficiency=engine)
 
 
 def build_spec(args, *, gpu_name: str | None = None):
@@ -190,7 +200,7 @@ def print_table(spec, rows, rec) -> None:
     src = ", ".join(spec.calibration.sources) or "none (datasheet peaks x default efficiencies)"
     con.print(f"calibration: {src}; memory budget {spec.memory_budget_gb:g} GB/rank; "
               f"interference {spec.params().overlap_slowdown:g}x")
-    for n in spec.calibration.notes:
+    for n in spec.calibration.notes + spec.calibration.floor.notes:
         con.print(f"  note: {n}")
     con.print(f"[bold]recommendation:[/bold] {rec.reason}")
     for n in rec.notes:

@@ -1,8 +1,16 @@
 """`dwdp validate-plan RESULTS.json`: the planner's prediction against a `dwdp bench` results.json.
 
-For each run in the file, the run's config (model, dwdp, workload) becomes a planner spec; every metric
-that both sides have is printed as predicted, measured and relative error (predicted/measured - 1).
-Missing keys are tolerated and listed as not compared.
+For each run in the file, the run's config (model, dwdp, workload) becomes a planner spec, and the run's
+measured iterations are rebuilt from its workload (perf/bench_work.py), so that predicted and measured
+describe the same iterations: per-iteration means of attention, expert_gemm, other, communication and the
+wall, and the per-layer rows the bench derives from them (attention and other per layer, expert and
+communication phases per MoE layer). Every metric both sides have is printed as predicted, measured and
+relative error (predicted/measured - 1); missing keys are tolerated and listed as not compared.
+
+Compute is calibrated by `dwdp bench --floor` runs of one campaign (perf/floor_calibration.py): floor rates
+and the engine's measured / floor per phase. The validated file's own runs never calibrate its prediction
+(leave-one-out), and phases whose measured means are not usable (not repeatable in the campaign, allocator
+retries) are marked and not counted as errors; the output says which runs calibrated and what was left out.
 """
 from __future__ import annotations
 
@@ -12,33 +20,35 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..models import PRESETS
+import numpy as np
+
+from ..perf.bench_work import get as _get
 from ..schema import ConfigError
 
 LAYER_KEYS = ("attention", "expert_gemm", "all_to_all", "sync_wait", "prefetch_wait", "other")
+ITERATION_KEYS = ("attention", "expert_gemm", "other", "all_to_all", "sync_wait", "prefetch_wait", "wall")
+#: metrics (after the mode) that contain a measured statistic.phase: excluded with it
+_CONTAINS = {**{f"mean.{ph}": (f"iteration_ms.{ph}", f"layer_us.{ph}") for ph in ("attention", "expert_gemm", "other")},
+             "mean.wall": ("iteration_ms.wall", "tps_per_gpu"),
+             **{f"median.{ph}": (f"iteration_ms_median.{ph}",) for ph in ("attention", "expert_gemm", "other", "wall")}}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("validate-plan", help="compare the planner's prediction with a dwdp bench results.json",
                               description=__doc__)
-    p.add_argument("results", help="results.json written by dwdp bench")
+    p.add_argument("results", nargs="+", help="results.json written by dwdp bench (several: each validated on its own)")
     p.add_argument("--gpu", default="h200", help="hardware to predict with: h100 | h200 | b200 | gb200 (default h200)")
-    p.add_argument("--calibration", default=None, help="calibration JSON (see docs/PLANNER.md)")
+    p.add_argument("--calibration", action="append", default=None,
+                   help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     p.add_argument("--bench-results", default=None, help="directory of benchmark JSON to calibrate from")
     p.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON")
     p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor")
     p.add_argument("--a2a-dedup", action="store_true", help="DEP sends a token once per remote rank (DeepEP-style)")
     p.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (a list, one entry per file)")
+    p.add_argument("--summary", action="store_true",
+                   help="one line per file, run and mode: the per-iteration phases and the wall, predicted vs measured")
     return p
-
-
-def _get(d: Any, path: str, default: Any = None) -> Any:
-    for k in path.split("."):
-        if not isinstance(d, dict) or k not in d:
-            return default
-        d = d[k]
-    return d
 
 
 def load_runs(path: str) -> list[dict]:
@@ -46,33 +56,41 @@ def load_runs(path: str) -> list[dict]:
     if not p.is_file():
         raise ConfigError(str(p), "", "file not found" if not p.exists() else "not a regular file")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ConfigError(str(p), "", f"not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(p), "", f"not UTF-8 text (byte {e.start}): a results.json is expected") from None
+    except OSError as e:
+        raise ConfigError(str(p), "", f"cannot read the file ({e.strerror or e})") from None
     runs = data.get("runs") if isinstance(data, dict) else data
     if isinstance(data, dict) and runs is None and "config" in data:
         runs = [data]
     if not isinstance(runs, list):
         raise ConfigError(str(p), "runs", "expected a list of runs (each with config and metrics)")
+    if not runs:
+        raise ConfigError(str(p), "runs", "the file holds no runs: nothing to validate")
+    for i, run in enumerate(runs):  # the shape every run is read with (a bench results.json)
+        if not isinstance(run, dict):
+            raise ConfigError(str(p), f"runs[{i}]", f"expected a mapping with config and metrics, got {type(run).__name__}")
+        for key in ("config", "metrics", "env", "point"):
+            if run.get(key) is not None and not isinstance(run[key], dict):
+                raise ConfigError(str(p), f"runs[{i}].{key}", f"expected a mapping, got {type(run[key]).__name__}")
+        for section, value in (run.get("config") or {}).items():
+            if section in ("model", "dwdp", "workload", "run") and value is not None and not isinstance(value, dict):
+                raise ConfigError(str(p), f"runs[{i}].config.{section}", f"expected a mapping, got {type(value).__name__}")
     return runs
 
 
 def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
     """A PlanSpec mirroring one bench run's config, and notes on what had to be approximated."""
-    from ..models import get_model
+    from ..perf.bench_work import run_model
     from ..perf.hardware import get_gpu
     from ..perf.planner import PlanSpec
 
     notes: list[str] = []
     cfg = run.get("config") or {}
-    if _get(cfg, "model.checkpoint"):  # the spec of a checkpoint run comes from its config.json
-        from ..config import ModelConfig
-        model = ModelConfig(checkpoint=_get(cfg, "model.checkpoint"), num_layers=_get(cfg, "model.num_layers")).spec()
-    else:
-        preset = _get(cfg, "model.preset") or "tiny"  # null: ModelConfig's default
-        if preset not in PRESETS:
-            raise ValueError(f"config.model.preset {preset!r} is not a known preset")
-        model = get_model(preset, _get(cfg, "model.num_layers"))
+    model = run_model(cfg)  # preset, num_layers and first_k_dense as the run built it (checkpoint: config.json)
     E = model.num_experts
     G = int(_get(cfg, "dwdp.dwdp_size", 1))
     dtype = _get(cfg, "dwdp.weight_dtype", "bf16")
@@ -104,48 +122,109 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
     return spec, notes
 
 
-def predicted_metrics(row, model=None) -> dict[str, float]:
-    """The planner's numbers under the bench's metric names (with `model`: also the per-iteration phase totals)."""
+def predicted_metrics(row, model, outside: float = 1.0) -> dict[str, float]:
+    """The planner's numbers under the bench's metric names: per-iteration means (iteration_ms; the wall is the
+    timed phases x `outside`, the engine's time between phases), per-layer rows as the bench divides them, and
+    tokens/s per GPU (tokens per rank per iteration / wall)."""
     c = row.t_compute_us
     # compute that ran beside the copies is slowed; spread the layer's slowdown over its compute parts
     s = (row.t_dwdp_us - row.t_prefetch_wait_us) / c if c > 0 and row.dwdp_size > 1 else 1.0
-    out = {
-        "dep.tps_per_gpu": row.tps_per_gpu_dep, "dwdp.tps_per_gpu": row.tps_per_gpu_dwdp,
-        "ratio.tps_per_gpu": row.tps_per_gpu_dwdp / row.tps_per_gpu_dep,
-        "dep.layer_us.attention": row.t_attention_us, "dep.layer_us.expert_gemm": row.t_experts_dep_us,
-        "dep.layer_us.all_to_all": row.t_all2all_us, "dep.layer_us.sync_wait": row.t_sync_us,
-        "dep.layer_us.prefetch_wait": 0.0, "dep.layer_us.other": row.t_other_us,
-        "dwdp.layer_us.attention": row.t_attention_us * s, "dwdp.layer_us.expert_gemm": row.t_experts_dwdp_us * s,
-        "dwdp.layer_us.all_to_all": 0.0, "dwdp.layer_us.sync_wait": 0.0,
-        "dwdp.layer_us.prefetch_wait": row.t_prefetch_wait_us, "dwdp.layer_us.other": row.t_other_us * s,
-    }
-    if model is not None:  # iteration totals: every layer's attention, the MoE layers' experts, dense MLPs + router/shared
-        L, n, k = model.num_layers, model.num_moe_layers, model.first_k_dense
-        for mode, experts, f in (("dep", row.t_experts_dep_us, 1.0), ("dwdp", row.t_experts_dwdp_us, s)):
-            out[f"{mode}.iteration_ms.attention"] = row.t_attention_us * L * f / 1e3
-            out[f"{mode}.iteration_ms.expert_gemm"] = experts * n * f / 1e3
-            out[f"{mode}.iteration_ms.other"] = (row.t_other_us * n + row.t_dense_mlp_us * k) * f / 1e3
+    L, n, k = model.num_layers, model.num_moe_layers, model.first_k_dense
+    other = row.t_other_us * n + row.t_dense_mlp_us * k
+    it = {"dep": {"attention": row.t_attention_us * L, "expert_gemm": row.t_experts_dep_us * n, "other": other,
+                  "all_to_all": row.t_all2all_us * n, "sync_wait": row.t_sync_us * n, "prefetch_wait": 0.0},
+          "dwdp": {"attention": row.t_attention_us * L * s, "expert_gemm": row.t_experts_dwdp_us * n * s, "other": other * s,
+                   "all_to_all": 0.0, "sync_wait": 0.0, "prefetch_wait": row.t_prefetch_wait_us * n}}
+    out: dict[str, float] = {}
+    for mode, ph in it.items():
+        ph["wall"] = sum(ph.values()) * outside
+        for key in ITERATION_KEYS:
+            out[f"{mode}.iteration_ms.{key}"] = ph[key] / 1e3
+        for key in LAYER_KEYS:
+            out[f"{mode}.layer_us.{key}"] = ph[key] / (L if key in ("attention", "other") else n)
+        out[f"{mode}.tps_per_gpu"] = row.tokens_per_rank / ph["wall"] * 1e6
+    out["ratio.tps_per_gpu"] = out["dwdp.tps_per_gpu"] / out["dep.tps_per_gpu"]
     return out
 
 
-def compare_run(run: dict, args, cal) -> dict:
-    from ..perf.planner import plan
+def _excluded(own_points, run_index: int) -> dict[str, str]:
+    """{metric: why} of the metrics of run `run_index` whose measured phase does not validate."""
+    out: dict[str, str] = {}
+    for p in own_points:
+        if p.run != run_index:
+            continue
+        for phase, why in p.excluded.items():
+            for key in _CONTAINS.get(phase, ()):
+                out[f"{p.mode}.{key}"] = why
+                if key == "tps_per_gpu":
+                    out["ratio.tps_per_gpu"] = why
+    return out
+
+
+def compare_run(run: dict, args, cal, *, index: int = 0, own_points=()) -> dict:
+    from ..perf.bench_work import rebuild
+    from ..perf.planner import plan, predict
 
     spec, notes = spec_for_run(run, args, cal)
-    row = plan(spec)[0]
-    pred = predicted_metrics(row, spec.model)
+    load, why = rebuild(run.get("config") or {}, spec.model)
+    setup = (spec.dwdp_sizes[0], spec.redundant_experts[0], spec.slice_bytes[0], spec.isls[0])
+    if load is None:
+        notes.append(f"iterations not rebuilt ({why}): predicted for the planner's sampled workload")
+        row = plan(spec)[0]
+    else:
+        if why:
+            notes.append(f"rebuilt iterations: {why}")
+        row = predict(spec, *setup, load)
+    outside = float(cal.engine_factor("outside", row.tokens_per_rank, row.isl))
+    pred = predicted_metrics(row, spec.model, outside)
+    if load is not None:  # the median over the iterations with tokens, as the bench's iteration_ms_median
+        per_it = [predicted_metrics(predict(spec, *setup, load.at(s)), spec.model, outside)
+                  for s in range(load.tokens_SR.shape[0]) if load.tokens_SR[s].sum() > 0]
+        for mode in ("dep", "dwdp"):
+            for key in ITERATION_KEYS:
+                pred[f"{mode}.iteration_ms_median.{key}"] = float(np.median([m[f"{mode}.iteration_ms.{key}"] for m in per_it]))
+    skip = _excluded(own_points, index)
     metrics = run.get("metrics") or {}
     out, missing = [], []
     for key, p in pred.items():
         m = _get(metrics, key)
         if isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m):
             rel = (p / m - 1.0) if m else (0.0 if p == 0 else math.inf)
-            out.append({"metric": key, "predicted": p, "measured": float(m), "rel_error": rel})
+            out.append({"metric": key, "predicted": p, "measured": float(m), "rel_error": rel, "excluded": skip.get(key)})
         else:
             missing.append(key)
     return {"config": {"model": spec.model.name, "layers": spec.model.num_layers, "dwdp_size": row.dwdp_size,
-                       "isl": row.isl, "mnt": spec.mnt, "weight_dtype": spec.weight_dtype, "gpu": spec.gpu.name},
+                       "isl": row.isl, "mnt": spec.mnt, "weight_dtype": spec.weight_dtype, "gpu": spec.gpu.name,
+                       "ranks": _get(run, "config.run.ranks")},
             "comparisons": out, "not_compared": missing, "notes": notes}
+
+
+def validate(results: str, args) -> dict:
+    """{"calibration": {...}, "runs": [per-run comparison or error]} for one results file."""
+    from ..perf.calibration import read_json
+    from ..perf.floor_points import mark_unrepeatable, points_from_bench
+    from .plan import load_cal
+
+    runs = load_runs(results)
+    cal = load_cal(args, args.gpu, validated=results)
+    own = cal.floor.validated
+    if not own:  # not in the calibration campaign: mark what its own runs' repeats say
+        own = tuple(mark_unrepeatable(points_from_bench(read_json(Path(results)), file=results)[0])[0])
+    out = []
+    for i, r in enumerate(runs):
+        if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
+            out.append({"run": i, "error": "no config mapping in this run"})
+            continue
+        try:
+            out.append({"run": i, **compare_run(r, args, cal, index=i, own_points=own)})
+        except (ValueError, TypeError) as e:
+            out.append({"run": i, "error": f"could not predict: {e}"})
+    fc = cal.floor
+    return {"file": results, "calibration": {"campaign": fc.campaign, "runs": [p.label for p in fc.points],
+                            "left_out": [p.label for p in fc.validated],
+                            "core": {"tflops": fc.core[0], "ms_per_call": fc.core[1]} if fc.core else None,
+                            "experts": {"tflops": fc.experts[0], "k_rows": fc.experts[1]} if fc.experts else None,
+                            "notes": list(fc.notes)}, "runs": out}
 
 
 def _fmt(x: float) -> str:
@@ -156,7 +235,7 @@ def run(args) -> int:
     from rich.table import Table
 
     from ..perf.hardware import GPUS
-    from .plan import console, load_cal
+    from .plan import console
 
     if args.gpu.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {args.gpu!r}")
@@ -165,34 +244,95 @@ def run(args) -> int:
     if args.interference is not None and args.interference < 1:
         raise ConfigError(None, "--interference", f"expected a number >= 1, got {args.interference}")
     args.engine_efficiency = True  # the measured runs are the engine's: its measured/floor factors apply
-    cal = load_cal(args, args.gpu)
-    results = []
-    for i, r in enumerate(load_runs(args.results)):
-        if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
-            results.append({"run": i, "error": "no config mapping in this run"})
-            continue
-        try:
-            results.append({"run": i, **compare_run(r, args, cal)})
-        except (ValueError, TypeError) as e:
-            results.append({"run": i, "error": f"could not predict: {e}"})
+    results = [validate(f, args) for f in args.results]
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
     con = console()
+    if args.summary:
+        print_summary(con, results)
+        return 0
     for res in results:
-        if "error" in res:
-            con.print(f"run {res['run']}: {res['error']}")
-            continue
-        c = res["config"]
-        t = Table(title=f"run {res['run']}: {c['model']} ({c['layers']} layers), G={c['dwdp_size']}, ISL {c['isl']}, "
-                        f"MNT {c['mnt']}, {c['weight_dtype']}, predicted for {c['gpu']}", title_justify="left")
-        for col in ("metric", "predicted", "measured", "rel. error"):
-            t.add_column(col, justify="left" if col == "metric" else "right")
-        for x in res["comparisons"]:
-            t.add_row(x["metric"], _fmt(x["predicted"]), _fmt(x["measured"]), f"{x['rel_error']:+.1%}")
-        con.print(t)
-        if res["not_compared"]:
-            con.print("  not compared (missing in the results): " + ", ".join(res["not_compared"]))
-        for n in res["notes"]:
-            con.print(f"  note: {n}")
+        print_file(con, res)
     return 0
+
+
+SUMMARY_PHASES = ("attention", "expert_gemm", "other", "wall")
+
+
+def summary_rows(res: dict) -> list[dict]:
+    """Per (run, mode, statistic) of one validated file: {"file", "run", "mode", "stat" (mean: iteration_ms,
+    median: iteration_ms_median), "config", phase: comparison or None}."""
+    out = []
+    for r in res["runs"]:
+        if "error" in r:
+            continue
+        by = {c["metric"]: c for c in r["comparisons"]}
+        for mode in ("dep", "dwdp"):
+            for stat, metric in (("mean", "iteration_ms"), ("median", "iteration_ms_median")):
+                row = {ph: by.get(f"{mode}.{metric}.{ph}") for ph in SUMMARY_PHASES}
+                if any(row.values()):
+                    out.append({"file": res["file"], "run": r["run"], "mode": mode, "stat": stat, "config": r["config"], **row})
+    return out
+
+
+def print_summary(con, results: list[dict]) -> None:
+    from rich.table import Table
+
+    t = Table(title="per-iteration ms, predicted / measured (error); * = measured statistic not usable (see notes)",
+              title_justify="left")
+    for col in ("file", "mode", "stat", "ISL", "experts", *SUMMARY_PHASES):
+        t.add_column(col, justify="left" if col in ("file", "mode", "stat") else "right")
+    reasons: dict[str, int] = {}
+    for res in results:
+        for row in summary_rows(res):
+            cells = []
+            for ph in SUMMARY_PHASES:
+                x = row[ph]
+                if x is None:
+                    cells.append("-")
+                    continue
+                mark = f" *{reasons.setdefault(x['excluded'], len(reasons) + 1)}" if x["excluded"] else ""
+                cells.append(f"{_fmt(x['predicted'])} / {_fmt(x['measured'])} ({x['rel_error']:+.1%}){mark}")
+            name = Path(row["file"]).name + (f"[{row['run']}]" if row["run"] else "")
+            t.add_row(name, row["mode"], row["stat"], str(row["config"]["isl"]), row["config"]["weight_dtype"], *cells)
+    con.print(t)
+    for why, i in reasons.items():
+        con.print(f"  *{i}: {why}")
+    for res in results:
+        lo = "; ".join(n for n in res["calibration"]["notes"] if n.startswith(("floor calibration", "leave-one-out")))
+        con.print(f"  {Path(res['file']).name}: {lo}")
+
+
+def print_file(con, res: dict) -> None:
+    from rich.table import Table
+
+    for n in res["calibration"]["notes"]:
+        con.print(f"calibration: {n}")
+    for r in res["runs"]:
+        if "error" in r:
+            con.print(f"run {r['run']}: {r['error']}")
+            continue
+        c = r["config"]
+        t = Table(title=f"run {r['run']}: {c['model']} ({c['layers']} layers), G={c['dwdp_size']}, ISL {c['isl']}, "
+                        f"MNT {c['mnt']}, {c['weight_dtype']}, predicted for {c['gpu']}", title_justify="left")
+        for col in ("metric", "predicted", "measured", "rel. error", "note"):
+            t.add_column(col, justify="left" if col in ("metric", "note") else "right")
+        marks: dict[str, int] = {}
+        for x in r["comparisons"]:
+            note = ""
+            if x["excluded"]:
+                note = f"excluded ({marks.setdefault(x['excluded'], len(marks) + 1)})"
+            t.add_row(x["metric"], _fmt(x["predicted"]), _fmt(x["measured"]), f"{x['rel_error']:+.1%}", note)
+        con.print(t)
+        for why, i in marks.items():
+            con.print(f"  ({i}) measured statistic not usable: {why}")
+        missing = r["not_compared"]
+        absent = [m for m in ("dep", "dwdp") if all(not k.startswith(m + ".") for k in (x["metric"] for x in r["comparisons"]))]
+        shown = [k for k in missing if k.split(".")[0] not in absent and not (absent and k.startswith("ratio."))]
+        if absent:
+            con.print(f"  not compared: {', '.join(absent)} (mode not in the results)")
+        if shown:
+            con.print("  not compared (missing in the results): " + ", ".join(shown))
+        for n in r["notes"]:
+            con.print(f"  note: {n}")

@@ -14,9 +14,11 @@ Calibration file (strict; every key optional, unknown keys are errors naming fil
       "interference": 1.15,                            # slowdown of compute overlapped with copies
       "contention_slowdown": {"sliced": 1.01, "unsliced": 1.6},
       "floor_tflops": {"attention_proj": 650.0, "attention_core": 500.0, "expert_gemm_bf16": 560.0, "expert_gemm_fp8": 900.0, "other": 650.0},
-                                                       # stock-kernel floor rates per phase (`dwdp bench --floor`)
+                                                       # stock-kernel floor rates per phase, the same at every size
+                                                       # (win over floor runs)
       "engine_over_floor": {"attention": 1.1, "expert_gemm": 1.05, "other": 1.2}
-                                                       # the engine's measured / floor time per phase
+                                                       # the engine's measured / floor time per phase, the same at
+                                                       # every size (win over floor runs)
     }
 
 `grouped_gemm_tflops` tokens are the tokens entering the MoE on one rank (before top-k); values are
@@ -29,9 +31,8 @@ walked and only these keys are read, anything else is ignored:
   - a mapping with "slice_bytes" and "fraction_of_bulk", or "slice_bytes" and "gbps" plus a "bulk_gbps"
     anywhere in the file: one slice-efficiency point (best per slice size);
   - "p2p_gbps" or "peer_copy_gbps": peer copy bandwidth; "gemm_slowdown" or "interference": interference;
-  - a bench run with "floor" (`dwdp bench --floor`, results.json): per mode, "floor_tflops" and
-    "measured_over_floor" give floor_tflops (expert_gemm keyed by the run's weight dtype) and engine_over_floor
-    (the reference or DEP mode of a one-rank run is preferred: no communication, no sharing);
+  - a bench run with "floor" (`dwdp bench --floor`, results.json): one FloorPoint per mode (floor rates and
+    engine efficiencies by size; perf/floor_calibration.py, which also says which points calibrate);
   - "device" or "gpu" (top level or under "env"/"environment", or the first run's env): which GPU measured it. A file is used only
     when that name contains the planner's --gpu (e.g. "NVIDIA H200" for h200); otherwise it is skipped
     with a note.
@@ -48,6 +49,8 @@ from typing import Any
 import numpy as np
 
 from ..schema import ConfigError
+from .floor_calibration import FloorCalibration
+from .floor_points import points_from_bench
 
 Points = tuple[tuple[float, float], ...]
 
@@ -75,11 +78,35 @@ class Calibration:
     contention_slowdown: dict[str, float] = field(default_factory=dict)
     floor_tflops: dict[str, float] = field(default_factory=dict)
     engine_over_floor: dict[str, float] = field(default_factory=dict)
+    floor: FloorCalibration = field(default_factory=FloorCalibration)  # `dwdp bench --floor` runs
+    engine_efficiency: bool = True  # False: plan for stock kernels (the floor), not for our engine
     notes: tuple[str, ...] = ()
 
-    def engine_factor(self, phase: str) -> float:
-        """The engine's measured / floor time for `phase` (1.0 when not calibrated)."""
-        return self.engine_over_floor.get(phase, 1.0)
+    def floor_rate(self, key: str, tokens, isl):
+        """Floor TFLOP/s of attention_proj / other at this size; None if not calibrated."""
+        return self.floor_tflops.get(key) or self.floor.rate(key, tokens, isl)
+
+    def expert_floor(self, dtype: str) -> tuple[float, float] | None:
+        """(R TFLOP/s, k rows per expert) of the routed experts' floor in `dtype`; None if not calibrated."""
+        if self.floor_tflops.get(f"expert_gemm_{dtype}"):
+            return self.floor_tflops[f"expert_gemm_{dtype}"], 0.0
+        fit = self.floor.experts
+        return (fit[0][dtype], fit[1]) if fit and dtype in fit[0] else None
+
+    def core_floor(self) -> tuple[float, float] | None:
+        """(R TFLOP/s, c ms per call and layer) of the attention core floor; None if not calibrated."""
+        if self.floor_tflops.get("attention_core"):
+            return self.floor_tflops["attention_core"], 0.0
+        return self.floor.core
+
+    def engine_factor(self, phase: str, tokens=None, isl=None, dtype: str | None = None):
+        """The engine's measured / floor time for `phase` at this size (1.0 when not calibrated or when planning
+        for stock kernels)."""
+        if not self.engine_efficiency:
+            return 1.0
+        if phase in self.engine_over_floor:
+            return self.engine_over_floor[phase]
+        return self.floor.factor(phase, tokens, isl, dtype)
 
     def gemm_tflops(self, dtype: str, tokens: float) -> float | None:
         pts = self.grouped_gemm_tflops.get(dtype)
@@ -109,6 +136,10 @@ class Calibration:
                 kw[f.name] = a + b
             elif f.name in ("grouped_gemm_tflops", "contention_slowdown", "floor_tflops", "engine_over_floor"):
                 kw[f.name] = {**a, **b}
+            elif f.name == "floor":  # floor runs are pooled; FloorCalibration.select picks one campaign
+                kw[f.name] = FloorCalibration(a.points + b.points, a.notes + b.notes)
+            elif f.name == "engine_efficiency":
+                kw[f.name] = a and b
             else:
                 kw[f.name] = b if b not in (None, ()) else a
         return Calibration(**kw)
@@ -184,18 +215,22 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     return Calibration(**kw)
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found" if not path.exists() else "not a regular file")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ConfigError(str(path), "", f"not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), "", f"not UTF-8 text (byte {e.start}): a JSON file is expected") from None
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read the file ({e.strerror or e})") from None
 
 
 def load_calibration(path: str | Path) -> Calibration:
     """A strict calibration file (schema in the module docstring)."""
-    return calibration_from_dict(_read_json(Path(path)), file=str(path))
+    return calibration_from_dict(read_json(Path(path)), file=str(path))
 
 
 def _walk(node: Any):
@@ -235,24 +270,7 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
     slices_gbps: dict[float, float] = {}
     bulk = peer = interference = None
     slowdowns: list[tuple[str, float]] = []  # (variant, gemm slowdown) of copy/compute overlap records
-    floor_rates: dict[str, float] = {}
-    engine: dict[str, float] = {}
     for d in _walk(data):
-        fl = d.get("floor")
-        if isinstance(fl, dict):  # a bench run with --floor: prefer the communication-free mode
-            wdt = ((d.get("config") or {}).get("dwdp") or {}).get("weight_dtype", "bf16")
-            for mode in ("dwdp", "dep", "reference"):
-                f = fl.get(mode)
-                if not isinstance(f, dict):
-                    continue
-                rates, over = f.get("floor_tflops") or {}, f.get("measured_over_floor") or {}
-                for ph in ("attention_proj", "attention_core", "expert_gemm", "other"):
-                    key = f"expert_gemm_{wdt}" if ph == "expert_gemm" else ph
-                    if _is_num(rates.get(ph)):
-                        floor_rates[key] = float(rates[ph])
-                for ph in ENGINE_PHASES:
-                    if _is_num(over.get(ph)):
-                        engine[ph] = float(over[ph])
         if _is_num(d.get("tokens")) and _is_num(d.get("tflops")):
             dt = d.get("dtype", "bf16") if d.get("dtype") in ("bf16", "fp8", "nvfp4") else "bf16"
             t = float(d["tokens"])
@@ -283,7 +301,7 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
         sources=(file,), gpu=_device_name(data),
         grouped_gemm_tflops={dt: tuple(sorted(v.items())) for dt, v in gemm.items()},
         slice_efficiency=tuple(sorted(slices.items())), peer_copy_gbps=peer, interference=interference,
-        floor_tflops=floor_rates, engine_over_floor=engine)
+        floor=FloorCalibration(*map(tuple, points_from_bench(data, file=file))))
 
 
 def device_matches(device_name: str, gpu: str) -> bool:
@@ -300,8 +318,8 @@ def load_bench_results(directory: str | Path, gpu: str) -> Calibration:
     notes = []
     for p in sorted(d.rglob("*.json")):
         try:
-            data = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
             notes.append(f"skipped {p}: not readable JSON ({e.__class__.__name__})")
             continue
         c = calibration_from_bench(data, file=str(p))

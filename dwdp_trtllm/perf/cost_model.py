@@ -2,13 +2,17 @@
 
 Every kernel costs max(FLOPs / achievable rate, bytes / achievable bandwidth) (a roofline); a layer is
 the sum of its kernels. Rates and bandwidths come from a GpuSpec (datasheet peak x efficiency) unless
-a Calibration gives a measured number.
+a Calibration gives a measured number. With a floor calibration (`dwdp bench --floor` runs,
+perf/floor_calibration.py) a compute phase costs its FLOPs / the measured floor rate at this size
+(tokens per iteration, ISL; the attention core: FLOPs / R + calls x c), times the engine's measured /
+floor for that phase when the calibration applies engine efficiency (validate-plan, not plan).
 
 Legend: tokens_SR, sdpa_us_SR: per (sample, rank) arrays (any shape works; the last axis is the rank
 when a group-wide quantity is reduced). Times are microseconds, sizes bytes, FLOPs counted as 2 per MAC.
 
 MoE layer, one rank with T tokens in a group of G ranks (E experts, top-k, hidden H, expert inter I):
-  attention   2*P_attn*T (projections) + sum_requests heads*(d_qk + d_v)*isl^2 (causal SDPA)
+  attention   2*P_attn*T (projections; MLA's kv_b over prefix + chunk keys) + sum_segments
+              2*heads*(d_qk + d_v)*(n*prefix + n^2/2) (causal core of n queries after a cached prefix)
   other       shared experts 6*H*I*n_shared*T + router 2*H*E*T
   experts     DWDP: 6*H*I*k*T over all E experts (reads E experts' weights)
               DEP:  6*H*I*k*T_group/G over E/G experts (routing assumed balanced over experts)
@@ -26,6 +30,9 @@ import numpy as np
 from ..models import ModelSpec
 from ..placement import ExpertPlacement
 from .calibration import Calibration, interp_log
+from .floor_calibration import expert_overhead
+from .flops import (attention_proj_flops, core_flops, dense_mlp_flops, routed_expert_flops,  # noqa: F401 (re-exported)
+                    sdpa_flops, shared_and_router_flops)
 from .contention import expected_slowdown
 from .hardware import GpuSpec
 
@@ -93,34 +100,7 @@ def roofline_us(flops, nbytes, flops_per_s, bytes_per_s):
     return np.maximum(np.asarray(flops, float) / flops_per_s, np.asarray(nbytes, float) / bytes_per_s) * 1e6
 
 
-# ---- FLOPs and bytes (plain formulas; tests check them by hand) ----------------------------------
-def attention_proj_flops(spec: ModelSpec, tokens):
-    return 2.0 * spec.attention_params() * np.asarray(tokens, float)
-
-
-def sdpa_flops(spec: ModelSpec, isl):
-    """Causal attention of one request of `isl` tokens: QK^T and PV over the lower triangle."""
-    if spec.attention == "mla":
-        d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
-    else:
-        d_qk = d_v = spec.head_dim
-    isl = np.asarray(isl, float)
-    return spec.num_heads * (d_qk + d_v) * isl * isl  # 2 FLOPs/MAC x (d_qk + d_v) x isl^2 / 2
-
-
-def routed_expert_flops(spec: ModelSpec, tokens):
-    return 6.0 * spec.hidden_size * spec.moe_intermediate * spec.top_k * np.asarray(tokens, float)
-
-
-def shared_and_router_flops(spec: ModelSpec, tokens):
-    H = spec.hidden_size
-    return (6.0 * H * spec.moe_intermediate * spec.num_shared_experts + 2.0 * H * spec.num_experts) * np.asarray(tokens, float)
-
-
-def dense_mlp_flops(spec: ModelSpec, tokens):
-    return 6.0 * spec.hidden_size * spec.dense_intermediate * np.asarray(tokens, float)
-
-
+# ---- FLOPs (perf/flops.py) and bytes --------------------------------------------------------------
 def expert_activation_bytes(spec: ModelSpec, rows, weight_dtype: str):
     """HBM traffic of the expert GEMMs' activations: fc1 in, fc1 out (BF16), fc2 in, fc2 out (BF16)."""
     a_in = 2.0 if weight_dtype == "bf16" else 1.0
@@ -137,62 +117,98 @@ def fetch_bytes(spec: ModelSpec, placement: ExpertPlacement, weight_dtype: str) 
 
 # ---- per-kernel times ------------------------------------------------------------------------
 def sdpa_us(spec: ModelSpec, p: CostParams, isl):
-    """One request's causal SDPA per layer (elementwise over `isl`; 0 where isl is 0)."""
+    """One request's causal SDPA per layer (elementwise over `isl`; 0 where isl is 0), without a per-call cost."""
     isl = np.asarray(isl, float)
     cal = p.calibration
     if cal.attention_us_by_isl:
         return np.vectorize(lambda x: cal.attention_us(x) if x > 0 else 0.0, otypes=[float])(isl)
-    floor = cal.floor_tflops.get("attention_core")
-    rate = (floor or cal.attention_tflops) * 1e12 if (floor or cal.attention_tflops) else p.gpu.attention_flops_per_s
-    return sdpa_flops(spec, isl) / rate * 1e6
+    return sdpa_flops(spec, isl) / core_rate(spec, p) * 1e6
 
 
-def attention_us(spec: ModelSpec, p: CostParams, tokens, sdpa_sum_us):
-    """Projections (roofline at the dense dtype) + the summed SDPA time of the rank's requests. With a floor
-    calibration (`dwdp bench --floor`) both run at the measured floor rate, times the engine's measured/floor."""
+def core_rate(spec: ModelSpec, p: CostParams) -> float:
+    """FLOP/s of the causal attention core (floor R, a measured rate, or the GPU default)."""
     cal = p.calibration
-    floor = cal.floor_tflops.get("attention_proj")
-    if floor:
-        return (attention_proj_flops(spec, tokens) / (floor * 1e12) * 1e6 + sdpa_sum_us) * cal.engine_factor("attention")
+    fit = cal.core_floor()
+    if fit:
+        return fit[0] * 1e12
+    return cal.attention_tflops * 1e12 if cal.attention_tflops else p.gpu.attention_flops_per_s
+
+
+def core_us(spec: ModelSpec, p: CostParams, flops, calls, isl):
+    """Attention core of one layer: `flops` (causal core FLOPs) in `calls` segments at ISL `isl` (elementwise).
+    Floor calibration: flops / R + calls x c; `attention_us_by_isl`: its rate at `isl`; else flops / rate."""
+    cal = p.calibration
+    flops = np.asarray(flops, float)
+    if cal.attention_us_by_isl:
+        us = cal.attention_us(isl)
+        return flops * us / float(sdpa_flops(spec, isl)) if us else np.zeros_like(flops)
+    fit = cal.core_floor()
+    if fit:
+        return flops / (fit[0] * 1e12) * 1e6 + np.asarray(calls, float) * fit[1] * 1e3
+    return flops / core_rate(spec, p) * 1e6
+
+
+def attention_us(spec: ModelSpec, p: CostParams, tokens, core, *, isl=None, kv_tokens=None):
+    """Projections + the attention core time `core` (core_us) of one layer. With a floor calibration the
+    projections run at the measured floor rate at (tokens, isl) and the sum takes the engine's measured / floor
+    for attention; else the projections are a roofline at the dense dtype."""
+    cal = p.calibration
+    flops = attention_proj_flops(spec, tokens, kv_tokens)
+    rate = cal.floor_rate("attention_proj", tokens, isl)
+    if rate is not None:
+        return (flops / (rate * 1e12) * 1e6 + core) * cal.engine_factor("attention", tokens, isl)
     wbytes = spec.attention_params() * DTYPE_BYTES[p.dense_dtype]
     act = np.asarray(tokens, float) * spec.hidden_size * 2 * 4  # q/kv/o inputs and outputs, BF16
-    return roofline_us(attention_proj_flops(spec, tokens), wbytes + act, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps) + sdpa_sum_us
+    return roofline_us(flops, wbytes + act, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps) + core
 
 
-def other_us(spec: ModelSpec, p: CostParams, tokens):
-    """Shared experts and router (replicated weights, dense dtype); floor-calibrated like attention_us."""
+def _other_floor_us(p: CostParams, flops, tokens, isl):
     cal = p.calibration
-    if cal.floor_tflops.get("other"):
-        return shared_and_router_flops(spec, tokens) / (cal.floor_tflops["other"] * 1e12) * 1e6 * cal.engine_factor("other")
+    rate = cal.floor_rate("other", tokens, isl)
+    return None if rate is None else flops / (rate * 1e12) * 1e6 * cal.engine_factor("other", tokens, isl)
+
+
+def other_us(spec: ModelSpec, p: CostParams, tokens, *, isl=None):
+    """Shared experts and router of one MoE layer (replicated weights, dense dtype); floor-calibrated as "other"."""
+    flops = shared_and_router_flops(spec, tokens)
+    floor = _other_floor_us(p, flops, tokens, isl)
+    if floor is not None:
+        return floor
     wbytes = (spec.expert_params * spec.num_shared_experts * DTYPE_BYTES[p.dense_dtype]
               + spec.hidden_size * spec.num_experts * 2)
-    return roofline_us(shared_and_router_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
+    return roofline_us(flops, wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
 
 
-def experts_us(spec: ModelSpec, p: CostParams, rows, num_experts: int):
-    """Grouped GEMM over `num_experts` experts holding `rows` (token, expert) pairs in total."""
+def experts_us(spec: ModelSpec, p: CostParams, rows, num_experts: int, *, isl=None):
+    """Grouped GEMM over `num_experts` experts holding `rows` (token, expert) pairs in total. Floor-calibrated:
+    FLOPs / R_dtype x expert_overhead(rows per expert), the engine's factor at the size of a one-rank layer with
+    the same rows per expert (rows / num_experts x E / top-k tokens).
+    `isl` (here and in the other phases) is the size's second coordinate for a floor calibration; None: tokens only."""
     rows = np.asarray(rows, float)
     flops = 6.0 * spec.hidden_size * spec.moe_intermediate * rows
     cal = p.calibration
-    floor = cal.floor_tflops.get(f"expert_gemm_{p.weight_dtype}")
-    if floor:  # floor-calibrated: the measured grouped-GEMM rate of the routing produced, times the engine's factor
-        return flops / (floor * 1e12) * 1e6 * cal.engine_factor("expert_gemm")
+    fit = cal.expert_floor(p.weight_dtype)
+    if fit is not None:
+        size = rows / num_experts * spec.num_experts / spec.top_k
+        floor = flops / (fit[0] * 1e12) * 1e6 * expert_overhead(rows / num_experts, fit[1])
+        return floor * cal.engine_factor("expert_gemm", size, isl, p.weight_dtype)
     nbytes = num_experts * spec.expert_bytes(p.weight_dtype) + expert_activation_bytes(spec, rows, p.weight_dtype)
     return roofline_us(flops, nbytes, p.gemm_flops_per_s(p.weight_dtype, rows / num_experts), p.hbm_bps)
 
 
-def dense_layer_us(spec: ModelSpec, p: CostParams, tokens, sdpa_sum_us):
+def dense_layer_us(spec: ModelSpec, p: CostParams, tokens, core, *, isl=None, kv_tokens=None):
     """One of the first_k_dense layers (identical in DEP and DWDP)."""
-    return attention_us(spec, p, tokens, sdpa_sum_us) + dense_mlp_us(spec, p, tokens)
+    return attention_us(spec, p, tokens, core, isl=isl, kv_tokens=kv_tokens) + dense_mlp_us(spec, p, tokens, isl=isl)
 
 
-def dense_mlp_us(spec: ModelSpec, p: CostParams, tokens):
-    """The MLP of one first_k_dense layer; floor-calibrated like other_us."""
-    cal = p.calibration
-    if cal.floor_tflops.get("other"):
-        return dense_mlp_flops(spec, tokens) / (cal.floor_tflops["other"] * 1e12) * 1e6 * cal.engine_factor("other")
+def dense_mlp_us(spec: ModelSpec, p: CostParams, tokens, *, isl=None):
+    """The MLP of one first_k_dense layer; floor-calibrated as "other"."""
+    flops = dense_mlp_flops(spec, tokens)
+    floor = _other_floor_us(p, flops, tokens, isl)
+    if floor is not None:
+        return floor
     wbytes = 3 * spec.hidden_size * spec.dense_intermediate * DTYPE_BYTES[p.dense_dtype]
-    return roofline_us(dense_mlp_flops(spec, tokens), wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
+    return roofline_us(flops, wbytes, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps)
 
 
 def all_to_all_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):

@@ -17,6 +17,7 @@ from ..models import ModelSpec
 from ..placement import make_placement
 from ..schema import ConfigError
 from . import cost_model as cm
+from .bench_work import IterationLoad
 from .calibration import Calibration
 from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
@@ -114,14 +115,25 @@ def _placement(spec: PlanSpec, group: int, redundant: int):
     return _placement_of(_dwdp_config(spec, group, redundant), spec.model.num_experts)
 
 
-def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int) -> PlanRow:
-    """One row: sample the workload over `group` ranks, cost every rank, compare DEP with DWDP."""
-    m, p = spec.model, spec.params()
+def sampled_load(spec: PlanSpec, isl: int, group: int) -> IterationLoad:
+    """The workload model's iterations (whole requests packed up to MNT, or `batch` requests; a request longer
+    than MNT is one chunk carrying its prorated share of the core), as the cost model's per-(sample, rank) load."""
     isl_SRK, tok_SRK = sample_requests(spec.workload(isl), group)
-    tokens_SR, sdpa_SR = per_rank_load(isl_SRK, tok_SRK, lambda x: cm.sdpa_us(m, p, x))
-    attn_SR = cm.attention_us(m, p, tokens_SR, sdpa_SR)
-    other_SR = cm.other_us(m, p, tokens_SR)
-    experts_dwdp_SR = cm.experts_us(m, p, tokens_SR * m.top_k, m.num_experts)
+    tokens_SR, core_SR = per_rank_load(isl_SRK, tok_SRK, lambda x: cm.sdpa_flops(spec.model, x))
+    return IterationLoad(tokens_SR, tokens_SR, core_SR, (tok_SRK > 0).sum(-1).astype(float))
+
+
+def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int,
+            load: IterationLoad | None = None) -> PlanRow:
+    """One row: cost every rank of the sampled workload (or of `load`, e.g. a bench run's rebuilt iterations)
+    over `group` ranks, compare DEP with DWDP."""
+    m, p = spec.model, spec.params()
+    load = load if load is not None else sampled_load(spec, isl, group)
+    tokens_SR = load.tokens_SR
+    core_SR = cm.core_us(m, p, load.core_flops_SR, load.segments_SR, isl)
+    attn_SR = cm.attention_us(m, p, tokens_SR, core_SR, isl=isl, kv_tokens=load.kv_tokens_SR)
+    other_SR = cm.other_us(m, p, tokens_SR, isl=isl)
+    experts_dwdp_SR = cm.experts_us(m, p, tokens_SR * m.top_k, m.num_experts, isl=isl)
     compute_SR = attn_SR + other_SR + experts_dwdp_SR
 
     placement = _placement(spec, group, redundant)
@@ -130,11 +142,11 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     dwdp_SR = cm.overlapped_us(compute_SR, t_p, f)
 
     own_SR = attn_SR + other_SR
-    experts_dep_S = cm.experts_us(m, p, tokens_SR.sum(-1) * m.top_k / group, cm.ceil_div(m.num_experts, group))
+    experts_dep_S = cm.experts_us(m, p, tokens_SR.sum(-1) * m.top_k / group, cm.ceil_div(m.num_experts, group), isl=isl)
     a2a_S = cm.all_to_all_us(m, p, tokens_SR, group)
     layer = compare(tokens_SR, own_SR, dwdp_SR, experts_dep_S + a2a_S)
 
-    dense_SR = cm.dense_layer_us(m, p, tokens_SR, sdpa_SR) * m.first_k_dense
+    dense_SR = cm.dense_layer_us(m, p, tokens_SR, core_SR, isl=isl, kv_tokens=load.kv_tokens_SR) * m.first_k_dense
     n = m.num_moe_layers
     it = compare(tokens_SR, dense_SR + n * own_SR, dense_SR + n * dwdp_SR, n * (experts_dep_S + a2a_S))
     group_tokens = tokens_SR.sum() / tokens_SR.shape[0]
@@ -150,7 +162,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         isl=isl, dwdp_size=group, redundant_experts=redundant, slice_bytes=slice_bytes,
         tokens_per_rank=float(tokens_SR.mean()), t_attention_us=float(attn_SR.mean()),
         t_experts_dwdp_us=float(experts_dwdp_SR.mean()), t_experts_dep_us=float(np.mean(experts_dep_S)),
-        t_other_us=float(other_SR.mean()), t_dense_mlp_us=float(cm.dense_mlp_us(m, p, tokens_SR).mean()), t_compute_us=t_compute,
+        t_other_us=float(other_SR.mean()), t_dense_mlp_us=float(cm.dense_mlp_us(m, p, tokens_SR, isl=isl).mean()), t_compute_us=t_compute,
         t_compute_dep_us=float(own_SR.mean() + np.mean(experts_dep_S)), t_prefetch_us=t_p,
         t_all2all_us=float(np.mean(a2a_S)), t_sync_us=layer.t_sync_us,
         t_prefetch_wait_us=float(np.maximum(0.0, t_p - compute_SR * f).mean()),

@@ -78,33 +78,66 @@ def test_calibration_file_is_used(capsys, tmp_path):
     assert slow["t_prefetch_us"] == pytest.approx(2 * base["t_prefetch_us"], rel=1e-5)
 
 
+def _nested(flat: dict) -> dict:
+    """{"dep.layer_us.attention": x} -> {"dep": {"layer_us": {"attention": x}}}"""
+    out: dict = {}
+    for key, v in flat.items():
+        *path, last = key.split(".")
+        d = out
+        for k in path:
+            d = d.setdefault(k, {})
+        d[last] = v
+    return out
+
+
 def _bench_results(tmp_path, capsys, scale=1.1):
-    """A bench-shaped results.json whose measured numbers are the prediction times `scale`, some missing."""
-    cfg = {"model": {"preset": "deepseek-r1", "num_layers": 5}, "dwdp": {"dwdp_size": 4, "weight_dtype": "fp8"},
+    """A bench-shaped results.json whose measured numbers are validate-plan's prediction times `scale`, some missing."""
+    cfg = {"model": {"preset": "deepseek-r1", "num_layers": 5, "first_k_dense": 1},
+           "dwdp": {"dwdp_size": 4, "weight_dtype": "fp8"},
            "workload": {"isl": 8192, "isl_dist": "fixed", "max_num_tokens": 16384}, "run": {"device": "cuda", "ranks": 4}}
-    rows = _json(capsys, ["plan", "--model", "deepseek-r1", "--num-layers", "5", "--dwdp-size", "4", "--isl", "8192",
-                          "--mnt", "16384", "--no-bench-results", "--json"])
-    r = rows[0]
-    metrics = {"dep": {"tps_per_gpu": r["tps_per_gpu_dep"] * scale,
-                       "layer_us": {"attention": r["t_attention_us"] * scale, "all_to_all": r["t_all2all_us"] * scale}},
-               "dwdp": {"tps_per_gpu": r["tps_per_gpu_dwdp"] * scale}}
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": metrics}, {"metrics": {}}]}))
+    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": {}}]}))
+    every = _json(capsys, ["validate-plan", str(path), "--no-bench-results", "--json"])[0]["runs"][0]["not_compared"]
+    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": _nested(dict.fromkeys(every, 1.0))}]}))
+    res = _json(capsys, ["validate-plan", str(path), "--no-bench-results", "--json"])[0]["runs"][0]
+    pred = {c["metric"]: c["predicted"] for c in res["comparisons"]}
+    keep = ("dep.tps_per_gpu", "dwdp.tps_per_gpu", "dep.layer_us.attention", "dep.layer_us.all_to_all")
+    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": _nested({k: pred[k] * scale for k in keep})},
+                                         {"metrics": {}}]}))
     return path
 
 
 def test_validate_plan_reports_error_per_metric(capsys, tmp_path):
     path = _bench_results(tmp_path, capsys)
-    res = _json(capsys, ["validate-plan", str(path), "--gpu", "h200", "--no-bench-results", "--json"])
+    res = _json(capsys, ["validate-plan", str(path), "--gpu", "h200", "--no-bench-results", "--json"])[0]["runs"]
     cmp = {c["metric"]: c for c in res[0]["comparisons"]}
     assert set(cmp) == {"dep.tps_per_gpu", "dwdp.tps_per_gpu", "dep.layer_us.attention", "dep.layer_us.all_to_all"}
     for c in cmp.values():
         assert c["rel_error"] == pytest.approx(1 / 1.1 - 1, abs=1e-4)
+        assert c["excluded"] is None
     assert "ratio.tps_per_gpu" in res[0]["not_compared"] and "dwdp.layer_us.prefetch_wait" in res[0]["not_compared"]
     assert "error" in res[1]
     assert main(["validate-plan", str(path), "--no-bench-results"]) == 0
     out = capsys.readouterr().out
     assert "dep.tps_per_gpu" in out and "-9.1%" in out and "not compared" in out
+
+
+def test_validate_plan_per_layer_rows_divide_as_the_bench_does(capsys, tmp_path):
+    """1 dense + 2 MoE layers (first_k_dense from the config): attention and other per layer, experts per MoE layer."""
+    cfg = {"model": {"preset": "deepseek-r1", "num_layers": 3, "first_k_dense": 1}, "dwdp": {"dwdp_size": 1, "weight_dtype": "bf16"},
+           "workload": {"isl": 8192, "isl_dist": "uniform_ratio", "max_num_tokens": 16384, "tokens_per_rank": 81920},
+           "run": {"device": "cuda", "ranks": 1, "warmup_iters": 1, "modes": ["dep"]}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": {}}]}))
+    res = _json(capsys, ["validate-plan", str(path), "--no-bench-results", "--json"])[0]["runs"][0]
+    assert res["config"]["layers"] == 3
+    path.write_text(json.dumps({"runs": [{"config": cfg, "metrics": _nested(dict.fromkeys(res["not_compared"], 1.0))}]}))
+    p = {c["metric"]: c["predicted"] for c in _json(capsys, ["validate-plan", str(path), "--no-bench-results", "--json"])[0]["runs"][0]["comparisons"]}
+    assert p["dep.layer_us.attention"] == pytest.approx(p["dep.iteration_ms.attention"] * 1e3 / 3)
+    assert p["dep.layer_us.expert_gemm"] == pytest.approx(p["dep.iteration_ms.expert_gemm"] * 1e3 / 2)
+    assert p["dep.layer_us.other"] == pytest.approx(p["dep.iteration_ms.other"] * 1e3 / 3)
+    assert p["dep.iteration_ms.wall"] == pytest.approx(p["dep.iteration_ms.attention"] + p["dep.iteration_ms.expert_gemm"]
+                                                        + p["dep.iteration_ms.other"])
 
 
 def test_validate_plan_bad_inputs(capsys, tmp_path):

@@ -458,6 +458,35 @@ def test_gen_config_quotes_every_path_it_writes_into_commands(tmp_path, capsys):
     assert env.stdout == str(out.resolve() / "disaggregated" / "dwdp.yaml"), env
 
 
+PLANNER_FILES = {"binary": bytes(range(256)) * 4, "empty": b'{"runs": []}',
+                 "workload_list": b'{"runs": [{"config": {"workload": [1, 2]}, "metrics": {}}]}',
+                 "run_list": b'{"runs": [[1]]}', "metrics_list": b'{"runs": [{"metrics": [1]}]}'}
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["plan", "--calibration", "binary"], "binary: <root>: not UTF-8 text (byte 128)"),
+    (["validate-plan", "binary"], "binary: <root>: not UTF-8 text (byte 128)"),
+    (["validate-plan", "empty"], "empty: runs: the file holds no runs"),
+    (["validate-plan", "workload_list"], "workload_list: runs[0].config.workload: expected a mapping, got list"),
+    (["validate-plan", "run_list"], "run_list: runs[0]: expected a mapping"),
+    (["validate-plan", "metrics_list"], "metrics_list: runs[0].metrics: expected a mapping, got list"),
+], ids=lambda v: "_".join(v) if isinstance(v, list) else None)
+def test_planner_input_files_exit_2_in_one_line_naming_the_file(tmp_path, capsys, argv, needle):
+    for name, data in PLANNER_FILES.items():
+        (tmp_path / name).write_bytes(data)
+    argv = [str(tmp_path / a) if a in PLANNER_FILES else a for a in argv]
+    code = cli.main(argv + ["--no-bench-results"])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_plan_skips_a_binary_file_among_the_bench_results(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.json").write_bytes(bytes(range(256)) * 4)
+    assert cli.main(["plan", "--isl", "8192", "--bench-results", str(tmp_path / "r")]) == 0
+    assert "x.json: not readable JSON (UnicodeDecodeError)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_plan_calibration_does_not_depend_on_the_working_directory(tmp_path, monkeypatch, capsys):
     args = ["plan", "--model", "deepseek-r1", "--dwdp-size", "4", "--isl", "8192", "--json"]
     assert cli.main(args) == 0

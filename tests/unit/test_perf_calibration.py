@@ -109,28 +109,27 @@ def test_merge_prefers_the_later_source():
     assert m.peer_copy_gbps == 350.0 and m.hbm_tbps == 4.0 and m.sources == ("a", "b")
 
 
-def test_floor_calibration_from_a_bench_run_drives_the_cost_model():
+def test_strict_floor_rates_and_engine_factors_drive_the_cost_model(tmp_path):
+    """A calibration file's floor_tflops / engine_over_floor are the same at every size (and win over floor runs)."""
     from dwdp_trtllm.perf import cost_model as cm
-    from dwdp_trtllm.perf.calibration import calibration_from_bench
     from dwdp_trtllm.perf.hardware import get_gpu
     from dwdp_trtllm.models import get_model
 
-    run = {"config": {"dwdp": {"weight_dtype": "fp8"}}, "env": {"device_name": "NVIDIA H200"},
-           "floor": {"dep": {"floor_tflops": {"attention_proj": 600.0, "attention_core": 450.0, "expert_gemm": 800.0,
-                                              "other": 700.0},
-                             "measured_over_floor": {"attention": 1.2, "expert_gemm": 1.1, "other": 1.5, "total": 1.3}},
-                     "dwdp": {"floor_tflops": {"expert_gemm": 1.0}, "measured_over_floor": {"expert_gemm": 9.0}}}}
-    cal = calibration_from_bench({"runs": [run]}, file="r.json")
-    assert cal.gpu == "NVIDIA H200"
-    # the one-rank DEP entry wins over DWDP's; the expert rate is keyed by the run's weight dtype
-    assert cal.floor_tflops == {"attention_proj": 600.0, "attention_core": 450.0, "expert_gemm_fp8": 800.0, "other": 700.0}
-    assert cal.engine_over_floor == {"attention": 1.2, "expert_gemm": 1.1, "other": 1.5}
-    spec = get_model("deepseek-r1", num_layers=3)
+    cal = load_calibration(_write(tmp_path, {
+        "floor_tflops": {"attention_proj": 600.0, "attention_core": 450.0, "expert_gemm_fp8": 800.0, "other": 700.0},
+        "engine_over_floor": {"attention": 1.2, "expert_gemm": 1.1, "other": 1.5}}))
+    spec = get_model("deepseek-r1", num_layers=3, first_k_dense=1)
     p = cm.CostParams(gpu=get_gpu("h200"), weight_dtype="fp8", calibration=cal)
     rows = 16384 * 8
     want = 6.0 * spec.hidden_size * spec.moe_intermediate * rows / 800e12 * 1e6 * 1.1
-    assert cm.experts_us(spec, p, rows, spec.num_experts) == pytest.approx(want)
-    sdpa = float(cm.sdpa_us(spec, p, 8192))
-    assert sdpa == pytest.approx(float(cm.sdpa_flops(spec, 8192)) / 450e12 * 1e6)
-    att = float(cm.attention_us(spec, p, 16384, sdpa))
-    assert att == pytest.approx((float(cm.attention_proj_flops(spec, 16384)) / 600e12 * 1e6 + sdpa) * 1.2)
+    assert cm.experts_us(spec, p, rows, spec.num_experts, isl=8192) == pytest.approx(want)
+    core = float(cm.core_us(spec, p, cm.sdpa_flops(spec, 8192), 1, 8192))
+    assert core == pytest.approx(float(cm.sdpa_flops(spec, 8192)) / 450e12 * 1e6)
+    att = float(cm.attention_us(spec, p, 16384, core, isl=8192))
+    assert att == pytest.approx((float(cm.attention_proj_flops(spec, 16384)) / 600e12 * 1e6 + core) * 1.2)
+    other = float(cm.other_us(spec, p, 16384, isl=8192))
+    assert other == pytest.approx(float(cm.shared_and_router_flops(spec, 16384)) / 700e12 * 1e6 * 1.5)
+    # planning for stock kernels: the floor rates stay, the engine's factors go
+    import dataclasses
+    floor_only = dataclasses.replace(p, calibration=dataclasses.replace(cal, engine_efficiency=False))
+    assert cm.experts_us(spec, floor_only, rows, spec.num_experts, isl=8192) == pytest.approx(want / 1.1)

@@ -1,0 +1,49 @@
+"""FLOPs of one layer's compute phases (2 per multiply-add; plain formulas, tests check them by hand; pure).
+
+The same counts as bench/floor.py's iteration_flops, so that a floor's measured rate applies to them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..models import ModelSpec
+
+
+def attention_proj_flops(spec: ModelSpec, tokens, kv_tokens=None):
+    """Projection GEMMs of `tokens` queries; MLA's kv_b runs over `kv_tokens` keys (prefix + chunk; default
+    tokens, i.e. no cached prefix)."""
+    t = np.asarray(tokens, float)
+    out = 2.0 * spec.attention_params() * t
+    if kv_tokens is not None and spec.attention == "mla":
+        out = out + 2.0 * spec.kv_lora_rank * spec.num_heads * (spec.qk_nope_head_dim + spec.v_head_dim) * (
+            np.asarray(kv_tokens, float) - t)
+    return out
+
+
+def sdpa_flops(spec: ModelSpec, isl):
+    """Causal attention of one request of `isl` tokens: QK^T and PV over the lower triangle."""
+    return core_flops(spec, isl)
+
+
+def routed_expert_flops(spec: ModelSpec, tokens):
+    return 6.0 * spec.hidden_size * spec.moe_intermediate * spec.top_k * np.asarray(tokens, float)
+
+
+def shared_and_router_flops(spec: ModelSpec, tokens):
+    H = spec.hidden_size
+    return (6.0 * H * spec.moe_intermediate * spec.num_shared_experts + 2.0 * H * spec.num_experts) * np.asarray(tokens, float)
+
+
+def dense_mlp_flops(spec: ModelSpec, tokens):
+    return 6.0 * spec.hidden_size * spec.dense_intermediate * np.asarray(tokens, float)
+
+
+def core_flops(spec: ModelSpec, length, prefix=0.0):
+    """Causal attention core of one segment of `length` queries after `prefix` cached keys, per layer:
+    QK^T and PV over the prefix and the lower triangle of the chunk (what bench/floor.py counts)."""
+    if spec.attention == "mla":
+        d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
+    else:
+        d_qk = d_v = spec.head_dim
+    n, p = np.asarray(length, float), np.asarray(prefix, float)
+    return 2.0 * spec.num_heads * (d_qk + d_v) * (n * p + n * n / 2)

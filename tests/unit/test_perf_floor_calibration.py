@@ -1,0 +1,218 @@
+"""Floor calibration from `dwdp bench --floor` runs: points, interpolation, the core fit, campaign selection,
+repeatability and leave-one-out (synthetic runs whose work is rebuilt exactly, and the committed floors)."""
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from dwdp_trtllm.commands.plan import DEFAULT_BENCH_DIR
+from dwdp_trtllm.commands.validate_plan import SUMMARY_PHASES, summary_rows, validate
+from dwdp_trtllm.perf.bench_work import floor_flops, rebuild, run_model
+from dwdp_trtllm.perf.floor_calibration import FloorCalibration, idw
+from dwdp_trtllm.perf.floor_points import REPEAT_TOLERANCE, mark_unrepeatable, points_from_bench
+
+RATES = {"attention_proj": 700.0, "attention_core": 400.0, "expert_gemm": 500.0, "other": 650.0}
+
+
+def _run(isl=8192, mnt=16384, dtype="bf16", modes=("dep",), factor=None, date="2026-12-03T10:00:00+00:00",
+         one_time_ms=None, **metrics_extra):
+    """A one-rank floor run whose floor is exactly the rebuilt work at RATES; measured = floor x factor, per
+    iteration; one_time_ms: {phase: ms} added to the first measured iteration only (mean and median written)."""
+    factor = factor or {"attention": 1.5, "expert_gemm": 1.0, "other": 1.7}
+    cfg = {"model": {"preset": "deepseek-r1", "num_layers": 3, "first_k_dense": 1, "dtype": "bf16"},
+           "dwdp": {"dwdp_size": 1, "weight_dtype": dtype},
+           "workload": {"isl": isl, "isl_dist": "uniform_ratio", "max_num_tokens": mnt, "tokens_per_rank": 5 * mnt},
+           "run": {"device": "cuda", "ranks": 1, "warmup_iters": 1, "modes": list(modes)}}
+    spec = run_model(cfg)
+    load, _ = rebuild(cfg, spec)
+    flops = floor_flops(spec, load)
+    floor_ms = {k: flops[k] / RATES[k] * 1e-9 for k in RATES}
+    floor_ms["attention"] = floor_ms["attention_proj"] + floor_ms["attention_core"]
+    # per iteration: floor proportional to the iteration's FLOPs (a constant rate), measured = floor x factor
+    per = [floor_flops(spec, load.at(s)) for s in range(load.tokens_SR.shape[0]) if load.tokens_SR[s].sum() > 0]
+    its = []
+    for i, fl in enumerate(per):
+        ms = {k: fl[k] / RATES[k] * 1e-9 for k in RATES}
+        d = {"attention": (ms["attention_proj"] + ms["attention_core"]) * factor["attention"],
+             "expert_gemm": ms["expert_gemm"] * factor["expert_gemm"], "other": ms["other"] * factor["other"]}
+        for k, v in (one_time_ms or {}).items():
+            d[k] += v if i == 0 else 0.0
+        d["wall"] = sum(d.values()) * 1.01
+        its.append(d)
+    it = {k: float(np.mean([d[k] for d in its])) for k in its[0]}
+    med = {k: float(np.median([d[k] for d in its])) for k in its[0]}
+    busy = len(per)
+    m = {"tokens": float(load.tokens_SR.sum()), "iteration_ms": it, "num_gpus": 1, **metrics_extra}
+    f = {"iterations": busy, "floor_ms": floor_ms, "floor_tflops": dict(RATES)}
+    if one_time_ms is not None:
+        m["iteration_ms_median"] = med
+        f["measured_over_floor_median"] = {k: v for k, v in factor.items()}
+    return {"config": cfg, "env": {"device_name": "NVIDIA H200", "date": date},
+            "metrics": {mode: m for mode in modes}, "floor": {mode: f for mode in modes}}
+
+
+def _write(path, *runs):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"runs": list(runs)}))
+    return path
+
+
+def test_idw_is_exact_at_points_and_bounded():
+    xy, v = [(1000, 2048), (16000, 8192), (32000, 32768)], [1.0, 2.0, 4.0]
+    assert idw(xy, v, 16000, 8192) == pytest.approx(2.0)
+    out = idw(xy, v, np.array([10.0, 5e5, 20000]), 4096)
+    assert np.all((out >= 1.0) & (out <= 4.0))
+    assert idw(xy, v, 16000) == pytest.approx(2.0)  # tokens only
+
+
+def test_point_from_a_floor_run(tmp_path):
+    p = _write(tmp_path / "c" / "r.json", _run(modes=("dep", "dwdp")))
+    pts, notes = points_from_bench(json.loads(p.read_text()), file=str(p))
+    assert not notes and [q.mode for q in pts] == ["dep", "dwdp"]
+    q = pts[0]
+    assert q.flops["expert_gemm"] / q.floor_ms["expert_gemm"] * 1e-9 == pytest.approx(RATES["expert_gemm"])
+    assert q.factor("attention") == pytest.approx(1.5) and q.factor("outside") == pytest.approx(1.01)
+    assert q.calls is not None and q.calls > 0  # rebuilt batches reproduce the floor's FLOPs
+    assert q.expert_tokens == pytest.approx(q.tokens)  # one rank: every routed pair of its own tokens
+
+
+def test_shared_gpu_runs_do_not_calibrate_and_allocator_retries_exclude(tmp_path):
+    shared = _run(ranks_share_gpu=True)
+    retry = _run(allocator_after_warmup={"0": {"device_allocs": 3, "alloc_retries": 1, "ooms": 0}})
+    pts, notes = points_from_bench({"runs": [shared, retry]}, file=str(tmp_path / "x.json"))
+    assert len(pts) == 1 and any("time-slicing" in n for n in notes)
+    assert "allocator" in pts[0].excluded["mean.attention"] and pts[0].factor("attention") is None
+
+
+def test_core_fit_recovers_rate_and_per_call_cost(tmp_path):
+    """floor core = FLOPs / R + calls x c: the fit recovers R and c from runs of different calls per FLOP."""
+    R, c = 420.0, 0.25  # TFLOP/s, ms per call and layer
+    pts = []
+    for isl in (2048, 8192, 32768):
+        r = _run(isl=isl, mnt=max(16384, isl))
+        q = points_from_bench({"runs": [r]}, file=str(tmp_path / f"{isl}.json"))[0][0]
+        r["floor"]["dep"]["floor_ms"]["attention_core"] = q.flops["attention_core"] * 1e-9 / R + q.calls * c
+        r["floor"]["dep"]["floor_tflops"]["attention_core"] = q.flops["attention_core"] * 1e-9 / r["floor"]["dep"]["floor_ms"]["attention_core"]
+        pts += points_from_bench({"runs": [r]}, file=str(tmp_path / f"{isl}.json"))[0]
+    fit = FloorCalibration(tuple(pts)).core
+    assert fit == pytest.approx((R, c), rel=1e-6)
+    # one point (or proportional calls): the rate alone
+    assert FloorCalibration(tuple(pts[:1])).core[1] == 0.0
+
+
+def test_expert_fit_recovers_per_dtype_rates_and_the_shared_per_expert_cost(tmp_path):
+    """floor experts = FLOPs / R_dtype x (1 + k a(m) / m): BF16 measured at one size only still gets FP8's size
+    dependence through the shared k."""
+    from dwdp_trtllm.perf.floor_calibration import expert_overhead
+
+    R, k = {"bf16": 640.0, "fp8": 960.0}, 120.0
+    pts = []
+    for n, (dtype, isl, mnt) in enumerate((("bf16", 8192, 16384), ("fp8", 8192, 16384), ("fp8", 32768, 32768))):
+        r = _run(isl=isl, mnt=mnt, dtype=dtype)
+        q = points_from_bench({"runs": [r]}, file=str(tmp_path / f"{n}.json"))[0][0]
+        ms = q.flops["expert_gemm"] * 1e-9 / R[dtype] * float(expert_overhead(q.rows_per_expert, k))
+        r["floor"]["dep"]["floor_ms"]["expert_gemm"] = ms
+        r["floor"]["dep"]["floor_tflops"]["expert_gemm"] = q.flops["expert_gemm"] * 1e-9 / ms
+        pts += points_from_bench({"runs": [r]}, file=str(tmp_path / f"{n}.json"))[0]
+    rates, fit_k = FloorCalibration(tuple(pts)).experts
+    assert fit_k == pytest.approx(k, rel=0.01)
+    assert rates["bf16"] == pytest.approx(R["bf16"], rel=0.01) and rates["fp8"] == pytest.approx(R["fp8"], rel=0.01)
+    assert float(expert_overhead(0.0, k)) == pytest.approx(1 + k)  # no rows: bounded, not infinite
+
+
+def test_unrepeatable_phase_is_excluded_everywhere(tmp_path):
+    a = _run(factor={"attention": 1.5, "expert_gemm": 1.0, "other": 1.7})
+    b = _run(factor={"attention": 1.5 * (1 + 3 * REPEAT_TOLERANCE), "expert_gemm": 1.0 * (1 + REPEAT_TOLERANCE / 2), "other": 1.7})
+    c = _run(isl=32768, mnt=32768)
+    pts = [points_from_bench({"runs": [r]}, file=str(tmp_path / f"{n}.json"))[0][0] for n, r in (("a", a), ("b", b), ("c", c))]
+    marked, why = mark_unrepeatable(pts)
+    assert all("not repeatable" in q.excluded["mean.attention"] for q in marked)  # the whole campaign's attention
+    assert all("mean.wall" in q.excluded and "mean.expert_gemm" not in q.excluded for q in marked)
+    assert len(why) == 2 and "a.json dep" in why[0] and "b.json dep" in why[0]
+
+
+def test_one_slow_repeat_among_agreeing_ones_is_marked_alone(tmp_path):
+    """Identical work measured 1.5, 1.52 and 1.9 x floor: the two that agree stay, the slow one (one-time costs only
+    add time) is marked, with its wall."""
+    runs = [_run(factor={"attention": a, "expert_gemm": 1.0, "other": 1.7}) for a in (1.5, 1.52, 1.9)]
+    pts = [points_from_bench({"runs": [r]}, file=str(tmp_path / f"{n}.json"))[0][0] for n, r in enumerate(runs)]
+    marked, why = mark_unrepeatable(pts)
+    assert [("mean.attention" in q.excluded) for q in marked] == [False, False, True]
+    assert "one-time costs" in marked[2].excluded["mean.attention"] and "mean.wall" in marked[2].excluded
+    assert len(why) == 1 and why[0].startswith("2.json dep mean.attention")
+
+
+def test_selection_one_campaign_own_or_newest_and_leave_one_out(tmp_path):
+    old = _write(tmp_path / "engine_floor_old" / "b8.json", _run(date="2026-12-02T10:00:00+00:00"))
+    new8 = _write(tmp_path / "engine_floor_new" / "b8.json", _run())
+    new32 = _write(tmp_path / "engine_floor_new" / "b32.json", _run(isl=32768, mnt=32768))
+    pts = []
+    for p in (old, new8, new32):
+        pts += points_from_bench(json.loads(p.read_text()), file=str(p))[0]
+    all_ = FloorCalibration(tuple(pts))
+    newest = all_.select()
+    assert newest.campaign.endswith("engine_floor_new") and len(newest.points) == 2 and not newest.validated
+    own = all_.select(old)  # the validated file's own campaign, without the file itself
+    assert own.campaign.endswith("engine_floor_old") and own.points == () and len(own.validated) == 1
+    loo = all_.select(new8)
+    assert [q.source for q in loo.points] == [str(new32.resolve())] and loo.validated[0].source == str(new8.resolve())
+    assert any(n.startswith("leave-one-out: b8.json") for n in loo.notes)
+    assert any("not used: campaign" in n for n in loo.notes)
+
+
+def _args(bench_results):
+    return argparse.Namespace(gpu="h200", calibration=None, bench_results=str(bench_results), no_bench_results=False,
+                              interference=None, a2a_dedup=False, samples=256, engine_efficiency=True)
+
+
+def test_clean_campaign_of_the_committed_floors_validates_every_phase(tmp_path):
+    """The committed floors with measured means that are repeatable (floor x a smooth efficiency per ISL and dtype):
+    every phase, attention and the wall included, is predicted leave-one-out within 15%, also at the shortest ISL
+    (extrapolated: the core's per-call cost carries it)."""
+    camps = sorted(DEFAULT_BENCH_DIR.glob("engine_floor_*"))
+    assert camps
+    camp = tmp_path / "engine_floor_clean"
+    camp.mkdir()
+    files = []
+    for f in sorted(camps[0].glob("*.json")):
+        data = json.loads(f.read_text())
+        runs = [r for r in data.get("runs", []) if r.get("floor") and r["config"]["run"]["ranks"] == 1]
+        if not runs:
+            continue
+        for r in runs:
+            isl, dt = r["config"]["workload"]["isl"], r["config"]["dwdp"]["weight_dtype"]
+            eff = {"attention": 1.2 + 0.05 * np.log2(32768 / isl), "expert_gemm": 0.95 if dt == "bf16" else 1.4, "other": 1.75}
+            for mode, fl in r["floor"].items():
+                if isinstance(fl, dict):
+                    it = r["metrics"][mode]["iteration_ms"]
+                    it.update({k: fl["floor_ms"][k] * v for k, v in eff.items()})
+                    it["wall"] = sum(it[k] for k in eff) * 1.01
+        files.append(_write(camp / f.name, *runs))
+    for f in files:
+        rows = summary_rows(validate(str(f), _args(tmp_path)))
+        for row in rows:
+            for ph in SUMMARY_PHASES:
+                x = row[ph]
+                assert x["excluded"] is None, x["excluded"]
+                assert abs(x["rel_error"]) <= 0.15, (f.name, row["mode"], ph, x)
+
+
+def test_a_mean_polluted_by_one_time_costs_is_marked_and_the_median_calibrates_and_validates(tmp_path):
+    """With the bench's medians (iteration_ms_median, measured_over_floor_median): a one-time cost in one measured
+    iteration lifts the mean above what the work explains, so the mean is marked, the median-based efficiency
+    calibrates, and validate-plan predicts the median within 15%, leave-one-out."""
+    camp = tmp_path / "engine_floor_x"
+    eff = {"attention": 1.4, "expert_gemm": 1.0, "other": 1.7}
+    _write(camp / "b2.json", _run(isl=2048, factor=eff, one_time_ms={}))
+    _write(camp / "b32.json", _run(isl=32768, mnt=32768, factor=eff, one_time_ms={}))
+    polluted = _write(camp / "b8.json", _run(factor=eff, one_time_ms={"attention": 400.0}))
+    q = points_from_bench(json.loads(polluted.read_text()), file=str(polluted))[0][0]
+    assert "one-time costs" in q.excluded["mean.attention"] and "mean.wall" in q.excluded
+    assert "median.attention" not in q.excluded and q.factor("attention") == pytest.approx(1.4)
+    res = validate(str(polluted), _args(tmp_path))
+    rows = {r["stat"]: r for r in summary_rows(res)}
+    assert rows["mean"]["attention"]["excluded"] and rows["mean"]["expert_gemm"]["excluded"] is None
+    for ph in SUMMARY_PHASES:
+        x = rows["median"][ph]
+        assert x["excluded"] is None and abs(x["rel_error"]) <= 0.15, (ph, x)
