@@ -1,11 +1,14 @@
 """The TensorRT-LLM adapter's runtime path on a GPU: fake TensorRT-LLM modules (tests/fakes, each behaviour
 citing upstream), real CUDA transport (vmm_fd / ipc between processes sharing the GPU), CopyScheduler (graph),
-composite view, bit-exact against the single-process full-expert reference over three forwards.
+composite view or the multi_buffer unit (dwdp::grouped_gemm, CUDA build), bit-exact against the single-process
+full-expert reference over three forwards (for multi_buffer: the same unit and op on the full expert set).
 
 Ranks: 2 context processes + 1 generation process on the one GPU (device = rank % device_count, as
 trtllm-serve's set_cuda_device). Expert tensors are whole 2 MiB VMM pages (FAKE_H 1024, FAKE_I 2048) so the
 composite view can be built; the fake expert kernel is a float32 torch loop standing in for the CUTLASS MoE
-(dwdp::grouped_gemm is not on this path: the TensorRT-LLM integration has no multi_buffer unit yet).
+(composite_view, merge); multi_buffer replaces run_moe with our unit (integration/trtllm/moe_unit.py), which runs the
+CUDA dwdp::grouped_gemm (built on first use, or carried). transport ipc cannot hold a composite view: with gemm
+composite_view the ranks fall back to multi_buffer, saying why.
 DWDP_TRTLLM_GPU_RESULTS=DIR writes one JSON per case there.
 """
 from __future__ import annotations
@@ -29,14 +32,21 @@ DIMS = {"FAKE_H": "1024", "FAKE_I": "2048", "FAKE_TOKENS": "64"}
 @pytest.mark.parametrize("era", ["lifecycle", "hooks"])
 @pytest.mark.parametrize("quant,gemm,want", [("bf16", "composite_view", "composite_view"),
                                              ("fp8_block_scales", "composite_view", "composite_view"),
-                                             ("bf16", "merge", "merge")])
+                                             ("bf16", "merge", "merge"),
+                                             ("bf16", "multi_buffer", "multi_buffer"),
+                                             ("fp8_block_scales", "multi_buffer", "multi_buffer"),
+                                             ("fp8_block_scales", "composite_view+ipc", "multi_buffer")])
 def test_adapter_on_cuda_matches_reference(tmp_path, era, quant, gemm, want):
-    outs, ref = run_world(tmp_path, era, quant, dwdp={"gemm": gemm, "slice_bytes": 2 << 20}, env_extra=DIMS)
+    dwdp = {"gemm": gemm.split("+")[0], "slice_bytes": 2 << 20}
+    if gemm.endswith("+ipc"):
+        dwdp["transport"] = "ipc"  # no cuMem allocations: the composite view cannot be built
+    outs, ref = run_world(tmp_path, era, quant, dwdp=dwdp, env_extra=DIMS, ref_gemm=want)
     result = {"era": era, "quant": quant, "gemm_requested": gemm, "ranks": []}
     for r, got in enumerate(outs):
         diffs = {f"step{k[1]}": float((y.float() - ref[k].float()).abs().max()) for k, y in got["outs"].items()}
         equal = all(torch.equal(y, ref[k]) for k, y in got["outs"].items())
         result["ranks"].append({"rank": r, "lifecycle": got["lifecycle"], "gemm": got["gemm"], "bit_exact": equal,
+                                "gemm_reason": got["gemm_reason"], "unit_calls": got["unit_calls"],
                                 "max_abs_diff": diffs})
     out_dir = os.environ.get("DWDP_TRTLLM_GPU_RESULTS")
     if out_dir:
@@ -45,4 +55,7 @@ def test_adapter_on_cuda_matches_reference(tmp_path, era, quant, gemm, want):
     for rr in result["ranks"]:
         assert rr["lifecycle"] == ("upstream" if era == "lifecycle" else "hooks")
         assert rr["gemm"] == want, rr
+        if gemm.endswith("+ipc"):
+            assert "composite view not possible (composite_view needs transport vmm_fd" in rr["gemm_reason"], rr
+        assert rr["unit_calls"] == ([3, 3, 3] if want == "multi_buffer" else []), rr
         assert rr["bit_exact"], rr

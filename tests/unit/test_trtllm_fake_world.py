@@ -74,11 +74,12 @@ def _env(tree: Path, tmp: Path, extra: dict) -> dict:
 
 
 def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3,
-              env_extra: dict | None = None):
+              env_extra: dict | None = None, ref_gemm: str | None = None):
     """Runs the world and the reference; returns (per context rank: saved dict, reference outputs). With gemm
-    multi_buffer the reference computes through the same unit on the full expert set (FAKE_REF_GEMM)."""
+    multi_buffer (or ref_gemm multi_buffer: the ranks are expected to fall back to it) the reference computes
+    through the same unit on the full expert set (FAKE_REF_GEMM)."""
     tree = era_tree(tmp, era)
-    if (dwdp or {}).get("gemm") == "multi_buffer":
+    if "multi_buffer" in ((dwdp or {}).get("gemm"), ref_gemm):
         env_extra = {"FAKE_REF_GEMM": "multi_buffer", **(env_extra or {})}
     cfg = tmp / "dwdp.yaml"
     cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {
