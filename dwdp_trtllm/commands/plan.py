@@ -5,9 +5,11 @@ import dataclasses
 
 import argparse
 import json
+import math
 import re
 from pathlib import Path
 
+from ..config import MAX_SLICE_BYTES, MAX_TOKENS
 from ..models import PRESETS, get_model
 from ..schema import ConfigError
 
@@ -17,8 +19,8 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb":
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
 
-def int_list(text: str, arg: str, *, lo: int = 1) -> tuple[int, ...]:
-    """'1024,8192' -> (1024, 8192); every item an integer >= lo, else an error naming `arg`."""
+def int_list(text: str, arg: str, *, lo: int = 1, hi: int | None = None) -> tuple[int, ...]:
+    """'1024,8192' -> (1024, 8192); every item an integer in [lo, hi], else an error naming `arg`."""
     out = []
     for item in str(text).split(","):
         item = item.strip().lower().replace("_", "")
@@ -28,6 +30,8 @@ def int_list(text: str, arg: str, *, lo: int = 1) -> tuple[int, ...]:
         v = int(m.group(1)) * (1024 if m.group(2) else 1)
         if v < lo:
             raise ConfigError(None, arg, f"each value must be >= {lo}, got {v}")
+        if hi is not None and v > hi:
+            raise ConfigError(None, arg, f"each value must be <= {hi:,}, got {v:,}")
         out.append(v)
     return tuple(dict.fromkeys(out))
 
@@ -40,8 +44,9 @@ def size_list(text: str, arg: str) -> tuple[int, ...]:
         if not m or m.group(2).lower() not in _UNITS:
             raise ConfigError(None, arg, f"expected sizes like 2MiB, 512KiB, 4194304 or 0 (unsliced), got {item!r}")
         v = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-        if v % 256:
-            raise ConfigError(None, arg, f"slice size must be 0 or a multiple of 256 bytes, got {v}")
+        if v % 256 or v > MAX_SLICE_BYTES:
+            raise ConfigError(None, arg, f"slice size must be 0 or a multiple of 256 bytes up to {MAX_SLICE_BYTES:,}, "
+                                         f"got {v:,}")
         out.append(v)
     return tuple(dict.fromkeys(out))
 
@@ -126,15 +131,17 @@ def build_spec(args, *, gpu_name: str | None = None):
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {gpu_name!r}")
     if args.model not in PRESETS:
         raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))}, got {args.model!r}")
-    if args.num_layers is not None and args.num_layers < 1:
-        raise ConfigError(None, "--num-layers", f"expected an integer >= 1, got {args.num_layers}")
+    layers = PRESETS[args.model].num_layers
+    if args.num_layers is not None and not 1 <= args.num_layers <= layers:
+        raise ConfigError(None, "--num-layers", f"expected an integer in [1, {layers}] ({args.model}'s layers), "
+                                                f"got {args.num_layers}")
     for name, val, choices in (("--weight-dtype", args.weight_dtype, ("bf16", "fp8", "nvfp4")),
                                ("--dispatch-dtype", args.dispatch_dtype, ("bf16", "fp8")),
                                ("--isl-dist", args.isl_dist, ("fixed", "uniform_ratio", "normal"))):
         if val not in choices:
             raise ConfigError(None, name, f"expected one of {', '.join(choices)}, got {val!r}")
     checks = [("--batch", args.batch is None or args.batch >= 1, "an integer >= 1"),
-              ("--mnt", args.mnt is None or args.mnt >= 1, "an integer >= 1"),
+              ("--mnt", args.mnt is None or 1 <= args.mnt <= MAX_TOKENS, f"an integer in [1, {MAX_TOKENS:,}]"),
               ("--isl-ratio", 0 < args.isl_ratio <= 1, "a number in (0, 1]"),
               ("--isl-cv", 0 <= args.isl_cv <= 10, "a number in [0, 10]"),
               ("--imbalance-cv", 0 <= args.imbalance_cv < 1, "a number in [0, 1)"),
@@ -145,11 +152,13 @@ def build_spec(args, *, gpu_name: str | None = None):
     for name, ok, expected in checks:
         if not ok:
             raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")
+    sizes, isls = int_list(args.dwdp_size, "--dwdp-size"), int_list(args.isl, "--isl", hi=MAX_TOKENS)
+    _check_draws(args, sizes, isls)
     gpu = get_gpu(gpu_name)
     cal = load_cal(args, gpu.name)
     spec = PlanSpec(
         model=get_model(args.model, args.num_layers), gpu=gpu, weight_dtype=args.weight_dtype,
-        dwdp_sizes=int_list(args.dwdp_size, "--dwdp-size"), isls=int_list(args.isl, "--isl"),
+        dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
@@ -158,6 +167,44 @@ def build_spec(args, *, gpu_name: str | None = None):
         samples=args.samples, seed=args.seed)
     check_candidates(spec)
     return spec
+
+
+#: request lengths one candidate may draw (samples x ranks x requests per iteration; 8 bytes each)
+MAX_DRAWS = 1 << 24
+
+
+def _check_draws(args, sizes: tuple[int, ...], isls: tuple[int, ...]) -> None:
+    """The Monte-Carlo workload (perf/imbalance.sample_requests) draws samples x G x K request lengths, K the
+    requests a rank packs in an iteration (--batch, or about 2 x --mnt / the shortest ISL): refuse what would not
+    fit in memory, naming the argument."""
+    deterministic = args.imbalance_cv == 0 and args.isl_dist == "fixed"
+    samples = 1 if deterministic else args.samples
+    if args.mnt:
+        lo = {"fixed": 1.0, "uniform_ratio": args.isl_ratio, "normal": 0.5}[args.isl_dist]
+        per_iter = math.ceil(2 * args.mnt / (lo * min(isls))) + 2
+    else:
+        per_iter = args.batch or 1
+    n = samples * max(sizes) * per_iter
+    if n > MAX_DRAWS:
+        arg = "--mnt" if args.mnt else "--batch"
+        raise ConfigError(None, arg, f"{samples} samples x G={max(sizes)} x {per_iter:,} requests per iteration make "
+                                     f"{n:,} request draws, more than {MAX_DRAWS:,}: a smaller {arg}, fewer --samples "
+                                     "or a longer --isl")
+
+
+def check_plot_path(path: str) -> Path:
+    """--plot names an image file (.png, .pdf, .svg) whose directory exists or can be made; checked before planning."""
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(None, "--plot", f"{path} is a directory; expected a file name such as {out / 'plan.png'}")
+    if out.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(None, "--plot", f"expected a .png, .pdf or .svg file name, got {path!r}")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(None, "--plot", f"{parent} is a file, not a directory")
+            break
+    return out
 
 
 def _ms(x: float) -> str:
@@ -230,14 +277,21 @@ def write_plot(spec, rows, path: str) -> None:
     ax.legend()
     fig.tight_layout()
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    from ..bench.plots import save_figure  # a temporary renamed over the file: never half a plot
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, out, dpi=120)
+    except OSError as e:
+        raise ConfigError(None, "--plot", f"cannot write {out} ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
 
 
 def run(args) -> int:
     from ..perf.planner import plan, recommend
 
+    if args.plot:
+        check_plot_path(args.plot)
     spec = build_spec(args)
     rows = plan(spec)
     if args.plot:

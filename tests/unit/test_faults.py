@@ -411,6 +411,11 @@ def test_device_cuda_without_a_cuda_device_is_refused_before_any_rank_starts(tmp
     (["plan", "--samples", "1000000000"], "--samples"),
     (["plan", "--isl-cv", "inf", "--isl-dist", "normal"], "--isl-cv"),
     (["plan-placement", "--gpu-memory-gb", "inf"], "--gpu-memory-gb"),
+    (["plan", "--isl", "100000000000000000000"], "--isl"),
+    (["plan", "--batch", "1000000000000"], "--batch"),  # was a 29 TiB allocation
+    (["plan", "--mnt", "1000000000000"], "--mnt"),
+    (["plan", "--num-layers", "100000000"], "--num-layers"),
+    (["plan", "--slice-bytes", "1099511627776"], "--slice-bytes"),
     (["plan-placement", "--max-num-tokens", "1000000000000000"], "--max-num-tokens"),
     (["plan-placement", "--prefetch-depth", "1000000000"], "--prefetch-depth"),
 ])
@@ -478,6 +483,25 @@ def test_planner_input_files_exit_2_in_one_line_naming_the_file(tmp_path, capsys
     code = cli.main(argv + ["--no-bench-results"])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("plot,needle", [
+    ("DIR", "is a directory"), ("FILE/x.png", "is a file, not a directory"), ("DIR/x.txt", "expected a .png, .pdf or .svg"),
+    ("/proc/dwdp_test.png", "cannot write /proc/dwdp_test.png"),
+])
+def test_plan_plot_path_problems_exit_2_naming_plot(tmp_path, capsys, plot, needle):
+    (tmp_path / "FILE").write_text("x")
+    plot = plot.replace("DIR", str(tmp_path)).replace("FILE", str(tmp_path / "FILE"))
+    assert cli.main(["plan", "--isl", "8192", "--no-bench-results", "--plot", plot]) == 2
+    err = capsys.readouterr().err
+    assert f"--plot: " in err and needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+
+
+def test_plan_plot_is_written_whole(tmp_path, capsys):
+    out = tmp_path / "sub" / "plan.png"
+    assert cli.main(["plan", "--isl", "8192", "--no-bench-results", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG" and [p.name for p in out.parent.iterdir()] == ["plan.png"]
 
 
 def test_plan_skips_a_binary_file_among_the_bench_results(tmp_path, capsys):
