@@ -21,35 +21,26 @@ import torch.nn.functional as F
 from ..models import ModelSpec
 from . import mla_cuda
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
-from .fused import fused, fused_enabled
+from .fused import _BODIES, fused, fused_enabled
 from .kv_cache import KVCache
 from .records import Segment
 from .rope import softmax_scale_factor
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim, computed in float32, returned in x's dtype (one fused kernel on CUDA)."""
-    fn = fused("rms_norm", x)
-    if fn is not None:
-        return fn(x, w, eps)
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+    """RMSNorm over the last dim, computed in float32, returned in x's dtype (one Triton kernel on CUDA)."""
+    return (fused("rms_norm", x) or _BODIES["rms_norm"])(x, w, eps)
 
 
 def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + a, rms_norm(x + a, w)): the residual add and the next norm (one fused kernel on CUDA)."""
-    fn = fused("add_rms_norm", x)
-    if fn is not None:
-        return fn(x, a, w, eps)
-    s = x + a
-    return s, rms_norm(s, w, eps)
+    """(x + a, rms_norm(x + a, w)): the residual add and the next norm (one Triton kernel on CUDA)."""
+    return (fused("add_rms_norm", x) or _BODIES["add_rms_norm"])(x, a, w, eps)
 
 
 def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)): dense MLPs and shared experts."""
     g_TI, u_TI = F.linear(x_TH, gate_w), F.linear(x_TH, up_w)
-    fn = fused("silu_mul_pair", g_TI)
-    return F.linear(fn(g_TI, u_TI) if fn is not None else F.silu(g_TI) * u_TI, down_w)
+    return F.linear((fused("silu_mul_pair", g_TI) or _BODIES["silu_mul_pair"])(g_TI, u_TI), down_w)
 
 
 # ---- RoPE ------------------------------------------------------------------------------------------
@@ -61,28 +52,18 @@ def rope_cos_sin(positions_T: torch.Tensor, dim: int, theta: float) -> tuple[tor
 
 
 def apply_rope(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """Rotate x (float32 math). interleaved=True rotates pairs (2i, 2i+1) (DeepSeek: HF de-interleaves
-    q and k identically before rotate_half, which gives the same scores); False is NeoX rotate_half.
-    One fused kernel on CUDA (engine/fused.py), the same float32 math."""
-    fn = fused("rope_interleaved" if interleaved else "rope_neox", x_TNd)
-    if fn is not None:
-        return fn(x_TNd, cos_TF, sin_TF)
-    xf = x_TNd.float()
-    c, s = cos_TF[:, None, :], sin_TF[:, None, :]
-    if interleaved:
-        x0, x1 = xf[..., 0::2], xf[..., 1::2]
-        out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2)
-    else:
-        x0, x1 = xf.chunk(2, dim=-1)
-        out = torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1)
-    return out.to(x_TNd.dtype)
+    """Rotate x (float32 math) into a new tensor. interleaved=True rotates pairs (2i, 2i+1) (DeepSeek: HF
+    de-interleaves q and k identically before rotate_half, which gives the same scores); False is NeoX
+    rotate_half. A Triton kernel on CUDA (engine/fused.py), the same float32 math."""
+    name = "rope_interleaved" if interleaved else "rope_neox"
+    return (fused(name, x_TNd) or _BODIES[name])(x_TNd, cos_TF, sin_TF)
 
 
 def apply_rope_(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """apply_rope written back into x (a strided view is fine): one in-place Triton kernel on CUDA
     (engine/rope_cuda.py), the eager rotation copied back elsewhere. Returns x."""
-    F = x_TNd.shape[-1] // 2
-    if x_TNd.is_cuda and fused_enabled() and x_TNd.stride(-1) == 1 and F and not F & (F - 1):
+    half = x_TNd.shape[-1] // 2
+    if x_TNd.is_cuda and fused_enabled() and x_TNd.stride(-1) == 1 and half and not half & (half - 1):
         from .rope_cuda import rope_
         return rope_(x_TNd, cos_TF, sin_TF, interleaved)
     return x_TNd.copy_(apply_rope(x_TNd, cos_TF, sin_TF, interleaved))

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
-from .fused import fused, fused_enabled, inverse_permutation
+from .fused import _silu_mul, fused, fused_enabled, inverse_permutation
 from ..ops.reference import quantize_fp8_blockwise
 from .weights import FP8_DTYPE, dequantize_fp8_blockwise
 
@@ -70,11 +69,7 @@ def quantize_act_1x128(a_AD: torch.Tensor) -> Fp8Rows:
 
 def silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
     """[A, 2I] gate | up -> silu(gate) * up (float32 math, h's dtype); one fused kernel on CUDA."""
-    fn = fused("silu_mul", h_A2I)
-    if fn is not None:
-        return fn(h_A2I)
-    I = h_A2I.shape[1] // 2
-    return (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(h_A2I.dtype)
+    return (fused("silu_mul", h_A2I) or _silu_mul)(h_A2I)
 
 
 def silu_mul_quant(h_A2I: torch.Tensor) -> Fp8Rows:
