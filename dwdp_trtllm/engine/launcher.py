@@ -192,7 +192,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     for r in range(world):
         recv, send = ctx.Pipe(duplex=False)
         payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at, collect_outputs))
-        procs.append(ctx.Process(target=rank_main, args=(os.getpid(), send, payload), daemon=True, name=f"dwdp-rank{r}"))
+        procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload), daemon=True, name=f"dwdp-rank{r}"))
         conns.append(recv)
         ends.append(send)
     results: dict[tuple[str, int], RankResult] = {}

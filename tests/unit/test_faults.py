@@ -47,7 +47,16 @@ def _rank_procs(proc) -> list[psutil.Process]:
             continue
         if "spawn_main" in cmd and "resource_tracker" not in cmd:
             out.append(c)
-    return sorted(out, key=lambda c: c.create_time())
+    return sorted(out, key=lambda c: c.pid)
+
+
+def _rank_of(p: psutil.Process) -> int | None:
+    """The rank a rank process runs (its name is dwdp-rank<r> once it has started), None before."""
+    try:
+        name = p.name()
+    except psutil.Error:
+        return None
+    return int(name[len("dwdp-rank"):]) if name.startswith("dwdp-rank") else None
 
 
 def _shm_mapped(pids) -> set[str]:
@@ -74,9 +83,21 @@ def _ranks(proc, n=4, timeout=90.0, when="running") -> list[psutil.Process]:
         kids = _rank_procs(proc)
         if len(kids) >= n and (when == "starting" or all(
                 any("/dwdp_" in f for f in _shm_mapped([k.pid])) for k in kids)):
-            return kids
+            return _in_rank_order(kids) if when == "running" else kids
         time.sleep(0.05)
     raise AssertionError(f"ranks not {when} within {timeout} s")
+
+
+def _in_rank_order(kids, timeout=30.0) -> list[psutil.Process]:
+    """kids sorted by the rank each runs, once every one has taken its name dwdp-rank<r>."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ranks = [_rank_of(k) for k in kids]
+        if None not in ranks:
+            assert sorted(ranks) == list(range(len(kids))), ranks
+            return [k for _, k in sorted(zip(ranks, kids))]
+        time.sleep(0.05)
+    raise AssertionError("rank processes did not take their names")
 
 
 def _gone(pids, timeout=10.0) -> list[int]:
@@ -176,7 +197,7 @@ def test_the_next_run_sweeps_segments_of_dead_runs_only(tmp_path):
 def test_a_killed_rank_is_named_with_its_signal(tmp_path, mode):
     proc = _start(tmp_path, "--set", f"run.modes=[{mode}]")
     try:
-        kids = _ranks(proc, when="starting" if mode == "dep" else "running")
+        kids = _in_rank_order(_ranks(proc, when="starting" if mode == "dep" else "running"))
         if mode == "dep":
             time.sleep(2.0)
         os.kill(kids[1].pid, signal.SIGKILL)
