@@ -230,6 +230,21 @@ def test_a_stopped_rank_is_named_when_the_run_times_out(tmp_path):
         _kill_group(proc)
 
 
+@pytest.mark.parametrize("out", [None, "o"])
+def test_an_unwritable_out_or_working_directory_exits_2_naming_out(tmp_path, capsys, monkeypatch, out):
+    """Read-only --out, or no --out in a read-only working directory (bench_out/<stem> there); root ignores
+    permissions, so the refusal is simulated."""
+    def read_only(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    code = cli.main(["bench", QUICK, "--no-plots"] + (["--out", str(tmp_path / out)] if out else []))
+    err = capsys.readouterr().err
+    where = str(tmp_path / out) if out else "bench_out/quickstart"
+    assert code == 2 and f"{where}: --out: cannot create or write the output directory (Permission denied)" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_two_runs_into_one_out_are_refused(tmp_path, capsys):
     out = tmp_path / "out"
     with out_lock(out):
