@@ -39,7 +39,6 @@ from .hardware import GpuSpec
 #: the grouped-GEMM calibration is measured on a 256-expert top-8 layer: tokens = rows_per_expert * 32
 _CAL_TOKENS_PER_ROW_PER_EXPERT = 256 / 8
 #: CUDA context, allocator slack and kernel workspaces per rank (assumption)
-RUNTIME_OVERHEAD_BYTES = 2e9
 DENSE_DTYPE_FOR = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp8"}
 DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
 
@@ -262,22 +261,6 @@ def overlapped_us(compute_us, prefetch: float, slowdown: float):
     if prefetch <= 0:
         return c
     return np.where(c * slowdown >= prefetch, c + prefetch * (1 - 1 / slowdown), prefetch)
-
-
-# ---- memory ----------------------------------------------------------------------------------
-def kv_bytes_per_token(spec: ModelSpec) -> float:
-    per_layer = (spec.kv_lora_rank + spec.qk_rope_head_dim) if spec.attention == "mla" else 2 * spec.num_kv_heads * spec.head_dim
-    return per_layer * 2.0 * spec.num_layers
-
-
-def memory_bytes(spec: ModelSpec, p: CostParams, local_experts: int, slot_experts: int, slots: int, tokens: float) -> float:
-    """Per-rank memory: replicated weights + local experts + prefetch slots + KV + activations + overhead."""
-    emb = 2 * spec.vocab_size * spec.hidden_size
-    dense = emb * 2.0 + (spec.dense_params() - emb) * DTYPE_BYTES[p.dense_dtype]
-    eb = spec.expert_bytes(p.weight_dtype)
-    experts = spec.num_moe_layers * local_experts * eb + slots * slot_experts * eb
-    act = tokens * (spec.top_k * 2 * spec.moe_intermediate * 2 + 6 * spec.hidden_size * 2)
-    return dense + experts + tokens * kv_bytes_per_token(spec) + act + RUNTIME_OVERHEAD_BYTES
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..config import DwdpConfig
 from ..models import ModelSpec
+from ..memory import fit_deployment
 from ..placement import make_placement
 from ..schema import ConfigError
 from . import cost_model as cm
@@ -91,9 +92,11 @@ class PlanRow:
     sync_overhead: float
     contention_slowdown: float
     fetch_gb: float
-    memory_per_rank_gb: float
+    memory_per_rank_gb: float  # memory.fit_deployment: the same per-rank bytes as `dwdp gen-config` checks
     memory_dep_gb: float
     fits: bool
+    memory_parts_gb: dict  # experts held, prefetch slots, dense weights, activations, KV-cache floor
+    smallest_fitting_dwdp_size: int | None  # same dtype and max_num_tokens, derived placement
     tps_per_gpu_dep: float
     tps_per_gpu_dwdp: float
 
@@ -113,6 +116,17 @@ _placement_of = functools.lru_cache(maxsize=256)(make_placement)
 
 def _placement(spec: PlanSpec, group: int, redundant: int):
     return _placement_of(_dwdp_config(spec, group, redundant), spec.model.num_experts)
+
+
+@functools.lru_cache(maxsize=256)
+def _fit_of(model, cfg: DwdpConfig, gpu_bytes: int, weight_dtype: str, max_num_tokens: int):
+    return fit_deployment(model, cfg, gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens)
+
+
+def memory_fit(spec: PlanSpec, group: int, redundant: int, max_num_tokens: int):
+    """memory.DeploymentFit of the worst rank (one model of per-rank bytes for `dwdp plan` and `dwdp gen-config`)."""
+    return _fit_of(spec.model, _dwdp_config(spec, group, redundant), int(spec.memory_budget_gb * 1e9),
+                   spec.weight_dtype, max(1, int(max_num_tokens)))
 
 
 def sampled_load(spec: PlanSpec, isl: int, group: int) -> IterationLoad:
@@ -152,11 +166,11 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     group_tokens = tokens_SR.sum() / tokens_SR.shape[0]
 
     max_tok = float(tokens_SR.max())
-    local = max(len(e) for e in placement.local_experts)
-    fetched = max(len(placement.fetch_experts(r)) for r in range(group))
-    slots = _dwdp_config(spec, group, redundant).num_slots if group > 1 else 0
-    mem = cm.memory_bytes(m, p, local, fetched, slots, max_tok) / 1e9
-    mem_dep = cm.memory_bytes(m, p, cm.ceil_div(m.num_experts, group), 0, 0, max_tok) / 1e9
+    fit = memory_fit(spec, group, redundant, spec.mnt or max_tok)
+    mem = fit.total / 1e9
+    # DEP holds its ceil(E/G) experts of every MoE layer and no prefetch slots; the rest as DWDP
+    dep_experts = cm.ceil_div(m.num_experts, group) * m.expert_bytes(spec.weight_dtype) * m.num_moe_layers
+    mem_dep = (fit.total - fit.local_experts - fit.prefetch_slots + dep_experts) / 1e9
     t_compute = float(compute_SR.mean())
     return PlanRow(
         isl=isl, dwdp_size=group, redundant_experts=redundant, slice_bytes=slice_bytes,
@@ -171,7 +185,8 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         sync_overhead=layer.sync_overhead,
         contention_slowdown=cm.contention_factor(p, group, slice_bytes > 0),
         fetch_gb=cm.fetch_bytes(m, placement, p.weight_dtype)[0] / 1e9,
-        memory_per_rank_gb=mem, memory_dep_gb=mem_dep, fits=mem <= spec.memory_budget_gb,
+        memory_per_rank_gb=mem, memory_dep_gb=mem_dep, fits=fit.fits,
+        memory_parts_gb={k: round(v, 3) for k, v in fit.rows()[:5]}, smallest_fitting_dwdp_size=fit.smallest_fitting_dwdp_size,
         tps_per_gpu_dep=group_tokens / it.t_dep_us * 1e6 / group,
         tps_per_gpu_dwdp=group_tokens / it.t_dwdp_us * 1e6 / group)
 
@@ -211,9 +226,14 @@ def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
     fitting = {k: v for k, v in configs.items() if k[0] > 1 and all(r.fits for r in v)}
     if not fitting:
         worst = min((r for r in rows if r.dwdp_size > 1), key=lambda r: r.memory_per_rank_gb, default=None)
-        why = (f"memory does not fit: the smallest DWDP setup (G={worst.dwdp_size}) needs "
-               f"{worst.memory_per_rank_gb:.1f} GB per rank > {spec.memory_budget_gb:.1f} GB") if worst else \
-              "no DWDP group size > 1 among the candidates"
+        if worst:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in worst.memory_parts_gb.items())
+            smallest = (f"the smallest dwdp_size that fits is {worst.smallest_fitting_dwdp_size}"
+                        if worst.smallest_fitting_dwdp_size else "no dwdp_size up to 64 fits")
+            why = (f"memory does not fit: the smallest candidate DWDP setup (G={worst.dwdp_size}) needs "
+                   f"{worst.memory_per_rank_gb:.1f} GB per rank ({parts} GB) > {spec.memory_budget_gb:.1f} GB; {smallest}")
+        else:
+            why = "no DWDP group size > 1 among the candidates"
         return Recommendation(False, None, None, None, None, f"use DEP here: {why}")
     # DEP stays available where DWDP loses, so a setup is scored by its gains only: geomean(max(speedup, 1))
     scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}

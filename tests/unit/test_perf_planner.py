@@ -96,3 +96,24 @@ def test_gqa_model_and_h200_rows_are_finite():
                                dwdp_sizes=(2, 4))
     for r in plan(spec):
         assert 0 < r.t_dwdp_us < 1e8 and 0 < r.speedup < 10
+
+
+def test_plan_memory_is_the_deployment_fit_of_gen_config():
+    """`dwdp plan` prices memory with memory.fit_deployment (what `dwdp gen-config` refuses on): DeepSeek-R1 FP8 at
+    DWDP4 on an H200 does not fit (163.5 GB of experts alone), the reason names the parts and the smallest
+    dwdp_size that fits; DWDP8 fits."""
+    from dwdp_trtllm.config import DwdpConfig
+    from dwdp_trtllm.memory import fit_deployment
+    spec = _spec(gpu=get_gpu("h200"), weight_dtype="fp8", dwdp_sizes=(4,), isls=(8192,), mnt=16384, batch=None)
+    (row,) = plan(spec)
+    want = fit_deployment(R1, DwdpConfig(dwdp_size=4), int(141e9), weight_dtype="fp8", max_num_tokens=16384)
+    assert row.memory_per_rank_gb == pytest.approx(want.total / 1e9) and not row.fits
+    assert row.memory_parts_gb["experts held"] == pytest.approx(R1.expert_bytes("fp8") * 64 * R1.num_moe_layers / 1e9, rel=1e-3)
+    assert row.smallest_fitting_dwdp_size == want.smallest_fitting_dwdp_size and 4 < want.smallest_fitting_dwdp_size <= 8
+    # DEP holds the same 64 experts per layer and no prefetch slots
+    assert row.memory_per_rank_gb - row.memory_dep_gb == pytest.approx(row.memory_parts_gb["prefetch slots"], abs=1e-3)
+    rec = recommend(spec, [row])
+    assert not rec.use_dwdp and "memory does not fit" in rec.reason and "experts held 163.5" in rec.reason
+    assert f"the smallest dwdp_size that fits is {want.smallest_fitting_dwdp_size}" in rec.reason
+    (row8,) = plan(dataclasses.replace(spec, dwdp_sizes=(8,)))
+    assert row8.fits and row8.smallest_fitting_dwdp_size == want.smallest_fitting_dwdp_size
