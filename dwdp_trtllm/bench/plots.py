@@ -10,7 +10,6 @@ Every PNG is written to a temporary beside it and renamed (save_figure): a full 
 """
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -39,17 +38,8 @@ def _sort_key(v):
 
 def save_figure(fig, path: Path, dpi: int = 110) -> Path:
     """fig as an image at `path` (format from its suffix), written to a temporary beside it and renamed."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        fig.savefig(tmp, dpi=dpi)
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):  # name the file the user knows, not the temporary
-            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
-        raise
-    return path
+    from .report import replace_atomically
+    return replace_atomically(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi), suffix=Path(path).suffix)
 
 
 def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]:

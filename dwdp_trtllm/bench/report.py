@@ -244,18 +244,27 @@ def write_results(out_dir: Path, runs: list[dict]) -> tuple[Path, Path]:
     return json_path, csv_path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, flush it to disk and rename it over `path`: a full disk or
-    a kill leaves the previous file (or none), never a truncated one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def replace_atomically(path: Path, write, suffix: str = "") -> Path:
+    """Call write(tmp) on a temporary beside `path`, then rename it over `path`: a full disk or a kill leaves the
+    previous file (or none), never a partial one. An OSError names `path`, not the temporary."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem if suffix else path.name}.{os.getpid()}.tmp{suffix}")
     try:
-        with open(tmp, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):  # name the file the user knows, not the temporary
             raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise
+    return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` through replace_atomically, flushed to disk before the rename."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    replace_atomically(path, write)
