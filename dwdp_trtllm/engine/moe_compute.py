@@ -13,6 +13,8 @@ cumulative group ends (offs_E[-1] == A); the maps are int32 or int64 tensors on 
 'reference' loops over experts (float32 accumulate, host sync: tests only); 'merge' gathers all
 experts into one [E, N, D] tensor (each buffer read once, no host sync) and runs torch._grouped_mm.
 'multi_buffer' and 'composite_view' (the C++ op, engine/gemm_paths.py) register on first lookup (gemm_path).
+A path registered with fp8_activations=True also takes `Fp8Rows` for a_AD when its weights are fp8 (activations
+quantised by the caller: once per token before the gather, and fused with the SwiGLU); the others get bf16 rows.
 """
 from __future__ import annotations
 
