@@ -118,11 +118,12 @@ def _swiglu(g: torch.Tensor, u: torch.Tensor, round_silu: bool) -> torch.Tensor:
     return out
 
 
-def silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
-    """[A, 2I] gate | up -> silu(gate) * up (float32 math, one rounding)."""
+def silu_mul(h_A2I: torch.Tensor, up_first: bool = False) -> torch.Tensor:
+    """[A, 2I] gate | up (up | gate when up_first) -> silu(gate) * up (float32 math, one rounding)."""
     h = _rows(h_A2I)
     I = h.shape[1] // 2
-    return _swiglu(h[:, :I], h[:, I:], round_silu=False)
+    gate, up = (h[:, I:], h[:, :I]) if up_first else (h[:, :I], h[:, I:])
+    return _swiglu(gate, up, round_silu=False)
 
 
 def silu_mul_pair(g_TI: torch.Tensor, u_TI: torch.Tensor) -> torch.Tensor:

@@ -55,10 +55,12 @@ def _rope_neox(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor) 
     return torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1).to(x_TNd.dtype)
 
 
-def _silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
-    """[A, 2I] gate | up -> silu(gate) * up in float32, cast to h's dtype."""
+def _silu_mul(h_A2I: torch.Tensor, up_first: bool = False) -> torch.Tensor:
+    """[A, 2I] gate | up (up | gate when up_first: TensorRT-LLM's w3_w1 layout) -> silu(gate) * up in float32,
+    cast to h's dtype."""
     I = h_A2I.shape[1] // 2
-    return (F.silu(h_A2I[:, :I].float()) * h_A2I[:, I:].float()).to(h_A2I.dtype)
+    gate, up = (h_A2I[:, I:], h_A2I[:, :I]) if up_first else (h_A2I[:, :I], h_A2I[:, I:])
+    return (F.silu(gate.float()) * up.float()).to(h_A2I.dtype)
 
 
 def _silu_mul_pair(g_TI: torch.Tensor, u_TI: torch.Tensor) -> torch.Tensor:

@@ -69,17 +69,17 @@ def quantize_act_1x128(a_AD: torch.Tensor) -> Fp8Rows:
     return Fp8Rows(*quantize_fp8_blockwise(a_AD, (1, FP8_GROUP)))
 
 
-def silu_mul(h_A2I: torch.Tensor) -> torch.Tensor:
-    """[A, 2I] gate | up -> silu(gate) * up (float32 math, h's dtype); one fused kernel on CUDA."""
-    return (fused("silu_mul", h_A2I) or _silu_mul)(h_A2I)
+def silu_mul(h_A2I: torch.Tensor, up_first: bool = False) -> torch.Tensor:
+    """[A, 2I] gate | up (up | gate with up_first) -> silu(gate) * up (float32 math, h's dtype); one kernel on CUDA."""
+    return (fused("silu_mul", h_A2I) or _silu_mul)(h_A2I, up_first)
 
 
-def silu_mul_quant(h_A2I: torch.Tensor) -> Fp8Rows:
+def silu_mul_quant(h_A2I: torch.Tensor, up_first: bool = False) -> Fp8Rows:
     """silu_mul then 1x128 FP8 quantisation: one Triton pass on CUDA (the FP8 down projection's input)."""
     if h_A2I.is_cuda and (h_A2I.shape[1] // 2) % FP8_GROUP == 0 and fused_enabled():
         from .quant_cuda import silu_mul_quant as fused_silu_mul_quant
-        return Fp8Rows(*fused_silu_mul_quant(h_A2I))
-    return quantize_act_1x128(silu_mul(h_A2I))
+        return Fp8Rows(*fused_silu_mul_quant(h_A2I, up_first))
+    return quantize_act_1x128(silu_mul(h_A2I, up_first))
 
 
 GEMM_PATHS: dict[str, GemmPath] = {}
@@ -313,11 +313,13 @@ def grouped_gemm(a_AD: torch.Tensor, offs_E: torch.Tensor, weights: list[torch.T
 def expert_mlp(x_sorted_AH: torch.Tensor | Fp8Rows, offs_E: torch.Tensor, w13_sources: list[torch.Tensor],
                w2_sources: list[torch.Tensor], expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *,
                gemm: str = "reference", w13_scale_sources: list[torch.Tensor] | None = None,
-               w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
+               w2_scale_sources: list[torch.Tensor] | None = None, up_first: bool = False) -> torch.Tensor:
     """SwiGLU experts on expert-sorted rows: down(silu(gate) * up), per group. Returns y_sorted_AH (the model
-    dtype; bf16 for Fp8Rows input). FP8 paths that take Fp8Rows get the SwiGLU output quantised in the same pass."""
+    dtype; bf16 for Fp8Rows input). FP8 paths that take Fp8Rows get the SwiGLU output quantised in the same pass.
+    w13 rows are gate | up (ours), or up | gate with up_first (TensorRT-LLM's w3_w1): read in place either way."""
     h_A2I = grouped_gemm(x_sorted_AH, offs_E, w13_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w13_scale_sources)
-    act_AI = silu_mul_quant(h_A2I) if wants_fp8_rows(gemm, _is_fp8(w2_sources)) else silu_mul(h_A2I)
+    act_AI = (silu_mul_quant(h_A2I, up_first) if wants_fp8_rows(gemm, _is_fp8(w2_sources))
+              else silu_mul(h_A2I, up_first))
     return grouped_gemm(act_AI, offs_E, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm, scales=w2_scale_sources)
 
 
@@ -325,10 +327,10 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
                            w13_sources: list[torch.Tensor], w2_sources: list[torch.Tensor],
                            expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *, gemm: str = "reference",
                            w13_scale_sources: list[torch.Tensor] | None = None,
-                           w2_scale_sources: list[torch.Tensor] | None = None) -> torch.Tensor:
+                           w2_scale_sources: list[torch.Tensor] | None = None, up_first: bool = False) -> torch.Tensor:
     """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine."""
     x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0],
                                                    fp8_rows=wants_fp8_rows(gemm, _is_fp8(w13_sources)))
     y_sorted_AH = expert_mlp(x_sorted_AH, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm,
-                             w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources)
+                             w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources, up_first=up_first)
     return combine(y_sorted_AH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype)

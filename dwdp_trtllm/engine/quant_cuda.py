@@ -10,7 +10,8 @@ stores codes and scales.
 Contract (the same math as the eager references, ops/reference.py quantize_fp8_blockwise with block (1, 128) and
 moe_compute.silu_mul):
     quant_1x128(a_AD)      -> (q_AD float8_e4m3fn, scale_AG float32), D % 128 == 0
-    silu_mul_quant(h_A2I)  -> the same of silu(h[:, :I]) * h[:, I:] rounded to h's dtype first, I % 128 == 0
+    silu_mul_quant(h_A2I, up_first) -> the same of silu(gate) * up rounded to h's dtype first, I % 128 == 0
+                              (gate | up halves of h, or up | gate with up_first)
 scale = max(amax of the group, 1e-12) / 448; q = clamp(x / scale, -448, 448) rounded to nearest e4m3.
 Rows may be strided (stride(1) == 1); outputs are contiguous. No host sync.
 """
@@ -32,7 +33,7 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def quant_kernel(x_ptr, q_ptr, s_ptr, G, half, stride_x, stride_q, stride_s,
+    def quant_kernel(x_ptr, q_ptr, s_ptr, G, gate_off, up_off, stride_x, stride_q, stride_s,
                      SILU: tl.constexpr, GB: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         g = tl.program_id(1) * GB + tl.arange(0, GB)
@@ -40,8 +41,8 @@ def _kernel():
         mask = (g < G)[:, None]
         base = x_ptr + row * stride_x
         if SILU:
-            gate = tl.load(base + col, mask=mask, other=0.0).to(tl.float32)
-            up = tl.load(base + half + col, mask=mask, other=0.0).to(tl.float32)
+            gate = tl.load(base + gate_off + col, mask=mask, other=0.0).to(tl.float32)
+            up = tl.load(base + up_off + col, mask=mask, other=0.0).to(tl.float32)
             v = gate / (1.0 + tl.exp(-gate)) * up
             v = v.to(x_ptr.dtype.element_ty).to(tl.float32)  # eager rounds the SwiGLU output to h's dtype
         else:
@@ -54,7 +55,7 @@ def _kernel():
     return quant_kernel
 
 
-def _launch(x: torch.Tensor, width: int, silu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if width % GROUP:
         raise ValueError(f"quant_cuda: the quantised width {width} must be a multiple of {GROUP}")
     if x.stride(1) != 1:
@@ -63,7 +64,8 @@ def _launch(x: torch.Tensor, width: int, silu: bool) -> tuple[torch.Tensor, torc
     q = torch.empty(A, width, device=x.device, dtype=torch.float8_e4m3fn)
     s = torch.empty(A, G, device=x.device, dtype=torch.float32)
     if A:
-        _kernel()[(A, -(-G // GB))](x, q, s, G, width, x.stride(0), q.stride(0), s.stride(0),
+        gate_off, up_off = (width, 0) if up_first else (0, width)
+        _kernel()[(A, -(-G // GB))](x, q, s, G, gate_off, up_off, x.stride(0), q.stride(0), s.stride(0),
                                     SILU=silu, GB=GB, GROUP=GROUP, FP8_MAX=FP8_MAX, num_warps=4)
     return q, s
 
@@ -72,5 +74,5 @@ def quant_1x128(a_AD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _launch(a_AD, a_AD.shape[1], silu=False)
 
 
-def silu_mul_quant(h_A2I: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _launch(h_A2I, h_A2I.shape[1] // 2, silu=True)
+def silu_mul_quant(h_A2I: torch.Tensor, up_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return _launch(h_A2I, h_A2I.shape[1] // 2, silu=True, up_first=up_first)

@@ -111,6 +111,8 @@ def test_silu_mul_quant_matches_the_two_step_reference():
     torch.testing.assert_close(rows.scale, s_ref, rtol=1e-2, atol=0)
     deq, deq_ref = (q.float().view(517, 4, 128) * s[..., None] for q, s in ((rows.q, rows.scale), (q_ref, s_ref)))
     assert rel(deq, deq_ref) < 2e-2
+    up_first = silu_mul_quant(torch.cat([h[:, 512:], h[:, :512]], 1), up_first=True)  # TensorRT-LLM's w3 | w1 halves
+    assert torch.equal(up_first.q.view(torch.uint8), rows.q.view(torch.uint8)) and torch.equal(up_first.scale, rows.scale)
 
 
 @pytest.mark.parametrize("T,E,K,H", [(1, 8, 2, 256), (513, 64, 8, 256), (4099, 256, 8, 7168)])

@@ -271,3 +271,15 @@ def test_fp8_rows_path_equals_the_bf16_input_path():
             mc.grouped_gemm(mc.quantize_act_1x128(x), offs, [w13], bidx, row, gemm="reference")
     finally:
         mc.GEMM_PATHS.pop("spy_fp8_rows", None)
+
+
+def test_up_first_reads_trtllm_w3_w1_halves_in_place():
+    """up_first=True (TensorRT-LLM's w3 | w1 rows) equals gate-first on the halves swapped, in bf16 and through
+    the FP8 SwiGLU + quantisation."""
+    g = torch.Generator().manual_seed(9)
+    h = torch.randn(37, 2 * 256, generator=g).to(torch.bfloat16)
+    swapped = torch.cat([h[:, 256:], h[:, :256]], 1)
+    assert torch.equal(mc.silu_mul(h, up_first=True), mc.silu_mul(swapped))
+    assert not torch.equal(mc.silu_mul(h, up_first=True), mc.silu_mul(h))
+    a, b = mc.silu_mul_quant(h, up_first=True), mc.silu_mul_quant(swapped)
+    assert torch.equal(a.q.view(torch.uint8), b.q.view(torch.uint8)) and torch.equal(a.scale, b.scale)
