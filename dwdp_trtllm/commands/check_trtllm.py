@@ -42,6 +42,23 @@ def _gpu() -> dict:
         return {"available": False, "reason": f"{type(e).__name__}: {e}"}
 
 
+def _multi_buffer_status(run_moe_status: str) -> str:
+    """What moe_unit.blocker will say about the installed TensorRT-LLM before any model exists: run_moe must be
+    present, and the backend's int activation_type (interface.py id 57392471995) is judged against the installed
+    ActivationType.Swiglu, whose value is version dependent (moe_unit.activation_blocker)."""
+    if run_moe_status == "missing" or run_moe_status.startswith("module"):
+        return f"not possible: CutlassFusedMoE.run_moe {run_moe_status}"
+    if run_moe_status != "present":
+        return "unknown: TensorRT-LLM not importable here"
+    from ..integration.trtllm import moe_unit
+    enum = moe_unit.upstream_activation_enum()
+    if enum is None:
+        return (f"not possible: {moe_unit.ACTIVATION_ENUM_MODULE}.ActivationType is not importable, so the backend's "
+                "activation_type cannot be checked to be SwiGLU")
+    return ("possible where dwdp::grouped_gemm builds (`dwdp build-ops`), for SwiGLU experts without bias "
+            f"(ActivationType.Swiglu = {int(enum.Swiglu)} here): CutlassFusedMoE.run_moe present")
+
+
 def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> dict:
     from ..integration.settings import choose_engine, load_integration_config, upstream_supported
     from ..schema import ConfigError
@@ -82,10 +99,7 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
         row = next((t for t in rep["patch_targets"] if t["attribute"] == "CutlassFusedMoE.run_moe"), None)
         status = row["status"] if row else "unknown"
         rep["our_mode"]["gemm_requested"] = cfg.dwdp.gemm if cfg else None
-        rep["our_mode"]["multi_buffer"] = (
-            "possible where dwdp::grouped_gemm builds (`dwdp build-ops`): CutlassFusedMoE.run_moe present" if status == "present"
-            else f"not possible: CutlassFusedMoE.run_moe {status}" if status == "missing" or status.startswith("module")
-            else "unknown: TensorRT-LLM not importable here")
+        rep["our_mode"]["multi_buffer"] = _multi_buffer_status(status)
     return rep
 
 

@@ -6,6 +6,7 @@ test_trtllm_fake_world.py; here: the unit computes what the stock kernel compute
 torch.ops.trtllm.fused_moe, SwiGLU on [w3; w1] as moe_kernels.cu) through both run_moe calling conventions, a unit
 that ignored the w3/w1 order is caught, the unit's argument handling and refusals, and the path choice with reasons.
 """
+import importlib.util
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from dwdp_trtllm.placement import make_placement
 from dwdp_trtllm.runtime import ExpertSources
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_trtllm_fake_world import _env, era_tree  # noqa: E402
+from test_trtllm_fake_world import FAKES, _env, era_tree  # noqa: E402
 
 STOCK_VS_UNIT = """
 import sys, torch
@@ -138,7 +139,16 @@ def test_unit_reads_local_and_slot_like_the_full_set():
                        moe_unit.routed_forward(x, ids, w, full, torch.float32))
 
 
-def test_blocker_reasons():
+def _fake_activation_enum():
+    """ActivationType of the fake tree's tensorrt_llm/_torch/utils.py, loaded from its file (no tensorrt_llm package
+    in this process); the fake-world runs read it through moe_unit.upstream_activation_enum's import."""
+    spec = importlib.util.spec_from_file_location("_fake_trtllm_utils", FAKES / "tensorrt_llm/_torch/utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ActivationType
+
+
+def test_blocker_reasons(monkeypatch):
     cpu = torch.device("cpu")
     b = _Backend()
     names = ("w3_w1_weight", "w2_weight")
@@ -146,10 +156,23 @@ def test_blocker_reasons():
     b.w3_w1_bias = torch.zeros(1)
     assert "w3_w1_bias is set" in moe_unit.blocker(b, names, cpu)
     b.w3_w1_bias = None
-    b.activation_type = SimpleNamespace(name="Geglu")
-    assert "activation Geglu" in moe_unit.blocker(b, names, cpu)
-    b.activation_type = SimpleNamespace(name="Swiglu")
+    # upstream MoE.__init__ stores an int (interface.py id 57392471995), read against the installed enum
+    ActivationType = _fake_activation_enum()
+    monkeypatch.setattr(moe_unit, "upstream_activation_enum", lambda: ActivationType)
+    b.activation_type = int(ActivationType.Geglu)
+    assert "activation Geglu (6)" in moe_unit.blocker(b, names, cpu)
+    b.activation_type = int(ActivationType.Swiglu)
     assert moe_unit.blocker(b, names, cpu) == ""
+    b.activation_type = 3  # Swiglu in common.h @ 8b532363; Relu in the installed (fake) enum: judged by the latter
+    assert "activation Relu (3)" in moe_unit.blocker(b, names, cpu)
+    b.activation_type = ActivationType.Swiglu  # an enum member: by name
+    assert moe_unit.blocker(b, names, cpu) == ""
+    b.activation_type = ActivationType.Geglu
+    assert "activation Geglu" in moe_unit.blocker(b, names, cpu)
+    b.activation_type = int(ActivationType.Swiglu)
+    monkeypatch.setattr(moe_unit, "upstream_activation_enum", lambda: None)  # no enum to read the int against
+    assert "cannot tell whether it is SwiGLU" in moe_unit.blocker(b, names, cpu)
+    monkeypatch.setattr(moe_unit, "upstream_activation_enum", lambda: ActivationType)
     b.w3_w1_weight.data = b.w3_w1_weight.data.to(torch.float8_e4m3fn)
     assert "without 128x128 block scales" in moe_unit.blocker(b, names, cpu)
     assert "not a multiple of 128" in moe_unit.blocker(b, names + ("w3_w1_weight_scaling_factor",

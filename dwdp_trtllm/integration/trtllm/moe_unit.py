@@ -40,6 +40,7 @@ be called because its SwiGLU takes gate first (an order argument there would rem
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Callable, Optional
 
@@ -179,6 +180,46 @@ def install_reference(model: torch.nn.Module) -> list[RunMoe]:
     return units
 
 
+#: the module MoE.__init__ takes ActivationType from (interface.py, stored id 57392471995: `from ...utils import
+#: ActivationType`; `...utils` is tensorrt_llm._torch.utils under both MoE package roots)
+ACTIVATION_ENUM_MODULE = "tensorrt_llm._torch.utils"
+
+
+def upstream_activation_enum():
+    """The installed TensorRT-LLM's ActivationType, or None where it cannot be imported."""
+    try:
+        return importlib.import_module(ACTIVATION_ENUM_MODULE).ActivationType
+    except (ImportError, AttributeError):
+        return None
+
+
+def activation_blocker(act) -> str:
+    """'' when `activation_type` is SwiGLU (or unset), else why the unit cannot compute it.
+
+    Upstream MoE.__init__ stores `self.activation_type = int(activation_type)` (interface.py, stored id 57392471995),
+    so the backend holds an int. Its meaning is the installed enum's, and the value of Swiglu changed between
+    versions: cpp/tensorrt_llm/kernels/cutlass_kernels/include/common.h, which tensorrt_llm._torch.utils
+    ActivationType mirrors, has Swiglu = 3 @ 8b532363ce56 (stored id 185374862: `Gelu = 0, Relu, Silu, Swiglu, ...`)
+    and Swiglu = 5 @ 3585984b32cd (stored id 19681781401: `InvalidType = 0, Identity = 1, Gelu = 2, ...`). So the int
+    is compared with int(ActivationType.Swiglu) of the installed TensorRT-LLM; an enum member is judged by name."""
+    if act is None:
+        return ""
+    name = getattr(act, "name", None)
+    if isinstance(name, str):  # an enum member (older code, or a caller passing the enum itself)
+        return "" if name.lower() == "swiglu" else f"activation {name}: the multi_buffer unit computes SwiGLU only"
+    enum = upstream_activation_enum()
+    if enum is None:
+        return (f"activation_type {act!r}: cannot tell whether it is SwiGLU ({ACTIVATION_ENUM_MODULE}.ActivationType "
+                "is not importable)")
+    if int(act) == int(enum.Swiglu):
+        return ""
+    try:
+        label = f"{enum(int(act)).name} ({int(act)})"
+    except ValueError:
+        label = str(int(act))
+    return f"activation {label}: the multi_buffer unit computes SwiGLU only (ActivationType.Swiglu = {int(enum.Swiglu)})"
+
+
 def blocker(backend: torch.nn.Module, names, device: torch.device) -> str:
     """'' when multi_buffer can serve this backend here, else why not (the adapter then falls back and logs it)."""
     if not callable(getattr(type(backend), "run_moe", None)):
@@ -188,9 +229,9 @@ def blocker(backend: torch.nn.Module, names, device: torch.device) -> str:
     for attr in ("w3_w1_bias", "w2_bias", "swiglu_alpha", "swiglu_beta", "swiglu_limit"):
         if getattr(backend, attr, None) is not None:
             return f"{type(backend).__name__}.{attr} is set: the multi_buffer unit computes plain SwiGLU without bias"
-    act = getattr(backend, "activation_type", None)
-    if act is not None and getattr(act, "name", str(act)).lower() != "swiglu":
-        return f"activation {getattr(act, 'name', act)}: the multi_buffer unit computes SwiGLU only"
+    why = activation_blocker(getattr(backend, "activation_type", None))
+    if why:
+        return why
     if getattr(backend, "_moe_lora_enabled", False):
         return "MoE LoRA is configured on this layer: not supported by the multi_buffer unit"
     w13 = getattr(backend, W13)

@@ -14,6 +14,7 @@ run_moe's calling convention, by era (tests/unit/test_trtllm_fake_world.py `era_
   enable_alltoall), called by the scheduler (stored id 57366040755) as `moe.backend.run_moe(ctx, workspace=...)`.
   (Upstream's class there is a MoEImplBase, not a MoE; this fake keeps the MoE base in every era.)
 Both return the [T, H] output in output_dtype (the moe_output buffer when one is given).
+activation_type: the int MoE.__init__ stores (interface.py id 57392471995), inherited from the fake MoE.
 quantize_input(x, post_quant_comm) returns (x, None) for BF16 and FP8 block scales ("No quantization needed here,
 handled in kernel", both ids).
 

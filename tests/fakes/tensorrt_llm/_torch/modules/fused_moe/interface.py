@@ -6,8 +6,13 @@ partition directly; create_weights is called later by the subclass / Configurabl
 VA era (same id): the LAST step of __init__ is `self._init_dwdp_expert_layout()`, which reads
 `get_global_dwdp_manager()` and, when a manager is registered, sets expert_size_per_partition =
 manager.num_experts_per_worker, slot_start = manager.start_expert_id, num_slots = num_experts, the round-robin
-initial_global_assignments over manager.dwdp_size and initial_local_expert_ids = [slot_start, slot_end)."""
+initial_global_assignments over manager.dwdp_size and initial_local_expert_ids = [slot_start, slot_end).
+`activation_type` (same id): parameter `activation_type: ActivationType = ActivationType.Swiglu` (the enum of
+_torch/utils.py, `from ...utils import ActivationType`), stored as `self.activation_type = int(activation_type)`:
+an int on every MoE, the CutlassFusedMoE backend included."""
 import torch
+
+from ...utils import ActivationType
 
 
 def _compute_ep_partition(num_experts, ep_size, ep_rank):
@@ -19,8 +24,9 @@ def _compute_ep_partition(num_experts, ep_size, ep_rank):
 
 class MoE(torch.nn.Module):
     def __init__(self, *, routing_method, num_experts, hidden_size, intermediate_size, dtype, model_config,
-                 layer_idx=None, init_load_balancer=True, **kwargs):
+                 layer_idx=None, activation_type=ActivationType.Swiglu, init_load_balancer=True, **kwargs):
         super().__init__()
+        self.activation_type = int(activation_type)
         self.routing_method, self.num_experts = routing_method, num_experts
         self.hidden_size, self.intermediate_size, self.dtype = hidden_size, intermediate_size, dtype
         self.model_config, self.layer_idx = model_config, layer_idx
