@@ -42,10 +42,9 @@ with torch.no_grad():
     ref = moe(x, logits)  # stock run_moe: the fake's stand-in for torch.ops.trtllm.fused_moe
     units = moe_unit.install_reference(model)
     got = moe(x, logits)
-    keep = moe_unit.swap_halves
-    moe_unit.swap_halves = lambda h: h  # a unit taking w3_w1's first half as the gate
+    moe_unit.UP_FIRST = False  # a unit taking w3_w1's first half as the gate
     wrong = moe(x, logits)
-    moe_unit.swap_halves = keep
+    moe_unit.UP_FIRST = True
 rel = lambda y: float((y - ref).norm() / ref.norm())
 print(rel(got), rel(wrong), units[0].calls, len(units))
 """
@@ -56,8 +55,8 @@ print(rel(got), rel(wrong), units[0].calls, len(units))
 def test_multi_buffer_unit_matches_stock_kernel(tmp_path, era, quant, tol):
     """Through upstream's call path of that era (lifecycle: run_moe(MoERunContext); hooks: keyword run_moe), the
     unit's output is the stock kernel's within rounding: bf16 activations (the stand-in multiplies in float32),
-    FP8 additionally quantises activations 1x128 as the engine does (the stand-in does not). Without the w3/w1 half
-    swap the error is of the order of the output itself."""
+    FP8 additionally quantises activations 1x128 as the engine does (the stand-in does not). Reading w3_w1 as
+    gate | up (UP_FIRST off) the error is of the order of the output itself."""
     tree = era_tree(tmp_path, era)
     r = subprocess.run([sys.executable, "-c", STOCK_VS_UNIT, quant], env=_env(tree, tmp_path, {}), capture_output=True,
                        text=True, timeout=300)
@@ -137,6 +136,20 @@ def test_unit_reads_local_and_slot_like_the_full_set():
     x, ids, w = _inputs(T=20, E=8)
     assert torch.equal(moe_unit.routed_forward(x, ids, w, split, torch.float32),
                        moe_unit.routed_forward(x, ids, w, full, torch.float32))
+
+
+def test_unit_is_the_engines_routed_experts_forward():
+    """The unit computes through engine/moe_compute.routed_experts_forward (gemm multi_buffer, up_first: TensorRT-LLM's
+    w3 | w1 rows read in place), bit for bit; with up_first off (gate | up) the result differs."""
+    from dwdp_trtllm.engine.moe_compute import routed_experts_forward
+    b = _Backend(E=8)
+    src = moe_unit.full_sources(b)
+    x, ids, w = _inputs(T=20, E=8)
+    args = (x, ids.long(), w, src.buffers["w3_w1_weight"], src.buffers["w2_weight"], src.expert_buffer_idx_E,
+            src.expert_row_E)
+    got = moe_unit.routed_forward(x, ids, w, src, x.dtype)
+    assert torch.equal(got, routed_experts_forward(*args, gemm="multi_buffer", up_first=True))
+    assert not torch.equal(got, routed_experts_forward(*args, gemm="multi_buffer", up_first=False))
 
 
 def _fake_activation_enum():

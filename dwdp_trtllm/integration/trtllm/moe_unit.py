@@ -25,18 +25,17 @@ Where it plugs in (upstream source read):
   (quantization.py load_expert_w3_w1_weight, stored id 55069560202: `dst_w3, _ = chunk(2)`, `_, dst_w1 =
   chunk(2)`), and the CUTLASS MoE computes act(second half) * first half (moe_kernels.cu doGatedActivationKernel:
   `fc1_value = gemm_result[i]`, `gate_value = gemm_result[i + inter_size]`, `fc1_value * fn(gate_value)`; stored
-  ids 3775219850, 49366630937). Our engine's w13 is gate | up (moe_compute.silu_mul: silu(first) * second), so the
-  GEMM1 output's halves are swapped before the SwiGLU (one pass over [T*K, 2I] activations; the weights are never
-  reordered, so every rank's exported experts keep TensorRT-LLM's layout whatever path a peer chose).
+  ids 3775219850, 49366630937). The engine's SwiGLU reads that order in place with `up_first=True` (UP_FIRST): no
+  copy of the [T*K, 2I] GEMM1 output, and the weights are never reordered, so every rank's exported experts keep
+  TensorRT-LLM's layout whatever path a peer chose.
 - FP8 block scales: w3_w1_weight_scaling_factor [E, 2*ceil(I/128), ceil(H/128)], w2_weight_scaling_factor
   [E, ceil(H/128), ceil(I/128)] fp32 (same quantization.py); activations are quantised 1x128 like the engine
   (moe_compute.Fp8Rows / quantize_act_1x128; the CUTLASS FP8 block-scale path also quantises inside the op:
   quantize_input "handled in kernel", id 57675435166). The op reads [2I, H] weights with ceil(2I/128) row blocks,
   which is TensorRT-LLM's per-half layout only when I % 128 == 0 (checked).
 
-The computation is the engine's (engine/moe_compute.py: gather_sorted -> grouped_gemm(gemm="multi_buffer") ->
-silu_mul / silu_mul_quant -> grouped_gemm -> combine), with the half swap between the GEMMs; expert_mlp itself cannot
-be called because its SwiGLU takes gate first (an order argument there would remove the swap: engine change).
+The computation is the engine's: engine/moe_compute.py routed_experts_forward(gemm="multi_buffer", up_first=True)
+(gather_sorted -> grouped_gemm -> silu_mul / silu_mul_quant -> grouped_gemm -> combine).
 """
 from __future__ import annotations
 
@@ -46,30 +45,26 @@ from typing import Callable, Optional
 
 import torch
 
-from ...engine.moe_compute import (combine, gather_sorted, grouped_gemm, identity_map, silu_mul, silu_mul_quant,
-                                   wants_fp8_rows)
+from ...engine.moe_compute import identity_map, routed_experts_forward
 from ...engine.weights import FP8_DTYPE
 from ...runtime import ExpertSources  # the core's [local, slot] + expert map (as DwdpRuntime.expert_sources)
 
 GEMM = "multi_buffer"
 #: TensorRT-LLM routed-expert tensor names by role (quantization.py, stored id 55069560202)
 W13, W2, W13_SCALE, W2_SCALE = "w3_w1_weight", "w2_weight", "w3_w1_weight_scaling_factor", "w2_weight_scaling_factor"
-
-
-def swap_halves(h_A2I: torch.Tensor) -> torch.Tensor:
-    """[A, 2I] = [w3 x | w1 x] (TensorRT-LLM order) -> [w1 x | w3 x] = gate | up (the engine's silu_mul order)."""
-    I = h_A2I.shape[1] // 2
-    return torch.cat((h_A2I[:, I:], h_A2I[:, :I]), dim=1)
+#: w3_w1_weight rows are w3 (up) | w1 (gate): the engine's SwiGLU reads them in place with up_first
+UP_FIRST = True
 
 
 def routed_forward(x_TH: torch.Tensor, ids_TK: torch.Tensor, scales_TK: Optional[torch.Tensor], src: ExpertSources,
                    out_dtype: torch.dtype) -> torch.Tensor:
-    """y_TH = sum_k scales[t,k] * silu(w1_e x) * (w3_e x) @ w2_e^T with e = ids[t,k] (global ids), every expert read
-    in place from src.buffers by dwdp::grouped_gemm (engine/gemm_paths.py `_multi_buffer`)."""
+    """y_TH = sum_k scales[t,k] * silu(w1_e x) * (w3_e x) @ w2_e^T with e = ids[t,k] (global ids): the engine's
+    routed_experts_forward with gemm multi_buffer (every expert read in place from src.buffers by dwdp::grouped_gemm,
+    engine/gemm_paths.py `_multi_buffer`) and up_first (w3_w1 rows are up | gate, read in place). Only what run_moe's
+    arguments need is done here: the activation dtype, int64 ids, scales None, no tokens, out_dtype."""
     b = src.buffers
-    w13, w2 = b[W13], b[W2]
+    w13 = b[W13]
     fp8 = w13[0].dtype == FP8_DTYPE
-    E = src.expert_buffer_idx_E.shape[0]
     # activations as the CUTLASS MoE takes them: the weights' dtype for BF16 (the op multiplies like dtypes), bf16
     # for FP8 block scales (_QUANT_SUPPORT_TABLE: FP8_BLOCK_SCALES dtypes {bfloat16}, id 57675435166)
     act_dtype = torch.bfloat16 if fp8 else w13[0].dtype
@@ -79,16 +74,13 @@ def routed_forward(x_TH: torch.Tensor, ids_TK: torch.Tensor, scales_TK: Optional
     if scales_TK is None:  # apply_router_weight_on_input: the weights are already folded into x (forward_chunk)
         scales_TK = torch.ones(ids_TK.shape, dtype=torch.float32, device=ids_TK.device)
     if x_TH.shape[0] == 0:
-        return torch.zeros(0, w2[0].shape[1], dtype=out_dtype, device=x_TH.device)
-    fp8_rows = wants_fp8_rows(GEMM, fp8)
-    x_sorted, perm_A, offs_E, _ = gather_sorted(x_TH, ids_TK, E, fp8_rows=fp8_rows)
-    h = grouped_gemm(x_sorted, offs_E, w13, src.expert_buffer_idx_E, src.expert_row_E, gemm=GEMM,
-                     scales=b.get(W13_SCALE) if fp8 else None)
-    h = swap_halves(h)
-    act = silu_mul_quant(h) if fp8_rows else silu_mul(h)
-    y = grouped_gemm(act, offs_E, w2, src.expert_buffer_idx_E, src.expert_row_E, gemm=GEMM,
-                     scales=b.get(W2_SCALE) if fp8 else None)
-    return combine(y, perm_A, scales_TK, x_TH.shape[0], out_dtype=out_dtype)
+        return torch.zeros(0, b[W2][0].shape[1], dtype=out_dtype, device=x_TH.device)
+    y_TH = routed_experts_forward(x_TH, ids_TK, scales_TK, w13, b[W2], src.expert_buffer_idx_E, src.expert_row_E,
+                                  gemm=GEMM, w13_scale_sources=b.get(W13_SCALE) if fp8 else None,
+                                  w2_scale_sources=b.get(W2_SCALE) if fp8 else None, up_first=UP_FIRST)
+    # combine sums in float32 and returns the activation dtype; TensorRT-LLM asks output_dtype = x.dtype
+    # (forward_impl, id 67533515591), the activation dtype on a real model, so this cast is a no-op there
+    return y_TH if y_TH.dtype == out_dtype else y_TH.to(out_dtype)
 
 
 def _is_ctx(obj) -> bool:
