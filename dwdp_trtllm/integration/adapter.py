@@ -56,61 +56,62 @@ MULTI_BUFFER_WHAT = "dwdp::grouped_gemm reads [local, slot] in place (no local c
 MERGE_WHAT = "merge: local experts copied into a full [E, ...] slot every layer"
 
 
-def fallback_after_composite(why: str, multi_buffer: str | None) -> tuple[str, str]:
-    """The composite view cannot be built (why): multi_buffer where the host's unit can run, else merge."""
-    if multi_buffer == "":
-        return "multi_buffer", f"composite view not possible ({why}); multi_buffer: {MULTI_BUFFER_WHAT}"
-    unit = multi_buffer or "no multi_buffer execution unit on this host"
-    return "merge", f"composite view not possible ({why}); multi_buffer not possible ({unit}); {MERGE_WHAT}"
+#: AdapterRuntime's blocker where the host has no multi_buffer execution unit
+NO_UNIT = "no multi_buffer execution unit on this host"
+
+
+def _composite_blocker(want: str, device_type: str, transport_kind: str, placement: ExpertPlacement,
+                       rank: int) -> str | None:
+    """Why the composite view cannot be built here, or None."""
+    if device_type != "cuda":
+        return None if want == "composite_view" else "composite_view needs CUDA VMM allocations; this device is cpu"
+    if transport_kind not in VMM_TRANSPORTS:
+        return f"composite_view needs transport vmm_fd or vmm_fabric, got {transport_kind}"
+    try:
+        local_run(placement, rank)
+    except CompositeUnsupported as e:
+        return str(e)
+    return None
 
 
 def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: ExpertPlacement, rank: int,
-                multi_buffer: str | None) -> tuple[str, str]:
+                blocker: str | None, composite_error: str | None = None) -> tuple[str, str]:
     """(gemm, reason) for the TensorRT-LLM host; the reason goes to the log, `gemm_reason` and check output.
 
     Preference: the composite view (stock kernel, nothing copied locally), where it cannot be built the
     multi_buffer unit (dwdp::grouped_gemm over [local, slot]), else merge. `gemm: multi_buffer` asks for the unit
     first, `gemm: merge` for merge. On CPU the composite view exists only as the test stand-in, used when
-    requested explicitly. multi_buffer: '' = the host's unit can run, text = why not, None = no unit."""
+    requested explicitly. blocker: None when the host's multi_buffer unit can serve these owners, else why not.
+    composite_error: the composite view was chosen but could not be built (why); the choice is made again without
+    it, and the reason keeps everything said before."""
     if want == "merge":
         return "merge", "gemm: merge requested"
-    note = ""
-    if want == "multi_buffer":
-        if multi_buffer == "":
-            return "multi_buffer", f"gemm: multi_buffer requested; {MULTI_BUFFER_WHAT}"
-        note = f"gemm: multi_buffer requested but not possible ({multi_buffer or 'no execution unit on this host'}); "
-    elif want == "reference":
-        note = "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "
-    cpu = device_type != "cuda"
-    why = ""
-    if cpu and want != "composite_view":
-        why = "composite_view needs CUDA VMM allocations; this device is cpu"
-    elif not cpu and transport_kind not in VMM_TRANSPORTS:
-        why = f"composite_view needs transport vmm_fd or vmm_fabric, got {transport_kind}"
-    else:
-        try:
-            local_run(placement, rank)
-        except CompositeUnsupported as e:
-            why = str(e)
-    if not why:
-        if cpu:  # requested explicitly: the test stand-in (composite_cpu.py)
+    if want == "multi_buffer" and blocker is None:
+        return "multi_buffer", f"gemm: multi_buffer requested; {MULTI_BUFFER_WHAT}"
+    note = {"multi_buffer": f"gemm: multi_buffer requested but not possible ({blocker}); ",
+            "reference": "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "}.get(want, "")
+    why = composite_error or _composite_blocker(want, device_type, transport_kind, placement, rank)
+    if why is None:
+        if device_type != "cuda":  # requested explicitly: the test stand-in (composite_cpu.py)
             return "composite_view", note + ("cpu stand-in for tests: slot runs and copy plan of the composite view, "
                                              "the [E, ...] tensor assembled per bind (no VMM on cpu)")
         return "composite_view", note + "local experts mapped beside the slot (no local copy)"
-    if want == "multi_buffer":
-        return "merge", note + f"composite view not possible ({why}); {MERGE_WHAT}"
-    gemm, reason = fallback_after_composite(why, multi_buffer)
-    return gemm, note + reason
+    note += f"composite view not possible ({why}); "
+    if blocker is None:
+        return "multi_buffer", note + f"multi_buffer: {MULTI_BUFFER_WHAT}"
+    if want != "multi_buffer":  # a refused multi_buffer request is in the note already
+        note += f"multi_buffer not possible ({blocker}); "
+    return "merge", note + MERGE_WHAT
 
 
 class AdapterRuntime:
     def __init__(self, *, owners: Sequence[torch.nn.Module], names: Sequence[str], placement: ExpertPlacement,
                  dwdp_rank: int, cfg, transport, device: torch.device, timeout_s: float = 300.0,
-                 multi_buffer: str | None = None):
+                 blocker: str | None = NO_UNIT):
         """owners[p]: the module holding MoE position p's expert tensors `names` ([n_local, ...] each).
-        multi_buffer: '' when the host has an execution unit that can read [local, slot] for these owners (it reads
-        `bound_sources(p)`), else why not (None: no such unit). Collective over the DWDP group
-        (transport.open_peers); call on every rank in the same order."""
+        blocker: None when the host has an execution unit that can read [local, slot] for these owners (it reads
+        `bound_sources(p)`), else why not. Collective over the DWDP group (transport.open_peers); call on every
+        rank in the same order."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
         E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
@@ -132,10 +133,9 @@ class AdapterRuntime:
             torch.cuda.synchronize(device)  # local experts are written before peers may read them
         transport.open_peers()
 
-        self.multi_buffer = multi_buffer
-        self.gemm, self.reason = choose_gemm(cfg.gemm, device_type=device.type,
-                                             transport_kind=getattr(transport, "kind", ""), placement=placement,
-                                             rank=dwdp_rank, multi_buffer=multi_buffer)
+        choose = dict(device_type=device.type, transport_kind=getattr(transport, "kind", ""), placement=placement,
+                      rank=dwdp_rank, blocker=blocker)
+        self.gemm, self.reason = choose_gemm(cfg.gemm, **choose)
         plan = build_copy_plan(placement, self.layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
         full_ops = full_slot_ops(placement, self.layout, dwdp_rank, plan)
         self.composite = None
@@ -153,7 +153,7 @@ class AdapterRuntime:
                         placement=placement, rank=dwdp_rank, specs=specs, tensor_bytes=self.layout.tensor_bytes,
                         num_layers=L, num_slots=S, mapped=mapped, local_buffer=lambda m, t: exported[key(m, t)])
             except CompositeUnsupported as e:  # e.g. expert bytes off the VMM granularity
-                self.gemm, self.reason = fallback_after_composite(str(e), multi_buffer)
+                self.gemm, self.reason = choose_gemm(cfg.gemm, **choose, composite_error=str(e))
         n_fetch = len(placement.fetch_experts(dwdp_rank))
         if self.gemm == "composite_view":
             # weights: the plan's peer ops into the slot runs (fetched order); scales: full-slot ops

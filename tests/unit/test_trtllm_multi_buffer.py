@@ -18,7 +18,7 @@ import torch
 
 from dwdp_trtllm.config import DwdpConfig
 from dwdp_trtllm.engine.moe_compute import identity_map
-from dwdp_trtllm.integration.adapter import choose_gemm
+from dwdp_trtllm.integration.adapter import NO_UNIT, choose_gemm
 from dwdp_trtllm.integration.trtllm import moe_unit
 from dwdp_trtllm.placement import make_placement
 from dwdp_trtllm.runtime import ExpertSources
@@ -165,7 +165,7 @@ def test_blocker_reasons(monkeypatch):
     cpu = torch.device("cpu")
     b = _Backend()
     names = ("w3_w1_weight", "w2_weight")
-    assert moe_unit.blocker(b, names, cpu) == ""
+    assert moe_unit.blocker(b, names, cpu) is None
     b.w3_w1_bias = torch.zeros(1)
     assert "w3_w1_bias is set" in moe_unit.blocker(b, names, cpu)
     b.w3_w1_bias = None
@@ -175,11 +175,11 @@ def test_blocker_reasons(monkeypatch):
     b.activation_type = int(ActivationType.Geglu)
     assert "activation Geglu (6)" in moe_unit.blocker(b, names, cpu)
     b.activation_type = int(ActivationType.Swiglu)
-    assert moe_unit.blocker(b, names, cpu) == ""
+    assert moe_unit.blocker(b, names, cpu) is None
     b.activation_type = 3  # Swiglu in common.h @ 8b532363; Relu in the installed (fake) enum: judged by the latter
     assert "activation Relu (3)" in moe_unit.blocker(b, names, cpu)
     b.activation_type = ActivationType.Swiglu  # an enum member: by name
-    assert moe_unit.blocker(b, names, cpu) == ""
+    assert moe_unit.blocker(b, names, cpu) is None
     b.activation_type = ActivationType.Geglu
     assert "activation Geglu" in moe_unit.blocker(b, names, cpu)
     b.activation_type = int(ActivationType.Swiglu)
@@ -193,10 +193,10 @@ def test_blocker_reasons(monkeypatch):
     assert "has no run_moe" in moe_unit.blocker(torch.nn.Linear(2, 2), names, cpu)
 
 
-def _choose(want, *, device="cuda", transport="vmm_fd", mb="", redundant=0):
+def _choose(want, *, device="cuda", transport="vmm_fd", mb=None, redundant=0, composite_error=None):
     cfg = DwdpConfig(dwdp_size=2, redundant_experts=redundant)
     return choose_gemm(want, device_type=device, transport_kind=transport, placement=make_placement(cfg, 8), rank=1,
-                       multi_buffer=mb)
+                       blocker=mb, composite_error=composite_error)
 
 
 def test_choose_gemm_prefers_composite_then_multi_buffer_then_merge():
@@ -208,8 +208,8 @@ def test_choose_gemm_prefers_composite_then_multi_buffer_then_merge():
     assert g == "multi_buffer" and "wrap around" in why
     g, why = _choose("composite_view", transport="ipc", mb="dwdp::grouped_gemm is unavailable: no nvcc")
     assert g == "merge" and "multi_buffer not possible (dwdp::grouped_gemm is unavailable: no nvcc)" in why
-    g, why = _choose("composite_view", transport="ipc", mb=None)
-    assert g == "merge" and "no multi_buffer execution unit on this host" in why
+    g, why = _choose("composite_view", transport="ipc", mb=NO_UNIT)
+    assert g == "merge" and "multi_buffer not possible (no multi_buffer execution unit on this host)" in why
     g, why = _choose("multi_buffer")
     assert g == "multi_buffer" and why.startswith("gemm: multi_buffer requested")
     g, why = _choose("multi_buffer", mb="activation Geglu: ...")
@@ -222,3 +222,18 @@ def test_choose_gemm_prefers_composite_then_multi_buffer_then_merge():
     assert _choose("composite_view", device="cpu", transport="shm")[0] == "composite_view"  # the CPU stand-in
     g, why = _choose("reference", device="cpu", transport="shm")
     assert g == "multi_buffer" and why.startswith("gemm: reference is the embedded engine's")
+
+
+def test_choose_gemm_after_a_failed_composite_build_keeps_the_note():
+    """AdapterRuntime chooses again with composite_error when the chosen composite view cannot be built (e.g. expert
+    bytes off the VMM granularity): the reason still says what was asked and refused before."""
+    err = "expert bytes off the 2 MiB granularity"
+    g, why = _choose("multi_buffer", mb="activation Geglu: ...", composite_error=err)
+    assert g == "merge"
+    assert why.startswith("gemm: multi_buffer requested but not possible (activation Geglu: ...); "
+                          f"composite view not possible ({err}); merge:"), why
+    assert why.count("multi_buffer not possible") == 0 and why.count("activation Geglu") == 1
+    g, why = _choose("composite_view", composite_error=err)
+    assert g == "multi_buffer" and why.startswith(f"composite view not possible ({err}); multi_buffer:"), why
+    g, why = _choose("reference", mb=NO_UNIT, composite_error=err)
+    assert g == "merge" and why.startswith("gemm: reference is the embedded engine's") and err in why

@@ -185,8 +185,8 @@ def upstream_activation_enum():
         return None
 
 
-def activation_blocker(act) -> str:
-    """'' when `activation_type` is SwiGLU (or unset), else why the unit cannot compute it.
+def activation_blocker(act) -> str | None:
+    """None when `activation_type` is SwiGLU (or unset), else why the unit cannot compute it.
 
     Upstream MoE.__init__ stores `self.activation_type = int(activation_type)` (interface.py, stored id 57392471995),
     so the backend holds an int. Its meaning is the installed enum's, and the value of Swiglu changed between
@@ -195,16 +195,16 @@ def activation_blocker(act) -> str:
     and Swiglu = 5 @ 3585984b32cd (stored id 19681781401: `InvalidType = 0, Identity = 1, Gelu = 2, ...`). So the int
     is compared with int(ActivationType.Swiglu) of the installed TensorRT-LLM; an enum member is judged by name."""
     if act is None:
-        return ""
+        return None
     name = getattr(act, "name", None)
     if isinstance(name, str):  # an enum member (older code, or a caller passing the enum itself)
-        return "" if name.lower() == "swiglu" else f"activation {name}: the multi_buffer unit computes SwiGLU only"
+        return None if name.lower() == "swiglu" else f"activation {name}: the multi_buffer unit computes SwiGLU only"
     enum = upstream_activation_enum()
     if enum is None:
         return (f"activation_type {act!r}: cannot tell whether it is SwiGLU ({ACTIVATION_ENUM_MODULE}.ActivationType "
                 "is not importable)")
     if int(act) == int(enum.Swiglu):
-        return ""
+        return None
     try:
         label = f"{enum(int(act)).name} ({int(act)})"
     except ValueError:
@@ -212,8 +212,8 @@ def activation_blocker(act) -> str:
     return f"activation {label}: the multi_buffer unit computes SwiGLU only (ActivationType.Swiglu = {int(enum.Swiglu)})"
 
 
-def blocker(backend: torch.nn.Module, names, device: torch.device) -> str:
-    """'' when multi_buffer can serve this backend here, else why not (the adapter then falls back and logs it)."""
+def blocker(backend: torch.nn.Module, names, device: torch.device) -> str | None:
+    """None when multi_buffer can serve this backend here, else why not (the adapter then falls back and logs it)."""
     if not callable(getattr(type(backend), "run_moe", None)):
         return f"{type(backend).__name__} has no run_moe to route through dwdp::grouped_gemm"
     if W13 not in names or W2 not in names:
@@ -222,7 +222,7 @@ def blocker(backend: torch.nn.Module, names, device: torch.device) -> str:
         if getattr(backend, attr, None) is not None:
             return f"{type(backend).__name__}.{attr} is set: the multi_buffer unit computes plain SwiGLU without bias"
     why = activation_blocker(getattr(backend, "activation_type", None))
-    if why:
+    if why is not None:
         return why
     if getattr(backend, "_moe_lora_enabled", False):
         return "MoE LoRA is configured on this layer: not supported by the multi_buffer unit"
@@ -246,4 +246,4 @@ def blocker(backend: torch.nn.Module, names, device: torch.device) -> str:
     from ... import ops
     if not ops.available():
         return f"dwdp::grouped_gemm is unavailable: {ops.why_unavailable()}"
-    return ""
+    return None

@@ -169,7 +169,7 @@ def setup_after_load(loader, model) -> None:
     transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
-                        transport=transport, device=device, multi_buffer=moe_unit.blocker(owners[0], names, device))
+                        transport=transport, device=device, blocker=moe_unit.blocker(owners[0], names, device))
     units = [moe_unit.install(o, lambda p=p: rt.bound_sources(p)) for p, o in enumerate(owners)] \
         if rt.gemm == "multi_buffer" else []
     promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E, backends=owners)
