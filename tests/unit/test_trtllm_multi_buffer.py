@@ -6,7 +6,9 @@ test_trtllm_fake_world.py; here: the unit computes what the stock kernel compute
 torch.ops.trtllm.fused_moe, SwiGLU on [w3; w1] as moe_kernels.cu) through both run_moe calling conventions, a unit
 that ignored the w3/w1 order is caught, the unit's argument handling and refusals, and the path choice with reasons.
 """
+import functools
 import importlib.util
+import inspect
 import os
 import subprocess
 import sys
@@ -78,7 +80,11 @@ class _Backend(torch.nn.Module):
         self.w2_weight = torch.nn.Parameter((torch.randn(E, H, I, generator=g) * 0.2).to(torch.bfloat16),
                                             requires_grad=False)
         self.w3_w1_bias = self.w2_bias = None
-        self.enable_alltoall = False
+        self.alltoall_method_type = "NotEnabled"  # __init__ sets it in both branches (id 55194060208)
+
+    @functools.cached_property
+    def enable_alltoall(self):  # as upstream: `self.alltoall_method_type != AlltoallMethodType.NotEnabled`
+        return self.alltoall_method_type != "NotEnabled"
 
     def run_moe(self, x, token_selected_experts, token_final_scales, x_sf=None, is_sf_swizzled=True,
                 output_dtype=None, tuner_num_tokens=None, tuner_top_k=None, moe_output=None, enable_alltoall=None,
@@ -121,6 +127,35 @@ def test_unit_both_conventions_moe_output_and_refusals():
         b.run_moe(x, ids, w)
     again = moe_unit.install(b, lambda: None)
     assert again.original == unit.original  # re-installing keeps the class method, not the previous unit
+
+
+def test_unit_maps_arguments_without_binding_per_call(monkeypatch):
+    """The original's parameters and defaults are read at install; a call neither binds a Signature nor builds the
+    layer name; what does not fit the original is a TypeError; enable_alltoall=None reads the backend's
+    cached_property (upstream: alltoall_method_type != NotEnabled, fused_moe_cutlass.py id 55194060208)."""
+    b = _Backend()
+    src = moe_unit.full_sources(b)
+    unit = moe_unit.install(b, lambda: src)
+    x, ids, w = _inputs()
+    want = moe_unit.routed_forward(x, ids, w, src, torch.float32)
+
+    def no_bind(*a, **k):
+        raise AssertionError("inspect.Signature.bind called per run_moe call")
+    monkeypatch.setattr(inspect.Signature, "bind", no_bind)
+    monkeypatch.setattr(moe_unit.RunMoe, "_name", lambda self: pytest.fail("layer name built for a call that passed"))
+    assert torch.equal(b.run_moe(x, ids, w, None, True, torch.float32), want)  # positional up to output_dtype
+    assert torch.equal(b.run_moe(x, ids, w, output_dtype=torch.float32, tuner_num_tokens=6, lora_params=None), want)
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="do not fit"):
+        b.run_moe(x, ids, w, not_an_argument=1)
+    with pytest.raises(TypeError, match="do not fit"):
+        b.run_moe(x, ids, w, *([None] * 10))
+    b2 = _Backend()
+    b2.alltoall_method_type = "NVLinkOneSided"
+    moe_unit.install(b2, lambda: moe_unit.full_sources(b2))
+    with pytest.raises(RuntimeError, match="enable_alltoall"):
+        b2.run_moe(x, ids, w)  # enable_alltoall=None: the backend's cached_property says True
+    assert unit.calls == 2
 
 
 def test_unit_reads_local_and_slot_like_the_full_set():

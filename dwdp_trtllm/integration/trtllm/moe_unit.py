@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 import torch
 
@@ -89,12 +89,23 @@ def _is_ctx(obj) -> bool:
 
 class RunMoe:
     """The callable installed as `backend.run_moe`: takes either calling convention (keywords / positional of the
-    MoE-subclass era, or MoERunContext + workspace of the MoEImplBase era), returns what the original returns."""
+    MoE-subclass era, or MoERunContext + workspace of the MoEImplBase era), returns what the original returns.
+    The original's parameters and defaults are read once here; a call only maps its arguments onto them."""
 
     def __init__(self, backend: torch.nn.Module, sources: Callable[[], Optional[ExpertSources]], original):
         self.backend, self.sources, self.original = backend, sources, original
-        self.signature = inspect.signature(original)  # bound method: no `self`
+        params = [p for p in inspect.signature(original).parameters.values()  # bound method: no `self`
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY, p.KEYWORD_ONLY)]
+        self.positional = tuple(p.name for p in params if p.kind != p.KEYWORD_ONLY)
+        self.names = frozenset(p.name for p in params)
+        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
         self.calls = 0  # tests: the unit ran
+
+    def _name(self) -> str:
+        return f"{type(self.backend).__name__} (layer {getattr(self.backend, 'layer_idx', '?')})"
+
+    def _fail(self, what: str) -> NoReturn:
+        raise RuntimeError(f"dwdp_trtllm multi_buffer: {self._name()} {what}")
 
     def _args(self, args, kwargs) -> dict:
         if (args and _is_ctx(args[0])) or "ctx" in kwargs:
@@ -105,35 +116,36 @@ class RunMoe:
                     "moe_output": getattr(plan, "moe_output", None),
                     "enable_alltoall": getattr(plan, "enable_alltoall", False),
                     "do_finalize": getattr(ctx, "do_finalize", True), "lora_params": getattr(ctx, "lora_params", None)}
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        a = dict(bound.arguments)
-        if a.get("enable_alltoall") is None:  # "If None, defaults to self.enable_alltoall" (id 55194060208)
-            try:
-                a["enable_alltoall"] = bool(getattr(self.backend, "enable_alltoall", False))
-            except Exception:  # noqa: BLE001 - a property that cannot answer: no alltoall was set up
-                a["enable_alltoall"] = False
+        if len(args) > len(self.positional) or not self.names.issuperset(kwargs):
+            raise TypeError(f"{self._name()}.run_moe: arguments {len(args)} positional + {sorted(kwargs)} do not fit "
+                            f"{self.original.__qualname__}{inspect.signature(self.original)}")
+        a = dict(self.defaults)
+        a.update(zip(self.positional, args))
+        a.update(kwargs)
+        if a.get("enable_alltoall") is None:
+            # "If None, defaults to self.enable_alltoall": a cached_property over alltoall_method_type, which __init__
+            # always sets (NotEnabled with without_comm, the ConfigurableMoE backend) (id 55194060208)
+            a["enable_alltoall"] = getattr(self.backend, "enable_alltoall", False)
         return a
 
     def __call__(self, *args, **kwargs) -> torch.Tensor:
         a = self._args(args, kwargs)
-        name = f"{type(self.backend).__name__} (layer {getattr(self.backend, 'layer_idx', '?')})"
         x = a["x"]
         if not isinstance(x, torch.Tensor) or a.get("x_sf") is not None:
-            raise RuntimeError(f"dwdp_trtllm multi_buffer: {name} got pre-quantised activations (x_sf set); only BF16 "
-                               "and FP8 block-scale experts (activations quantised here) are supported")
+            self._fail("got pre-quantised activations (x_sf set); only BF16 and FP8 block-scale experts (activations "
+                       "quantised here) are supported")
         if a.get("enable_alltoall"):
-            raise RuntimeError(f"dwdp_trtllm multi_buffer: {name} called with enable_alltoall; DWDP computes every "
-                               "expert on the rank (ep_size 1), there is no token dispatch")
+            self._fail("called with enable_alltoall; DWDP computes every expert on the rank (ep_size 1), there is no "
+                       "token dispatch")
         if not a.get("do_finalize", True):
-            raise RuntimeError(f"dwdp_trtllm multi_buffer: {name} called with do_finalize=False (unsupported)")
+            self._fail("called with do_finalize=False (unsupported)")
         lora = a.get("lora_params")
         if lora and getattr(self.backend, "_moe_lora_active", lambda p: True)(lora):
-            raise RuntimeError(f"dwdp_trtllm multi_buffer: {name} received MoE LoRA parameters (unsupported)")
+            self._fail("received MoE LoRA parameters (unsupported)")
         src = self.sources()
         if src is None:
-            raise RuntimeError(f"dwdp_trtllm multi_buffer: {name}.run_moe called outside wait_and_bind / "
-                               "record_compute_and_prefetch_next: no prefetch slot is bound to it")
+            self._fail("run_moe called outside wait_and_bind / record_compute_and_prefetch_next: no prefetch slot is "
+                       "bound to it")
         out_dtype = a.get("output_dtype") or x.dtype
         y = routed_forward(x, a["token_selected_experts"], a["token_final_scales"], src, out_dtype)
         self.calls += 1
