@@ -20,7 +20,7 @@ per weight name. AdapterRuntime:
  3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) and
     Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine.
 Per-layer host work on the forward thread: wait (one stream wait_event), bind (param.data = prebuilt
-view, one assignment per tensor; multi_buffer: one dict store), release (one event record + one scheduler issue).
+view, one assignment per tensor; multi_buffer: one tuple store), release (one event record + one scheduler issue).
 Streams: copies on the scheduler's copy stream; waits and release events on the current (compute) stream.
 """
 from __future__ import annotations
@@ -122,7 +122,6 @@ class AdapterRuntime:
         self.layout = ExpertLayout(self.names, tuple(per_expert))
 
         exported = transport.allocate({key(p, t): n_local * nb for p in range(L) for t, nb in enumerate(per_expert)})
-        self.local_u8 = exported  # this rank's experts per (position, tensor): what the composite view maps
         for p, o in enumerate(self.owners):
             for t, n in enumerate(names):
                 param = getattr(o, n)
@@ -175,7 +174,8 @@ class AdapterRuntime:
         # multi_buffer: the [local, slot] sources each (position, slot) hands to the execution unit
         self.views: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.sources: dict[tuple[int, int], ExpertSources] = {}
-        self._bound_sources: list[ExpertSources | None] = [None] * L
+        # (position, its [local, slot] sources under multi_buffer else None) between wait_and_bind and release
+        self._bound: tuple[int, ExpertSources | None] | None = None
         if self.gemm == "multi_buffer":
             loc = placement.expert_location(dwdp_rank)
             bidx = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
@@ -221,20 +221,27 @@ class AdapterRuntime:
         (multi_buffer: the execution unit's [local, slot] sources are handed over instead)."""
         slot = self.prefetcher.acquire(pos)
         if self.gemm == "multi_buffer":
-            self._bound_sources[pos] = self.sources[(pos, slot)]
+            self._bound = (pos, self.sources[(pos, slot)])
             return
         o = self.owners[pos]
         for n, view in zip(self.names, self.views[(pos, slot)]):
             getattr(o, n).data = view() if callable(view) else view  # callable: the CPU composite stand-in
+        self._bound = (pos, None)
+
+    @property
+    def bound_position(self) -> int | None:
+        """The position bound by wait_and_bind and not yet released, else None."""
+        return None if self._bound is None else self._bound[0]
 
     def bound_sources(self, pos: int) -> ExpertSources | None:
         """multi_buffer: where position pos's experts are between its wait_and_bind and release, else None."""
-        return self._bound_sources[pos]
+        b = self._bound
+        return b[1] if b is not None and b[0] == pos else None
 
     def release(self, pos: int) -> None:
         """Position pos's kernels are enqueued: the slot may be refilled after them (next forward wraps)."""
         self.prefetcher.release(pos)
-        self._bound_sources[pos] = None
+        self._bound = None
 
     def close(self) -> None:
         if self._closed:

@@ -17,7 +17,7 @@ from ..placement import ExpertPlacement
 
 
 class CpuCompositeStandIn:
-    """Same surface as CompositeSlots for AdapterRuntime: `slot_tensor[(slot, t)]` (uint8 runs, fetched order),
+    """What AdapterRuntime reads of CompositeSlots: `slot_tensor[(slot, t)]` (uint8 runs, fetched order),
     `composite[(layer, slot, t)]` (a callable returning the assembled [E, ...] tensor), `close()`."""
 
     def __init__(self, *, placement: ExpertPlacement, rank: int, specs, tensor_bytes, num_layers: int,
@@ -25,11 +25,10 @@ class CpuCompositeStandIn:
         """local_buffer(layer, t) -> the uint8 buffer holding this rank's experts of that layer (the transport's)."""
         E = placement.num_experts
         a, b = local_run(placement, rank)  # CompositeUnsupported when the local experts wrap around
-        self.mapped = list(mapped)
         self.slot_tensor: dict[tuple[int, int], torch.Tensor] = {}
         self.composite: dict[tuple[int, int, int], object] = {}
         for s in range(num_slots):
-            for t in self.mapped:
+            for t in mapped:
                 nb = tensor_bytes[t]
                 run = torch.empty((E - (b - a)) * nb, dtype=torch.uint8)
                 self.slot_tensor[(s, t)] = run
@@ -42,10 +41,6 @@ class CpuCompositeStandIn:
         def view() -> torch.Tensor:
             return torch.cat([run[:split], local, run[split:]]).view(dtype).view(E, *shape)
         return view
-
-    @property
-    def allocated_bytes(self) -> int:
-        return sum(t.numel() for t in self.slot_tensor.values())
 
     def close(self) -> None:
         self.slot_tensor.clear()

@@ -39,7 +39,6 @@ class HopperDwdpManager:
         self._registered_layers: list[int] = []
         self._rt: Optional[AdapterRuntime] = None
         self._pos: dict[int, int] = {}
-        self._bound: Optional[int] = None  # position bound by wait_and_bind and not yet released
         self.lifecycle = "unset"  # "upstream" | "hooks" once attached
 
     # -- upstream lifecycle surface ---------------------------------------------------------------
@@ -81,10 +80,11 @@ class HopperDwdpManager:
         forward's releases); refuse a forward that starts while the previous one stopped part-way. Also run by
         wait_and_bind of the first MoE position, since upstream's PyExecutor never calls it on this manager."""
         rt = self.runtime
-        if self._bound is not None or not rt.at_forward_start():
+        bound = rt.bound_position
+        if bound is not None or not rt.at_forward_start():
             raise DwdpOrderError(f"forward started while the previous one stopped after MoE position "
                                  f"{(rt.prefetcher.n - 1) % rt.num_layers}"
-                                 f"{' (position ' + str(self._bound) + ' bound, never released)' if self._bound is not None else ''}"
+                                 f"{' (position ' + str(bound) + ' bound, never released)' if bound is not None else ''}"
                                  ": DWDP slots would hold the wrong layers")
 
     def wait_and_bind(self, backend_module, layer_idx: int) -> None:
@@ -96,21 +96,19 @@ class HopperDwdpManager:
                                "that layer's expert weights")
         if pos == 0:
             self.prefetch_first_layers()
-        elif self._bound is not None:
-            raise DwdpOrderError(f"wait_and_bind(layer {layer_idx}) while MoE position {self._bound} is still bound "
-                                 "(its record_compute_and_prefetch_next never came)")
+        elif rt.bound_position is not None:
+            raise DwdpOrderError(f"wait_and_bind(layer {layer_idx}) while MoE position {rt.bound_position} is still "
+                                 "bound (its record_compute_and_prefetch_next never came)")
         rt.wait_and_bind(pos)
-        self._bound = pos
 
     def record_compute_and_prefetch_next(self, layer_idx: int) -> None:
         pos = self.position(layer_idx)
-        if self._bound != pos:
+        if self.runtime.bound_position != pos:
             raise DwdpOrderError(
                 f"record_compute_and_prefetch_next(layer {layer_idx}) without wait_and_bind of that layer: the kernel "
                 "ran on weights this manager never bound (a TensorRT-LLM whose ConfigurableMoE.forward_impl does not "
                 "call wait_and_bind, e.g. the IPC-era DWDP lifecycle?); run `dwdp check-trtllm`")
         self.runtime.release(pos)
-        self._bound = None
 
     def cleanup(self) -> None:
         if self._rt is not None:

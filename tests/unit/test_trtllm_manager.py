@@ -14,16 +14,19 @@ class _StubRuntime:
     def __init__(self, owners):
         self.owners, self.num_layers, self.calls = owners, len(owners), []
         self.prefetcher = type("P", (), {"n": 0})()
+        self.bound_position = None  # AdapterRuntime: the position between wait_and_bind and release
 
     def at_forward_start(self):
         return self.prefetcher.n % self.num_layers == 0
 
     def wait_and_bind(self, pos):
         self.calls.append(("bind", pos))
+        self.bound_position = pos
 
     def release(self, pos):
         self.calls.append(("release", pos))
         self.prefetcher.n += 1
+        self.bound_position = None
 
 
 def _manager(L=3):
@@ -84,3 +87,17 @@ def test_record_without_bind_is_refused():
     with pytest.raises(DwdpOrderError, match="without wait_and_bind"):
         m.record_compute_and_prefetch_next(3)
     assert rt.calls == []
+
+
+def test_the_bound_position_is_the_runtimes():
+    """One record of what is bound: AdapterRuntime.bound_position (it also hands multi_buffer sources for that
+    position only); the manager reads it instead of keeping its own."""
+    m, rt, owners = _manager()
+    assert not hasattr(m, "_bound")
+    m.wait_and_bind(owners[0], 3)
+    m.record_compute_and_prefetch_next(3)
+    rt.bound_position = 1  # bound below the manager (e.g. a bind it did not see)
+    with pytest.raises(DwdpOrderError, match="MoE position 1 is still bound"):
+        m.wait_and_bind(owners[2], 5)
+    with pytest.raises(DwdpOrderError, match="without wait_and_bind"):
+        m.record_compute_and_prefetch_next(5)
