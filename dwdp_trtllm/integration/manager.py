@@ -9,7 +9,8 @@ Two drivers call it:
 - upstream lifecycle: ConfigurableMoE.forward_impl calls wait_and_bind / record_compute_and_prefetch_next (our
   gate patch makes it enable DWDP for this manager with the CUTLASS backend). PyExecutor calls
   prefetch_first_layers() only on the manager py_executor_creator gave it, which exists only with TensorRT-LLM's
-  own dwdp_config (PR #12136 `_executor_loop`, PR #17546 creator): never this one;
+  own dwdp_config (py_executor.py stored id 54965565749 `_executor_loop`; the creator per TensorRT-LLM's DWDP blog,
+  stored id 51853955518, and the py_executor_creator.py diff in PR #14453's review thread): never this one;
 - hooks (versions without that lifecycle): forward pre/post hooks on each MoE module make the same two calls.
 Either way the forward-start check runs inside wait_and_bind of the first MoE position, a point reached on every
 forward whatever calls the model (the engine calls model.forward() directly). Copies are started by the

@@ -64,8 +64,8 @@ def test_setup_before_attach_names_the_missing_step():
 
 
 def test_forward_start_is_checked_at_the_first_bind_without_prefetch_first_layers():
-    """Upstream's PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made (PR #12136,
-    PR #17546): ours sees only ConfigurableMoE's wait_and_bind / record calls."""
+    """Upstream's PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made (py_executor.py
+    stored id 54965565749; DWDP blog id 51853955518): ours sees only ConfigurableMoE's wait_and_bind / record calls."""
     m, rt, owners = _manager()
     for lid, o in zip((3, 4, 5), owners):  # one whole forward
         m.wait_and_bind(o, lid)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_trtllm_fake_world import FAKES, _env, era_tree  # noqa: E402
 
 STOCK_VS_UNIT = """
-import sys, torch
+import inspect, sys, torch
 from types import SimpleNamespace
 from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
 from tensorrt_llm._torch.models.modeling_tiny import H
@@ -47,8 +47,16 @@ with torch.no_grad():
     moe_unit.UP_FIRST = False  # a unit taking w3_w1's first half as the gate
     wrong = moe(x, logits)
     moe_unit.UP_FIRST = True
+    calls = units[0].calls
+    b = moe.backend
+    # upstream's alltoall state on a ConfigurableMoE backend (without_comm=True): NotEnabled, enable_alltoall False;
+    # the keyword run_moe with enable_alltoall omitted reads that cached_property (fused_moe_cutlass.py id 55194060208)
+    a2a = (b.alltoall_method_type.name, b.enable_alltoall, b.w3_w1_bias, b.w2_bias)
+    if "ctx" not in inspect.signature(type(b).run_moe).parameters:
+        ids, w = moe.routing_method.apply(logits)
+        assert torch.equal(b.run_moe(x=x, token_selected_experts=ids.to(torch.int32), token_final_scales=w), got)
 rel = lambda y: float((y - ref).norm() / ref.norm())
-print(rel(got), rel(wrong), units[0].calls, len(units))
+print(rel(got), rel(wrong), calls, len(units), *a2a)
 """
 
 
@@ -63,10 +71,11 @@ def test_multi_buffer_unit_matches_stock_kernel(tmp_path, era, quant, tol):
     r = subprocess.run([sys.executable, "-c", STOCK_VS_UNIT, quant], env=_env(tree, tmp_path, {}), capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    err, wrong, calls, n_units = r.stdout.split()
+    err, wrong, calls, n_units, *a2a = r.stdout.split()
     assert float(err) < tol, r.stdout
     assert float(wrong) > 0.5, r.stdout
     assert (int(calls), int(n_units)) == (2, 3)  # layer 0's unit ran twice; one unit per MoE layer
+    assert a2a == ["NotEnabled", "False", "None", "None"], r.stdout
 
 
 class _Backend(torch.nn.Module):

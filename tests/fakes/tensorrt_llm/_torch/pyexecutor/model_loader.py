@@ -19,7 +19,8 @@ class ModelLoader:
 
     def load(self, checkpoint_dir, checkpoint_loader):
         a = self._args
-        mapping = SimpleNamespace(moe_ep_size=1, moe_ep_rank=0, moe_tp_size=1, tp_size=1)
+        # TP1 without attention DP; dp_size is what CutlassFusedMoE.select_alltoall_method_type reads (id 55194060208)
+        mapping = SimpleNamespace(moe_ep_size=1, moe_ep_rank=0, moe_tp_size=1, tp_size=1, dp_size=1)
         model = TinyDecoder(SimpleNamespace(mapping=mapping, quant_config=a.quant))
         model.load_weights(tiny_checkpoint(a.seed, a.quant))
         if torch.cuda.is_available():  # TensorRT-LLM builds the model on the current CUDA device

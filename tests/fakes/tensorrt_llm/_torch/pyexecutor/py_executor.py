@@ -1,8 +1,10 @@
-"""PyExecutor forward step, as tensorrt_llm/_torch/pyexecutor/py_executor.py after PR #12136 (merged; diff of
-`_executor_loop` in its review thread): `if self.dwdp_manager is not None: self.dwdp_manager.prefetch_first_layers()`
-right before `self._forward_step(...)`. `self.dwdp_manager` is the executor's own attribute, handed over by
-py_executor_creator (see py_executor_creator.py), NOT the global of pyexecutor/dwdp.py: a manager registered
-only through set_global_dwdp_manager (ours) never receives prefetch_first_layers() from here."""
+"""PyExecutor forward step, as tensorrt_llm/_torch/pyexecutor/py_executor.py (stored ids 54965565749, 67119085479,
+57354091563): `__init__(..., dwdp_manager: Optional[DwdpManager] = None)` keeps it as `self.dwdp_manager =
+dwdp_manager`, and `_executor_loop` runs `if self.dwdp_manager is not None: self.dwdp_manager.prefetch_first_layers()`
+right before `batch_outputs = self._forward_step(scheduled_batch)` (id 54965565749; the same lines are the
+`_executor_loop` hunk of NVIDIA/TensorRT-LLM PR #12136's review thread). `self.dwdp_manager` is the executor's own
+attribute, handed over by py_executor_creator (see py_executor_creator.py), NOT the global of pyexecutor/dwdp.py: a
+manager registered only through set_global_dwdp_manager (ours) never receives prefetch_first_layers() from here."""
 
 
 class PyExecutor:

@@ -1,5 +1,5 @@
-"""ConfigurableMoE: a MoE wrapper that builds its backend with init_load_balancer=False and
-skip_create_weights_in_init, copies _BACKEND_SYNC_ATTRS from itself to the backend, then creates the weights
+"""ConfigurableMoE: a MoE wrapper that builds its backend with init_load_balancer=False, without_comm=True and
+skip_create_weights_in_init (configurable_moe.py stored id 3814212287: create_moe_backend(...) with those three), copies _BACKEND_SYNC_ATTRS from itself to the backend, then creates the weights
 (configurable_moe.py, stored ids 51886803846, 67533515591; the copy is field by field @ 90c54bad).
 
 DWDP block, by era (tests/unit/test_trtllm_fake_world.py builds each era from this file):
@@ -44,7 +44,7 @@ class ConfigurableMoE(MoE):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         backend_kwargs = dict(kwargs, init_load_balancer=False)
-        self.backend = CutlassFusedMoE(skip_create_weights_in_init=True, **backend_kwargs)
+        self.backend = CutlassFusedMoE(skip_create_weights_in_init=True, without_comm=True, **backend_kwargs)
         for a in _BACKEND_SYNC_ATTRS:
             setattr(self.backend, a, getattr(self, a))
         self.backend.create_weights()

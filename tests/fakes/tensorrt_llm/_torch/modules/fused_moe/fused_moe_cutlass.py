@@ -14,7 +14,14 @@ run_moe's calling convention, by era (tests/unit/test_trtllm_fake_world.py `era_
   enable_alltoall), called by the scheduler (stored id 57366040755) as `moe.backend.run_moe(ctx, workspace=...)`.
   (Upstream's class there is a MoEImplBase, not a MoE; this fake keeps the MoE base in every era.)
 Both return the [T, H] output in output_dtype (the moe_output buffer when one is given).
-activation_type: the int MoE.__init__ stores (interface.py id 57392471995), inherited from the fake MoE.
+activation_type: the int MoE.__init__ stores (interface.py id 57392471995), inherited from the fake MoE;
+w3_w1_bias / w2_bias: None, set by the quant method's create_weights for bias=False (quantization.py id 55069560202).
+alltoall (id 55194060208): __init__ sets `self.alltoall_method_type = self.select_alltoall_method_type()`, or
+AlltoallMethodType.NotEnabled with `without_comm=True` (what ConfigurableMoE passes, configurable_moe.py stored id
+3814212287: "without_comm=True: Prevents backend from initializing communication"); select_alltoall_method_type
+returns NotEnabled when `self.mapping.dp_size == 1` (no attention DP) or `moe_tp_size != 1`; `enable_alltoall` is a
+cached_property `self.alltoall_method_type != AlltoallMethodType.NotEnabled`, what run_moe reads when its
+enable_alltoall argument is None. (The MNNVL / env-forced methods are not modelled: NotImplementedError.)
 quantize_input(x, post_quant_comm) returns (x, None) for BF16 and FP8 block scales ("No quantization needed here,
 handled in kernel", both ids).
 
@@ -24,9 +31,11 @@ nothing, EP's combine sums them); SwiGLU on [w3; w1]: silu(x w1) * (x w3), the g
 (doGatedActivationKernel: `fc1_value = gemm_result[i]`, `gate_value = gemm_result[i + inter_size]`, stored ids
 3775219850, 49366630937); FP8 128x128 block dequant. Computed in float32 (the audit's harness semantics).
 """
+from functools import cached_property
+
 import torch
 
-from .interface import MoE
+from .interface import AlltoallMethodType, MoE
 from .quantization import BLOCK, DeepSeekFP8BlockScalesFusedMoEMethod, UnquantizedFusedMoEMethod
 
 
@@ -57,14 +66,25 @@ def _fused_moe(x, topk_ids, topk_w, w3_w1, w2, quant_scales, *, ep_size, ep_rank
 
 
 class CutlassFusedMoE(MoE):
-    def __init__(self, *, skip_create_weights_in_init=False, **kwargs):
+    def __init__(self, *, skip_create_weights_in_init=False, without_comm=False, **kwargs):
         super().__init__(**kwargs)
         qc = self.model_config.quant_config
         self.quant_method = DeepSeekFP8BlockScalesFusedMoEMethod() if qc == "fp8_block_scales" else UnquantizedFusedMoEMethod()
-        self.w3_w1_bias = self.w2_bias = None  # bias=False (the DeepSeek MoE)
-        self.enable_alltoall = False  # TP1, no attention DP: no alltoall
+        self.alltoall_method_type = (AlltoallMethodType.NotEnabled if without_comm
+                                     else self.select_alltoall_method_type())
         if not skip_create_weights_in_init:
             self.create_weights()
+
+    def select_alltoall_method_type(self):
+        if self.mapping.dp_size == 1:  # no attention DP
+            return AlltoallMethodType.NotEnabled
+        if self.mapping.moe_tp_size != 1:
+            return AlltoallMethodType.NotEnabled
+        raise NotImplementedError("fake tensorrt_llm: MNNVL alltoall (attention DP) is not modelled")
+
+    @cached_property
+    def enable_alltoall(self):
+        return self.alltoall_method_type != AlltoallMethodType.NotEnabled
 
     def create_weights(self):
         self.quant_method.create_weights(self)

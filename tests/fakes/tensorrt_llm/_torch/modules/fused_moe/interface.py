@@ -9,10 +9,24 @@ manager.num_experts_per_worker, slot_start = manager.start_expert_id, num_slots 
 initial_global_assignments over manager.dwdp_size and initial_local_expert_ids = [slot_start, slot_end).
 `activation_type` (same id): parameter `activation_type: ActivationType = ActivationType.Swiglu` (the enum of
 _torch/utils.py, `from ...utils import ActivationType`), stored as `self.activation_type = int(activation_type)`:
-an int on every MoE, the CutlassFusedMoE backend included."""
+an int on every MoE, the CutlassFusedMoE backend included. `bias: bool = False`, stored as `self.bias` (same id;
+the quant method's create_weights reads it). `enable_alltoall` (same id): a layer-level property, False here
+(CutlassFusedMoE overrides it).
+AlltoallMethodType: the IntEnum fused_moe_cutlass.py (id 55194060208) imports from this module, members as in
+interface.py stored id 3744845622 (NotEnabled = 0, NVLinkOneSided, NVLinkTwoSided, DeepEP, DeepEPLowLatency)."""
+from enum import IntEnum
+
 import torch
 
 from ...utils import ActivationType
+
+
+class AlltoallMethodType(IntEnum):
+    NotEnabled = 0
+    NVLinkOneSided = 1
+    NVLinkTwoSided = 2
+    DeepEP = 3
+    DeepEPLowLatency = 4
 
 
 def _compute_ep_partition(num_experts, ep_size, ep_rank):
@@ -24,8 +38,9 @@ def _compute_ep_partition(num_experts, ep_size, ep_rank):
 
 class MoE(torch.nn.Module):
     def __init__(self, *, routing_method, num_experts, hidden_size, intermediate_size, dtype, model_config,
-                 layer_idx=None, activation_type=ActivationType.Swiglu, init_load_balancer=True, **kwargs):
+                 layer_idx=None, bias=False, activation_type=ActivationType.Swiglu, init_load_balancer=True, **kwargs):
         super().__init__()
+        self.bias = bias
         self.activation_type = int(activation_type)
         self.routing_method, self.num_experts = routing_method, num_experts
         self.hidden_size, self.intermediate_size, self.dtype = hidden_size, intermediate_size, dtype
@@ -59,6 +74,10 @@ class MoE(torch.nn.Module):
         self.slot_end = self.slot_start + self.expert_size_per_partition
         self.initial_local_expert_ids = list(range(self.slot_start, self.slot_end))
 # VA-END
+
+    @property
+    def enable_alltoall(self):
+        return False
 
     def _init_load_balancer(self):
         self.layer_load_balancer = None  # no moe_load_balancer configured in these tests

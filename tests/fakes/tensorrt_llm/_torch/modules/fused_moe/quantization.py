@@ -5,6 +5,8 @@
   [E_local, 2*ceil(I/128), ceil(H/128)] and w2_weight_scaling_factor [E_local, ceil(H/128), ceil(I/128)];
   setup_quant_scales stores the Parameter OBJECTS in module.quant_scales (so a later param.data rebind
   reaches the kernel), and post_load_weights calls it again;
+- create_weights (FusedMoEMethodBase, same id): `if module.bias:` registers w3_w1_bias / w2_bias, `else:
+  module.w3_w1_bias = None; module.w2_bias = None` (bias experts are not modelled by this fake);
 - load_expert_w3_w1_weight: dst_w3, _ = chunk(2); _, dst_w1 = chunk(2) (w3 first, w1 second);
 - load_weights walks initial_local_expert_ids: local slot i holds global expert initial_local_expert_ids[i].
 """
@@ -32,6 +34,10 @@ class UnquantizedFusedMoEMethod:
         dt = self.weight_dtype or module.dtype
         module.register_parameter("w3_w1_weight", _param((n, 2 * I, H), dt))
         module.register_parameter("w2_weight", _param((n, H, I), dt))
+        if module.bias:
+            raise NotImplementedError("fake tensorrt_llm: MoE experts with bias are not modelled")
+        module.w3_w1_bias = None
+        module.w2_bias = None
 
     def load_weights(self, module, weights):
         for slot, e in enumerate(module.initial_local_expert_ids):
