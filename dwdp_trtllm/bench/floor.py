@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelSpec
+from ..perf.flops import attention_proj_flops, core_flops, dense_mlp_flops, expert_rows_flops, shared_and_router_flops
 
 
 @dataclass(frozen=True)
@@ -220,25 +221,17 @@ class FloorTimer:
                 "other": other, "total": attention + experts + other}
 
     def iteration_flops(self, batch: Batch) -> dict[str, float]:
-        """FLOPs (2 per MAC) of the floor's phases for one iteration: attention (projections + causal core,
-        half of the chunk's own square), expert_gemm (6 H I per routed row), other (dense MLP, router, shared)."""
+        """FLOPs (2 per MAC) of the floor's phases for one iteration, counted by perf/flops.py (the counts the
+        planner prices): attention (projections, MLA's kv_b over prefix + chunk keys, + causal core), expert_gemm
+        (the routed rows), other (dense MLP, router, shared)."""
         sp = self.spec
         T, S = batch.tokens, sum(p + n for p, n in batch.segments)
-        H, N = sp.hidden_size, sp.num_heads
-        if sp.attention == "mla":
-            qd, d, e = N * (sp.qk_nope_head_dim + sp.qk_rope_head_dim), sp.qk_nope_head_dim + sp.qk_rope_head_dim, sp.v_head_dim
-            q = H * sp.q_lora_rank + sp.q_lora_rank * qd if sp.q_lora_rank else H * qd
-            proj = 2 * (T * (q + H * (sp.kv_lora_rank + sp.qk_rope_head_dim) + N * e * H)
-                        + S * sp.kv_lora_rank * N * (sp.qk_nope_head_dim + e))
-        else:
-            d = e = sp.head_dim
-            proj = 2 * T * H * (2 * N * d + 2 * sp.num_kv_heads * d)
-        core = sum(2 * N * (d + e) * (n * p + n * n / 2) for p, n in batch.segments)
+        proj = float(attention_proj_flops(sp, T, S))
+        core = sum(float(core_flops(sp, n, p)) for p, n in batch.segments)
         rows = sum(sum(r) for r in batch.rows_per_expert)
-        other = (6 * H * sp.dense_intermediate * T * sp.first_k_dense
-                 + sp.num_moe_layers * T * (2 * H * sp.num_experts + 6 * H * sp.moe_intermediate * sp.num_shared_experts))
-        return {"attention": (proj + core) * sp.num_layers, "expert_gemm": 6.0 * H * sp.moe_intermediate * rows,
-                "other": float(other), "attention_proj": proj * sp.num_layers, "attention_core": core * sp.num_layers}
+        other = float(dense_mlp_flops(sp, T)) * sp.first_k_dense + float(shared_and_router_flops(sp, T)) * sp.num_moe_layers
+        return {"attention": (proj + core) * sp.num_layers, "expert_gemm": float(expert_rows_flops(sp, rows)),
+                "other": other, "attention_proj": proj * sp.num_layers, "attention_core": core * sp.num_layers}
 
     def release(self) -> None:
         self._bufs.clear()

@@ -1,6 +1,6 @@
 """FLOPs of one layer's compute phases (2 per multiply-add; plain formulas, tests check them by hand; pure).
 
-The same counts as bench/floor.py's iteration_flops, so that a floor's measured rate applies to them.
+bench/floor.py's iteration_flops counts the floor's work with these, so that a floor's measured rate applies to them.
 """
 from __future__ import annotations
 
@@ -25,8 +25,14 @@ def sdpa_flops(spec: ModelSpec, isl):
     return core_flops(spec, isl)
 
 
+def expert_rows_flops(spec: ModelSpec, rows):
+    """gate|up and down GEMMs of `rows` routed (token, expert) rows."""
+    return 6.0 * spec.hidden_size * spec.moe_intermediate * np.asarray(rows, float)
+
+
 def routed_expert_flops(spec: ModelSpec, tokens):
-    return 6.0 * spec.hidden_size * spec.moe_intermediate * spec.top_k * np.asarray(tokens, float)
+    """The routed experts of `tokens` tokens: top_k rows each."""
+    return expert_rows_flops(spec, spec.top_k * np.asarray(tokens, float))
 
 
 def shared_and_router_flops(spec: ModelSpec, tokens):

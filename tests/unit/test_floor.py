@@ -50,6 +50,29 @@ def test_floor_timer_grows_with_the_work():
     assert abs(big["total"] - big["attention"] - big["expert_gemm"] - big["other"]) < 1e-9
 
 
+def test_iteration_flops_are_the_planners_counts():
+    """The floor's FLOPs are perf/flops.py's (what validate-plan rebuilds, perf/bench_work.floor_flops): one
+    iteration of two segments, one with a cached prefix, every routed pair of its own tokens (top_k rows each)."""
+    import numpy as np
+
+    from dwdp_trtllm.perf.bench_work import IterationLoad, floor_flops
+    from dwdp_trtllm.perf.flops import core_flops
+
+    for preset in ("tiny", "deepseek-r1", "qwen3-30b-a3b"):
+        spec = get_model(preset, 3, 1) if preset == "deepseek-r1" else get_model(preset)
+        segs = ((0, 48), (96, 32))
+        T, S = 80, 176
+        E = spec.num_experts
+        rows = tuple(tuple(T * spec.top_k // E + (e < T * spec.top_k % E) for e in range(E)) for _ in range(spec.num_moe_layers))
+        mine = FloorTimer(spec, torch.float32, "bf16", torch.device("cpu")).iteration_flops(Batch(segs, rows))
+        load = IterationLoad(np.array([[T]]), np.array([[S]]), np.array([[sum(float(core_flops(spec, n, p)) for p, n in segs)]]),
+                             np.array([[2]]))
+        want = floor_flops(spec, load)
+        for k, v in want.items():
+            assert mine[k] == pytest.approx(v, rel=1e-12), (preset, k)
+        assert mine["attention"] == pytest.approx(mine["attention_proj"] + mine["attention_core"], rel=1e-12)
+
+
 @pytest.mark.timeout(300)
 def test_bench_floor_on_the_real_engine(tmp_path, capsys):
     out = tmp_path / "bench"
