@@ -64,11 +64,20 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["tensorrt_llm"] == "not installed" and rep["upstream_dwdp"] is None
-    from dwdp_trtllm.integration.trtllm.patches import PATCH_TARGETS
-    assert len(rep["patch_targets"]) == len(PATCH_TARGETS) and all("not checked" in t["status"] for t in rep["patch_targets"])
-    assert [t["optional"] for t in rep["patch_targets"]] == [t.optional for t in PATCH_TARGETS]
-    assert [t["attribute"] for t in rep["patch_targets"] if t["lifecycle"]] == [
-        "ConfigurableMoE._should_enable_dwdp", "set_global_dwdp_manager", "DwdpManager.wait_and_bind"]
+    # written out, not derived from PATCH_TARGETS: a target dropped, added or re-flagged there must show here
+    fm = "tensorrt_llm._torch.modules.fused_moe"
+    assert [(t["module"], t["attribute"], t["optional"], t["lifecycle"]) for t in rep["patch_targets"]] == [
+        (f"{fm}.interface", "MoE.__init__", False, False),
+        (f"{fm}.interface", "MoE._init_load_balancer", False, False),
+        (f"{fm}.interface", "MoE._init_dwdp_expert_layout", True, False),
+        ("tensorrt_llm._torch.pyexecutor.model_loader", "ModelLoader.load", False, False),
+        (f"{fm}.fused_moe_cutlass", "CutlassFusedMoE", False, False),
+        (f"{fm}.fused_moe_cutlass", "CutlassFusedMoE.run_moe", True, False),
+        (f"{fm}.configurable_moe", "ConfigurableMoE._should_enable_dwdp", True, True),
+        ("tensorrt_llm._torch.pyexecutor.dwdp", "set_global_dwdp_manager", True, True),
+        ("tensorrt_llm._torch.pyexecutor.dwdp", "DwdpManager.wait_and_bind", True, True),
+    ]
+    assert all(t["status"] == "not checked (no tensorrt_llm)" for t in rep["patch_targets"])
     assert rep["lifecycle"] is None and "not importable" in rep["lifecycle_reason"]
     assert rep["our_mode"]["engine"] == "dwdp_trtllm" and rep["upstream_can_run_here"] is False
     r = _dwdp(["check-trtllm"], _env(None))
