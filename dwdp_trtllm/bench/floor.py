@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ..models import ModelSpec
 from ..perf.flops import attention_proj_flops, core_flops, dense_mlp_flops, expert_rows_flops, shared_and_router_flops
+from .metrics import phase_ms
 
 
 @dataclass(frozen=True)
@@ -285,12 +286,9 @@ def rank_batches(by_mode: dict, spec: ModelSpec) -> dict[str, list[tuple[int, ob
 
 
 def _measured(it) -> dict[str, float]:
-    sums = {"attention": 0.0, "expert_gemm": 0.0, "other": 0.0}
-    for phase, _layer, s, e in it.phases:
-        if phase in sums:
-            sums[phase] += (e - s) * 1e3
-    sums["total"] = (it.t_end - it.t_start) * 1e3
-    return sums
+    """The engine's ms of one iteration (metrics.phase_ms), the wall as "total"."""
+    d = phase_ms(it)
+    return {**d, "total": d["wall"]}
 
 
 def floor_report(cfg, by_mode: dict) -> dict:

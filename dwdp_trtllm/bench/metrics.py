@@ -31,7 +31,6 @@ Definitions (iterations with IterationRecord.warmup are excluded everywhere):
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 import numpy as np
 
@@ -47,6 +46,16 @@ def _percentile(values: list[float], q: float) -> float:
 def measured_iterations(results: list[RankResult]):
     """(rank result, iteration) for every non-warm-up iteration."""
     return [(r, it) for r in results for it in r.iterations if not it.warmup]
+
+
+def phase_ms(it) -> dict[str, float]:
+    """One iteration's milliseconds: the summed span durations of each phase (PHASES) and "wall" (its end - start)."""
+    d = dict.fromkeys(PHASES, 0.0)
+    for phase, _layer, s, e in it.phases:
+        if phase in d:
+            d[phase] += (e - s) * 1e3
+    d["wall"] = (it.t_end - it.t_start) * 1e3
+    return d
 
 
 #: phases that happen once per MoE layer (layer_us divides them by the MoE layers, the others by all layers)
@@ -91,30 +100,19 @@ def mode_metrics(results: list[RankResult], num_layers: int, num_gpus: int | Non
                 ttft.append(r.first_token_s[q.request_id] - (r.t0 + q.arrival_s))
     unfinished = sum(1 for r in results for q in r.requests if q.request_id not in r.first_token_s)
 
-    sums: dict[str, float] = defaultdict(float)
-    for _, it in measured:
-        for phase, _layer, s, e in it.phases:
-            sums[phase] += e - s
+    all_iter = [phase_ms(it) for _, it in measured]
+    per_iter = [d for (_, it), d in zip(measured, all_iter) if it.num_tokens > 0]  # measured, with tokens
+    sums = {p: sum(d[p] for d in all_iter) for p in PHASES}  # ms
     n_moe = num_layers if num_moe_layers is None else num_moe_layers
     n = len(measured)
     layer_us = {}
     for p in PHASES:
         per = n_moe if p in MOE_PHASES else num_layers
-        layer_us[p] = sums[p] / (n * per) * 1e6 if n and per else math.nan
+        layer_us[p] = sums[p] / (n * per) * 1e3 if n and per else math.nan
     layer_us["exposed_copy"] = layer_us["prefetch_wait"]
     layer_us["hidden_copy"] = max(layer_us["copy"] - layer_us["prefetch_wait"], 0.0) if n and n_moe else math.nan
-    iteration_ms = {p: (sums[p] / n * 1e3 if n else math.nan) for p in PHASES}
-    walls = [it.t_end - it.t_start for _, it in measured if it.num_tokens > 0]
-    iteration_ms["wall"] = float(np.mean(walls)) * 1e3 if walls else math.nan
-    per_iter = []
-    for _, it in measured:
-        if it.num_tokens > 0:
-            d = dict.fromkeys(PHASES, 0.0)
-            for phase, _layer, s, e in it.phases:
-                if phase in d:
-                    d[phase] += (e - s) * 1e3
-            d["wall"] = (it.t_end - it.t_start) * 1e3
-            per_iter.append(d)
+    iteration_ms = {p: (sums[p] / n if n else math.nan) for p in PHASES}
+    iteration_ms["wall"] = float(np.mean([d["wall"] for d in per_iter])) if per_iter else math.nan
     iteration_ms_median = {p: float(np.median([d[p] for d in per_iter])) if per_iter else math.nan
                            for p in (*PHASES, "wall")}
 
