@@ -179,10 +179,7 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
                     if mean and median and mean / median > x * (1 + REPEAT_TOLERANCE):
                         excluded.setdefault(f"mean.{ph}", f"mean {mean:.1f} ms vs median {median:.1f} ms, {mean / median / x:.2f}x "
                                                           "what the iterations' work explains: one-time costs in the mean")
-    for s in STATS:
-        hit = [ph for ph in ENGINE_PHASES if f"{s}.{ph}" in excluded]
-        if hit and f"{s}.wall" not in excluded:
-            excluded[f"{s}.wall"] = f"contains {' and '.join(hit)} ({excluded[f'{s}.{hit[0]}']})"
+    mark_wall(excluded)
     rows_per_expert = flops["expert_gemm"] / (6.0 * spec.hidden_size * spec.moe_intermediate * spec.num_moe_layers) / local
     return FloorPoint(
         source=path, run=i, run_id=run_id(r), mode=mode, campaign=str(Path(path).parent),
@@ -193,6 +190,16 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
         floor_ms={**{k: float(fms[k]) for k in RATE_KEYS}, "attention": float(fms["attention_proj"] + fms["attention_core"])},
         measured=measured, over_floor_median={k: float(med[k]) for k in ENGINE_PHASES if _pos(med.get(k))},
         excluded=excluded)
+
+
+def mark_wall(excluded: dict[str, str], why=lambda hit, first: f"contains {' and '.join(hit)} ({first})") -> dict[str, str]:
+    """The wall contains the engine's phases: per statistic, "stat.wall" is excluded (when not already) as soon as
+    one of its phases is, why(the excluded phases, the first one's reason) saying so. Updates and returns `excluded`."""
+    for stat in STATS:
+        hit = [ph for ph in ENGINE_PHASES if f"{stat}.{ph}" in excluded]
+        if hit and f"{stat}.wall" not in excluded:
+            excluded[f"{stat}.wall"] = why(hit, excluded[f"{stat}.{hit[0]}"])
+    return excluded
 
 
 def _same(a: FloorPoint, b: FloorPoint, keys) -> bool:
@@ -236,16 +243,10 @@ def mark_unrepeatable(points: list[FloorPoint]) -> tuple[list[FloorPoint], list[
                     spreads.append(text)
             if spreads:
                 bad[key] = f"not repeatable in this campaign (> {REPEAT_TOLERANCE:.0%} apart for identical work: {'; '.join(spreads)})"
-        hit = [ph for ph in ENGINE_PHASES if f"{stat}.{ph}" in bad]
-        if hit and f"{stat}.wall" not in bad:
-            bad[f"{stat}.wall"] = f"contains {' and '.join(hit)}, not repeatable in this campaign"
+    mark_wall(bad, lambda hit, _why: f"contains {' and '.join(hit)}, not repeatable in this campaign")
     out = []
     for i, p in enumerate(points):
-        mine = own.get(i, {})
-        for stat in STATS:
-            hit = [ph for ph in ENGINE_PHASES if f"{stat}.{ph}" in mine]
-            if hit and f"{stat}.wall" not in mine:
-                mine[f"{stat}.wall"] = f"contains {' and '.join(hit)} ({mine[f'{stat}.{hit[0]}']})"
+        mine = mark_wall(own.get(i, {}))
         out.append(replace(p, excluded={**bad, **mine, **p.excluded}))
     notes = [f"{k}: {v}" for k, v in bad.items()]
     notes += [f"{points[i].label} {k}: {v}" for i, d in own.items() for k, v in d.items() if k.split(".")[1] != "wall"]
