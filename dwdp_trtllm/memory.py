@@ -29,6 +29,8 @@ FP8_DENSE_LINEAR_BYTES = 1
 #: KV cache a fraction of the memory left after weights (kv_cache_config.free_gpu_memory_fraction), so a fit
 #: without this floor could start and then serve no request of max_num_tokens.
 KV_BYTES = 2
+#: the largest dwdp_size fit_deployment tries for the smallest one that fits
+MAX_DWDP_SIZE = 64
 
 
 class MemoryBudgetError(ConfigError):
@@ -191,10 +193,15 @@ class DeploymentFit:
     def fits(self) -> bool:
         return self.total <= self.gpu_bytes
 
+    def parts(self) -> dict[str, float]:
+        """GB of each part of the total: experts held, prefetch slots, dense weights, activations, KV-cache floor."""
+        return {"experts held": self.local_experts / 1e9, "prefetch slots": self.prefetch_slots / 1e9,
+                "dense weights": self.dense_weights / 1e9, "activations": self.activations / 1e9,
+                "KV-cache floor": self.kv_cache_floor / 1e9}
+
     def rows(self) -> list[tuple[str, float]]:
-        return [("experts held", self.local_experts / 1e9), ("prefetch slots", self.prefetch_slots / 1e9),
-                ("dense weights", self.dense_weights / 1e9), ("activations", self.activations / 1e9),
-                ("KV-cache floor", self.kv_cache_floor / 1e9), ("total", self.total / 1e9), ("GPU", self.gpu_bytes / 1e9)]
+        """(name, GB) to print: the parts, the total and the GPU."""
+        return [*self.parts().items(), ("total", self.total / 1e9), ("GPU", self.gpu_bytes / 1e9)]
 
     def describe(self) -> str:
         parts = ", ".join(f"{k} {v:.1f} GB" for k, v in self.rows())
@@ -210,7 +217,7 @@ def _worst(spec, cfg, wd, max_num_tokens):
 
 
 def fit_deployment(spec: ModelSpec, cfg: DwdpConfig, gpu_bytes: int, *, weight_dtype: str,
-                   max_num_tokens: int, max_dwdp_size: int = 64) -> DeploymentFit:
+                   max_num_tokens: int, max_dwdp_size: int = MAX_DWDP_SIZE) -> DeploymentFit:
     """Per-rank bytes = experts held + slots + dense weights + activations at max_num_tokens + KV-cache floor,
     for the worst rank of `cfg`; also the smallest dwdp_size (derived placement, no redundancy) that fits."""
     import dataclasses

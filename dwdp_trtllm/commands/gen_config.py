@@ -91,7 +91,7 @@ def check_args(args, num_experts: int) -> None:
 
 def memory_fit(args, dwdp: DwdpConfig) -> str:
     """The fit line to print; raises ConfigError (--dwdp-size) when a context rank does not fit the GPU."""
-    from ..memory import fit_deployment
+    from ..memory import MAX_DWDP_SIZE, fit_deployment
     from ..perf import get_gpu
     if args.preset is None:
         return "memory fit: not checked (--num-experts gives no model dims; pass --preset)"
@@ -106,7 +106,7 @@ def memory_fit(args, dwdp: DwdpConfig) -> str:
     fit = fit_deployment(PRESETS[args.preset], dwdp, int(gb * 1e9), weight_dtype=wd, max_num_tokens=args.max_num_tokens)
     if not fit.fits:
         hint = (f"the smallest dwdp_size that fits is {fit.smallest_fitting_dwdp_size}"
-                if fit.smallest_fitting_dwdp_size else "no dwdp_size up to 64 fits: fewer max_num_tokens or a smaller dtype")
+                if fit.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits: fewer max_num_tokens or a smaller dtype")
         raise ConfigError(None, "--dwdp-size", f"a deployment that fits {args.gpu} ({gb:g} GB): {fit.describe()}; {hint}")
     return f"memory fit ({args.gpu}, {args.preset}, {wd}, max_num_tokens {args.max_num_tokens}): {fit.describe()}: fits"
 

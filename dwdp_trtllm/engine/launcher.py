@@ -256,7 +256,9 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         silent = [(r, p.exitcode) for r, p in enumerate(procs) if (p.exitcode or 0) < 0 and r not in reports]
         if not silent:
             return first
-        r, code = silent[0]
+        return died_unreported(*silent[0])
+
+    def died_unreported(r: int, code: int) -> RankFailed:
         return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error",
                           summary=describe_failure(r, code, reports))
 
@@ -276,8 +278,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
                     read_all_of(r)  # its error report (if any) first
                     unfinished = [m for m in modes if (m, r) not in results]
                     if failure is None and unfinished and p.exitcode != 0:
-                        failure = RankFailed(r, ",".join(modes), f"rank {r} {_how(p.exitcode)} without reporting an error",
-                                             summary=describe_failure(r, p.exitcode, reports))
+                        failure = died_unreported(r, p.exitcode)
                     elif failure is None and unfinished:
                         failure = RankFailed(r, ",".join(modes), f"rank {r} exited (code 0) before finishing mode(s) "
                                              f"{unfinished}", summary=f"it exited (code 0) before finishing {unfinished}")

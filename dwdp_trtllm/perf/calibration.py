@@ -50,7 +50,7 @@ import numpy as np
 
 from ..schema import ConfigError
 from .floor_calibration import FloorCalibration
-from .floor_points import points_from_bench
+from .floor_points import ENGINE_PHASES, points_from_bench
 
 Points = tuple[tuple[float, float], ...]
 
@@ -58,7 +58,6 @@ _KEYS = ("gpu", "grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl"
          "slice_efficiency", "all_to_all_gbps", "interference", "contention_slowdown", "floor_tflops",
          "engine_over_floor")
 FLOOR_RATE_KEYS = ("attention_proj", "attention_core", "expert_gemm_bf16", "expert_gemm_fp8", "expert_gemm_nvfp4", "other")
-ENGINE_PHASES = ("attention", "expert_gemm", "other")
 
 
 @dataclass(frozen=True)

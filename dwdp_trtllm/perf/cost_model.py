@@ -7,7 +7,7 @@ perf/floor_calibration.py) a compute phase costs its FLOPs / the measured floor 
 (tokens per iteration, ISL; the attention core: FLOPs / R + calls x c), times the engine's measured /
 floor for that phase when the calibration applies engine efficiency (validate-plan, not plan).
 
-Legend: tokens_SR, sdpa_us_SR: per (sample, rank) arrays (any shape works; the last axis is the rank
+Legend: tokens_SR: per (sample, rank) arrays (any shape works; the last axis is the rank
 when a group-wide quantity is reduced). Times are microseconds, sizes bytes, FLOPs counted as 2 per MAC.
 
 MoE layer, one rank with T tokens in a group of G ranks (E experts, top-k, hidden H, expert inter I):
@@ -32,7 +32,7 @@ from ..placement import ExpertPlacement
 from .calibration import Calibration, interp_log
 from .floor_calibration import expert_overhead
 from .flops import (attention_proj_flops, core_flops, dense_mlp_flops, routed_expert_flops,  # noqa: F401 (re-exported)
-                    sdpa_flops, shared_and_router_flops)
+                    shared_and_router_flops)
 from .contention import expected_slowdown
 from .hardware import GpuSpec
 
@@ -115,15 +115,6 @@ def fetch_bytes(spec: ModelSpec, placement: ExpertPlacement, weight_dtype: str) 
 
 
 # ---- per-kernel times ------------------------------------------------------------------------
-def sdpa_us(spec: ModelSpec, p: CostParams, isl):
-    """One request's causal SDPA per layer (elementwise over `isl`; 0 where isl is 0), without a per-call cost."""
-    isl = np.asarray(isl, float)
-    cal = p.calibration
-    if cal.attention_us_by_isl:
-        return np.vectorize(lambda x: cal.attention_us(x) if x > 0 else 0.0, otypes=[float])(isl)
-    return sdpa_flops(spec, isl) / core_rate(spec, p) * 1e6
-
-
 def core_rate(spec: ModelSpec, p: CostParams) -> float:
     """FLOP/s of the causal attention core (floor R, a measured rate, or the GPU default)."""
     cal = p.calibration
@@ -140,7 +131,7 @@ def core_us(spec: ModelSpec, p: CostParams, flops, calls, isl):
     flops = np.asarray(flops, float)
     if cal.attention_us_by_isl:
         us = cal.attention_us(isl)
-        return flops * us / float(sdpa_flops(spec, isl)) if us else np.zeros_like(flops)
+        return flops * us / float(core_flops(spec, isl)) if us else np.zeros_like(flops)
     fit = cal.core_floor()
     if fit:
         return flops / (fit[0] * 1e12) * 1e6 + np.asarray(calls, float) * fit[1] * 1e3

@@ -20,11 +20,6 @@ def attention_proj_flops(spec: ModelSpec, tokens, kv_tokens=None):
     return out
 
 
-def sdpa_flops(spec: ModelSpec, isl):
-    """Causal attention of one request of `isl` tokens: QK^T and PV over the lower triangle."""
-    return core_flops(spec, isl)
-
-
 def expert_rows_flops(spec: ModelSpec, rows):
     """gate|up and down GEMMs of `rows` routed (token, expert) rows."""
     return 6.0 * spec.hidden_size * spec.moe_intermediate * np.asarray(rows, float)

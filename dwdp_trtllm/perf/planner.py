@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import DwdpConfig
 from ..models import ModelSpec
-from ..memory import fit_deployment
+from ..memory import MAX_DWDP_SIZE, fit_deployment
 from ..placement import make_placement
 from ..schema import ConfigError
 from . import cost_model as cm
@@ -133,7 +133,7 @@ def sampled_load(spec: PlanSpec, isl: int, group: int) -> IterationLoad:
     """The workload model's iterations (whole requests packed up to MNT, or `batch` requests; a request longer
     than MNT is one chunk carrying its prorated share of the core), as the cost model's per-(sample, rank) load."""
     isl_SRK, tok_SRK = sample_requests(spec.workload(isl), group)
-    tokens_SR, core_SR = per_rank_load(isl_SRK, tok_SRK, lambda x: cm.sdpa_flops(spec.model, x))
+    tokens_SR, core_SR = per_rank_load(isl_SRK, tok_SRK, lambda x: cm.core_flops(spec.model, x))
     return IterationLoad(tokens_SR, tokens_SR, core_SR, (tok_SRK > 0).sum(-1).astype(float))
 
 
@@ -186,7 +186,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         contention_slowdown=cm.contention_factor(p, group, slice_bytes > 0),
         fetch_gb=cm.fetch_bytes(m, placement, p.weight_dtype)[0] / 1e9,
         memory_per_rank_gb=mem, memory_dep_gb=mem_dep, fits=fit.fits,
-        memory_parts_gb={k: round(v, 3) for k, v in fit.rows()[:5]}, smallest_fitting_dwdp_size=fit.smallest_fitting_dwdp_size,
+        memory_parts_gb={k: round(v, 3) for k, v in fit.parts().items()}, smallest_fitting_dwdp_size=fit.smallest_fitting_dwdp_size,
         tps_per_gpu_dep=group_tokens / it.t_dep_us * 1e6 / group,
         tps_per_gpu_dwdp=group_tokens / it.t_dwdp_us * 1e6 / group)
 
@@ -229,7 +229,7 @@ def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
         if worst:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in worst.memory_parts_gb.items())
             smallest = (f"the smallest dwdp_size that fits is {worst.smallest_fitting_dwdp_size}"
-                        if worst.smallest_fitting_dwdp_size else "no dwdp_size up to 64 fits")
+                        if worst.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
             why = (f"memory does not fit: the smallest candidate DWDP setup (G={worst.dwdp_size}) needs "
                    f"{worst.memory_per_rank_gb:.1f} GB per rank ({parts} GB) > {spec.memory_budget_gb:.1f} GB; {smallest}")
         else:

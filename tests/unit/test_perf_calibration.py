@@ -123,8 +123,8 @@ def test_strict_floor_rates_and_engine_factors_drive_the_cost_model(tmp_path):
     rows = 16384 * 8
     want = 6.0 * spec.hidden_size * spec.moe_intermediate * rows / 800e12 * 1e6 * 1.1
     assert cm.experts_us(spec, p, rows, spec.num_experts, isl=8192) == pytest.approx(want)
-    core = float(cm.core_us(spec, p, cm.sdpa_flops(spec, 8192), 1, 8192))
-    assert core == pytest.approx(float(cm.sdpa_flops(spec, 8192)) / 450e12 * 1e6)
+    core = float(cm.core_us(spec, p, cm.core_flops(spec, 8192), 1, 8192))
+    assert core == pytest.approx(float(cm.core_flops(spec, 8192)) / 450e12 * 1e6)
     att = float(cm.attention_us(spec, p, 16384, core, isl=8192))
     assert att == pytest.approx((float(cm.attention_proj_flops(spec, 16384)) / 600e12 * 1e6 + core) * 1.2)
     other = float(cm.other_us(spec, p, 16384, isl=8192))

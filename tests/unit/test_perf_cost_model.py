@@ -28,9 +28,9 @@ def test_attention_flops_by_hand():
     assert params == 187_105_280 == V3.attention_params()
     assert cm.attention_proj_flops(V3, 3) == 2 * params * 3
     # causal SDPA of one 1000-token request: heads * (d_qk + d_v) * isl^2 = 128 * (192 + 128) * 1e6
-    assert cm.sdpa_flops(V3, 1000) == 40_960_000_000
+    assert cm.core_flops(V3, 1000) == 40_960_000_000
     gqa = get_model("qwen3-30b-a3b")
-    assert cm.sdpa_flops(gqa, 100) == 32 * (128 + 128) * 100 * 100
+    assert cm.core_flops(gqa, 100) == 32 * (128 + 128) * 100 * 100
 
 
 def test_fetch_bytes_g4_fp8_is_192_experts():

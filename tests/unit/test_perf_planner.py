@@ -109,6 +109,8 @@ def test_plan_memory_is_the_deployment_fit_of_gen_config():
     want = fit_deployment(R1, DwdpConfig(dwdp_size=4), int(141e9), weight_dtype="fp8", max_num_tokens=16384)
     assert row.memory_per_rank_gb == pytest.approx(want.total / 1e9) and not row.fits
     assert row.memory_parts_gb["experts held"] == pytest.approx(R1.expert_bytes("fp8") * 64 * R1.num_moe_layers / 1e9, rel=1e-3)
+    assert set(row.memory_parts_gb) == {"experts held", "prefetch slots", "dense weights", "activations", "KV-cache floor"}
+    assert sum(row.memory_parts_gb.values()) == pytest.approx(row.memory_per_rank_gb, abs=1e-2)  # the parts make the total
     assert row.smallest_fitting_dwdp_size == want.smallest_fitting_dwdp_size and 4 < want.smallest_fitting_dwdp_size <= 8
     # DEP holds the same 64 experts per layer and no prefetch slots
     assert row.memory_per_rank_gb - row.memory_dep_gb == pytest.approx(row.memory_parts_gb["prefetch slots"], abs=1e-3)
