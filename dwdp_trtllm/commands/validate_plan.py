@@ -52,17 +52,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def load_runs(path: str) -> list[dict]:
+    """The runs of a results.json (perf/calibration.read_json), each checked for the shape it is read with."""
+    from ..perf.calibration import read_json
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(str(p), "", "file not found" if not p.exists() else "not a regular file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(str(p), "", f"not valid JSON: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(p), "", f"not UTF-8 text (byte {e.start}): a results.json is expected") from None
-    except OSError as e:
-        raise ConfigError(str(p), "", f"cannot read the file ({e.strerror or e})") from None
+    data = read_json(p)
     runs = data.get("runs") if isinstance(data, dict) else data
     if isinstance(data, dict) and runs is None and "config" in data:
         runs = [data]
