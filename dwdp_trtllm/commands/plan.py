@@ -92,11 +92,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def load_cal(args, gpu_name: str, validated: str | None = None):
+def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()):
     """Calibration for `gpu_name`: our bench results (--bench-results, default docs/bench_results, unless
     --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
     floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
-    `validated` file's when it is one, else the newest), the validated file's own runs left out."""
+    `validated` file's when it is one, else the newest), the validated file's own runs left out (also their copies
+    elsewhere: `validated_ids`, the run ids of its runs)."""
     from ..perf.calibration import (Calibration, calibration_from_bench, device_matches, load_bench_results,
                                     load_calibration, read_json)
 
@@ -118,7 +119,7 @@ def load_cal(args, gpu_name: str, validated: str | None = None):
     # the embedded engine's measured/floor factors describe our engine, not a deployment: planning uses the
     # stock-kernel floor rates only (validate-plan, which compares against the engine, applies both)
     engine = bool(getattr(args, "engine_efficiency", False))
-    return dataclasses.replace(cal, floor=cal.floor.select(validated, measured=engine), engine_efficiency=engine)
+    return dataclasses.replace(cal, floor=cal.floor.select(validated, run_ids=validated_ids, measured=engine), engine_efficiency=engine)
 
 
 def build_spec(args, *, gpu_name: str | None = None):

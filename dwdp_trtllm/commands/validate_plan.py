@@ -195,15 +195,14 @@ def compare_run(run: dict, args, cal, *, index: int = 0, own_points=()) -> dict:
 
 def validate(results: str, args) -> dict:
     """{"calibration": {...}, "runs": [per-run comparison or error]} for one results file."""
-    from ..perf.calibration import read_json
-    from ..perf.floor_points import mark_unrepeatable, points_from_bench
+    from ..perf.floor_points import mark_unrepeatable, points_from_bench, run_id
     from .plan import load_cal
 
-    runs = load_runs(results)
-    cal = load_cal(args, args.gpu, validated=results)
+    runs = load_runs(results)  # the one read of the file
+    cal = load_cal(args, args.gpu, validated=results, validated_ids={run_id(r) for r in runs})
     own = cal.floor.validated
     if not own:  # not in the calibration campaign: mark what its own runs' repeats say
-        own = tuple(mark_unrepeatable(points_from_bench(read_json(Path(results)), file=results)[0])[0])
+        own = tuple(mark_unrepeatable(points_from_bench({"runs": runs}, file=results)[0])[0])
     out = []
     for i, r in enumerate(runs):
         if not isinstance(r, dict) or not isinstance(r.get("config"), dict):

@@ -25,13 +25,13 @@ prediction (leave-one-out: all its runs and modes, also where a copy of them lie
 from __future__ import annotations
 
 import functools
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .floor_points import FloorPoint, mark_unrepeatable, run_id
+from .floor_points import FloorPoint, mark_unrepeatable
 
 
 def show(path: str | Path) -> str:
@@ -40,16 +40,6 @@ def show(path: str | Path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def _run_ids(path: str) -> set[str]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return set()
-    runs = data.get("runs") if isinstance(data, dict) else None
-    ids = {run_id(r) for r in runs if isinstance(r, dict)} if isinstance(runs, list) else set()
-    return ids - {""}
 
 
 def expert_overhead(rows_per_expert, k: float):
@@ -80,17 +70,19 @@ class FloorCalibration:
     campaign: str | None = None
     validated: tuple[FloorPoint, ...] = ()  # the validated file's own points (left out), as `select` marked them
 
-    def select(self, validated: str | Path | None = None, *, measured: bool = True) -> "FloorCalibration":
+    def select(self, validated: str | Path | None = None, *, run_ids: Iterable[str] = (),
+               measured: bool = True) -> "FloorCalibration":
         """One campaign (the validated file's when it is one, else the newest), unrepeatable phases marked
         (`measured`: the engine's measured times are used, not only the floor rates), the validated file's own
-        points left out."""
+        points left out: those of the file `validated` and those whose run_id is among `run_ids` (the file's runs,
+        floor_points.run_id: their copies elsewhere)."""
         if not self.points:
             return self
         camps: dict[str, list[FloorPoint]] = {}
         for p in self.points:
             camps.setdefault(p.campaign, []).append(p)
         target = str(Path(validated).resolve()) if validated else None
-        ids = _run_ids(target) if target else set()
+        ids = set(run_ids) - {""}
 
         def mine_(p: FloorPoint) -> bool:
             return p.source == target or p.run_id in ids

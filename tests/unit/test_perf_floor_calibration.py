@@ -216,3 +216,16 @@ def test_a_mean_polluted_by_one_time_costs_is_marked_and_the_median_calibrates_a
     for ph in SUMMARY_PHASES:
         x = rows["median"][ph]
         assert x["excluded"] is None and abs(x["rel_error"]) <= 0.15, (ph, x)
+
+
+def test_copies_of_the_validated_runs_do_not_calibrate(tmp_path):
+    """Leave-one-out by run id (point hash and date): a copy of the validated file's run in another file of the
+    campaign is left out with it; validate-plan reads the validated file once and passes its run ids."""
+    camp = tmp_path / "engine_floor_x"
+    run = {**_run(), "point_hash": "abc123"}
+    validated = _write(camp / "a.json", run)
+    _write(camp / "copy.json", run)
+    _write(camp / "b32.json", _run(isl=32768, mnt=32768))
+    cal = validate(str(validated), _args(tmp_path))["calibration"]
+    assert cal["runs"] == ["b32.json dep"]
+    assert sorted(cal["left_out"]) == ["a.json dep", "copy.json dep"]
