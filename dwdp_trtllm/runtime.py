@@ -37,6 +37,30 @@ class ExpertSources:
     expert_row_E: torch.Tensor
 
 
+def expert_maps(placement, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(expert_buffer_idx_E, expert_row_E) of buffers [local, slot] for `rank` (placement.expert_location), int32
+    on the device. Built once per run: the engine caches work per map object (moe_compute._gather_rows)."""
+    loc = placement.expert_location(rank)
+    return (torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device),
+            torch.tensor([r for _, r in loc], dtype=torch.int32, device=device))
+
+
+def typed_rows(buf_u8: torch.Tensor, rows: int, shape, dtype: torch.dtype) -> torch.Tensor:
+    """The first `rows` experts of a uint8 buffer as a [rows, *shape] tensor of `dtype` (a view, no copy)."""
+    per_expert = torch.Size(shape).numel() * dtype.itemsize
+    return buf_u8[: rows * per_expert].view(dtype).view(rows, *shape)
+
+
+def local_slot_sources(specs, local_u8, slot_u8, n_local: int, n_fetch: int,
+                       maps: tuple[torch.Tensor, torch.Tensor]) -> ExpertSources:
+    """ExpertSources of one (layer, slot): for each tensor t, specs[t] = (name, shape, dtype), the [n_local, ...] view
+    of local_u8[t] and the [n_fetch, ...] view of slot_u8[t]; maps from expert_maps. The embedded engine
+    (DwdpRuntime.expert_sources) and the TensorRT-LLM host (integration/adapter.py) build them the same way."""
+    return ExpertSources({name: [typed_rows(local_u8[t], n_local, shape, dtype),
+                                 typed_rows(slot_u8[t], n_fetch, shape, dtype)]
+                          for t, (name, shape, dtype) in enumerate(specs)}, *maps)
+
+
 class DwdpRuntime:
     def __init__(self, cfg: DwdpConfig, spec: ModelSpec, *, group, dwdp_rank: int, device: torch.device,
                  tag: str, timeout_s: float = 300.0):
@@ -80,9 +104,7 @@ class DwdpRuntime:
                        torch.empty(max(n_fetch * nbytes, 1), dtype=torch.uint8, device=device)
                        for t, nbytes in enumerate(self.layout.tensor_bytes)] for s in range(cfg.num_slots)]
         self.slot_bytes = cfg.num_slots * n_fetch * self.layout.expert_bytes
-        loc = self.placement.expert_location(dwdp_rank)
-        self.expert_buffer_idx_E = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
-        self.expert_row_E = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
+        self.expert_maps = expert_maps(self.placement, dwdp_rank, device)
         self.prefetcher: Prefetcher | None = None
         self.scheduler = None
         self._closed = False
@@ -91,14 +113,11 @@ class DwdpRuntime:
     def _key(moe_idx: int, tensor_idx: int) -> str:
         return f"L{moe_idx}.t{tensor_idx}"
 
-    def _typed(self, buf: torch.Tensor, tensor_idx: int, rows: int) -> torch.Tensor:
-        _, shape, dtype = self.specs[tensor_idx]
-        return buf[: rows * self.layout.tensor_bytes[tensor_idx]].view(dtype).view(rows, *shape)
-
     def local_tensor(self, moe_idx: int, name: str) -> torch.Tensor:
         """[n_local, ...] typed view of this rank's own experts of `name` for MoE layer `moe_idx`."""
         t = self.layout.tensor_names.index(name)
-        return self._typed(self._local[self._key(moe_idx, t)], t, len(self.local_ids))
+        _, shape, dtype = self.specs[t]
+        return typed_rows(self._local[self._key(moe_idx, t)], len(self.local_ids), shape, dtype)
 
     def open(self) -> None:
         """Collective over the DWDP group: map peers, build the copy plan and scheduler, start prefetching."""
@@ -125,12 +144,9 @@ class DwdpRuntime:
         return {self.layout.tensor_names[t]: self.composite.composite[(moe_idx, slot, t)] for t in self.composite.mapped}
 
     def expert_sources(self, moe_idx: int, slot: int) -> ExpertSources:
-        n_local, n_fetch = len(self.local_ids), len(self.fetch_ids)
-        buffers = {}
-        for t, name in enumerate(self.layout.tensor_names):
-            buffers[name] = [self._typed(self._local[self._key(moe_idx, t)], t, n_local),
-                             self._typed(self.slots[slot][t], t, n_fetch)]
-        return ExpertSources(buffers, self.expert_buffer_idx_E, self.expert_row_E)
+        local = [self._local[self._key(moe_idx, t)] for t in range(len(self.specs))]
+        return local_slot_sources(self.specs, local, self.slots[slot], len(self.local_ids), len(self.fetch_ids),
+                                  self.expert_maps)
 
     def close(self) -> None:
         """Collective: finish copies, wait until no peer reads our buffers, release everything."""

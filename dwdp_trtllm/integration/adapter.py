@@ -37,7 +37,7 @@ from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
-from ..runtime import ExpertSources
+from ..runtime import ExpertSources, expert_maps, local_slot_sources
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -176,19 +176,13 @@ class AdapterRuntime:
         self.sources: dict[tuple[int, int], ExpertSources] = {}
         # (position, its [local, slot] sources under multi_buffer else None) between wait_and_bind and release
         self._bound: tuple[int, ExpertSources | None] | None = None
-        if self.gemm == "multi_buffer":
-            loc = placement.expert_location(dwdp_rank)
-            bidx = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
-            rows = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
+        if self.gemm == "multi_buffer":  # the embedded engine's [local, slot] sources (runtime.local_slot_sources)
+            maps = expert_maps(placement, dwdp_rank, device)
+            specs = [(n, *self.shapes[n]) for n in names]
             for p in range(L):
+                local = [exported[key(p, t)] for t in range(len(names))]
                 for s in range(S):
-                    bufs = {}
-                    for t, n in enumerate(names):
-                        shape, dtype = self.shapes[n]
-                        local = exported[key(p, t)].view(dtype).view(n_local, *shape)
-                        slot = self.slots[s][t][: n_fetch * per_expert[t]].view(dtype).view(n_fetch, *shape)
-                        bufs[n] = [local, slot] if n_fetch else [local]
-                    self.sources[(p, s)] = ExpertSources(bufs, bidx, rows)
+                    self.sources[(p, s)] = local_slot_sources(specs, local, self.slots[s], n_local, n_fetch, maps)
         else:
             for p in range(L):
                 for s in range(S):

@@ -23,7 +23,7 @@ from dwdp_trtllm.engine.moe_compute import identity_map
 from dwdp_trtllm.integration.adapter import NO_UNIT, choose_gemm
 from dwdp_trtllm.integration.trtllm import moe_unit
 from dwdp_trtllm.placement import make_placement
-from dwdp_trtllm.runtime import ExpertSources
+from dwdp_trtllm.runtime import expert_maps, local_slot_sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_trtllm_fake_world import FAKES, _env, era_tree  # noqa: E402
@@ -168,15 +168,22 @@ def test_unit_maps_arguments_without_binding_per_call(monkeypatch):
 
 
 def test_unit_reads_local_and_slot_like_the_full_set():
-    """[local, slot] with the placement's expert map gives the bits of the one-buffer [E, ...] reference."""
+    """[local, slot] sources built as AdapterRuntime and DwdpRuntime build them (runtime.expert_maps +
+    local_slot_sources over uint8 buffers: the exported local experts, the slot in fetched order) give the bits of
+    the one-buffer [E, ...] reference."""
     b = _Backend(E=8)
     full = moe_unit.full_sources(b)
     placement = make_placement(DwdpConfig(dwdp_size=2), 8)
-    loc = placement.expert_location(1)
     local_ids, fetch_ids = placement.local_experts[1], placement.fetch_experts(1)
-    bufs = {n: [t[0][list(local_ids)].contiguous(), t[0][list(fetch_ids)].contiguous()] for n, t in full.buffers.items()}
-    split = ExpertSources(bufs, torch.tensor([p for p, _ in loc], dtype=torch.int32),
-                          torch.tensor([r for _, r in loc], dtype=torch.int32))
+    specs = [(n, tuple(t[0].shape[1:]), t[0].dtype) for n, t in full.buffers.items()]
+
+    def as_u8(t, rows):  # those experts' bytes, then spare bytes (slots may be larger than their rows)
+        return torch.cat([t[0][list(rows)].reshape(-1).view(torch.uint8), torch.zeros(3, dtype=torch.uint8)])
+    local_u8 = [as_u8(t, local_ids) for t in full.buffers.values()]
+    slot_u8 = [as_u8(t, fetch_ids) for t in full.buffers.values()]
+    split = local_slot_sources(specs, local_u8, slot_u8, len(local_ids), len(fetch_ids),
+                               expert_maps(placement, 1, torch.device("cpu")))
+    assert split.buffers["w2_weight"][0].untyped_storage().data_ptr() == local_u8[1].untyped_storage().data_ptr()
     x, ids, w = _inputs(T=20, E=8)
     assert torch.equal(moe_unit.routed_forward(x, ids, w, split, torch.float32),
                        moe_unit.routed_forward(x, ids, w, full, torch.float32))
