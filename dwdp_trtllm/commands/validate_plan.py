@@ -23,14 +23,15 @@ from typing import Any
 import numpy as np
 
 from ..perf.bench_work import get as _get
+from ..perf.floor_points import TIMED_PHASES
 from ..schema import ConfigError
 
 LAYER_KEYS = ("attention", "expert_gemm", "all_to_all", "sync_wait", "prefetch_wait", "other")
 ITERATION_KEYS = ("attention", "expert_gemm", "other", "all_to_all", "sync_wait", "prefetch_wait", "wall")
 #: metrics (after the mode) that contain a measured statistic.phase: excluded with it
-_CONTAINS = {**{f"mean.{ph}": (f"iteration_ms.{ph}", f"layer_us.{ph}") for ph in ("attention", "expert_gemm", "other")},
+_CONTAINS = {**{f"mean.{ph}": (f"iteration_ms.{ph}", f"layer_us.{ph}") for ph in TIMED_PHASES},
              "mean.wall": ("iteration_ms.wall", "tps_per_gpu"),
-             **{f"median.{ph}": (f"iteration_ms_median.{ph}",) for ph in ("attention", "expert_gemm", "other", "wall")}}
+             **{f"median.{ph}": (f"iteration_ms_median.{ph}",) for ph in (*TIMED_PHASES, "wall")}}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

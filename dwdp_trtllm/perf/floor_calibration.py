@@ -19,7 +19,8 @@ From the FloorPoints (perf/floor_points.py) of one campaign:
 Which points calibrate (`select`): one campaign, i.e. the directory the results files lie in (floor rates
 and efficiencies are measured against one floor method on one engine, so campaigns are not mixed): the
 validated file's own campaign when it is one, else the newest (latest env.date); measurements marked as not
-describing the work (floor_points.py) do not calibrate; the validated file's own runs never calibrate its
+describing the work (floor_points.py) do not calibrate, and points whose ranks shared a GPU calibrate nothing
+(floor rates included); the validated file's own runs never calibrate its
 prediction (leave-one-out: all its runs and modes, also where a copy of them lies in another file).
 """
 from __future__ import annotations
@@ -91,7 +92,7 @@ class FloorCalibration:
         chosen = own[0] if own else max(camps, key=lambda c: (max(p.date for p in camps[c]), c))
         pts, why = mark_unrepeatable(camps[chosen]) if measured else (camps[chosen], [])
         mine = tuple(p for p in pts if mine_(p))
-        used = tuple(p for p in pts if not mine_(p))
+        used = tuple(p for p in pts if not mine_(p) and not p.shared_gpu)
         notes = [f"floor calibration: campaign {show(chosen)} ({'the validated file' + chr(39) + 's' if own else 'the newest'}"
                  f"{'' if measured else '; floor rates only'}): " + (", ".join(p.label for p in used) or "no run left")]
         notes += [f"not used: campaign {show(c)} (one campaign calibrates)" for c in sorted(camps) if c != chosen]

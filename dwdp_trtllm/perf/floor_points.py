@@ -8,7 +8,8 @@ written). One (run, mode) is one FloorPoint at (tokens per iteration, ISL).
 
 A measurement that does not describe the engine's work is marked, per statistic and phase ("mean.attention",
 "median.wall", ...), with the reason; it then neither calibrates nor validates:
-- runs whose ranks shared a GPU (time-slicing) are not read at all;
+- runs whose ranks shared a GPU (time-slicing): every statistic of every timed phase and the wall, and the point
+  is `shared_gpu`: it calibrates nothing, floor rates included (FloorCalibration.select leaves it out);
 - allocator retries or OOMs in measured iterations (metrics.allocator_after_warmup): every phase;
 - a mean above its own median by more than the iterations' work explains (x (1 + REPEAT_TOLERANCE)): one-time
   costs inside a measured iteration (a plan built, a kernel compiled);
@@ -61,6 +62,7 @@ class FloorPoint:
     measured: dict[str, dict[str, float]]  # stat -> ENGINE_PHASES + wall + timed (the sum of TIMED_PHASES)
     over_floor_median: dict[str, float] = field(default_factory=dict)  # ENGINE_PHASES: median of per-iteration ratios
     excluded: dict[str, str] = field(default_factory=dict)  # "stat.phase" -> why it neither calibrates nor validates
+    shared_gpu: bool = False  # its ranks time-sliced a GPU: every statistic marked, and it calibrates nothing
 
     @property
     def label(self) -> str:
@@ -148,9 +150,7 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
         notes.append(f"{label} {mode}: floor without FLOPs of every phase or without measured tokens; not used")
         return None
     ranks, gpus = int(get(cfg, "run.ranks", 1)), m.get("num_gpus")
-    if m.get("ranks_share_gpu") or (isinstance(gpus, int) and gpus < ranks):
-        notes.append(f"{label} {mode}: {ranks} ranks shared {gpus} GPU(s) (time-slicing); not used")
-        return None
+    shared = bool(m.get("ranks_share_gpu") or (isinstance(gpus, int) and gpus < ranks))
     local = spec.num_experts / ranks if mode == "dep" and ranks > 1 else spec.num_experts
     measured: dict[str, dict[str, float]] = {}
     for stat, key in STATS.items():
@@ -163,6 +163,10 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
     allocs = get(m, "allocator_after_warmup") or {}
     if any(_pos(a.get("alloc_retries")) or _pos(a.get("ooms")) for a in allocs.values() if isinstance(a, dict)):
         excluded.update({f"{s}.{k}": "allocator retries / OOMs in measured iterations" for s in STATS for k in (*ENGINE_PHASES, "wall")})
+    if shared:
+        notes.append(f"{label} {mode}: {ranks} ranks shared {gpus} GPU(s) (time-slicing); marked, does not calibrate")
+        excluded.update({f"{s}.{k}": f"ranks shared a GPU ({ranks} ranks on {gpus} GPU(s): time-slicing)"
+                         for s in STATS for k in (*TIMED_PHASES, "wall")})
     calls = None
     if load is not None:
         rebuilt = floor_flops(spec, load)
@@ -189,7 +193,7 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
         calls=calls, flops=flops,
         floor_ms={**{k: float(fms[k]) for k in RATE_KEYS}, "attention": float(fms["attention_proj"] + fms["attention_core"])},
         measured=measured, over_floor_median={k: float(med[k]) for k in ENGINE_PHASES if _pos(med.get(k))},
-        excluded=excluded)
+        excluded=excluded, shared_gpu=shared)
 
 
 def mark_wall(excluded: dict[str, str], why=lambda hit, first: f"contains {' and '.join(hit)} ({first})") -> dict[str, str]:

@@ -78,11 +78,22 @@ def test_point_from_a_floor_run(tmp_path):
 
 
 def test_shared_gpu_runs_do_not_calibrate_and_allocator_retries_exclude(tmp_path):
+    """A run whose ranks shared a GPU is a point with every statistic marked (validate-plan annotates its errors)
+    that calibrates nothing, floor rates included; allocator retries mark its phases."""
+    from dwdp_trtllm.perf.floor_points import STATS, TIMED_PHASES
+
     shared = _run(ranks_share_gpu=True)
     retry = _run(allocator_after_warmup={"0": {"device_allocs": 3, "alloc_retries": 1, "ooms": 0}})
     pts, notes = points_from_bench({"runs": [shared, retry]}, file=str(tmp_path / "x.json"))
-    assert len(pts) == 1 and any("time-slicing" in n for n in notes)
-    assert "allocator" in pts[0].excluded["mean.attention"] and pts[0].factor("attention") is None
+    assert len(pts) == 2 and any("time-slicing" in n for n in notes)
+    s, r = pts
+    assert s.shared_gpu and not r.shared_gpu
+    assert {f"{st}.{ph}" for st in STATS for ph in (*TIMED_PHASES, "wall")} <= set(s.excluded)
+    assert all(why.startswith("ranks shared a GPU") for why in s.excluded.values())
+    assert all(s.factor(ph) is None for ph in ("attention", "expert_gemm", "other", "outside"))
+    assert "allocator" in r.excluded["mean.attention"] and r.factor("attention") is None
+    sel = FloorCalibration(tuple(pts)).select()
+    assert sel.points == (r,)  # the allocator-marked point still gives floor rates, the shared one nothing
 
 
 def test_core_fit_recovers_rate_and_per_call_cost(tmp_path):
@@ -229,3 +240,12 @@ def test_copies_of_the_validated_runs_do_not_calibrate(tmp_path):
     cal = validate(str(validated), _args(tmp_path))["calibration"]
     assert cal["runs"] == ["b32.json dep"]
     assert sorted(cal["left_out"]) == ["a.json dep", "copy.json dep"]
+
+
+def test_validate_plan_marks_every_metric_of_a_shared_gpu_run(tmp_path):
+    camp = tmp_path / "engine_floor_x"
+    shared = _write(camp / "smoke.json", _run(ranks_share_gpu=True))
+    _write(camp / "b32.json", _run(isl=32768, mnt=32768))
+    (run,) = validate(str(shared), _args(tmp_path))["runs"]
+    dep = [c for c in run["comparisons"] if c["metric"].startswith("dep.")]
+    assert dep and all((c["excluded"] or "").startswith("ranks shared a GPU") for c in dep), dep
