@@ -285,6 +285,10 @@ def rank_batches(by_mode: dict, spec: ModelSpec) -> dict[str, list[tuple[int, ob
     return out
 
 
+#: phases measured_ms also carries: the rest of the wall, over the same iterations (perf/floor_points.py reads them)
+COMM_PHASES = ("all_to_all", "sync_wait", "prefetch_wait")
+
+
 def _measured(it) -> dict[str, float]:
     """The engine's ms of one iteration (metrics.phase_ms), the wall as "total"."""
     d = phase_ms(it)
@@ -293,7 +297,8 @@ def _measured(it) -> dict[str, float]:
 
 def floor_report(cfg, by_mode: dict) -> dict:
     """{mode: {"floor_ms", "measured_ms", "efficiency"}}: per-iteration means over the measured iterations
-    of every rank (phases: attention, expert_gemm, other, total = iteration wall); efficiency = floor / measured.
+    that processed tokens of every rank (phases: attention, expert_gemm, other, total = iteration wall; measured_ms
+    also all_to_all, sync_wait, prefetch_wait over the same iterations); efficiency = floor / measured.
     Also "method" and "device". Runs in this process on the run's device (cuda:0 or cpu)."""
     spec = cfg.model.spec()
     dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[cfg.model.dtype]
@@ -310,7 +315,7 @@ def floor_report(cfg, by_mode: dict) -> dict:
                 continue
             keys = ("attention", "expert_gemm", "other", "total")
             f_sum = dict.fromkeys(keys, 0.0)
-            m_sum = dict.fromkeys(keys, 0.0)
+            m_sum = dict.fromkeys((*keys, *COMM_PHASES), 0.0)
             flops = dict.fromkeys((*keys[:3], "attention_proj", "attention_core"), 0.0)
             f_core = 0.0
             per_iter: dict[str, list[float]] = {k: [] for k in keys}
@@ -323,6 +328,7 @@ def floor_report(cfg, by_mode: dict) -> dict:
                         per_iter[k].append(m[k] / f[k])
                 for k in keys:
                     f_sum[k] += f[k]
+                for k in m_sum:
                     m_sum[k] += m[k]
                 for k, v in timer.iteration_flops(batch).items():
                     flops[k] += v

@@ -1,10 +1,11 @@
 """FloorPoints: what one mode of one `dwdp bench --floor` run says about the engine's compute (pure).
 
 A floor run (a results.json run with "floor", bench/floor.py) gives, for each mode, over its measured
-iterations: the FLOPs of every phase (floor_tflops x floor_ms, means), the stock-kernel floor time (mean),
-the engine's measured time (metrics iteration_ms: mean; iteration_ms_median: median, when the bench wrote
-it) and the median over iterations of each iteration's measured / floor (measured_over_floor_median, when
-written). One (run, mode) is one FloorPoint at (tokens per iteration, ISL).
+iterations (those that processed tokens): the FLOPs of every phase (floor_tflops x floor_ms, means), the
+stock-kernel floor time (mean), the engine's measured time over the same iterations (the floor's measured_ms:
+mean; metrics iteration_ms_median: median, when the bench wrote it) and the median over iterations of each
+iteration's measured / floor (measured_over_floor_median, when written). One (run, mode) is one FloorPoint at
+(tokens per iteration, ISL).
 
 A measurement that does not describe the engine's work is marked, per statistic and phase ("mean.attention",
 "median.wall", ...), with the reason; it then neither calibrates nor validates:
@@ -32,7 +33,7 @@ from .bench_work import floor_flops, get, rebuild, run_model
 RATE_KEYS = ("attention_proj", "attention_core", "expert_gemm", "other")
 ENGINE_PHASES = ("attention", "expert_gemm", "other")
 TIMED_PHASES = ("attention", "expert_gemm", "other", "all_to_all", "sync_wait", "prefetch_wait")
-STATS = {"mean": "iteration_ms", "median": "iteration_ms_median"}  # statistic -> the bench's metric
+STATS = ("mean", "median")  # of the measured iterations' times (_measured_stats)
 #: identical work measured more than this apart (or a mean this far above what its median and the work explain):
 #: the measurement carries costs other than the work
 REPEAT_TOLERANCE = 0.10
@@ -141,6 +142,16 @@ def _spread(spec, load) -> dict[str, float]:
     return out
 
 
+def _measured_stats(f: dict, m: dict) -> dict[str, dict]:
+    """{stat: {phase or "wall": ms}} over the floor's iterations (measured, with tokens). mean: the floor's
+    measured_ms (its "total" the wall); communication phases it lacks (floors written before it had them) from
+    metrics iteration_ms, whose phase means are over every measured iteration (DEP's empty lock-step ones
+    included). median: metrics iteration_ms_median (over the iterations with tokens)."""
+    fm, every = f.get("measured_ms") or {}, m.get("iteration_ms") or {}
+    mean = {**{k: every.get(k) for k in TIMED_PHASES if k not in ENGINE_PHASES}, **fm, "wall": fm.get("total")} if fm else {}
+    return {"mean": mean, "median": m.get("iteration_ms_median") or {}}
+
+
 def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: list, label: str) -> FloorPoint | None:
     cfg, m = r["config"], get(r, f"metrics.{mode}") or {}
     rates, fms = f.get("floor_tflops") or {}, f.get("floor_ms") or {}
@@ -153,8 +164,7 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
     shared = bool(m.get("ranks_share_gpu") or (isinstance(gpus, int) and gpus < ranks))
     local = spec.num_experts / ranks if mode == "dep" and ranks > 1 else spec.num_experts
     measured: dict[str, dict[str, float]] = {}
-    for stat, key in STATS.items():
-        it = m.get(key) or {}
+    for stat, it in _measured_stats(f, m).items():
         d = {k: float(it[k]) for k in (*ENGINE_PHASES, "wall") if _pos(it.get(k))}
         if d:
             measured[stat] = {**d, "timed": sum(float(it.get(k) or 0.0) for k in TIMED_PHASES)}

@@ -86,3 +86,4 @@ def test_bench_floor_on_the_real_engine(tmp_path, capsys):
         for k in ("attention", "expert_gemm", "other", "total"):
             assert f["floor_ms"][k] > 0 and f["measured_ms"][k] > 0
             assert f["efficiency"][k] == pytest.approx(f["floor_ms"][k] / f["measured_ms"][k])
+        assert {"all_to_all", "sync_wait", "prefetch_wait"} <= set(f["measured_ms"])  # the rest of the wall, same iterations

@@ -44,7 +44,8 @@ def _run(isl=8192, mnt=16384, dtype="bf16", modes=("dep",), factor=None, date="2
     med = {k: float(np.median([d[k] for d in its])) for k in its[0]}
     busy = len(per)
     m = {"tokens": float(load.tokens_SR.sum()), "iteration_ms": it, "num_gpus": 1, **metrics_extra}
-    f = {"iterations": busy, "floor_ms": floor_ms, "floor_tflops": dict(RATES)}
+    f = {"iterations": busy, "floor_ms": floor_ms, "floor_tflops": dict(RATES),
+         "measured_ms": {**{k: it[k] for k in factor}, "total": it["wall"]}}  # over the same (busy) iterations
     if one_time_ms is not None:
         m["iteration_ms_median"] = med
         f["measured_over_floor_median"] = {k: v for k, v in factor.items()}
@@ -75,6 +76,17 @@ def test_point_from_a_floor_run(tmp_path):
     assert q.factor("attention") == pytest.approx(1.5) and q.factor("outside") == pytest.approx(1.01)
     assert q.calls is not None and q.calls > 0  # rebuilt batches reproduce the floor's FLOPs
     assert q.expert_tokens == pytest.approx(q.tokens)  # one rank: every routed pair of its own tokens
+
+
+def test_measured_means_are_over_the_floors_iterations(tmp_path):
+    """The mean statistic is the floor's measured_ms (busy iterations, the floor's set), not metrics iteration_ms,
+    whose phase means also count DEP's empty lock-step iterations: diluting those leaves the point unchanged."""
+    r = _run()
+    it = r["metrics"]["dep"]["iteration_ms"]
+    it.update({k: v * 0.5 for k, v in it.items() if k != "wall"})  # as if half the measured iterations were empty
+    q = points_from_bench({"runs": [r]}, file=str(tmp_path / "x.json"))[0][0]
+    assert q.measured["mean"]["attention"] == pytest.approx(r["floor"]["dep"]["measured_ms"]["attention"])
+    assert q.factor("attention") == pytest.approx(1.5) and q.factor("outside") == pytest.approx(1.01)
 
 
 def test_shared_gpu_runs_do_not_calibrate_and_allocator_retries_exclude(tmp_path):
@@ -199,6 +211,7 @@ def test_clean_campaign_of_the_committed_floors_validates_every_phase(tmp_path):
                     it = r["metrics"][mode]["iteration_ms"]
                     it.update({k: fl["floor_ms"][k] * v for k, v in eff.items()})
                     it["wall"] = sum(it[k] for k in eff) * 1.01
+                    fl["measured_ms"].update({**{k: it[k] for k in eff}, "total": it["wall"]})  # one rank: the same
         files.append(_write(camp / f.name, *runs))
     for f in files:
         rows = summary_rows(validate(str(f), _args(tmp_path)))
