@@ -4,7 +4,8 @@ Picks up every campaign committed under docs/bench_results/engine_floor_*: each 
 leave-one-out (its own file never calibrates it) from the other runs of its campaign, and each of its
 per-iteration phases (attention, expert_gemm, other) and the iteration wall must be within TOLERANCE of the
 measured mean, unless the campaign's measured means of that phase are not usable (validate-plan names why:
-identical work measured more than REPEAT_TOLERANCE apart, allocator retries); those are listed, not hidden.
+identical work measured more than REPEAT_TOLERANCE apart, allocator retries); those are listed, not hidden, and
+pinned per file (EXCLUDED): the marks come from the same data, so a new one (an outlier marked away) fails.
 """
 import argparse
 import json
@@ -17,6 +18,19 @@ from dwdp_trtllm.commands.validate_plan import SUMMARY_PHASES, summary_rows, val
 from dwdp_trtllm.perf.bench_work import floor_flops, rebuild, run_model
 
 TOLERANCE = 0.15
+_DEP_MEAN = {("dep", "mean", "attention"), ("dep", "mean", "wall")}
+#: (mode, statistic, phase) validate-plan marks as not usable, per committed file (campaign/file); any other file: none.
+#: 2026-12-02: the campaign's mean attention is not repeatable (b8.json dep 738 ms vs dwdp 217 ms for the same work),
+#: so it is marked in the whole campaign, with the wall. 2026-12-03 b8.json dep: a mean above its median by more
+#: than the work explains, and a median above the agreeing b8.json dwdp / f8.json dep (one-time costs).
+EXCLUDED = {
+    "engine_floor_2026-12-02/b2.json": _DEP_MEAN,
+    "engine_floor_2026-12-02/b32.json": _DEP_MEAN,
+    "engine_floor_2026-12-02/b8.json": _DEP_MEAN | {("dwdp", "mean", "attention"), ("dwdp", "mean", "wall")},
+    "engine_floor_2026-12-02/f32.json": _DEP_MEAN,
+    "engine_floor_2026-12-02/f8.json": _DEP_MEAN,
+    "engine_floor_2026-12-03/b8.json": _DEP_MEAN | {("dep", "median", "attention"), ("dep", "median", "wall")},
+}
 
 
 def _single_rank_floor_files():
@@ -65,7 +79,7 @@ def test_every_phase_within_tolerance_leave_one_out(path):
     assert any(n.startswith("leave-one-out") for n in cal["notes"])
     rows = summary_rows(res)
     assert rows, "nothing compared"
-    bad, checked = [], 0
+    bad, checked, excluded = [], 0, set()
     for row in rows:
         for ph in SUMMARY_PHASES:
             x = row[ph]
@@ -73,11 +87,14 @@ def test_every_phase_within_tolerance_leave_one_out(path):
                 continue
             if x["excluded"]:
                 assert x["excluded"].strip()  # marked with its reason (section 5 of docs/PLANNER.md)
+                excluded.add((row["mode"], row["stat"], ph))
                 continue
             checked += 1
             if not abs(x["rel_error"]) <= TOLERANCE:
                 bad.append(f"{row['mode']}.{ph}: predicted {x['predicted']:.1f} ms, measured {x['measured']:.1f} ms "
                            f"({x['rel_error']:+.1%})")
     assert checked >= 2, "fewer than two phases validated"
+    pinned = EXCLUDED.get(f"{path.parent.name}/{path.name}", set())
+    assert excluded == pinned, f"{path.name}: marked not usable: new {sorted(excluded - pinned)}, gone {sorted(pinned - excluded)}"
     assert not bad, f"{path.name}: " + "; ".join(bad)
     assert all(math.isfinite(row[ph]["predicted"]) for row in rows for ph in SUMMARY_PHASES if row[ph])
