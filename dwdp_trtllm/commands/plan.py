@@ -5,7 +5,6 @@ import dataclasses
 
 import argparse
 import json
-import math
 import re
 from pathlib import Path
 
@@ -178,11 +177,12 @@ def _check_draws(args, sizes: tuple[int, ...], isls: tuple[int, ...]) -> None:
     """The Monte-Carlo workload (perf/imbalance.sample_requests) draws samples x G x K request lengths, K the
     requests a rank packs in an iteration (--batch, or about 2 x --mnt / the shortest ISL): refuse what would not
     fit in memory, naming the argument."""
+    from ..perf.imbalance import requests_per_iteration
+
     deterministic = args.imbalance_cv == 0 and args.isl_dist == "fixed"
     samples = 1 if deterministic else args.samples
     if args.mnt:
-        lo = {"fixed": 1.0, "uniform_ratio": args.isl_ratio, "normal": 0.5}[args.isl_dist]
-        per_iter = math.ceil(2 * args.mnt / (lo * min(isls))) + 2
+        per_iter = requests_per_iteration(args.mnt, min(isls), args.isl_dist, args.isl_ratio)
     else:
         per_iter = args.batch or 1
     n = samples * max(sizes) * per_iter

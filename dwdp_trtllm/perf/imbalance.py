@@ -62,6 +62,13 @@ def _draw(wl: Workload, rng: np.random.Generator, mean_SR: np.ndarray, K: int) -
     return np.maximum(1.0, np.rint(isl))
 
 
+def requests_per_iteration(mnt: int, isl: float, isl_dist: str, isl_ratio: float) -> int:
+    """Request slots sample_requests starts a rank's iteration with (it doubles them while a rank runs out before
+    reaching mnt): about twice what mnt holds at the shortest ISL the distribution draws, + 2."""
+    lo = {"fixed": 1.0, "uniform_ratio": isl_ratio, "normal": 0.5}[isl_dist]
+    return math.ceil(2 * mnt / (lo * isl)) + 2
+
+
 def sample_requests(wl: Workload, ranks: int) -> tuple[np.ndarray, np.ndarray]:
     """(isl_SRK, tokens_SRK): each rank's requests in one iteration, per sample (seeded; 0 = empty slot).
 
@@ -75,8 +82,7 @@ def sample_requests(wl: Workload, ranks: int) -> tuple[np.ndarray, np.ndarray]:
         mean_SR = wl.isl * np.maximum(0.05, 1 + wl.imbalance_cv * rng.standard_normal((S, ranks)))
         isl = _draw(wl, rng, mean_SR, wl.batch)
         return isl, isl.copy()
-    lo = {"fixed": 1.0, "uniform_ratio": wl.isl_ratio, "normal": 0.5}[wl.isl_dist]
-    K = math.ceil(2 * wl.mnt / (lo * wl.isl)) + 2
+    K = requests_per_iteration(wl.mnt, wl.isl, wl.isl_dist, wl.isl_ratio)
     while True:  # enough slots that no rank runs out of requests before reaching mnt
         rng = np.random.default_rng(wl.seed)
         mean_SR = wl.isl * np.maximum(0.05, 1 + wl.imbalance_cv * rng.standard_normal((S, ranks)))

@@ -74,3 +74,22 @@ def test_bad_workload_names_the_field():
         Workload(isl=10, imbalance_cv=1.5)
     with pytest.raises(ValueError, match="batch"):
         Workload(isl=10, batch=None, mnt=None)
+
+
+def test_plan_refuses_the_draws_sample_requests_would_make():
+    """`dwdp plan` sizes the Monte-Carlo draws with the slots sample_requests starts from (one formula)."""
+    import argparse
+
+    from dwdp_trtllm.commands.plan import MAX_DRAWS, _check_draws
+    from dwdp_trtllm.perf.imbalance import requests_per_iteration
+    from dwdp_trtllm.schema import ConfigError
+
+    K = requests_per_iteration(16384, 1024, "uniform_ratio", 0.8)
+    assert K == 42 and requests_per_iteration(16384, 1024, "fixed", 1.0) == 34  # ceil(2 mnt / shortest ISL) + 2
+    isl_SRK, _ = sample_requests(Workload(isl=1024, isl_dist="uniform_ratio", mnt=16384, samples=4), 2)
+    assert isl_SRK.shape[-1] >= K
+    args = argparse.Namespace(imbalance_cv=0.1, isl_dist="uniform_ratio", isl_ratio=0.8, samples=MAX_DRAWS // (8 * K),
+                              mnt=16384, batch=None)
+    _check_draws(args, (8,), (1024,))  # samples x G x K just below the limit
+    with pytest.raises(ConfigError, match="--mnt"):
+        _check_draws(argparse.Namespace(**{**vars(args), "samples": args.samples + 1}), (8,), (1024,))
