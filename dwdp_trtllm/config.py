@@ -119,9 +119,13 @@ class DwdpConfig:
         return self.prefetch_depth + 1
 
     def validate_for(self, num_experts: int, world_size: int | None = None, *, file: str | None = None,
-                     prefix: str = "dwdp") -> None:
-        """Cross-checks against the model and the launched world; raises ConfigError naming the key."""
+                     prefix: str = "dwdp", num_moe_layers: int | None = None) -> None:
+        """Cross-checks against the model (its experts; its MoE layers when given) and the launched world; raises
+        ConfigError naming the key."""
         key = lambda k: f"{prefix}.{k}" if prefix else k  # noqa: E731
+        if num_moe_layers is not None and self.prefetch_depth > num_moe_layers:
+            raise ConfigError(file, key("prefetch_depth"), f"{self.prefetch_depth} is more than the model's "
+                                                          f"{num_moe_layers} MoE layers")
         if world_size is not None and self.dwdp_size > world_size:
             raise ConfigError(file, key("dwdp_size"), f"dwdp_size {self.dwdp_size} is larger than the world of {world_size} ranks")
         if world_size is not None and world_size % self.dwdp_size:
@@ -313,7 +317,7 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         spec = self.model.spec()
-        self.dwdp.validate_for(spec.num_experts, self.run.ranks, prefix="dwdp")
+        self.dwdp.validate_for(spec.num_experts, self.run.ranks, prefix="dwdp", num_moe_layers=spec.num_moe_layers)
         if self.dwdp.weight_dtype == "fp8" and self.run.device != "cuda":
             raise ConfigError(None, "dwdp.weight_dtype", "fp8 expert weights need run.device: cuda")
         if self.dwdp.transport in ("ipc", "vmm_fd", "vmm_fabric") and self.run.device != "cuda":
@@ -333,9 +337,6 @@ class BenchConfig:
             # num_groups 1 (the default) means "as many groups as run.ranks / dwdp_size"; a value given must agree
             raise ConfigError(None, "dwdp.num_groups", f"num_groups ({self.dwdp.num_groups}) x dwdp_size ({self.dwdp.dwdp_size}) "
                                                        f"must equal run.ranks ({self.run.ranks})")
-        if self.dwdp.prefetch_depth > spec.num_moe_layers:
-            raise ConfigError(None, "dwdp.prefetch_depth", f"{self.dwdp.prefetch_depth} is more than the model's "
-                                                           f"{spec.num_moe_layers} MoE layers")
 
 
 def load_dwdp_config(path: str | Path) -> DwdpConfig:

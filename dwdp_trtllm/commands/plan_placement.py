@@ -84,7 +84,7 @@ def _load(args: argparse.Namespace) -> tuple[ModelConfig, DwdpConfig]:
         raise ConfigError(None if flag else file, flag or (f"{prefix}.{e.key}" if prefix else e.key), e.expected) from None
     spec = model_cfg.spec()
     try:
-        cfg.validate_for(spec.num_experts, file=file, prefix=prefix)
+        cfg.validate_for(spec.num_experts, file=file, prefix=prefix, num_moe_layers=spec.num_moe_layers)
     except ConfigError as e:
         flag = _FLAGS.get(e.key.split(".")[-1])
         if flag and getattr(args, e.key.split(".")[-1], None) is not None:
@@ -169,12 +169,6 @@ def run(args: argparse.Namespace) -> int:
     if args.max_num_tokens is not None and not 1 <= args.max_num_tokens <= MAX_TOKENS:
         raise ConfigError(None, "--max-num-tokens", f"expected an integer in [1, {MAX_TOKENS:,}], got {args.max_num_tokens}")
     model_cfg, cfg = _load(args)
-    moe_layers = model_cfg.spec().num_moe_layers
-    if cfg.prefetch_depth > moe_layers:
-        why = f"{cfg.prefetch_depth} is more than the model's {moe_layers} MoE layers"
-        if args.prefetch_depth is not None:
-            raise ConfigError(None, "--prefetch-depth", why)
-        raise ConfigError(args.config, "prefetch_depth", why)
     gpu = None if args.gpu_memory_gb is None else int(args.gpu_memory_gb * GiB)
     rep = build_report(model_cfg, cfg, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
     if args.json:

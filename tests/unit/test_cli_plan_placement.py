@@ -102,6 +102,9 @@ def test_bad_file_key_names_file_and_key(tmp_path, capsys):
     f.write_text("model:\n  preset: tiny\n  layers: 3\n")
     assert cli.main(["plan-placement", "--config", str(f)]) == 2
     assert f"{f}: model.layers: unknown key" in capsys.readouterr().err
+    f.write_text("model:\n  preset: tiny\ndwdp:\n  dwdp_size: 2\n  prefetch_depth: 9\n")  # the key path, as DwdpConfig checks it
+    assert cli.main(["plan-placement", "--config", str(f)]) == 2
+    assert f"{f}: dwdp.prefetch_depth: 9 is more than the model's" in capsys.readouterr().err
 
 
 def test_bench_config_without_dwdp_section_and_top_level_fields(tmp_path, capsys):

@@ -208,6 +208,9 @@ def test_dwdp_config_direct_errors_name_the_field():
         DwdpConfig(dwdp_size=2, num_experts_per_worker=4, num_prefetch_experts=5)
     with pytest.raises(ConfigError, match="^dwdp.dwdp_size: dwdp_size 4 is larger than the world of 2"):
         DwdpConfig(dwdp_size=4).validate_for(16, 2)
+    with pytest.raises(ConfigError, match="^dwdp.prefetch_depth: 3 is more than the model's 2 MoE layers"):
+        DwdpConfig(dwdp_size=2, prefetch_depth=3).validate_for(16, num_moe_layers=2)
+    DwdpConfig(dwdp_size=2, prefetch_depth=3).validate_for(16)  # MoE layers not given: not checked
 
 
 # ---- the CLI never shows a traceback for user input -------------------------------------------
