@@ -44,13 +44,6 @@ def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, dow
 
 
 # ---- RoPE ------------------------------------------------------------------------------------------
-def rope_cos_sin(positions_T: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos_TF, sin_TF (float32) for rotary dim `dim` at absolute positions."""
-    inv_freq_F = theta ** (-torch.arange(0, dim, 2, device=positions_T.device, dtype=torch.float32) / dim)
-    ang_TF = positions_T.float()[:, None] * inv_freq_F[None, :]
-    return ang_TF.cos(), ang_TF.sin()
-
-
 def apply_rope(x_TNd: torch.Tensor, cos_TF: torch.Tensor, sin_TF: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """Rotate x (float32 math) into a new tensor. interleaved=True rotates pairs (2i, 2i+1) (DeepSeek: HF
     de-interleaves q and k identically before rotate_half, which gives the same scores); False is NeoX

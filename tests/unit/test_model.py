@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from dwdp_trtllm.engine.kv_cache import KVCache
-from dwdp_trtllm.engine.layers import apply_rope, attend, rope_cos_sin
+from dwdp_trtllm.engine.layers import apply_rope, attend
 from dwdp_trtllm.engine.model import MoETransformer, build_reference_model
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.timing import PhaseTimer
@@ -144,9 +144,11 @@ def test_rope_is_relative(interleaved):
     g = torch.Generator().manual_seed(6)
     q, k = torch.randn(1, 1, 8, generator=g), torch.randn(1, 1, 8, generator=g)
 
+    inv_freq_F = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float32) / 8)
+
     def dot(m, n):
-        cm, sm = rope_cos_sin(torch.tensor([m]), 8, 10000.0)
-        cn, sn = rope_cos_sin(torch.tensor([n]), 8, 10000.0)
+        cm, sm = (m * inv_freq_F)[None].cos(), (m * inv_freq_F)[None].sin()
+        cn, sn = (n * inv_freq_F)[None].cos(), (n * inv_freq_F)[None].sin()
         return (apply_rope(q, cm, sm, interleaved) * apply_rope(k, cn, sn, interleaved)).sum()
 
     torch.testing.assert_close(dot(7, 3), dot(104, 100), atol=1e-5, rtol=1e-5)
