@@ -42,10 +42,12 @@ def _kernel():
 
 #: features per program: 1024 bf16 = 2 KiB per row read, 8 rows in flight per program at top-8
 BLOCK_H = 1024
+NUM_WARPS = 4
 
 
 def combine_cuda(y_sorted_AH: torch.Tensor, inv_A: torch.Tensor, w_TK: torch.Tensor,
-                 out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                 out_dtype: torch.dtype = torch.float32, *, block_h: int = 0, num_warps: int = 0) -> torch.Tensor:
+    """block_h / num_warps: tile overrides for scripts/gpu/bench_moe_kernels.py (0: the module's choice)."""
     T, K = w_TK.shape
     A, H = y_sorted_AH.shape
     if A != T * K:
@@ -55,7 +57,8 @@ def combine_cuda(y_sorted_AH: torch.Tensor, inv_A: torch.Tensor, w_TK: torch.Ten
     out_TH = torch.empty(T, H, device=y_sorted_AH.device, dtype=out_dtype)
     if T == 0 or H == 0:
         return out_TH
-    grid = (T, -(-H // BLOCK_H))
+    block_h, num_warps = block_h or BLOCK_H, num_warps or NUM_WARPS
+    grid = (T, -(-H // block_h))
     _kernel()[grid](y_sorted_AH, inv_A.contiguous(), w_TK.contiguous(), out_TH, H, y_sorted_AH.stride(0), out_TH.stride(0),
-                    K=K, BLOCK_H=BLOCK_H, num_warps=4)
+                    K=K, BLOCK_H=block_h, num_warps=num_warps)
     return out_TH

@@ -97,8 +97,9 @@ class DepExperts:
             # one rank: the sorted rows go straight to its GEMMs, so FP8 paths take them quantised (before the gather)
             send_x, perm_P, offs_E, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts,
                                                              fp8_rows=W == 1 and self.fp8_rows)
-            send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
-            send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
+            if W > 1:
+                send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
+                send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
         if W == 1:  # one rank owns every expert: nothing to exchange, the sorted pairs are already its own
             return self._forward_alone(moe_idx, send_x, perm_P, counts_E, topk_weights_TK, x_TH)
         with phase(self.timer, "sync_wait", moe_idx):

@@ -1,4 +1,4 @@
-"""The engine's elementwise chains on CUDA as hand-written Triton kernels: RMSNorm, residual add + RMSNorm, SwiGLU
+"""The engine's elementwise chains on CUDA as hand-written Triton kernels: RMSNorm, residual add (of one or two addends) + RMSNorm, SwiGLU
 (one [A, 2I] input, or two GEMM outputs), and the log-sum-exp merge of two partial attention outputs.
 
 Why not torch.compile: a torch.compile'd function is traced again whenever a call breaks a guard of an earlier
@@ -29,14 +29,18 @@ def _kernels():
     import triton.language as tl
 
     @triton.jit
-    def rms_norm_kernel(x_ptr, a_ptr, w_ptr, s_ptr, out_ptr, H, stride_x, stride_a, stride_s, stride_out, eps,
-                        ADD: tl.constexpr, BLOCK: tl.constexpr):
+    def rms_norm_kernel(x_ptr, a_ptr, b_ptr, w_ptr, s_ptr, out_ptr, H, stride_x, stride_a, stride_b, stride_s,
+                        stride_out, eps, ADD: tl.constexpr, ADD_B: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         h = tl.arange(0, BLOCK)
         mask = h < H
         x = tl.load(x_ptr + row * stride_x + h, mask=mask, other=0.0)
         if ADD:  # s = x + a rounded to x's dtype (the eager residual add), stored, then normalised
-            x = (x.to(tl.float32) + tl.load(a_ptr + row * stride_a + h, mask=mask, other=0.0).to(tl.float32))
+            a = tl.load(a_ptr + row * stride_a + h, mask=mask, other=0.0)
+            if ADD_B:  # a + b first, rounded to a's dtype (the eager `a + b` before the residual add)
+                a = (a.to(tl.float32) + tl.load(b_ptr + row * stride_b + h, mask=mask, other=0.0).to(tl.float32))
+                a = a.to(a_ptr.dtype.element_ty)
+            x = (x.to(tl.float32) + a.to(tl.float32))
             x = x.to(s_ptr.dtype.element_ty)
             tl.store(s_ptr + row * stride_s + h, x, mask=mask)
         xf = x.to(tl.float32)
@@ -89,19 +93,22 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(x2.shape, device=x.device, dtype=x.dtype)
     if x2.shape[0]:
         H = x2.shape[1]
-        _kernels()[0][(x2.shape[0],)](x2, x2, w, out, out, H, x2.stride(0), 0, 0, out.stride(0), eps,
-                                      ADD=False, BLOCK=_np2(H), num_warps=8 if H > 2048 else 4)
+        _kernels()[0][(x2.shape[0],)](x2, x2, x2, w, out, out, H, x2.stride(0), 0, 0, 0, out.stride(0), eps,
+                                      ADD=False, ADD_B=False, BLOCK=_np2(H), num_warps=8 if H > 2048 else 4)
     return out.view(x.shape)
 
 
-def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float,
+                 b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     x2, a2 = _rows(x), _rows(a)
+    b2 = a2 if b is None else _rows(b)
     s = torch.empty(x2.shape, device=x.device, dtype=x.dtype)
     out = torch.empty_like(s)
     if x2.shape[0]:
         H = x2.shape[1]
-        _kernels()[0][(x2.shape[0],)](x2, a2, w, s, out, H, x2.stride(0), a2.stride(0), s.stride(0), out.stride(0),
-                                      eps, ADD=True, BLOCK=_np2(H), num_warps=8 if H > 2048 else 4)
+        _kernels()[0][(x2.shape[0],)](x2, a2, b2, w, s, out, H, x2.stride(0), a2.stride(0), b2.stride(0), s.stride(0),
+                                      out.stride(0), eps, ADD=True, ADD_B=b is not None, BLOCK=_np2(H),
+                                      num_warps=8 if H > 2048 else 4)
     return s.view(x.shape), out.view(x.shape)
 
 

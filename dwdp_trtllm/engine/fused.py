@@ -34,10 +34,12 @@ def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def _add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float,
+                  b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + a, rms_norm(x + a)): the residual add and the next norm in one pass (the sum rounded to x's dtype
-    first, as the eager `x = x + a; h = rms_norm(x)` does)."""
-    s = x + a
+    first, as the eager `x = x + a; h = rms_norm(x)` does). With b: a + b first (rounded to a's dtype), as eager
+    `x = x + (a + b)` (the MoE output: routed + shared experts)."""
+    s = x + (a if b is None else a + b)
     return s, _rms_norm(s, w, eps)
 
 

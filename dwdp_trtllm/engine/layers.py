@@ -32,9 +32,11 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (fused("rms_norm", x) or _BODIES["rms_norm"])(x, w, eps)
 
 
-def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + a, rms_norm(x + a, w)): the residual add and the next norm (one Triton kernel on CUDA)."""
-    return (fused("add_rms_norm", x) or _BODIES["add_rms_norm"])(x, a, w, eps)
+def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float,
+                 b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + a, rms_norm(x + a, w)): the residual add and the next norm (one Triton kernel on CUDA). With b the
+    residual gets (a + b), a + b rounded to a's dtype first (routed + shared experts), in the same pass."""
+    return (fused("add_rms_norm", x) or _BODIES["add_rms_norm"])(x, a, w, eps, b)
 
 
 def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:

@@ -85,7 +85,7 @@ class MoETransformer:
             shared_TH = (swiglu_mlp(h_TH, *(self.w[p + f"shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))
                          if sp.num_shared_experts else None)
         y_TH = self.experts.forward(layer - sp.first_k_dense, h_TH, ids_TK, w_TK)
-        return y_TH if shared_TH is None else y_TH + shared_TH
+        return y_TH, shared_TH  # added by the caller's add_rms_norm (one pass with the residual add)
 
     def forward(self, input_ids_T: torch.Tensor, segments: list[Segment], kv_cache: KVCache | None = None,
                 timer: PhaseTimer | None = None) -> torch.Tensor:
@@ -109,13 +109,13 @@ class MoETransformer:
                                           w[p + "post_attention_layernorm.weight"], sp.rms_eps)
             if layer < sp.first_k_dense:
                 with phase(timer, "other", layer):
-                    m_TH = swiglu_mlp(h_TH, *(w[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down")))
+                    m_TH, shared_TH = swiglu_mlp(h_TH, *(w[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))), None
             else:
                 self.experts.on_attention_done(layer - sp.first_k_dense)
-                m_TH = self._moe(layer, h_TH, timer)
+                m_TH, shared_TH = self._moe(layer, h_TH, timer)
             nxt = f"model.layers.{layer + 1}.input_layernorm.weight" if layer + 1 < sp.num_layers else "model.norm.weight"
             with phase(timer, "other", layer):
-                x_TH, h_TH = add_rms_norm(x_TH, m_TH, w[nxt], sp.rms_eps)
+                x_TH, h_TH = add_rms_norm(x_TH, m_TH, w[nxt], sp.rms_eps, shared_TH)
         if kv_cache is not None:
             for s in segments:
                 if s.is_last:

@@ -2,7 +2,8 @@
 
 Shape legend: T tokens, H hidden, E routed experts, K top-k, G expert groups (n_group).
 
-Vectorised over tokens, no host syncs. Returns (topk_ids_TK int64, topk_weights_TK float32); the
+Vectorised over tokens, no host syncs; on CUDA the grouped sigmoid selection is one Triton kernel
+(engine/router_cuda.py, this file's eager code its reference). Returns (topk_ids_TK int64, topk_weights_TK float32); the
 weights are final (normalised if spec.norm_topk_prob, times spec.routed_scaling_factor).
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelSpec
+from .fused import fused_enabled
 
 
 def router_logits(x_TH: torch.Tensor, gate_w_EH: torch.Tensor) -> torch.Tensor:
@@ -39,6 +41,11 @@ def select_grouped_sigmoid(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: tor
     are the unbiased sigmoid scores of the chosen experts."""
     T, E, G = logits_TE.shape[0], spec.num_experts, spec.n_group
     scores_TE = logits_TE.float().sigmoid()
+    if scores_TE.is_cuda and fused_enabled():
+        from . import router_cuda
+        if router_cuda.supported(E, G, spec.topk_group, spec.top_k):
+            return router_cuda.grouped_topk_cuda(scores_TE, bias_E, G, spec.topk_group, spec.top_k,
+                                                 spec.norm_topk_prob, spec.routed_scaling_factor)
     choice_TE = scores_TE if bias_E is None else scores_TE + bias_E.float()[None, :]
     per_group = E // G
     group_TG = choice_TE.view(T, G, per_group).topk(min(2, per_group), dim=-1).values.sum(-1)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Engine speed on one H200 (issue 14): fused-kernel tests, a profile of one forward, and `dwdp bench --floor`
 # points (one rank: no communication, no sharing) at ISL 2K / 8K / 32K, BF16 and FP8 experts.
-#   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test profile b8 b2 b32 f8 f2 f32 smoke (default: all but smoke)
+#   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test kernels profile b8 b2 b32 f8 f2 f32 smoke
+#   (default: all but kernels and smoke; kernels: scripts/bench_moe_kernels.py, the MoE layer's non-GEMM kernels)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/bench_out/perf_check}"; mkdir -p "$OUT/raw"
@@ -19,6 +20,7 @@ for s in ${*:-test profile b8 f8 b2 b32 f2 f32}; do
   echo "=== $s ($(date +%T)) ===" | tee -a "$OUT/bench.log"
   case $s in
     test) timeout 300 python3 -m pytest -q -x -rs tests/gpu/test_fused_cuda.py 2>&1 | tail -n 15 | tee "$OUT/test.log" ;;
+    kernels) timeout 200 python3 scripts/bench_moe_kernels.py --out "$OUT/raw/kernels" 2>&1 | tail -n 16 | tee -a "$OUT/bench.log" ;;
     profile) timeout 200 python3 scripts/profile_engine.py --out "$OUT" --isl 8192 --tokens 16384 2>&1 | grep -E "^\[|Self CUDA time" ;;
     b8) bench b8 --set workload.isl=8192 --set workload.tokens_per_rank=81920 --set 'run.modes=[dep,dwdp]' ;;
     b2) bench b2 --set workload.isl=2048 --set workload.tokens_per_rank=81920 ;;

@@ -1,7 +1,8 @@
-"""CUDA fast paths of the engine against their eager / float64 references, on random inputs:
-engine/fused.py (torch.compile'd RMSNorm, add + RMSNorm, RoPE, SwiGLU), the Triton kernels (combine_cuda.py: the
-MoE combine; quant_cuda.py: FP8 1x128 quantisation and SwiGLU + quantisation; rope_cuda.py: in-place RoPE) and
-engine/attention_cuda.py (cuDNN SDPA per segment, prefix chunks merged by log-sum-exp)."""
+"""CUDA fast paths of the engine against their eager / float64 references, on random inputs: the Triton kernels
+(elementwise_cuda.py: RMSNorm, add + RMSNorm, SwiGLU, the lse merge; combine_cuda.py: the MoE combine;
+router_cuda.py: the grouped sigmoid top-k; quant_cuda.py: FP8 1x128 quantisation and SwiGLU + quantisation;
+rope_cuda.py: in-place RoPE; mla_cuda.py: the MLA key) and engine/attention_cuda.py (cuDNN SDPA per segment,
+prefix chunks merged by log-sum-exp)."""
 from __future__ import annotations
 
 import pytest
@@ -44,6 +45,9 @@ def test_rms_norm_rope_swiglu(T):
     a = torch.randn(T, 1536, device=DEV, dtype=torch.bfloat16, generator=g)
     s_fused, h_fused = fz.fused("add_rms_norm", x)(x, a, w, 1e-6)
     assert torch.equal(s_fused, x + a) and rel(h_fused, fz._rms_norm(x + a, w, 1e-6)) < 1e-2
+    b = torch.randn(T, 1536, device=DEV, dtype=torch.bfloat16, generator=g)  # routed + shared experts
+    s_fused, h_fused = fz.fused("add_rms_norm", x)(x, a, w, 1e-6, b)
+    assert torch.equal(s_fused, x + (a + b)) and rel(h_fused, fz._rms_norm(x + (a + b), w, 1e-6)) < 1e-2
 
 
 @pytest.mark.parametrize("D,strided", [(1024, False), (1152, True), (7168, False)])
@@ -164,6 +168,31 @@ def test_router_logits_bf16_gemm_matches_float32_gemm():
     want = x.double() @ w.double().t()
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)  # float32 accumulation, exact products
+
+
+@pytest.mark.parametrize("T,E,G,TG,K", [(1, 256, 8, 4, 8), (37, 256, 8, 4, 8), (16384, 256, 8, 4, 8), (300, 64, 4, 2, 6),
+                                         (50, 16, 16, 3, 2)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_grouped_router_kernel_matches_the_eager_chain(monkeypatch, T, E, G, TG, K, bias):
+    """router_cuda.py (one Triton kernel) against router.select_grouped_sigmoid's eager chain on the same CUDA
+    scores: the same experts in the same order, weights equal up to the order of the normalising sum."""
+    from types import SimpleNamespace
+
+    from dwdp_trtllm.engine import router, router_cuda
+    g = torch.Generator(device=DEV).manual_seed(T + E)
+    logits = torch.randn(T, E, device=DEV, generator=g) * 3
+    bias_E = torch.randn(E, device=DEV, generator=g) * 0.1 if bias else None
+    for norm in (True, False):
+        sp = SimpleNamespace(num_experts=E, n_group=G, topk_group=TG, top_k=K, norm_topk_prob=norm,
+                             routed_scaling_factor=2.5)
+        ids, w = router.select_grouped_sigmoid(sp, logits, bias_E)  # the kernel (fusing is on)
+        direct = router_cuda.grouped_topk_cuda(logits.sigmoid(), bias_E, G, TG, K, norm, 2.5)
+        monkeypatch.setattr(router, "fused_enabled", lambda: False)
+        ids_ref, w_ref = router.select_grouped_sigmoid(sp, logits, bias_E)
+        monkeypatch.undo()
+        assert ids.dtype == torch.int64 and w.dtype == torch.float32 and ids.shape == (T, K)
+        assert torch.equal(ids, ids_ref) and torch.equal(ids, direct[0])
+        torch.testing.assert_close(w, w_ref, rtol=2e-6, atol=0)
 
 
 def test_mla_attention_on_cuda_matches_the_cpu_float32_path_with_chunked_prefill():
