@@ -110,13 +110,11 @@ def grouped_topk_cuda(scores_TE: torch.Tensor, bias_E: torch.Tensor | None, n_gr
     w_TK = torch.empty(T, top_k, device=scores_TE.device, dtype=torch.float32)
     if T == 0:
         return ids_TK, w_TK
+    import triton
+
     bias = scores_TE if bias_E is None else bias_E.float().contiguous()  # unread without a bias
     _kernel()[(-(-T // BLOCK_T),)](scores_TE, bias, ids_TK, w_TK, T, float(scale), E=E, G=n_group,
-                                   TOPK_GROUP=topk_group, K=top_k, KP=triton_next_pow2(top_k),
+                                   TOPK_GROUP=topk_group, K=top_k, KP=triton.next_power_of_2(top_k),
                                    HAS_BIAS=bias_E is not None, NORMALISE=bool(normalise), BLOCK_T=BLOCK_T,
                                    num_warps=4)
     return ids_TK, w_TK
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())

@@ -174,10 +174,11 @@ def _tied_rows(choice_TE: torch.Tensor, G: int, TG: int, K: int) -> torch.Tensor
     """Rows whose selection has a float32 tie at a place that decides it: among the top TG+1 group scores or the
     top K+1 choices of the kept groups (torch.topk and the kernel may order or pick tied values differently)."""
     T, E = choice_TE.shape
-    grp = choice_TE.view(T, G, E // G).topk(min(2, E // G), dim=-1).values.sum(-1).sort(-1, descending=True).values
+    group_TG = choice_TE.view(T, G, E // G).topk(min(2, E // G), dim=-1).values.sum(-1)
+    grp = group_TG.sort(-1, descending=True).values
     n = min(TG + 1, G)
     tied = (grp[:, :n - 1] == grp[:, 1:n]).any(1)
-    keep = choice_TE.view(T, G, E // G).topk(min(2, E // G), dim=-1).values.sum(-1).topk(TG, dim=-1).indices
+    keep = group_TG.topk(TG, dim=-1).indices
     mask = torch.zeros(T, G, dtype=torch.bool, device=choice_TE.device).scatter_(1, keep, True)
     kept = choice_TE.masked_fill(~mask.repeat_interleave(E // G, dim=1), float("-inf")).sort(-1, descending=True).values
     m = min(K + 1, E)
