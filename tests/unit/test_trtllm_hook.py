@@ -132,6 +132,31 @@ def test_missing_patch_target_fails_loudly_in_the_worker(tmp_path):
     assert "PatchTargetMissing" in r.stderr and "9.9.9fake" in r.stderr and "MoE._init_load_balancer" in r.stderr
 
 
+def test_missing_target_does_not_stop_processes_our_engine_does_not_patch(tmp_path):
+    """The engine is decided before targets are verified (conformance audit N1): on a TensorRT-LLM lacking a target
+    only our engine needs, a generation rank, an `engine: upstream` process and a DWDP_TRTLLM=1-only process (upstream's
+    dwdp_config drives) import it, patch nothing and log the missing target; the dwdp_trtllm rank still refuses."""
+    _fake_tree(tmp_path / "fake", interface="class MoE:\n    def __init__(self):\n        pass\n")
+    cfg = tmp_path / "dwdp.yaml"
+    code = """
+        import dwdp_trtllm.integration.boot
+        from tensorrt_llm._torch.modules.fused_moe.interface import MoE
+        print(getattr(MoE.__init__, "_dwdp_trtllm_patched", False))
+    """
+    gen_rank = {"DWDP_TRTLLM_CONFIG": str(cfg), "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3"}
+    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 2}}))
+    for env_extra in (gen_rank, {"DWDP_TRTLLM": "1"}):
+        r = _run(code, env_extra, [str(tmp_path / "fake")])
+        assert r.returncode == 0 and r.stdout.split() == ["False"], r.stderr
+        assert "MoE._init_load_balancer" in r.stderr and "patches nothing" in r.stderr, r.stderr
+    r = _run(code, {**gen_rank, "OMPI_COMM_WORLD_RANK": "0"}, [str(tmp_path / "fake")])
+    assert r.returncode != 0 and "PatchTargetMissing" in r.stderr  # the dwdp_trtllm rank of the same world
+    cfg.write_text(yaml.safe_dump({"engine": "upstream", "dwdp_config": {"dwdp_size": 2}}))
+    r = _run(code, {"DWDP_TRTLLM_CONFIG": str(cfg)}, [str(tmp_path / "fake")])
+    assert r.returncode == 0 and r.stdout.split() == ["False"], r.stderr
+    assert "engine 'upstream'" in r.stderr
+
+
 def test_verify_names_version_module_and_attribute(monkeypatch):
     fake_root = types.ModuleType("tensorrt_llm")
     fake_root.__version__ = "1.3.0rc99"

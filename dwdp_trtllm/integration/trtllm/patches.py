@@ -16,10 +16,13 @@ so both are targets: whichever TensorRT-LLM imports is checked and patched.
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
+
+log = logging.getLogger("dwdp_trtllm.integration")
 
 MOE_ROOTS = ("tensorrt_llm._torch.modules.fused_moe", "tensorrt_llm._torch.moe.fused_moe")
 MOE_INTERFACE = f"{MOE_ROOTS[0]}.interface"
@@ -290,12 +293,19 @@ def _register_manager(module: ModuleType) -> None:
 
 
 def on_target_imported(module: ModuleType) -> None:
-    """Post-import callback: verify every target of `module`, then apply those with an apply function."""
+    """Post-import callback. The process's engine is decided first: only a dwdp_trtllm process verifies the
+    targets of `module` (PatchTargetMissing on a missing required one) and applies them. Any other process
+    (engine upstream, only DWDP_TRTLLM=1, a generation rank) patches nothing, so a target only our engine needs
+    must not stop it: a missing one is logged as a warning (`dwdp check-trtllm` gives the full report)."""
     from .activation import engine_for_process
 
-    targets = verify(module)
-    if engine_for_process() != "dwdp_trtllm":
-        return  # upstream engine or a process outside the DWDP group: verified, nothing patched
-    for t in targets:
+    engine = engine_for_process()
+    if engine != "dwdp_trtllm":
+        try:
+            verify(module)
+        except PatchTargetMissing as e:
+            log.warning("dwdp_trtllm: %s; this process runs engine %r and patches nothing, so it continues", e, engine)
+        return
+    for t in verify(module):
         if t.apply:
             globals()[t.apply](module)
