@@ -35,11 +35,16 @@ def no_fuse() -> bool:
 
 
 def launch_env() -> dict[str, int] | None:
-    """(rank, world_size, local_rank) from torchrun or mpirun variables, or None when not launched by them."""
+    """(rank, world_size, local_rank) from torchrun or mpirun variables, or None when not launched by them.
+
+    Under mpirun the MPI variables win: the global MPI rank is the process's rank (TensorRT-LLM's
+    disaggregated_mpi_worker places context servers first by it), and a RANK/WORLD_SIZE some launcher layer
+    exports (e.g. instance-local torch.distributed settings) must not change it."""
     env = os.environ
-    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
+    torchrun = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    mpi = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"))
+    for r, w, lr in ((*mpi, torchrun) if launched_by_mpi() else (torchrun, *mpi)):
         if r in env and w in env:
             return {"rank": int(env[r]), "world_size": int(env[w]), "local_rank": int(env.get(lr, env[r]))}
     return None

@@ -122,6 +122,28 @@ def test_generation_server_ranks_and_upstream_engine_are_not_patched(tmp_path):
     assert r.stdout.split() == ["False", "16"], r.stderr
 
 
+def test_mpi_rank_wins_over_rank_under_mpirun(tmp_path):
+    """Under mpirun the DWDP rank is the global MPI rank (audit N6): a RANK/WORLD_SIZE exported by some launcher
+    layer (here instance-local 0 of 1) must not turn generation rank 4 into DWDP context rank 0, nor move a
+    context rank's experts."""
+    _fake_tree(tmp_path / "fake")
+    cfg = tmp_path / "dwdp.yaml"
+    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 4}}))
+    code = """
+        import dwdp_trtllm.integration.boot
+        from dwdp_trtllm.integration.trtllm.activation import global_rank
+        from tensorrt_llm._torch.modules.fused_moe.interface import MoE
+        print(global_rank(), getattr(MoE.__init__, "_dwdp_trtllm_patched", False), MoE(16).slot_start)
+    """
+    torch_vars = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    for mpi_rank, want in (("4", ["4", "False", "0"]), ("2", ["2", "True", "8"])):
+        r = _run(code, {"DWDP_TRTLLM_CONFIG": str(cfg), **torch_vars, "OMPI_COMM_WORLD_RANK": mpi_rank,
+                        "OMPI_COMM_WORLD_SIZE": "5"}, [str(tmp_path / "fake")])
+        assert r.stdout.split() == want, r.stderr
+    r = _run(code, {"DWDP_TRTLLM_CONFIG": str(cfg), "RANK": "3", "WORLD_SIZE": "4"}, [str(tmp_path / "fake")])
+    assert r.stdout.split() == ["3", "True", "12"], r.stderr  # torchrun alone: RANK is the rank
+
+
 def test_missing_patch_target_fails_loudly_in_the_worker(tmp_path):
     _fake_tree(tmp_path / "fake", interface="class MoE:\n    def __init__(self):\n        pass\n")
     cfg = tmp_path / "dwdp.yaml"
