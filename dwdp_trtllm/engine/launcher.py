@@ -34,6 +34,7 @@ from multiprocessing.connection import wait as wait_any
 from .. import env
 from ..config import BenchConfig
 from ..schema import ConfigError
+from .rank_entry import main as rank_main
 from .records import RankResult, Request
 
 
@@ -55,43 +56,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _child(rank: int, world: int, port: int, cfg: BenchConfig, modes: list[str], requests: list[Request], tag: str,
-           fail_at: tuple[int, int] | None, collect_outputs: bool, conn) -> None:
-    """One rank (started by rank_entry.main): every mode in turn, each result, progress and error sent on conn."""
-    import torch.distributed as dist
-
-    from .worker import run_rank
-
-    env.set_multicast_off()
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=cfg.run.timeout_s))
-        for mode in modes:
-            res = run_rank(cfg, mode, requests, rank=rank, world=world, tag=f"{tag}_{mode}",
-                           progress=lambda done, total, m=mode: conn.send(("progress", rank, m, done, total)),
-                           collect_outputs=collect_outputs,
-                           fail_at_iteration=fail_at[1] if fail_at is not None and fail_at[0] == rank else None)
-            # Plain pickle bytes: torch's reduction would share tensors by file descriptor, which the
-            # parent can only open while this process is alive (a race seen on the GPU machine).
-            conn.send(("ok", rank, mode, pickle.dumps(res)))
-            dist.barrier()
-        dist.destroy_process_group()
-        conn.close()
-    except ConfigError as e:  # bad user input found by a rank (e.g. NaN in a checkpoint): reported as such
-        _last_word(conn, ("config_error", rank, None, (e.file, e.key, e.expected)))
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        _last_word(conn, ("error", rank, None, traceback.format_exc()))
-
-
-def _last_word(conn, msg) -> None:
-    try:
-        conn.send(msg)
-        conn.close()
-    except OSError:  # the parent is gone
-        pass
-    os._exit(1)  # do not wait in collectives or atexit handlers
 
 
 def sweep_orphaned_shm() -> list[str]:
@@ -179,8 +143,6 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
     makes that rank raise at that iteration (tests of the failure path).
     """
-    from .rank_entry import main as rank_main
-
     world = cfg.run.ranks
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
