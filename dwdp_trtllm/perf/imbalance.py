@@ -136,3 +136,72 @@ def compare(tokens_SR, dep_own_us_SR, dwdp_us_SR, dep_shared_us_S=0.0) -> Imbala
     return ImbalanceResult(t_dep_us=mean_group_tokens / thr_dep, t_dwdp_us=mean_group_tokens / thr_dwdp,
                            sync_overhead=float(wait_SR.sum() / (R * t_dep_S.sum())),
                            t_sync_us=float(wait_SR.mean()))
+
+
+# ---- routing skew (expert-popularity imbalance; dwdp_trtllm/routing_skew.py is the workload side) ----
+
+#: rows per grouped-GEMM tile in the DWDP skew model: with 64 the tile-padding model gives aiconfigurator's EP1
+#: fp8_block power_law/balanced ratios at DeepSeek shapes within 0.05 at 4K-16K tokens (1.29 / 1.15 / 1.08 vs
+#: 1.29 / 1.15 / 1.03; shared/reference/aiconfigurator-crosscheck.md section 3); at 2K it overstates (1.54 vs 1.29)
+SKEW_TILE_ROWS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class SkewTerm:
+    """What routing skew does to one MoE layer, as factors over the balanced-routing times (1.0 = no effect).
+
+    For the planner (perf/planner.py, helper B's): multiply
+    - DEP's balanced routed-expert time by dep_expert_factor (the slowest EP rank sets every lock-step layer;
+      the mean over MoE layers of that layer's slowest-rank tiles over the balanced per-rank tiles),
+    - DEP's all-to-all time by dep_a2a_factor (the slowest rank's dispatch/combine volume: tokens it receives,
+      deduplicated per rank as DeepEP / TensorRT-LLM's all-to-all do; an all-gather + reduce-scatter path moves
+      every token regardless: use 1.0 there),
+    - DWDP's routed-expert time by dwdp_gemm_factor (one rank computes every expert for its own tokens: the work is
+      unchanged, only the grouped GEMM's tile padding over uneven groups grows).
+    The *_max fields are the worst layer. Inputs: the skew spec (its source is the user's workload), tokens per
+    rank per iteration, the model's experts / top-k, the EP size; model: tile padding at SKEW_TILE_ROWS rows.
+    """
+
+    label: str
+    dep_expert_factor: float
+    dep_expert_factor_max: float
+    dep_a2a_factor: float
+    dwdp_gemm_factor: float
+    dwdp_gemm_factor_max: float
+
+
+def _tiles(rows: np.ndarray, tile: int) -> float:
+    return float(np.ceil(rows / tile).sum())
+
+
+def skew_term(spec, *, num_moe_layers: int, num_experts: int, top_k: int, ep_size: int, tokens_per_rank: int,
+              tile_rows: int = SKEW_TILE_ROWS, placement=None) -> SkewTerm:
+    """The SkewTerm of routing_skew spec `spec` (a RoutingSkewConfig) for DEP at ep_size and DWDP, at
+    tokens_per_rank tokens per rank per iteration (DEP's experts see ep_size x that many tokens' rows).
+
+    placement: DEP's experts per EP rank (default: contiguous blocks, the engine's and TensorRT-LLM's layout)."""
+    from .. import routing_skew as rs
+    if tokens_per_rank < 1 or num_moe_layers < 1:
+        raise ValueError(f"tokens_per_rank ({tokens_per_rank}) and num_moe_layers ({num_moe_layers}) must be >= 1")
+    pl = placement if placement is not None else rs.contiguous_placement(num_experts, ep_size)
+    table = rs.popularity_table(spec, num_moe_layers, num_experts, top_k)
+    uniform = np.full(num_experts, 1.0 / num_experts)
+    rows_dwdp = tokens_per_rank * top_k
+    rows_dep = rows_dwdp * ep_size
+
+    def dep_tiles_max(p: np.ndarray) -> float:
+        per_expert = rs.split_counts(p, rows_dep)
+        return max(_tiles(per_expert[list(ex)], tile_rows) for ex in pl)
+
+    def a2a_max(p: np.ndarray) -> float:  # expected share of tokens a rank receives, deduplicated per rank
+        share_R = rs.rank_shares(p, pl)
+        return float((1.0 - (1.0 - share_R) ** top_k).max())
+
+    dep_bal, a2a_bal = dep_tiles_max(uniform), a2a_max(uniform)
+    dwdp_bal = _tiles(rs.split_counts(uniform, rows_dwdp), tile_rows)
+    dep = np.array([dep_tiles_max(p) / dep_bal for p in table])
+    a2a = np.array([a2a_max(p) / a2a_bal for p in table])
+    dwdp = np.array([_tiles(rs.split_counts(p, rows_dwdp), tile_rows) / dwdp_bal for p in table])
+    return SkewTerm(label=spec.label(), dep_expert_factor=float(dep.mean()), dep_expert_factor_max=float(dep.max()),
+                    dep_a2a_factor=float(a2a.mean()), dwdp_gemm_factor=float(dwdp.mean()),
+                    dwdp_gemm_factor_max=float(dwdp.max()))
