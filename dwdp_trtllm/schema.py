@@ -15,14 +15,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """Bad user input: names the file, the dotted key path and what was expected."""
-
-    def __init__(self, file: str | None, key: str, expected: str):
-        self.file, self.key, self.expected = file, key, expected
-        where = f"{file}: " if file else ""
-        super().__init__(f"{where}{key or '<root>'}: {expected}")
+from .errors import ConfigError  # noqa: F401 - re-exported: every caller imports it from here
+from .yaml_safe import safe_load
 
 
 def doc(text: str, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING) -> Any:
@@ -174,9 +168,8 @@ def load_yaml(path: str | Path) -> dict:
         raise ConfigError(str(p), "", f"cannot read the file ({e.strerror or e})") from None
     except UnicodeDecodeError as e:
         raise ConfigError(str(p), "", f"not UTF-8 text (byte {e.start}): a YAML config is expected") from None
-    from .yaml_safe import safe_load  # duplicate keys, recursive aliases and alias bombs refused before building
     try:
-        data = safe_load(text, file=str(p))
+        data = safe_load(text, file=str(p))  # duplicate keys, recursive aliases and alias bombs refused
     except yaml.YAMLError as e:
         raise ConfigError(str(p), "", f"not valid YAML: {yaml_error_text(e)}") from None
     except RecursionError:
@@ -253,7 +246,6 @@ def parse_override(text: str, *, arg: str = "--set") -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(None, arg, f"bad key in {text!r}")
-    from .yaml_safe import safe_load  # the checks of config files: duplicate keys, recursive aliases, alias bombs
     try:
         value = safe_load(raw, file=arg)
     except yaml.YAMLError:
