@@ -1,7 +1,7 @@
 """Transport interface: allocate exportable buffers, exchange handles once, open peers, close.
 
 Lifecycle (collective calls marked *; every rank of the DWDP group calls them in the same order):
-    t = make_transport(kind, group=..., dwdp_rank=..., dwdp_size=..., device=...)
+    t = make_transport(kind, group=..., dwdp_rank=..., dwdp_size=..., device=...)   # select.py
     bufs = t.allocate({"L3.w13": nbytes, ...})   # uint8 1-D tensors this rank fills and exports
     t.open_peers()                               # * exchange handles through the group, map peers
     view = t.peer_buffer(peer, "L3.w13")         # uint8 1-D read-only view of peer's buffer (this device)
@@ -56,18 +56,3 @@ def resolve_kind(kind: str, device: torch.device) -> str:
     if (kind == "shm") != (device.type == "cpu"):
         raise TransportError(f"transport {kind!r} does not run on device {device}: use shm on cpu, ipc/vmm_fd/vmm_fabric on cuda")
     return kind
-
-
-def make_transport(kind: str, **kwargs) -> PeerTransport:
-    """Construct the backend named `kind` (auto|shm|ipc|vmm_fd|vmm_fabric)."""
-    kind = resolve_kind(kind, kwargs["device"])
-    if kind == "shm":
-        from .shm import ShmTransport
-        return ShmTransport(**kwargs)
-    if kind == "ipc":
-        from .cuda_ipc import CudaIpcTransport
-        return CudaIpcTransport(**kwargs)
-    if kind in ("vmm_fd", "vmm_fabric"):
-        from .vmm import VmmTransport
-        return VmmTransport(handle_type="fabric" if kind == "vmm_fabric" else "fd", **kwargs)
-    raise TransportError(f"unknown transport {kind!r}: expected auto, shm, ipc, vmm_fd or vmm_fabric")
