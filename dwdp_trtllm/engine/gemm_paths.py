@@ -2,7 +2,8 @@
 'composite_view' = a stock grouped GEMM (torch._grouped_mm) on one [E, N, K] VMM view of local +
 prefetched experts (composite_slots.py), the op with that single buffer for fp8 block scales.
 
-Registered into moe_compute.GEMM_PATHS on first use of such a name (moe_compute imports this lazily),
+Registered into moe_compute.GEMM_PATHS on first use of such a name (moe_compute imports PLUGINS lazily;
+this module imports nothing of moe_compute),
 so the engine runs without the C++ op until a config asks for it. FP8 weights (128x128 block scales)
 take FP8 activations in 1x128 groups (DeepSeek-V3 recipe): Fp8Rows quantised by the caller (before the gather,
 and fused with the SwiGLU), or bf16 rows quantised here; the op returns bf16.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..ops import grouped_gemm
-from .moe_compute import GEMM_PATHS, Fp8Rows, quantize_act_1x128, register_gemm
+from .fp8_rows import Fp8Rows, quantize_act_1x128
 
 def _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     buf_idx_E, row_E, offs_E = buf_idx_E.to(torch.int32), row_E.to(torch.int32), offs_E.to(torch.int32)
@@ -34,8 +35,5 @@ def _composite_view(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     return torch._grouped_mm(a_AD, weights[0].transpose(1, 2), offs=offs_E.to(torch.int32))
 
 
-def ensure_registered() -> None:
-    if "multi_buffer" not in GEMM_PATHS:
-        register_gemm("multi_buffer", _multi_buffer, supports_fp8=True, fp8_activations=True)
-    if "composite_view" not in GEMM_PATHS:
-        register_gemm("composite_view", _composite_view, supports_fp8=True, fp8_activations=True)
+#: name -> (fn, supports_fp8, fp8_activations), registered by moe_compute.gemm_path on first lookup
+PLUGINS = {"multi_buffer": (_multi_buffer, True, True), "composite_view": (_composite_view, True, True)}

@@ -24,8 +24,8 @@ from typing import Callable
 
 import torch
 
+from .fp8_rows import FP8_GROUP, Fp8Rows, quantize_act_1x128
 from .fused import _silu_mul, fused, fused_enabled, inverse_permutation
-from ..ops.reference import quantize_fp8_blockwise
 from .weights import FP8_DTYPE, dequantize_fp8_blockwise
 
 GemmFn = Callable[..., torch.Tensor]
@@ -36,37 +36,6 @@ class GemmPath:
     fn: GemmFn
     supports_fp8: bool  # fn accepts fp8 buffers with `scales` (128x128 block scales per buffer)
     fp8_activations: bool = False  # with fp8 buffers, fn takes Fp8Rows (activations quantised 1x128 by the caller)
-
-
-@dataclass(frozen=True, slots=True)
-class Fp8Rows:
-    """Activation rows already quantised for an FP8 GEMM path: q_AD float8_e4m3fn, scale_AG float32 with
-    a ~= q * scale per 1x128 group (G = D / 128). Quantising once, before the rows are gathered or after the
-    SwiGLU in the same kernel, is what makes the FP8 expert phase pay (issue 14)."""
-
-    q: torch.Tensor
-    scale: torch.Tensor
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.q.shape
-
-    def index_select(self, rows_A: torch.Tensor) -> "Fp8Rows":
-        # index_select has no fp8 kernel on some devices: move the codes as bytes
-        return Fp8Rows(self.q.view(torch.uint8).index_select(0, rows_A).view(self.q.dtype), self.scale.index_select(0, rows_A))
-
-
-#: activation quantisation group along the in-features (DeepSeek-V3 recipe: 1x128 activations, 128x128 weights)
-FP8_GROUP = 128
-
-
-def quantize_act_1x128(a_AD: torch.Tensor) -> Fp8Rows:
-    """Fp8Rows of a [A, D] activation (1x128 groups). One Triton pass on CUDA when D % 128 == 0
-    (engine/quant_cuda.py), the reference quantiser (ops/reference.py) otherwise."""
-    if a_AD.is_cuda and a_AD.shape[1] % FP8_GROUP == 0 and fused_enabled():
-        from .quant_cuda import quant_1x128
-        return Fp8Rows(*quant_1x128(a_AD))
-    return Fp8Rows(*quantize_fp8_blockwise(a_AD, (1, FP8_GROUP)))
 
 
 def silu_mul(h_A2I: torch.Tensor, up_first: bool = False) -> torch.Tensor:
@@ -93,15 +62,17 @@ def register_gemm(name: str, fn: GemmFn, *, supports_fp8: bool = False, fp8_acti
     GEMM_PATHS[name] = GemmPath(fn, supports_fp8, fp8_activations)
 
 
-#: paths that engine/gemm_paths.py registers on first use (they load the C++/CUDA op)
+#: paths that engine/gemm_paths.py defines, registered here on first use (they load the C++/CUDA op)
 PLUGIN_PATHS = ("multi_buffer", "composite_view")
 
 
 def gemm_path(name: str) -> GemmPath:
     """GEMM_PATHS[name], registering the plugin paths on first use; ValueError naming the choices."""
     if name in PLUGIN_PATHS and name not in GEMM_PATHS:
-        from .gemm_paths import ensure_registered
-        ensure_registered()
+        from .gemm_paths import PLUGINS  # gemm_paths imports nothing of this module: no circle
+        for plugin, (fn, supports_fp8, fp8_activations) in PLUGINS.items():
+            if plugin not in GEMM_PATHS:
+                register_gemm(plugin, fn, supports_fp8=supports_fp8, fp8_activations=fp8_activations)
     try:
         return GEMM_PATHS[name]
     except KeyError:
