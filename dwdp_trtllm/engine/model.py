@@ -19,7 +19,7 @@ from .layers import add_rms_norm, make_attention, plan_segments, positions_of, r
 from .local_experts import LocalExperts
 from .records import Segment
 from .rope import rope_cos_sin
-from .router import router_logits, select_experts
+from .router import SkewTable, router_logits, select_experts
 from .timing import PhaseTimer, phase
 from .weights import dense_dtype, dense_weight_shapes, init_dense_weights
 
@@ -45,6 +45,8 @@ class MoETransformer:
         self.attn = [make_attention(spec, self.w, i) for i in range(spec.num_layers)]
         #: [MoE layer, expert] routed pairs of the last forward (record_routing()); None: not recorded
         self.counts_ME: torch.Tensor | None = None
+        #: routing skew (workload.routing_skew): target popularity per MoE layer; None: the model's own routing
+        self.skew: SkewTable | None = None
 
     def warm_up_attention(self, max_tokens: int) -> int:
         """CUDA: build the attention kernels' per-shape plans for every chunk length up to max_tokens now
@@ -61,6 +63,17 @@ class MoETransformer:
             return 0
         from .attention_cuda import warm_plans
         return warm_plans(sp.num_heads, d, e, max_tokens, self.device, self.dtype)
+
+    def set_routing_skew(self, popularity_ME, seed: int = 0) -> None:
+        """Steer routing to popularity_ME ([MoE layers, experts] shares, routing_skew.popularity_table); None: off."""
+        if popularity_ME is None:
+            self.skew = None
+            return
+        table = SkewTable(popularity_ME, self.spec.top_k, self.device, seed)
+        if len(table) != self.spec.num_moe_layers or table.cdf_ME.shape[1] != self.spec.num_experts:
+            raise ValueError(f"routing skew: popularity of shape {tuple(table.cdf_ME.shape)}, the model has "
+                             f"{self.spec.num_moe_layers} MoE layers x {self.spec.num_experts} experts")
+        self.skew = table
 
     def record_routing(self, on: bool = True) -> None:
         """Count the routed pairs per expert of each MoE layer in every forward (read with routing_counts())."""
@@ -79,7 +92,8 @@ class MoETransformer:
         sp, p = self.spec, f"model.layers.{layer}.mlp."
         with phase(timer, "other", layer):
             logits_TE = router_logits(h_TH, self.w[p + "gate.weight"])
-            ids_TK, w_TK = select_experts(sp, logits_TE, self.w.get(p + "gate.e_score_correction_bias"))
+            ids_TK, w_TK = select_experts(sp, logits_TE, self.w.get(p + "gate.e_score_correction_bias"),
+                                          skew=self.skew, moe_layer=layer - sp.first_k_dense)
             if self.counts_ME is not None:  # routing record for the floor (one small kernel, no host sync)
                 self.counts_ME[layer - sp.first_k_dense].scatter_add_(0, ids_TK.reshape(-1), torch.ones_like(ids_TK.reshape(-1)))
             shared_TH = (swiglu_mlp(h_TH, *(self.w[p + f"shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))

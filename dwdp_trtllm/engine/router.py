@@ -5,6 +5,15 @@ Shape legend: T tokens, H hidden, E routed experts, K top-k, G expert groups (n_
 Vectorised over tokens, no host syncs; on CUDA the grouped sigmoid selection is one Triton kernel
 (engine/router_cuda.py, this file's eager code its reference). Returns (topk_ids_TK int64, topk_weights_TK float32); the
 weights are final (normalised if spec.norm_topk_prob, times spec.routed_scaling_factor).
+
+Routing skew (workload.routing_skew, dwdp_trtllm/routing_skew.py): with a SkewTable the model's own choice is
+replaced by systematic probability-proportional-to-size sampling of top_k distinct experts from the layer's target
+popularity (Madow's systematic sampling: points (u + j) / K, j < K, on the popularity CDF; every expert's share is
+below 1/K, so each interval holds at most one point and expert e is chosen with probability exactly K * share_e).
+u is a hash of the token's *natural* top-k set (order-free) and the MoE layer: deterministic, identical in DEP and
+DWDP (both route the same hidden states with the same router), and on any device. Weights are the model's own
+scores at the chosen experts, finished as usual; the grouped router's topk_group limit is not kept (the target is
+the popularity). Without a SkewTable nothing here runs (outputs bit-exact).
 """
 from __future__ import annotations
 
@@ -64,12 +73,77 @@ def select_softmax(spec: ModelSpec, logits_TE: torch.Tensor) -> tuple[torch.Tens
     return ids_TK, _finish(spec, w_TK)
 
 
-def select_experts(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Route by spec.router: (topk_ids_TK int64, topk_weights_TK float32)."""
+class SkewTable:
+    """Per-MoE-layer target popularity as the sampler needs it: cdf_ME (float64, cumulative shares in the order
+    order_ME lists the experts) on the routing device. popularity_ME: shares per layer (routing_skew.popularity_table),
+    each below 1/top_k. The CDF order is a seeded per-layer permutation, so a token's K picks (one per 1/K of the CDF)
+    are not tied to contiguous expert blocks (DEP's owner ranks)."""
+
+    def __init__(self, popularity_ME, top_k: int, device: torch.device | str, seed: int = 0):
+        import numpy as np
+        pop = np.asarray(popularity_ME, dtype=np.float64)
+        if pop.ndim != 2 or (pop < 0).any() or not np.allclose(pop.sum(1), 1.0):
+            raise ValueError(f"popularity_ME: expected [MoE layers, experts] rows of shares summing to 1, got {pop.shape}")
+        if (pop > 1.0 / top_k + 1e-9).any():
+            raise ValueError(f"popularity_ME: a share above 1/top_k = {1 / top_k:.4g} cannot be routed (distinct experts)")
+        # strictly below 1/K: a capped expert's interval then cannot hold two of the 1/K-spaced points after rounding
+        pop = np.minimum(pop, (1.0 - 1e-9) / top_k)
+        pop = pop / pop.sum(1, keepdims=True)
+        M, E = pop.shape
+        order = np.stack([np.random.default_rng([seed, m, 1]).permutation(E) for m in range(M)])
+        cdf = np.cumsum(np.take_along_axis(pop, order, 1), 1)
+        cdf[:, -1] = 1.0
+        self.top_k = top_k
+        self.cdf_ME = torch.from_numpy(cdf).to(device)
+        self.order_ME = torch.from_numpy(order).to(device)
+
+    def __len__(self) -> int:
+        return self.cdf_ME.shape[0]
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(h: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xor-shift-multiply, multiplier 0x45D9F3B) on int64 tensors holding values < 2**32:
+    products stay below 2**59, so it is exact, without overflow, on CPU and CUDA."""
+    h = ((h >> 16) ^ h) * 0x45D9F3B & _M32
+    h = ((h >> 16) ^ h) * 0x45D9F3B & _M32
+    return (h >> 16) ^ h
+
+
+def skew_uniforms(ids_TK: torch.Tensor, moe_layer: int) -> torch.Tensor:
+    """u_T in [0, 1) (float64): a hash of each token's chosen expert set (order-free) and the MoE layer."""
+    h = _mix32((ids_TK.to(torch.int64) + 1) * 0x9E3779B1 & _M32).sum(-1) & _M32
+    h = _mix32(h ^ ((moe_layer + 1) * 0x632BE5AB & _M32))
+    return h.double() / 4294967296.0
+
+
+def skew_select(spec: ModelSpec, logits_TE: torch.Tensor, ids_TK: torch.Tensor, skew: SkewTable,
+                moe_layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids_TK, weights_TK) drawn from skew's popularity of moe_layer (module doc: systematic sampling)."""
+    K = spec.top_k
+    u_T = skew_uniforms(ids_TK, moe_layer)
+    points_TK = (u_T[:, None] + torch.arange(K, device=u_T.device, dtype=torch.float64)[None, :]) / K
+    cdf_E = skew.cdf_ME[moe_layer]
+    slot_TK = torch.searchsorted(cdf_E, points_TK, right=True).clamp_(max=cdf_E.shape[0] - 1)
+    new_TK = skew.order_ME[moe_layer][slot_TK]
+    scores_TE = logits_TE.float().sigmoid() if spec.router == "sigmoid_grouped" else logits_TE.float().softmax(-1)
+    return new_TK, _finish(spec, scores_TE.gather(1, new_TK))
+
+
+def select_experts(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: torch.Tensor | None = None, *,
+                   skew: SkewTable | None = None, moe_layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Route by spec.router: (topk_ids_TK int64, topk_weights_TK float32); with `skew`, steered to its popularity
+    of MoE layer `moe_layer` (module doc)."""
     if logits_TE.dim() != 2 or logits_TE.shape[1] != spec.num_experts:
         raise ValueError(f"logits_TE: expected [T, {spec.num_experts}], got {tuple(logits_TE.shape)}")
     if spec.router == "sigmoid_grouped":
-        return select_grouped_sigmoid(spec, logits_TE, bias_E)
-    if spec.router == "softmax":
-        return select_softmax(spec, logits_TE)
-    raise ValueError(f"{spec.name}: unknown router {spec.router!r}")
+        ids_TK, w_TK = select_grouped_sigmoid(spec, logits_TE, bias_E)
+    elif spec.router == "softmax":
+        ids_TK, w_TK = select_softmax(spec, logits_TE)
+    else:
+        raise ValueError(f"{spec.name}: unknown router {spec.router!r}")
+    if skew is None:
+        return ids_TK, w_TK
+    return skew_select(spec, logits_TE, ids_TK, skew, moe_layer)
