@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..config import BenchConfig
 from ..engine.records import RankResult, Request
 from .metrics import compute_metrics, consistency
+from .preflight import preflight
 from ..schema import MAX_SWEEP_POINTS, ConfigError
 from .report import env_info, json_ready, print_point, write_atomic, write_results
 from .sweep import SweepPoint, check_device_present, load_sweep
@@ -155,6 +156,9 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     if run_mode is None:  # the embedded engine runs here: its device must exist
         check_device_present(points, config_path, overrides, device)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
+    # before any rank starts (exit 2): warm-up vs iterations, and what the unfinished points take vs what is free
+    todo = [p for p in points if not (out / "points" / f"{p.key}.json").is_file()]
+    preflight(todo, file=str(config_path), resources=run_mode is None)
     with out_lock(out):
         return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor)
 

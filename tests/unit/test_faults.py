@@ -557,8 +557,9 @@ def test_plan_calibration_does_not_depend_on_the_working_directory(tmp_path, mon
 
 
 @pytest.mark.timeout(120)
-def test_warmup_longer_than_the_run_fails_the_consistency_check(tmp_path, capsys):
+def test_warmup_longer_than_the_run_is_refused_before_any_rank(tmp_path, capsys):
+    """Issue 22: exit 2 naming run.warmup_iters, before any rank starts (was: the whole run, then exit 1)."""
     code = cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(tmp_path / "o"), "--no-plots",
                      "--set", "run.warmup_iters=50"])
-    out = capsys.readouterr().out
-    assert code == 1 and "iterations_measured" in out, out[-2000:]
+    err = capsys.readouterr().err
+    assert code == 2 and "run.warmup_iters: 50 warm-up iterations" in err and not (tmp_path / "o").exists(), err

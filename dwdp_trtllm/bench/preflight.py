@@ -1,0 +1,183 @@
+"""Pre-flight: everything about a run that can be checked before any rank starts, checked then (exit 2).
+
+Two checks per sweep point, both before the first point runs:
+- `check_warmup`: run.warmup_iters against the iterations the scheduler will run (all requests offline: exact;
+  poisson arrivals: an upper bound), so a run that would measure nothing is refused naming the key.
+- `check_resources`: the bytes the run takes against what the machine has free (host_resources.read_free):
+  /dev/shm (the CPU transport puts every rank's local experts there), host memory of all ranks together
+  (cpu), device memory of the ranks on each GPU (cuda). The bytes are the
+  model the deployment commands use, per mode (reference holds every expert, DEP 1/ranks of them, DWDP its
+  local experts + prefetch slots); modes run one after another, so the largest mode decides. Not counted:
+  the Python/torch runtime of each process, CUDA context, NCCL's own /dev/shm and device buffers.
+A refusal is one paragraph: what is short, the numbers (GB = 1e9 bytes, memory.py's unit), and the remedy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..config import BenchConfig
+from ..engine.records import Request
+from ..engine.scheduler import RankScheduler
+from .. import host_resources
+from ..host_resources import FreeResources
+from ..memory import UNIT, dense_weight_bytes, dwdp_ranks, gb, rank_memory
+from ..schema import ConfigError
+
+
+class PreflightError(ConfigError):
+    """The run cannot fit this machine (or cannot measure anything); raised before any rank starts."""
+
+
+def _gib(n: int) -> str:
+    return f"{gb(n):.2f} {UNIT}"
+
+
+# ---- warm-up vs iterations ------------------------------------------------------------------------------
+
+def max_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:
+    """(iterations the rank's scheduler runs at most, exact?). With every request at t=0 the count is exact (the
+    scheduler packs max_num_tokens per iteration); with later arrivals an iteration can be short only when it
+    finishes a request whose successor has not arrived, so at most one extra iteration per request."""
+    if not queue:
+        return 0, True
+    sched, n = RankScheduler(queue, max_num_tokens), 0
+    while sched.next_batch(float("inf")):
+        n += 1
+    if all(r.arrival_s <= 0 for r in queue):
+        return n, True
+    return n + len(queue), False
+
+
+def check_warmup(cfg: BenchConfig, queues: list[list[Request]], *, file: str | None = None) -> None:
+    """Refuse a run.warmup_iters that leaves no measured iteration on any rank (DEP's lock-step ranks run at
+    most the sum of every rank's iterations)."""
+    if cfg.run.warmup_iters == 0:
+        return
+    counts = [max_iterations(q, cfg.workload.max_num_tokens) for q in queues]
+    per_rank = max(c for c, _ in counts)
+    exact = all(e for _, e in counts)
+    bound = sum(c for c, _ in counts) if cfg.run.modes == ("dep",) else per_rank
+    if cfg.run.warmup_iters >= bound:
+        what = "runs" if exact and bound == per_rank else "runs at most"
+        raise PreflightError(file, "run.warmup_iters",
+                             f"{cfg.run.warmup_iters} warm-up iterations, but the busiest rank {what} {bound} "
+                             f"iteration(s) of workload.max_num_tokens={cfg.workload.max_num_tokens} tokens: nothing "
+                             f"would be measured. Set run.warmup_iters below {bound}, or give the workload more tokens "
+                             "(workload.requests_per_rank, workload.isl) or a smaller workload.max_num_tokens")
+
+
+# ---- resources ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunNeeds:
+    """Bytes the run takes at its largest mode: per rank (host on cpu, device on cuda) and in /dev/shm."""
+
+    per_rank: tuple[int, ...]  # by rank, the largest mode
+    per_rank_mode: str  # the mode that decided per_rank's largest entry
+    shm_bytes: int  # /dev/shm, all ranks together (DWDP on cpu: every rank's local experts)
+    device: str  # "cpu" | "cuda"
+
+
+def mode_rank_bytes(cfg: BenchConfig, mode: str, rank: int) -> tuple[int, int]:
+    """(bytes rank `rank` holds in `mode`, of which in /dev/shm): memory.py's parts, priced for the engine (dense
+    weights in the activation dtype, no KV-cache floor)."""
+    spec, d = cfg.model.spec(), cfg.dwdp
+    kw = dict(weight_dtype=d.weight_dtype, max_num_tokens=cfg.workload.max_num_tokens)
+    if mode == "dwdp":
+        m = dwdp_ranks(spec, d, engine_dense=True, **kw)[rank % d.dwdp_size]
+        return m.total, m.routed_experts if cfg.run.device == "cpu" else 0
+    # reference: every expert on every rank (one group of one); DEP: ceil(E / ranks) experts + all-to-all buffers
+    m = rank_memory(spec, "dep", group_size=1 if mode == "reference" else cfg.run.ranks, **kw)
+    return m.routed_experts + m.all_to_all + m.activations + dense_weight_bytes(spec, d.weight_dtype, engine_dense=True), 0
+
+
+def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None) -> RunNeeds:
+    """Bytes of the largest of `modes` (default run.modes), per rank and in /dev/shm."""
+    best: tuple[int, str] = (-1, "")
+    per_rank = [0] * cfg.run.ranks
+    shm = 0
+    for mode in modes or cfg.run.modes:
+        rows = [mode_rank_bytes(cfg, mode, r) for r in range(cfg.run.ranks)]
+        shm = max(shm, sum(s for _, s in rows))
+        for r, (b, _) in enumerate(rows):
+            per_rank[r] = max(per_rank[r], b)
+        top = max(b for b, _ in rows)
+        if top > best[0]:
+            best = (top, mode)
+    return RunNeeds(per_rank=tuple(per_rank), per_rank_mode=best[1], shm_bytes=shm, device=cfg.run.device)
+
+
+def _shm_remedy(cfg: BenchConfig) -> str:
+    return ("In a container, start it with a larger /dev/shm (docker run --shm-size=<N>g, or --ipc=host to use the "
+            "host's; Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), or free /dev/shm; or shrink the "
+            f"run: fewer model.num_layers (now {cfg.model.spec().num_layers}), fewer run.ranks (now {cfg.run.ranks}: "
+            f"every DWDP group holds all experts), dwdp.weight_dtype bf16 instead of float32, or leave dwdp out of run.modes")
+
+
+def _mem_remedy(cfg: BenchConfig, where: str) -> str:
+    return (f"Shrink the run: a smaller workload.max_num_tokens (now {cfg.workload.max_num_tokens}: activations), fewer "
+            f"model.num_layers (now {cfg.model.spec().num_layers}), a larger dwdp.dwdp_size (now {cfg.dwdp.dwdp_size}: "
+            f"fewer local experts per rank), fewer run.ranks (now {cfg.run.ranks}) {where}, or a smaller "
+            "dwdp.weight_dtype; mode reference holds every expert on every rank")
+
+
+def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None = None,
+                    modes: tuple[str, ...] | None = None) -> RunNeeds:
+    """Raise PreflightError (one paragraph: numbers and remedy) when the run does not fit `free`."""
+    needs = run_needs(cfg, modes)
+    counted = ("estimate: weights, prefetch slots and activations of memory.py; the Python/torch runtime of each "
+               "process is not counted")
+    if needs.shm_bytes and free.shm_free is not None and needs.shm_bytes > free.shm_free:
+        raise PreflightError(file, "/dev/shm",
+                             f"the run maps {_gib(needs.shm_bytes)} into /dev/shm (the CPU transport's segments: "
+                             f"every rank's local experts, {cfg.run.ranks} ranks) but /dev/shm has {_gib(free.shm_free)} "
+                             f"free of {_gib(free.shm_total or 0)}; a rank would die of SIGBUS when it touches the "
+                             f"missing pages. {_shm_remedy(cfg)}")
+    worst = max(range(len(needs.per_rank)), key=lambda r: needs.per_rank[r])
+    if needs.device == "cpu":
+        total = sum(needs.per_rank)
+        if free.host_available is not None and total > free.host_available:
+            raise PreflightError(file, "host memory",
+                                 f"{cfg.run.ranks} ranks need about {_gib(total)} of host memory together (rank {worst}: "
+                                 f"{_gib(needs.per_rank[worst])} in mode {needs.per_rank_mode}; {counted}) but "
+                                 f"{_gib(free.host_available)} is available ({free.host_limit_source}); the kernel's OOM "
+                                 f"killer would end a rank with SIGKILL. {_mem_remedy(cfg, 'on this machine')}")
+        if free.process_cap is not None and needs.per_rank[worst] > free.process_cap:
+            raise PreflightError(file, "host memory",
+                                 f"rank {worst} needs about {_gib(needs.per_rank[worst])} in mode {needs.per_rank_mode} "
+                                 f"({counted}) but a process may map at most {_gib(free.process_cap)} (ulimit -v / "
+                                 f"RLIMIT_AS). Raise the limit (ulimit -v unlimited). {_mem_remedy(cfg, 'on this machine')}")
+        return needs
+    if free.gpu_free:
+        n = len(free.gpu_free)
+        for g in range(n):
+            ranks = [r for r in range(cfg.run.ranks) if r % n == g]
+            total = sum(needs.per_rank[r] for r in ranks)
+            if total > free.gpu_free[g]:
+                raise PreflightError(file, "device memory",
+                                     f"GPU {g} runs rank(s) {ranks}, which need about {_gib(total)} of device memory "
+                                     f"together (largest mode {needs.per_rank_mode}; {counted}, nor the CUDA context) but "
+                                     f"GPU {g} has {_gib(free.gpu_free[g])} free of {_gib((free.gpu_total or (0,) * n)[g])}. "
+                                     f"{_mem_remedy(cfg, 'per GPU')}")
+    return needs
+
+
+def preflight(points, *, file: str | None = None, probe: Callable[..., FreeResources] | None = None,
+              modes: tuple[str, ...] | None = None, warmup: bool = True, resources: bool = True) -> None:
+    """Every check of every sweep point (SweepPoints or BenchConfigs) before the first point starts; raises
+    PreflightError (exit 2). modes: the modes that will run (default each point's run.modes). probe: the machine's
+    reading (default host_resources.read_free, looked up at call time so that tests replace it there)."""
+    from .workload import generate_requests
+
+    probe = probe or host_resources.read_free
+    free: dict[str, FreeResources] = {}  # one reading per device kind
+    for p in points:
+        cfg: BenchConfig = getattr(p, "config", p)
+        if warmup:
+            check_warmup(cfg, generate_requests(cfg.workload, cfg.run.ranks), file=file)
+        if not resources:
+            continue
+        if cfg.run.device not in free:
+            free[cfg.run.device] = probe(gpus=cfg.run.device == "cuda")
+        check_resources(cfg, free[cfg.run.device], file=file, modes=modes)

@@ -1,0 +1,162 @@
+"""Pre-flight (issue 22): /dev/shm, host and device memory, warm-up vs iterations, all refused before any rank starts.
+
+The machine is read by one function, host_resources.read_free; these tests replace it with a fake reading, and the
+engine's launcher with one that fails the test if a rank would start."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dwdp_trtllm import host_resources
+from dwdp_trtllm.bench import runner
+from dwdp_trtllm.bench.preflight import PreflightError, check_resources, check_warmup, max_iterations, run_needs
+from dwdp_trtllm.bench.sweep import load_sweep
+from dwdp_trtllm.bench.workload import generate_requests
+from dwdp_trtllm.config import BenchConfig
+from dwdp_trtllm.engine.records import Request
+from dwdp_trtllm.host_resources import FreeResources
+from dwdp_trtllm.schema import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = str(ROOT / "configs/bench/ci_smoke.yaml")
+PLENTY = 1 << 50
+
+
+def _free(**kw) -> FreeResources:
+    base = dict(shm_free=PLENTY, shm_total=PLENTY, host_available=PLENTY, process_cap=None)
+    base.update(kw)
+    return FreeResources(**base)
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """Any rank start fails the test: a refusal must come before the launcher."""
+    def boom():
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr(runner, "engine_run_mode", boom)
+
+
+def _fake_machine(monkeypatch, free: FreeResources) -> list:
+    calls = []
+    monkeypatch.setattr(host_resources, "read_free", lambda **kw: calls.append(kw) or free)
+    return calls
+
+
+def _refused(args: list[str]) -> str:
+    """`dwdp bench SMOKE args` through the CLI's error path: exit 2 and its stderr (ConfigError -> exit 2 is cli.main's;
+    run_bench is called directly so that the test does not depend on every other subcommand importing)."""
+    out = Path(args[args.index("--out") + 1])
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    with pytest.raises(ConfigError) as e:
+        runner.run_bench(SMOKE, sets, out_dir=out, plots=False)
+    return f"dwdp bench: config error: {e.value}"
+
+
+def _smoke_cfg(**sets) -> BenchConfig:
+    _, points = load_sweep(SMOKE, [f"{k}={v}" for k, v in sets.items()])
+    return points[0].config
+
+
+def test_a_full_dev_shm_is_refused_before_any_rank_with_the_numbers_and_the_container_remedy(
+        tmp_path, capsys, monkeypatch, no_ranks):
+    calls = _fake_machine(monkeypatch, _free(shm_free=64 << 10, shm_total=64 << 20))
+    out = tmp_path / "o"
+    err = _refused(["--out", str(out)])
+    assert calls == [{"gpus": False}]
+    needs = run_needs(_smoke_cfg()).shm_bytes
+    assert needs > 64 << 10
+    assert "/dev/shm" in err and f"{needs / 1e9:.2f} GB" in err and "0.00 GB free of 0.07 GB" in err, err
+    assert "--shm-size" in err and "--ipc=host" in err and "SIGBUS" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()  # nothing written
+
+
+def test_host_memory_short_is_refused_naming_max_num_tokens(tmp_path, capsys, monkeypatch, no_ranks):
+    _fake_machine(monkeypatch, _free(host_available=1 << 20))
+    err = _refused(["--out", str(tmp_path / "o")])
+    assert "host memory" in err and "2 ranks need about" in err and "0.00 GB is available" in err, err
+    assert "workload.max_num_tokens (now 192" in err and "dwdp.dwdp_size" in err and "SIGKILL" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_per_process_cap_below_one_rank_is_refused(monkeypatch):
+    cfg = _smoke_cfg()
+    with pytest.raises(PreflightError, match="RLIMIT_AS"):
+        check_resources(cfg, _free(process_cap=1 << 20))
+    check_resources(cfg, _free(process_cap=1 << 40))
+
+
+def test_the_run_that_fits_reads_the_machine_once_and_runs(tmp_path, capsys, monkeypatch):
+    calls = _fake_machine(monkeypatch, _free())
+    seen = []
+
+    def fake_mode(cfg, mode, queues, progress=None):
+        from dwdp_trtllm.bench.synthetic import synthetic_run_mode
+        seen.append(mode)
+        return synthetic_run_mode(cfg, mode, queues, progress=progress)
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: fake_mode)
+    res = runner.run_bench(SMOKE, out_dir=tmp_path / "o", plots=False)
+    assert res["consistent"] and calls == [{"gpus": False}] and seen == ["dep", "dwdp"]
+
+
+def test_needs_are_memory_py_parts_per_mode():
+    from dwdp_trtllm.memory import dense_weight_bytes, dwdp_ranks, rank_memory
+
+    cfg = _smoke_cfg(**{"run.modes": "[reference, dep, dwdp]"})
+    spec, kw = cfg.model.spec(), dict(weight_dtype="float32", max_num_tokens=192)
+    dw = dwdp_ranks(spec, cfg.dwdp, engine_dense=True, **kw)
+    ref = rank_memory(spec, "dep", group_size=1, **kw)
+    needs = run_needs(cfg)
+    assert needs.shm_bytes == sum(m.routed_experts for m in dw)  # every rank's local experts, one group of 2
+    assert needs.per_rank_mode == "reference"  # every expert on every rank
+    assert needs.per_rank[0] == ref.routed_experts + ref.activations + dense_weight_bytes(spec, "float32", engine_dense=True)
+    assert run_needs(cfg, ("dwdp",)).per_rank == tuple(m.total for m in dw)
+
+
+def test_device_memory_is_checked_per_gpu_with_the_ranks_that_share_it():
+    cfg = _smoke_cfg(**{"run.device": "cuda", "dwdp.transport": "auto"})
+    need = run_needs(cfg).per_rank
+    assert run_needs(cfg).shm_bytes == 0  # CUDA transports do not use /dev/shm
+    # one GPU: both ranks on it
+    with pytest.raises(PreflightError, match=r"GPU 0 runs rank\(s\) \[0, 1\]") as e:
+        check_resources(cfg, _free(gpu_free=(need[0] + need[1] - 1,), gpu_total=(80 << 30,)))
+    assert "device memory" in str(e.value) and "workload.max_num_tokens" in str(e.value)
+    check_resources(cfg, _free(gpu_free=(need[0] + need[1],), gpu_total=(80 << 30,)))
+    # two GPUs: one rank each
+    check_resources(cfg, _free(gpu_free=(need[0], need[1]), gpu_total=(80 << 30,) * 2))
+    with pytest.raises(PreflightError, match=r"GPU 1 runs rank\(s\) \[1\]"):
+        check_resources(cfg, _free(gpu_free=(need[0], need[1] - 1), gpu_total=(80 << 30,) * 2))
+
+
+def test_warmup_at_or_past_the_iterations_exits_2_naming_the_key_before_any_rank(tmp_path, capsys, monkeypatch, no_ranks):
+    _fake_machine(monkeypatch, _free())
+    cfg = _smoke_cfg()
+    queues = generate_requests(cfg.workload, cfg.run.ranks)
+    n = max(max_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
+    assert 1 < n < 50
+    out = tmp_path / "o"
+    err = _refused(["--out", str(out), "--set", f"run.warmup_iters={n}"])
+    assert f"run.warmup_iters: {n} warm-up iterations, but the busiest rank runs {n} iteration(s)" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    check_warmup(_smoke_cfg(**{"run.warmup_iters": n - 1}), queues)  # one measured iteration is enough
+
+
+def test_max_iterations_is_exact_offline_and_an_upper_bound_with_arrivals():
+    offline = [Request(request_id=i, rank=0, isl=100, arrival_s=0.0) for i in range(5)]
+    assert max_iterations(offline, 128) == (4, True)  # 500 tokens in 128-token iterations
+    late = [Request(request_id=i, rank=0, isl=100, arrival_s=float(i)) for i in range(5)]
+    assert max_iterations(late, 128) == (9, False)  # every request alone at worst: 5 <= 9
+    assert max_iterations([], 128) == (0, True)
+
+
+def test_read_free_reads_statvfs_of_dev_shm(monkeypatch):
+    class St:
+        f_bavail, f_frsize, f_blocks = 10, 4096, 16
+    seen = []
+    monkeypatch.setattr(os, "statvfs", lambda p: seen.append(p) or St())
+    free = host_resources.read_free()
+    assert seen == ["/dev/shm"] and free.shm_free == 40960 and free.shm_total == 65536
+    assert free.gpu_free is None  # GPUs only when asked
