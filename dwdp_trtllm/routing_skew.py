@@ -37,7 +37,6 @@ Legend: E experts, R EP ranks, L MoE layers.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
@@ -192,11 +191,10 @@ def load_counts_file(path: str, num_experts: int | None = None) -> np.ndarray:
 
 
 def contiguous_placement(num_experts: int, ep_size: int) -> list[list[int]]:
-    """DEP's layout: rank r holds experts [r*E/R, (r+1)*E/R) (ceil-sized blocks when R does not divide E)."""
+    """DEP's layout: rank r holds experts [E*r//R, E*(r+1)//R) (engine/dep.py expert_range, near-equal blocks)."""
     if not 1 <= ep_size <= num_experts:
         raise ValueError(f"ep_size {ep_size} must be in [1, num_experts={num_experts}]")
-    per = math.ceil(num_experts / ep_size)
-    return [list(range(r * per, min(num_experts, (r + 1) * per))) for r in range(ep_size)]
+    return [list(range(num_experts * r // ep_size, num_experts * (r + 1) // ep_size)) for r in range(ep_size)]
 
 
 def rank_shares(popularity_E: np.ndarray, placement: Sequence[Sequence[int]]) -> np.ndarray:

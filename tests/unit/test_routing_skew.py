@@ -120,3 +120,9 @@ def test_config_checks():
     with pytest.raises(ConfigError, match="path"):
         RoutingSkewConfig(kind="zipf", path="x.pt")
     assert RoutingSkewConfig(kind="power_law", alpha=1.2, seed=3).label() == "power_law_1.2 (seed 3)"
+
+
+def test_contiguous_placement_is_the_engines():
+    from dwdp_trtllm.engine.dep import expert_range
+    for E, R in [(256, 8), (10, 3), (7, 7), (12, 5)]:
+        assert [(ex[0], ex[-1] + 1) for ex in contiguous_placement(E, R)] == [expert_range(E, r, R) for r in range(R)]
