@@ -17,11 +17,20 @@ layers of iteration i, as upstream's prefetch_first_layers does.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from .engine.timing import PhaseTimer
+
+class SpanSink(Protocol):
+    """Where the prefetcher reports its waits and copies (a host's timer, e.g. engine.timing.PhaseTimer,
+    set as `Prefetcher.timer`; the core defines only what it calls)."""
+
+    def mark(self, name: str, layer: int, start_s: float, end_s: float) -> None:
+        """A span on the host clock (perf_counter seconds)."""
+
+    def mark_events(self, name: str, layer: int, a: object, b: object) -> None:
+        """A span between two CUDA events."""
 
 
 class Prefetcher:
@@ -37,7 +46,7 @@ class Prefetcher:
         self.n = 0  # sequence number of the next acquire
         self.handles: dict[int, Any] = {}  # sequence -> CopyHandle in flight or done
         self.pending: tuple[int, Any] | None = None  # deferred issue (pacing)
-        self.timer: PhaseTimer | None = None
+        self.timer: SpanSink | None = None  # injected by the host for the iterations it times
         self.copied_bytes = 0
         self._finished: list[Any] = []
 
