@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .config import DwdpConfig
 from .copy_plan import build_copy_plan
-from .engine.weights import expert_layout, expert_tensor_specs
+from .expert_buffers import expert_layout, expert_tensor_specs
 from .models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher

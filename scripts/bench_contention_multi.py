@@ -122,7 +122,7 @@ def many_to_one(n: int, nbytes: int, reps: int) -> list[dict]:
 
 
 def full_group(n: int, reps: int) -> list[dict]:
-    from dwdp_trtllm.engine.weights import expert_layout
+    from dwdp_trtllm.expert_buffers import expert_layout
     from dwdp_trtllm.models import get_model
     layout = expert_layout(get_model("deepseek-r1"), "fp8")
     placement = make_placement(DwdpConfig(dwdp_size=n), 256)

@@ -29,7 +29,7 @@ from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
 from dwdp_trtllm.config import DwdpConfig  # noqa: E402
 from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
 from dwdp_trtllm.copy_scheduler import CopyScheduler  # noqa: E402
-from dwdp_trtllm.engine.weights import expert_layout  # noqa: E402
+from dwdp_trtllm.expert_buffers import expert_layout  # noqa: E402
 from dwdp_trtllm.memcpy import BatchMemcpy, per_op_memcpy  # noqa: E402
 from dwdp_trtllm.models import get_model  # noqa: E402
 from dwdp_trtllm.placement import make_placement  # noqa: E402

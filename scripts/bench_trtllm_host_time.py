@@ -25,7 +25,7 @@ import torch
 from dwdp_trtllm.config import DwdpConfig
 from dwdp_trtllm.copy_plan import CopyPlan, build_copy_plan
 from dwdp_trtllm.copy_scheduler import CopyScheduler
-from dwdp_trtllm.engine.weights import expert_layout
+from dwdp_trtllm.expert_buffers import expert_layout
 from dwdp_trtllm.integration.full_slot import full_slot_ops
 from dwdp_trtllm.models import PRESETS
 from dwdp_trtllm.placement import make_placement

@@ -17,15 +17,10 @@ from typing import Callable
 
 import torch
 
-from ..copy_plan import ExpertLayout
+from ..expert_buffers import (EXPERT_DTYPES, FP8_DTYPE, check_weight_dtype, expert_layout,  # noqa: F401 - re-exported
+                              expert_tensor_names, expert_tensor_specs)
 from ..ops import reference as _ops_ref
 from ..models import FP8_BLOCK, ModelSpec
-
-FP8_DTYPE = torch.float8_e4m3fn
-
-#: torch dtype of the routed-expert weight tensors by weight_dtype name
-EXPERT_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp8": FP8_DTYPE}
-
 
 def _generator(seed: int, *keys: object, device: torch.device | str = "cpu") -> torch.Generator:
     digest = hashlib.blake2b(repr((int(seed),) + keys).encode(), digest_size=8).digest()
@@ -150,43 +145,19 @@ def dequantize_fp8_blockwise(w_fp8: torch.Tensor, scale: torch.Tensor, dtype: to
 
 
 # ---- the per-expert tensors that live in DWDP buffers ------------------------------------------------
-def _check_weight_dtype(weight_dtype: str) -> None:
-    if weight_dtype not in EXPERT_DTYPES:
-        raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {sorted(EXPERT_DTYPES)}")
-
-
-def expert_tensor_names(weight_dtype: str) -> tuple[str, ...]:
-    """Buffer order of the per-expert tensors (the DWDP prefetch contract)."""
-    _check_weight_dtype(weight_dtype)
-    return ("w13", "w2", "w13_scale", "w2_scale") if weight_dtype == "fp8" else ("w13", "w2")
-
-
 def expert_tensors(spec: ModelSpec, w13_NH: torch.Tensor, w2_HI: torch.Tensor, weight_dtype: str) -> dict[str, torch.Tensor]:
     """One expert's tensors in buffer order, stored as `weight_dtype` (fp8 adds fp32 block scales)."""
     shapes = spec.expert_tensor_shapes()
     if tuple(w13_NH.shape) != shapes["w13"] or tuple(w2_HI.shape) != shapes["w2"]:
         raise ValueError(f"expert_tensors: expected w13 {shapes['w13']} and w2 {shapes['w2']}, "
                          f"got {tuple(w13_NH.shape)} and {tuple(w2_HI.shape)}")
-    _check_weight_dtype(weight_dtype)
+    check_weight_dtype(weight_dtype)
     if weight_dtype != "fp8":
         dt = EXPERT_DTYPES[weight_dtype]
         return {"w13": w13_NH.to(dt).contiguous(), "w2": w2_HI.to(dt).contiguous()}
     q13, s13 = quantize_fp8_blockwise(w13_NH)
     q2, s2 = quantize_fp8_blockwise(w2_HI)
     return {"w13": q13, "w2": q2, "w13_scale": s13, "w2_scale": s2}
-
-
-def expert_tensor_specs(spec: ModelSpec, weight_dtype: str) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-    """One expert's routed tensors in buffer order (expert_tensor_names): (name, per-expert shape, dtype)."""
-    shapes = {**spec.expert_tensor_shapes(), **spec.expert_scale_shapes()}
-    return [(n, shapes[n], torch.float32 if n.endswith("scale") else EXPERT_DTYPES[weight_dtype])
-            for n in expert_tensor_names(weight_dtype)]
-
-
-def expert_layout(spec: ModelSpec, weight_dtype: str) -> ExpertLayout:
-    """Byte sizes of one expert's tensors in buffer order (see expert_tensors)."""
-    specs = expert_tensor_specs(spec, weight_dtype)
-    return ExpertLayout(tuple(n for n, _, _ in specs), tuple(math.prod(s) * d.itemsize for _, s, d in specs))
 
 
 #: expert_fn(layer, e) -> (w13_NH, w2_HI) float weights of routed expert e of (absolute) MoE layer `layer`
