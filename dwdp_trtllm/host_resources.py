@@ -123,3 +123,53 @@ def read_free(*, gpus: bool = False) -> FreeResources:
     g = gpu_memory() if gpus else None
     return FreeResources(shm_free=shm_free, shm_total=shm_total, host_available=host, host_limit_source=source,
                          process_cap=process_cap(), gpu_free=g[0] if g else None, gpu_total=g[1] if g else None)
+
+
+# ---- why a process died of a resource (the launcher's diagnosis of a rank killed without a report) --------
+
+_OOM_FILES = ("/proc/vmstat", "/sys/fs/cgroup/memory.events")
+
+
+def oom_kills() -> tuple[int | None, ...]:
+    """The kernel's OOM-kill counters (host-wide /proc/vmstat, the container's cgroup memory.events): each only
+    grows, so a change between two readings means the OOM killer ended some process in between."""
+    out = []
+    for path in _OOM_FILES:
+        n = None
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("oom_kill "):
+                        n = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        out.append(n)
+    return tuple(out)
+
+
+def signal_cause(signum: int, oom_before: tuple[int | None, ...] | None = None) -> str | None:
+    """What a death by SIGBUS / SIGKILL says about the machine's resources, read now (None for other signals).
+
+    SIGBUS: a page of a shared mapping (/dev/shm) that could not be backed, the usual end of a full /dev/shm.
+    SIGKILL: the kernel's OOM killer when its counter moved since `oom_before` (read when the run started)."""
+    import signal
+
+    if signum == signal.SIGBUS:
+        free, total = shm_space()
+        if free is None:
+            return "a SIGBUS on a shared mapping usually means /dev/shm ran out of space (it could not be read now)"
+        state = (f"/dev/shm has {free / 1e9:.2f} GB free of {total / 1e9:.2f} GB now" +
+                 ("" if free < 0.05 * total else " (the run's own segments may have been freed by then)"))
+        return (f"a SIGBUS on a shared mapping usually means /dev/shm ran out of space: {state}; in a container start it "
+                "with --shm-size=<N>g or --ipc=host, and see the pre-flight numbers (README: Signals, failures and logs)")
+    if signum == signal.SIGKILL:
+        avail, source = host_available()
+        mem = "" if avail is None else f"; host memory available now {avail / 1e9:.2f} GB ({source})"
+        now = oom_kills()
+        if oom_before is not None and any(b is not None and a is not None and a > b for a, b in zip(now, oom_before)):
+            return (f"the kernel's OOM killer ended it (oom_kill counter {oom_before} -> {now}){mem}: the ranks need "
+                    "more host memory than is free (smaller workload.max_num_tokens, fewer run.ranks or model.num_layers)")
+        if oom_before is not None and any(a is not None and b is not None for a, b in zip(now, oom_before)):
+            return f"not by the kernel's OOM killer (its counter did not move): something sent SIGKILL{mem}"
+        return f"if nothing sent it SIGKILL, the kernel's OOM killer did (its counter could not be read){mem}"
+    return None

@@ -31,7 +31,7 @@ import torch.multiprocessing as mp
 from multiprocessing import resource_tracker
 from multiprocessing.connection import wait as wait_any
 
-from .. import env
+from .. import env, host_resources
 from ..config import BenchConfig
 from ..schema import ConfigError
 from .rank_entry import main as rank_main
@@ -118,14 +118,18 @@ def _cleanup_shm(tag: str) -> list[str]:
     return leftovers
 
 
-def describe_failure(rank: int, exitcode: int | None, reports: dict[int, str]) -> str:
-    """One paragraph: how `rank` died, then the errors the other ranks reported as its consequences."""
+def describe_failure(rank: int, exitcode: int | None, reports: dict[int, str],
+                     oom_before: tuple[int | None, ...] | None = None) -> str:
+    """One paragraph: how `rank` died (SIGBUS / SIGKILL: what /dev/shm and memory say of it), then the errors the
+    other ranks reported as its consequences."""
     def last(tb: str) -> str:
         line = tb.strip().splitlines()[-1]
         return line if len(line) <= 200 else line[:197] + "..."
 
     after = "; ".join(f"rank {k}: {last(v)}" for k, v in sorted(reports.items()) if k != rank and v.strip())
-    return f"it {_how(exitcode)} without reporting an error" + (f"; then, as a consequence: {after}" if after else "")
+    cause = host_resources.signal_cause(-exitcode, oom_before) if exitcode is not None and exitcode < 0 else None
+    return (f"it {_how(exitcode)} without reporting an error" + (f" ({cause})" if cause else "")
+            + (f"; then, as a consequence: {after}" if after else ""))
 
 
 def run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]], *,
@@ -147,6 +151,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
     sweep_orphaned_shm()
+    oom_before = host_resources.oom_kills()  # a rank later killed by SIGKILL: did the OOM killer act meanwhile?
     tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     ctx = mp.get_context("spawn")
     port = _free_port()
@@ -222,7 +227,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
 
     def died_unreported(r: int, code: int) -> RankFailed:
         return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error",
-                          summary=describe_failure(r, code, reports))
+                          summary=describe_failure(r, code, reports, oom_before))
 
     done = False
     try:
