@@ -1,8 +1,9 @@
-"""From a bench YAML plus command-line overrides to the validated list of sweep points (pure, no engine).
+"""From a bench YAML plus command-line overrides to the validated list of sweep points (no rank runs here).
 
 Order of precedence: the YAML file, then every `--set KEY=VALUE` in order, then --device/--ranks.
 Every point is built (and so validated) before any runs: a bad value in the last point of a sweep is
-reported before the first point spends time. An error caused by an override names `--set` as its file.
+reported before the first point spends time; so are the headers of every checkpoint a point reads. An error
+caused by an override names `--set` as its file.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] =
             if e.key == k or e.key.startswith((k + ".", k + "[")) or k.startswith(e.key + ".") and e.key:
                 raise ConfigError(f"{source} (over {file})", e.key, e.expected) from None
         raise
+    _check_checkpoints(configs, file, sources)
     points, seen = [], set()
     for cfg in configs:
         d = config_dict(cfg)
@@ -65,6 +67,26 @@ def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] =
         seen.add(key)
         points.append(SweepPoint(config=cfg, values={k: _get(d, k) for k in swept}, config_dict=d, key=key))
     return swept, points
+
+
+def _check_checkpoints(configs: list[BenchConfig], file: str, sources: dict[str, str]) -> None:
+    """The header checks of every checkpoint the points read (engine/checkpoint_check.py: the layer that loads
+    checkpoints owns them), before any rank starts; a ConfigError on model.checkpoint blaming --set or the file."""
+    seen: set[tuple[str, object]] = set()
+    for cfg in configs:
+        if cfg.model.checkpoint is None:
+            continue
+        spec = cfg.model.spec()
+        if (cfg.model.checkpoint, spec) in seen:
+            continue
+        seen.add((cfg.model.checkpoint, spec))
+        from ..engine.checkpoint_check import check_checkpoint
+
+        try:
+            check_checkpoint(cfg.model.checkpoint, spec)  # headers of the tensors of the layers used
+        except ConfigError as e:
+            source = sources.get("model.checkpoint") or sources.get("model")
+            raise ConfigError(f"{source} (over {file})" if source else file, "model.checkpoint", e.expected) from None
 
 
 #: device nodes of an NVIDIA driver (Linux, WSL, Jetson); with none of them no process here can see a CUDA device

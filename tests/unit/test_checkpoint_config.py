@@ -157,6 +157,18 @@ def test_bad_checkpoints_exit_2_naming_file_and_key(tmp_path, ds_ckpt, capsys, c
     assert len(err) == 1 and "model.checkpoint" in err[0] and expect in err[0], err
 
 
+def test_a_bad_checkpoint_given_by_set_blames_set(tmp_path, ds_ckpt, capsys):
+    """The header checks run when the points are loaded (bench/sweep.py), not in ModelConfig: a truncated
+    checkpoint named by --set is one line naming --set and model.checkpoint, exit 2, no rank started."""
+    bad = _copy(ds_ckpt, tmp_path / "bad")
+    _truncate(bad)
+    code = main(["verify", str(_yaml(tmp_path, str(ds_ckpt))), "--set", f"model.checkpoint={bad}"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1, err
+    assert "--set" in err[0] and "model.checkpoint" in err[0] and "not a readable safetensors file" in err[0], err
+    ModelConfig(checkpoint=str(bad))  # reading the config alone opens no tensor file (the core reads config.json)
+
+
 def test_preset_given_with_a_checkpoint_is_checked(ds_ckpt):
     with pytest.raises(ConfigError, match=r"^preset: preset 'tiny' has num_layers=4 but .*config.json gives 3"):
         ModelConfig(preset="tiny", checkpoint=str(ds_ckpt))
@@ -185,14 +197,16 @@ def test_num_layers_reads_only_the_layers_kept(tmp_path, ds_ckpt):
     """A checkpoint whose last layer is absent still loads with num_layers=2: layer 2 is never read."""
     from safetensors.torch import load_file, save_file
 
+    from dwdp_trtllm.engine.checkpoint_check import check_checkpoint
     from dwdp_trtllm.engine.loader import load_checkpoint
     d = _copy(ds_ckpt, tmp_path / "ckpt")
     t = load_file(str(d / "model.safetensors"))
     save_file({k: v for k, v in t.items() if not k.startswith("model.layers.2.")}, str(d / "model.safetensors"))
     with pytest.raises(ConfigError, match=r"model\.layers\.2\..*not found"):
-        ModelConfig(checkpoint=str(d))
+        check_checkpoint(d, ModelConfig(checkpoint=str(d)).spec())
     cfg = ModelConfig(checkpoint=str(d), num_layers=2)
     spec = cfg.spec()
+    check_checkpoint(d, spec)
     assert spec.num_layers == 2 and spec.moe_layer_ids == (1,)
     dense, loader = load_checkpoint(d, spec, dtype=torch.float32, device="cpu")
     assert not any(k.startswith("model.layers.2.") for k in dense)
