@@ -1,19 +1,25 @@
-"""GPU specs for the planner: datasheet peaks plus default efficiency factors (pure data).
+"""GPU specs for the planner: datasheet peaks plus efficiency factors, read from GPU spec files (YAML).
 
-Every *peak* below is a vendor datasheet number (dense, i.e. without 2:4 sparsity; NVIDIA's
-datasheets print the sparse figure for tensor cores, so dense = sparse / 2). Every *efficiency*
-(fraction of the peak that real kernels reach) is either measured by us on the H200
-(/work/shared/DESIGN.md section 5, 2026-12-02), taken from a public report (named), or an explicit
-assumption; the comment on each says which. A calibration file (calibration.py) overrides them.
+The shipped GPUs are files under dwdp_trtllm/data/gpus/ (h100, h200, b200, gb200, mi355x), every number with
+its source in a comment there: a vendor datasheet peak (dense, i.e. without 2:4 sparsity), a measurement of ours
+on the H200 (DESIGN.md section 5), a public report (named), or an explicit ASSUMPTION. A user describes another
+accelerator in a file of the same format (`dwdp plan --gpu-spec FILE`, or `--gpu FILE`); docs/PLANNER.md
+("GPU spec files") documents the keys. A calibration file (calibration.py) overrides the efficiencies.
 
-Units: TFLOP/s, TB/s (HBM), GB/s (NVLink, one direction), GB (memory, 1e9 bytes).
+Units: TFLOP/s, TB/s (HBM), GB/s (peer links, one direction), GB (memory, 1e9 bytes), W.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+
+from ..schema import ConfigError, load_yaml
 
 #: matmul dtype names the planner knows; "nvfp4" runs on FP4 tensor cores
 MATMUL_DTYPES = ("bf16", "fp8", "nvfp4")
+#: where the shipped spec files live (package data)
+SPEC_DIR = Path(__file__).resolve().parents[1] / "data" / "gpus"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,16 +31,20 @@ class GpuSpec:
     fp8_tflops: float  # dense FP8 tensor-core peak
     fp4_tflops: float | None  # dense FP4 tensor-core peak; None = no FP4 tensor cores (Hopper)
     hbm_tbps: float  # HBM bandwidth
-    nvlink_gbps: float  # NVLink bandwidth per direction per GPU
+    nvlink_gbps: float  # peer bandwidth per direction: per GPU (switch) or per link (mesh)
     copy_engines: int | None  # CUDA asyncEngineCount; None = not verified for this GPU
     memory_gb: float  # HBM capacity
     # ---- efficiency factors (fraction of the peak above) ----
     gemm_eff: dict[str, float]  # grouped/dense GEMM, by matmul dtype
     attention_eff: float  # causal SDPA (FlashAttention-class kernel) at the BF16 peak
     hbm_eff: float  # achievable fraction of hbm_tbps
-    nvlink_eff: float  # copy-engine peer copy, one direction, fraction of nvlink_gbps
-    a2a_eff: float  # MoE dispatch/combine kernels (DeepEP-class), fraction of nvlink_gbps
+    nvlink_eff: float  # copy-engine peer copy, one direction, fraction of the peer bandwidth
+    a2a_eff: float  # MoE dispatch/combine kernels (DeepEP-class), fraction of the peer bandwidth
     a2a_latency_us: float = 20.0  # fixed cost of one layer's dispatch + combine (launch, notify); assumption
+    tdp_w: float | None = None  # board power limit; None = not stated
+    peer_topology: str = "switch"  # switch: any peer at nvlink_gbps; mesh: one nvlink_gbps link per peer
+    peer_links: int = 1  # mesh: links per GPU (peers reachable at once); switch: 1
+    source: str = ""  # the spec file it was read from
 
     def matmul_tflops(self, dtype: str) -> float:
         """Achievable matmul TFLOP/s for `dtype` (bf16 | fp8 | nvfp4); FP4 falls back to FP8 on Hopper."""
@@ -50,59 +60,143 @@ class GpuSpec:
         return self.hbm_tbps * 1e12 * self.hbm_eff
 
     @property
+    def link_gbps_total(self) -> float:
+        """Peer bandwidth per direction with every peer link busy (switch: the GPU's NVLink; mesh: links x link)."""
+        return self.nvlink_gbps * (self.peer_links if self.peer_topology == "mesh" else 1)
+
+    def peer_bytes_per_s_for(self, group: int) -> float:
+        """Achievable pull bandwidth of one rank pulling from the other group-1 ranks at once (a mesh uses one
+        link per peer, so a small group leaves links idle)."""
+        links = min(max(group - 1, 1), self.peer_links) if self.peer_topology == "mesh" else 1
+        return self.nvlink_gbps * links * 1e9 * self.nvlink_eff
+
+    @property
     def peer_bytes_per_s(self) -> float:
-        return self.nvlink_gbps * 1e9 * self.nvlink_eff
+        """Achievable pull bandwidth with every peer link busy (see peer_bytes_per_s_for for a given group)."""
+        return self.link_gbps_total * 1e9 * self.nvlink_eff
 
     @property
     def a2a_bytes_per_s(self) -> float:
-        return self.nvlink_gbps * 1e9 * self.a2a_eff
+        return self.link_gbps_total * 1e9 * self.a2a_eff
 
     @property
     def attention_flops_per_s(self) -> float:
         return self.bf16_tflops * 1e12 * self.attention_eff
 
 
-# Hopper efficiencies. MEASURED by us on the H200 (DESIGN.md section 5): torch._grouped_mm BF16 at
-# T=16K: 760 TFLOP/s = 0.768 of 989.5; torch._scaled_grouped_mm FP8 rowwise: 1091 TFLOP/s = 0.551 of
-# 1979; D2D copy 4.19 TB/s (read+write) = 0.873 of 4.8 TB/s. PUBLIC REPORT: NVLink4 copy-engine P2P on
-# HGX H100 371-377 GB/s one way (NVIDIA/nccl#1264) = 0.83 of 450. PUBLIC REPORT: DeepEP intranode
-# normal kernels 153/158 GB/s on H800 (deepseek-ai/DeepEP README, legacy) ~0.77 of its 200 GB/s.
-# ASSUMPTION: attention at 0.6 of the BF16 peak (FlashAttention-3 class forward; not measured here).
-_HOPPER_EFF = dict(gemm_eff={"bf16": 760 / 989.5, "fp8": 1091 / 1979.0, "nvfp4": 1091 / 1979.0},
-                   attention_eff=0.6, hbm_eff=4.19 / 4.8, nvlink_eff=375 / 450, a2a_eff=0.77)
+# ---- the file format -----------------------------------------------------------------------------
+_TOP = {"name", "memory_gb", "hbm_tbps", "tdp_w", "dense_tflops", "peer", "efficiency", "a2a_latency_us"}
+_PEER = {"topology", "gbps_per_direction", "links", "copy_efficiency", "copy_engines"}
+_EFF = {"gemm", "attention", "hbm", "a2a"}
 
-# Blackwell efficiencies: NOTHING MEASURED BY US. ASSUMPTION: 0.7 of every tensor-core peak, 0.85 of
-# HBM, the Hopper NVLink copy fraction (0.83); PUBLIC REPORT: DeepEP V2 SM100 EP8 726/740 GB/s
-# dispatch/combine over NVLink5 (deepseek-ai/DeepEP README) ~0.8 of 900 GB/s.
-_BLACKWELL_EFF = dict(gemm_eff={"bf16": 0.7, "fp8": 0.7, "nvfp4": 0.7},
-                      attention_eff=0.6, hbm_eff=0.85, nvlink_eff=375 / 450, a2a_eff=0.8)
 
-GPUS: dict[str, GpuSpec] = {
-    # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16 1,979 TFLOPS and FP8 3,958 TFLOPS
-    # "with sparsity"; 80 GB HBM3 at 3.35 TB/s; NVLink 900 GB/s (bidirectional -> 450 per direction).
-    # asyncEngineCount 3: same Hopper copy-engine complement as the H200 we measured (not measured on H100).
-    "h100": GpuSpec(name="h100", bf16_tflops=989.5, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=3.35,
-                    nvlink_gbps=450.0, copy_engines=3, memory_gb=80.0, **_HOPPER_EFF),
-    # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): same tensor-core peaks as H100 SXM;
-    # 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s bidirectional. asyncEngineCount 3 MEASURED (DESIGN.md s5).
-    "h200": GpuSpec(name="h200", bf16_tflops=989.5, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=4.8,
-                    nvlink_gbps=450.0, copy_engines=3, memory_gb=141.0, **_HOPPER_EFF),
-    # NVIDIA HGX B200 / DGX B200 datasheet, 8 GPUs: FP4 144 PFLOPS, FP8 72 PFLOPS, BF16 36 PFLOPS (all
-    # "with sparsity") -> per GPU dense 9,000 / 4,500 / 2,250 TFLOPS; 1.44 TB HBM3e (180 GB per GPU) at
-    # 64 TB/s (8 TB/s per GPU); NVLink 5 1.8 TB/s per GPU bidirectional -> 900 GB/s per direction.
-    "b200": GpuSpec(name="b200", bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0, hbm_tbps=8.0,
-                    nvlink_gbps=900.0, copy_engines=None, memory_gb=180.0, **_BLACKWELL_EFF),
-    # NVIDIA GB200 NVL72 datasheet, 72 GPUs: FP4 1,440 PFLOPS, FP8/FP6 720 PFLOPS, FP16/BF16 360 PFLOPS
-    # (tensor core, "with sparsity") -> per GPU dense 10,000 / 5,000 / 2,500 TFLOPS; up to 13.4 TB HBM3e
-    # (186 GB per GPU) at 576 TB/s (8 TB/s per GPU); NVLink 130 TB/s (1.8 TB/s per GPU bidirectional).
-    "gb200": GpuSpec(name="gb200", bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=10000.0, hbm_tbps=8.0,
-                     nvlink_gbps=900.0, copy_engines=None, memory_gb=186.0, **_BLACKWELL_EFF),
-}
+class _Spec:
+    """Takes typed values out of a spec file's mapping; every error names the file and the dotted key."""
+
+    def __init__(self, data: dict, file: str):
+        self.data, self.file = data, file
+
+    def section(self, key: str, allowed: set[str]) -> dict:
+        d = self.data.get(key)
+        if not isinstance(d, dict):
+            raise ConfigError(self.file, key, f"expected a mapping with keys {', '.join(sorted(allowed))}, got {d!r}")
+        unknown = sorted(set(d) - allowed)
+        if unknown:
+            raise ConfigError(self.file, f"{key}.{unknown[0]}", f"unknown key; expected one of {', '.join(sorted(allowed))}")
+        return d
+
+    def num(self, d: dict, key: str, path: str, *, lo: float = 0.0, hi: float = math.inf, lo_open: bool = True,
+            optional: bool = False) -> float | None:
+        if key not in d or d[key] is None:
+            if optional:
+                return None
+            raise ConfigError(self.file, path, "required number is missing" if key not in d else "expected a number, got null")
+        v = d[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(self.file, path, f"expected a number, got {v!r}")
+        if v < lo or (lo_open and v == lo) or v > hi:
+            raise ConfigError(self.file, path, f"expected a number in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}")
+        return float(v)
+
+
+def spec_from_dict(data: dict, file: str = "<gpu spec>") -> GpuSpec:
+    """A GpuSpec from a spec file's mapping; unknown keys, missing keys and out-of-range values raise ConfigError
+    naming `file` and the dotted key."""
+    if not isinstance(data, dict):
+        raise ConfigError(file, "", f"expected a mapping of GPU spec keys, got {type(data).__name__}")
+    unknown = sorted(set(data) - _TOP)
+    if unknown:
+        raise ConfigError(file, unknown[0], f"unknown key; expected one of {', '.join(sorted(_TOP))}")
+    s = _Spec(data, file)
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(file, "name", f"expected a non-empty string, got {name!r}")
+    tf = s.section("dense_tflops", {"bf16", "fp8", "fp4"})
+    peer = s.section("peer", _PEER)
+    eff = s.section("efficiency", _EFF)
+    gemm = eff.get("gemm")
+    if not isinstance(gemm, dict) or set(gemm) != set(MATMUL_DTYPES):
+        raise ConfigError(file, "efficiency.gemm", f"expected a mapping with exactly the keys {', '.join(MATMUL_DTYPES)}, "
+                                                   f"got {gemm!r}")
+    topology = peer.get("topology", "switch")
+    if topology not in ("switch", "mesh"):
+        raise ConfigError(file, "peer.topology", f"expected 'switch' or 'mesh', got {topology!r}")
+    links = peer.get("links", 1)
+    if isinstance(links, bool) or not isinstance(links, int) or not 1 <= links <= 1024:
+        raise ConfigError(file, "peer.links", f"expected an integer in [1, 1024], got {links!r}")
+    ce = peer.get("copy_engines")
+    if ce is not None and (isinstance(ce, bool) or not isinstance(ce, int) or not 1 <= ce <= 64):
+        raise ConfigError(file, "peer.copy_engines", f"expected an integer in [1, 64] or null, got {ce!r}")
+    frac = dict(hi=1.0)
+    return GpuSpec(
+        name=name.strip().lower(), source=file,
+        memory_gb=s.num(data, "memory_gb", "memory_gb", hi=1e5),
+        hbm_tbps=s.num(data, "hbm_tbps", "hbm_tbps", hi=1e3),
+        tdp_w=s.num(data, "tdp_w", "tdp_w", hi=1e5, optional=True),
+        bf16_tflops=s.num(tf, "bf16", "dense_tflops.bf16", hi=1e6),
+        fp8_tflops=s.num(tf, "fp8", "dense_tflops.fp8", hi=1e6),
+        fp4_tflops=s.num(tf, "fp4", "dense_tflops.fp4", hi=1e6, optional=True),
+        nvlink_gbps=s.num(peer, "gbps_per_direction", "peer.gbps_per_direction", hi=1e5),
+        nvlink_eff=s.num(peer, "copy_efficiency", "peer.copy_efficiency", **frac),
+        copy_engines=ce, peer_topology=topology, peer_links=links if topology == "mesh" else 1,
+        gemm_eff={k: s.num(gemm, k, f"efficiency.gemm.{k}", **frac) for k in MATMUL_DTYPES},
+        attention_eff=s.num(eff, "attention", "efficiency.attention", **frac),
+        hbm_eff=s.num(eff, "hbm", "efficiency.hbm", **frac),
+        a2a_eff=s.num(eff, "a2a", "efficiency.a2a", **frac),
+        a2a_latency_us=_or(s.num(data, "a2a_latency_us", "a2a_latency_us", lo=0.0, lo_open=False, hi=1e6, optional=True),
+                           20.0))
+
+
+def _or(v: float | None, default: float) -> float:
+    return default if v is None else v
+
+
+def load_gpu_spec(path: str | Path) -> GpuSpec:
+    """Read a GPU spec file (YAML); any problem raises ConfigError naming the file and the key."""
+    return spec_from_dict(load_yaml(path), str(path))
+
+
+def _shipped() -> dict[str, GpuSpec]:
+    specs = {p.stem: load_gpu_spec(p) for p in sorted(SPEC_DIR.glob("*.yaml"))}
+    for stem, spec in specs.items():
+        if spec.name != stem:  # `--gpu NAME` finds a file by its stem: the two must agree
+            raise ConfigError(spec.source, "name", f"expected {stem!r} (the file's name), got {spec.name!r}")
+    return specs
+
+
+GPUS: dict[str, GpuSpec] = _shipped()
+
+
+def is_spec_path(name: str) -> bool:
+    """True when `name` names a spec file rather than a shipped GPU (a .yaml/.yml suffix or a path separator)."""
+    return str(name).lower().endswith((".yaml", ".yml")) or "/" in str(name)
 
 
 def get_gpu(name: str) -> GpuSpec:
-    """A GPU spec by name (h100 | h200 | b200 | gb200)."""
+    """A shipped GPU spec by name (h100 | h200 | b200 | gb200 | mi355x) or a GPU spec file's path."""
+    if is_spec_path(name):
+        return load_gpu_spec(name)
     try:
-        return GPUS[name.lower()]
+        return GPUS[str(name).lower()]
     except KeyError:
-        raise ValueError(f"unknown GPU {name!r}: expected one of {', '.join(GPUS)}") from None
+        raise ValueError(f"unknown GPU {name!r}: expected one of {', '.join(GPUS)} or a GPU spec file (.yaml)") from None
