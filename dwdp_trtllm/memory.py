@@ -1,68 +1,97 @@
-"""Per-rank memory estimate of a DWDP rank and a check against the GPU's memory (pure, CPU).
+"""The one memory model: bytes one rank of a deployment holds, part by part, for DWDP and DEP (pure, CPU).
 
-What one dwdp_rank holds (bytes):
-- local experts: its local routed experts of every MoE layer (weights + FP8 block scales);
-- prefetch slots: min(num_slots, num_moe_layers) slots, each sized for the largest per-layer fetch
-  of this rank (the placement is identical for every layer, so that is len(fetch_experts(rank)));
-- dense weights: every replicated parameter (ModelSpec.dense_params(): embeddings, attention, dense
-  MLPs, shared experts, routers), bf16 when the expert weights are bf16/fp8/nvfp4, float32 for float32;
-- activations (optional, for a given max_num_tokens T): the peak working set of one layer; see
-  `activation_bytes`. Allocator fragmentation, CUDA context and NCCL buffers are not counted.
+Unit: GB = 1e9 bytes everywhere a user sees memory (flags `--gpu-memory-gb`, JSON keys `*_gb`), as GPU
+datasheets print it (H200: 141 GB). `rank_memory` is the only function that prices a rank; `dwdp plan`,
+`dwdp plan-placement` and `dwdp gen-config` (context and generation servers) all call it.
+
+Parts of one rank (`PARTS`, bytes):
+- routed experts held: DWDP: the rank's local experts of every MoE layer (placement.py, redundancy
+  included); DEP: its ceil(E/G) experts of every MoE layer. Scales included (weight_formats.py).
+- prefetch slots (DWDP only): min(prefetch_depth + 1, MoE layers) slots, each holding the largest per-layer
+  fetch of the rank.
+- all-to-all buffers (DEP only): ESTIMATE, dispatch send + combine receive buffers of max_num_tokens x top_k
+  hidden vectors in bf16 (the received / expert-output copies are counted in the activations).
+- dense weights: every replicated parameter (`dense_param_groups`) as the deployment stores it
+  (`dense_weight_bytes`): bf16 for bf16 / mxfp4 / nvfp4 experts (those releases quantise the routed experts
+  only: an upper bound), FP8 with 128x128 fp32 block scales for every linear layer of an FP8 release
+  (DeepSeek-R1 / Qwen3 FP8), embeddings, head, norms and routers in bf16. `engine_dense=True` prices our
+  embedded engine instead (dense weights in the activation dtype).
+- activations: ESTIMATE of one layer's peak working set at max_num_tokens (`activation_bytes`).
+- KV-cache floor: the KV cache of max_num_tokens tokens over every layer (bf16), without which a server
+  starts and then serves no request of that length.
+Not counted: CUDA context, NCCL / UCX buffers, allocator fragmentation, CUDA graphs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .config import DwdpConfig
-from .models import WEIGHT_BYTES, ModelSpec
-from .placement import ExpertPlacement
+from .models import ModelSpec
+from .placement import ExpertPlacement, make_placement
 from .schema import ConfigError
+from .weight_formats import DEPLOY_FORMATS, check_format, linear_bytes
 
-GiB = 1 << 30
-
-#: bytes per replicated (dense) weight element by routed-expert weight dtype
-DENSE_WEIGHT_BYTES = {"float32": 4, "bf16": 2, "fp8": 2, "nvfp4": 2}
-#: FP8 checkpoints (DeepSeek-R1 / Qwen3 FP8: quantization_config e4m3, weight_block_size [128, 128]) quantise every
-#: linear layer, dense ones included; embeddings and lm_head stay bf16. Used by the deployment fit (fit_deployment).
-FP8_DENSE_LINEAR_BYTES = 1
-#: KV cache a context server needs at the least: max_num_tokens tokens of every layer (bf16). TensorRT-LLM gives the
-#: KV cache a fraction of the memory left after weights (kv_cache_config.free_gpu_memory_fraction), so a fit
-#: without this floor could start and then serve no request of max_num_tokens.
+GB = 10 ** 9
+UNIT = "GB"
+#: shared defaults of every command that prices a deployment (plan, plan-placement, gen-config)
+DEFAULT_MODEL = "deepseek-r1"
+DEFAULT_GPU = "h200"
+DEFAULT_WEIGHT_DTYPE = "fp8"
+DEFAULT_MAX_NUM_TOKENS = 16384
+#: weight formats a deployment can be priced in (weight_formats.py)
+WEIGHT_DTYPES = DEPLOY_FORMATS
+#: KV cache element bytes (bf16)
 KV_BYTES = 2
-#: the largest dwdp_size fit_deployment tries for the smallest one that fits
+#: all-to-all buffer element bytes (bf16 dispatch)
+A2A_BYTES = 2
+#: the largest group size `smallest_fitting` tries
 MAX_DWDP_SIZE = 64
+MODES = ("dwdp", "dep")
+#: part name -> label a user reads
+PARTS = {"routed_experts": "routed experts held", "prefetch_slots": "prefetch slots",
+         "all_to_all": "all-to-all buffers", "dense_weights": "dense weights", "activations": "activations",
+         "kv_cache_floor": "KV-cache floor"}
 
 
-class MemoryBudgetError(ConfigError):
-    """The per-rank estimate does not fit the GPU; names the keys that shrink it and the numbers."""
+def gb(nbytes: float) -> float:
+    """Bytes -> GB (1e9), the unit every command shows."""
+    return nbytes / GB
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryEstimate:
-    """Bytes one dwdp_rank needs; total_bytes is the sum of the four parts."""
+# ---- parts ------------------------------------------------------------------------------------------
+def dense_param_groups(spec: ModelSpec) -> dict[str, list[tuple[int, int, int]]]:
+    """Replicated parameters as (out, in, count) matrices: `linear` (attention projections, dense MLPs,
+    shared experts: quantised in an FP8 release), `embedding` (embeddings + lm_head) and `other` (norms,
+    routers: kept in bf16). Their sum is ModelSpec.dense_params()."""
+    H, L, nh = spec.hidden_size, spec.num_layers, spec.num_heads
+    lin: list[tuple[int, int, int]] = []
+    if spec.attention == "gqa":
+        d, kv = spec.head_dim, spec.num_kv_heads
+        lin += [(nh * d, H, L), (kv * d, H, 2 * L), (H, nh * d, L)]
+    else:
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        lin += [(spec.q_lora_rank, H, L), (nh * qk, spec.q_lora_rank, L)] if spec.q_lora_rank else [(nh * qk, H, L)]
+        lin += [(spec.kv_lora_rank + spec.qk_rope_head_dim, H, L),
+                (nh * (spec.qk_nope_head_dim + spec.v_head_dim), spec.kv_lora_rank, L), (H, nh * spec.v_head_dim, L)]
+    if spec.first_k_dense:
+        lin += [(spec.dense_intermediate, H, 2 * spec.first_k_dense), (H, spec.dense_intermediate, spec.first_k_dense)]
+    if spec.num_shared_experts and spec.num_moe_layers:
+        si = spec.moe_intermediate * spec.num_shared_experts
+        lin += [(si, H, 2 * spec.num_moe_layers), (H, si, spec.num_moe_layers)]
+    other = [(1, 2 * H, L)] + ([(spec.num_experts, H, spec.num_moe_layers)] if spec.num_moe_layers else [])
+    return {"linear": lin, "embedding": [(spec.vocab_size, H, 2)], "other": other}
 
-    dwdp_rank: int
-    num_local_experts: int
-    num_fetched_experts: int
-    num_moe_layers: int
-    num_slots: int
-    expert_bytes: int  # one routed expert of one layer, all tensors + scales
-    local_expert_bytes: int
-    prefetch_bytes: int
-    dense_bytes: int
-    activation_bytes: int  # 0 when no max_num_tokens was given
 
-    @property
-    def total_bytes(self) -> int:
-        return self.local_expert_bytes + self.prefetch_bytes + self.dense_bytes + self.activation_bytes
-
-    def breakdown(self) -> dict[str, int]:
-        return {"local_experts": self.local_expert_bytes, "prefetch_slots": self.prefetch_bytes,
-                "dense_weights": self.dense_bytes, "activations": self.activation_bytes, "total": self.total_bytes}
-
-
-def _act_elem_bytes(weight_dtype: str) -> int:
-    return 4 if weight_dtype == "float32" else 2
+def dense_weight_bytes(spec: ModelSpec, weight_dtype: str, *, engine_dense: bool = False) -> int:
+    """Replicated weights of one rank (module docstring: how each release stores them)."""
+    check_format(weight_dtype)
+    groups = dense_param_groups(spec)
+    if engine_dense or weight_dtype != "fp8":
+        per = 4 if weight_dtype == "float32" else 2
+        return per * spec.dense_params()
+    return (sum(c * linear_bytes(o, i, "fp8") for o, i, c in groups["linear"])
+            + sum(c * linear_bytes(o, i, "bf16") for o, i, c in groups["embedding"] + groups["other"]))
 
 
 def activation_bytes(spec: ModelSpec, max_num_tokens: int, *, act_bytes: int = 2) -> int:
@@ -92,71 +121,6 @@ def activation_bytes(spec: ModelSpec, max_num_tokens: int, *, act_bytes: int = 2
     return max_num_tokens * per_token
 
 
-def estimate_rank_memory(spec: ModelSpec, cfg: DwdpConfig, placement: ExpertPlacement, rank: int, *,
-                         weight_dtype: str | None = None, max_num_tokens: int | None = None) -> MemoryEstimate:
-    """Memory of dwdp_rank `rank` (see the module docstring for what is counted)."""
-    wd = weight_dtype or cfg.weight_dtype
-    if wd not in WEIGHT_BYTES:
-        raise ValueError(f"weight_dtype {wd!r}: expected one of {sorted(WEIGHT_BYTES)}")
-    if placement.num_experts != spec.num_experts:
-        raise ValueError(f"placement is for {placement.num_experts} experts, model {spec.name} has {spec.num_experts} experts")
-    if not 0 <= rank < placement.dwdp_size:
-        raise ValueError(f"dwdp_rank {rank} not in [0, {placement.dwdp_size})")
-    per_expert = spec.expert_bytes(wd)
-    n_local = len(placement.local_experts[rank])
-    n_fetch = len(placement.fetch_experts(rank))
-    layers = spec.num_moe_layers
-    slots = min(cfg.num_slots, layers)
-    act = 0 if max_num_tokens is None else activation_bytes(spec, max_num_tokens, act_bytes=_act_elem_bytes(wd))
-    return MemoryEstimate(
-        dwdp_rank=rank, num_local_experts=n_local, num_fetched_experts=n_fetch, num_moe_layers=layers,
-        num_slots=slots, expert_bytes=per_expert, local_expert_bytes=n_local * layers * per_expert,
-        prefetch_bytes=slots * n_fetch * per_expert, dense_bytes=spec.dense_params() * DENSE_WEIGHT_BYTES[wd],
-        activation_bytes=act)
-
-
-def estimate_group_memory(spec: ModelSpec, cfg: DwdpConfig, placement: ExpertPlacement, *,
-                          weight_dtype: str | None = None, max_num_tokens: int | None = None) -> list[MemoryEstimate]:
-    """estimate_rank_memory for every dwdp_rank of the group."""
-    return [estimate_rank_memory(spec, cfg, placement, r, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens)
-            for r in range(placement.dwdp_size)]
-
-
-def _gib(n: int) -> str:
-    return f"{n / GiB:.2f} GiB"
-
-
-def check_memory(spec: ModelSpec, cfg: DwdpConfig, placement: ExpertPlacement, gpu_memory_bytes: int, *,
-                 weight_dtype: str | None = None, max_num_tokens: int | None = None,
-                 file: str | None = None) -> list[MemoryEstimate]:
-    """Per-rank estimates; raises MemoryBudgetError when the largest exceeds `gpu_memory_bytes`.
-
-    The message names the rank, the total and its parts, the GPU memory, and the config keys (with
-    their values) that shrink the estimate.
-    """
-    if gpu_memory_bytes <= 0:
-        raise ValueError(f"gpu_memory_bytes must be > 0, got {gpu_memory_bytes}")
-    ests = estimate_group_memory(spec, cfg, placement, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens)
-    worst = max(ests, key=lambda m: (m.total_bytes, -m.dwdp_rank))
-    if worst.total_bytes <= gpu_memory_bytes:
-        return ests
-    wd = weight_dtype or cfg.weight_dtype
-    placement_keys = (f"dwdp.num_experts_per_worker={cfg.num_experts_per_worker}" if cfg.upstream_placement
-                      else f"dwdp.redundant_experts={cfg.redundant_experts}")
-    keys = [f"dwdp.dwdp_size={cfg.dwdp_size}", placement_keys, f"dwdp.prefetch_depth={cfg.prefetch_depth}",
-            f"dwdp.weight_dtype={wd}", f"model.num_layers={spec.num_layers}"]
-    if max_num_tokens is not None:
-        keys.append(f"workload.max_num_tokens={max_num_tokens}")
-    msg = (f"dwdp_rank {worst.dwdp_rank} needs about {_gib(worst.total_bytes)} ({worst.total_bytes} bytes): "
-           f"local experts {worst.num_local_experts} x {worst.num_moe_layers} MoE layers = {_gib(worst.local_expert_bytes)}, "
-           f"prefetch slots {worst.num_slots} x {worst.num_fetched_experts} experts = {_gib(worst.prefetch_bytes)}, "
-           f"dense weights {_gib(worst.dense_bytes)}, activations {_gib(worst.activation_bytes)}; "
-           f"that exceeds the GPU memory of {_gib(gpu_memory_bytes)} ({gpu_memory_bytes} bytes). "
-           f"Change {', '.join(keys)} (larger dwdp_size, fewer redundant experts, a smaller weight dtype, "
-           "fewer layers or tokens) to fit")
-    raise MemoryBudgetError(file, "dwdp", msg)
-
-
 def kv_cache_floor_bytes(spec: ModelSpec, max_num_tokens: int) -> int:
     """KV cache of max_num_tokens tokens over every layer: MLA stores kv_lora + rope per token and layer,
     GQA 2 x kv_heads x head_dim (bf16)."""
@@ -164,74 +128,188 @@ def kv_cache_floor_bytes(spec: ModelSpec, max_num_tokens: int) -> int:
     return max_num_tokens * spec.num_layers * per * KV_BYTES
 
 
-def deployment_dense_bytes(spec: ModelSpec, weight_dtype: str) -> int:
-    """Dense weights as a TensorRT-LLM checkpoint of that dtype stores them (FP8: linear layers FP8, embeddings bf16)."""
-    if weight_dtype != "fp8":
-        return spec.dense_params() * DENSE_WEIGHT_BYTES[weight_dtype]
-    emb = 2 * spec.vocab_size * spec.hidden_size
-    return emb * 2 + (spec.dense_params() - emb) * FP8_DENSE_LINEAR_BYTES
+def all_to_all_bytes(spec: ModelSpec, max_num_tokens: int) -> int:
+    """DEP's dispatch send + combine receive buffers: max_num_tokens x top_k hidden vectors each, bf16 (ESTIMATE)."""
+    return 2 * max_num_tokens * spec.top_k * spec.hidden_size * A2A_BYTES
+
+
+# ---- one rank ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    """Bytes one rank holds, by part (PARTS); gpu_bytes None = no budget given."""
+
+    mode: str  # dwdp | dep
+    group_size: int  # dwdp_size (DWDP) or expert-parallel size (DEP)
+    rank: int  # the rank priced (DWDP: the worst one unless asked)
+    weight_dtype: str
+    max_num_tokens: int
+    num_experts_held: int
+    num_fetched_experts: int
+    num_slots: int
+    routed_experts: int
+    prefetch_slots: int
+    all_to_all: int
+    dense_weights: int
+    activations: int
+    kv_cache_floor: int
+    gpu_bytes: int | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, p) for p in PARTS)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu_bytes is None else self.total <= self.gpu_bytes
+
+    def parts(self) -> dict[str, int]:
+        """{label: bytes} of every part, in PARTS order."""
+        return {label: getattr(self, p) for p, label in PARTS.items()}
+
+    def to_dict(self) -> dict:
+        """The JSON every command prints: GB, rounded to 1 kB, the unit in each key."""
+        d = {"unit": UNIT, "mode": self.mode, "group_size": self.group_size, "rank": self.rank,
+             "weight_dtype": self.weight_dtype, "max_num_tokens": self.max_num_tokens,
+             "num_experts_held": self.num_experts_held, "num_fetched_experts": self.num_fetched_experts}
+        d.update({f"{p}_gb": round(gb(getattr(self, p)), 6) for p in PARTS})
+        d["total_gb"] = round(gb(self.total), 6)
+        d["gpu_gb"] = None if self.gpu_bytes is None else round(gb(self.gpu_bytes), 6)
+        d["fits"] = self.fits
+        return d
+
+    def describe(self) -> str:
+        name = f"DWDP{self.group_size}" if self.mode == "dwdp" else f"DEP{self.group_size}"
+        parts = ", ".join(f"{k} {gb(v):.1f}" for k, v in self.parts().items() if v)
+        budget = "" if self.gpu_bytes is None else f" of {gb(self.gpu_bytes):.1f} GB ({'fits' if self.fits else 'does NOT fit'})"
+        return f"{name} per rank {gb(self.total):.1f} GB{budget}: {parts} GB"
+
+
+class MemoryBudgetError(ConfigError):
+    """A rank does not fit the GPU; names the keys that shrink it and the numbers."""
+
+
+def over_budget(m: RankMemory, keys: list[str], *, file: str | None = None, key: str = "dwdp") -> MemoryBudgetError:
+    """The error for a rank over its budget: its parts in GB, the budget and the settings (`keys`) that shrink it."""
+    return MemoryBudgetError(file, key, f"{m.describe()}; change {', '.join(keys)} (a larger group, fewer redundant "
+                                        "experts, a smaller weight dtype, fewer layers or tokens) to fit")
+
+
+def _slots(cfg: DwdpConfig, spec: ModelSpec) -> int:
+    return min(cfg.num_slots, spec.num_moe_layers)
+
+
+def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
+               gpu_bytes: int | None = None, placement: ExpertPlacement | None = None,
+               engine_dense: bool = False) -> list[RankMemory]:
+    """rank_memory of every dwdp_rank of `cfg`'s group."""
+    p = placement or make_placement(cfg, spec.num_experts)
+    if p.num_experts != spec.num_experts:
+        raise ValueError(f"placement is for {p.num_experts} experts, model {spec.name} has {spec.num_experts} experts")
+    eb, layers, slots = spec.expert_bytes(weight_dtype), spec.num_moe_layers, _slots(cfg, spec)
+    shared = _shared_parts(spec, weight_dtype, max_num_tokens, engine_dense)
+    out = []
+    for r in range(p.dwdp_size):
+        n_local, n_fetch = len(p.local_experts[r]), len(p.fetch_experts(r))
+        out.append(RankMemory("dwdp", p.dwdp_size, r, weight_dtype, max_num_tokens, n_local, n_fetch, slots,
+                              routed_experts=n_local * layers * eb, prefetch_slots=slots * n_fetch * eb, all_to_all=0,
+                              gpu_bytes=gpu_bytes, **shared))
+    return out
+
+
+def _shared_parts(spec: ModelSpec, weight_dtype: str, max_num_tokens: int, engine_dense: bool) -> dict[str, int]:
+    check_format(weight_dtype)
+    if max_num_tokens < 0:
+        raise ValueError(f"max_num_tokens must be >= 0, got {max_num_tokens}")
+    act = 4 if weight_dtype == "float32" else 2
+    return {"dense_weights": dense_weight_bytes(spec, weight_dtype, engine_dense=engine_dense),
+            "activations": activation_bytes(spec, max_num_tokens, act_bytes=act),
+            "kv_cache_floor": 0 if engine_dense else kv_cache_floor_bytes(spec, max_num_tokens)}
+
+
+def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens: int, group_size: int | None = None,
+                dwdp: DwdpConfig | None = None, gpu_bytes: int | None = None) -> RankMemory:
+    """THE price of one rank of a deployment (module docstring: the parts).
+
+    DWDP: the worst rank of `dwdp` (default: a derived placement of `group_size` ranks, prefetch depth 1).
+    DEP: expert parallelism over `group_size` ranks (default dwdp.dwdp_size)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: expected one of {MODES}")
+    if group_size is None and dwdp is None:
+        raise ValueError("rank_memory needs group_size or dwdp")
+    if mode == "dwdp":
+        cfg = dwdp if dwdp is not None else DwdpConfig(dwdp_size=group_size)
+        ranks = dwdp_ranks(spec, cfg, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gpu_bytes=gpu_bytes)
+        return max(ranks, key=lambda m: (m.total, -m.rank))
+    g = group_size if group_size is not None else dwdp.dwdp_size
+    if g < 1:
+        raise ValueError(f"group_size must be >= 1, got {g}")
+    held = math.ceil(spec.num_experts / g)
+    return RankMemory("dep", g, 0, weight_dtype, max_num_tokens, held, 0, 0,
+                      routed_experts=held * spec.num_moe_layers * spec.expert_bytes(weight_dtype), prefetch_slots=0,
+                      all_to_all=all_to_all_bytes(spec, max_num_tokens) if g > 1 else 0, gpu_bytes=gpu_bytes,
+                      **_shared_parts(spec, weight_dtype, max_num_tokens, False))
+
+
+def smallest_fitting(spec: ModelSpec, mode: str, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,
+                     prefetch_depth: int = 1, max_size: int = MAX_DWDP_SIZE) -> int | None:
+    """Smallest group size (DWDP: derived placement, no redundancy; DEP: EP size) whose ranks fit `gpu_bytes`;
+    None when none up to `max_size` (DWDP: also at most the expert count) does."""
+    top = min(max_size, spec.num_experts) if mode == "dwdp" else max_size
+    for g in range(1, top + 1):
+        dw = DwdpConfig(dwdp_size=g, prefetch_depth=min(prefetch_depth, max(spec.num_moe_layers, 1))) if mode == "dwdp" else None
+        m = rank_memory(spec, mode, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, group_size=g, dwdp=dw,
+                        gpu_bytes=gpu_bytes)
+        if m.fits:
+            return g
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class DeploymentFit:
-    """Worst rank of a TensorRT-LLM context server group against the GPU (bytes; GB = 1e9 in messages)."""
+    """A DWDP group against the GPU, with DEP at the same size beside it, and the smallest size per mode."""
 
-    dwdp_size: int
-    local_experts: int
-    prefetch_slots: int
-    dense_weights: int
-    activations: int
-    kv_cache_floor: int
-    gpu_bytes: int
-    smallest_fitting_dwdp_size: int | None  # derived placement, same dtype / slots / tokens
+    dwdp: RankMemory
+    dep: RankMemory
+    smallest_fitting_dwdp_size: int | None
+    smallest_fitting_dep_size: int | None
 
-    @property
-    def total(self) -> int:
-        return self.local_experts + self.prefetch_slots + self.dense_weights + self.activations + self.kv_cache_floor
-
-    @property
-    def fits(self) -> bool:
-        return self.total <= self.gpu_bytes
+    # the DWDP rank's numbers (what a DWDP deployment checks)
+    dwdp_size = property(lambda self: self.dwdp.group_size)
+    total = property(lambda self: self.dwdp.total)
+    fits = property(lambda self: bool(self.dwdp.fits))
+    gpu_bytes = property(lambda self: self.dwdp.gpu_bytes)
+    local_experts = property(lambda self: self.dwdp.routed_experts)
+    prefetch_slots = property(lambda self: self.dwdp.prefetch_slots)
 
     def parts(self) -> dict[str, float]:
-        """GB of each part of the total: experts held, prefetch slots, dense weights, activations, KV-cache floor."""
-        return {"experts held": self.local_experts / 1e9, "prefetch slots": self.prefetch_slots / 1e9,
-                "dense weights": self.dense_weights / 1e9, "activations": self.activations / 1e9,
-                "KV-cache floor": self.kv_cache_floor / 1e9}
+        """GB of each part of the DWDP rank (labels of PARTS)."""
+        return {k: gb(v) for k, v in self.dwdp.parts().items()}
 
-    def rows(self) -> list[tuple[str, float]]:
-        """(name, GB) to print: the parts, the total and the GPU."""
-        return [*self.parts().items(), ("total", self.total / 1e9), ("GPU", self.gpu_bytes / 1e9)]
+    def smallest_line(self) -> str:
+        """'smallest that fits: DWDP G=8, DEP EP=8' (or 'none up to 64')."""
+        def one(n):
+            return f"{n} GPUs" if n else f"none up to {MAX_DWDP_SIZE} GPUs"
+        return (f"smallest GPU count that fits: DWDP {one(self.smallest_fitting_dwdp_size)}, "
+                f"DEP {one(self.smallest_fitting_dep_size)}")
 
     def describe(self) -> str:
-        parts = ", ".join(f"{k} {v:.1f} GB" for k, v in self.rows())
-        return f"per-rank memory at dwdp_size {self.dwdp_size}: {parts}"
-
-
-def _worst(spec, cfg, wd, max_num_tokens):
-    from .placement import make_placement
-    p = make_placement(cfg, spec.num_experts)
-    ests = [estimate_rank_memory(spec, cfg, p, r, weight_dtype=wd, max_num_tokens=max_num_tokens)
-            for r in range(cfg.dwdp_size)]
-    return max(ests, key=lambda m: m.local_expert_bytes + m.prefetch_bytes)
+        return f"{self.dwdp.describe()}; {self.dep.describe()}"
 
 
 def fit_deployment(spec: ModelSpec, cfg: DwdpConfig, gpu_bytes: int, *, weight_dtype: str,
-                   max_num_tokens: int, max_dwdp_size: int = MAX_DWDP_SIZE) -> DeploymentFit:
-    """Per-rank bytes = experts held + slots + dense weights + activations at max_num_tokens + KV-cache floor,
-    for the worst rank of `cfg`; also the smallest dwdp_size (derived placement, no redundancy) that fits."""
-    import dataclasses
+                   max_num_tokens: int) -> DeploymentFit:
+    """rank_memory for DWDP (`cfg`'s worst rank) and DEP (EP = cfg.dwdp_size), and the smallest size per mode."""
+    kw = dict(weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gpu_bytes=gpu_bytes)
+    return DeploymentFit(rank_memory(spec, "dwdp", dwdp=cfg, **kw), rank_memory(spec, "dep", group_size=cfg.dwdp_size, **kw),
+                         smallest_fitting(spec, "dwdp", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens,
+                                          prefetch_depth=cfg.prefetch_depth),
+                         smallest_fitting(spec, "dep", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens))
 
-    def parts(c):
-        w = _worst(spec, c, weight_dtype, max_num_tokens)
-        return (w.local_expert_bytes, w.prefetch_bytes, deployment_dense_bytes(spec, weight_dtype), w.activation_bytes,
-                kv_cache_floor_bytes(spec, max_num_tokens))
 
-    smallest = None
-    for g in range(1, min(max_dwdp_size, spec.num_experts) + 1):
-        c = dataclasses.replace(cfg, dwdp_size=g, num_groups=1, num_experts_per_worker=0, num_prefetch_experts=0,
-                                redundant_experts=0)
-        if sum(parts(c)) <= gpu_bytes:
-            smallest = g
-            break
-    return DeploymentFit(cfg.dwdp_size, *parts(cfg), gpu_bytes=gpu_bytes, smallest_fitting_dwdp_size=smallest)
+# ---- the embedded engine's ranks (dwdp bench) -------------------------------------------------------
+def estimate_group_memory(spec: ModelSpec, cfg: DwdpConfig, placement: ExpertPlacement, *,
+                          weight_dtype: str | None = None, max_num_tokens: int | None = None) -> list[RankMemory]:
+    """Our engine's DWDP ranks (dense weights in the activation dtype, no KV floor): dwdp_ranks(engine_dense=True)."""
+    return dwdp_ranks(spec, cfg, weight_dtype=weight_dtype or cfg.weight_dtype, max_num_tokens=max_num_tokens or 0,
+                      placement=placement, engine_dense=True)
+

@@ -17,8 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-FP8_BLOCK = 128
-NVFP4_GROUP = 16
+from .weight_formats import ELEMENT_BYTES, FP8_BLOCK, linear_bytes
 
 #: epsilon of DeepSeek's q_a_layernorm / kv_a_layernorm: the reference implementation builds both with its
 #: RMSNorm default (1e-6), whatever the config's rms_norm_eps
@@ -46,10 +45,43 @@ class YarnScaling:
     def __post_init__(self) -> None:
         if not self.factor > 0 or self.original_max_position_embeddings < 1:
             raise ValueError(f"yarn: factor must be > 0 and original_max_position_embeddings >= 1, got {self}")
+        for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and abs(v) <= 1e6):
+                raise ValueError(f"yarn: {name}={v!r}: expected a finite number of magnitude at most 1e6")
 
 
-#: bytes per weight element by weight dtype name
-WEIGHT_BYTES = {"float32": 4.0, "bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
+#: The one list of bounds on a ModelSpec's sizes and numbers: ModelSpec checks it for every spec (presets, YAML,
+#: config.json) and hf_config.py names the config.json key that broke it. field -> (low, high, kind); floats must also
+#: be finite. The maxima are sanity limits, about 10-100x the largest released MoE (DeepSeek-V3: hidden 7168,
+#: 256 experts, vocab 129280), far below what would exhaust memory before a rank starts.
+FIELD_BOUNDS: dict[str, tuple[float, float, type]] = {
+    "hidden_size": (1, 1 << 17, int), "num_layers": (1, 1024, int), "first_k_dense": (0, 1024, int),
+    "dense_intermediate": (1, 1 << 20, int), "moe_intermediate": (1, 1 << 20, int), "num_experts": (1, 1 << 16, int),
+    "top_k": (1, 1024, int), "num_shared_experts": (0, 64, int), "vocab_size": (1, 1 << 22, int),
+    "num_heads": (1, 1024, int), "num_kv_heads": (1, 1024, int), "head_dim": (0, 4096, int),
+    "q_lora_rank": (0, 1 << 16, int), "kv_lora_rank": (0, 1 << 16, int), "qk_nope_head_dim": (0, 4096, int),
+    "qk_rope_head_dim": (0, 4096, int), "v_head_dim": (0, 4096, int), "n_group": (1, 1 << 16, int),
+    "topk_group": (1, 1 << 16, int), "routed_scaling_factor": (1e-6, 1e6, float), "rms_eps": (1e-12, 0.1, float),
+    "rope_theta": (1e-3, 1e12, float), "latent_norm_eps": (1e-12, 0.1, float),
+}
+
+
+def field_problem(name: str, value) -> str | None:
+    """What is wrong with `value` for ModelSpec field `name` (FIELD_BOUNDS), or None when it is in bounds."""
+    lo, hi, kind = FIELD_BOUNDS[name]
+    if kind is int:
+        what, ok = f"an integer in [{lo:,}, {hi:,}]", isinstance(value, int) and not isinstance(value, bool)
+    else:
+        what = f"a finite number in [{lo:g}, {hi:g}]"
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not lo <= value <= hi:
+        return f"expected {what}, got {value!r}"
+    return None
+
+
+#: bytes per weight element by weight dtype name (weight_formats.py: scales, mxfp4)
+WEIGHT_BYTES = ELEMENT_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +121,10 @@ class ModelSpec:
     latent_norm_eps: float = LATENT_NORM_EPS  # MLA q_a_layernorm / kv_a_layernorm
 
     def __post_init__(self) -> None:
+        for name in FIELD_BOUNDS:
+            problem = field_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(f"{self.name}: {name}: {problem}")
         if self.num_layers < 1:
             raise ValueError(f"{self.name}: num_layers={self.num_layers} must be >= 1")
         if not 0 <= self.first_k_dense <= self.num_layers:
@@ -127,15 +163,11 @@ class ModelSpec:
         return {"w13_scale": (math.ceil(2 * I / b), math.ceil(H / b)), "w2_scale": (math.ceil(H / b), math.ceil(I / b))}
 
     def expert_bytes(self, weight_dtype: str) -> int:
-        """Bytes of one routed expert including its scales for `weight_dtype` (float32|bf16|fp8|nvfp4)."""
+        """Bytes of one routed expert including its scales for `weight_dtype` (float32|bf16|fp8|mxfp4|nvfp4;
+        weight_formats.linear_bytes)."""
         if weight_dtype not in WEIGHT_BYTES:
             raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {sorted(WEIGHT_BYTES)}")
-        nbytes = self.expert_params * WEIGHT_BYTES[weight_dtype]
-        if weight_dtype == "fp8":
-            nbytes += 4 * sum(math.prod(s) for s in self.expert_scale_shapes().values())
-        elif weight_dtype == "nvfp4":
-            nbytes += self.expert_params / NVFP4_GROUP  # one fp8 scale per 16 elements
-        return int(nbytes)
+        return sum(linear_bytes(*shape, weight_dtype) for shape in self.expert_tensor_shapes().values())
 
     def attention_params(self) -> int:
         """Parameters of one attention block (projections only)."""

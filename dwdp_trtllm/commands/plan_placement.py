@@ -1,10 +1,12 @@
 """`dwdp plan-placement`: the expert placement of a DWDP group, per-rank fetch and memory, source loads.
 
 Prints a rich table (or JSON with --json): per dwdp_rank its local expert ranges, #local, #fetched,
-bytes fetched per MoE layer and the per-rank memory estimate; then the per-source load (experts each
-rank serves per layer) under both source policies, lowest_rank (upstream) and balanced.
+bytes fetched per MoE layer and the rank's memory (memory.rank_memory, GB = 1e9 bytes, the same parts and
+totals as `dwdp plan` and `dwdp gen-config`), DEP at the same size beside it and the smallest GPU count that
+fits per mode; then the per-source load (experts each rank serves per layer) under both source policies,
+lowest_rank (upstream) and balanced. Defaults as every command: deepseek-r1, fp8, h200's memory, 16384 tokens.
 Bad input raises ConfigError naming the flag or the file key (cli.main turns it into exit code 2).
-Exit code 1 when --gpu-memory-gb is given and some rank does not fit.
+Exit code 1 when a DWDP rank does not fit the GPU.
 """
 from __future__ import annotations
 
@@ -15,15 +17,16 @@ import sys
 from typing import Any
 
 from ..config import MAX_TOKENS, DwdpConfig, ModelConfig
-from ..memory import GiB, MemoryBudgetError, check_memory, estimate_group_memory
+from .. import memory as mem
 from ..models import PRESETS
 from ..placement import compact_ranges, make_placement
 from ..schema import ConfigError, from_dict, load_yaml
+from .deploy_args import add_gpu_args, gpu_budget_bytes
 
 #: DwdpConfig field -> flag that sets it (errors from the dataclass name the flag)
 _FLAGS = {"dwdp_size": "--dwdp-size", "redundant_experts": "--redundant-experts",
           "num_experts_per_worker": "--num-experts-per-worker", "num_prefetch_experts": "--num-prefetch-experts",
-          "weight_dtype": "--weight-dtype", "prefetch_depth": "--prefetch-depth", "source_policy": None}
+          "prefetch_depth": "--prefetch-depth", "source_policy": None}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,10 +40,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--redundant-experts", type=int, help="derived placement: extra experts per rank")
     p.add_argument("--num-experts-per-worker", type=int, help="upstream placement: experts per rank")
     p.add_argument("--num-prefetch-experts", type=int, help="upstream placement: stride between ranks' ranges")
-    p.add_argument("--weight-dtype", choices=("float32", "bf16", "fp8"), help="routed-expert weight dtype")
+    p.add_argument("--weight-dtype", choices=("float32", *mem.WEIGHT_DTYPES),
+                   help=f"routed-expert weight dtype (default: the config's, else {mem.DEFAULT_WEIGHT_DTYPE})")
     p.add_argument("--prefetch-depth", type=int, help="layers prefetched ahead (slots = depth + 1)")
-    p.add_argument("--max-num-tokens", type=int, help="add an activation estimate for this many tokens per rank")
-    p.add_argument("--gpu-memory-gb", type=float, help="GPU memory in GiB (2^30 bytes); exit 1 if a rank does not fit")
+    p.add_argument("--max-num-tokens", type=int, default=mem.DEFAULT_MAX_NUM_TOKENS,
+                   help=f"tokens per rank and iteration: activations and KV-cache floor (default {mem.DEFAULT_MAX_NUM_TOKENS})")
+    add_gpu_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return p
 
@@ -93,43 +98,49 @@ def _load(args: argparse.Namespace) -> tuple[ModelConfig, DwdpConfig]:
     return model_cfg, cfg
 
 
-def build_report(model_cfg: ModelConfig, cfg: DwdpConfig, *, max_num_tokens: int | None = None,
-                 gpu_memory_bytes: int | None = None) -> dict:
-    """Everything the command prints, as plain data (the --json output)."""
+def build_report(model_cfg: ModelConfig, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
+                 gpu_memory_bytes: int) -> dict:
+    """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict)."""
     spec = model_cfg.spec()
     placements = {pol: make_placement(dataclasses.replace(cfg, source_policy=pol), spec.num_experts)
                   for pol in ("lowest_rank", "balanced")}
     placement = placements[cfg.source_policy]
-    mems = estimate_group_memory(spec, cfg, placement, max_num_tokens=max_num_tokens)
+    wd = weight_dtype  # not cfg.weight_dtype: the engine's DwdpConfig knows no mxfp4 / nvfp4
+    ranks_mem = mem.dwdp_ranks(spec, cfg, weight_dtype=wd, max_num_tokens=max_num_tokens, gpu_bytes=gpu_memory_bytes,
+                               placement=placement)
+    fit = mem.fit_deployment(spec, cfg, gpu_memory_bytes, weight_dtype=wd, max_num_tokens=max_num_tokens)
     fit_error = None
-    if gpu_memory_bytes is not None:
-        try:
-            check_memory(spec, cfg, placement, gpu_memory_bytes, max_num_tokens=max_num_tokens)
-        except MemoryBudgetError as e:
-            fit_error = e.expected
-    expert_bytes = spec.expert_bytes(cfg.weight_dtype)
+    if not fit.fits:
+        placement_key = (f"dwdp.num_experts_per_worker={cfg.num_experts_per_worker}" if cfg.upstream_placement
+                         else f"dwdp.redundant_experts={cfg.redundant_experts}")
+        keys = [f"dwdp.dwdp_size={cfg.dwdp_size}", placement_key, f"dwdp.prefetch_depth={cfg.prefetch_depth}",
+                f"dwdp.weight_dtype={wd}", f"model.num_layers={spec.num_layers}", f"workload.max_num_tokens={max_num_tokens}"]
+        fit_error = f"{mem.over_budget(fit.dwdp, keys).expected}; {fit.smallest_line()}"
+    expert_bytes = spec.expert_bytes(wd)
     ranks = []
     for r in range(cfg.dwdp_size):
         fetched = placement.fetch_experts(r)
         ranks.append({
             "dwdp_rank": r, "local_experts": compact_ranges(placement.local_experts[r]),
             "num_local": len(placement.local_experts[r]), "num_fetched": len(fetched),
-            "fetch_bytes_per_layer": len(fetched) * expert_bytes, "memory": mems[r].breakdown()})
+            "fetch_bytes_per_layer": len(fetched) * expert_bytes, "memory": ranks_mem[r].to_dict()})
     loads = {pol: {"per_source": p.source_load(), "max": p.max_source_load()} for pol, p in placements.items()}
     return {
         "model": spec.name, "num_layers": spec.num_layers, "num_moe_layers": spec.num_moe_layers,
         "num_experts": spec.num_experts, "dwdp_size": cfg.dwdp_size,
         "placement": "upstream" if cfg.upstream_placement else "derived",
         "redundant_experts": cfg.redundant_experts, "num_experts_per_worker": cfg.num_experts_per_worker,
-        "num_prefetch_experts": cfg.num_prefetch_experts, "weight_dtype": cfg.weight_dtype,
+        "num_prefetch_experts": cfg.num_prefetch_experts, "weight_dtype": wd,
         "expert_bytes": expert_bytes, "source_policy": cfg.source_policy, "max_num_tokens": max_num_tokens,
-        "ranks": ranks, "source_load": loads, "gpu_memory_bytes": gpu_memory_bytes,
-        "fits": None if gpu_memory_bytes is None else fit_error is None, "fit_error": fit_error,
+        "ranks": ranks, "source_load": loads,
+        "memory": {"unit": mem.UNIT, "dwdp": fit.dwdp.to_dict(), "dep": fit.dep.to_dict(),
+                   "smallest_fitting": {"dwdp": fit.smallest_fitting_dwdp_size, "dep": fit.smallest_fitting_dep_size}},
+        "gpu_memory_gb": gpu_memory_bytes / mem.GB, "fits": fit.fits, "fit_error": fit_error,
     }
 
 
 def _fmt_bytes(n: int) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / (1 << 20):.1f} MiB"
+    return f"{n / mem.GB:.2f} GB" if n >= mem.GB else f"{n / 1e6:.1f} MB"
 
 
 def _print_tables(rep: dict) -> None:
@@ -147,7 +158,7 @@ def _print_tables(rep: dict) -> None:
         t.add_column(col, justify="left" if col == "local experts" else "right")
     for r in rep["ranks"]:
         t.add_row(str(r["dwdp_rank"]), r["local_experts"], str(r["num_local"]), str(r["num_fetched"]),
-                  _fmt_bytes(r["fetch_bytes_per_layer"]), _fmt_bytes(r["memory"]["total"]))
+                  _fmt_bytes(r["fetch_bytes_per_layer"]), f'{r["memory"]["total_gb"]:.2f} GB')
     console.print(t)
     s = Table(title="per-source load (experts served per layer)", title_justify="left")
     s.add_column("policy")
@@ -157,25 +168,38 @@ def _print_tables(rep: dict) -> None:
     for pol, load in rep["source_load"].items():
         s.add_row(pol, *map(str, load["per_source"]), str(load["max"]))
     console.print(s)
-    m = rep["ranks"][0]["memory"]
-    console.print("memory of dwdp_rank 0: " + ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in m.items()))
-    if rep["fits"] is not None:
-        console.print(f"fits in {_fmt_bytes(rep['gpu_memory_bytes'])}: {'yes' if rep['fits'] else 'NO'}")
+    m = rep["memory"]
+    for mode in ("dwdp", "dep"):
+        d = m[mode]
+        parts = ", ".join(f"{label} {d[f'{p}_gb']:.2f}" for p, label in mem.PARTS.items() if d[f"{p}_gb"])
+        name = f"{mode.upper()}{d['group_size']}"
+        console.print(f"{name} per rank (worst): {d['total_gb']:.2f} GB = {parts} GB; "
+                      f"GPU {d['gpu_gb']:.1f} GB: {'fits' if d['fits'] else 'does NOT fit'}")
+    sm = m["smallest_fitting"]
+    console.print(f"smallest GPU count that fits: DWDP {sm['dwdp'] or 'none up to %d' % mem.MAX_DWDP_SIZE}, "
+                  f"DEP {sm['dep'] or 'none up to %d' % mem.MAX_DWDP_SIZE}")
+
+
+def _weight_dtype(args: argparse.Namespace) -> str | None:
+    """--weight-dtype, else the config file's dwdp.weight_dtype when it sets one, else None (the shared default)."""
+    if args.weight_dtype is not None or not args.config:
+        return args.weight_dtype
+    section, _ = _dwdp_section(load_yaml(args.config))
+    return section.get("weight_dtype") if isinstance(section, dict) else None
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gpu_memory_gb is not None and not 0 < args.gpu_memory_gb < 1e5:
-        raise ConfigError(None, "--gpu-memory-gb", f"expected a finite number of GiB in (0, 1e5), got {args.gpu_memory_gb}")
-    if args.max_num_tokens is not None and not 1 <= args.max_num_tokens <= MAX_TOKENS:
+    if not 1 <= args.max_num_tokens <= MAX_TOKENS:
         raise ConfigError(None, "--max-num-tokens", f"expected an integer in [1, {MAX_TOKENS:,}], got {args.max_num_tokens}")
+    gpu = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
+    wd = _weight_dtype(args) or mem.DEFAULT_WEIGHT_DTYPE
     model_cfg, cfg = _load(args)
-    gpu = None if args.gpu_memory_gb is None else int(args.gpu_memory_gb * GiB)
-    rep = build_report(model_cfg, cfg, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
+    rep = build_report(model_cfg, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
         _print_tables(rep)
-    if rep["fits"] is False:
+    if not rep["fits"]:
         print(f"dwdp plan-placement: does not fit: {rep['fit_error']}", file=sys.stderr)
         return 1
     return 0

@@ -99,6 +99,8 @@ class PlanRow:
     smallest_fitting_dwdp_size: int | None  # same dtype and max_num_tokens, derived placement
     tps_per_gpu_dep: float
     tps_per_gpu_dwdp: float
+    memory_dep_parts_gb: dict = None  # DEP at the same G: experts held, all-to-all buffers, dense, activations, KV floor
+    smallest_fitting_dep_size: int | None = None  # memory.smallest_fitting for DEP (EP size)
 
     def to_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -168,9 +170,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     max_tok = float(tokens_SR.max())
     fit = memory_fit(spec, group, redundant, spec.mnt or max_tok)
     mem = fit.total / 1e9
-    # DEP holds its ceil(E/G) experts of every MoE layer and no prefetch slots; the rest as DWDP
-    dep_experts = cm.ceil_div(m.num_experts, group) * m.expert_bytes(spec.weight_dtype) * m.num_moe_layers
-    mem_dep = (fit.total - fit.local_experts - fit.prefetch_slots + dep_experts) / 1e9
+    mem_dep = fit.dep.total / 1e9  # memory.rank_memory(mode="dep"): ceil(E/G) experts, all-to-all buffers, no slots
     t_compute = float(compute_SR.mean())
     return PlanRow(
         isl=isl, dwdp_size=group, redundant_experts=redundant, slice_bytes=slice_bytes,
@@ -188,7 +188,9 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         memory_per_rank_gb=mem, memory_dep_gb=mem_dep, fits=fit.fits,
         memory_parts_gb={k: round(v, 3) for k, v in fit.parts().items()}, smallest_fitting_dwdp_size=fit.smallest_fitting_dwdp_size,
         tps_per_gpu_dep=group_tokens / it.t_dep_us * 1e6 / group,
-        tps_per_gpu_dwdp=group_tokens / it.t_dwdp_us * 1e6 / group)
+        tps_per_gpu_dwdp=group_tokens / it.t_dwdp_us * 1e6 / group,
+        memory_dep_parts_gb={k: round(v / 1e9, 3) for k, v in fit.dep.parts().items()},
+        smallest_fitting_dep_size=fit.smallest_fitting_dep_size)
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:
@@ -232,6 +234,13 @@ def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
                         if worst.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
             why = (f"memory does not fit: the smallest candidate DWDP setup (G={worst.dwdp_size}) needs "
                    f"{worst.memory_per_rank_gb:.1f} GB per rank ({parts} GB) > {spec.memory_budget_gb:.1f} GB; {smallest}")
+            if worst.memory_dep_gb > spec.memory_budget_gb:  # DEP at that G does not fit either: no advice to use it
+                dep = worst.smallest_fitting_dep_size
+                return Recommendation(False, None, None, None, None, (
+                    f"nothing fits {worst.dwdp_size} GPUs: DWDP{worst.dwdp_size} needs {worst.memory_per_rank_gb:.1f} GB "
+                    f"per rank ({parts} GB), DEP{worst.dwdp_size} {worst.memory_dep_gb:.1f} GB, budget "
+                    f"{spec.memory_budget_gb:.1f} GB; smallest GPU count that fits: DWDP "
+                    f"{worst.smallest_fitting_dwdp_size or f'none up to {MAX_DWDP_SIZE}'}, DEP {dep or f'none up to {MAX_DWDP_SIZE}'}"))
         else:
             why = "no DWDP group size > 1 among the candidates"
         return Recommendation(False, None, None, None, None, f"use DEP here: {why}")

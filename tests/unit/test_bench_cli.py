@@ -174,7 +174,7 @@ def test_shipped_configs_load_and_gpu_ones_fit_one_h200(name):
         assert spec.num_moe_layers >= (1 if name == "h200_smoke" else 2)
         ests = estimate_group_memory(spec, cfg.dwdp, make_placement(cfg.dwdp, spec.num_experts),
                                      max_num_tokens=cfg.workload.max_num_tokens)
-        per_rank = [e.total_bytes + GiB for e in ests]  # + CUDA context, NCCL and allocator slack
+        per_rank = [e.total + GiB for e in ests]  # + CUDA context, NCCL and allocator slack
         if cfg.dwdp.gemm == "merge":
             per_rank = [b + _merge_transient(cfg) for b in per_rank]
         total = sum(per_rank[r % len(per_rank)] for r in range(cfg.run.ranks))

@@ -7,7 +7,7 @@ import pytest
 
 from dwdp_trtllm import cli
 from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.memory import GiB
+from dwdp_trtllm.memory import GB
 from dwdp_trtllm.models import get_model
 from dwdp_trtllm.placement import make_placement
 
@@ -22,18 +22,18 @@ def run_json(capsys, *args: str) -> dict:
 
 def test_json_r1_g3_redundant(capsys):
     rep = run_json(capsys, "--model", "deepseek-r1", "--dwdp-size", "3", "--redundant-experts", "8",
-                   "--weight-dtype", "fp8")
+                   "--weight-dtype", "fp8", "--gpu-memory-gb", "1000")
     assert rep["model"] == "deepseek-r1" and rep["num_moe_layers"] == 58 and rep["placement"] == "derived"
     assert rep["expert_bytes"] == R1_EXPERT_FP8
     assert [r["local_experts"] for r in rep["ranks"]] == ["0-93", "86-178", "0-7,171-255"]
     assert [r["num_local"] for r in rep["ranks"]] == [94, 93, 93]
     assert [r["num_fetched"] for r in rep["ranks"]] == [162, 163, 163]
     assert [r["fetch_bytes_per_layer"] for r in rep["ranks"]] == [n * R1_EXPERT_FP8 for n in (162, 163, 163)]
-    assert rep["ranks"][0]["memory"]["local_experts"] == 94 * 58 * R1_EXPERT_FP8
+    assert rep["ranks"][0]["memory"]["routed_experts_gb"] == pytest.approx(94 * 58 * R1_EXPERT_FP8 / GB, abs=1e-6)
     lo, bal = rep["source_load"]["lowest_rank"], rep["source_load"]["balanced"]
     assert lo == {"per_source": [172, 162, 154], "max": 172}
     assert bal["max"] == 163 < lo["max"] and sum(bal["per_source"]) == sum(lo["per_source"]) == 488
-    assert rep["fits"] is None
+    # the shared defaults: h200 (141 GB), 16384 tokens; G=3 does not fit, so the run exits 1 (run_json asserts 0)
 
 
 def test_json_upstream_ranges(capsys):
@@ -51,7 +51,7 @@ def test_table_output(capsys):
                      "--num-layers", "5", "--weight-dtype", "fp8", "--gpu-memory-gb", "141"]) == 0
     out = capsys.readouterr().out
     for frag in ("dwdp_rank", "0-117", "0-31,171-255", "lowest_rank", "balanced", "172", "139",
-                 "fits in 141.00 GiB: yes", "42.0 MiB"):
+                 "GPU 141.0 GB: fits", "44.1 MB", "DEP3 per rank (worst)", "smallest GPU count that fits"):
         assert frag in out, (frag, out)
 
 
@@ -60,9 +60,10 @@ def test_gpu_memory_does_not_fit_exits_1(capsys):
                    "--max-num-tokens", "16384", "--json"])
     cap = capsys.readouterr()
     rep = json.loads(cap.out)
-    assert rc == 1 and rep["fits"] is False and rep["gpu_memory_bytes"] == 141 * GiB
+    assert rc == 1 and rep["fits"] is False and rep["gpu_memory_gb"] == 141
     assert "does not fit" in cap.err and "dwdp.dwdp_size=3" in cap.err and "workload.max_num_tokens=16384" in cap.err
-    assert rep["ranks"][0]["memory"]["activations"] > 0
+    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in cap.err
+    assert rep["ranks"][0]["memory"]["activations_gb"] > 0 and rep["memory"]["dwdp"]["unit"] == "GB"
 
 
 def test_config_file_with_flag_override(tmp_path, capsys):
@@ -84,7 +85,8 @@ def test_config_file_with_flag_override(tmp_path, capsys):
     (["--dwdp-size", "3", "--redundant-experts", "200"], "--redundant-experts: 200 extra experts"),
     (["--model", "tiny", "--dwdp-size", "32"], "--dwdp-size: dwdp_size 32 is larger than the model's 16 experts"),
     (["--num-layers", "0"], "--num-layers: expected an integer in [1, 1024]"),
-    (["--gpu-memory-gb", "-1"], "--gpu-memory-gb: expected a finite number of GiB in (0, 1e5)"),
+    (["--gpu-memory-gb", "-1"], "--gpu-memory-gb: expected a finite number of GB in (0, 1e5)"),
+    (["--gpu", "a100"], "--gpu: unknown GPU 'a100'"),
     (["--max-num-tokens", "0"], "--max-num-tokens: expected an integer in [1, 1,048,576]"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(capsys, args, fragment):

@@ -1,127 +1,145 @@
-"""Per-rank memory estimates against hand-computed numbers, and the fit check's error message."""
+"""The one memory model (memory.rank_memory) against hand-computed numbers and the models' published counts."""
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.memory import (GiB, MemoryBudgetError, activation_bytes, check_memory, estimate_group_memory,
-                                estimate_rank_memory)
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.memory import (GB, PARTS, MemoryBudgetError, activation_bytes, all_to_all_bytes, dense_param_groups,
+                                dense_weight_bytes, dwdp_ranks, estimate_group_memory, fit_deployment,
+                                kv_cache_floor_bytes, over_budget, rank_memory, smallest_fitting)
+from dwdp_trtllm.models import PRESETS, get_model
 from dwdp_trtllm.placement import make_placement
 from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.weight_formats import linear_bytes
 
+H, I, V = 7168, 2048, 129280
 # DeepSeek-R1, one routed expert in fp8: 3*7168*2048 e4m3 bytes + fp32 128x128 block scales
 # w13_scale [4096/128, 7168/128] = [32, 56], w2_scale [56, 16]
-R1_EXPERT_FP8 = 3 * 7168 * 2048 + 4 * (32 * 56 + 56 * 16)
-# replicated params of R1 truncated to 5 layers (3 dense + 2 MoE)
-R1_ATTN = (7168 * 1536 + 1536 * 128 * 192) + (7168 * (512 + 64) + 512 * 128 * (128 + 128)) + 128 * 128 * 7168
-R1_5L_DENSE_PARAMS = (2 * 129280 * 7168 + 5 * (R1_ATTN + 2 * 7168) + 3 * (3 * 7168 * 18432)
-                      + 2 * (3 * 7168 * 2048 + 7168 * 256))
+R1_EXPERT_FP8 = 3 * H * I + 4 * (32 * 56 + 56 * 16)
+R1 = PRESETS["deepseek-r1"]
 
 
-def r1(num_layers=5):
-    return get_model("deepseek-r1", num_layers)
+def r1_non_routed_params() -> tuple[int, int, int]:
+    """(linear, embedding + head, norms + routers) parameters of DeepSeek-R1 counted from its config.json dims,
+    independently of models.py: MLA q_a [1536, 7168], q_b [128*192, 1536], kv_a [576, 7168], kv_b [128*256, 512],
+    o [7168, 128*128]; 3 dense MLPs of 18432; 58 shared experts of 2048; routers [256, 7168]; norms."""
+    attn = 1536 * H + 128 * 192 * 1536 + 576 * H + 128 * 256 * 512 + H * 128 * 128
+    linear = 61 * attn + 3 * 3 * H * 18432 + 58 * 3 * H * I
+    emb = 2 * V * H
+    norms_routers = 61 * (2 * H + 1536 + 512) + H + 58 * (256 * H + 256)  # + q_a/kv_a norms, final norm, bias
+    return linear, emb, norms_routers
 
 
-def test_deepseek_r1_truncated_g4_fp8_by_hand():
-    spec = r1()
+def test_r1_dense_weights_agree_with_the_published_parameter_count():
+    """DeepSeek-R1: 671 B parameters of which 58 x 256 routed experts hold 653.9 B: about 17.1 B non-routed;
+    the FP8 release (linear layers e4m3 + 128x128 fp32 scales, embeddings/head/norms/routers bf16) ~19 GB."""
+    linear, emb, small = r1_non_routed_params()
+    routed = 58 * 256 * 3 * H * I
+    assert routed == pytest.approx(653.9e9, rel=1e-3)
+    assert 16.9e9 < linear + emb + small < 17.3e9
+    assert R1.dense_params() == pytest.approx(linear + emb + small, rel=1e-4)  # models.py leaves out ~0.1 M of norms
+    groups = dense_param_groups(R1)
+    assert sum(c * o * i for o, i, c in groups["linear"]) == linear
+    assert sum(c * o * i for g in groups.values() for o, i, c in g) == R1.dense_params()
+    scales = 4 * (61 * (12 * 56 + 192 * 12 + 5 * 56 + 256 * 4 + 56 * 128) + 3 * 3 * 56 * 144 + 58 * 3 * 56 * 16)
+    fp8 = dense_weight_bytes(R1, "fp8")
+    assert fp8 == pytest.approx(linear + scales + 2 * (emb + small), rel=1e-4)
+    assert 18.9e9 < fp8 < 19.3e9
+    assert dense_weight_bytes(R1, "bf16") == 2 * R1.dense_params()
+    assert dense_weight_bytes(R1, "fp8", engine_dense=True) == 2 * R1.dense_params()  # our engine: bf16 dense
+
+
+def test_expert_bytes_per_format_with_scales():
+    n = 3 * H * I
+    assert R1.expert_bytes("fp8") == R1_EXPERT_FP8 == 44_050_944
+    assert R1.expert_bytes("bf16") == 2 * n
+    assert R1.expert_bytes("mxfp4") == n // 2 + (2 * I * H + H * I) // 32  # E8M0 per 32
+    assert R1.expert_bytes("nvfp4") == n // 2 + (2 * I * H + H * I) // 16  # E4M3 per 16
+    assert linear_bytes(100, 200, "fp8") == 20000 + 4 * 1 * 2 and linear_bytes(3, 33, "mxfp4") == math.ceil(99 / 2) + 3 * 2
+    with pytest.raises(ValueError, match="int4"):
+        R1.expert_bytes("int4")
+
+
+def test_dwdp_and_dep_parts_by_hand_r1_fp8_g8():
+    kw = dict(weight_dtype="fp8", max_num_tokens=16384, gpu_bytes=int(141e9))
+    dw = rank_memory(R1, "dwdp", group_size=8, **kw)
+    dep = rank_memory(R1, "dep", group_size=8, **kw)
+    assert (dw.num_experts_held, dw.num_fetched_experts, dw.num_slots) == (32, 224, 2)
+    assert dw.routed_experts == dep.routed_experts == 32 * 58 * R1_EXPERT_FP8
+    assert dw.prefetch_slots == 2 * 224 * R1_EXPERT_FP8 and dep.prefetch_slots == 0
+    assert dep.all_to_all == 2 * 16384 * 8 * H * 2 and dw.all_to_all == 0
+    for part in ("dense_weights", "activations", "kv_cache_floor"):
+        assert getattr(dw, part) == getattr(dep, part)
+    assert dw.kv_cache_floor == kv_cache_floor_bytes(R1, 16384) == 16384 * 61 * 576 * 2
+    assert dw.activations == activation_bytes(R1, 16384)
+    assert dw.total == sum(dw.parts().values()) and dw.fits and dep.fits
+    d = dw.to_dict()
+    assert d["unit"] == "GB" and d["total_gb"] == pytest.approx(dw.total / 1e9)
+    assert set(d) >= {f"{p}_gb" for p in PARTS} and d["gpu_gb"] == 141.0
+    assert "DWDP8 per rank 128.0 GB of 141.0 GB (fits)" in dw.describe()
+
+
+def test_nothing_fits_4xh200_r1_fp8_and_the_smallest_count_per_mode():
+    fit = fit_deployment(R1, DwdpConfig(dwdp_size=4), 141 * GB, weight_dtype="fp8", max_num_tokens=16384)
+    assert not fit.fits and not fit.dep.fits and fit.dwdp.gpu_bytes == 141 * GB
+    assert fit.dwdp.routed_experts / GB == pytest.approx(163.5, abs=0.05)
+    g_dw, g_dep = fit.smallest_fitting_dwdp_size, fit.smallest_fitting_dep_size
+    kw = dict(weight_dtype="fp8", max_num_tokens=16384, gpu_bytes=141 * GB)
+    assert rank_memory(R1, "dwdp", group_size=g_dw, **kw).fits and not rank_memory(R1, "dwdp", group_size=g_dw - 1, **kw).fits
+    assert rank_memory(R1, "dep", group_size=g_dep, **kw).fits and not rank_memory(R1, "dep", group_size=g_dep - 1, **kw).fits
+    assert 4 < g_dep <= g_dw <= 8
+    assert fit.smallest_line() == f"smallest GPU count that fits: DWDP {g_dw} GPUs, DEP {g_dep} GPUs"
+    assert smallest_fitting(R1, "dep", 10 * GB, weight_dtype="fp8", max_num_tokens=16384) is None
+
+
+def test_worst_rank_redundancy_and_slots():
+    cfg = DwdpConfig(dwdp_size=3, redundant_experts=8)
+    ranks = dwdp_ranks(R1, cfg, weight_dtype="bf16", max_num_tokens=0)
+    worst = rank_memory(R1, "dwdp", dwdp=cfg, weight_dtype="bf16", max_num_tokens=0)
+    assert worst.total == max(m.total for m in ranks)
+    base = rank_memory(R1, "dwdp", dwdp=DwdpConfig(dwdp_size=4), weight_dtype="bf16", max_num_tokens=0)
+    red = rank_memory(R1, "dwdp", dwdp=DwdpConfig(dwdp_size=4, redundant_experts=8), weight_dtype="bf16", max_num_tokens=0)
+    eb = 2 * 3 * H * I
+    assert red.routed_experts - base.routed_experts == 8 * 58 * eb and base.prefetch_slots - red.prefetch_slots == 2 * 8 * eb
+    five = get_model("deepseek-r1", 5)  # 2 MoE layers: prefetch_depth 3 gives 2 slots, not 4
+    assert rank_memory(five, "dwdp", dwdp=DwdpConfig(dwdp_size=2, prefetch_depth=3), weight_dtype="fp8", max_num_tokens=0).num_slots == 2
+    assert rank_memory(get_model("deepseek-r1", 10), "dwdp", dwdp=DwdpConfig(dwdp_size=2, prefetch_depth=3),
+                       weight_dtype="fp8", max_num_tokens=0).num_slots == 4
+    assert rank_memory(R1, "dep", group_size=1, weight_dtype="fp8", max_num_tokens=8).all_to_all == 0  # EP1: no exchange
+    assert all_to_all_bytes(R1, 1) == 2 * 8 * H * 2
+
+
+def test_engine_ranks_keep_bf16_dense_and_no_kv_floor():
+    spec = get_model("deepseek-r1", 5)
     cfg = DwdpConfig(dwdp_size=4, weight_dtype="fp8")
-    p = make_placement(cfg, 256)
-    assert R1_EXPERT_FP8 == 44_050_944
-    ests = estimate_group_memory(spec, cfg, p)
-    for m in ests:
-        assert (m.num_local_experts, m.num_fetched_experts, m.num_moe_layers, m.num_slots) == (64, 192, 2, 2)
-        assert m.expert_bytes == R1_EXPERT_FP8
-        assert m.local_expert_bytes == 64 * 2 * R1_EXPERT_FP8 == 5_638_520_832
-        assert m.prefetch_bytes == 2 * 192 * R1_EXPERT_FP8 == 16_915_562_496
-        assert m.dense_bytes == 2 * R1_5L_DENSE_PARAMS  # dense weights stay bf16 with fp8 experts
-        assert m.activation_bytes == 0
-        assert m.total_bytes == m.local_expert_bytes + m.prefetch_bytes + m.dense_bytes
-        assert m.breakdown()["total"] == m.total_bytes
+    for m in estimate_group_memory(spec, cfg, make_placement(cfg, 256), max_num_tokens=1024):
+        assert m.dense_weights == 2 * spec.dense_params() and m.kv_cache_floor == 0
+        assert m.routed_experts == 64 * 2 * R1_EXPERT_FP8 and m.prefetch_slots == 2 * 192 * R1_EXPERT_FP8
+        assert m.activations == activation_bytes(spec, 1024)
 
 
 def test_activation_estimate_by_hand():
-    spec = r1()
+    spec = get_model("deepseek-r1", 5)
     attn = 2 * 128 * 192 + 2 * 128 * 128 + 1536 + 512 + 64
-    moe = 8 * (2 * 7168 + 3 * 2048) + 3 * 2048
+    moe = 8 * (2 * H + 3 * I) + 3 * I
     assert moe > attn
-    per_token = 2 * (3 * 7168 + moe) + 4 * 256 + 12 * 8
-    assert activation_bytes(spec, 1024) == 1024 * per_token == 393_314_304
-    cfg = DwdpConfig(dwdp_size=4, weight_dtype="fp8")
-    m = estimate_rank_memory(spec, cfg, make_placement(cfg, 256), 0, max_num_tokens=1024)
-    assert m.activation_bytes == 1024 * per_token
-    # float32 weights: activations and dense weights in fp32
-    m32 = estimate_rank_memory(spec, cfg, make_placement(cfg, 256), 0, weight_dtype="float32", max_num_tokens=2)
-    assert m32.activation_bytes == 2 * (4 * (3 * 7168 + moe) + 4 * 256 + 12 * 8)
-    assert m32.dense_bytes == 4 * R1_5L_DENSE_PARAMS and m32.expert_bytes == 4 * 3 * 7168 * 2048
+    assert activation_bytes(spec, 1024) == 1024 * (2 * (3 * H + moe) + 4 * 256 + 12 * 8) == 393_314_304
+    q = get_model("qwen3-30b-a3b", 2)  # GQA 32/4 x 128, 128 experts top-8, no shared
+    assert activation_bytes(q, 3) == 3 * (2 * (3 * 2048 + max(32 * 128 * 2 + 2 * 4 * 128, 8 * (2 * 2048 + 3 * 768)))
+                                          + 4 * 128 + 12 * 8)
 
 
-def test_gqa_activation_uses_kv_heads():
-    spec = get_model("qwen3-30b-a3b", 2)  # GQA 32/4 x 128, 128 experts top-8, no shared
-    attn = 32 * 128 * 2 + 2 * 4 * 128
-    moe = 8 * (2 * 2048 + 3 * 768)
-    assert activation_bytes(spec, 3, act_bytes=2) == 3 * (2 * (3 * 2048 + max(attn, moe)) + 4 * 128 + 12 * 8)
-
-
-def test_redundancy_moves_bytes_from_prefetch_to_local():
-    spec = r1(61)
-    base = estimate_rank_memory(spec, DwdpConfig(dwdp_size=4), make_placement(DwdpConfig(dwdp_size=4), 256), 1)
-    cfg = DwdpConfig(dwdp_size=4, redundant_experts=8)
-    red = estimate_rank_memory(spec, cfg, make_placement(cfg, 256), 1)
-    eb = spec.expert_bytes("bf16")
-    assert eb == 2 * 3 * 7168 * 2048
-    assert red.local_expert_bytes - base.local_expert_bytes == 8 * 58 * eb
-    assert base.prefetch_bytes - red.prefetch_bytes == 2 * 8 * eb
-    assert red.dense_bytes == base.dense_bytes
-
-
-def test_prefetch_depth_and_single_moe_layer_slots():
-    spec = r1(5)
-    cfg = DwdpConfig(dwdp_size=2, prefetch_depth=3)  # 4 slots but only 2 MoE layers
-    assert estimate_rank_memory(spec, cfg, make_placement(cfg, 256), 0).num_slots == 2
-    cfg = DwdpConfig(dwdp_size=2, prefetch_depth=3)
-    assert estimate_rank_memory(r1(10), cfg, make_placement(cfg, 256), 0).num_slots == 4
-
-
-def test_check_memory_fits_at_exact_total_and_fails_one_byte_below():
-    spec = r1()
-    cfg = DwdpConfig(dwdp_size=4, weight_dtype="fp8")
-    p = make_placement(cfg, 256)
-    total = estimate_rank_memory(spec, cfg, p, 0, max_num_tokens=4096).total_bytes
-    assert len(check_memory(spec, cfg, p, total, max_num_tokens=4096)) == 4
-    with pytest.raises(MemoryBudgetError) as ei:
-        check_memory(spec, cfg, p, total - 1, max_num_tokens=4096, file="bench.yaml")
-    e = ei.value
-    assert isinstance(e, ConfigError) and e.file == "bench.yaml"
-    msg = str(e)
-    for frag in (f"dwdp_rank 0 needs about {total / GiB:.2f} GiB ({total} bytes)",
-                 "local experts 64 x 2 MoE layers", "prefetch slots 2 x 192 experts",
-                 f"GPU memory of {(total - 1) / GiB:.2f} GiB ({total - 1} bytes)",
-                 "dwdp.dwdp_size=4", "dwdp.redundant_experts=0", "dwdp.prefetch_depth=1", "dwdp.weight_dtype=fp8",
-                 "model.num_layers=5", "workload.max_num_tokens=4096"):
-        assert frag in msg, (frag, msg)
-
-
-def test_check_memory_full_r1_on_h200_names_upstream_keys():
-    """Full R1 at G=3 in bf16 cannot fit 141 GiB; the worst rank is reported with the upstream keys."""
-    spec = r1(61)
-    cfg = DwdpConfig(dwdp_size=3, num_experts_per_worker=88, num_prefetch_experts=84)
-    p = make_placement(cfg, 256)
-    with pytest.raises(MemoryBudgetError) as ei:
-        check_memory(spec, cfg, p, 141 * GiB)
-    msg = str(ei.value)
-    assert "dwdp.num_experts_per_worker=88" in msg and "141.00 GiB" in msg and "local experts 88 x 58" in msg
-
-
-def test_bad_arguments():
-    spec = r1()
-    cfg = DwdpConfig(dwdp_size=2)
-    p = make_placement(cfg, 256)
-    with pytest.raises(ValueError, match="dwdp_rank 2"):
-        estimate_rank_memory(spec, cfg, p, 2)
+def test_over_budget_error_and_bad_arguments():
+    m = rank_memory(R1, "dwdp", group_size=4, weight_dtype="fp8", max_num_tokens=16384, gpu_bytes=141 * GB)
+    e = over_budget(m, ["dwdp.dwdp_size=4"], file="x.yaml")
+    assert isinstance(e, MemoryBudgetError) and isinstance(e, ConfigError) and e.file == "x.yaml"
+    assert "DWDP4 per rank 207.0 GB of 141.0 GB (does NOT fit)" in str(e) and "dwdp.dwdp_size=4" in str(e)
+    with pytest.raises(ValueError, match="mode 'tp'"):
+        rank_memory(R1, "tp", group_size=2, weight_dtype="fp8", max_num_tokens=1)
     with pytest.raises(ValueError, match="weight_dtype 'int4'"):
-        estimate_rank_memory(spec, cfg, p, 0, weight_dtype="int4")
+        rank_memory(R1, "dep", group_size=2, weight_dtype="int4", max_num_tokens=1)
     with pytest.raises(ValueError, match="16 experts"):
-        estimate_rank_memory(get_model("tiny"), cfg, p, 0)
-    with pytest.raises(ValueError, match="gpu_memory_bytes"):
-        check_memory(spec, cfg, p, 0)
+        dwdp_ranks(get_model("tiny"), DwdpConfig(dwdp_size=2), weight_dtype="bf16", max_num_tokens=0,
+                   placement=make_placement(DwdpConfig(dwdp_size=2), 256))

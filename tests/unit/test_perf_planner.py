@@ -60,9 +60,15 @@ def test_unsliced_copies_pay_contention():
 def test_memory_does_not_fit_means_dep():
     spec = _spec(gpu_memory_gb=60.0)
     rows = plan(spec)
-    assert not any(r.fits for r in rows)
-    rec = recommend(spec, rows)
-    assert not rec.use_dwdp and "memory does not fit" in rec.reason
+    assert not any(r.fits for r in rows) and all(r.memory_dep_gb > 60 for r in rows)
+    rec = recommend(spec, rows)  # DEP does not fit either: no "use DEP", the GPU count per mode instead
+    assert not rec.use_dwdp and "nothing fits 4 GPUs" in rec.reason and "use DEP" not in rec.reason
+    assert f"DEP {rows[0].smallest_fitting_dep_size}" in rec.reason and rows[0].smallest_fitting_dep_size > 4
+    row = rows[0]
+    budget = (row.memory_dep_gb + row.memory_per_rank_gb) / 2  # DEP fits, DWDP (prefetch slots) does not
+    spec = _spec(gpu_memory_gb=budget)
+    rec = recommend(spec, plan(spec))
+    assert not rec.use_dwdp and rec.reason.startswith("use DEP here: memory does not fit")
 
 
 def test_prefetch_exposed_everywhere_means_dep_with_reason():
@@ -108,14 +114,18 @@ def test_plan_memory_is_the_deployment_fit_of_gen_config():
     (row,) = plan(spec)
     want = fit_deployment(R1, DwdpConfig(dwdp_size=4), int(141e9), weight_dtype="fp8", max_num_tokens=16384)
     assert row.memory_per_rank_gb == pytest.approx(want.total / 1e9) and not row.fits
-    assert row.memory_parts_gb["experts held"] == pytest.approx(R1.expert_bytes("fp8") * 64 * R1.num_moe_layers / 1e9, rel=1e-3)
-    assert set(row.memory_parts_gb) == {"experts held", "prefetch slots", "dense weights", "activations", "KV-cache floor"}
+    assert row.memory_parts_gb["routed experts held"] == pytest.approx(R1.expert_bytes("fp8") * 64 * R1.num_moe_layers / 1e9, rel=1e-3)
+    assert set(row.memory_parts_gb) == set(row.memory_dep_parts_gb) == {
+        "routed experts held", "prefetch slots", "all-to-all buffers", "dense weights", "activations", "KV-cache floor"}
     assert sum(row.memory_parts_gb.values()) == pytest.approx(row.memory_per_rank_gb, abs=1e-2)  # the parts make the total
     assert row.smallest_fitting_dwdp_size == want.smallest_fitting_dwdp_size and 4 < want.smallest_fitting_dwdp_size <= 8
-    # DEP holds the same 64 experts per layer and no prefetch slots
-    assert row.memory_per_rank_gb - row.memory_dep_gb == pytest.approx(row.memory_parts_gb["prefetch slots"], abs=1e-3)
-    rec = recommend(spec, [row])
-    assert not rec.use_dwdp and "memory does not fit" in rec.reason and "experts held 163.5" in rec.reason
-    assert f"the smallest dwdp_size that fits is {want.smallest_fitting_dwdp_size}" in rec.reason
+    # DEP holds the same 64 experts per layer, all-to-all buffers and no prefetch slots (memory.rank_memory)
+    assert row.memory_dep_gb == pytest.approx(want.dep.total / 1e9) and row.memory_dep_parts_gb["prefetch slots"] == 0
+    assert row.memory_per_rank_gb - row.memory_dep_gb == pytest.approx(
+        row.memory_parts_gb["prefetch slots"] - row.memory_dep_parts_gb["all-to-all buffers"], abs=1e-3)
+    rec = recommend(spec, [row])  # DEP4 does not fit either: nothing fits, the count per mode named
+    assert not rec.use_dwdp and "nothing fits 4 GPUs" in rec.reason and "routed experts held 163.5" in rec.reason
+    assert (f"smallest GPU count that fits: DWDP {want.smallest_fitting_dwdp_size}, DEP {want.smallest_fitting_dep_size}"
+            in rec.reason)
     (row8,) = plan(dataclasses.replace(spec, dwdp_sizes=(8,)))
     assert row8.fits and row8.smallest_fitting_dwdp_size == want.smallest_fitting_dwdp_size

@@ -111,10 +111,10 @@ def test_gen_config_refuses_a_deployment_that_does_not_fit(tmp_path, capsys):
                "--model", "m", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "--dwdp-size" in err
-    assert "experts held 163.5 GB" in err and "GPU 141.0 GB" in err
+    assert "routed experts held 163.5" in err and "DWDP4 per rank 207.0 GB of 141.0 GB" in err
     assert "the smallest dwdp_size that fits is 7" in err
     assert not (tmp_path / "o").exists()  # nothing written
     rc = main(["gen-config", "--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "8", "--gen-tp", "8",
                "--model", "m", "--out", str(tmp_path / "p")])
     out = capsys.readouterr().out
-    assert rc == 0 and "experts held 81.8 GB" in out and "prefetch slots 19.7 GB" in out and ": fits" in out
+    assert rc == 0 and "routed experts held 81.8" in out and "prefetch slots 19.7" in out and "(fits)" in out

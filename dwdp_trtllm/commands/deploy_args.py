@@ -1,0 +1,31 @@
+"""Arguments every deployment command shares (plan-placement, gen-config): the GPU and its memory budget.
+
+The defaults themselves (model, GPU, weight dtype, tokens) live in memory.py (DEFAULT_*), so `dwdp plan` reads
+the same ones; the budget is in GB (1e9 bytes), the unit of memory.py.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import memory as mem
+from ..schema import ConfigError
+
+
+def add_gpu_args(p, *, what: str = "every rank") -> None:
+    p.add_argument("--gpu", default=mem.DEFAULT_GPU,
+                   help=f"GPU of {what}: its datasheet memory is the budget (default {mem.DEFAULT_GPU})")
+    p.add_argument("--gpu-memory-gb", type=float, default=None,
+                   help="usable memory per GPU in GB (1e9 bytes; default: the --gpu datasheet's)")
+
+
+def gpu_budget_bytes(gpu: str = mem.DEFAULT_GPU, gpu_memory_gb: float | None = None) -> int:
+    """Bytes per GPU: --gpu-memory-gb (GB) if given, else the --gpu datasheet's memory; errors name the flag."""
+    if gpu_memory_gb is not None:
+        if not (math.isfinite(gpu_memory_gb) and 0 < gpu_memory_gb < 1e5):
+            raise ConfigError(None, "--gpu-memory-gb", f"expected a finite number of GB in (0, 1e5), got {gpu_memory_gb}")
+        return int(gpu_memory_gb * mem.GB)
+    from ..perf import get_gpu
+    try:
+        return int(get_gpu(gpu).memory_gb * mem.GB)
+    except ValueError as e:
+        raise ConfigError(None, "--gpu", str(e)) from None
