@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from ..config import MAX_SLICE_BYTES, MAX_TOKENS
-from ..models import PRESETS, get_model
+from ..models import PRESETS
 from ..schema import ConfigError
 
 #: our measured results, found beside the package (a source checkout), never relative to the working directory
@@ -54,9 +54,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="predict DWDP vs DEP (roofline + contention + imbalance) and recommend G",
                               description=__doc__)
     g = p.add_argument_group("model and hardware")
-    g.add_argument("--model", default="deepseek-r1", help=f"model preset: {', '.join(sorted(PRESETS))} (default deepseek-r1)")
+    g.add_argument("--model", default="deepseek-r1",
+                   help=f"model preset ({', '.join(sorted(PRESETS))}), or a checkpoint's config.json / directory: its "
+                        "dimensions only, so families the engine cannot run (gpt_oss, glm4_moe) plan too (default deepseek-r1)")
     g.add_argument("--num-layers", type=int, default=None, help="truncate the preset to this many layers (memory)")
-    g.add_argument("--gpu", default="h200", help="h100 | h200 | b200 | gb200 (default h200)")
+    g.add_argument("--gpu", default="h200", help="shipped GPU spec: h100 | h200 | b200 | gb200 | mi355x (default h200)")
+    g.add_argument("--gpu-spec", default=None, metavar="FILE",
+                   help="GPU spec file (YAML, docs/PLANNER.md 'GPU spec files'); replaces --gpu")
     g.add_argument("--gpu-memory-gb", type=float, default=None, help="usable memory per GPU (default: the datasheet's)")
     g.add_argument("--weight-dtype", default="fp8", help="routed-expert weights: bf16 | fp8 | nvfp4 (default fp8)")
     g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 (default fp8)")
@@ -126,12 +130,21 @@ def build_spec(args, *, gpu_name: str | None = None):
     from ..perf.hardware import GPUS, get_gpu
     from ..perf.planner import PlanSpec, check_candidates
 
+    from ..model_dims import dims_from_config_json, is_config_path
+    from ..perf.hardware import load_gpu_spec
+
+    spec_file = getattr(args, "gpu_spec", None)
     gpu_name = gpu_name or args.gpu
-    if gpu_name.lower() not in GPUS:
-        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {gpu_name!r}")
-    if args.model not in PRESETS:
-        raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))}, got {args.model!r}")
-    layers = PRESETS[args.model].num_layers
+    if not spec_file and gpu_name.lower() not in GPUS:
+        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} (or --gpu-spec FILE), got {gpu_name!r}")
+    if is_config_path(args.model):
+        base_model = dims_from_config_json(args.model)  # ConfigError names the file and key
+    elif args.model in PRESETS:
+        base_model = PRESETS[args.model]
+    else:
+        raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))} or a config.json path, "
+                                           f"got {args.model!r}")
+    layers = base_model.num_layers
     if args.num_layers is not None and not 1 <= args.num_layers <= layers:
         raise ConfigError(None, "--num-layers", f"expected an integer in [1, {layers}] ({args.model}'s layers), "
                                                 f"got {args.num_layers}")
@@ -154,10 +167,10 @@ def build_spec(args, *, gpu_name: str | None = None):
             raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")
     sizes, isls = int_list(args.dwdp_size, "--dwdp-size"), int_list(args.isl, "--isl", hi=MAX_TOKENS)
     _check_draws(args, sizes, isls)
-    gpu = get_gpu(gpu_name)
+    gpu = load_gpu_spec(spec_file) if spec_file else get_gpu(gpu_name)
     cal = load_cal(args, gpu.name)
     spec = PlanSpec(
-        model=get_model(args.model, args.num_layers), gpu=gpu, weight_dtype=args.weight_dtype,
+        model=base_model if args.num_layers is None else base_model.truncated(args.num_layers), gpu=gpu, weight_dtype=args.weight_dtype,
         dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,

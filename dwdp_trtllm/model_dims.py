@@ -1,0 +1,141 @@
+"""A dims-only ModelSpec from any MoE checkpoint's config.json, for planning (pure; no torch).
+
+hf_config.spec_from_hf_config reads the families the embedded engine runs and refuses every value it does not
+implement. The planner needs less: the dimensions that set FLOPs, bytes and copy volume. This reader takes only
+those, from every family whose config.json names them (DeepSeek-V2/V3/R1, Qwen3-MoE, Mixtral, OLMoE, gpt-oss,
+GLM-4.5 / glm4_moe, and any config using the same key names), and ignores the rest (rope, norms, sliding windows,
+biases, activation clamps). The spec it returns has `family` set to the config's model_type, and
+`dims_only_reason(spec)` says why the engine cannot run it; `dwdp plan --model path/config.json` uses it.
+
+What dims-only leaves out, per family (the planner prices full causal attention over every layer):
+  gpt_oss   alternate layers use a 128-token sliding window (their attention core is over-priced at long ISL),
+            attention sinks, expert biases;
+  glm4_moe  partial rotary (cost-free), q/k norm.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .hf_config import SUPPORTED, read_config_json
+from .models import ModelSpec
+from .schema import ConfigError
+
+#: config keys that name the same dimension in different families, first match wins
+ALIASES: dict[str, tuple[str, ...]] = {
+    "num_experts": ("n_routed_experts", "num_local_experts", "num_experts"),
+    "top_k": ("num_experts_per_tok", "experts_per_token", "moe_topk"),
+    "moe_intermediate": ("moe_intermediate_size", "intermediate_size"),
+    "num_shared_experts": ("n_shared_experts", "num_shared_experts"),
+}
+#: quantization_config.quant_method (or ModelOpt's quant_algo) -> the planner's weight dtype for routed experts
+#: model_type -> ModelSpec.family where the engine's name differs
+_ENGINE_FAMILY = {"deepseek_v3": "deepseek", "deepseek_v2": "deepseek"}
+#: the families the embedded engine implements (hf_config.SUPPORTED, by ModelSpec.family)
+ENGINE_FAMILIES = ("deepseek", "qwen3_moe", "mixtral", "olmoe")
+QUANT_DTYPES = {"mxfp4": "mxfp4", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
+
+
+def _int(data: dict, file: str, key: str, *, lo: int = 1, default: Any = ...) -> int:
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise ConfigError(file, key, "required key is missing (a dims-only plan needs it)")
+        return default
+    v = data[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ConfigError(file, key, f"expected an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _alias(data: dict, file: str, what: str, *, default: Any = ...) -> int:
+    for key in ALIASES[what]:
+        if data.get(key) is not None:
+            return _int(data, file, key, lo=0 if what == "num_shared_experts" else 1)
+    if default is ...:
+        raise ConfigError(file, ALIASES[what][0], f"required key is missing (also looked for {', '.join(ALIASES[what][1:])})")
+    return default
+
+
+def _first_k_dense(data: dict, file: str, layers: int) -> int:
+    if data.get("first_k_dense_replace") is not None:
+        return _int(data, file, "first_k_dense_replace", lo=0)
+    only = data.get("mlp_only_layers") or []  # Qwen3-MoE: dense layers by index; the planner counts leading ones
+    if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer indices, got {only!r}")
+    if sorted(only) != list(range(len(only))):
+        raise ConfigError(file, "mlp_only_layers", f"dense layers {only} are not the first layers: the planner models "
+                                                   "dense layers before MoE layers")
+    return len(only)
+
+
+def weight_dtype_of(data: dict) -> str | None:
+    """The routed experts' storage format that the checkpoint's quantization_config names, if any."""
+    q = data.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
+    if method == "modelopt":
+        method = str(q.get("quant_algo", "")).lower()
+    return QUANT_DTYPES.get(method)
+
+
+def dims_from_config(data: dict, file: str = "config.json", name: str | None = None) -> ModelSpec:
+    """The planner's ModelSpec from a parsed config.json; a missing or bad dimension raises ConfigError naming
+    `file` and the key."""
+    if not isinstance(data, dict):
+        raise ConfigError(file, "", f"expected a JSON object, got {type(data).__name__}")
+    H = _int(data, file, "hidden_size")
+    layers = _int(data, file, "num_hidden_layers")
+    E = _alias(data, file, "num_experts")
+    k = _alias(data, file, "top_k")
+    if k > E:
+        raise ConfigError(file, ALIASES["top_k"][0], f"{k} experts per token > {E} experts")
+    moe_inter = _alias(data, file, "moe_intermediate")
+    heads = _int(data, file, "num_attention_heads")
+    dense = _first_k_dense(data, file, layers)
+    if dense > layers:
+        raise ConfigError(file, "first_k_dense_replace", f"{dense} dense layers > num_hidden_layers {layers}")
+    common: dict[str, Any] = dict(
+        name=name or str(data.get("_name_or_path") or Path(file).parent.name or "model"),
+        family=_ENGINE_FAMILY.get(str(data.get("model_type")), str(data.get("model_type", "unknown"))), hidden_size=H, num_layers=layers, first_k_dense=dense,
+        dense_intermediate=_int(data, file, "intermediate_size", default=moe_inter), moe_intermediate=moe_inter,
+        num_experts=E, top_k=k, num_shared_experts=_alias(data, file, "num_shared_experts", default=0),
+        vocab_size=_int(data, file, "vocab_size"), num_heads=heads)
+    if data.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3 shapes)
+        common.update(attention="mla", num_kv_heads=heads, q_lora_rank=_int(data, file, "q_lora_rank", lo=0, default=0),
+                      kv_lora_rank=_int(data, file, "kv_lora_rank"), qk_nope_head_dim=_int(data, file, "qk_nope_head_dim"),
+                      qk_rope_head_dim=_int(data, file, "qk_rope_head_dim"), v_head_dim=_int(data, file, "v_head_dim"))
+    else:
+        kv = _int(data, file, "num_key_value_heads", default=heads)
+        if heads % kv:
+            raise ConfigError(file, "num_key_value_heads", f"{kv} does not divide num_attention_heads {heads}")
+        common.update(attention="gqa", num_kv_heads=kv, head_dim=_int(data, file, "head_dim", default=H // heads))
+    # routing groups only constrain the engine's router; keep them when they divide E, else plan ungrouped
+    n_group = data.get("n_group") if isinstance(data.get("n_group"), int) and data.get("n_group", 0) >= 1 else 1
+    if E % n_group == 0:
+        topk_group = data.get("topk_group") if isinstance(data.get("topk_group"), int) else n_group
+        common.update(n_group=n_group, topk_group=min(max(topk_group, 1), n_group))
+    try:
+        return ModelSpec(**common)
+    except ValueError as e:
+        raise ConfigError(file, "", str(e)) from None
+
+
+def dims_from_config_json(path: str | Path, name: str | None = None) -> ModelSpec:
+    """dims_from_config of a checkpoint directory's (or a file's) config.json."""
+    data, f = read_config_json(path)
+    return dims_from_config(data, str(f), name)
+
+
+def dims_only_reason(spec: ModelSpec) -> str | None:
+    """Why the embedded engine cannot run this spec (None: its family is one the engine implements)."""
+    if spec.family in ENGINE_FAMILIES:
+        return None
+    return (f"model_type {spec.family!r} is planned from its dimensions only; the embedded engine runs "
+            f"{', '.join(SUPPORTED)}")
+
+
+def is_config_path(text: str) -> bool:
+    """`--model` names a config.json (a .json file or a checkpoint directory) rather than a preset."""
+    p = Path(text)
+    return text.endswith(".json") or p.is_dir() or "/" in text
