@@ -1,4 +1,4 @@
-"""Checks of a safetensors checkpoint that need only its headers, run when the config is read.
+"""Checks of a safetensors checkpoint that need only its headers, run before any rank starts (bench/sweep.py).
 
 For the tensors a (possibly truncated) spec needs: the index JSON parses and has a weight_map, every
 file it names exists and is a readable safetensors file (a truncated or garbage file fails its header
@@ -8,12 +8,11 @@ Values (NaN/Inf) are checked as tensors are read (loader._Checkpoint.get). Error
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..models import ModelSpec
 from ..schema import ConfigError
-from .loader import INDEX_NAME, hf_dense_name, hf_expert_names
+from .loader import INDEX_NAME, hf_dense_name, hf_expert_names, read_index  # noqa: F401 - read_index re-exported
 from .weights import dense_weight_shapes
 
 #: safetensors dtypes the loader reads as weights
@@ -22,21 +21,6 @@ FLOAT_DTYPES = ("F32", "F16", "BF16", "F8_E4M3")
 
 def _err(msg: str) -> ConfigError:
     return ConfigError(None, "checkpoint", msg)
-
-
-def read_index(d: Path) -> dict[str, str] | None:
-    """weight_map of model.safetensors.index.json (None when the directory has no index)."""
-    f = d / INDEX_NAME
-    if not f.exists():
-        return None
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _err(f"{f}: not valid JSON ({e})") from None
-    wm = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
-        raise _err(f"{f}: expected a JSON object with a 'weight_map' of tensor name -> file name")
-    return wm
 
 
 def needed_tensors(spec: ModelSpec) -> dict[str, tuple[int, ...]]:

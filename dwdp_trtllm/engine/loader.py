@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import ConfigError
 from ..models import ModelSpec
 from .weights import FP8_DTYPE, dense_dtype, dense_weight_shapes, dequantize_fp8_blockwise
 
@@ -40,6 +41,21 @@ def hf_expert_names(spec: ModelSpec, layer: int, e: int) -> tuple[str, str, str]
     return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
 
 
+def read_index(d: Path) -> dict[str, str] | None:
+    """weight_map of model.safetensors.index.json (None when the directory has no index)."""
+    f = d / INDEX_NAME
+    if not f.exists():
+        return None
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(None, "checkpoint", f"{f}: not valid JSON ({e})") from None
+    wm = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise ConfigError(None, "checkpoint", f"{f}: expected a JSON object with a 'weight_map' of tensor name -> file name")
+    return wm
+
+
 class _Checkpoint:
     """Name -> file index over a directory of *.safetensors, files opened lazily (mmap)."""
 
@@ -50,8 +66,6 @@ class _Checkpoint:
         self.dir = Path(path)
         if not self.dir.is_dir():
             raise FileNotFoundError(f"checkpoint directory {str(self.dir)!r} does not exist")
-        from .checkpoint_check import read_index
-
         weight_map = read_index(self.dir)
         if weight_map is not None:  # files are opened when one of their tensors is first read
             self.file_of = {k: self.dir / v for k, v in weight_map.items()}
