@@ -9,10 +9,11 @@ Pure: reads one JSON file, no torch.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable
 
-from .models import ModelSpec, YarnScaling
+from .models import ModelSpec, YarnScaling, field_problem
 from .schema import ConfigError
 
 #: keys that do not change the context-phase forward of any supported family
@@ -30,6 +31,20 @@ IGNORED = frozenset({
 })
 
 SUPPORTED = ("deepseek_v3", "deepseek_v2", "qwen3_moe", "mixtral", "olmoe")
+
+#: config.json key -> the ModelSpec field it sets: its value is bounded by models.FIELD_BOUNDS (the same list every
+#: ModelSpec is checked against), and the error names this key
+JSON_FIELDS = {
+    "hidden_size": "hidden_size", "num_hidden_layers": "num_layers", "first_k_dense_replace": "first_k_dense",
+    "intermediate_size": "dense_intermediate", "moe_intermediate_size": "moe_intermediate",
+    "n_routed_experts": "num_experts", "num_experts": "num_experts", "num_local_experts": "num_experts",
+    "num_experts_per_tok": "top_k", "n_shared_experts": "num_shared_experts", "vocab_size": "vocab_size",
+    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim",
+    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "n_group": "n_group",
+    "topk_group": "topk_group", "routed_scaling_factor": "routed_scaling_factor", "rms_norm_eps": "rms_eps",
+    "rope_theta": "rope_theta",
+}
 
 
 class _Reader:
@@ -51,6 +66,9 @@ class _Reader:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if isinstance(v, bool) != (bool in kinds) or not isinstance(v, kinds):  # bool is an int to isinstance
             raise self.error(key, f"expected {' or '.join(k.__name__ for k in kinds)}, got {v!r}")
+        problem = field_problem(JSON_FIELDS[key], v) if key in JSON_FIELDS else None
+        if problem:
+            raise self.error(key, problem)
         return v
 
     def require(self, key: str, allowed: tuple, why: str) -> None:
@@ -68,9 +86,11 @@ def _rope(r: _Reader, dim: int) -> tuple[float, YarnScaling | None]:
     if not isinstance(params, dict) or legacy is not None and not isinstance(legacy, dict):
         raise r.error(key, f"expected a mapping, got {params or legacy!r}")
     scaling = dict(params or legacy or {})
+    theta_key = f"{key}.rope_theta" if "rope_theta" in scaling else "rope_theta"
     theta = scaling.pop("rope_theta", r.data.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise r.error("rope_theta", f"expected a number > 0, got {theta!r}")
+    problem = field_problem("rope_theta", theta)
+    if problem:
+        raise r.error(theta_key, problem)
     kind = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
     scaling.pop("type", None)
     if kind == "default":
@@ -97,8 +117,9 @@ def _rope(r: _Reader, dim: int) -> tuple[float, YarnScaling | None]:
     vals = {}
     for k in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
         v = factor if k == "factor" else scaling.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise r.error(f"{key}.{k}", f"expected a number, got {v!r}")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or abs(v) > 1e6):
+            raise r.error(f"{key}.{k}", f"expected a finite number of magnitude at most 1e6, got {v!r}")
         vals[k] = v
     return float(theta), YarnScaling(
         factor=float(vals["factor"]), original_max_position_embeddings=orig,

@@ -1,0 +1,92 @@
+"""config.json values bounded like YAML keys (issue 22): one list (models.FIELD_BOUNDS) for every ModelSpec, the
+config.json key and file named when a checkpoint's value breaks it; exit 2 in one line before any rank starts."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+transformers = pytest.importorskip("transformers", reason="builds HF config.json files (pip install -e .[dev])")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from hf_tiny import FAMILIES  # noqa: E402
+
+from dwdp_trtllm.hf_config import JSON_FIELDS, spec_from_hf_config  # noqa: E402
+from dwdp_trtllm.models import FIELD_BOUNDS, ModelSpec, get_model  # noqa: E402
+from dwdp_trtllm.schema import ConfigError  # noqa: E402
+
+
+def _config_json(tmp_path: Path, family: str, **changes) -> Path:
+    cls_name, kwargs = FAMILIES[family]
+    getattr(transformers, cls_name)(**kwargs).save_pretrained(str(tmp_path))
+    f = tmp_path / "config.json"
+    data = json.loads(f.read_text())
+    for k, v in changes.items():
+        if k == "rope_theta" and isinstance(data.get("rope_parameters"), dict) and "rope_theta" in data["rope_parameters"]:
+            data["rope_parameters"]["rope_theta"] = v  # transformers >= 5 keeps it there
+        else:
+            data[k] = v
+    f.write_text(json.dumps(data))  # NaN / Infinity as Python's json writes (and reads) them
+    return tmp_path
+
+
+@pytest.mark.parametrize("family,key,value,expect", [
+    ("deepseek_v3", "n_routed_experts", 10 ** 12, "expected an integer in [1, 65,536], got 1000000000000"),
+    ("deepseek_v3", "n_routed_experts", 1e12, "expected int, got 1000000000000.0"),
+    ("deepseek_v3", "rope_theta", float("nan"), "expected a finite number in [0.001, 1e+12], got nan"),
+    ("deepseek_v3", "rope_theta", float("inf"), "got inf"),
+    ("deepseek_v3", "hidden_size", -64, "expected an integer in [1, 131,072], got -64"),
+    ("deepseek_v3", "rms_norm_eps", float("nan"), "got nan"),
+    ("deepseek_v3", "routed_scaling_factor", -1.0, "got -1.0"),
+    ("deepseek_v3", "vocab_size", 0, "got 0"),
+    ("qwen3_moe", "num_experts", 10 ** 9, "got 1000000000"),
+    ("qwen3_moe", "moe_intermediate_size", -8, "got -8"),
+    ("qwen3_moe", "num_key_value_heads", 0, "got 0"),
+    ("mixtral", "intermediate_size", 1 << 30, "got 1073741824"),
+    ("olmoe", "num_hidden_layers", 100_000, "expected an integer in [1, 1,024]"),
+])
+def test_config_json_values_out_of_bounds_name_file_and_key(tmp_path, family, key, value, expect):
+    _config_json(tmp_path, family, **{key: value})
+    with pytest.raises(ConfigError) as e:
+        spec_from_hf_config(tmp_path)
+    msg = str(e.value)
+    assert str(tmp_path / "config.json") in msg and key in msg and expect in msg, msg
+
+
+def test_yarn_numbers_must_be_finite(tmp_path):
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 1e4,
+            "beta_fast": float("nan")}
+    _config_json(tmp_path, "deepseek_v3", rope_parameters=rope, rope_scaling=None)
+    with pytest.raises(ConfigError, match=r"rope_parameters\.beta_fast: expected a finite number"):
+        spec_from_hf_config(tmp_path)
+
+
+def test_one_list_for_presets_yaml_specs_and_config_json():
+    """Every config.json key maps to a bounded field, and ModelSpec itself refuses the same values."""
+    assert set(JSON_FIELDS.values()) <= set(FIELD_BOUNDS)
+    base = get_model("tiny")
+    for field, bad in (("hidden_size", -64), ("num_experts", 10 ** 12), ("rope_theta", math.nan), ("rms_eps", 0.0)):
+        with pytest.raises(ValueError, match=f"{field}: expected"):
+            dataclasses.replace(base, **{field: bad})
+    for name in ("deepseek-r1", "deepseek-v2-lite", "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "tiny"):
+        get_model(name)  # every preset is within bounds
+
+
+def test_a_nan_rope_theta_checkpoint_exits_2_before_any_rank(tmp_path, capsys):
+    from dwdp_trtllm.cli import main
+
+    ckpt = _config_json(tmp_path / "ckpt", "deepseek_v3", rope_theta=float("nan"))
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"checkpoint": str(ckpt)}, "dwdp": {"dwdp_size": 2},
+                                   "run": {"ranks": 2, "device": "cpu"}}))
+    t0 = time.monotonic()
+    assert main(["bench", str(cfg), "--out", str(tmp_path / "o"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "config.json" in err and "rope_theta" in err and "got nan" in err and len(err.strip().splitlines()) == 1, err
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "o").exists()
