@@ -17,8 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-FP8_BLOCK = 128
-NVFP4_GROUP = 16
+from .weight_formats import ELEMENT_BYTES, FP8_BLOCK, linear_bytes
 
 #: epsilon of DeepSeek's q_a_layernorm / kv_a_layernorm: the reference implementation builds both with its
 #: RMSNorm default (1e-6), whatever the config's rms_norm_eps
@@ -81,8 +80,8 @@ def field_problem(name: str, value) -> str | None:
     return None
 
 
-#: bytes per weight element by weight dtype name
-WEIGHT_BYTES = {"float32": 4.0, "bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
+#: bytes per weight element by weight dtype name (weight_formats.py: scales, mxfp4)
+WEIGHT_BYTES = ELEMENT_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,15 +163,11 @@ class ModelSpec:
         return {"w13_scale": (math.ceil(2 * I / b), math.ceil(H / b)), "w2_scale": (math.ceil(H / b), math.ceil(I / b))}
 
     def expert_bytes(self, weight_dtype: str) -> int:
-        """Bytes of one routed expert including its scales for `weight_dtype` (float32|bf16|fp8|nvfp4)."""
+        """Bytes of one routed expert including its scales for `weight_dtype` (float32|bf16|fp8|mxfp4|nvfp4;
+        weight_formats.linear_bytes)."""
         if weight_dtype not in WEIGHT_BYTES:
             raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {sorted(WEIGHT_BYTES)}")
-        nbytes = self.expert_params * WEIGHT_BYTES[weight_dtype]
-        if weight_dtype == "fp8":
-            nbytes += 4 * sum(math.prod(s) for s in self.expert_scale_shapes().values())
-        elif weight_dtype == "nvfp4":
-            nbytes += self.expert_params / NVFP4_GROUP  # one fp8 scale per 16 elements
-        return int(nbytes)
+        return sum(linear_bytes(*shape, weight_dtype) for shape in self.expert_tensor_shapes().values())
 
     def attention_params(self) -> int:
         """Parameters of one attention block (projections only)."""
