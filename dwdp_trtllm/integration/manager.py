@@ -53,6 +53,8 @@ class HopperDwdpManager:
         self._pos: dict[int, int] = {}
         self._placement = None  # of the model being built (use_placement), for the layout attributes below
         self.lifecycle = "unset"  # "upstream" | "hooks" once attached
+        self._registry = None  # (get, set) of upstream's global manager slot, once registered there
+        self.closed = False  # __exit__ ran: the process's next model gets a new manager
 
     # -- upstream's layout attributes -------------------------------------------------------------
     # Upstream MoE._init_dwdp_expert_layout (interface.py, stored id 57392471995) reads num_experts_per_worker,
@@ -150,13 +152,28 @@ class HopperDwdpManager:
         self.runtime.release(pos)
 
     def cleanup(self) -> None:
+        """Close the runtime (prefetcher drained, transport closed); idempotent."""
         if self._rt is not None:
             self._rt.close()
             self._rt = None
+
+    def register_in(self, get_global, set_global) -> None:
+        """Register as upstream's global DWDP manager (pyexecutor/dwdp.py set_/get_global_dwdp_manager)."""
+        set_global(self)
+        self._registry = (get_global, set_global)
 
     def __enter__(self) -> "HopperDwdpManager":
         return self
 
     def __exit__(self, *exc) -> bool:
+        """As upstream's (dwdp.py VA era, stored id 56230681187): cleanup() and unregister, so that after a failed
+        executor construction (create_py_executor's rollback calls __exit__ of a manager registered meanwhile,
+        TensorRT-LLM test stored id 57433833011) or a shutdown no closed manager stays the global one."""
         self.cleanup()
+        self.closed = True
+        if self._registry is not None:
+            get_global, set_global = self._registry
+            if get_global() is self:
+                set_global(None)
+            self._registry = None
         return False

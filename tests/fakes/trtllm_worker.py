@@ -57,7 +57,11 @@ if rank >= ctx:
 model, ex = build()
 info = model._dwdp_trtllm_runtime
 outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
+ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed, unregistered
+dwdp = sys.modules.get("tensorrt_llm._torch.pyexecutor.dwdp")
 torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
             "unit_calls": [u.calls for u in info["units"]],
-            "trace": list(info["hooks"].trace) if info["hooks"] else None}, f"{out_dir}/out_{rank}.pt")
-info["manager"].cleanup()
+            "trace": list(info["hooks"].trace) if info["hooks"] else None,
+            "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed,
+            "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())},
+           f"{out_dir}/out_{rank}.pt")

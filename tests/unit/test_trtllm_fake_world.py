@@ -127,6 +127,9 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
         if era != "lifecycle":
             assert got["trace"][:4] == [("wait", 0), ("release", 0), ("wait", 1), ("release", 1)]
+        # PyExecutor.shutdown (upstream exits only its own manager) closed ours and unregistered it (audit N3)
+        assert got["closed_at_shutdown"]
+        assert got["global_after_shutdown"] == (None if era == "hooks" else "None")
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -26,12 +26,13 @@ def tiny():
 """
 
 
-def _run(tmp: Path, tree: Path, code: str, *, rank: int = 1, dwdp_size: int = 2) -> subprocess.CompletedProcess:
+def _run(tmp: Path, tree: Path, code: str, *, rank: int = 1, dwdp_size: int = 2,
+         prelude: str = "") -> subprocess.CompletedProcess:
     cfg = tmp / "dwdp.yaml"
     cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": dwdp_size}}))
     env = _env(tree, tmp, {"DWDP_TRTLLM_CONFIG": str(cfg), "OMPI_COMM_WORLD_RANK": str(rank),
                            "OMPI_COMM_WORLD_SIZE": str(dwdp_size + 1)})
-    code = "import dwdp_trtllm.integration.boot\n" + TINY + textwrap.dedent(code)
+    code = "import dwdp_trtllm.integration.boot\n" + TINY + prelude + textwrap.dedent(code)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -74,3 +75,61 @@ def test_layout_wrap_is_required_once_our_manager_is_registered(tmp_path):
     assert r.returncode != 0 and "imported" not in r.stdout
     assert "PatchTargetMissing" in r.stderr and "MoE._init_dwdp_expert_layout" in r.stderr, r.stderr[-3000:]
     assert "registered as the global DWDP manager" in r.stderr
+
+
+STUB = """
+class StubRuntime:
+    num_layers, closed = 1, 0
+    def close(self):
+        self.closed += 1
+"""
+
+
+def test_exit_unregisters_so_create_py_executor_rolls_back(tmp_path):
+    """TensorRT-LLM's own test (stored id 57433833011, test_create_py_executor_rolls_back_new_dwdp_manager_on_error)
+    with our manager in place of its MagicMock: construction fails after registering a new manager -> its
+    __exit__(None, None, None) once, and the global is None afterwards (upstream's __exit__: cleanup() +
+    set_global_dwdp_manager(None), dwdp.py stored id 56230681187). The next model gets a fresh manager."""
+    tree = era_tree(tmp_path, "lifecycle")
+    r = _run(tmp_path, tree, prelude=STUB, code="""
+        from tensorrt_llm._torch.pyexecutor import py_executor_creator
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager, set_global_dwdp_manager
+        from dwdp_trtllm.integration.trtllm.runtime import process_manager
+        ours = get_global_dwdp_manager()
+        assert ours is process_manager() and ours.is_dwdp_trtllm
+        rt = StubRuntime()
+        ours.attach(rt, [3], "upstream")
+        set_global_dwdp_manager(None)
+        def fail_after_registration(**_kwargs):
+            set_global_dwdp_manager(ours)
+            raise RuntimeError("construction failed")
+        py_executor_creator._create_py_executor_impl = fail_after_registration
+        try:
+            py_executor_creator.create_py_executor(llm_args=None, model_engine=None)
+        except RuntimeError as e:
+            assert str(e) == "construction failed"
+        print(get_global_dwdp_manager(), rt.closed, getattr(ours, "closed", "-"), process_manager() is not ours)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["None", "1", "True", "True"]
+
+
+def test_executor_shutdown_exits_our_manager(tmp_path):
+    """Upstream's PyExecutor.shutdown exits only the executor's own manager (py_executor.py stored ids 54965565749,
+    67119085479, 57354091563), which is None with our engine: our wrap of it exits ours (runtime closed, unregistered),
+    on both lifecycles."""
+    for era in ("lifecycle", "hooks"):
+        tree = era_tree(tmp_path / era, era)
+        r = _run(tmp_path, tree, prelude=STUB, code="""
+            import sys
+            from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
+            from dwdp_trtllm.integration.trtllm.runtime import process_manager
+            ours = process_manager()
+            rt = StubRuntime()
+            ours.attach(rt, [3], "hooks")
+            PyExecutor(model_engine=None).shutdown()
+            dwdp = sys.modules.get("tensorrt_llm._torch.pyexecutor.dwdp")
+            print(rt.closed, ours.closed, dwdp and dwdp.get_global_dwdp_manager())
+        """)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.split() == ["1", "True", "None"], (era, r.stdout)

@@ -31,6 +31,7 @@ CUTLASS_MOE = f"{MOE_ROOTS[0]}.fused_moe_cutlass"
 LLM_ARGS = "tensorrt_llm.llmapi.llm_args"
 CONFIGURABLE_MOE = f"{MOE_ROOTS[0]}.configurable_moe"
 DWDP_MODULE = "tensorrt_llm._torch.pyexecutor.dwdp"
+PY_EXECUTOR = "tensorrt_llm._torch.pyexecutor.py_executor"
 
 
 def _moe_alts(module: str) -> tuple[str, ...]:
@@ -106,6 +107,12 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "construction) enables DWDP with it; only where DwdpManager.wait_and_bind exists (VA era)",
                 "tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc, VA era stored id 56230681187",
                 "_register_manager", optional=True, lifecycle=True),
+    PatchTarget(PY_EXECUTOR, "PyExecutor.shutdown",
+                "wrap (optional): after the original ran, exit our HopperDwdpManager (runtime closed: prefetcher "
+                "drained, transport closed; unregistered); upstream's shutdown exits only the executor's own manager",
+                "tensorrt_llm/_torch/pyexecutor/py_executor.py stored ids 54965565749, 67119085479, 57354091563 "
+                "(shutdown ends with `self.dwdp_manager.__exit__(None, None, None)`)",
+                "_patch_executor_shutdown", optional=True),
     PatchTarget(DWDP_MODULE, "DwdpManager.wait_and_bind",
                 "check only (lifecycle): marks the VA era, whose ConfigurableMoE.forward_impl calls "
                 "wait_and_bind(backend, layer_idx); the IPC era (dwdp.py @ 198af04538bc / 753d71ccd9f1) has no "
@@ -296,13 +303,25 @@ def _patch_dwdp_gate(module: ModuleType) -> None:
     wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
 
 
+def _patch_executor_shutdown(module: ModuleType) -> None:
+    from .runtime import close_process_manager
+
+    def make(orig):
+        def shutdown(self, *args, **kwargs):
+            result = orig(self, *args, **kwargs)
+            close_process_manager()
+            return result
+        return shutdown
+    wrap_method(module.PyExecutor, "shutdown", make)
+
+
 def _register_manager(module: ModuleType) -> None:
     """Register our manager globally only where upstream's ConfigurableMoE calls wait_and_bind (VA era:
     DwdpManager.wait_and_bind exists); in the IPC era it would be asked to record layers it never bound."""
     if not hasattr(getattr(module, "DwdpManager", None), "wait_and_bind"):
         return
     from .runtime import process_manager
-    module.set_global_dwdp_manager(process_manager())
+    process_manager().register_in(module.get_global_dwdp_manager, module.set_global_dwdp_manager)
     for root in MOE_ROOTS:  # MoE interfaces imported before this module: the layout wrap is now required
         iface = sys.modules.get(f"{root}.interface")
         if iface is not None:

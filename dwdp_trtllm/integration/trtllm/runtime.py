@@ -37,12 +37,21 @@ PROMOTED = ("ep_size", "ep_rank", "expert_size_per_partition", "slot_start", "sl
 
 
 def process_manager() -> HopperDwdpManager:
-    """The one HopperDwdpManager of this process (created on first use; dwdp_trtllm engine only)."""
+    """The HopperDwdpManager of this process (created on first use, and again after the previous one was exited;
+    dwdp_trtllm engine only)."""
     from .activation import _cache, global_rank, integration_config
-    if "manager" not in _cache:
+    if "manager" not in _cache or _cache["manager"].closed:
         cfg = integration_config().dwdp
         _cache["manager"] = HopperDwdpManager(cfg, global_rank() % cfg.dwdp_size)
     return _cache["manager"]
+
+
+def close_process_manager() -> None:
+    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open."""
+    from .activation import _cache
+    mgr = _cache.get("manager")
+    if mgr is not None and not mgr.closed:
+        mgr.__exit__(None, None, None)
 
 
 def _moe_modules(model):

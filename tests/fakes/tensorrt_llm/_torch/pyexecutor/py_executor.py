@@ -4,7 +4,10 @@ dwdp_manager`, and `_executor_loop` runs `if self.dwdp_manager is not None: self
 right before `batch_outputs = self._forward_step(scheduled_batch)` (id 54965565749; the same lines are the
 `_executor_loop` hunk of NVIDIA/TensorRT-LLM PR #12136's review thread). `self.dwdp_manager` is the executor's own
 attribute, handed over by py_executor_creator (see py_executor_creator.py), NOT the global of pyexecutor/dwdp.py: a
-manager registered only through set_global_dwdp_manager (ours) never receives prefetch_first_layers() from here."""
+manager registered only through set_global_dwdp_manager (ours) never receives prefetch_first_layers() from here.
+`shutdown()` ends (same ids 54965565749, 67119085479, 57354091563) with `if self.dwdp_manager is not None:
+self.dwdp_manager.__exit__(None, None, None); self.dwdp_manager = None`: again only the executor's own manager (the
+rest of shutdown, request queue / KV transceiver / resource managers, is not modelled)."""
 
 
 class PyExecutor:
@@ -16,3 +19,8 @@ class PyExecutor:
         if self.dwdp_manager is not None:
             self.dwdp_manager.prefetch_first_layers()
         return self.model_engine.forward(hidden_states)
+
+    def shutdown(self):
+        if self.dwdp_manager is not None:
+            self.dwdp_manager.__exit__(None, None, None)
+            self.dwdp_manager = None

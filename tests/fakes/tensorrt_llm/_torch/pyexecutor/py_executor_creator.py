@@ -8,13 +8,38 @@ start of each forward step, `PyExecutor` calls `prefetch_first_layers()`"; the c
 (py_executor_creator.py, create_py_executor): `dwdp_manager: Optional[DwdpManager] = None` / `if
 llm_args.dwdp_config is not None:` / `assert mapping.tp_size == 1 and llm_args.dwdp_config.dwdp_size > 1` /
 `dwdp_manager = DwdpManager(config=llm_args.dwdp_config, dist=dist, mapping=mapping)` / `dwdp_manager.__enter__()`.
-With engine dwdp_trtllm there is no dwdp_config, so PyExecutor.dwdp_manager is None. Upstream's own DWDP engine
-(dwdp_config set) is not modelled by this fake."""
+With engine dwdp_trtllm there is no dwdp_config, so PyExecutor.dwdp_manager is None. With dwdp_config the manager is
+built and entered as in that diff (`DwdpManager(config=..., dist=..., mapping=...)`, `__enter__()`: raises when a
+global manager is already registered); the rest of upstream's own DWDP engine is not modelled (dist and mapping None).
+Rollback, as TensorRT-LLM's "PyExecutor construction ownership tests for DWDP" (stored id 57433833011,
+test_create_py_executor_rolls_back_new_dwdp_manager_on_error): create_py_executor calls _create_py_executor_impl(**kwargs);
+when that raises after a NEW global manager was registered, that manager's `__exit__(None, None, None)` is called once
+and the global is expected to be None afterwards."""
 from .py_executor import PyExecutor
+# DWDP-BEGIN
+from .dwdp import DwdpManager, get_global_dwdp_manager
+# DWDP-END
+
+
+def _create_py_executor_impl(*, llm_args, model_engine):
+    dwdp_manager = None
+# DWDP-BEGIN
+    if getattr(llm_args, "dwdp_config", None) is not None:
+        dwdp_manager = DwdpManager(config=llm_args.dwdp_config, dist=None, mapping=None)
+        dwdp_manager.__enter__()
+# DWDP-END
+    return PyExecutor(model_engine, dwdp_manager=dwdp_manager)
 
 
 def create_py_executor(llm_args, model_engine):
-    dwdp_manager = None
-    if getattr(llm_args, "dwdp_config", None) is not None:
-        raise NotImplementedError("fake tensorrt_llm: upstream's own DWDP engine (dwdp_config) is not modelled")
-    return PyExecutor(model_engine, dwdp_manager=dwdp_manager)
+# DWDP-BEGIN
+    before = get_global_dwdp_manager()
+    try:
+        return _create_py_executor_impl(llm_args=llm_args, model_engine=model_engine)
+    except BaseException:
+        manager = get_global_dwdp_manager()
+        if manager is not None and manager is not before:
+            manager.__exit__(None, None, None)
+        raise
+# DWDP-END
+    return _create_py_executor_impl(llm_args=llm_args, model_engine=model_engine)
