@@ -133,3 +133,26 @@ def test_executor_shutdown_exits_our_manager(tmp_path):
         """)
         assert r.returncode == 0, r.stderr[-3000:]
         assert r.stdout.split() == ["1", "True", "None"], (era, r.stdout)
+
+
+def test_dwdp_config_with_our_engine_fails_with_our_message(tmp_path):
+    """TensorRT-LLM's own dwdp_config together with engine dwdp_trtllm: upstream's creator builds and enters its
+    DwdpManager before any model is loaded (PR #14453 review-thread diff), and its __enter__ would raise 'DwdpManager
+    already registered globally' (ours is registered; dwdp.py stored id 56230681187). Our message names the fix; our
+    manager stays registered."""
+    tree = era_tree(tmp_path, "lifecycle")
+    r = _run(tmp_path, tree, """
+        from types import SimpleNamespace
+        from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        cfg = SimpleNamespace(dwdp_size=2, num_groups=1, num_experts_per_worker=4, num_prefetch_experts=4)
+        try:
+            create_py_executor(SimpleNamespace(dwdp_config=cfg), None)
+        except RuntimeError as e:
+            print("refused:", e)
+        print("ours registered:", getattr(get_global_dwdp_manager(), "is_dwdp_trtllm", False))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout, r.stdout
+    assert "remove dwdp_config there, or set engine: upstream" in r.stdout
+    assert "ours registered: True" in r.stdout

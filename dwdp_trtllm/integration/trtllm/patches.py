@@ -107,6 +107,14 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "construction) enables DWDP with it; only where DwdpManager.wait_and_bind exists (VA era)",
                 "tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc, VA era stored id 56230681187",
                 "_register_manager", optional=True, lifecycle=True),
+    PatchTarget(DWDP_MODULE, "DwdpManager.__init__",
+                "wrap (optional): refuse with our message when our HopperDwdpManager is the registered global, i.e. "
+                "TensorRT-LLM's own dwdp_config meets engine dwdp_trtllm; upstream's creator would otherwise fail in "
+                "DwdpManager.__enter__ with 'DwdpManager already registered globally'",
+                "tensorrt_llm/_torch/pyexecutor/dwdp.py VA era stored id 56230681187 (`__enter__` raises when a global "
+                "manager is registered); py_executor_creator.py per PR #14453's review-thread diff (DwdpManager(config="
+                "llm_args.dwdp_config, ...) then __enter__() when dwdp_config is set)",
+                "_patch_upstream_manager", optional=True),
     PatchTarget(PY_EXECUTOR, "PyExecutor.shutdown",
                 "wrap (optional): after the original ran, exit our HopperDwdpManager (runtime closed: prefetcher "
                 "drained, transport closed; unregistered); upstream's shutdown exits only the executor's own manager",
@@ -301,6 +309,18 @@ def _patch_dwdp_gate(module: ModuleType) -> None:
                                                                              near=module.__name__))
         return _should_enable_dwdp
     wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
+
+
+def _patch_upstream_manager(module: ModuleType) -> None:
+    from .runtime import BOTH_ENGINES
+
+    def make(orig):
+        def __init__(self, *args, **kwargs):
+            if our_global_manager() is not None:
+                raise RuntimeError(BOTH_ENGINES)
+            return orig(self, *args, **kwargs)
+        return __init__
+    wrap_method(module.DwdpManager, "__init__", make)
 
 
 def _patch_executor_shutdown(module: ModuleType) -> None:

@@ -36,6 +36,12 @@ PROMOTED = ("ep_size", "ep_rank", "expert_size_per_partition", "slot_start", "sl
             "initial_local_expert_ids", "initial_global_assignments")
 
 
+#: the refusal when TensorRT-LLM's own dwdp_config meets engine dwdp_trtllm (checked at load, and where upstream's
+#: py_executor_creator builds its DwdpManager: patches._patch_upstream_manager)
+BOTH_ENGINES = ("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config (upstream's engine would run too): "
+                "remove dwdp_config there, or set engine: upstream in DWDP_TRTLLM_CONFIG")
+
+
 def process_manager() -> HopperDwdpManager:
     """The HopperDwdpManager of this process (created on first use, and again after the previous one was exited;
     dwdp_trtllm engine only)."""
@@ -87,8 +93,7 @@ def _check(loader, owners) -> None:
     CutlassFusedMoE = upstream_class("fused_moe_cutlass", "CutlassFusedMoE")
     args = loader_args(loader)
     if getattr(args, "dwdp_config", None) is not None:
-        raise RuntimeError("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config (upstream's engine "
-                           "would run too): remove dwdp_config there, or set engine: upstream in DWDP_TRTLLM_CONFIG")
+        raise RuntimeError(BOTH_ENGINES)
     if not getattr(args, "disable_overlap_scheduler", False):
         raise RuntimeError("dwdp_trtllm needs disable_overlap_scheduler: true on context servers")
     for o in owners:
