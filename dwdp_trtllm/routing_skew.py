@@ -61,7 +61,13 @@ class RoutingSkewConfig:
     seed: int = doc("Seed of the per-layer draws (layer l uses default_rng([seed, l])), in [0, 2**63).", 0)
     tokens: int = doc("power_law: tokens the loads are drawn for (upper end 0.8*tokens, as aiconfigurator's "
                       "collector), in [1, 2**24].", 16384)
-    path: str = doc("file: path of the counts file (.pt or .json).", "")
+    path: str = doc("file: per-layer expert token counts, relative to the working directory. Format: SGLang's "
+                    "expert-distribution recorder dump in `stat` mode (.pt; key logical_count, [steps,] layers x "
+                    "experts), or .json {\"logical_count\": [[count per expert] per layer]}. SGLang's, because one "
+                    "HTTP call (/dump_expert_distribution_record) writes it, its counts are per logical expert (EPLB "
+                    "replicas folded back) and it loads with torch.load(weights_only=True); TensorRT-LLM's "
+                    "EXPERT_STATISTIC_PATH dump (per-rank safetensors per iteration) converts to the .json form. "
+                    "All-zero (dense) layers are skipped; MoE layers take the file's rows in order, cycling.", "")
 
     def __post_init__(self) -> None:
         checks = [("kind", self.kind in ("none", "power_law", "zipf", "file"), "one of none, power_law, zipf, file"),
@@ -156,11 +162,10 @@ def popularity_table(spec: RoutingSkewConfig, num_moe_layers: int, num_experts: 
     return np.stack([popularity(spec, l, num_experts, top_k, counts) for l in range(num_moe_layers)])
 
 
-def load_counts_file(path: str, num_experts: int | None = None) -> np.ndarray:
+def load_counts_file(path: str, num_experts: int | None = None, *, key: str = "routing_skew.path") -> np.ndarray:
     """counts_LE (float64) of the MoE layers in an expert-distribution file (module doc: format).
 
-    Raises ConfigError naming routing_skew.path and what was expected."""
-    key = "routing_skew.path"
+    Raises ConfigError naming the file, `key` and what was expected."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(None, key, f"expected an existing counts file, got {path!r}")

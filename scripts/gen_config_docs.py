@@ -89,7 +89,14 @@ def render() -> str:
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         out.append(f"## `{section.name}`\n\n{summary}\n")
         out.append("| key | type | default | description |\n|---|---|---|---|")
+        sub_hints = typing.get_type_hints(cls)
         for name, tname, default, text in field_docs(cls):
+            if dataclasses.is_dataclass(sub_hints[name]):  # a nested section: one row per key, dotted
+                out.append(f"| `{section.name}.{name}` | section | | {_cell(text)} |")
+                for sub, stname, sdefault, stext in field_docs(sub_hints[name]):
+                    out.append(f"| `{section.name}.{name}.{sub}` | `{_cell(stname)}` | `{_cell(_default(sdefault))}` "
+                               f"| {_cell(stext)} |")
+                continue
             out.append(f"| `{section.name}.{name}` | `{_cell(tname)}` | `{_cell(_default(default))}` | {_cell(text)} |")
         out.append("")
     out.append("## Example\n\n```yaml\n" + EXAMPLE + "```\n")

@@ -168,9 +168,16 @@ def ratios(dep: dict, dwdp: dict) -> dict:
 
 
 def compute_metrics(by_mode: dict[str, list[RankResult]], num_layers: int, num_gpus: int | None = None,
-                    num_moe_layers: int | None = None) -> dict:
-    """{"<mode>": mode_metrics, ..., "ratio": ratios(dep, dwdp) or {} when either mode is missing}."""
+                    num_moe_layers: int | None = None, *, num_experts: int | None = None, target_LE=None) -> dict:
+    """{"<mode>": mode_metrics, ..., "ratio": ratios(dep, dwdp) or {} when either mode is missing}.
+
+    num_experts: also each mode's "expert_load" (bench/expert_load.py; target_LE: the routing_skew popularity the
+    workload asked for, per MoE layer)."""
     out: dict = {mode: mode_metrics(res, num_layers, num_gpus, num_moe_layers) for mode, res in by_mode.items()}
+    if num_experts is not None:
+        from .expert_load import mode_expert_load
+        for mode, res in by_mode.items():
+            out[mode]["expert_load"] = mode_expert_load(res, mode, num_experts, num_moe_layers or num_layers, target_LE)
     out["ratio"] = ratios(out["dep"], out["dwdp"]) if "dep" in out and "dwdp" in out else {}
     return out
 

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from ..config import BenchConfig
 from ..engine.records import PHASES
+from .expert_load import expert_load_rows
 
 MiB = 1 << 20
 MODE_TITLES = {"dep": "DEP", "dwdp": "DWDP", "reference": "reference"}
@@ -108,6 +109,7 @@ def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
     per = {"attention": "per attention layer", "other": "per layer (all layers)"}
     rows += [(f"{p.replace('_', ' ')} us {per.get(p, 'per MoE layer')}", f"layer_us.{p}", 1, None)
              for p in (*PHASES, "exposed_copy", "hidden_copy")]
+    rows += [(label, path, digits, None) for label, path, digits in expert_load_rows()]  # bench/expert_load.py
     rows += [("iteration ms (wall, per iteration)", "iteration_ms.wall", 1, None)]
     rows += [(f"peak memory {label} MiB/rank", f"memory_max_bytes.{k}", 1, None)
              for k, label in (("weights", "weights"), ("prefetch_slots", "prefetch slots"),

@@ -165,6 +165,10 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                                                              expert_fn=expert_fn)
     model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
     model.record_routing()  # per-expert routed pairs of each iteration, for `dwdp bench --floor`
+    skew = cfg.workload.routing_skew
+    if not skew.off:  # every rank and mode builds the same table from the same spec: the same routing in DEP and DWDP
+        from ..routing_skew import popularity_table
+        model.set_routing_skew(popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k), seed=skew.seed)
     model.warm_up_attention(cfg.workload.max_num_tokens)  # per-shape attention plans, before any timing
     timer = PhaseTimer(device)
     if hasattr(backend, "set_timer"):
