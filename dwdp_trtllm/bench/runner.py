@@ -22,7 +22,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import BenchConfig
 from ..engine.records import RankResult, Request
-from ..routing_skew import popularity_table
 from .metrics import compute_metrics, consistency
 from .preflight import preflight
 from ..schema import MAX_SWEEP_POINTS, ConfigError
@@ -62,25 +61,37 @@ _write_atomic = write_atomic
 @contextlib.contextmanager
 def out_lock(out: Path):
     """Hold an exclusive lock on out/.dwdp.lock for the run: a second `dwdp bench` into the same folder is refused
-    (it would compute every point again and race this one's writes)."""
+    (it would compute every point again and race this one's writes). The file is removed when the run ends, so a
+    clean exit leaves no lock behind; a killed run's file holds no lock (flock ends with the process)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(str(out), "--out", "is a file; expected a directory (or a path to create)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if (out / "points").exists() and not (out / "points").is_dir():
-            raise ConfigError(str(out / "points"), "--out", "is a file; the run keeps its finished points in this directory")
-        (out / "points").mkdir(exist_ok=True)
-        f = open(out / ".dwdp.lock", "a+")
-    except OSError as e:
-        raise ConfigError(str(out), "--out", f"cannot create or write the output directory ({e.strerror})") from None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
+    lock = out / ".dwdp.lock"
+    for _ in range(3):  # a lock file removed by a run ending between our open and our flock: open it again
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            if (out / "points").exists() and not (out / "points").is_dir():
+                raise ConfigError(str(out / "points"), "--out", "is a file; the run keeps its finished points in this directory")
+            (out / "points").mkdir(exist_ok=True)
+            f = open(lock, "a+")
+        except OSError as e:
+            raise ConfigError(str(out), "--out", f"cannot create or write the output directory ({e.strerror})") from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise ConfigError(str(out), "--out", f"another `dwdp bench` ({holder}) is writing here; wait for it to finish "
+                                                 "or choose another --out") from None
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
         f.close()
-        raise ConfigError(str(out), "--out", f"another `dwdp bench` ({holder}) is writing here; wait for it to finish "
-                                             "or choose another --out") from None
+    else:
+        raise ConfigError(str(out), "--out", "another `dwdp bench` keeps replacing .dwdp.lock here; choose another --out")
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()}")
@@ -88,6 +99,7 @@ def out_lock(out: Path):
     try:
         yield
     finally:
+        lock.unlink(missing_ok=True)  # still holding the lock: nobody else can have taken it
         f.close()
 
 
@@ -131,10 +143,7 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
             progress.update(task, completed=sum(sum(1 for q in r.requests if q.request_id in r.first_token_s)
                                                 for r in results))
     spec = cfg.model.spec()
-    skew = cfg.workload.routing_skew
-    target = None if skew.off else popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k)
-    metrics = compute_metrics(by_mode, spec.num_layers, num_gpus(cfg), spec.num_moe_layers,
-                              num_experts=spec.num_experts, target_LE=target)
+    metrics = compute_metrics(by_mode, spec.num_layers, num_gpus(cfg), spec.num_moe_layers)
     expected = sum(q.isl for rq in queues for q in rq)
     run = {"config": point.config_dict, "point": point.values, "point_hash": point.key,
            "env": env_info(cfg.run.device, _device_name(by_mode)), "metrics": metrics,
@@ -150,8 +159,9 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
 def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
               ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
               plots: bool = True, console: Console | None = None, floor: bool = False,
-              max_points: int = MAX_SWEEP_POINTS) -> dict:
-    """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}.
+              max_points: int = MAX_SWEEP_POINTS, force: bool = False) -> dict:
+    """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}. force: run every
+    point again, finished ones included (their files are replaced when each finishes).
 
     Raises ConfigError for bad config files/overrides before anything runs.
     """
@@ -161,19 +171,20 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
         check_device_present(points, config_path, overrides, device)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
     # before any rank starts (exit 2): warm-up vs iterations, and what the unfinished points take vs what is free
-    todo = [p for p in points if not (out / "points" / f"{p.key}.json").is_file()]
+    todo = [p for p in points if force or not (out / "points" / f"{p.key}.json").is_file()]
     preflight(todo, file=str(config_path), resources=run_mode is None)
     with out_lock(out):
-        return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor)
+        return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor, force)
 
 
-def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, console, floor) -> dict:
+def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, console, floor, force=False) -> dict:
     points_dir = out / "points"
-    finished = {p.key: run for p in points if (run := _load_point(points_dir / f"{p.key}.json", console)) is not None}
+    finished = {} if force else {p.key: run for p in points
+                                 if (run := _load_point(points_dir / f"{p.key}.json", console)) is not None}
     console.print(f"dwdp bench: {len(points)} point(s)" + (f" sweeping {', '.join(swept)}" if swept else "")
                   + f"; results in {out}")
     if finished:
-        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir}")
+        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir} (--force runs them again)")
         for p in points:
             if p.key in finished:
                 print_point(console, finished[p.key])
@@ -209,13 +220,14 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
 
 
 def follow_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
-                 ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode) -> None:
-    """Ranks other than 0 under torchrun/mpirun: run the same unfinished points and modes as rank 0
-    (collectively, in the same order) and write nothing."""
+                 ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode,
+                 force: bool = False) -> None:
+    """Ranks other than 0 under torchrun/mpirun: run the same unfinished points (every point with force) and modes
+    as rank 0 (collectively, in the same order) and write nothing."""
     _, points = load_sweep(config_path, overrides, device=device, ranks=ranks)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
     for p in points:
-        if _load_point(out / "points" / f"{p.key}.json") is not None:
+        if not force and _load_point(out / "points" / f"{p.key}.json") is not None:
             continue  # rank 0 skips it too (it reads the same file before any point runs)
         queues = generate_requests(p.config.workload, p.config.run.ranks)
         for mode in p.config.run.modes:

@@ -10,7 +10,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "bench", help="benchmark DWDP against DEP on the embedded engine (config-driven, sweeps, resumable)",
         description="Run every point of a bench config (list-valued keys are swept as a cross product) for each "
                     "mode in run.modes, print DEP | DWDP | DWDP/DEP tables and write results.json, results.csv and "
-                    "plots. Finished points (out/points/<hash>.json) are not rerun.")
+                    "plots. Finished points (out/points/<hash>.json) are not rerun unless --force.")
     p.add_argument("config", type=Path, help="bench YAML (see configs/bench/ and docs/CONFIG.md)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="override run.device")
     p.add_argument("--ranks", type=int, default=None, help="override run.ranks (processes launched)")
@@ -24,8 +24,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--floor", action="store_true",
                    help="also time the stock-kernel floor of every measured iteration (projection GEMMs, attention "
                         "core, grouped expert GEMMs of the routing produced, shared expert, router, dense MLP) and "
-                        "report engine efficiency = floor / measured per phase (docs/BENCHMARKS.md)")
+                        "report engine efficiency = floor / measured per phase (docs/BENCHMARKS.md); cuda only: on "
+                        "a CPU the ranks share the cores the floor is timed on, so the ratio means nothing")
+    p.add_argument("--force", action="store_true",
+                   help="run every point again, also those already finished in --out (default: finished points are "
+                        "read back, not rerun)")
     return p
+
+
+def _check_floor_device(args) -> None:
+    """--floor times stock kernels against the engine on the same device; on a CPU the ranks and the floor share
+    the same few cores (a floor 3-40x slower than the engine it bounds was seen): refused, exit 2."""
+    from ..bench.sweep import load_sweep
+    from ..schema import ConfigError
+
+    _, points = load_sweep(args.config, args.overrides, device=args.device, ranks=args.ranks,
+                           max_points=_max_points(args))
+    cpu = sorted({p.config.run.device for p in points} - {"cuda"})
+    if cpu:
+        raise ConfigError(None, "--floor", f"needs run.device: cuda, got {', '.join(cpu)} (on a CPU the floor is timed "
+                                           "on the cores the ranks share: the ratio would mean nothing)")
 
 
 def _max_points(args) -> int:
@@ -42,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from .. import env
     from ..bench.runner import follow_bench, run_bench
 
+    if args.floor:
+        _check_floor_device(args)
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
-                           plots=not args.no_plots, floor=args.floor, max_points=_max_points(args))
+                           plots=not args.no_plots, floor=args.floor, max_points=_max_points(args), force=args.force)
         return 0 if result["consistent"] else 1
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process
@@ -55,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
     ranks = args.ranks if args.ranks is not None else launched["world_size"]
     if launched["rank"] != 0:
         follow_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                     run_mode=run_in_process)
+                     run_mode=run_in_process, force=args.force)
         code = 0
     else:
         result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                           plots=not args.no_plots, floor=args.floor,
+                           plots=not args.no_plots, floor=args.floor, force=args.force,
                            run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
         code = 0 if result["consistent"] else 1
     # On success only (an error propagates and the launcher ends the others): a gloo group still alive at

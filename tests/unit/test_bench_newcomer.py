@@ -1,0 +1,77 @@
+"""What a newcomer meets in `dwdp bench` (issue 23): --force, no stale lock, --floor refused on a CPU,
+CPU runs labelled as functional demos, one ratio direction, tables that fit 80 columns."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from dwdp_trtllm import cli
+from dwdp_trtllm.bench import runner
+from dwdp_trtllm.bench.synthetic import synthetic_run_mode
+
+CFG = {
+    "model": {"preset": "tiny", "dtype": "float32"},
+    "dwdp": {"dwdp_size": 2, "weight_dtype": "float32"},
+    "workload": {"isl": 200, "imbalance_cv": 0.2, "requests_per_rank": 6, "max_num_tokens": 256},
+    "run": {"device": "cpu", "ranks": 2, "modes": ["dep", "dwdp"]},
+}
+
+
+@pytest.fixture
+def cfg_file(tmp_path):
+    p = tmp_path / "bench.yaml"
+    p.write_text(yaml.safe_dump(CFG))
+    return p
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    """The synthetic engine (bench/synthetic.py) in place of engine.launcher.run_mode, counting calls."""
+    calls = []
+
+    def fake(cfg, mode, queues, *, progress=None):
+        calls.append(mode)
+        return synthetic_run_mode(cfg, mode, queues, progress=progress)
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: fake)
+    return calls
+
+
+def test_force_runs_finished_points_again_and_no_lock_is_left(cfg_file, tmp_path, engine, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots"]) == 0
+    assert engine == ["dep", "dwdp"]
+    assert not (out / ".dwdp.lock").exists()  # a clean exit leaves no lock file
+    engine.clear()
+    assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots"]) == 0
+    assert engine == [] and "--force runs them again" in capsys.readouterr().out
+    assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots", "--force"]) == 0
+    assert engine == ["dep", "dwdp"]
+    assert not (out / ".dwdp.lock").exists()
+
+
+def test_a_failed_run_leaves_no_lock_and_a_held_lock_still_refuses(cfg_file, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+
+    def boom(cfg, mode, queues, *, progress=None):
+        raise RuntimeError("rank died")
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: boom)
+    with pytest.raises(RuntimeError):
+        runner.run_bench(cfg_file, out_dir=out, plots=False)
+    assert not (out / ".dwdp.lock").exists()
+    with runner.out_lock(out):
+        assert (out / ".dwdp.lock").read_text() .startswith("pid ")
+        with pytest.raises(Exception, match="another `dwdp bench`"):
+            with runner.out_lock(out):
+                pass
+    assert not (out / ".dwdp.lock").exists()
+
+
+def test_floor_on_a_cpu_is_refused_in_one_line(cfg_file, tmp_path, engine, capsys):
+    code = cli.main(["bench", str(cfg_file), "--out", str(tmp_path / "o"), "--floor"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1 and "--floor" in err[0] and "cuda" in err[0], err
+    assert engine == []  # refused before any rank started
