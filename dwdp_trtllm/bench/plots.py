@@ -3,9 +3,10 @@
 - ratio_<key>.png for each swept key: TPS/GPU DWDP/DEP and TTFT p50 speedup DEP/DWDP against the key's
   values, one line per combination of the other swept keys (their mean when there are more than
   MAX_LINES combinations); ratio.png with one bar pair when nothing is swept.
-- timeline_<point hash>.png: one steady-state window per mode (report.run["timeline"]), rows = ranks,
-  compute phases coloured on the main lane, copy spans on a thin lane under each rank so the overlap
-  of DWDP's pulls with compute is visible; DEP's sync_wait and all_to_all stand out in their colours.
+- timeline_<point hash>.png: one steady-state window per mode (report.run["timeline"]) on one shared time axis,
+  rows = ranks, compute phases coloured on the main lane, copy spans on a lane under each rank so the overlap
+  of DWDP's pulls with compute is visible; DEP's sync_wait and all_to_all stand out in their colours; a title
+  with model / ranks / ISL / device (and, on CPU, that it is a functional demo), each panel's total waits.
 Every PNG is written to a temporary beside it and renamed (save_figure): a full disk leaves the previous plot.
 """
 from __future__ import annotations
@@ -47,6 +48,8 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
     runs = [r for r in runs if r["metrics"].get("ratio")]
     if not runs:
         return []
+    from .report import CPU_NOTE, run_device
+    note = CPU_NOTE if any(run_device(r) == "cpu" for r in runs) else None
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     if not swept:
@@ -58,6 +61,8 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
         ax.set_ylabel("ratio (> 1: DWDP better)")
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:.3f}", ha="center", va="bottom")
+        if note:
+            ax.set_title(note.replace("; ", ";\n"), fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / "ratio.png")
         save_figure(fig, paths[-1])
@@ -88,37 +93,71 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
             ax.set_title(title)
             if any(label for label, _ in lines):
                 ax.legend(fontsize=7)
+        if note:
+            fig.suptitle(note, fontsize=8)
         fig.tight_layout()
         paths.append(out_dir / f"ratio_{_safe(key)}.png")
         save_figure(fig, paths[-1])
     return paths
 
 
+#: legend text of each timeline colour: what the span is, in whose mode
+TIMELINE_LABELS = {"attention": "attention", "expert_gemm": "expert GEMMs", "other": "other compute",
+                   "all_to_all": "DEP all-to-all", "sync_wait": "DEP wait for the slowest rank",
+                   "prefetch_wait": "DWDP wait for its copy", "copy": "DWDP copy from peers (lower lane)"}
+
+
+def timeline_title(run: dict) -> str:
+    """model / ranks / ISL / device of a run, and what a CPU run's picture is."""
+    cfg = run.get("config", {})
+    model = cfg.get("model", {}) or {}
+    name = model.get("preset") or (Path(model["checkpoint"]).name if model.get("checkpoint") else "tiny")
+    if model.get("num_layers"):
+        name += f" ({model['num_layers']} layers)"
+    ranks = (cfg.get("run", {}) or {}).get("ranks", "?")
+    isl = (cfg.get("workload", {}) or {}).get("isl", "?")
+    env = run.get("env", {})
+    device = env.get("device_name") or env.get("device") or "?"
+    from .report import CPU_NOTE, run_device
+    title = f"{name}, {ranks} ranks, ISL {isl}, {device}"
+    return f"{title}\n{CPU_NOTE}" if run_device(run) == "cpu" else title
+
+
 def plot_timeline(run: dict, path: Path) -> Path | None:
-    """Gantt of one steady-state window per mode of one run; None when the run has no timeline."""
+    """Gantt of one steady-state window per mode of one run, every panel on the same time axis (the longest
+    window), titled with model / ranks / ISL / device; None when the run has no timeline."""
     tl = {m: t for m, t in run.get("timeline", {}).items() if t}
     if not tl:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(12, 1.2 + 0.7 * max(len(t["ranks"]) for t in tl.values()) * len(tl)))
-    axes = fig.subplots(len(tl), 1, squeeze=False)
+    fig = Figure(figsize=(12, 2.0 + 0.75 * max(len(t["ranks"]) for t in tl.values()) * len(tl)))
+    axes = fig.subplots(len(tl), 1, squeeze=False, sharex=True)
+    span_ms = max(t["duration_s"] for t in tl.values()) * 1e3
     for ax, (mode, t) in zip(axes[:, 0], tl.items()):
         ranks = sorted(t["ranks"], key=int)
+        waited = {p: 0.0 for p in ("sync_wait", "prefetch_wait", "copy")}
         for row, rk in enumerate(ranks):
             y = len(ranks) - 1 - row
             for phase, _layer, s, e in t["ranks"][rk]:
-                if phase == "copy":  # thin lane under the compute lane
-                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.42, 0.16), color=COLORS["copy"])
+                if phase in waited:
+                    waited[phase] += (e - s) * 1e3
+                if phase == "copy":  # its own lane under the compute lane
+                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.45, 0.2), color=COLORS["copy"],
+                                   edgecolor="#7a6a20", linewidth=0.4)
                 else:
-                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.22, 0.6), color=COLORS.get(phase, "k"))
+                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.2, 0.6), color=COLORS.get(phase, "k"))
             for s, e in t.get("iterations", {}).get(rk, []):
                 ax.axvline(s * 1e3, ymin=0, ymax=1, color="k", lw=0.3, alpha=0.3)
         ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in reversed(ranks)])
         ax.set_ylim(-0.6, len(ranks) - 0.4)
-        ax.set_xlim(0, t["duration_s"] * 1e3)
-        ax.set_xlabel("ms within the window of iteration %d" % t["iteration"])
-        ax.set_title(f"{mode.upper()}: one steady-state iteration (copy lane under each rank)", loc="left", fontsize=10)
-    fig.legend(handles=[Patch(color=c, label=p) for p, c in COLORS.items()], loc="upper right", ncol=len(COLORS),
-               fontsize=7)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+        ax.set_xlim(0, span_ms)
+        said = ", ".join(f"{TIMELINE_LABELS[p].split(' (')[0]} {v:.2f} ms" for p, v in waited.items() if v > 0)
+        said = said.replace("DWDP copy from peers", "DWDP copies")
+        ax.set_title(f"{mode.upper()}: window of iteration {t['iteration']}, {t['duration_s'] * 1e3:.2f} ms"
+                     + (f" (all ranks: {said})" if said else ""), loc="left", fontsize=9)
+    axes[-1, 0].set_xlabel("ms from the start of the window (same axis for every panel)")
+    fig.suptitle(timeline_title(run), fontsize=10)
+    fig.legend(handles=[Patch(color=c, label=TIMELINE_LABELS[p]) for p, c in COLORS.items()], loc="lower center",
+               ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.93))
     return save_figure(fig, path)

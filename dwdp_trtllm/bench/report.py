@@ -28,7 +28,7 @@ from rich.table import Table
 
 from ..config import BenchConfig
 from ..engine.records import PHASES
-from .expert_load import expert_load_rows
+from .expert_load import expert_load_rows, expert_load_table
 
 MiB = 1 << 20
 MODE_TITLES = {"dep": "DEP", "dwdp": "DWDP", "reference": "reference"}
@@ -93,12 +93,24 @@ def _fmt(v: float | None, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
 
 
-def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
-    """(label, metric path, digits, ratio key) in table order."""
+#: what a CPU run is, said wherever its numbers are shown (table title, results.json, plots)
+CPU_NOTE = "functional demo on CPU: the ranks are processes sharing this machine's cores; ratios are not GPU predictions"
+#: the ratio column's header: every row reads the same way
+RATIO_HEADER = "DWDP gain, >1 better"
+
+
+def run_device(run: dict) -> str:
+    """cpu or cuda: where a report run's ranks ran."""
+    return (run.get("config", {}).get("run", {}) or {}).get("device") or run.get("env", {}).get("device", "cuda")
+
+
+def _rows(metrics: dict, cpu: bool = False) -> list[tuple[str, str, int, str | None]]:
+    """(label, metric path, digits, ratio key) in table order; cpu: per-device rows named for what they are."""
+    per = "per rank (CPU process)" if cpu else "per GPU"
     rows: list[tuple[str, str, int, str | None]] = [
-        ("context tokens/s per GPU", "tps_per_gpu", 1, "tps_per_gpu"),
+        (f"context tokens/s {per}", "tps_per_gpu", 1, "tps_per_gpu"),
         ("  while busy (per-rank mean)", "tps_per_gpu_busy", 1, "tps_per_gpu_busy"),
-        ("  per physical device", "tps_per_device", 1, None),
+        *([] if cpu else [("  per physical device", "tps_per_device", 1, None)]),
         ("iterations/s per rank", "iterations_per_s", 2, "iterations_per_s"),
         ("TTFT p50 ms *", "ttft_p50_ms", 2, "ttft_speedup_p50"),
         ("TTFT p90 ms *", "ttft_p90_ms", 2, "ttft_speedup_p90"),
@@ -113,7 +125,8 @@ def _rows(metrics: dict) -> list[tuple[str, str, int, str | None]]:
     rows += [("iteration ms (wall, per iteration)", "iteration_ms.wall", 1, None)]
     rows += [(f"peak memory {label} MiB/rank", f"memory_max_bytes.{k}", 1, None)
              for k, label in (("weights", "weights"), ("prefetch_slots", "prefetch slots"),
-                              ("activations", "activations"), ("peak_total", "total"))]
+                              ("activations", "activations (CPU: process footprint)" if cpu else "activations"),
+                              ("peak_total", "total"))]
     return rows
 
 
@@ -126,16 +139,23 @@ def _get(d: dict, path: str):
 def point_table(run: dict, title: str | None = None) -> Table:
     """metric | DEP | DWDP | (reference) | DWDP/DEP for one run."""
     m = run["metrics"]
+    cpu = run_device(run) == "cpu"
     modes = [x for x in ("dep", "dwdp", "reference") if x in m]
     point = ", ".join(f"{k}={v}" for k, v in run.get("point", {}).items()) or "single point"
-    table = Table(title=title or point, title_justify="left",
-                  caption="* the ratio of TTFT rows is the DEP/DWDP speedup; other ratios are DWDP/DEP",
+    title = title or point
+    if cpu:
+        title = f"{title}\n{CPU_NOTE}"
+    table = Table(title=title, title_justify="left",
+                  caption="gain > 1 means DWDP is better in every row: rates DWDP/DEP, * times (TTFT) DEP/DWDP"
+                          + ("; measured iterations differ because DEP ranks run in lock-step (a rank that ran out "
+                             "of work runs empty iterations) while DWDP ranks free-run" if "dep" in m else ""),
                   caption_justify="left")
-    table.add_column("metric")
+    # names wrap instead of being cut ("lowes..."): piped output is 80 columns wide
+    table.add_column("metric", overflow="fold", ratio=5)
     for mode in modes:
-        table.add_column(MODE_TITLES[mode], justify="right")
-    table.add_column("DWDP/DEP", justify="right")
-    for label, path, digits, rkey in _rows(m):
+        table.add_column(MODE_TITLES[mode], justify="right", overflow="fold", ratio=3)
+    table.add_column(RATIO_HEADER, justify="right", overflow="fold", ratio=3)
+    for label, path, digits, rkey in _rows(m, cpu):
         cells = []
         for mode in modes:
             v = _get(m[mode], path)
@@ -186,6 +206,9 @@ def print_point(console: Console, run: dict) -> None:
     ft = floor_table(run)
     if ft is not None:
         console.print(ft)
+    et = expert_load_table(run)  # bench/expert_load.py: only when the workload has a routing skew
+    if et is not None:
+        console.print(et)
     first = next(iter(v for k, v in run["metrics"].items() if k != "ratio"), {})
     if first.get("ranks_share_gpu"):
         console.print(f"[yellow]note:[/] {first['ranks']} ranks share {first['num_gpus']} GPU(s) "
@@ -221,7 +244,8 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 def write_results(out_dir: Path, runs: list[dict]) -> tuple[Path, Path]:
     """results.json (every run, without timelines) and results.csv (one row per run and mode)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    slim = [{k: v for k, v in run.items() if k != "timeline"} for run in runs]
+    slim = [{**({"note": CPU_NOTE} if run_device(run) == "cpu" else {}),
+             **{k: v for k, v in run.items() if k != "timeline"}} for run in runs]
     json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
     write_atomic(json_path, json.dumps(json_ready({"runs": slim}), indent=1, allow_nan=False))
     rows = []

@@ -75,3 +75,30 @@ def test_floor_on_a_cpu_is_refused_in_one_line(cfg_file, tmp_path, engine, capsy
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert code == 2 and len(err) == 1 and "--floor" in err[0] and "cuda" in err[0], err
     assert engine == []  # refused before any rank started
+
+
+def test_cpu_runs_say_what_they_are_and_every_ratio_reads_one_way(cfg_file, tmp_path, engine):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    code = ("import sys; from dwdp_trtllm import cli; from dwdp_trtllm.bench import runner; "
+            "from dwdp_trtllm.bench.synthetic import synthetic_run_mode; "
+            "runner.engine_run_mode = lambda: (lambda c, m, q, progress=None: synthetic_run_mode(c, m, q, progress=progress)); "
+            f"sys.exit(cli.main(['bench', {str(cfg_file)!r}, '--out', {str(out)!r}]))")
+    env = {**__import__("os").environ, "COLUMNS": "80"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)  # piped
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    assert "…" not in res.stdout and "..." not in res.stdout  # names wrap, they are not cut
+    text = " ".join(" ".join(ln.replace("│", " ").split()) for ln in lines)
+    assert "functional demo on CPU" in text and "not GPU predictions" in text
+    assert "per GPU" not in text and "(CPU process)" in text
+    assert "DWDP gain, >1 better" in text and "gain > 1 means DWDP is better in every row" in text
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["note"].startswith("functional demo on CPU")
+    r = run["metrics"]["ratio"]
+    dep, dwdp = run["metrics"]["dep"], run["metrics"]["dwdp"]
+    assert r["tps_per_gpu"] == pytest.approx(dwdp["tps_per_gpu"] / dep["tps_per_gpu"])  # a rate: DWDP/DEP
+    assert r["ttft_speedup_p50"] == pytest.approx(dep["ttft_p50_ms"] / dwdp["ttft_p50_ms"])  # a time: DEP/DWDP

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from dwdp_trtllm import cli
 from dwdp_trtllm.bench.floor import Batch, FloorTimer, rank_batches
 from dwdp_trtllm.engine.records import IterationRecord, RankResult, Segment
 from dwdp_trtllm.models import get_model
