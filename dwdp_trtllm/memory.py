@@ -216,22 +216,26 @@ def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_t
     return out
 
 
-def _shared_parts(spec: ModelSpec, weight_dtype: str, max_num_tokens: int, engine_dense: bool) -> dict[str, int]:
+def _shared_parts(spec: ModelSpec, weight_dtype: str, max_num_tokens: int, engine_dense: bool,
+                  kv_tokens: int | None = None) -> dict[str, int]:
     check_format(weight_dtype)
     if max_num_tokens < 0:
         raise ValueError(f"max_num_tokens must be >= 0, got {max_num_tokens}")
     act = 4 if weight_dtype == "float32" else 2
+    kv = max_num_tokens if kv_tokens is None else kv_tokens
     return {"dense_weights": dense_weight_bytes(spec, weight_dtype, engine_dense=engine_dense),
             "activations": activation_bytes(spec, max_num_tokens, act_bytes=act),
-            "kv_cache_floor": 0 if engine_dense else kv_cache_floor_bytes(spec, max_num_tokens)}
+            "kv_cache_floor": 0 if engine_dense else kv_cache_floor_bytes(spec, kv)}
 
 
 def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens: int, group_size: int | None = None,
-                dwdp: DwdpConfig | None = None, gpu_bytes: int | None = None) -> RankMemory:
+                dwdp: DwdpConfig | None = None, gpu_bytes: int | None = None, kv_tokens: int | None = None) -> RankMemory:
     """THE price of one rank of a deployment (module docstring: the parts).
 
     DWDP: the worst rank of `dwdp` (default: a derived placement of `group_size` ranks, prefetch depth 1).
-    DEP: expert parallelism over `group_size` ranks (default dwdp.dwdp_size)."""
+    DEP: expert parallelism over `group_size` ranks (default dwdp.dwdp_size); with attention DP this is also a
+    generation server of `group_size` GPUs. kv_tokens: tokens of the KV-cache floor (default max_num_tokens; a
+    generation server needs the context length, not its own max_num_tokens)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: expected one of {MODES}")
     if group_size is None and dwdp is None:
@@ -247,7 +251,7 @@ def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens
     return RankMemory("dep", g, 0, weight_dtype, max_num_tokens, held, 0, 0,
                       routed_experts=held * spec.num_moe_layers * spec.expert_bytes(weight_dtype), prefetch_slots=0,
                       all_to_all=all_to_all_bytes(spec, max_num_tokens) if g > 1 else 0, gpu_bytes=gpu_bytes,
-                      **_shared_parts(spec, weight_dtype, max_num_tokens, False))
+                      **_shared_parts(spec, weight_dtype, max_num_tokens, False, kv_tokens))
 
 
 def smallest_fitting(spec: ModelSpec, mode: str, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,

@@ -1,5 +1,13 @@
 """`dwdp gen-config`: ready-to-run TensorRT-LLM YAML for DWDP (aggregated, disaggregated, trtllm-bench).
 
+Every server is sized before anything is written: each context server is one DWDP rank, each generation
+server runs attention DP + expert parallelism over --gen-tp GPUs (default: the smallest power of two whose
+rank fits); both are priced by memory.rank_memory (GB = 1e9 bytes) and a server that does not fit is refused
+naming the numbers. The first output line says how many GPUs on how many nodes (--gpus-per-node); a
+deployment over several nodes also gets an mpirun hostfile and a slurm script (launch.slurm, in the shape of
+TensorRT-LLM's examples/disaggregated/slurm). A refused run writes nothing: all files are built first and
+land in --out only once every check passed (written into a temporary directory, then renamed).
+
 Writes into --out: the TensorRT-LLM YAML(s), for --engine dwdp_trtllm a dwdp.yaml with our settings
 (DWDP_TRTLLM_CONFIG points at it) plus launch.env, and commands.sh with the launch lines.
 Keys and their TensorRT-LLM sources: dwdp_trtllm/integration/gen_config.py KEY_SOURCES, docs/TRTLLM.md.
@@ -8,16 +16,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
+import json
 import re
-import shlex
 from pathlib import Path
 
-import yaml
-
+from .. import memory as mem
 from ..config import DwdpConfig
 from ..models import PRESETS
+from ..node_layout import layout
 from ..schema import ConfigError
+from . import gen_config_files as files
+from .deploy_args import add_gpu_args, gpu_budget_bytes
+
+#: TensorRT-LLM's max_num_tokens when a server's YAML gives none (llm_args.py BaseLlmArgs.max_num_tokens)
+TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -26,11 +38,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("aggregated", "disaggregated", "bench"), default="disaggregated")
     p.add_argument("--model", required=True, help="checkpoint path or HF name (written as `model:`)")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--num-experts", type=int, help="routed experts per MoE layer")
-    g.add_argument("--preset", choices=sorted(PRESETS), help="take num_experts from a dwdp_trtllm.models preset")
+    g.add_argument("--num-experts", type=int, help="routed experts per MoE layer (no model dims: give --gen-tp)")
+    g.add_argument("--preset", choices=sorted(PRESETS), help="the model's dims from a dwdp_trtllm.models preset "
+                                                              "(sizes every server's memory)")
     p.add_argument("--engine", choices=("upstream", "dwdp_trtllm"), default=None,
                    help="default: upstream for --weight-dtype nvfp4, dwdp_trtllm otherwise")
-    p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default="fp8")
+    p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=mem.DEFAULT_WEIGHT_DTYPE)
     p.add_argument("--dwdp-size", type=int, default=4)
     p.add_argument("--num-groups", type=int, default=1)
     p.add_argument("--num-experts-per-worker", type=int, default=0, help="0 = derived placement")
@@ -38,32 +51,29 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-contention-opt", action="store_true", help="unsliced peer copies")
     p.add_argument("--ctx-servers", type=int, default=None, help="default num_groups*dwdp_size")
     p.add_argument("--gen-servers", type=int, default=1)
-    p.add_argument("--gen-tp", type=int, default=1)
-    p.add_argument("--max-num-tokens", type=int, default=16384)
-    p.add_argument("--gpu", default="h200", help="GPU of the context servers, for the memory fit (dwdp_trtllm.perf GPUS)")
-    p.add_argument("--gpu-memory-gb", type=float, default=None, help="usable memory per GPU (default: the datasheet's)")
-    p.add_argument("--hostname", default="localhost")
+    p.add_argument("--gen-tp", type=int, default=None,
+                   help="GPUs per generation server (attention DP + expert parallel); default: the smallest power "
+                        "of two up to 64 whose rank fits")
+    p.add_argument("--max-num-tokens", type=int, default=mem.DEFAULT_MAX_NUM_TOKENS,
+                   help="context servers' max_num_tokens (also the KV-cache floor of every server)")
+    p.add_argument("--gen-max-num-tokens", type=int, default=None,
+                   help=f"generation servers' max_num_tokens (default: not written, TensorRT-LLM's {TRTLLM_DEFAULT_MAX_NUM_TOKENS})")
+    add_gpu_args(p)
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of one node (default 8)")
+    p.add_argument("--hosts", default=None, help="comma-separated host of each node, in order (default: localhost on "
+                                                 "one node, NODE<i>_HOST placeholders on several)")
+    p.add_argument("--hostname", default="localhost", help="proxy host on one node")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--json", action="store_true", help="print the deployment (servers, nodes, memory in GB) as JSON")
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    p.set_defaults(gen_config_parser=p)
     return p
-
-
-def _write(path: Path, text: str) -> Path:
-    from ..bench.report import write_atomic  # a temporary renamed over the file: never half a file
-
-    write_atomic(path, text)
-    return path
-
-
-def _dump(path: Path, doc: dict, header: str) -> Path:
-    return _write(path, f"# {header}\n# generated by `dwdp gen-config`; keys and sources: docs/TRTLLM.md\n"
-                  + yaml.safe_dump(doc, sort_keys=False))
 
 
 #: upper bounds of the integer arguments (beyond them no deployment exists)
 BOUNDS = {"--num-experts": 4096, "--dwdp-size": 1024, "--num-groups": 1024, "--num-experts-per-worker": 4096,
           "--num-prefetch-experts": 4096, "--ctx-servers": 4096, "--gen-servers": 4096, "--gen-tp": 1024,
-          "--max-num-tokens": 1 << 20, "--port": 65535}
+          "--max-num-tokens": 1 << 20, "--gen-max-num-tokens": 1 << 20, "--gpus-per-node": 1024, "--port": 65535}
 _HOSTNAME = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 
 
@@ -74,11 +84,10 @@ def check_args(args, num_experts: int) -> None:
         lo = 0 if arg in ("--num-experts-per-worker", "--num-prefetch-experts") else 1
         if v is not None and not lo <= v <= hi:
             raise ConfigError(None, arg, f"expected an integer in [{lo}, {hi:,}], got {v}")
-    if args.gpu_memory_gb is not None and not (math.isfinite(args.gpu_memory_gb) and 0 < args.gpu_memory_gb < 1e5):
-        raise ConfigError(None, "--gpu-memory-gb", f"expected a finite number of GB in (0, 1e5), got {args.gpu_memory_gb}")
-    if not _HOSTNAME.fullmatch(args.hostname):
-        raise ConfigError(None, "--hostname", f"expected a host name or address (letters, digits, . - : [ ]), "
-                                              f"got {args.hostname!r}")
+    for arg, names in (("--hostname", [args.hostname]), ("--hosts", (args.hosts or "x").split(","))):
+        for h in names:
+            if not _HOSTNAME.fullmatch(h):
+                raise ConfigError(None, arg, f"expected host names or addresses (letters, digits, . - : [ ]), got {h!r}")
     if not args.model.strip():
         raise ConfigError(None, "--model", "expected a checkpoint path or HF name, got an empty string")
     out = args.out
@@ -89,26 +98,67 @@ def check_args(args, num_experts: int) -> None:
             break
 
 
-def memory_fit(args, dwdp: DwdpConfig) -> str:
-    """The fit line to print; raises ConfigError (--dwdp-size) when a context rank does not fit the GPU."""
-    from ..memory import MAX_DWDP_SIZE, fit_deployment
-    from ..perf import get_gpu
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """Every server's memory (None: no model dims) and the generation parallelism chosen."""
+
+    gpu: str
+    gpu_bytes: int
+    context: mem.DeploymentFit | None
+    gen_tp: int
+    generation: mem.RankMemory | None
+
+    def lines(self) -> list[str]:
+        if self.context is None:
+            return ["memory: not checked (--num-experts gives no model dims; pass --preset)"]
+        out = [f"context server (one DWDP rank): {self.context.dwdp.describe()}",
+               f"  (DEP{self.context.dep.group_size} instead: {self.context.dep.describe()}; {self.context.smallest_line()})"]
+        if self.generation is not None:
+            out.append(f"generation server ({self.gen_tp} GPUs, attention DP + EP): {self.generation.describe()}")
+        return out
+
+    def to_dict(self) -> dict:
+        c = self.context
+        return {"unit": mem.UNIT, "gpu": self.gpu, "gpu_gb": self.gpu_bytes / mem.GB,
+                "context_dwdp": c and c.dwdp.to_dict(), "context_dep_alternative": c and c.dep.to_dict(),
+                "smallest_fitting": c and {"dwdp": c.smallest_fitting_dwdp_size, "dep": c.smallest_fitting_dep_size},
+                "generation": self.generation and self.generation.to_dict()}
+
+
+def size_servers(args, dwdp: DwdpConfig) -> Sizing:
+    """Price every server with memory.rank_memory; ConfigError naming the argument and the numbers if one does not fit."""
+    gpu_bytes = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
+    disagg = args.mode == "disaggregated"
     if args.preset is None:
-        return "memory fit: not checked (--num-experts gives no model dims; pass --preset)"
-    try:
-        gpu = get_gpu(args.gpu)
-    except ValueError as e:
-        raise ConfigError(None, "--gpu", str(e)) from None
-    gb = args.gpu_memory_gb if args.gpu_memory_gb is not None else gpu.memory_gb
-    if gb <= 0:
-        raise ConfigError(None, "--gpu-memory-gb", f"a number > 0, got {gb}")
-    wd = args.weight_dtype
-    fit = fit_deployment(PRESETS[args.preset], dwdp, int(gb * 1e9), weight_dtype=wd, max_num_tokens=args.max_num_tokens)
+        if disagg and args.gen_tp is None:
+            raise ConfigError(None, "--gen-tp", "without --preset there are no model dims to size a generation server: "
+                                                "give --gen-tp (GPUs per generation server) or --preset")
+        return Sizing(args.gpu, gpu_bytes, None, args.gen_tp or 1, None)
+    spec, wd, mnt = PRESETS[args.preset], args.weight_dtype, args.max_num_tokens
+    fit = mem.fit_deployment(spec, dwdp, gpu_bytes, weight_dtype=wd, max_num_tokens=mnt)
     if not fit.fits:
-        hint = (f"the smallest dwdp_size that fits is {fit.smallest_fitting_dwdp_size}"
-                if fit.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits: fewer max_num_tokens or a smaller dtype")
-        raise ConfigError(None, "--dwdp-size", f"a deployment that fits {args.gpu} ({gb:g} GB): {fit.describe()}; {hint}")
-    return f"memory fit ({args.gpu}, {args.preset}, {wd}, max_num_tokens {args.max_num_tokens}): {fit.describe()}: fits"
+        raise ConfigError(None, "--dwdp-size", f"a context server that fits {args.gpu} ({gpu_bytes / mem.GB:g} GB): "
+                                               f"{fit.dwdp.describe()}; {fit.smallest_line()}")
+    if not disagg:
+        return Sizing(args.gpu, gpu_bytes, fit, 0, None)
+    gen_mnt = args.gen_max_num_tokens or TRTLLM_DEFAULT_MAX_NUM_TOKENS
+
+    def gen(tp: int) -> mem.RankMemory:
+        return mem.rank_memory(spec, "dep", group_size=tp, weight_dtype=wd, max_num_tokens=gen_mnt, gpu_bytes=gpu_bytes,
+                               kv_tokens=mnt)
+    if args.gen_tp is not None:
+        g = gen(args.gen_tp)
+        if not g.fits:
+            smallest = next((t for t in (1, 2, 4, 8, 16, 32, 64) if gen(t).fits), None)
+            raise ConfigError(None, "--gen-tp", f"a generation server whose ranks fit {args.gpu} "
+                                                f"({gpu_bytes / mem.GB:g} GB): {g.describe()}; "
+                              + (f"--gen-tp {smallest} fits" if smallest else "no --gen-tp up to 64 fits"))
+        return Sizing(args.gpu, gpu_bytes, fit, args.gen_tp, g)
+    for tp in (1, 2, 4, 8, 16, 32, 64):
+        if gen(tp).fits:
+            return Sizing(args.gpu, gpu_bytes, fit, tp, gen(tp))
+    raise ConfigError(None, "--gen-tp", f"a generation server that fits {args.gpu}: {gen(64).describe()}, "
+                                        "and no smaller power of two fits either")
 
 
 def run(args) -> int:
@@ -131,46 +181,45 @@ def run(args) -> int:
         src = "--num-experts" if args.num_experts is not None else f"--preset {args.preset}"
         raise ConfigError(None, "--" + e.key.replace("_", "-"), e.expected.replace(
             "the model's", f"the model's ({src})")) from None
-    d = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine,
-                      ctx_servers=args.ctx_servers or dwdp.world_size, gen_servers=args.gen_servers, gen_tp=args.gen_tp,
-                      max_num_tokens=args.max_num_tokens, weight_dtype=args.weight_dtype, hostname=args.hostname, port=args.port)
-    fit_line = memory_fit(args, dwdp)  # after the argument checks, before anything is written
-    out = args.out.resolve()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(str(out), "--out", f"cannot create the output directory ({e.strerror or e})") from None
-    written, cmds = [], ["#!/bin/sh", "# launch lines generated by `dwdp gen-config`", "set -e", 'D="$(cd "$(dirname "$0")" && pwd)"']
-    env_prefix = ""
-    if engine == "dwdp_trtllm":
-        dwdp_doc = {"engine": "dwdp_trtllm", "dwdp_config": dataclasses.asdict(dwdp)}
-        dwdp_path = _dump(out / "dwdp.yaml", dwdp_doc, "dwdp_trtllm settings (DWDP_TRTLLM_CONFIG); not a TensorRT-LLM file")
-        _write(out / "launch.env", f"DWDP_TRTLLM_CONFIG={shlex.quote(str(dwdp_path))}\n")
-        written += [dwdp_path, out / "launch.env"]
-        cmds += ["dwdp serve --install-hook   # once per environment: the .pth that activates us in MPI workers",
-                 'export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"']
-        env_prefix = "-x DWDP_TRTLLM_CONFIG "
-    if args.mode == "aggregated":
-        path = _dump(out / "trtllm_serve.yaml", gc.aggregated(d), "trtllm-serve MODEL --config <this>")
-        written.append(path)
-        cmds.append(f"trtllm-serve {shlex.quote(args.model)} --tp_size {dwdp.world_size} --max_num_tokens {args.max_num_tokens} --config \"$D/{path.name}\"")
-    elif args.mode == "bench":
-        path = _dump(out / "trtllm_bench_extra.yaml", gc.bench_options(d), "trtllm-bench ... throughput --config <this>")
-        written.append(path)
-        cmds.append(f"trtllm-bench -m {shlex.quote(args.model)} throughput --backend pytorch --dataset ds.jsonl --tp {dwdp.world_size} "
-                    f"--max_num_tokens {args.max_num_tokens} --streaming --config \"$D/{path.name}\"")
+    # engine / dtype / mode combinations are refused before any sizing
+    early = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, weight_dtype=args.weight_dtype)
+    if args.mode != "disaggregated":
+        gc.aggregated(early)
+    sizing = size_servers(args, dwdp)
+    ctx_servers = args.ctx_servers or dwdp.world_size
+    if args.mode == "disaggregated":
+        servers = [("context", 1)] * ctx_servers + [("generation", sizing.gen_tp)] * args.gen_servers
     else:
-        proxy, worker = gc.disaggregated(d)
-        pp = _dump(out / "disagg_proxy.yaml", proxy, "trtllm-serve disaggregated -c <this>")
-        wp = _dump(out / "disagg_worker.yaml", worker, f"mpirun -n {gc.mpi_world(d)} trtllm-serve disaggregated_mpi_worker -c <this>")
-        written += [pp, wp]
-        cmds += [f"mpirun {env_prefix}-n {gc.mpi_world(d)} trtllm-serve disaggregated_mpi_worker -c \"$D/{wp.name}\" &",
-                 f"trtllm-serve disaggregated -c \"$D/{pp.name}\""]
-    _write(out / "commands.sh", "\n".join(cmds) + "\n")
-    written.append(out / "commands.sh")
+        servers = [("aggregated", dwdp.world_size)]
+    try:
+        nodes = layout(servers, args.gpus_per_node)
+    except ValueError as e:
+        raise ConfigError(None, "--gen-tp", f"{e} (--gpus-per-node {args.gpus_per_node})") from None
+    try:
+        hosts = nodes.hosts(tuple(args.hosts.split(",")) if args.hosts else None) if nodes.num_nodes > 1 else (args.hostname,)
+    except ValueError as e:
+        raise ConfigError(None, "--hosts", str(e)) from None
+    d = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, ctx_servers=ctx_servers,
+                      gen_servers=args.gen_servers, gen_tp=sizing.gen_tp or 1, max_num_tokens=args.max_num_tokens,
+                      gen_max_num_tokens=args.gen_max_num_tokens, weight_dtype=args.weight_dtype, hostname=hosts[0],
+                      port=args.port, server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None)
+    out = args.out.resolve()
+    docs, cmds = files.build(args, d, nodes, hosts, out)  # every document in memory: nothing written yet
+    written = files.write_all(out, docs)
+    head = (f"{nodes.summary()}: " + (f"{ctx_servers} context servers (DWDP{dwdp.dwdp_size} x {dwdp.num_groups} groups, "
+            f"1 GPU each) + {args.gen_servers} generation server(s) of {sizing.gen_tp} GPUs" if args.mode == "disaggregated"
+            else f"one {args.mode} server of {dwdp.world_size} GPUs (DWDP{dwdp.dwdp_size})")
+            + f" on {args.gpu}, {args.gpus_per_node} GPUs per node")
+    if args.json:
+        print(json.dumps({"summary": head, "args": files.argv_of(args), "num_gpus": nodes.num_gpus, "num_nodes": nodes.num_nodes, "hosts": list(hosts),
+                          "engine": engine, "gen_tp": sizing.gen_tp, "memory": sizing.to_dict(),
+                          "nodes": nodes.node_lines(hosts), "written": [str(w) for w in written]}, indent=1))
+        return 0
+    print(head)
     print(f"engine: {engine} ({args.weight_dtype}, {num_experts} experts, dwdp_size {dwdp.dwdp_size} x {dwdp.num_groups} groups)")
-    print(fit_line)
+    for line in sizing.lines() + (nodes.node_lines(hosts) if nodes.num_nodes > 1 else []):
+        print(line)
     for w in written:
         print(f"wrote {w}")
-    print("\n".join(cmds[4:]))
+    print("\n".join(cmds))
     return 0

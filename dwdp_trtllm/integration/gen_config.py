@@ -27,6 +27,9 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "backend": (_LLM_ARGS + " BaseLlmArgs.backend (Optional[str], deprecated)", "newest stored (id 55143598664)"),
     "tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.tensor_parallel_size", "TorchLlmArgs docs signature 1.4.0rc4"),
     "enable_attention_dp": (_LLM_ARGS + " BaseLlmArgs.enable_attention_dp", "TorchLlmArgs docs signature 1.4.0rc4"),
+    "moe_expert_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_expert_parallel_size",
+                                 "examples/disaggregated/slurm/gen_yaml.py (stored id 9307534881: generation_servers "
+                                 "tensor_parallel_size = moe_expert_parallel_size with enable_attention_dp)"),
     "max_num_tokens": (_LLM_ARGS + " BaseLlmArgs.max_num_tokens", "research notes (reference/trtllm-integration.md), not re-read"),
     "disable_overlap_scheduler": (_LLM_ARGS + " TorchLlmArgs.disable_overlap_scheduler", _LLM_ARGS_AT),
     "cuda_graph_config": (_LLM_ARGS + " TorchLlmArgs.cuda_graph_config (Optional; null disables)", _LLM_ARGS_AT),
@@ -81,10 +84,13 @@ class Deployment:
     gen_servers: int = 1
     gen_tp: int = 1
     max_num_tokens: int = 16384
+    gen_max_num_tokens: int | None = None  # None: not written (TensorRT-LLM's default)
     weight_dtype: str = "fp8"
     hostname: str = "localhost"
     port: int = 8000
     kv_transfer_tokens: int = 9216
+    #: host of every server in MPI rank order (context servers, then generation servers); None: `hostname` for all
+    server_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for arg, v in (("--ctx-servers", self.ctx_servers), ("--gen-servers", self.gen_servers),
@@ -129,18 +135,31 @@ def bench_options(d: Deployment) -> dict[str, Any]:
     return doc
 
 
-def _urls(d: Deployment, n: int, first_port: int) -> list[str]:
-    return [f"{d.hostname}:{first_port + i}" for i in range(n)]
+def _urls(d: Deployment, n: int, first_port: int, first_server: int) -> list[str]:
+    hosts = d.server_hosts or (d.hostname,) * (d.ctx_servers + d.gen_servers)
+    return [f"{hosts[first_server + i]}:{first_port + i}" for i in range(n)]
+
+
+def _gen_parallel(d: Deployment) -> dict[str, Any]:
+    """A generation server of gen_tp GPUs: attention DP + expert parallelism over them (DEP), as upstream's
+    examples/disaggregated/slurm configs run DeepSeek-R1 generation; TP1 is a single GPU."""
+    out: dict[str, Any] = {"tensor_parallel_size": d.gen_tp}
+    if d.gen_tp > 1:
+        out.update(moe_expert_parallel_size=d.gen_tp, enable_attention_dp=True)
+    if d.gen_max_num_tokens is not None:
+        out["max_num_tokens"] = d.gen_max_num_tokens
+    return out
 
 
 def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
     """(proxy config, worker config). Context servers: TP1 instances forming the DWDP group(s), placed
-    first in the MPI world; generation servers unchanged (TP gen_tp, overlap scheduler and CUDA graphs default)."""
+    first in the MPI world; generation servers: gen_tp GPUs each with attention DP + EP (_gen_parallel), overlap
+    scheduler and CUDA graphs default. URLs name each server's node (server_hosts) when given."""
     if d.ctx_servers != d.dwdp.world_size:
         raise ConfigError(None, "--ctx-servers", f"{d.ctx_servers} context servers but num_groups*dwdp_size = "
                           f"{d.dwdp.world_size}: every context server is one DWDP rank")
-    ctx_urls = _urls(d, d.ctx_servers, d.port + 1)
-    gen_urls = _urls(d, d.gen_servers, d.port + 1 + d.ctx_servers)
+    ctx_urls = _urls(d, d.ctx_servers, d.port + 1, 0)
+    gen_urls = _urls(d, d.gen_servers, d.port + 1 + d.ctx_servers, d.ctx_servers)
     proxy = {"hostname": d.hostname, "port": d.port, "backend": "pytorch",
              "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls},
              "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls}}
@@ -148,8 +167,8 @@ def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
     worker = {"model": d.model, "backend": "pytorch", "hostname": d.hostname, "port": d.port,
               "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls, "tensor_parallel_size": 1,
                                   **_ctx_common(d), "cache_transceiver_config": dict(xfer)},
-              "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls,
-                                     "tensor_parallel_size": d.gen_tp, "cache_transceiver_config": dict(xfer)}}
+              "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls, **_gen_parallel(d),
+                                     "cache_transceiver_config": dict(xfer)}}
     return proxy, worker
 
 

@@ -1,4 +1,6 @@
 """gen-config: generated YAML parses, holds exactly the documented keys, and is documented in docs/TRTLLM.md."""
+import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -30,10 +32,12 @@ def test_disaggregated_hopper_engine(tmp_path):
     assert set(docs) == {"disagg_proxy.yaml", "disagg_worker.yaml", "dwdp.yaml"}
     assert emitted_keys(docs["disagg_proxy.yaml"]) == SERVERS
     w = docs["disagg_worker.yaml"]
-    assert emitted_keys(w) == SERVERS | {"model", "tensor_parallel_size"} | LLM | XFER
+    assert emitted_keys(w) == SERVERS | {"model", "tensor_parallel_size", "moe_expert_parallel_size",
+                                         "enable_attention_dp"} | LLM | XFER
     ctx, gen = w["context_servers"], w["generation_servers"]
     assert ctx["num_instances"] == 4 and ctx["tensor_parallel_size"] == 1 and ctx["moe_config"] == {"backend": "CUTLASS"}
     assert "dwdp_config" not in ctx and gen["tensor_parallel_size"] == 4 and "moe_config" not in gen
+    assert gen["moe_expert_parallel_size"] == 4 and gen["enable_attention_dp"] is True  # DEP4, as upstream's examples
     assert len(set(ctx["urls"] + gen["urls"])) == 5
     d = docs["dwdp.yaml"]
     assert d["engine"] == "dwdp_trtllm" and d["dwdp_config"]["dwdp_size"] == 4 and d["dwdp_config"]["gemm"] == "composite_view"
@@ -81,27 +85,35 @@ def test_every_key_is_documented_with_its_source():
 
 # every shipped example and the gen-config arguments that produce it (launch.env holds an absolute path: not shipped)
 SHIPPED = {
-    "dsr1_fp8_h200_dwdp8": ["--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "8", "--gen-tp", "8",
-                            "--model", "/ckpt/DeepSeek-R1-FP8"],
-    "qwen3_235b_fp8_h200_dwdp4": ["--preset", "qwen3-235b-a22b", "--weight-dtype", "fp8", "--dwdp-size", "4",
-                                  "--gen-tp", "4", "--model", "/ckpt/Qwen3-235B-A22B-FP8"],
-    "dsr1_nvfp4_gb200_upstream_dwdp4": ["--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gen-tp", "4",
-                                        "--gpu", "gb200", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
+    "disagg/dsr1_fp8_h200_dwdp8": ["--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8",
+                                   "--model", "/ckpt/DeepSeek-R1-FP8"],
+    "disagg/qwen3_235b_fp8_h200_dwdp4": ["--preset", "qwen3-235b-a22b", "--gen-tp", "4",
+                                         "--model", "/ckpt/Qwen3-235B-A22B-FP8"],
+    "disagg/dsr1_nvfp4_gb200_upstream_dwdp4": ["--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gen-tp", "4",
+                                               "--gpu", "gb200", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
+    "serve/dsr1_nvfp4_aggregated_upstream_dwdp4": ["--mode", "aggregated", "--preset", "deepseek-r1", "--weight-dtype",
+                                                   "nvfp4", "--gpu", "gb200", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
+    "serve/dsr1_nvfp4_bench_upstream_dwdp4": ["--mode", "bench", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4",
+                                              "--gpu", "gb200", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
 }
 
 
 def test_shipped_configs_match_the_generator(tmp_path):
-    assert sorted(d.name for d in (REPO / "configs/disagg").iterdir()) == sorted(SHIPPED)
+    dirs = [d for sub in ("disagg", "serve") for d in (REPO / "configs" / sub).iterdir() if d.is_dir()]
+    assert sorted(str(d.relative_to(REPO / "configs")) for d in dirs) == sorted(SHIPPED)
     for name, args in SHIPPED.items():
         out = tmp_path / name
-        assert main(["gen-config", "--mode", "disaggregated", *args, "--out", str(out)]) == 0
-        shipped = REPO / "configs/disagg" / name
+        assert main(["gen-config", *args, "--out", str(out)]) == 0
+        shipped = REPO / "configs" / name
+        # commands.sh records the arguments (without the defaults), so the docs' memory table can re-price it
+        line = (shipped / "commands.sh").read_text().splitlines()[2]
+        assert line.startswith("# dwdp gen-config ") and sorted(shlex.split(line)[3:-2]) == sorted(args), line
         want = sorted(f.name for f in out.iterdir() if f.name != "launch.env")
         assert sorted(f.name for f in shipped.iterdir()) == want, name
         for f in want:
             assert (shipped / f).read_text() == (out / f).read_text(), f"{name}/{f} differs from `dwdp gen-config`"
         if (shipped / "dwdp.yaml").exists():
-            size = int(args[args.index("--dwdp-size") + 1])
+            size = int(args[args.index("--dwdp-size") + 1]) if "--dwdp-size" in args else 4
             assert load_integration_config(shipped / "dwdp.yaml").dwdp.dwdp_size == size
 
 
@@ -112,9 +124,76 @@ def test_gen_config_refuses_a_deployment_that_does_not_fit(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--dwdp-size" in err
     assert "routed experts held 163.5" in err and "DWDP4 per rank 207.0 GB of 141.0 GB" in err
-    assert "the smallest dwdp_size that fits is 7" in err
+    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in err
     assert not (tmp_path / "o").exists()  # nothing written
     rc = main(["gen-config", "--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "8", "--gen-tp", "8",
                "--model", "m", "--out", str(tmp_path / "p")])
     out = capsys.readouterr().out
     assert rc == 0 and "routed experts held 81.8" in out and "prefetch slots 19.7" in out and "(fits)" in out
+
+
+def test_generation_servers_are_sized_default_dep8_for_r1_fp8(tmp_path, capsys):
+    """No --gen-tp: the smallest power of two whose generation rank fits (R1 FP8 on H200: DEP4 193 GB no, DEP8 yes)."""
+    out = tmp_path / "o"
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--model", "m", "--out", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["gen_tp"] == 8 and rep["memory"]["generation"]["fits"] and rep["memory"]["generation"]["group_size"] == 8
+    w = yaml.safe_load((out / "disagg_worker.yaml").read_text())
+    assert w["generation_servers"]["tensor_parallel_size"] == 8 and w["generation_servers"]["enable_attention_dp"] is True
+    # an explicit --gen-tp that does not fit is refused with the numbers and the one that fits; nothing written
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "1", "--model", "m",
+                 "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--gen-tp" in err and "DEP1 per rank" in err and "does NOT fit" in err and "--gen-tp 8 fits" in err
+    assert not (tmp_path / "p").exists()
+    # without model dims a generation server cannot be sized: --gen-tp is required
+    assert main(["gen-config", "--num-experts", "16", "--dwdp-size", "4", "--model", "m", "--out", str(tmp_path / "q")]) == 2
+    assert "--gen-tp" in capsys.readouterr().err and not (tmp_path / "q").exists()
+
+
+def test_sixteen_gpus_on_two_nodes_hostfile_slurm_and_first_line(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
+                 "--out", str(out)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("16 GPUs on 2 nodes: 8 context servers"), first
+    assert (out / "hostfile").read_text() == "NODE0_HOST slots=8\nNODE1_HOST slots=8\n"
+    w = yaml.safe_load((out / "disagg_worker.yaml").read_text())
+    assert {u.split(":")[0] for u in w["context_servers"]["urls"]} == {"NODE0_HOST"}
+    assert w["generation_servers"]["urls"] == ["NODE1_HOST:8009"]
+    cmds = (out / "commands.sh").read_text()
+    assert 'mpirun --hostfile "$D/hostfile" -x DWDP_TRTLLM_CONFIG -n 16 trtllm-serve disaggregated_mpi_worker' in cmds
+    assert "node 1 (NODE1_HOST): 8 of 8 GPUs: generation server 0 (8 GPUs, ranks 8-15)" in cmds
+    slurm = (out / "launch.slurm").read_text()
+    for frag in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", 'scontrol show hostnames "$SLURM_JOB_NODELIST"',
+                 's/NODE1_HOST/${H[1]}/g', "--distribution=arbitrary -n 16 trtllm-serve disaggregated_mpi_worker",
+                 '-w "${H[0]}" trtllm-serve disaggregated'):
+        assert frag in slurm, frag
+    # real host names: no placeholders; 4 context + TP8 generation: 4 ranks on node 0, the server of 8 on node 1
+    out2 = tmp_path / "p"
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "4", "--gen-tp", "8", "--gpu-memory-gb", "400",
+                 "--hosts", "a1,b2", "--model", "m", "--out", str(out2)]) == 0
+    assert capsys.readouterr().out.startswith("12 GPUs on 2 nodes")
+    assert (out2 / "hostfile").read_text() == "a1 slots=4\nb2 slots=8\n"
+    p = yaml.safe_load((out2 / "disagg_proxy.yaml").read_text())
+    assert p["hostname"] == "a1" and p["generation_servers"]["urls"] == ["b2:8005"] and "_HOST" not in (out2 / "commands.sh").read_text()
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--hosts", "a1", "--model", "m",
+                 "--out", str(tmp_path / "r")]) == 2
+    assert "--hosts: 1 host(s) given for 2 nodes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [
+    ["--mode", "aggregated", "--preset", "deepseek-r1"],  # our engine has no aggregated mode
+    ["--mode", "bench", "--preset", "deepseek-r1", "--dwdp-size", "8"],
+    ["--preset", "deepseek-r1", "--dwdp-size", "4"],  # R1 FP8 at DWDP4 does not fit an H200
+    ["--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "2"],  # the generation server does not fit
+    ["--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "12"],  # 12 GPUs over nodes of 8
+])
+def test_a_refused_run_leaves_out_as_it_was(tmp_path, capsys, args):
+    out = tmp_path / "o"
+    assert main(["gen-config", "--model", "m", "--out", str(out), *args]) == 2
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert main(["gen-config", "--model", "m", "--out", str(out), *args]) == 2
+    assert sorted(f.name for f in out.iterdir()) == ["keep.txt"] and list(tmp_path.iterdir()) == [out]
