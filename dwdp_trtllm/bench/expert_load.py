@@ -94,6 +94,44 @@ def mode_expert_load(results: list[RankResult], mode: str, num_experts: int, num
     return out
 
 
+def _fmt(v, digits: int) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+
+
+def expert_load_table(run: dict):
+    """Per-MoE-layer table of a run whose workload has a routing skew (None otherwise): target and measured
+    busiest-rank rows / mean, DEP's expert and sync waits, DWDP's expert GEMM and prefetch wait, us per layer."""
+    from rich.table import Table
+    skew = ((run.get("config") or {}).get("workload") or {}).get("routing_skew") or {}
+    m = run.get("metrics", {})
+    dep, dwdp = (m.get(k, {}).get("expert_load") for k in ("dep", "dwdp"))
+    if skew.get("kind", "none") == "none" or not (dep or dwdp):
+        return None
+    cols = [("target", dep or dwdp, "target_max_over_mean_per_layer", 2),
+            ("rows max/mean", dep or dwdp, "rows_max_over_mean_per_layer", 2),
+            ("DEP per step", dep, "step_rows_max_over_mean_per_layer", 2),
+            ("DEP expert wait us", dep, "expert_wait_us_per_layer", 1),
+            ("DEP sync wait us", dep, "sync_wait_us_per_layer", 1),
+            ("DEP expert GEMM us", dep, "expert_gemm_us_per_layer", 1),
+            ("DWDP expert GEMM us", dwdp, "expert_gemm_us_per_layer", 1),
+            ("DWDP prefetch wait us", dwdp, "prefetch_wait_us_per_layer", 1)]
+    cols = [c for c in cols if c[1] and c[2] in c[1]]
+    label = ", ".join(f"{k}={v}" for k, v in skew.items() if v not in ("", None))
+    table = Table(title=f"expert load per MoE layer (routing_skew: {label})", title_justify="left",
+                  caption="rows max/mean: the busiest EP rank's routed rows over the mean rank's under DEP's contiguous "
+                          "expert blocks (EP = ranks), whole run; DEP per step: the same per lock-step iteration; "
+                          "DEP expert wait: a rank's idle time for the slowest rank's expert GEMM (it shows up inside "
+                          "the combine all-to-all); DWDP ranks never wait for each other",
+                  caption_justify="left")
+    table.add_column("MoE layer", justify="right")
+    for title, *_ in cols:
+        table.add_column(title, justify="right")
+    n = max(len(c[1][c[2]]) for c in cols)
+    for i in range(n):
+        table.add_row(str(i), *(_fmt(c[1][c[2]][i] if i < len(c[1][c[2]]) else None, c[3]) for c in cols))
+    return table
+
+
 def expert_load_rows() -> list[tuple[str, str, int]]:
     """(label, metric path under a mode's metrics, digits): the bench table's expert-load rows (bench/report.py)."""
     return [("busiest EP rank rows / mean, run (MoE-layer mean)", "expert_load.rows_max_over_mean", 2),
