@@ -208,3 +208,27 @@ def test_core_module_leaves_hosts_unimported(module):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"{module} imported {out.stdout.strip()}"
+
+
+def test_the_package_never_imports_transformers():
+    """transformers is a [dev] extra (tests compare against its reference models): `dwdp bench` and every other
+    command run without it. Statically: no module of the package names it, at any level."""
+    found = []
+    for mod, path in _modules().items():
+        for node, _ in _imports(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(n == "transformers" or n.startswith("transformers.") for n in names if not getattr(node, "level", 0)):
+                found.append(mod)
+    assert found == []
+
+
+def test_the_bench_path_leaves_transformers_unimported():
+    """What `dwdp bench configs/bench/quickstart.yaml` imports in the parent and in a rank (CLI, runner, launcher,
+    rank entry, worker, model, loader, report, plots), in a fresh interpreter: transformers is not among them."""
+    mods = ["dwdp_trtllm.cli", "dwdp_trtllm.commands.bench", "dwdp_trtllm.bench.runner", "dwdp_trtllm.bench.plots",
+            "dwdp_trtllm.engine.launcher", "dwdp_trtllm.engine.rank_entry", "dwdp_trtllm.engine.worker",
+            "dwdp_trtllm.engine.model", "dwdp_trtllm.engine.loader"]
+    code = "import sys, importlib\nfor m in %r: importlib.import_module(m)\nprint('transformers' in sys.modules)" % mods
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
