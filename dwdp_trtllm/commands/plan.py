@@ -67,7 +67,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")
-    g.add_argument("--dwdp-size", default="4", help="candidate group sizes G, comma-separated (default 4)")
+    g.add_argument("--dwdp-size", default="auto",
+                   help="candidate group sizes G, comma-separated (default auto: the smallest power of two whose DWDP "
+                        "ranks fit the GPU memory, memory.smallest_fitting)")
     g.add_argument("--redundant-experts", default="0", help="candidate extra experts per rank, comma-separated (default 0)")
     g.add_argument("--slice-bytes", default="2MiB", help="candidate copy slice sizes, e.g. 2MiB,8MiB; 0 = unsliced (default 2MiB)")
     g = p.add_argument_group("workload")
@@ -81,35 +83,55 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--imbalance-cv", type=float, default=0.0, help="across-rank CV of each rank's mean ISL (default 0)")
     g.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads (default 256)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--routing-skew", default="none",
+                   help="expert-popularity skew: none | power_law_<alpha> (aiconfigurator's rows: 1.01, 1.2) | "
+                        "zipf_<alpha> | a counts file (routing_skew.py); DEP's slowest EP rank and DWDP's GEMM tiles "
+                        "(default none: balanced routing)")
     g = p.add_argument_group("model knobs and calibration")
+    g.add_argument("--target", default="trtllm", choices=("trtllm", "engine"),
+                   help="price compute and DEP communication for TensorRT-LLM's kernels (trtllm: measured kernel "
+                        "tables shipped with the package) or for our engine (engine: the calibration `dwdp bench` "
+                        "measures); default trtllm")
+    g.add_argument("--kernel-tables", default=None, metavar="FILE",
+                   help="kernel-table JSON (scripts/extract_aiconfigurator.py) instead of the shipped one (target trtllm)")
     g.add_argument("--interference", type=float, default=None,
-                   help="slowdown of compute overlapped with copies (default: calibration, else 1.15 measured on H200)")
+                   help="slowdown of compute overlapped with copies, every phase (default: the paper's per-phase "
+                        "priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     g.add_argument("--bench-results", default=None,
                    help=f"directory of benchmark JSON to calibrate from (default {DEFAULT_BENCH_DIR} if it exists)")
     g.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON; datasheet + defaults only")
     g = p.add_argument_group("output")
-    g.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
+    g.add_argument("--json", action="store_true",
+                   help="print {rows, recommendation, priced_as, calibration} as JSON instead of the table")
+    g.add_argument("--verbose", action="store_true", help="list every calibration note (skipped files) under the table")
     g.add_argument("--plot", default=None, help="write DWDP/DEP against ISL to this PNG (the paper's figure 3)")
     return p
 
 
-def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()):
+def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=(), *, bench: bool = True,
+             multi_gpu: bool = False):
     """Calibration for `gpu_name`: our bench results (--bench-results, default docs/bench_results, unless
     --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
     floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
     `validated` file's when it is one, else the newest), the validated file's own runs left out (also their copies
-    elsewhere: `validated_ids`, the run ids of its runs)."""
+    elsewhere: `validated_ids`, the run ids of its runs). bench=False: --calibration files only (target trtllm: the
+    answer must not depend on a checkout's docs/). multi_gpu: a plan for several GPUs, where an interference read
+    from benchmark JSON (measured on one GPU, the "peer" copy a same-device copy) is dropped (per-phase priors)."""
     from ..perf.calibration import (Calibration, calibration_from_bench, device_matches, load_bench_results,
                                     load_calibration, read_json)
 
     cal = Calibration()
-    if not args.no_bench_results:
+    if bench and not args.no_bench_results:
         d = Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
         if args.bench_results and not d.is_dir():
             raise ConfigError(None, "--bench-results", f"{d} is not a directory")
         cal = cal.merged(load_bench_results(d, gpu_name))
+        if multi_gpu and cal.interference is not None:
+            cal = dataclasses.replace(cal, interference=None, notes=cal.notes + (
+                f"interference {cal.interference:g}x of the benchmark JSON is a one-GPU measurement: not used for a "
+                "multi-GPU plan (per-phase priors instead)",))
     for path in args.calibration or ():
         data = read_json(Path(path))
         if isinstance(data, dict) and isinstance(data.get("runs"), list):  # a bench results.json
@@ -165,12 +187,19 @@ def build_spec(args, *, gpu_name: str | None = None):
     for name, ok, expected in checks:
         if not ok:
             raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")
-    sizes, isls = int_list(args.dwdp_size, "--dwdp-size"), int_list(args.isl, "--isl", hi=MAX_TOKENS)
-    _check_draws(args, sizes, isls)
+    isls = int_list(args.isl, "--isl", hi=MAX_TOKENS)
     gpu = load_gpu_spec(spec_file) if spec_file else get_gpu(gpu_name)
-    cal = load_cal(args, gpu.name)
+    model = base_model if args.num_layers is None else base_model.truncated(args.num_layers)
+    sizes = auto_dwdp_size(args, model, gpu, isls) if args.dwdp_size == "auto" else int_list(args.dwdp_size, "--dwdp-size")
+    _check_draws(args, sizes, isls)
+    target = getattr(args, "target", "engine")
+    tables = getattr(args, "kernel_tables", None)
+    if tables and not Path(tables).is_file():
+        raise ConfigError(tables, "", "kernel-table file not found (--kernel-tables)")
+    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True)
     spec = PlanSpec(
-        model=base_model if args.num_layers is None else base_model.truncated(args.num_layers), gpu=gpu, weight_dtype=args.weight_dtype,
+        model=model, gpu=gpu, weight_dtype=args.weight_dtype, target=target, kernel_tables=tables,
+        routing_skew=parse_skew(getattr(args, "routing_skew", "none")),
         dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
@@ -180,6 +209,37 @@ def build_spec(args, *, gpu_name: str | None = None):
         samples=args.samples, seed=args.seed)
     check_candidates(spec)
     return spec
+
+
+def auto_dwdp_size(args, model, gpu, isls) -> tuple[int, ...]:
+    """--dwdp-size auto: the smallest power of two whose DWDP ranks fit (memory.smallest_fitting at --mnt, else
+    batch x the longest ISL, tokens per rank); 8 when none up to 64 does (the plan then says nothing fits)."""
+    from ..memory import smallest_fitting
+
+    mnt = args.mnt or (args.batch or 1) * max(isls)
+    budget = int((args.gpu_memory_gb if args.gpu_memory_gb is not None else gpu.memory_gb) * 1e9)
+    g = smallest_fitting(model, "dwdp", budget, weight_dtype=args.weight_dtype, max_num_tokens=mnt)
+    if g is None:
+        return (8,)
+    return (max(2, 1 << (g - 1).bit_length()),)
+
+
+def parse_skew(text: str):
+    """--routing-skew: none | power_law_<alpha> | zipf_<alpha> | a counts file -> RoutingSkewConfig (or None)."""
+    from ..routing_skew import RoutingSkewConfig
+
+    t = str(text).strip()
+    if t in ("", "none", "balanced"):
+        return None
+    m = re.fullmatch(r"(power_law|zipf)_(\d+(?:\.\d+)?)", t)
+    try:
+        if m:
+            return RoutingSkewConfig(kind=m.group(1), alpha=float(m.group(2)))  # type: ignore[arg-type]
+        if Path(t).is_file():
+            return RoutingSkewConfig(kind="file", path=t)
+    except ConfigError as e:
+        raise ConfigError(None, "--routing-skew", f"{e.key}: {e.expected}") from None
+    raise ConfigError(None, "--routing-skew", f"expected none, power_law_<alpha>, zipf_<alpha> or a counts file, got {t!r}")
 
 
 #: request lengths one candidate may draw (samples x ranks x requests per iteration; 8 bytes each)
@@ -229,10 +289,63 @@ def console():
     from rich.console import Console
 
     con = Console()
-    return con if con.is_terminal else Console(width=140)  # piped output (docs, CI logs): do not wrap tables
+    return con if con.is_terminal else Console(width=180)  # piped output (docs, CI logs): do not wrap tables
 
 
-def print_table(spec, rows, rec) -> None:
+LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: priced past its kernel table's last row (constant "
+          "rate beyond it, range widened 5% per doubling; --json 'extrapolated' names the cells); range: DWDP/DEP with "
+          "every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty'); verdict: DWDP / DEP / "
+          "marginal from that range; hides at: tokens per rank per iteration (requests of that ISL) whose compute hides "
+          "the prefetch")
+
+
+def _rel(text: str, root: Path | None) -> str:
+    """Paths under the calibration data's root shown relative to it."""
+    return text.replace(str(root) + "/", "") if root else text
+
+
+def data_root(args) -> Path | None:
+    if getattr(args, "target", "engine") != "engine" or args.no_bench_results:
+        return None
+    return Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
+
+
+def describe_pricing(spec) -> str:
+    t = spec.tables
+    if t is not None:
+        return f"trtllm: {t.describe()}; peer copy: the project's model"
+    return spec.priced_as
+
+
+def interference_line(spec) -> str:
+    from ..perf.uncertainty import PRIORS
+    over = spec.interference if spec.interference is not None else spec.calibration.interference
+    if over is not None:
+        return f"interference {over:g}x on every phase (given)"
+    return ("interference priors: " + ", ".join(f"{k.replace('_', ' ')} {v:g}x" for k, v in PRIORS.items())
+            + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
+
+
+def calibration_notes(spec) -> tuple[str, ...]:
+    return spec.calibration.notes + spec.calibration.floor.notes
+
+
+def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
+    from ..memory import UNIT
+    return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec), "memory_unit": UNIT,
+            "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
+            "calibration": [_rel(x, root) for x in spec.calibration.sources],
+            "calibration_notes": [_rel(x, root) for x in calibration_notes(spec)],
+            "recommendation": rec.to_dict(), "rows": [r.to_dict() for r in rows]}
+
+
+def _tok(x: float) -> str:
+    if x == float("inf"):
+        return "never"
+    return f"{x / 1000:,.1f}K" if x >= 1000 else f"{x:,.0f}"
+
+
+def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = None) -> None:
     from rich.table import Table
 
     from ..perf.planner import fmt_bytes
@@ -241,28 +354,51 @@ def print_table(spec, rows, rec) -> None:
     wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
     wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
     wl += f", imbalance CV {spec.imbalance_cv}"
+    if rows and rows[0].routing_skew != "none":
+        wl += f", routing skew {rows[0].routing_skew}"
     title = (f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
-             f"times per MoE layer in ms")
+             f"priced for {spec.priced_as}; times per MoE layer in ms")
     multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
     t = Table(title=title, title_justify="left")
+    comm = "T_comm" if spec.tables is not None else "T_all2all"
     cols = ["G"] + (["red.", "slice"] if multi else []) + [
-        "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", "T_all2all", "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
-        "hidden?"]
+        "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", comm, "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
+        "range", "verdict", "hides at"]
     for c in cols:
         t.add_column(c, justify="right")
     for r in rows:
+        ex = r.extrapolated or {}
+        dep_x = "†" if any("DEP" in k for k in ex) else ""
+        dwdp_x = "†" if any("DWDP" in k or "DEP" not in k for k in ex) else ""
         mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
         ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
         cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_bytes(r.slice_bytes)] if multi else []) + [
-            str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us), _ms(r.t_prefetch_us), _ms(r.t_all2all_us),
-            _ms(r.t_sync_us), _ms(r.t_dep_us), _ms(r.t_dwdp_us), ratio, "yes" if r.prefetch_hidden else "no"]
+            str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
+            _ms(r.t_all2all_us) + ("†" if any("reduce" in k for k in ex) else ""), _ms(r.t_sync_us),
+            _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio,
+            f"{r.speedup_low:.2f}-{r.speedup_high:.2f}", r.verdict, _tok(r.break_even_tokens)]
         t.add_row(*cells)
     con.print(t)
-    src = ", ".join(spec.calibration.sources) or "none (datasheet peaks x default efficiencies)"
-    con.print(f"calibration: {src}; memory budget {spec.memory_budget_gb:g} GB/rank; "
-              f"interference {spec.params().overlap_slowdown:g}x")
-    for n in spec.calibration.notes + spec.calibration.floor.notes:
-        con.print(f"  note: {n}")
+    con.print(LEGEND)
+    con.print(f"priced: {describe_pricing(spec)}")
+    srcs = [_rel(x, root) for x in spec.calibration.sources]
+    camp = f"; floor campaign {_rel(str(spec.calibration.floor.campaign), root)}" if spec.calibration.floor.campaign else ""
+    src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files{camp} (--verbose lists them)") if srcs else "none"
+    con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
+    con.print(interference_line(spec))
+    notes = calibration_notes(spec)
+    if verbose:
+        for n in notes:
+            con.print(f"  note: {_rel(n, root)}")
+    elif notes:
+        con.print(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
+    by_g: dict[int, list] = {}
+    for r in rows:
+        by_g.setdefault(r.dwdp_size, []).append(r)
+    for g, rs in by_g.items():
+        con.print(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
+            f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[1])}-{_tok(r.break_even_range[0])})"
+            for r in rs[:len(spec.isls)]))
     con.print(f"[bold]recommendation:[/bold] {rec.reason}")
     for n in rec.notes:
         con.print(f"  - {n}")
@@ -310,10 +446,11 @@ def run(args) -> int:
     rows = plan(spec)
     if args.plot:
         write_plot(spec, rows, args.plot)
+    rec = recommend(spec, rows)
     if args.json:
-        print(json.dumps([r.to_dict() for r in rows], indent=1))
+        print(json.dumps(plan_json(spec, rows, rec, data_root(args)), indent=1))
         return 0
-    print_table(spec, rows, recommend(spec, rows))
+    print_table(spec, rows, rec, verbose=getattr(args, "verbose", False), root=data_root(args))
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -3,6 +3,11 @@
 One row = one configuration at one ISL. Per-layer times are for one MoE layer (as in the paper's
 section 3); tps_per_gpu_* cover the whole model (dense layers included). Under imbalance the times
 are normalised so that speedup = t_dep_us / t_dwdp_us is the DWDP/DEP throughput ratio.
+
+Target (PlanSpec.target): "trtllm" prices compute and DEP communication with TensorRT-LLM's measured kernels
+(perf/kernel_tables.py, package data), "engine" with our engine's calibration (perf/cost_model.py). Every row
+carries its range (perf/uncertainty.py: speedup_low / speedup_high), the break-even tokens per rank per iteration
+that hide the prefetch, and the table cells it extrapolated. perf/recommend.py reads the range.
 """
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ from .bench_work import IterationLoad
 from .calibration import Calibration
 from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
+from .kernel_tables import ShapeTables, shape_tables
+from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
+from .uncertainty import INPUTS, apply, scenario
 
 MiB = 1 << 20
 
@@ -51,6 +59,23 @@ class PlanSpec:
     source_policy: str = "balanced"
     samples: int = 256
     seed: int = 0
+    target: str = "engine"  # trtllm | engine (phases.TARGETS); `dwdp plan` defaults to trtllm
+    kernel_tables: str | None = None  # a kernel-table JSON instead of the shipped one for this GPU
+    routing_skew: object = None  # routing_skew.RoutingSkewConfig; None = balanced routing
+
+    @property
+    def tables(self) -> ShapeTables | None:
+        """TensorRT-LLM kernel tables of this model on this GPU (target trtllm), or None."""
+        if self.target != "trtllm":
+            return None
+        return shape_tables(self.model, self.gpu.name, self.kernel_tables)
+
+    @property
+    def priced_as(self) -> str:
+        """The target the rows are priced for ('engine (no TensorRT-LLM table for ...)' when trtllm has none)."""
+        if self.target == "trtllm" and self.tables is None:
+            return f"engine (no TensorRT-LLM kernel table for {self.model.name} on {self.gpu.name})"
+        return self.target
 
     @property
     def memory_budget_gb(self) -> float:
@@ -101,6 +126,17 @@ class PlanRow:
     tps_per_gpu_dwdp: float
     memory_dep_parts_gb: dict = None  # DEP at the same G: experts held, all-to-all buffers, dense, activations, KV floor
     smallest_fitting_dep_size: int | None = None  # memory.smallest_fitting for DEP (EP size)
+    target: str = "engine"  # what the compute was priced for (PlanSpec.priced_as)
+    speedup_low: float = 0.0  # every uncertain input at DWDP's worse end (perf/uncertainty.py)
+    speedup_high: float = 0.0  # ... at its better end
+    t_dep_us_range: tuple = ()  # (low scenario, high scenario)
+    t_dwdp_us_range: tuple = ()
+    depends_on: str = ""  # the input whose worse end alone moves the speedup most
+    break_even_tokens: float = 0.0  # tokens per rank per iteration (requests of this ISL) whose compute hides the prefetch
+    break_even_range: tuple = ()  # (low scenario, high scenario): more tokens needed at the low end
+    extrapolated: dict = None  # phase -> how far past its kernel table (e.g. "8x past the last row")
+    routing_skew: str = "none"
+    verdict: str = ""  # DWDP | DEP | marginal, from the range at this ISL
 
     def to_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -139,49 +175,124 @@ def sampled_load(spec: PlanSpec, isl: int, group: int) -> IterationLoad:
     return IterationLoad(tokens_SR, tokens_SR, core_SR, (tok_SRK > 0).sum(-1).astype(float))
 
 
+def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
+    """The skew as the planner applies it: a table distribution (trtllm, power_law_1.01 / 1.2) or
+    perf/imbalance.skew_term's factors over balanced times."""
+    rs = spec.routing_skew
+    if rs is None or getattr(rs, "off", True):
+        return Skew()
+    label = rs.label()
+    dist = table_dist(label) if spec.tables is not None else None
+    if dist is not None and rs.kind == "power_law":
+        return Skew(label=label, dist=dist)
+    from .imbalance import skew_term
+    m = spec.model
+    st = skew_term(rs, num_moe_layers=max(m.num_moe_layers, 1), num_experts=m.num_experts, top_k=m.top_k,
+                   ep_size=group, tokens_per_rank=max(1, int(tokens_per_rank)))
+    a2a = 1.0 if spec.tables is not None else st.dep_a2a_factor  # NCCL all-gather moves every token regardless
+    return Skew(label=label, dep_expert=st.dep_expert_factor, dep_a2a=a2a, dwdp_gemm=st.dwdp_gemm_factor)
+
+
+def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew) -> Phases:
+    """The layer's phases on every rank, priced for spec's target."""
+    t = spec.tables
+    if t is not None and t.moe_eps(spec.weight_dtype):
+        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew)
+    return engine_phases(spec.model, spec.params(), load, group, isl, skew)
+
+
+def _target(spec: PlanSpec) -> str:
+    return "trtllm" if spec.tables is not None else "engine"
+
+
+def _interference_override(spec: PlanSpec) -> float | None:
+    # --interference, or a calibration file's (plan drops one-GPU bench interference before it gets here)
+    return spec.interference if spec.interference is not None else spec.calibration.interference
+
+
+def _layer(spec, ph, load, t_p, which, only=None):
+    sc = scenario(which, only=only, interference=_interference_override(spec))
+    a = apply(ph, sc, t_p, _target(spec))
+    dwdp_SR = cm.overlapped_us(a.compute_SR, a.prefetch_us, a.slowdown_SR)
+    return a, dwdp_SR, compare(load.tokens_SR, a.own_SR, dwdp_SR, a.experts_dep_S + a.comm_S)
+
+
+def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int, which: str = "nominal",
+                      skew: Skew | None = None) -> float:
+    """Tokens per rank per iteration (requests of length `isl`; a chunk of one when fewer) whose slowed DWDP compute
+    covers the prefetch of one layer: below it the copy is exposed. inf when no size up to 2**24 hides it."""
+    t_p = cm.prefetch_us(spec.model, spec.params(), _placement(spec, group, redundant), slice_bytes)
+    if t_p <= 0:
+        return 0.0
+    m = spec.model
+    skew = skew or Skew()
+
+    def covered(tokens: float) -> bool:
+        n = tokens / isl
+        core = n * float(cm.core_flops(m, isl))
+        tok = np.array([[tokens]])
+        load = IterationLoad(tok, tok, np.array([[core]]), np.array([[max(1.0, n)]]))
+        a = apply(phases(spec, load, 1, isl, skew), scenario(which, interference=_interference_override(spec)), t_p,
+                  _target(spec))
+        return bool((a.compute_SR * a.slowdown_SR >= a.prefetch_us).all())
+
+    lo, hi = 0.0, 24.0
+    if not covered(2 ** hi):
+        return math.inf
+    for _ in range(30):  # bisection in log2(tokens)
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if covered(2 ** mid) else (mid, hi)
+    return float(2 ** hi)
+
+
 def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int,
             load: IterationLoad | None = None) -> PlanRow:
     """One row: cost every rank of the sampled workload (or of `load`, e.g. a bench run's rebuilt iterations)
-    over `group` ranks, compare DEP with DWDP."""
+    over `group` ranks, compare DEP with DWDP; nominal, and the range over the uncertain inputs."""
     m, p = spec.model, spec.params()
     load = load if load is not None else sampled_load(spec, isl, group)
     tokens_SR = load.tokens_SR
-    core_SR = cm.core_us(m, p, load.core_flops_SR, load.segments_SR, isl)
-    attn_SR = cm.attention_us(m, p, tokens_SR, core_SR, isl=isl, kv_tokens=load.kv_tokens_SR)
-    other_SR = cm.other_us(m, p, tokens_SR, isl=isl)
-    experts_dwdp_SR = cm.experts_us(m, p, tokens_SR * m.top_k, m.num_experts, isl=isl)
-    compute_SR = attn_SR + other_SR + experts_dwdp_SR
-
+    skew = routing_skew(spec, group, float(tokens_SR.mean()))
+    ph = phases(spec, load, group, isl, skew)
     placement = _placement(spec, group, redundant)
     t_p = cm.prefetch_us(m, p, placement, slice_bytes)
-    f = p.overlap_slowdown
-    dwdp_SR = cm.overlapped_us(compute_SR, t_p, f)
+    a, dwdp_SR, layer = _layer(spec, ph, load, t_p, "nominal")
+    compute_SR, f = a.compute_SR, a.slowdown_SR
+    lo = _layer(spec, ph, load, t_p, "low")[2]
+    hi = _layer(spec, ph, load, t_p, "high")[2]
+    swings = {inp: _layer(spec, ph, load, t_p, "low", inp)[2] for inp in INPUTS}
+    depends = min(swings, key=lambda k: swings[k].t_dep_us / swings[k].t_dwdp_us)
+    s_lo, s_hi = lo.t_dep_us / lo.t_dwdp_us, hi.t_dep_us / hi.t_dwdp_us
+    verdict = "DWDP" if s_lo > 1.0 else ("DEP" if s_hi < 1.0 else "marginal")
 
-    own_SR = attn_SR + other_SR
-    experts_dep_S = cm.experts_us(m, p, tokens_SR.sum(-1) * m.top_k / group, cm.ceil_div(m.num_experts, group), isl=isl)
-    a2a_S = cm.all_to_all_us(m, p, tokens_SR, group)
-    layer = compare(tokens_SR, own_SR, dwdp_SR, experts_dep_S + a2a_S)
-
-    dense_SR = cm.dense_layer_us(m, p, tokens_SR, core_SR, isl=isl, kv_tokens=load.kv_tokens_SR) * m.first_k_dense
+    own_SR, experts_dep_S, a2a_S = a.own_SR, a.experts_dep_S, a.comm_S
+    dense_SR = ph.dense_layer_SR * m.first_k_dense
     n = m.num_moe_layers
     it = compare(tokens_SR, dense_SR + n * own_SR, dense_SR + n * dwdp_SR, n * (experts_dep_S + a2a_S))
     group_tokens = tokens_SR.sum() / tokens_SR.shape[0]
+    attn_SR = ph.attention_SR
+    other_SR = ph.other_SR
 
     max_tok = float(tokens_SR.max())
     fit = memory_fit(spec, group, redundant, spec.mnt or max_tok)
     mem = fit.total / 1e9
     mem_dep = fit.dep.total / 1e9  # memory.rank_memory(mode="dep"): ceil(E/G) experts, all-to-all buffers, no slots
     t_compute = float(compute_SR.mean())
+    t_p_eff = a.prefetch_us
+    be = [break_even_tokens(spec, group, redundant, slice_bytes, isl, w, skew) for w in ("nominal", "low", "high")]
+    extrap = {k: f"{2 ** v:.1f}x the last row" for k, v in ph.beyond.items() if v > 0.01}
     return PlanRow(
         isl=isl, dwdp_size=group, redundant_experts=redundant, slice_bytes=slice_bytes,
         tokens_per_rank=float(tokens_SR.mean()), t_attention_us=float(attn_SR.mean()),
-        t_experts_dwdp_us=float(experts_dwdp_SR.mean()), t_experts_dep_us=float(np.mean(experts_dep_S)),
-        t_other_us=float(other_SR.mean()), t_dense_mlp_us=float(cm.dense_mlp_us(m, p, tokens_SR, isl=isl).mean()), t_compute_us=t_compute,
-        t_compute_dep_us=float(own_SR.mean() + np.mean(experts_dep_S)), t_prefetch_us=t_p,
+        t_experts_dwdp_us=float(ph.experts_dwdp_SR.mean()), t_experts_dep_us=float(np.mean(experts_dep_S)),
+        t_other_us=float(other_SR.mean()),
+        t_dense_mlp_us=float((ph.dense_layer_SR - attn_SR).mean()), t_compute_us=t_compute,
+        t_compute_dep_us=float(own_SR.mean() + np.mean(experts_dep_S)), t_prefetch_us=t_p_eff,
         t_all2all_us=float(np.mean(a2a_S)), t_sync_us=layer.t_sync_us,
-        t_prefetch_wait_us=float(np.maximum(0.0, t_p - compute_SR * f).mean()),
+        t_prefetch_wait_us=float(np.maximum(0.0, t_p_eff - compute_SR * f).mean()),
         t_dep_us=layer.t_dep_us, t_dwdp_us=layer.t_dwdp_us, speedup=layer.t_dep_us / layer.t_dwdp_us,
-        prefetch_hidden=bool(t_compute * f >= t_p), compute_over_prefetch=t_compute / t_p if t_p else math.inf,
+        prefetch_hidden=bool((compute_SR * f).mean() >= t_p_eff),
+        compute_over_prefetch=t_compute / t_p_eff if t_p_eff else math.inf,
         sync_overhead=layer.sync_overhead,
         contention_slowdown=cm.contention_factor(p, group, slice_bytes > 0),
         fetch_gb=cm.fetch_bytes(m, placement, p.weight_dtype)[0] / 1e9,
@@ -190,7 +301,11 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         tps_per_gpu_dep=group_tokens / it.t_dep_us * 1e6 / group,
         tps_per_gpu_dwdp=group_tokens / it.t_dwdp_us * 1e6 / group,
         memory_dep_parts_gb={k: round(v / 1e9, 3) for k, v in fit.dep.parts().items()},
-        smallest_fitting_dep_size=fit.smallest_fitting_dep_size)
+        smallest_fitting_dep_size=fit.smallest_fitting_dep_size,
+        target=spec.priced_as, speedup_low=s_lo, speedup_high=s_hi,
+        t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
+        depends_on=depends, break_even_tokens=be[0], break_even_range=(be[1], be[2]), extrapolated=extrap,
+        routing_skew=skew.label, verdict=verdict)
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:
@@ -199,93 +314,10 @@ def plan(spec: PlanSpec) -> list[PlanRow]:
             for s in spec.slice_bytes for isl in spec.isls]
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    use_dwdp: bool
-    dwdp_size: int | None
-    redundant_experts: int | None
-    slice_bytes: int | None
-    mean_speedup: float | None  # geometric mean over the ISLs of the chosen (or best) setup
-    reason: str
-    notes: tuple[str, ...] = ()
-
-
-def _geomean(xs) -> float:
-    return float(np.exp(np.mean(np.log(xs))))
-
-
 def fmt_bytes(n: int) -> str:
     if n == 0:
         return "unsliced"
     return f"{n / MiB:g} MiB" if n >= MiB else f"{n / 1024:g} KiB"
-
-
-def recommend(spec: PlanSpec, rows: list[PlanRow]) -> Recommendation:
-    """Best fitting configuration by geometric-mean speedup over the ISLs, or DEP with the reason."""
-    configs: dict[tuple[int, int, int], list[PlanRow]] = {}
-    for r in rows:
-        configs.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
-    fitting = {k: v for k, v in configs.items() if k[0] > 1 and all(r.fits for r in v)}
-    if not fitting:
-        worst = min((r for r in rows if r.dwdp_size > 1), key=lambda r: r.memory_per_rank_gb, default=None)
-        if worst:
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in worst.memory_parts_gb.items())
-            smallest = (f"the smallest dwdp_size that fits is {worst.smallest_fitting_dwdp_size}"
-                        if worst.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
-            why = (f"memory does not fit: the smallest candidate DWDP setup (G={worst.dwdp_size}) needs "
-                   f"{worst.memory_per_rank_gb:.1f} GB per rank ({parts} GB) > {spec.memory_budget_gb:.1f} GB; {smallest}")
-            if worst.memory_dep_gb > spec.memory_budget_gb:  # DEP at that G does not fit either: no advice to use it
-                dep = worst.smallest_fitting_dep_size
-                return Recommendation(False, None, None, None, None, (
-                    f"nothing fits {worst.dwdp_size} GPUs: DWDP{worst.dwdp_size} needs {worst.memory_per_rank_gb:.1f} GB "
-                    f"per rank ({parts} GB), DEP{worst.dwdp_size} {worst.memory_dep_gb:.1f} GB, budget "
-                    f"{spec.memory_budget_gb:.1f} GB; smallest GPU count that fits: DWDP "
-                    f"{worst.smallest_fitting_dwdp_size or f'none up to {MAX_DWDP_SIZE}'}, DEP {dep or f'none up to {MAX_DWDP_SIZE}'}"))
-        else:
-            why = "no DWDP group size > 1 among the candidates"
-        return Recommendation(False, None, None, None, None, f"use DEP here: {why}")
-    # DEP stays available where DWDP loses, so a setup is scored by its gains only: geomean(max(speedup, 1))
-    scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}
-    best = max(scores, key=lambda k: (scores[k], _geomean([r.speedup for r in fitting[k]]), -k[0], -k[1]))
-    best_rows = fitting[best]
-    score = _geomean([r.speedup for r in best_rows])
-    notes = []
-    losing = [r for r in best_rows if r.speedup <= 1]
-    if len(losing) == len(best_rows):
-        exposed = [r for r in best_rows if not r.prefetch_hidden]
-        if exposed:
-            why = "prefetch exposed: " + ", ".join(
-                f"T_prefetch {r.t_prefetch_us:.0f} us > T_compute {r.t_compute_us:.0f} us at ISL {r.isl}" for r in exposed[:4])
-        else:
-            why = "the all-to-all and sync that DWDP removes cost less than the copy interference it adds"
-        return Recommendation(False, None, None, None, score,
-                              f"use DEP here: the best DWDP setup (G={best[0]}) reaches at most "
-                              f"{max(r.speedup for r in best_rows):.2f}x; {why}")
-    if losing:
-        wins = [r.isl for r in best_rows if r.speedup > 1]
-        notes.append("DWDP loses at ISL " + ", ".join(str(r.isl) for r in losing)
-                     + " (prefetch not hidden or too little all-to-all to save): use DEP there, DWDP at ISL "
-                     + ", ".join(map(str, wins)))
-    eb = spec.model.expert_bytes(spec.weight_dtype)
-    headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
-    local = len(_placement(spec, best[0], best[1]).local_experts[0])
-    extra = min(int(headroom * 1e9 // (eb * (spec.model.num_moe_layers + 2))), spec.model.num_experts - local)
-    if extra > 0 and local + extra >= spec.model.num_experts:
-        notes.append(f"{headroom:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
-                     "no prefetch) -- compare with G=1")
-    elif extra > 0:
-        notes.append(f"{headroom:.1f} GB free per rank: up to {extra} more redundant experts per rank fit "
-                     f"(try --redundant-experts {best[1] + extra})")
-    cal = spec.calibration
-    if best[2] and cal.slice_efficiency:
-        s_best = max(cal.slice_efficiency, key=lambda pt: (pt[1], pt[0]))
-        notes.append(f"measured slice efficiency is best at {fmt_bytes(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
-    elif best[2]:
-        notes.append(f"slice size {fmt_bytes(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
-    gains = ", ".join(f"{r.speedup:.2f}x at ISL {r.isl}" for r in best_rows if r.speedup > 1)
-    return Recommendation(True, best[0], best[1], best[2], score,
-                          f"use DWDP with G={best[0]}, redundant_experts={best[1]}, slice {fmt_bytes(best[2])}: "
-                          f"predicted {gains} (DWDP/DEP throughput)", tuple(notes))
 
 
 def check_candidates(spec: PlanSpec) -> None:
@@ -299,3 +331,6 @@ def check_candidates(spec: PlanSpec) -> None:
                 _placement(spec, g, r)
             except (ConfigError, ValueError) as e:
                 raise ConfigError(None, "--redundant-experts", f"{r} with G={g}: {getattr(e, 'expected', e)}") from None
+
+
+from .recommend import Recommendation, recommend  # noqa: E402 (re-exported; recommend imports this module's helpers)

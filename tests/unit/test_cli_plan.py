@@ -6,14 +6,16 @@ import pytest
 from dwdp_trtllm.cli import main
 
 PAPER = ["plan", "--model", "deepseek-r1", "--gpu", "gb200", "--dwdp-size", "4", "--weight-dtype", "nvfp4",
-         "--batch", "1", "--isl", "1024,8192,16384,32768", "--no-bench-results"]
+         "--batch", "1", "--isl", "1024,8192,16384,32768", "--no-bench-results", "--target", "engine"]  # a roofline
 REQUIRED = {"isl", "dwdp_size", "t_compute_us", "t_prefetch_us", "t_all2all_us", "t_dep_us", "t_dwdp_us", "speedup",
             "prefetch_hidden", "memory_per_rank_gb", "fits"}
 
 
 def _json(capsys, argv):
+    """The rows of `dwdp plan --json` (or validate-plan's JSON as printed)."""
     assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)
+    return out["rows"] if argv[0] == "plan" else out
 
 
 def test_paper_section3_shape(capsys):
@@ -39,14 +41,17 @@ def test_table_and_recommendation(capsys, tmp_path):
     png = tmp_path / "fig3.png"
     assert main(PAPER + ["--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "DWDP/DEP" in out and "recommendation: use DWDP with G=4" in out and "loses at ISL 1024, 8192" in out
+    assert "DWDP/DEP" in out and "recommendation: DWDP with G=4" in out and "at ISL 16384, 32768" in out
+    assert "ISL 1024 DEP" in out and "ISL 8192 DEP" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_h200_bf16_full_model_does_not_fit(capsys):
     assert main(["plan", "--gpu", "h200", "--weight-dtype", "bf16", "--dwdp-size", "4,8", "--isl", "8192",
                  "--no-bench-results"]) == 0
-    assert "use DEP here: memory does not fit" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nothing fits 8 GPUs" in out and "smallest GPU count that fits: DWDP" in out and "✗" in out
+    assert "✗: does not fit" in out  # the mark has a legend
 
 
 @pytest.mark.parametrize("argv,arg", [

@@ -84,12 +84,12 @@ def test_bad_dims_name_file_and_key(edit, key):
 def test_plan_takes_config_json_and_gpu_spec(capsys):
     assert main(["plan", "--model", str(GLM), "--gpu-spec", str(DATA / "gpus" / "b200.yaml"), "--weight-dtype", "nvfp4",
                  "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--no-bench-results", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert len(rows) == 1 and rows[0]["dwdp_size"] == 8 and rows[0]["t_prefetch_us"] > 0
     # the same plan from the shipped name: --gpu-spec of the shipped file is the same GPU
     assert main(["plan", "--model", str(GLM), "--gpu", "b200", "--weight-dtype", "nvfp4", "--dwdp-size", "8",
                  "--isl", "8192", "--mnt", "16384", "--no-bench-results", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == rows
+    assert json.loads(capsys.readouterr().out)["rows"] == rows
 
 
 def test_plan_bad_model_and_gpu_spec_exit_2(tmp_path, capsys):

@@ -1,0 +1,123 @@
+"""The recommendation: DWDP, DEP or marginal, read from the predicted range, never from its optimistic end (pure).
+
+A fitting setup is chosen by its nominal gains (geometric mean over the ISLs of max(speedup, 1): DEP stays
+available where DWDP loses); its verdict then comes from the range (perf/uncertainty.py), per ISL first
+(PlanRow.verdict: "DWDP" when the low end, every uncertain input at DWDP's worse end, is above 1; "DEP" when the
+high end is below 1; else "marginal"), then overall:
+- "DWDP" at the ISLs whose verdict is DWDP (the others named: DEP stays available there);
+- "DEP" when every ISL says DEP;
+- else "marginal (depends on X; measure with ...)", X the input whose worse end alone moves it most.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..memory import MAX_DWDP_SIZE
+from .uncertainty import MEASURE
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    use_dwdp: bool
+    dwdp_size: int | None
+    redundant_experts: int | None
+    slice_bytes: int | None
+    mean_speedup: float | None  # geometric mean over the ISLs of the chosen (or best) setup
+    reason: str
+    notes: tuple[str, ...] = ()
+    verdict: str = "DEP"  # DWDP | DEP | marginal | nothing fits
+    speedup_range: tuple = ()  # (geomean low, geomean high) of the chosen setup
+    depends_on: str = ""
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "use_dwdp": self.use_dwdp, "dwdp_size": self.dwdp_size,
+                "redundant_experts": self.redundant_experts, "slice_bytes": self.slice_bytes,
+                "mean_speedup": None if self.mean_speedup is None else round(self.mean_speedup, 4),
+                "speedup_range": [round(x, 4) for x in self.speedup_range], "depends_on": self.depends_on,
+                "reason": self.reason, "notes": list(self.notes)}
+
+
+def _geomean(xs) -> float:
+    return float(np.exp(np.mean(np.log(xs))))
+
+
+def _no_fit(spec, rows) -> Recommendation:
+    worst = min((r for r in rows if r.dwdp_size > 1), key=lambda r: r.memory_per_rank_gb, default=None)
+    if not worst:
+        return Recommendation(False, None, None, None, None, "use DEP here: no DWDP group size > 1 among the candidates")
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in worst.memory_parts_gb.items())
+    smallest = (f"the smallest dwdp_size that fits is {worst.smallest_fitting_dwdp_size}"
+                if worst.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
+    if worst.memory_dep_gb > spec.memory_budget_gb:  # DEP at that G does not fit either: no advice to use it
+        dep = worst.smallest_fitting_dep_size
+        return Recommendation(False, None, None, None, None, (
+            f"nothing fits {worst.dwdp_size} GPUs: DWDP{worst.dwdp_size} needs {worst.memory_per_rank_gb:.1f} GB "
+            f"per rank ({parts} GB), DEP{worst.dwdp_size} {worst.memory_dep_gb:.1f} GB, budget "
+            f"{spec.memory_budget_gb:.1f} GB; smallest GPU count that fits: DWDP "
+            f"{worst.smallest_fitting_dwdp_size or f'none up to {MAX_DWDP_SIZE}'}, DEP {dep or f'none up to {MAX_DWDP_SIZE}'}"),
+            verdict="nothing fits")
+    why = (f"memory does not fit: the smallest candidate DWDP setup (G={worst.dwdp_size}) needs "
+           f"{worst.memory_per_rank_gb:.1f} GB per rank ({parts} GB) > {spec.memory_budget_gb:.1f} GB; {smallest}")
+    return Recommendation(False, None, None, None, None, f"use DEP here: {why}")
+
+
+def recommend(spec, rows) -> Recommendation:
+    """Best fitting configuration by nominal gains; DWDP / DEP / marginal from its range."""
+    from .planner import _placement, fmt_bytes
+
+    configs: dict[tuple[int, int, int], list] = {}
+    for r in rows:
+        configs.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
+    fitting = {k: v for k, v in configs.items() if k[0] > 1 and all(r.fits for r in v)}
+    if not fitting:
+        return _no_fit(spec, rows)
+    scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}
+    best = max(scores, key=lambda k: (scores[k], _geomean([r.speedup_low or r.speedup for r in fitting[k]]), -k[0], -k[1]))
+    best_rows = fitting[best]
+    score = _geomean([r.speedup for r in best_rows])
+    lo = _geomean([r.speedup_low or r.speedup for r in best_rows])
+    hi = _geomean([r.speedup_high or r.speedup for r in best_rows])
+    depends = Counter(r.depends_on for r in best_rows).most_common(1)[0][0] or "interference"
+    setup = f"G={best[0]}, redundant_experts={best[1]}, slice {fmt_bytes(best[2])}"
+    rng = f"{lo:.2f}-{hi:.2f}x (nominal {score:.2f}x) DWDP/DEP throughput over ISL {', '.join(str(r.isl) for r in best_rows)}"
+    notes: list[str] = []
+    wins = [r for r in best_rows if r.verdict == "DWDP"]
+    if wins:  # DEP stays available at the other ISLs: the setup is recommended where its whole range is above 1
+        verdict, use = "DWDP", True
+        reason = (f"DWDP with {setup} at ISL {', '.join(str(r.isl) for r in wins)}: "
+                  + ", ".join(f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x" for r in wins)
+                  + " DWDP/DEP throughput, the whole range above 1")
+        rest = [r for r in best_rows if r.verdict != "DWDP"]
+        if rest:
+            notes.insert(0, "elsewhere: " + ", ".join(f"ISL {r.isl} {r.verdict} ({r.speedup_low:.2f}-{r.speedup_high:.2f}x)"
+                                                      for r in rest) + "; use DEP where DWDP is not certain to win")
+    elif all(r.verdict == "DEP" for r in best_rows):
+        exposed = [r for r in best_rows if not r.prefetch_hidden]
+        why = ("prefetch exposed at ISL " + ", ".join(str(r.isl) for r in exposed)) if exposed else \
+            "the all-to-all and sync DWDP removes cost less than the interference it adds"
+        verdict, use, reason = "DEP", False, f"DEP: the best DWDP setup ({setup}) reaches {rng}; {why}"
+    else:
+        verdict, use = "marginal", False
+        reason = (f"marginal (depends on {depends}; measure with {MEASURE.get(depends, 'a multi-GPU run')}): "
+                  f"DWDP with {setup} predicts {rng}")
+    eb = spec.model.expert_bytes(spec.weight_dtype)
+    headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
+    local = len(_placement(spec, best[0], best[1]).local_experts[0])
+    extra = min(int(headroom * 1e9 // (eb * (spec.model.num_moe_layers + 2))), spec.model.num_experts - local)
+    if extra > 0 and local + extra >= spec.model.num_experts:
+        notes.append(f"{headroom:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
+                     "no prefetch) -- compare with G=1")
+    elif extra > 0:
+        notes.append(f"{headroom:.1f} GB free per rank: up to {extra} more redundant experts per rank fit "
+                     f"(try --redundant-experts {best[1] + extra})")
+    cal = spec.calibration
+    if best[2] and cal.slice_efficiency:
+        s_best = max(cal.slice_efficiency, key=lambda pt: (pt[1], pt[0]))
+        notes.append(f"measured slice efficiency is best at {fmt_bytes(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
+    elif best[2]:
+        notes.append(f"slice size {fmt_bytes(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
+    return Recommendation(use, best[0], best[1], best[2], score,
+                          reason, tuple(notes), verdict=verdict, speedup_range=(lo, hi), depends_on=depends)

@@ -1,0 +1,124 @@
+"""The planner's uncertain inputs, their ranges and the priors they start from (pure data + small helpers).
+
+A prediction is evaluated three times: nominal, and with every uncertain input at the end that is worse for
+DWDP ("low") or better for DWDP ("high"); the speedup's range is [low, high] and the recommendation reads it
+(planner.recommend). One input at a time at its low end names what a marginal verdict depends on.
+
+Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
+- interference: compute beside the prefetch copy is slower, per phase. Priors from the paper on GB200 with real
+  NVLink traffic (blog 19 Table 3, DEP4 -> DWDP4 per layer at ISL 8K: attention 269.67 -> 320.56 us = 1.19x;
+  memory-bound "others" 241.69 -> 284.32 us = 1.18x; dense GEMMs 177.50 -> 189.28 us = 1.07x; grouped GEMM
+  342.40 -> 337.42 us = 0.99x, i.e. none; paper appendix A.2: power-induced clock drops, 114% of TDP during
+  overlap). A one-GPU measurement (a "peer" copy that is a same-device copy) never sets it. Range: half to one
+  and a half times each prior's excess over 1 (how GB200's throttling transfers to Hopper is unmeasured); the
+  grouped GEMM from 1.0 to the dense GEMMs' 1.07.
+- peer bandwidth achieved under many-to-one pulls beside compute: 0.75x to 1.0x the copy model's (375 GB/s
+  one-way NVLink4 public p2p measurement x slice efficiency / contention model).
+- DEP communication: trtllm: TensorRT-LLM's default intra-node attention-DP path, NCCL all-gather +
+  reduce-scatter (aiconfigurator's choice for EP <= 8); low end the DeepEP high-throughput table where it has
+  rows (DEP faster). engine: all-to-all efficiency 0.77 of NVLink (DeepEP report), range 0.60-0.90.
+- extrapolated table cells: +-5% per doubling past the table's last row (kernel_tables.EXTRAP_PER_DOUBLING).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: per-phase interference priors (compute slowdown while copies run), blog 19 Table 3 / paper appendix A
+PRIORS = {"attention_core": 1.19, "gemm": 1.07, "memory_bound": 1.18, "grouped_gemm": 1.0}
+PRIOR_SOURCES = {
+    "attention_core": "blog 19 Table 3 Attn 269.67 -> 320.56 us (GB200, DEP4 -> DWDP4, ISL 8K); paper A.2",
+    "gemm": "blog 19 Table 3 DenseGEMM 177.50 -> 189.28 us",
+    "memory_bound": "blog 19 Table 3 Others 241.69 -> 284.32 us; paper A.1 (up to 22.5% at full NVLink)",
+    "grouped_gemm": "blog 19 Table 3 GroupedGEMM 342.40 -> 337.42 us (no slowdown)",
+}
+PEER_RANGE = (0.75, 1.0)  # achieved / modelled peer-copy bandwidth (low end first)
+ENGINE_A2A_EFF = (0.90, 0.77, 0.60)  # engine target: a2a efficiency at the low (DEP fast), nominal, high ends
+INPUTS = ("interference", "peer bandwidth", "DEP communication", "extrapolated table cells")
+MEASURE = {
+    "interference": "scripts/bench_contention_multi.py on 2+ GPUs (copy beside attention and GEMMs)",
+    "peer bandwidth": "scripts/bench_copy.py on 2+ GPUs (many-to-one pulls)",
+    "DEP communication": "dwdp bench (mode dep, all_to_all phase) on the target GPUs, or TensorRT-LLM's DEP8",
+    "extrapolated table cells": "TensorRT-LLM's fused MoE at the DEP call size (scripts/bench_moe_kernels.py)",
+}
+
+
+def _end(p: float, which: str) -> float:
+    if which == "nominal":
+        return p
+    return 1 + (p - 1) * (1.5 if which == "low" else 0.5)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One setting of the uncertain inputs. `low` = every input at DWDP's worse end."""
+
+    name: str = "nominal"
+    interference: dict = field(default_factory=lambda: dict(PRIORS))
+    peer: float = 1.0  # x the modelled peer bandwidth
+    comm: str = "nominal"  # nominal | low (DEP comm at its fast end) | high
+    extrap: float = 0.0  # -1: extrapolated cells at DWDP's worse end, +1: better end, 0: as extrapolated
+
+
+def interference_at(which: str, override: float | None) -> dict:
+    if override is not None:
+        return {k: override for k in PRIORS}
+    out = {k: _end(v, which) for k, v in PRIORS.items()}
+    if which == "low":
+        out["grouped_gemm"] = PRIORS["gemm"]
+    return out
+
+
+def scenario(which: str, *, only: str | None = None, interference: float | None = None) -> Scenario:
+    """`which` in nominal / low / high; `only`: move just that input (one of INPUTS) to `which`'s end."""
+    def at(inp: str) -> str:
+        return which if only in (None, inp) else "nominal"
+    sign = {"nominal": 0.0, "low": -1.0, "high": 1.0}
+    return Scenario(name=which if only is None else f"{which}:{only}",
+                    interference=interference_at(at("interference"), interference),
+                    peer={"nominal": 1.0, "low": PEER_RANGE[0], "high": PEER_RANGE[1]}[at("peer bandwidth")],
+                    comm=at("DEP communication"), extrap=sign[at("extrapolated table cells")])
+
+
+def effective_slowdown(parts: dict, f: dict):
+    """Time-weighted interference of a rank's compute: sum(phase x f[phase]) / sum(phase) (elementwise)."""
+    total = sum(parts.values())
+    slowed = sum(v * f[k] for k, v in parts.items())
+    import numpy as np
+    t = np.asarray(total, float)
+    return np.where(t > 0, np.asarray(slowed, float) / np.where(t > 0, t, 1.0), 1.0)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A layer's phases under one Scenario (times in us; _SR per sample and rank, _S per sample)."""
+
+    own_SR: object  # a rank's work outside the routed experts
+    compute_SR: object  # DWDP rank compute (own + all experts for its tokens), no interference
+    slowdown_SR: object  # its time-weighted interference
+    prefetch_us: float
+    experts_dep_S: object
+    comm_S: object
+
+
+def apply(ph, sc: Scenario, prefetch_us: float, target: str) -> Applied:
+    """Phases (perf/phases.Phases) with the scenario's inputs: extrapolated cells scaled per doubling, DEP
+    communication at its end, the peer bandwidth, per-phase interference."""
+    import numpy as np
+
+    from .kernel_tables import EXTRAP_PER_DOUBLING as e
+    dep = ph.experts_dep_S * (1 + sc.extrap * e) ** np.asarray(ph.beyond_dep_S, float)
+    dwdp = ph.experts_dwdp_SR * (1 - sc.extrap * e) ** np.asarray(ph.beyond_dwdp_SR, float)
+    comm = ph.comm_S
+    if target == "trtllm":
+        if sc.comm == "low":
+            comm = np.minimum(comm, ph.comm_alt_S)
+        b_comm = ph.beyond.get("DEP all-gather + reduce-scatter", 0.0)
+        comm = comm * (1 + sc.extrap * e) ** b_comm
+    elif sc.comm != "nominal":
+        lo, nom, hi = ENGINE_A2A_EFF
+        comm = comm * nom / (lo if sc.comm == "low" else hi)
+    own = ph.own_SR
+    compute = own + dwdp
+    f = effective_slowdown({"attention_core": ph.core_SR, "gemm": ph.gemm_SR, "memory_bound": ph.membound_SR,
+                            "grouped_gemm": dwdp}, sc.interference)
+    return Applied(own, compute, f, prefetch_us / sc.peer, dep, comm)
