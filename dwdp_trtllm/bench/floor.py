@@ -6,14 +6,17 @@ efficiency (floor / measured) per phase beside the table (docs/BENCHMARKS.md, "E
 What one iteration's floor counts (its batch: the segments it ran, with their cached prefixes, and the
 routing it produced per MoE layer), each timed alone with CUDA events (median of `reps` after warm-up):
 - attention, per layer: every projection GEMM at the model dtype (MLA: q_a, q_b, kv_a, kv_b over prefix +
-  chunk keys, o; GQA: q, k, v, o) and the attention core over the actual sequence mix with the fastest stock
+  chunk keys, o; GQA: q, k, v, o), or, when the run's linear layers are FP8 (model.fp8_linear), the same GEMMs in
+  the same FP8 block-scale recipe the engine runs (torch._scaled_mm, 1x128 activation / 128x128 weight scales,
+  outer-dim-major; rows padded to 16 and out-features to 128 as engine/fp8_linear.py pads them) and the attention core over the actual sequence mix with the fastest stock
   kernel of this torch (cuDNN SDPA per segment, v at its own head dim; flash varlen with v padded to the qk
   head dim where cuDNN is not usable; SDPA per segment on the CPU);
 - routed experts, per MoE layer: the grouped GEMMs of that layer's routing (gate|up, then down) on one
   [E, N, K] buffer: torch._grouped_mm for BF16, torch._scaled_grouped_mm (rowwise scales) for FP8; the rows
   are those the rank's expert phase computes (DEP: the pairs its experts received from every rank);
 - other: the dense MLP GEMMs of the first_k_dense layers, and per MoE layer the router GEMM and the shared
-  experts' GEMMs.
+  experts' GEMMs (dense MLP and shared experts FP8 with FP8 linears, gate|up as one GEMM as the engine runs it;
+  the router stays at the model dtype).
 Not counted (taken as free, i.e. fusable into a neighbour by a production stack): norms, RoPE, SwiGLU, top-k,
 the sort / gather / combine of routed rows, activation quantisation, embedding. The floor is therefore a
 lower bound of what any implementation of the same model and batch needs on this GPU.
@@ -50,8 +53,10 @@ class FloorTimer:
     """Times stock kernels on one device; buffers are allocated once per shape and reused."""
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, weight_dtype: str, device: torch.device, *,
-                 warmup: int = 2, reps: int = 5):
+                 warmup: int = 2, reps: int = 5, fp8_linear: bool = False):
         self.spec, self.dtype, self.weight_dtype, self.device = spec, dtype, weight_dtype, device
+        #: the linear layers an FP8 checkpoint quantises run as FP8 block-scale GEMMs (CUDA; elsewhere model dtype)
+        self.fp8_linear = fp8_linear and device.type == "cuda" and hasattr(torch, "_scaled_mm")
         self.warmup, self.reps = warmup, reps
         self._bufs: dict[tuple, torch.Tensor] = {}
         self._gen = torch.Generator(device=device).manual_seed(0)
@@ -102,6 +107,21 @@ class FloorTimer:
         x, w = self._buf((m, k)), self._buf((n, k))
         return self.time_ms(lambda: F.linear(x, w))
 
+    def linear_ms(self, m: int, n: int, k: int) -> float:
+        """One linear layer an FP8 checkpoint quantises: gemm_ms, or with fp8_linear the block-scale recipe
+        (activation quantisation counted free, like every quantisation here)."""
+        if not self.fp8_linear or k % 128:
+            return self.gemm_ms(m, n, k)
+        if m == 0:
+            return 0.0
+        from ..engine.fp8_linear import ROWS_TO
+        f8 = torch.float8_e4m3fn
+        mp, np_, kb = -(-m // ROWS_TO) * ROWS_TO, -(-n // 128) * 128, k // 128
+        a, w = self._buf((mp, k), f8), self._buf((np_, k), f8)
+        s_a = self._buf((kb, mp), torch.float32).abs().add_(1e-3).t()  # [mp, kb] outer-dim-major
+        s_w = self._buf((np_ // 128, kb), torch.float32).abs().add_(1e-3).t()  # [kb, nb] outer-dim-major
+        return self.time_ms(lambda: torch._scaled_mm(a, w.t(), s_a, s_w, out_dtype=self.dtype))
+
     # ---- attention ----------------------------------------------------------------------------------
     def attention_core_ms(self, segments: tuple[tuple[int, int], ...]) -> float:
         sp = self.spec
@@ -145,14 +165,14 @@ class FloorTimer:
         H, N = sp.hidden_size, sp.num_heads
         if sp.attention == "mla":
             qd = N * (sp.qk_nope_head_dim + sp.qk_rope_head_dim)
-            proj = (self.gemm_ms(T, sp.q_lora_rank, H) + self.gemm_ms(T, qd, sp.q_lora_rank) if sp.q_lora_rank
-                    else self.gemm_ms(T, qd, H))
-            proj += self.gemm_ms(T, sp.kv_lora_rank + sp.qk_rope_head_dim, H)
-            proj += self.gemm_ms(S, N * (sp.qk_nope_head_dim + sp.v_head_dim), sp.kv_lora_rank)
-            proj += self.gemm_ms(T, H, N * sp.v_head_dim)
+            proj = (self.linear_ms(T, sp.q_lora_rank, H) + self.linear_ms(T, qd, sp.q_lora_rank) if sp.q_lora_rank
+                    else self.linear_ms(T, qd, H))
+            proj += self.linear_ms(T, sp.kv_lora_rank + sp.qk_rope_head_dim, H)
+            proj += self.linear_ms(S, N * (sp.qk_nope_head_dim + sp.v_head_dim), sp.kv_lora_rank)
+            proj += self.linear_ms(T, H, N * sp.v_head_dim)
         else:
             G, d = sp.num_kv_heads, sp.head_dim
-            proj = self.gemm_ms(T, N * d, H) + 2 * self.gemm_ms(T, G * d, H) + self.gemm_ms(T, H, N * d)
+            proj = self.linear_ms(T, N * d, H) + 2 * self.linear_ms(T, G * d, H) + self.linear_ms(T, H, N * d)
         return {"projections": proj, "core": self.attention_core_ms(segments)}
 
     # ---- experts ------------------------------------------------------------------------------------
@@ -199,15 +219,22 @@ class FloorTimer:
 
     def moe_other_ms(self, T: int) -> float:
         sp = self.spec
-        ms = self.gemm_ms(T, sp.num_experts, sp.hidden_size)  # router
+        ms = self.gemm_ms(T, sp.num_experts, sp.hidden_size)  # router (never quantised)
         if sp.num_shared_experts:
             Is = sp.moe_intermediate * sp.num_shared_experts
-            ms += 2 * self.gemm_ms(T, Is, sp.hidden_size) + self.gemm_ms(T, sp.hidden_size, Is)
+            ms += self._gate_up_ms(T, Is) + self.linear_ms(T, sp.hidden_size, Is)
         return ms
+
+    def _gate_up_ms(self, T: int, inter: int) -> float:
+        """gate and up of a SwiGLU MLP: two GEMMs at the model dtype, one [2I] FP8 GEMM with FP8 linears (the engine
+        runs gate | up as one weight when I is a multiple of 128)."""
+        if self.fp8_linear and inter % 128 == 0 and self.spec.hidden_size % 128 == 0:
+            return self.linear_ms(T, 2 * inter, self.spec.hidden_size)
+        return 2 * self.linear_ms(T, inter, self.spec.hidden_size)
 
     def dense_mlp_ms(self, T: int) -> float:
         sp = self.spec
-        return 2 * self.gemm_ms(T, sp.dense_intermediate, sp.hidden_size) + self.gemm_ms(T, sp.hidden_size, sp.dense_intermediate)
+        return self._gate_up_ms(T, sp.dense_intermediate) + self.linear_ms(T, sp.hidden_size, sp.dense_intermediate)
 
     # ---- one iteration ------------------------------------------------------------------------------
     def iteration_ms(self, batch: Batch) -> dict[str, float]:
@@ -303,11 +330,14 @@ def floor_report(cfg, by_mode: dict) -> dict:
     spec = cfg.model.spec()
     dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[cfg.model.dtype]
     device = torch.device("cuda", 0) if cfg.run.device == "cuda" else torch.device("cpu")
-    timer = FloorTimer(spec, dtype, cfg.dwdp.weight_dtype, device)
+    from ..engine.fp8_linear import fp8_linear_on
+    timer = FloorTimer(spec, dtype, cfg.dwdp.weight_dtype, device, fp8_linear=fp8_linear_on(cfg))
     timer.gemm_ms = _memo(timer.gemm_ms)  # the same GEMM shape recurs in every iteration and layer
+    timer.linear_ms = _memo(timer.linear_ms)
     timer.attention_core_ms = _memo(timer.attention_core_ms)
     timer.grouped_ms = _memo(timer.grouped_ms)
     out: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                 "linear_layers": "fp8 block scales" if timer.fp8_linear else "model dtype",
                  "method": "stock kernels timed alone per iteration's batch (bench/floor.py; docs/BENCHMARKS.md)"}
     try:
         for mode, rows in rank_batches(by_mode, spec).items():

@@ -6,7 +6,9 @@ C kv_lora_rank, R qk_rope_head_dim, Q q_lora_rank, F rope frequencies (R/2 or d/
 
 A batch is a packed sequence of segments (chunks of requests). Attention is causal within a segment
 and also sees the request's cached prefix (chunked prefill). Positions are absolute: segment.start + i.
-Weights use the nn.Linear convention (out x in) and the HF names of weights.dense_weight_shapes.
+Weights use the nn.Linear convention (out x in) and the HF names of weights.dense_weight_shapes. A linear layer's
+weight is a tensor or an fp8_linear.Fp8Linear (FP8 block-scale codes + scales); every projection goes through
+fp8_linear.linear, which runs either.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from ..models import ModelSpec
 from . import mla_cuda
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
+from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, prepare, swiglu as fp8_swiglu
 from .fused import _BODIES, fused, fused_enabled
 from .kv_cache import KVCache
 from .records import Segment
@@ -39,8 +42,10 @@ def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float,
     return (fused("add_rms_norm", x) or _BODIES["add_rms_norm"])(x, a, w, eps, b)
 
 
-def swiglu_mlp(x_TH: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
-    """down(silu(gate(x)) * up(x)): dense MLPs and shared experts."""
+def swiglu_mlp(x_TH: torch.Tensor, gate_w, up_w, down_w) -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)): dense MLPs and shared experts (FP8 block-scale weights: fp8_linear.swiglu)."""
+    if isinstance(gate_w, Fp8Linear):
+        return fp8_swiglu(x_TH, gate_w, up_w, down_w)
     g_TI, u_TI = F.linear(x_TH, gate_w), F.linear(x_TH, up_w)
     return F.linear((fused("silu_mul_pair", g_TI) or _BODIES["silu_mul_pair"])(g_TI, u_TI), down_w)
 
@@ -218,39 +223,54 @@ class MLAAttention(_Attention):
                  kv_cache: KVCache | None) -> torch.Tensor:
         sp, w = self.spec, self.w
         T, N, Dn, R, Dv, C = x_TH.shape[0], sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim, sp.kv_lora_rank
-        q_in, q_w = ((rms_norm(F.linear(x_TH, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.latent_norm_eps), w["q_b_proj.weight"])
-                     if sp.q_lora_rank else (x_TH, w["q_proj.weight"]))
+        x_in = prepare(x_TH, w["kv_a_proj_with_mqa.weight"])  # FP8 linears: x quantised once for q_a/q and kv_a
+        q_in, q_w = ((rms_norm(linear(x_in, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.latent_norm_eps), w["q_b_proj.weight"])
+                     if sp.q_lora_rank else (x_in, w["q_proj.weight"]))
         # cuDNN path: q/k/v live in buffers with BUCKET spare rows, so each chunk's causal call reads its bucketed
         # length in place (rows past the chunk are the next chunk's or zeros: only dropped queries see them)
         cudnn = bool(plan) and _cudnn_ok(x_TH.new_empty(1, N, 1), x_TH.new_empty(1, N, 1))
         pad = BUCKET if cudnn else 0
         q_buf = torch.empty(T + pad, N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
-        torch.mm(q_in, q_w.t(), out=q_buf[:T])
+        linear(q_in, q_w, out=q_buf)  # rows [0, T) (an FP8 kernel may also write padding rows past T)
         q_buf[T:].zero_()
         q_TNd = q_buf[:T].view(T, N, Dn + R)
         apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
-        kva_T = F.linear(x_TH, w["kv_a_proj_with_mqa.weight"])
+        kva_T = linear(x_in, w["kv_a_proj_with_mqa.weight"])
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
         krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
-            return F.linear(self._cudnn_core(q_buf.view(T + pad, N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
-                            .reshape(T, N * Dv), w["o_proj.weight"])
+            return linear(self._cudnn_core(q_buf.view(T + pad, N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
+                          .reshape(T, N * Dv), w["o_proj.weight"])
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
-            kv_SNe = F.linear(ckv_SC, kvb_w).view(-1, N, Dn + Dv)
+            kv_SNe = linear(ckv_SC, kvb_w).reshape(-1, N, Dn + Dv)
             k_list.append(torch.cat([kv_SNe[..., :Dn], krope_SR[:, None, :].expand(-1, N, R)], dim=-1))
             v_list.append(kv_SNe[..., Dn:])
         o_TNe = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
-        return F.linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
+        return linear(o_TNe.reshape(T, N * Dv), w["o_proj.weight"])
 
-    def _kv_b_split(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _kv_b_split(self) -> tuple | None:
         """kv_b_proj's rows regrouped once: (w_kn [N*Dn, C], w_v [N*Dv, C]), each contiguous, so K's nope part and V
-        come out of their own GEMMs and V lands in its attention buffer directly."""
+        come out of their own GEMMs and V lands in its attention buffer directly. FP8 block-scale weights split
+        with their scales when Dn and Dv are whole 128-row blocks (DeepSeek-V3/R1: 128 and 128); else None (one
+        GEMM, then the halves are copied out)."""
         if not hasattr(self, "_kvb_split"):
             sp = self.spec
             N, Dn, Dv = sp.num_heads, sp.qk_nope_head_dim, sp.v_head_dim
-            w = self.w["kv_b_proj.weight"].view(N, Dn + Dv, -1)
+            kvb = self.w["kv_b_proj.weight"]
+            if isinstance(kvb, Fp8Linear):
+                if Dn % FP8_BLOCK or Dv % FP8_BLOCK:
+                    self._kvb_split = None
+                    return None
+                w = kvb.w_NK.view(N, Dn + Dv, -1)
+                s = kvb.scale_NbKb.view(N, (Dn + Dv) // FP8_BLOCK, -1)
+                bn = Dn // FP8_BLOCK
+                self._kvb_split = (
+                    Fp8Linear.from_codes(w[:, :Dn].reshape(N * Dn, -1), s[:, :bn].reshape(N * Dn // FP8_BLOCK, -1)),
+                    Fp8Linear.from_codes(w[:, Dn:].reshape(N * Dv, -1), s[:, bn:].reshape(N * Dv // FP8_BLOCK, -1)))
+                return self._kvb_split
+            w = kvb.view(N, Dn + Dv, -1)
             self._kvb_split = (w[:, :Dn].reshape(N * Dn, -1).contiguous(), w[:, Dn:].reshape(N * Dv, -1).contiguous())
         return self._kvb_split
 
@@ -270,13 +290,20 @@ class MLAAttention(_Attention):
         S_all = off
         ckv_SC = torch.cat([a for a, _ in full]) if len(full) > 1 else full[0][0]
         krope_SR = torch.cat([b for _, b in full]) if len(full) > 1 else full[0][1]
-        w_kn, w_v = self._kv_b_split()
+        split = self._kv_b_split()
         k_buf = torch.empty(S_all + BUCKET, N, Dn + R, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
         v_buf = torch.empty(S_all + BUCKET, N, Dv, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
+        if split is not None:
+            w_kn, w_v = split
+            c_in = prepare(ckv_SC, w_v)  # FP8 linears: the latents quantised once for both GEMMs
+            linear(c_in, w_v, out=v_buf.view(S_all + BUCKET, N * Dv))  # rows [0, S_all) (+ FP8 padding rows)
+            k_nope = linear(c_in, w_kn).view(S_all, N, Dn)
+        else:
+            kv_SNe = linear(ckv_SC, self.w["kv_b_proj.weight"]).reshape(S_all, N, Dn + Dv)
+            v_buf[:S_all].copy_(kv_SNe[..., Dn:])
+            k_nope = kv_SNe[..., :Dn]
         k_buf[S_all:].zero_()
         v_buf[S_all:].zero_()
-        torch.mm(ckv_SC, w_v.t(), out=v_buf[:S_all].view(S_all, N * Dv))
-        k_nope = torch.mm(ckv_SC, w_kn.t()).view(S_all, N, Dn)
         if k_buf.is_cuda and fused_enabled() and mla_cuda.usable(Dn, R):  # one Triton pass (cat's broadcast path is slow)
             mla_cuda.mla_key_(k_buf[:S_all], k_nope, krope_SR)
         else:
@@ -296,17 +323,18 @@ class GQAAttention(_Attention):
                  kv_cache: KVCache | None) -> torch.Tensor:
         sp, w = self.spec, self.w
         T, N, G, d = x_TH.shape[0], sp.num_heads, sp.num_kv_heads, sp.head_dim
-        q, k, v = (F.linear(x_TH, w[n + "_proj.weight"]) for n in "qkv")
+        x_in = prepare(x_TH, w["q_proj.weight"])  # FP8 linears: x quantised once for q, k and v
+        q, k, v = (linear(x_in, w[n + "_proj.weight"]) for n in "qkv")
         if sp.qk_norm and sp.family == "olmoe":
             q, k = rms_norm(q, w["q_norm.weight"], sp.rms_eps), rms_norm(k, w["k_norm.weight"], sp.rms_eps)
-        q_TNd, k_TGd, v_TGd = q.view(T, N, d), k.view(T, G, d), v.view(T, G, d)
+        q_TNd, k_TGd, v_TGd = q.reshape(T, N, d), k.reshape(T, G, d), v.reshape(T, G, d)
         if sp.qk_norm and sp.family != "olmoe":
             q_TNd, k_TGd = rms_norm(q_TNd, w["q_norm.weight"], sp.rms_eps), rms_norm(k_TGd, w["k_norm.weight"], sp.rms_eps)
         q_TNd, k_TGd = apply_rope_(q_TNd, *rope, interleaved=False), apply_rope_(k_TGd, *rope, interleaved=False)
         kv = list(self.with_prefix(plan, kv_cache, k_TGd, v_TGd))
         k_list, v_list = [k for k, _ in kv], [v for _, v in kv]
         o_TNd = attend_packed(q_TNd, k_list, v_list, plan, self.scale)
-        return F.linear(o_TNd.reshape(T, N * d), w["o_proj.weight"])
+        return linear(o_TNd.reshape(T, N * d), w["o_proj.weight"])
 
 
 def make_attention(spec: ModelSpec, w: dict[str, torch.Tensor], layer: int) -> MLAAttention | GQAAttention:

@@ -14,6 +14,7 @@ import torch
 
 from ..models import ModelSpec
 from .experts import ExpertBackend
+from .fp8_linear import Fp8Linear, dequantize_linears, to_fp8_linears
 from .kv_cache import KVCache
 from .layers import add_rms_norm, make_attention, plan_segments, positions_of, rms_norm, swiglu_mlp
 from .local_experts import LocalExperts
@@ -37,16 +38,29 @@ class MoETransformer:
     """Forward of a packed batch of segments; routed experts delegated to `experts`."""
 
     def __init__(self, spec: ModelSpec, dense_weights: dict[str, torch.Tensor], experts: ExpertBackend, *,
-                 device: torch.device | str, dtype: torch.dtype):
+                 device: torch.device | str, dtype: torch.dtype, fp8_linear: bool = False):
+        """dense_weights: weights.dense_weight_shapes tensors (float, or e4m3 codes with a `<name>_scale_inv` beside
+        them, as an FP8 checkpoint stores its linear layers). fp8_linear: run the linear layers an FP8 checkpoint
+        quantises as FP8 block-scale GEMMs (engine/fp8_linear.py; the checkpoint's codes and scales, or our
+        128x128 quantisation of float weights); off, codes are dequantised and every GEMM runs at `dtype`."""
         check_dense_weights(spec, dense_weights)
         self.spec, self.experts = spec, experts
-        self.device, self.dtype = torch.device(device), dtype
-        self.w = {n: t.to(self.device, dense_dtype(n, dtype)) for n, t in dense_weights.items()}
+        self.device, self.dtype, self.fp8_linear = torch.device(device), dtype, fp8_linear
+        on_device = {n: t.to(self.device) for n, t in dense_weights.items()}
+        if fp8_linear:
+            self.w = {n: (t if isinstance(t, Fp8Linear) else t.to(dense_dtype(n, dtype)))
+                      for n, t in to_fp8_linears(spec, on_device).items()}
+        else:
+            self.w = dequantize_linears(on_device, lambda n: dense_dtype(n, dtype))
         self.attn = [make_attention(spec, self.w, i) for i in range(spec.num_layers)]
         #: [MoE layer, expert] routed pairs of the last forward (record_routing()); None: not recorded
         self.counts_ME: torch.Tensor | None = None
         #: routing skew (workload.routing_skew): target popularity per MoE layer; None: the model's own routing
         self.skew: SkewTable | None = None
+
+    def dense_bytes(self) -> int:
+        """Bytes of the replicated weights as held (FP8 linears: codes + scales)."""
+        return sum(t.nbytes() if isinstance(t, Fp8Linear) else t.numel() * t.element_size() for t in self.w.values())
 
     def warm_up_attention(self, max_tokens: int) -> int:
         """CUDA: build the attention kernels' per-shape plans for every chunk length up to max_tokens now

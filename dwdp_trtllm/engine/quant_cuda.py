@@ -14,6 +14,9 @@ moe_compute.silu_mul):
                               (gate | up halves of h, or up | gate with up_first)
 scale = max(amax of the group, 1e-12) / 448; q = clamp(x / scale, -448, 448) rounded to nearest e4m3.
 Rows may be strided (stride(1) == 1); outputs are contiguous. No host sync.
+With rows_to=R the outputs have A rounded up to a multiple of R rows (padding rows: codes 0, scales 1), and with
+scale_col_major the scales are stored outer-dim-major (a [A, G] view of a [G, A] buffer): the layout
+torch._scaled_mm's 1x128 block-scale recipe reads (engine/fp8_linear.py).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def quant_kernel(x_ptr, q_ptr, s_ptr, G, gate_off, up_off, stride_x, stride_q, stride_s,
+    def quant_kernel(x_ptr, q_ptr, s_ptr, G, gate_off, up_off, stride_x, stride_q, stride_s, stride_sg,
                      SILU: tl.constexpr, GB: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         g = tl.program_id(1) * GB + tl.arange(0, GB)
@@ -50,29 +53,37 @@ def _kernel():
         scale = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12) / FP8_MAX
         q = tl.minimum(tl.maximum(v / scale[:, None], -FP8_MAX), FP8_MAX)
         tl.store(q_ptr + row * stride_q + col, q.to(q_ptr.dtype.element_ty), mask=mask)
-        tl.store(s_ptr + row * stride_s + g, scale, mask=g < G)
+        tl.store(s_ptr + row * stride_s + g * stride_sg, scale, mask=g < G)
 
     return quant_kernel
 
 
-def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False, rows_to: int = 1,
+            scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if width % GROUP:
         raise ValueError(f"quant_cuda: the quantised width {width} must be a multiple of {GROUP}")
     if x.stride(1) != 1:
         x = x.contiguous()
     A, G = x.shape[0], width // GROUP
-    q = torch.empty(A, width, device=x.device, dtype=torch.float8_e4m3fn)
-    s = torch.empty(A, G, device=x.device, dtype=torch.float32)
+    Ap = -(-A // rows_to) * rows_to
+    q = torch.empty(Ap, width, device=x.device, dtype=torch.float8_e4m3fn)
+    s = torch.empty(G, Ap, device=x.device, dtype=torch.float32).t() if scale_col_major else \
+        torch.empty(Ap, G, device=x.device, dtype=torch.float32)
+    if Ap > A:  # padding rows: finite, and their GEMM rows are dropped by the caller
+        q[A:].zero_()
+        s[A:].fill_(1.0)
     if A:
         gate_off, up_off = (width, 0) if up_first else (0, width)
-        _kernel()[(A, -(-G // GB))](x, q, s, G, gate_off, up_off, x.stride(0), q.stride(0), s.stride(0),
+        _kernel()[(A, -(-G // GB))](x, q, s, G, gate_off, up_off, x.stride(0), q.stride(0), s.stride(0), s.stride(1),
                                     SILU=silu, GB=GB, GROUP=GROUP, FP8_MAX=FP8_MAX, num_warps=4)
     return q, s
 
 
-def quant_1x128(a_AD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _launch(a_AD, a_AD.shape[1], silu=False)
+def quant_1x128(a_AD: torch.Tensor, *, rows_to: int = 1, scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return _launch(a_AD, a_AD.shape[1], silu=False, rows_to=rows_to, scale_col_major=scale_col_major)
 
 
-def silu_mul_quant(h_A2I: torch.Tensor, up_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    return _launch(h_A2I, h_A2I.shape[1] // 2, silu=True, up_first=up_first)
+def silu_mul_quant(h_A2I: torch.Tensor, up_first: bool = False, *, rows_to: int = 1,
+                   scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return _launch(h_A2I, h_A2I.shape[1] // 2, silu=True, up_first=up_first, rows_to=rows_to,
+                   scale_col_major=scale_col_major)
