@@ -168,6 +168,12 @@ class ModelConfig:
         "Directory of a HuggingFace-layout safetensors checkpoint (config.json + *.safetensors, optionally "
         "model.safetensors.index.json); the model spec is read from its config.json when the config is read, the tensors' headers before any rank "
         "starts (`dwdp bench`, `dwdp verify`). null = seeded random weights.", None)
+    fp8_linear: bool | None = doc(
+        "Run the linear layers an FP8 checkpoint quantises (attention projections, dense MLPs, shared experts; not the "
+        "embedding, norms or router) as FP8 block-scale GEMMs: 1x128 activation groups, 128x128 weight blocks (the "
+        "checkpoint's own _scale_inv, else our quantisation of the weights), as TensorRT-LLM runs them on Hopper "
+        "(engine/fp8_linear.py). null: on when dwdp.weight_dtype is fp8; false: every GEMM at `dtype` on dequantised "
+        "weights.", None)
 
     def __post_init__(self) -> None:
         if self.preset is not None and self.preset not in PRESETS:
