@@ -18,6 +18,11 @@ def run(args: argparse.Namespace) -> int:
     from ..ops import build
 
     cuda = build.default_cuda() if args.cuda is None else args.cuda
+    try:  # a toolchain this machine lacks (CPU torch, no nvcc, no compiler) is bad input: exit 2 before any build
+        build._check_toolchain(cuda)
+    except build.OpsBuildError as e:
+        print(f"dwdp build-ops: {'--cuda' if cuda else '--cpu'}: {e}", file=sys.stderr)
+        return 2
     try:
         path = build.load(cuda=cuda, verbose=args.verbose)
     except build.OpsBuildError as e:

@@ -38,8 +38,9 @@ def _extract_dwdp(rest: list[str]) -> tuple[str | None, list[str]]:
     while i < len(rest):
         a = rest[i]
         if a == "--dwdp":
-            if i + 1 >= len(rest):
-                raise SystemExit("dwdp serve: --dwdp needs a path")
+            if i + 1 >= len(rest) or rest[i + 1].startswith("-"):
+                from ..schema import ConfigError
+                raise ConfigError(None, "--dwdp", "needs a path: dwdp serve --dwdp CONFIG.yaml MODEL [trtllm-serve arguments]")
             path, i = rest[i + 1], i + 2
             continue
         if a.startswith("--dwdp="):

@@ -235,8 +235,8 @@ def run(args) -> int:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {args.gpu!r}")
     if args.samples < 1:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")
-    if args.interference is not None and args.interference < 1:
-        raise ConfigError(None, "--interference", f"expected a number >= 1, got {args.interference}")
+    if args.interference is not None and not (math.isfinite(args.interference) and args.interference >= 1):
+        raise ConfigError(None, "--interference", f"expected a finite number >= 1, got {args.interference}")
     args.engine_efficiency = True  # the measured runs are the engine's: its measured/floor factors apply
     results = [validate(f, args) for f in args.results]
     if args.json:

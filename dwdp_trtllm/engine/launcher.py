@@ -28,7 +28,6 @@ import uuid
 from typing import Callable
 
 import torch.multiprocessing as mp
-from multiprocessing import resource_tracker
 from multiprocessing.connection import wait as wait_any
 
 from .. import env, host_resources
@@ -103,18 +102,15 @@ def _stopped(pid: int | None) -> bool:
 
 
 def _cleanup_shm(tag: str) -> list[str]:
-    """Unlink the run's segments left by ranks that could not (killed, or stopped before closing), and tell the
-    resource tracker the ranks shared with this process that they are gone (else it warns at exit)."""
+    """Unlink the run's segments left by ranks that could not (killed, or stopped before closing). The resource
+    tracker is not told: the shm transport never registers its segments with it (transport/shm.py: a name
+    unregistered that a rank had created but not yet registered made the tracker print a KeyError traceback)."""
     leftovers = glob.glob(f"/dev/shm/{tag}*")
     for p in leftovers:
         try:
             os.unlink(p)
         except OSError:
             continue
-        try:
-            resource_tracker.unregister("/" + os.path.basename(p), "shared_memory")
-        except Exception:  # noqa: BLE001 - no tracker (never started here): nothing to tell
-            pass
     return leftovers
 
 

@@ -8,10 +8,15 @@ terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the
 (engine/launcher.py sweep_orphaned_shm).
 
 Owners create and write their segments; peers map them with PROT_READ, so a peer that writes into
-a buffer it only borrowed faults instead of corrupting the owner's weights. Peers open the segment
-file directly (not multiprocessing.shared_memory.SharedMemory) so that no resource_tracker learns
-about it: on Python < 3.13 an attaching SharedMemory registers the name and the tracker, shared by
-all spawned processes, later reports a double unlink.
+a buffer it only borrowed faults instead of corrupting the owner's weights. Owners and peers open the
+segment file directly (not multiprocessing.shared_memory.SharedMemory), so that Python's resource
+tracker never learns of a segment: SharedMemory registers a name only after creating it, and a rank
+stopped in between (a SIGTERM during setup) left a name the tracker did not know, which the launcher's
+clean-up then unregistered: a KeyError traceback from the tracker (issue 22). Leftovers are the
+launcher's to remove (tag + sweep), never the tracker's.
+
+An owner reserves its segment's pages when it creates it (posix_fallocate): a /dev/shm too small for the
+run fails here, naming /dev/shm and the bytes, instead of a SIGBUS when a page is first touched.
 """
 from __future__ import annotations
 
@@ -19,7 +24,6 @@ import mmap
 import os
 import re
 import warnings
-from multiprocessing import shared_memory
 
 import torch
 import torch.distributed as dist
@@ -41,6 +45,38 @@ def _frombuffer(buf) -> torch.Tensor:
         return torch.frombuffer(buf, dtype=torch.uint8)
 
 
+class _Segment:
+    """An owner's segment: /dev/shm/<name> created exclusively, its pages reserved, mapped read-write."""
+
+    def __init__(self, name: str, nbytes: int):
+        self.path = os.path.join(_SHM_DIR, name)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # FileExistsError: the caller names it
+        try:
+            try:
+                os.posix_fallocate(fd, 0, nbytes)
+            except OSError as e:
+                free = os.statvfs(_SHM_DIR)
+                raise TransportError(
+                    f"shm: cannot reserve {nbytes} bytes for {self.path} ({e.strerror}): {_SHM_DIR} has "
+                    f"{free.f_bavail * free.f_frsize} bytes free of {free.f_blocks * free.f_frsize}; give the container "
+                    "a larger /dev/shm (docker run --shm-size=<N>g or --ipc=host) or shrink the run") from None
+            self.buf = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            self.unlink()
+            raise
+        os.close(fd)
+
+    def close(self) -> None:
+        self.buf.close()  # BufferError while a view still uses it: the caller decides
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
 class ShmTransport(PeerTransport):
     kind = "shm"
 
@@ -48,7 +84,7 @@ class ShmTransport(PeerTransport):
         super().__init__(group=group, dwdp_rank=dwdp_rank, dwdp_size=dwdp_size, device=torch.device(device), tag=tag)
         if self.device.type != "cpu":
             raise TransportError(f"shm transport runs on cpu, got device {self.device}: use ipc or vmm_fd on cuda")
-        self._own: dict[str, shared_memory.SharedMemory] = {}
+        self._own: dict[str, _Segment] = {}
         self._sizes: dict[str, int] = {}
         self._peer_maps: list[mmap.mmap] = []
         self._peers: dict[int, dict[str, torch.Tensor]] = {}
@@ -67,7 +103,7 @@ class ShmTransport(PeerTransport):
             names[key] = name
         for key, nbytes in sizes.items():
             try:  # POSIX shm cannot be empty; an empty buffer maps one byte and views none
-                shm = shared_memory.SharedMemory(name=names[key], create=True, size=max(nbytes, 1))
+                shm = _Segment(names[key], max(nbytes, 1))
             except FileExistsError:
                 raise TransportError(
                     f"shm: segment {_SHM_DIR}/{names[key]} already exists (left by a crashed run?): remove "
@@ -101,10 +137,7 @@ class ShmTransport(PeerTransport):
 
     def _unlink_own(self) -> None:
         for shm in self._own.values():
-            try:
-                shm.unlink()  # also tells the resource tracker
-            except FileNotFoundError:
-                pass
+            shm.unlink()
 
     def _attach(self, peer: int, key: str, nbytes: int) -> torch.Tensor:
         path = os.path.join(_SHM_DIR, segment_name(self.tag, peer, key))

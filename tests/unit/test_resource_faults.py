@@ -61,3 +61,62 @@ def test_a_rank_killed_by_sigbus_during_dwdp_is_reported_with_dev_shm(tmp_path):
         assert "Traceback" not in err, err
     finally:
         _kill_group(proc)
+
+
+def test_the_shm_transport_never_talks_to_the_resource_tracker(monkeypatch):
+    """The cause of the tracker's KeyError traceback removed: segments are neither registered nor unregistered."""
+    import torch
+    from multiprocessing import resource_tracker
+
+    from dwdp_trtllm.transport.shm import ShmTransport
+
+    calls = []
+    monkeypatch.setattr(resource_tracker, "register", lambda *a: calls.append(("register", a)))
+    monkeypatch.setattr(resource_tracker, "unregister", lambda *a: calls.append(("unregister", a)))
+    t = ShmTransport(group=None, dwdp_rank=0, dwdp_size=1, device=torch.device("cpu"), tag=f"dwdp_test_{os.getpid()}")
+    buf = t.allocate({"w": 4096})["w"]
+    buf.fill_(7)
+    assert os.path.exists(f"/dev/shm/dwdp_test_{os.getpid()}_0_w")
+    del buf
+    t.close()
+    assert not os.path.exists(f"/dev/shm/dwdp_test_{os.getpid()}_0_w") and calls == []
+
+
+def test_cleaning_up_a_segment_a_killed_rank_never_registered_prints_no_tracker_traceback(tmp_path):
+    """The race of a SIGTERM during DWDP setup, made certain: a segment exists that the tracker never heard of; the
+    launcher's clean-up must not make the tracker print a KeyError traceback (it inherits our stderr)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from multiprocessing import resource_tracker\n"
+        "from dwdp_trtllm.engine.launcher import _cleanup_shm\n"
+        "resource_tracker.ensure_running()\n"
+        "tag = f'dwdp_{os.getpid()}_race'\n"
+        "open(f'/dev/shm/{tag}_0_w', 'wb').close()\n"
+        "print(_cleanup_shm(tag))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0 and "_race_0_w" in r.stdout, r.stderr
+    assert "KeyError" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_dev_shm_too_small_for_a_segment_is_a_transport_error_naming_it(monkeypatch):
+    import errno
+
+    import torch
+
+    from dwdp_trtllm.transport.base import TransportError
+    from dwdp_trtllm.transport.shm import ShmTransport
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    tag = f"dwdp_test_{os.getpid()}_full"
+    t = ShmTransport(group=None, dwdp_rank=0, dwdp_size=1, device=torch.device("cpu"), tag=tag)
+    with pytest.raises(TransportError, match=r"cannot reserve 8192 bytes for /dev/shm/.*No space left on device.*"
+                                             r"--shm-size"):
+        t.allocate({"w": 8192})
+    t.close()
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(tag)]  # nothing half-made left behind
