@@ -160,13 +160,19 @@ def _deepseek(r: _Reader, v3: bool) -> dict:
         kv_lora_rank=r.get("kv_lora_rank"), qk_nope_head_dim=r.get("qk_nope_head_dim"),
         qk_rope_head_dim=r.get("qk_rope_head_dim"), v_head_dim=r.get("v_head_dim"),
         n_group=r.get("n_group", 1) if v3 else 1, topk_group=r.get("topk_group", 1) if v3 else 1,
-        norm_topk_prob=r.get("norm_topk_prob", v3, kind=bool),
+        norm_topk_prob=r.get("norm_topk_prob", v3, kind=bool) if v3 else False,
         routed_scaling_factor=float(r.get("routed_scaling_factor", 1.0, kind=(int, float))),
         rms_eps=float(r.get("rms_norm_eps", 1e-6, kind=(int, float))),
-        router="sigmoid_grouped" if v3 else "softmax", rope_interleave=r.get("rope_interleave", True, kind=bool))
+        router="sigmoid_grouped" if v3 else "softmax",
+        rope_interleave=r.get("rope_interleave", True, kind=bool) if v3 else True)
     if not v3:
         for k in ("n_group", "topk_group"):  # only group_limited_greedy reads them; greedy ignores them
             r.used.add(k)
+        # DeepSeek-V2's reference (transformers modeling_deepseek_v2.py: DeepseekV2TopkRouter, apply_rotary_emb)
+        # never normalises the top-k weights and always rotates interleaved pairs (view_as_complex of (2i, 2i+1)):
+        # these keys do not change its forward, so the engine follows the reference whatever they say
+        for k in ("norm_topk_prob", "rope_interleave"):
+            r.get(k, None, kind=bool)  # still a bool where given
     out["num_kv_heads"] = out["num_heads"]
     qk = r.data.get("qk_head_dim")
     if qk is not None and qk != out["qk_nope_head_dim"] + out["qk_rope_head_dim"]:
@@ -224,6 +230,21 @@ def _olmoe(r: _Reader) -> dict:
     return out
 
 
+def _check_layer_types(r: _Reader, num_layers: int) -> None:
+    """transformers >= 5 writes `layer_types` (one attention kind per layer): full causal attention everywhere is
+    what the engine runs; a sliding-window or linear-attention layer is refused naming its index."""
+    r.used.add("layer_types")
+    lt = r.data.get("layer_types")
+    if lt is None:
+        return
+    if not isinstance(lt, list) or len(lt) != num_layers:
+        raise r.error("layer_types", f"expected a list of {num_layers} entries (num_hidden_layers), got {lt!r}"[:300])
+    for i, kind in enumerate(lt):
+        if kind != "full_attention":
+            raise r.error("layer_types", f"layer {i} is {kind!r}: the engine implements full causal attention only "
+                                         "(supported: 'full_attention' for every layer)")
+
+
 _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
     "deepseek_v3": lambda r: _deepseek(r, True), "deepseek_v2": lambda r: _deepseek(r, False),
     "qwen3_moe": _qwen3_moe, "mixtral": _mixtral, "olmoe": _olmoe}
@@ -253,6 +274,7 @@ def spec_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     r = _Reader(data, file)
     fields = _FAMILIES[mt](r)
     _check_quantization(r)
+    _check_layer_types(r, fields["num_layers"])
     for k, v in data.items():
         if k not in r.used and k not in IGNORED:
             raise ConfigError(file, k, f"value {v!r}: a key dwdp does not map for model_type {mt!r} (mapped keys: "
