@@ -397,7 +397,7 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
         by_g.setdefault(r.dwdp_size, []).append(r)
     for g, rs in by_g.items():
         con.print(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
-            f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[1])}-{_tok(r.break_even_range[0])})"
+            f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[0])}-{_tok(r.break_even_range[1])})"
             for r in rs[:len(spec.isls)]))
     con.print(f"[bold]recommendation:[/bold] {rec.reason}")
     for n in rec.notes:
@@ -418,12 +418,16 @@ def write_plot(spec, rows, path: str) -> None:
         series.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
     for (g, red, s), rs in series.items():
         label = f"DWDP{g} / DEP{g}" + (f", red {red}, {fmt_bytes(s)}" if multi else "")
-        ax.plot([r.isl for r in rs], [r.speedup for r in rs], marker="o", label=label)
+        line, = ax.plot([r.isl for r in rs], [r.speedup for r in rs], marker="o", label=label)
+        if all(r.speedup_high for r in rs):  # the range over the uncertain inputs (perf/uncertainty.py)
+            ax.fill_between([r.isl for r in rs], [r.speedup_low for r in rs], [r.speedup_high for r in rs],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("input sequence length (tokens)")
     ax.set_ylabel("T_DEP / T_DWDP (predicted)")
-    ax.set_title(f"{spec.model.name}, {spec.gpu.name}, {spec.weight_dtype}")
+    ax.set_title(f"{spec.model.name}, {spec.gpu.name}, {spec.weight_dtype}, priced for {spec.priced_as.split(' ')[0]}\n"
+                 "band: range over the uncertain inputs", fontsize=9)
     ax.legend()
     fig.tight_layout()
     out = Path(path)

@@ -133,7 +133,7 @@ class PlanRow:
     t_dwdp_us_range: tuple = ()
     depends_on: str = ""  # the input whose worse end alone moves the speedup most
     break_even_tokens: float = 0.0  # tokens per rank per iteration (requests of this ISL) whose compute hides the prefetch
-    break_even_range: tuple = ()  # (low scenario, high scenario): more tokens needed at the low end
+    break_even_range: tuple = ()  # (fewest, most) over the scenarios (less interference needs more tokens to hide)
     extrapolated: dict = None  # phase -> how far past its kernel table (e.g. "8x past the last row")
     routing_skew: str = "none"
     verdict: str = ""  # DWDP | DEP | marginal, from the range at this ISL
@@ -304,7 +304,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         smallest_fitting_dep_size=fit.smallest_fitting_dep_size,
         target=spec.priced_as, speedup_low=s_lo, speedup_high=s_hi,
         t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
-        depends_on=depends, break_even_tokens=be[0], break_even_range=(be[1], be[2]), extrapolated=extrap,
+        depends_on=depends, break_even_tokens=be[0], break_even_range=(min(be), max(be)), extrapolated=extrap,
         routing_skew=skew.label, verdict=verdict)
 
 
