@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import BenchConfig
 from ..engine.records import RankResult, Request
+from ..routing_skew import popularity_table
 from .metrics import compute_metrics, consistency
 from .preflight import preflight
 from ..schema import MAX_SWEEP_POINTS, ConfigError
@@ -143,7 +144,10 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
             progress.update(task, completed=sum(sum(1 for q in r.requests if q.request_id in r.first_token_s)
                                                 for r in results))
     spec = cfg.model.spec()
-    metrics = compute_metrics(by_mode, spec.num_layers, num_gpus(cfg), spec.num_moe_layers)
+    skew = cfg.workload.routing_skew
+    target = None if skew.off else popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k)
+    metrics = compute_metrics(by_mode, spec.num_layers, num_gpus(cfg), spec.num_moe_layers,
+                              num_experts=spec.num_experts, target_LE=target)
     expected = sum(q.isl for rq in queues for q in rq)
     run = {"config": point.config_dict, "point": point.values, "point_hash": point.key,
            "env": env_info(cfg.run.device, _device_name(by_mode)), "metrics": metrics,
