@@ -6,6 +6,11 @@ max abs / max rel error of every request's final hidden states against the refer
 and top-1 agreement when the checkpoint has an lm_head (or ties it to the embedding). Exit 1 when a
 mode is over the tolerance, 2 on a config error.
 
+DWDP must fetch: without a dwdp.dwdp_size in the file or --set, verify uses dwdp_size 2 (the engine's default is 1,
+where every rank holds every expert and DWDP copies nothing); a configuration in which no rank fetches an expert
+(dwdp_size 1, one rank, or redundancy that makes every expert local) is refused (exit 2) before any rank starts.
+The first line names the experts each rank fetches per MoE layer.
+
 Errors of one request over its [isl, H] (or [isl, V]) tensor: max abs = max|x - x_ref|, rel = ||x - x_ref|| /
 ||x_ref|| (Frobenius, as tests/unit/test_engine_equivalence.py: one token routed to another expert by a bf16
 tie moves it, without one element deciding); the table shows the maximum over requests.
@@ -18,6 +23,8 @@ from pathlib import Path
 #: default tolerance on the max relative error of the final hidden states, by model.dtype
 DEFAULT_TOL = {"float32": 1e-4, "bf16": 5e-2}
 MODES = ("reference", "dep", "dwdp")
+#: dwdp_size verify uses when neither the file nor --set gives one (capped at run.ranks)
+DEFAULT_DWDP_SIZE = 2
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -105,22 +112,61 @@ def format_rows(rows: dict, tol: float) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def _dwdp_size_given(config: Path, overrides: list[str]) -> bool:
+    """Whether the file (dwdp: or dwdp_config: section) or a --set names dwdp_size."""
+    from ..schema import load_yaml
+
+    data = load_yaml(config)
+    in_file = isinstance(data, dict) and any(isinstance(data.get(s), dict) and "dwdp_size" in data[s]
+                                             for s in ("dwdp", "dwdp_config"))
+    return in_file or any(o.split("=", 1)[0].strip().endswith(".dwdp_size") for o in overrides)
+
+
+def fetched_per_rank(cfg) -> list[int]:
+    """Experts each dwdp_rank fetches per MoE layer under the config's placement."""
+    from ..placement import make_placement
+
+    p = make_placement(cfg.dwdp, cfg.model.spec().num_experts)
+    return [len(p.fetch_experts(r)) for r in range(p.dwdp_size)]
+
+
+def load_point(args: argparse.Namespace):
+    """The one BenchConfig verify runs: dwdp_size defaulted to DEFAULT_DWDP_SIZE (capped at run.ranks) when not
+    given; refused (ConfigError) when DWDP would fetch nothing."""
     from ..bench.sweep import check_device_present, load_sweep
+    from ..schema import ConfigError
+
+    overrides = list(args.overrides)
+    swept, points = load_sweep(args.config, overrides, device=args.device, ranks=args.ranks)
+    if not _dwdp_size_given(args.config, overrides) and points and not swept:
+        size = min(DEFAULT_DWDP_SIZE, points[0].config.run.ranks)
+        swept, points = load_sweep(args.config, [*overrides, f"dwdp.dwdp_size={size}"], device=args.device, ranks=args.ranks)
+    check_device_present(points, args.config, overrides, args.device)
+    if swept:
+        raise ConfigError(str(args.config), swept[0], "dwdp verify runs one point: give a single value, not a list")
+    cfg = points[0].config
+    fetched = fetched_per_rank(cfg)
+    if max(fetched) == 0:
+        raise ConfigError(str(args.config), "dwdp.dwdp_size",
+                          f"DWDP fetches no expert here (dwdp_size {cfg.dwdp.dwdp_size}, redundant_experts "
+                          f"{cfg.dwdp.redundant_experts}, run.ranks {cfg.run.ranks}: every rank holds every expert), so "
+                          "verify would not test DWDP: use dwdp_size >= 2 and run.ranks >= 2 with fewer redundant experts")
+    return cfg, fetched
+
+
+def run(args: argparse.Namespace) -> int:
     from ..schema import ConfigError
 
     if args.tol is not None and not args.tol > 0:
         raise ConfigError(None, "--tol", f"expected a number > 0, got {args.tol}")
-    swept, points = load_sweep(args.config, args.overrides, device=args.device, ranks=args.ranks)
-    check_device_present(points, args.config, args.overrides, args.device)
-    if swept:
-        raise ConfigError(str(args.config), swept[0], "dwdp verify runs one point: give a single value, not a list")
-    cfg = points[0].config
+    cfg, fetched = load_point(args)
     spec = cfg.model.spec()
     src = cfg.model.checkpoint or f"seeded weights (seed {cfg.model.seed})"
+    lo, hi = min(fetched), max(fetched)
     print(f"dwdp verify: {spec.name} ({spec.num_layers} layers, {spec.num_experts} experts) from {src}; "
-          f"{cfg.run.ranks} ranks on {cfg.run.device}, dwdp_size {cfg.dwdp.dwdp_size}, weights {cfg.dwdp.weight_dtype}, "
-          f"dtype {cfg.model.dtype}")
+          f"{cfg.run.ranks} ranks on {cfg.run.device}, dwdp_size {cfg.dwdp.dwdp_size} (each rank fetches "
+          f"{lo if lo == hi else f'{lo}-{hi}'} of {spec.num_experts} experts per MoE layer), weights "
+          f"{cfg.dwdp.weight_dtype}, dtype {cfg.model.dtype}")
     rows, tol, ok = run_verify(cfg, args.tol)
     print(format_rows(rows, tol))
     print("dwdp verify: " + ("DEP and DWDP match the reference" if ok else "FAILED: a mode is over the tolerance"))

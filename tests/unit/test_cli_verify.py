@@ -1,0 +1,51 @@
+"""`dwdp verify` tests DWDP: its default dwdp_size makes ranks fetch; a configuration that fetches nothing is refused."""
+from __future__ import annotations
+
+import pytest
+
+from dwdp_trtllm import cli
+from dwdp_trtllm.commands import verify
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """verify's configuration, without spawning ranks (run_verify replaced)."""
+    seen = {}
+
+    def fake(cfg, tol=None):
+        seen["cfg"] = cfg
+        return {"dwdp": {"hidden_abs": 0.0, "hidden_rel": 0.0}}, 1e-4, True
+    monkeypatch.setattr(verify, "run_verify", fake)
+    return seen
+
+
+def _yaml(tmp_path, text: str):
+    f = tmp_path / "v.yaml"
+    f.write_text("model:\n  preset: tiny\n  dtype: float32\nrun:\n  device: cpu\n" + text)
+    return str(f)
+
+
+def test_minimal_config_fetches_by_default(tmp_path, capsys, captured):
+    assert cli.main(["verify", _yaml(tmp_path, "")]) == 0
+    cfg = captured["cfg"]
+    assert cfg.dwdp.dwdp_size == 2 and cfg.run.ranks >= 2
+    assert min(verify.fetched_per_rank(cfg)) > 0
+    out = capsys.readouterr().out
+    assert "dwdp_size 2 (each rank fetches 8 of 16 experts per MoE layer)" in out, out
+
+
+def test_dwdp_size_given_is_kept(tmp_path, capsys, captured):
+    assert cli.main(["verify", _yaml(tmp_path, "dwdp:\n  dwdp_size: 4\n")]) == 0
+    assert captured["cfg"].dwdp.dwdp_size == 4 and "fetches 12 of 16" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,argv", [
+    ("dwdp:\n  dwdp_size: 1\n", []),  # the engine's default: every expert local
+    ("", ["--ranks", "1"]),  # one rank: no peer to fetch from
+    ("dwdp:\n  dwdp_size: 2\n  redundant_experts: 8\n", []),  # redundancy makes every expert local
+    ("", ["--set", "dwdp.dwdp_size=1"]),
+])
+def test_a_config_where_dwdp_fetches_nothing_is_refused(tmp_path, capsys, captured, text, argv):
+    assert cli.main(["verify", _yaml(tmp_path, text), *argv]) == 2
+    err = capsys.readouterr().err
+    assert "dwdp.dwdp_size" in err and "DWDP fetches no expert here" in err and "cfg" not in captured, err
