@@ -178,8 +178,11 @@ def to_fp8_linears(spec: ModelSpec, weights: dict[str, torch.Tensor]) -> dict[st
     """`weights` with every fp8_linear_names tensor as an Fp8Linear: the checkpoint's own codes and scales where
     weights carries `<name>_scale_inv` beside e4m3 codes, else our 128x128 quantisation of the float weight.
     A SwiGLU's gate and up become row views of one gate | up weight when the split is on a 128-row block
-    boundary. The `_scale_inv` entries are consumed."""
-    out: dict[str, object] = {k: v for k, v in weights.items() if not k.endswith("_scale_inv")}
+    boundary. The `_scale_inv` entries are consumed (codes of other tensors are dequantised to float32)."""
+    linears = set(fp8_linear_names(spec))
+    out: dict[str, object] = dequantize_linears({k: v for k, v in weights.items() if k not in linears
+                                                 and k[:-len("_scale_inv")] not in linears}, lambda n: weights[n].dtype
+                                                if weights[n].dtype != FP8 else torch.float32)
     for name in fp8_linear_names(spec):
         t, s = weights[name], weights.get(name + "_scale_inv")
         out[name] = Fp8Linear.from_codes(t, s) if s is not None and t.dtype == FP8 else Fp8Linear.quantize(t)

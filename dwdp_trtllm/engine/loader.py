@@ -79,8 +79,8 @@ class _Checkpoint:
                     self.file_of.update({k: f for k in h.keys()})
         self._handles: dict[Path, object] = {}
 
-    def get(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        """Tensor `name` (fp8 + scale_inv dequantised to float32), checked against `shape`."""
+    def get(self, name: str, shape: tuple[int, ...], *, dequantize: bool = True) -> torch.Tensor:
+        """Tensor `name` (fp8 + scale_inv dequantised to float32 unless dequantize=False), checked against `shape`."""
         f = self.file_of.get(name)
         if f is None:
             raise KeyError(f"checkpoint {str(self.dir)!r}: tensor {name!r} not found (expected shape {shape})")
@@ -92,7 +92,7 @@ class _Checkpoint:
         if tuple(t.shape) != tuple(shape):
             raise ValueError(f"checkpoint {str(self.dir)!r}: tensor {name!r} in file {f.name!r} has shape "
                              f"{tuple(t.shape)}, expected {tuple(shape)}")
-        if t.dtype == FP8_DTYPE and name + "_scale_inv" in self.file_of:
+        if dequantize and t.dtype == FP8_DTYPE and self.has_scale(name):
             sname = name + "_scale_inv"
             nb, kb = -(-shape[0] // 128), -(-shape[1] // 128)
             t = dequantize_fp8_blockwise(t, self.get(sname, (nb, kb)).float())
@@ -102,19 +102,32 @@ class _Checkpoint:
             raise ConfigError(None, "model.checkpoint", f"{f}: tensor {name!r} holds NaN or Inf values")
         return t
 
+    def has_scale(self, name: str) -> bool:
+        return name + "_scale_inv" in self.file_of
+
+    def scale_of(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """`<name>_scale_inv` of an e4m3 tensor of `shape`: float32 [ceil(N/128), ceil(K/128)]."""
+        return self.get(name + "_scale_inv", (-(-shape[0] // 128), -(-shape[1] // 128))).float()
+
     def has(self, name: str) -> bool:
         return name in self.file_of
 
 
-def load_checkpoint(path: str | Path, spec: ModelSpec, *, dtype: torch.dtype,
-                    device: torch.device | str) -> tuple[dict[str, torch.Tensor], ExpertLoader]:
+def load_checkpoint(path: str | Path, spec: ModelSpec, *, dtype: torch.dtype, device: torch.device | str,
+                    keep_fp8: bool = False) -> tuple[dict[str, torch.Tensor], ExpertLoader]:
     """(dense_weights in our naming on `device`, expert_loader(layer, e) -> (w13_NH, w2_HI) in `dtype`).
 
-    `layer` is the absolute layer index; a truncated spec loads the first spec.num_layers layers."""
+    `layer` is the absolute layer index; a truncated spec loads the first spec.num_layers layers. keep_fp8: dense
+    e4m3 tensors with a `_scale_inv` stay codes, their scales beside them as `<name>_scale_inv` (float32), for
+    MoETransformer's FP8 linear layers (engine/fp8_linear.py), which dequantises them when those are off."""
     ckpt = _Checkpoint(path)
     dense = {}
     for name, shape in dense_weight_shapes(spec).items():
-        t = ckpt.get(hf_dense_name(spec, name), shape)
+        hf = hf_dense_name(spec, name)
+        t = ckpt.get(hf, shape, dequantize=not keep_fp8)
+        if t.dtype == FP8_DTYPE and ckpt.has_scale(hf):
+            dense[name], dense[name + "_scale_inv"] = t.to(device), ckpt.scale_of(hf, shape).to(device)
+            continue
         dense[name] = t.to(device=device, dtype=dense_dtype(name, dtype))
     H, I = spec.hidden_size, spec.moe_intermediate
 

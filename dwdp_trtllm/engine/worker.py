@@ -74,14 +74,18 @@ def load_weights(cfg: BenchConfig, spec, device: torch.device):
 
     Seeded weights on CUDA are drawn with the device generator (seconds instead of minutes at DeepSeek
     width); every rank of every mode of a run uses the same setting, so the modes see identical weights."""
+    from .fp8_linear import FP8, fp8_linear_on
     from .weights import dense_dtype, init_dense_weights, seeded_expert_fn
 
     dtype = _DTYPE[cfg.model.dtype]
     if cfg.model.checkpoint:
         from .loader import load_checkpoint
-        dense, loader = load_checkpoint(cfg.model.checkpoint, spec, dtype=torch.float32, device="cpu")
+        # FP8 linear layers: the checkpoint's own codes and _scale_inv, kept as they are (MoETransformer takes them)
+        dense, loader = load_checkpoint(cfg.model.checkpoint, spec, dtype=torch.float32, device="cpu",
+                                        keep_fp8=fp8_linear_on(cfg))
         # experts stay float32 on the CPU until expert_tensors has cast them to weight_dtype
-        return {n: t.to(device, dense_dtype(n, dtype)) for n, t in dense.items()}, loader
+        return {n: t.to(device) if t.dtype == FP8 or n.endswith("_scale_inv") else t.to(device, dense_dtype(n, dtype))
+                for n, t in dense.items()}, loader
     on_device = device.type == "cuda"
     return (init_dense_weights(spec, cfg.model.seed, dtype, device, on_device=on_device),
             seeded_expert_fn(spec, cfg.model.seed, device, on_device=on_device))
@@ -163,7 +167,9 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     dense, expert_fn = load_weights(cfg, spec, device)
     backend, expert_bytes, slot_bytes, extra = build_backend(cfg, mode, spec, rank=rank, world=world, device=device, tag=tag,
                                                              expert_fn=expert_fn)
-    model = MoETransformer(spec, dense, backend, device=device, dtype=dtype)
+    from .fp8_linear import fp8_linear_on
+    model = MoETransformer(spec, dense, backend, device=device, dtype=dtype, fp8_linear=fp8_linear_on(cfg))
+    del dense  # the model holds its own (FP8 linears: codes + scales instead of these)
     model.record_routing()  # per-expert routed pairs of each iteration, for `dwdp bench --floor`
     skew = cfg.workload.routing_skew
     if not skew.off:  # every rank and mode builds the same table from the same spec: the same routing in DEP and DWDP
@@ -184,7 +190,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     done_requests = 0
     outputs: dict[int, list[torch.Tensor]] = {}
     sync_counts, sync_seen = {"warmup": 0, "steady": 0}, 0
-    weights_bytes = _tensor_bytes(dense.values()) + expert_bytes
+    weights_bytes = model.dense_bytes() + expert_bytes
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         alloc_after_warmup = _allocator_counts(device)  # replaced when the warm-up iterations end

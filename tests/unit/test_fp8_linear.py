@@ -145,3 +145,49 @@ def test_model_with_fp8_linears_against_its_dequantised_reference():
     a, b = eng(ids, segs), ref(ids, segs)
     rel = float((a - b).norm() / b.norm())
     assert 0 < rel < MODEL_TOL, rel
+
+
+def _fp8_checkpoint(tmp_path, spec, name):
+    """A seeded checkpoint whose `name` is stored as an FP8 release stores it, in a valid but non-canonical encoding
+    (codes halved, scales doubled): kept codes are told apart from a re-quantisation."""
+    from safetensors.torch import load_file, save_file
+
+    from dwdp_trtllm.engine.loader import save_checkpoint
+    from dwdp_trtllm.engine.weights import init_expert
+    save_checkpoint(tmp_path, spec, init_dense_weights(spec, 3, torch.float32, "cpu"),
+                    lambda l, e: init_expert(spec, l, e, 3, torch.float32, "cpu"))
+    f = tmp_path / "model.safetensors"
+    t = load_file(str(f))
+    q, s = fl.quantize_fp8_blockwise(t[name], (128, 128))
+    t[name], t[name + "_scale_inv"] = (q.float() / 2).to(torch.float8_e4m3fn), s * 2
+    save_file(t, str(f))
+    return t[name], t[name + "_scale_inv"]
+
+
+def test_checkpoint_fp8_codes_reach_the_model_unchanged(tmp_path):
+    from dwdp_trtllm.config import load_bench_points
+    from dwdp_trtllm.engine.loader import load_checkpoint
+    from dwdp_trtllm.engine.worker import load_weights
+    spec = get_model("tiny")
+    name = "model.layers.1.self_attn.o_proj.weight"
+    q, s = _fp8_checkpoint(tmp_path, spec, name)
+    cfg = load_bench_points({"model": {"preset": "tiny", "checkpoint": str(tmp_path), "fp8_linear": True},
+                             "run": {"device": "cpu"}})[1][0]
+    dense, _ = load_weights(cfg, spec, torch.device("cpu"))
+    assert dense[name].dtype == torch.float8_e4m3fn and torch.equal(dense[name + "_scale_inv"], s)
+    eng = _model(spec, dense, True)
+    assert torch.equal(eng.w[name].w_NK.view(torch.uint8), q.view(torch.uint8)) and torch.equal(eng.w[name].scale_NbKb, s)
+    # FP8 linears off: the codes dequantised, bit-equal to the loader's dequantisation (today's path)
+    plain, _ = load_checkpoint(tmp_path, spec, dtype=torch.float32, device="cpu")
+    ids = torch.randint(0, spec.vocab_size, (21,), generator=torch.Generator().manual_seed(1))
+    seg = [Segment(0, 0, 21, True)]
+    assert torch.equal(_model(spec, dense, False)(ids, seg), _model(spec, plain, False)(ids, seg))
+    assert not torch.equal(eng(ids, seg), _model(spec, plain, False)(ids, seg))
+
+
+def test_fp8_linear_follows_the_expert_dtype_unless_set():
+    from dwdp_trtllm.config import load_bench_points
+    pts = lambda m, d: load_bench_points({"model": {"preset": "tiny", **m}, "dwdp": {"weight_dtype": d},  # noqa: E731
+                                          "run": {"device": "cuda" if d == "fp8" else "cpu"}})[1][0]
+    assert fl.fp8_linear_on(pts({}, "fp8")) and not fl.fp8_linear_on(pts({}, "bf16"))
+    assert not fl.fp8_linear_on(pts({"fp8_linear": False}, "fp8")) and fl.fp8_linear_on(pts({"fp8_linear": True}, "bf16"))
