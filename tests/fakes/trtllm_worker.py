@@ -35,7 +35,9 @@ def build():
     from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
     args = SimpleNamespace(quant=None if quant == "bf16" else quant, seed=7, dwdp_config=None,
                            disable_overlap_scheduler=True)
-    model, _ = ModelLoader(args).load("ckpt", None)
+    loader = ModelLoader(args)
+    model, _ = loader.load("ckpt", None)
+    build.loader = loader
     return model, create_py_executor(args, PyTorchModelEngine(model))
 
 
@@ -57,11 +59,18 @@ if rank >= ctx:
 model, ex = build()
 info = model._dwdp_trtllm_runtime
 outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
+try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
+    from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
+    build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
+    reload_refused = None
+except RuntimeError as e:
+    reload_refused = str(e)
 ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed, unregistered
 dwdp = sys.modules.get("tensorrt_llm._torch.pyexecutor.dwdp")
 torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
             "unit_calls": [u.calls for u in info["units"]],
             "trace": list(info["hooks"].trace) if info["hooks"] else None,
             "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed,
+            "reload_refused": reload_refused,
             "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())},
            f"{out_dir}/out_{rank}.pt")

@@ -129,6 +129,7 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
             assert got["trace"][:4] == [("wait", 0), ("release", 0), ("wait", 1), ("release", 1)]
         # PyExecutor.shutdown (upstream exits only its own manager) closed ours and unregistered it (audit N3)
         assert got["closed_at_shutdown"]
+        assert "ModelLoader.reload refused" in (got["reload_refused"] or "")  # audit N5: would write moved Parameters
         assert got["global_after_shutdown"] == (None if era == "hooks" else "None")
 
 

@@ -156,3 +156,29 @@ def test_dwdp_config_with_our_engine_fails_with_our_message(tmp_path):
     assert "refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout, r.stdout
     assert "remove dwdp_config there, or set engine: upstream" in r.stdout
     assert "ours registered: True" in r.stdout
+
+
+def test_reload_refused_once_dwdp_set_the_model_up(tmp_path):
+    """ModelLoader.reload (model_loader.py @ 004b733e, id 46691459895) writes through model.load_weights into the
+    expert Parameters, which dwdp_trtllm moved into shared buffers or rebound to slot views: refused for such a model
+    (the fake world shows it on a model really set up, test_trtllm_fake_world.py); a model without DWDP reloads."""
+    tree = era_tree(tmp_path, "hooks")
+    r = _run(tmp_path, tree, """
+        import torch
+        from types import SimpleNamespace
+        from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
+        from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
+        loader = ModelLoader(SimpleNamespace(quant=None, seed=7))
+        plain = tiny()
+        plain.load_weights(tiny_checkpoint(7, None))
+        loader.reload(plain, tiny_checkpoint(8, None))
+        print("plain reloaded:", torch.equal(plain.attn[0].weight, tiny_checkpoint(8, None)["layers.0.attn"]))
+        plain._dwdp_trtllm_runtime = {"gemm": "merge"}
+        try:
+            loader.reload(model=plain, weights={})
+        except RuntimeError as e:
+            print(e)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "plain reloaded: True" in r.stdout
+    assert "ModelLoader.reload refused: DWDP (gemm merge) moved" in r.stdout, r.stdout

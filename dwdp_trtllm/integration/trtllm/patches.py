@@ -86,6 +86,11 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
                 "full-slot buffers, copy plans) and register per-layer prefetch hooks",
                 "tensorrt_llm/_torch/pyexecutor/model_loader.py @ 004b733e0ed7", "_patch_model_loader"),
+    PatchTarget(MODEL_LOADER, "ModelLoader.reload",
+                "wrap (optional): refused for a model dwdp_trtllm set up (its expert Parameters were moved into shared "
+                "buffers or rebound to slot views: a weight update would write the wrong memory or fail on shape)",
+                "tensorrt_llm/_torch/pyexecutor/model_loader.py @ 004b733e0ed7, id 46691459895 (reload(model, weights, "
+                "allow_partial_loading=False) -> model.load_weights)", "_patch_model_reload", optional=True),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
                 "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ newest stored (id 55194060208)", None),
@@ -278,6 +283,21 @@ def _patch_model_loader(module: ModuleType) -> None:
             return result
         return load
     wrap_method(module.ModelLoader, "load", make)
+
+
+def _patch_model_reload(module: ModuleType) -> None:
+    def make(orig):
+        def reload(self, *args, **kwargs):
+            model = args[0] if args else kwargs.get("model")
+            info = getattr(model, "_dwdp_trtllm_runtime", None)
+            if info is not None:
+                raise RuntimeError(f"dwdp_trtllm: ModelLoader.reload refused: DWDP (gemm {info['gemm']}) moved this "
+                                   "rank's expert weights into shared buffers or rebound them to slot views, so a "
+                                   "weight update would write the wrong memory; restart the servers with the new "
+                                   "checkpoint (or run them with engine: upstream / without DWDP)")
+            return orig(self, *args, **kwargs)
+        return reload
+    wrap_method(module.ModelLoader, "reload", make)
 
 
 def _patch_dwdp_layout(module: ModuleType) -> None:
