@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env build plugin transport engine profile trtllm verify bench (default: env plugin transport engine bench)
+#     sections: env build plugin transport engine profile trtllm verify fp8 grouped bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -56,6 +56,17 @@ for s in $sections; do
       DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1
       timeout "${TRTLLM_TIMEOUT:-200}" python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
       grep -E "passed|failed|Error|host|ms" "$OUT/trtllm.log" | tail -n 25 ;;
+    fp8)  # issue 25: FP8 block-scale linear layers: GPU tests (kernel vs the recipe's reference, model vs its
+          # dequantised reference, the quantiser), then the kernel choice on DeepSeek-R1 shapes (FP8_BENCH_ARGS, e.g. --no-plugin)
+      section fp8
+      timeout "${FP8_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_fp8_linear_cuda.py tests/gpu/test_fused_cuda.py \
+        -k "quant or kernel or swiglu or model" > "$OUT/fp8.log" 2>&1 || rc=1
+      timeout "${FP8_TIMEOUT:-300}" python3 scripts/bench_fp8_linear.py --out "$OUT/raw/fp8_linear" ${FP8_BENCH_ARGS:-} >> "$OUT/fp8.log" 2>&1 || rc=1
+      grep -E "rel error|passed|failed|Error|FAILED|set, T=|^\| (q_b|o|dense_gate_up|kv_a) " "$OUT/fp8.log" | tail -n 40 ;;
+    grouped)  # issue 25: the FP8 grouped GEMM (multi_buffer op) against torch._scaled_grouped_mm on DeepSeek shapes
+      section grouped
+      timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
+      tail -n 20 "$OUT/grouped.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
