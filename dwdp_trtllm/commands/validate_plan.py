@@ -11,6 +11,11 @@ Compute is calibrated by `dwdp bench --floor` runs of one campaign (perf/floor_c
 and the engine's measured / floor per phase. The validated file's own runs never calibrate its prediction
 (leave-one-out), and phases whose measured means are not usable (not repeatable in the campaign, allocator
 retries) are marked and not counted as errors; the output says which runs calibrated and what was left out.
+
+A run is compared only with a prediction for the device it ran on: --gpu defaults to the GPU the results name
+(env.device_name); a run measured on the CPU, or on another GPU than --gpu, is refused (exit 2, before any table)
+unless --allow-other-device is given, and then every such run carries a note that its errors measure the machine
+gap, not the planner.
 """
 from __future__ import annotations
 
@@ -38,7 +43,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("validate-plan", help="compare the planner's prediction with a dwdp bench results.json",
                               description=__doc__)
     p.add_argument("results", nargs="+", help="results.json written by dwdp bench (several: each validated on its own)")
-    p.add_argument("--gpu", default="h200", help="hardware to predict with: h100 | h200 | b200 | gb200 (default h200)")
+    p.add_argument("--gpu", default=None, help="hardware to predict with: h100 | h200 | b200 | gb200 (default: the GPU "
+                                              "the results were measured on; another one is refused)")
+    p.add_argument("--allow-other-device", action="store_true",
+                   help="compare runs measured on another device (the CPU, another GPU) with the --gpu prediction anyway")
     p.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     p.add_argument("--bench-results", default=None, help="directory of benchmark JSON to calibrate from")
@@ -77,6 +85,46 @@ def load_runs(path: str) -> list[dict]:
     return runs
 
 
+def measured_on(run: dict) -> str:
+    """'cpu', a GPU name as the run's env records it (e.g. 'NVIDIA H200'), or 'unknown'."""
+    env = run.get("env") if isinstance(run.get("env"), dict) else {}
+    device = env.get("device") or _get(run, "config.run.device")
+    if device == "cpu":
+        return "cpu"
+    return str(env.get("device_name") or env.get("gpu") or "unknown")
+
+
+def gpu_for(path: str, runs: list[dict], gpu: str | None, allow: bool) -> str:
+    """The GPU to predict `path`'s runs for: --gpu, else the one the runs name; a run measured on another device is
+    refused (ConfigError naming the file, run and devices) unless `allow`."""
+    from ..perf.calibration import device_matches
+    from ..perf.hardware import GPUS
+
+    devices = [measured_on(r) for r in runs]
+    known = [d for d in devices if d != "unknown"]  # a run without env names no device: nothing to check
+    if gpu is None:
+        found = {g for d in known for g in GPUS if device_matches(d, g)}
+        if len(found) > 1 or (known and not found):
+            if not allow and set(known) == {"cpu"}:
+                raise ConfigError(path, "env.device", f"measured on cpu: the planner predicts GPUs ({', '.join(GPUS)}), so "
+                                  "the errors would measure the gap between the machines, not the planner; validate a "
+                                  "GPU run, or pass --gpu with --allow-other-device to compare anyway")
+            if not allow:
+                raise ConfigError(path, "env.device_name", f"measured on {', '.join(sorted(set(known)))}: no single GPU of "
+                                  f"{', '.join(GPUS)} to predict for; pass --gpu (and --allow-other-device to compare a "
+                                  "run with a prediction for another device)")
+            return "h200"
+        gpu = found.pop() if found else "h200"
+    if not allow:
+        for i, d in enumerate(devices):
+            if d != "unknown" and not device_matches(d, gpu):
+                raise ConfigError(path, f"runs[{i}].env.device_name",
+                                  f"measured on {d}, but the prediction is for {gpu}: the errors would measure the gap "
+                                  f"between the machines, not the planner; validate a run measured on {gpu}, pass the --gpu "
+                                  "it ran on, or --allow-other-device to compare anyway")
+    return gpu
+
+
 def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
     """A PlanSpec mirroring one bench run's config, and notes on what had to be approximated."""
     from ..perf.bench_work import run_model
@@ -101,8 +149,12 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
     ranks = _get(cfg, "run.ranks")
     if ranks is not None and ranks != G:
         notes.append(f"run.ranks={ranks} != dwdp_size={G}: the planner models one group of G ranks for both modes")
-    if _get(cfg, "run.device") == "cpu":
-        notes.append(f"measured on the CPU; predicted for {args.gpu}: errors measure the machine gap, not the model")
+    from ..perf.calibration import device_matches
+    if measured_on(run) == "unknown":
+        notes.append(f"the run records no device (env.device_name): predicted for {args.gpu}")
+    elif not device_matches(measured_on(run), args.gpu):
+        notes.append(f"OTHER DEVICE: measured on {measured_on(run)}, predicted for {args.gpu} (--allow-other-device): "
+                     "errors measure the machine gap, not the model")
     gpus = _get(run, "env.gpu_count") or _get(run, "env.num_gpus")
     if isinstance(gpus, int) and ranks and gpus < ranks:
         notes.append(f"{ranks} ranks shared {gpus} GPU(s): measured times include time-slicing the planner does not model")
@@ -200,6 +252,7 @@ def validate(results: str, args) -> dict:
     from .plan import load_cal
 
     runs = load_runs(results)  # the one read of the file
+    args = argparse.Namespace(**{**vars(args), "gpu": gpu_for(results, runs, args.gpu, getattr(args, "allow_other_device", False))})
     cal = load_cal(args, args.gpu, validated=results, validated_ids={run_id(r) for r in runs})
     own = cal.floor.validated
     if not own:  # not in the calibration campaign: mark what its own runs' repeats say
@@ -231,7 +284,7 @@ def run(args) -> int:
     from ..perf.hardware import GPUS
     from .plan import console
 
-    if args.gpu.lower() not in GPUS:
+    if args.gpu is not None and args.gpu.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {args.gpu!r}")
     if args.samples < 1:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")

@@ -1,0 +1,49 @@
+"""`dwdp validate-plan` compares a run only with a prediction for the device it ran on (refusal before any table)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dwdp_trtllm.cli import main
+
+CFG = {"model": {"preset": "deepseek-r1", "num_layers": 3, "first_k_dense": 1}, "dwdp": {"dwdp_size": 1, "weight_dtype": "bf16"},
+       "workload": {"isl": 8192, "isl_dist": "uniform_ratio", "max_num_tokens": 16384, "tokens_per_rank": 81920},
+       "run": {"device": "cuda", "ranks": 1, "warmup_iters": 1, "modes": ["dep"]}}
+
+
+def _results(tmp_path, device: str, name: str | None):
+    cfg = json.loads(json.dumps(CFG))
+    cfg["run"]["device"] = device
+    env = {"device": device, **({"device_name": name} if name else {})}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [{"config": cfg, "env": env, "metrics": {"dep": {"tps_per_gpu": 1000.0}}}]}))
+    return str(path)
+
+
+@pytest.mark.parametrize("device,name,argv,said", [
+    ("cpu", None, [], "measured on cpu: the planner predicts GPUs"),  # the README's CPU result vs an H200 prediction
+    ("cpu", None, ["--gpu", "h100"], "measured on cpu, but the prediction is for h100"),
+    ("cuda", "NVIDIA H200", ["--gpu", "h100"], "measured on NVIDIA H200, but the prediction is for h100"),
+    ("cuda", "Some Accelerator X", [], "measured on Some Accelerator X: no single GPU"),
+])
+def test_another_device_is_refused_before_any_table(tmp_path, capsys, device, name, argv, said):
+    path = _results(tmp_path, device, name)
+    assert main(["validate-plan", path, "--no-bench-results", *argv]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and said in cap.err and "--allow-other-device" in cap.err, cap.err
+    assert len(cap.err.strip().splitlines()) == 1
+
+
+def test_allow_other_device_compares_with_a_loud_note(tmp_path, capsys):
+    path = _results(tmp_path, "cpu", None)
+    assert main(["validate-plan", path, "--no-bench-results", "--allow-other-device", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)[0]["runs"][0]
+    assert any(n.startswith("OTHER DEVICE: measured on cpu, predicted for h200") for n in run["notes"])
+
+
+def test_the_gpu_defaults_to_the_one_the_results_name(tmp_path, capsys):
+    path = _results(tmp_path, "cuda", "NVIDIA H100 80GB HBM3")
+    assert main(["validate-plan", path, "--no-bench-results", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)[0]["runs"][0]
+    assert run["config"]["gpu"] == "h100" and not any("OTHER DEVICE" in n for n in run["notes"])
