@@ -120,7 +120,7 @@ def quantize(x_TK: torch.Tensor) -> Fp8Act:
 def prepare(x_TK: torch.Tensor, w) -> "torch.Tensor | Fp8Act":
     """x quantised once when `w` (an Fp8Linear) runs the kernel on it, else x: pass the result to `linear` for
     every weight that reads the same x (q_a and kv_a; q, k and v)."""
-    return quantize(x_TK) if isinstance(w, Fp8Linear) and kernel_usable(x_TK, w) else x_TK
+    return quantize(x_TK) if isinstance(w, Fp8Linear) and kernel_usable(x_TK, w) and x_TK.shape[0] else x_TK
 
 
 def _mm(a: Fp8Act, w: Fp8Linear, out: torch.Tensor | None) -> torch.Tensor:
@@ -128,7 +128,10 @@ def _mm(a: Fp8Act, w: Fp8Linear, out: torch.Tensor | None) -> torch.Tensor:
     b_KN, sb_KbNb = w.w_NK.t(), w.scale_NbKb.t()
     Tp, Np = a.q.shape[0], w.w_NK.shape[0]
     if out is not None and out.shape[0] >= Tp and out.shape[1] == Np and out.dtype == a.dtype and out.is_contiguous():
-        return torch._scaled_mm(a.q, b_KN, a.scale, sb_KbNb, out_dtype=a.dtype, out=out[:Tp])
+        try:
+            return torch._scaled_mm(a.q, b_KN, a.scale, sb_KbNb, out_dtype=a.dtype, out=out[:Tp])
+        except TypeError:  # a torch without the out= overload: the caller copies
+            pass
     return torch._scaled_mm(a.q, b_KN, a.scale, sb_KbNb, out_dtype=a.dtype)
 
 
@@ -164,7 +167,7 @@ def swiglu(x_TK: torch.Tensor, gate: Fp8Linear, up: Fp8Linear, down: Fp8Linear) 
     SwiGLU fused with the down projection's 1x128 quantisation (quant_cuda.silu_mul_quant), then down. The
     reference rounds the SwiGLU to x's dtype before quantising it, as the fused kernel does."""
     from .fused import _BODIES, fused
-    if gate.gate_up is not None and kernel_usable(x_TK, gate) and down.w_NK.shape[1] % BLOCK == 0:
+    if gate.gate_up is not None and kernel_usable(x_TK, gate) and down.w_NK.shape[1] % BLOCK == 0 and x_TK.shape[0]:
         from .quant_cuda import silu_mul_quant
         h_T2I = linear(quantize(x_TK), gate.gate_up)
         q, s = silu_mul_quant(h_T2I, rows_to=ROWS_TO, scale_col_major=True)
