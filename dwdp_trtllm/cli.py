@@ -53,17 +53,18 @@ RUN_FAILURES = ("RankFailed", "RankTimeout")
 
 def _failure_log(args, exc: BaseException) -> str:
     """Write the full error (every rank's traceback) under the run's output folder (else the temp dir); its path,
-    or why it could not be written (a full disk)."""
+    or why it could not be written (a full disk). Only `dwdp bench` has a default output folder (bench_out/<stem>);
+    a command without one (verify) writes its log to the temp dir, not into the working directory."""
     out = getattr(args, "out", None)
-    if out is None and getattr(args, "config", None) is not None:
+    if out is None and getattr(args, "command", None) == "bench" and getattr(args, "config", None) is not None:
         out = Path("bench_out") / Path(args.config).stem
-    base = Path(out) if out is not None else Path(tempfile.gettempdir())
     text = "".join(traceback.format_exception(exc))
     try:
-        (base / "logs").mkdir(parents=True, exist_ok=True)
-        path = base / "logs" / f"failure-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-        path.write_text(text)
-        return str(path)
+        if out is not None:  # beside the run's output; else a temp file (below)
+            (Path(out) / "logs").mkdir(parents=True, exist_ok=True)
+            path = Path(out) / "logs" / f"failure-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+            path.write_text(text)
+            return str(path)
     except OSError:
         pass
     try:

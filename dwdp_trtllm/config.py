@@ -298,6 +298,9 @@ class RunConfig:
     timeout_s: float = doc("Wall-clock limit of one mode's run in seconds, in (0, 604800] (a week); a rank that "
                                 "exceeds it ends the run with an error.", 600.0)
     threads_per_rank: int = doc("torch CPU threads per rank (cpu device), in [1, 1024].", 1)
+    repeat: int = doc("Times each point runs (every mode, the same requests), in [1, 100]; with more than one the "
+                      "table shows the median and min-max of every rate, TTFT and gain over the repeats "
+                      "(`dwdp bench --repeat N` overrides it).", 1)
 
     def __post_init__(self) -> None:
         if not 1 <= self.ranks <= MAX_RANKS:
@@ -310,6 +313,8 @@ class RunConfig:
             raise ConfigError(None, "timeout_s", f"expected a finite number of seconds in (0, 604800], got {self.timeout_s}")
         if not 1 <= self.threads_per_rank <= 1024:
             raise ConfigError(None, "threads_per_rank", f"expected an integer in [1, 1024], got {self.threads_per_rank}")
+        if not 1 <= self.repeat <= 100:
+            raise ConfigError(None, "repeat", f"expected an integer in [1, 100], got {self.repeat}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..config import BenchConfig
@@ -104,6 +105,13 @@ def run_device(run: dict) -> str:
     return (run.get("config", {}).get("run", {}) or {}).get("device") or run.get("env", {}).get("device", "cuda")
 
 
+def _spread(st: dict, digits: int, unit: str = "") -> str:
+    """median on one line, [min-max] under it (bench/repeats.py spread)."""
+    lo, hi = st["min"], st["max"]
+    d = 0 if max(abs(lo), abs(hi)) >= 1000 else digits  # the range line fits a narrow column
+    return escape(f"{_fmt(st['median'], digits)}{unit}\n[{_fmt(lo, d)}-{_fmt(hi, d)}]")
+
+
 def _rows(metrics: dict, cpu: bool = False) -> list[tuple[str, str, int, str | None]]:
     """(label, metric path, digits, ratio key) in table order; cpu: per-device rows named for what they are."""
     per = "per rank (CPU process)" if cpu else "per GPU"
@@ -143,6 +151,11 @@ def point_table(run: dict, title: str | None = None) -> Table:
     modes = [x for x in ("dep", "dwdp", "reference") if x in m]
     point = ", ".join(f"{k}={v}" for k, v in run.get("point", {}).items()) or "single point"
     title = title or point
+    reps = run.get("repeats") or {}
+    stats = reps.get("stats", {})
+    if reps.get("n", 1) > 1:
+        title += escape(f"\n{reps['n']} repeats: rates, TTFT and gains are the median [min-max] over them; other "
+                        "rows are the median repeat's")
     if cpu:
         title = f"{title}\n{CPU_NOTE}"
     table = Table(title=title, title_justify="left",
@@ -163,9 +176,14 @@ def point_table(run: dict, title: str | None = None) -> Table:
                 v = v / MiB
             if path == "tokens":
                 cells.append(f"{m[mode]['tokens']:,} / {m[mode]['total_tokens']:,}")
+            elif stats.get(mode, {}).get(path):
+                cells.append(_spread(stats[mode][path], digits))
             else:
                 cells.append(_fmt(v, digits))
         ratio = m.get("ratio", {}).get(rkey) if rkey else None
+        if rkey and stats.get("ratio", {}).get(rkey):
+            table.add_row(label, *cells, _spread(stats["ratio"][rkey], 3, "x"))
+            continue
         table.add_row(label, *cells, f"{_fmt(ratio, 3)}x" if _fmt(ratio) != "-" else "")
     return table
 

@@ -25,6 +25,8 @@ from ..engine.records import RankResult, Request
 from ..routing_skew import popularity_table
 from .metrics import compute_metrics, consistency
 from .preflight import preflight
+from .repeats import merge_repeats
+from ..out_path import check_out_dir
 from ..schema import MAX_SWEEP_POINTS, ConfigError
 from .report import env_info, json_ready, print_point, write_atomic, write_results
 from .sweep import SweepPoint, check_device_present, load_sweep
@@ -160,20 +162,32 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
     return run
 
 
+def run_repeated(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: bool = False) -> dict:
+    """run_point run.repeat times on the same requests; one report run with the spread (bench/repeats.py)."""
+    n = point.config.run.repeat
+    runs = []
+    for i in range(n):
+        if n > 1:
+            console.print(f"repeat {i + 1}/{n}")
+        runs.append(run_point(point, run_mode, console, floor=floor))
+    return merge_repeats(runs)
+
+
 def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
               ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
               plots: bool = True, console: Console | None = None, floor: bool = False,
-              max_points: int = MAX_SWEEP_POINTS, force: bool = False) -> dict:
+              max_points: int = MAX_SWEEP_POINTS, force: bool = False, repeat: int | None = None) -> dict:
     """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}. force: run every
-    point again, finished ones included (their files are replaced when each finishes).
+    point again, finished ones included (their files are replaced when each finishes). repeat: override run.repeat.
 
     Raises ConfigError for bad config files/overrides before anything runs.
     """
     console = console or Console()
-    swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks, max_points=max_points)
+    swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks, max_points=max_points,
+                               repeat=repeat)
     if run_mode is None:  # the embedded engine runs here: its device must exist
         check_device_present(points, config_path, overrides, device)
-    out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
+    out = check_out_dir(out_dir if out_dir is not None else Path("bench_out") / Path(config_path).stem, "--out")
     # before any rank starts (exit 2): warm-up vs iterations, and what the unfinished points take vs what is free
     todo = [p for p in points if force or not (out / "points" / f"{p.key}.json").is_file()]
     preflight(todo, file=str(config_path), resources=run_mode is None)
@@ -198,7 +212,7 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
     for i, p in enumerate(todo):
         desc = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "single point"
         console.rule(f"point {i + 1}/{len(todo)}: {desc}")
-        run = run_point(p, run_mode, console, floor=floor)  # type: ignore[arg-type]
+        run = run_repeated(p, run_mode, console, floor=floor)  # type: ignore[arg-type]
         text = json.dumps(json_ready(run), allow_nan=False)
         _write_atomic(points_dir / f"{p.key}.json", text)
         finished[p.key] = json.loads(text)  # the same form a resumed sweep reads back
@@ -225,14 +239,15 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
 
 def follow_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
                  ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode,
-                 force: bool = False) -> None:
+                 force: bool = False, repeat: int | None = None) -> None:
     """Ranks other than 0 under torchrun/mpirun: run the same unfinished points (every point with force) and modes
     as rank 0 (collectively, in the same order) and write nothing."""
-    _, points = load_sweep(config_path, overrides, device=device, ranks=ranks)
+    _, points = load_sweep(config_path, overrides, device=device, ranks=ranks, repeat=repeat)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
     for p in points:
         if not force and _load_point(out / "points" / f"{p.key}.json") is not None:
             continue  # rank 0 skips it too (it reads the same file before any point runs)
         queues = generate_requests(p.config.workload, p.config.run.ranks)
-        for mode in p.config.run.modes:
-            run_mode(p.config, mode, queues)
+        for _ in range(p.config.run.repeat):  # rank 0 runs every mode once per repeat (run_repeated)
+            for mode in p.config.run.modes:
+                run_mode(p.config, mode, queues)

@@ -1,6 +1,6 @@
 """From a bench YAML plus command-line overrides to the validated list of sweep points (no rank runs here).
 
-Order of precedence: the YAML file, then every `--set KEY=VALUE` in order, then --device/--ranks.
+Order of precedence: the YAML file, then every `--set KEY=VALUE` in order, then --device/--ranks/--repeat.
 Every point is built (and so validated) before any runs: a bad value in the last point of a sweep is
 reported before the first point spends time; so are the headers of every checkpoint a point reads. An error
 caused by an override names `--set` as its file.
@@ -34,8 +34,10 @@ def _get(d: dict, dotted: str) -> Any:
 
 
 def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
-               ranks: int | None = None, max_points: int = MAX_SWEEP_POINTS) -> tuple[list[str], list[SweepPoint]]:
-    """(swept dotted keys, points in sweep order with duplicates removed)."""
+               ranks: int | None = None, max_points: int = MAX_SWEEP_POINTS,
+               repeat: int | None = None) -> tuple[list[str], list[SweepPoint]]:
+    """(swept dotted keys, points in sweep order with duplicates removed); device, ranks, repeat: the command's
+    --device/--ranks/--repeat over run.*."""
     file = str(config_path)
     data = load_yaml(config_path)
     sources: dict[str, str] = {}  # overridden dotted key -> the option that set it
@@ -46,7 +48,7 @@ def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] =
         except ConfigError as e:  # the override itself is malformed: blame --set, not the file
             raise ConfigError(f"--set {text!r}", e.key, e.expected) from None
         sources[".".join(path)] = "--set"
-    for name, value in (("device", device), ("ranks", ranks)):
+    for name, value in (("device", device), ("ranks", ranks), ("repeat", repeat)):
         if value is not None:
             apply_override(data, ["run", name], value)
             sources[f"run.{name}"] = f"--{name}"

@@ -26,6 +26,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "core, grouped expert GEMMs of the routing produced, shared expert, router, dense MLP) and "
                         "report engine efficiency = floor / measured per phase (docs/BENCHMARKS.md); cuda only: on "
                         "a CPU the ranks share the cores the floor is timed on, so the ratio means nothing")
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="run every point N times (every mode, the same requests) and report the median and min-max "
+                        "of every rate, TTFT and gain; overrides run.repeat (default 1; the quickstart sets 3)")
     p.add_argument("--force", action="store_true",
                    help="run every point again, also those already finished in --out (default: finished points are "
                         "read back, not rerun)")
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
-                           plots=not args.no_plots, floor=args.floor, max_points=_max_points(args), force=args.force)
+                           plots=not args.no_plots, floor=args.floor, max_points=_max_points(args), force=args.force,
+                           repeat=args.repeat)
         return 0 if result["consistent"] else 1
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process
@@ -75,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
     ranks = args.ranks if args.ranks is not None else launched["world_size"]
     if launched["rank"] != 0:
         follow_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                     run_mode=run_in_process, force=args.force)
+                     run_mode=run_in_process, force=args.force, repeat=args.repeat)
         code = 0
     else:
         result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                           plots=not args.no_plots, floor=args.floor, force=args.force,
+                           plots=not args.no_plots, floor=args.floor, force=args.force, repeat=args.repeat,
                            run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
         code = 0 if result["consistent"] else 1
     # On success only (an error propagates and the launcher ends the others): a gloo group still alive at

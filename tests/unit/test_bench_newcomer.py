@@ -102,3 +102,53 @@ def test_cpu_runs_say_what_they_are_and_every_ratio_reads_one_way(cfg_file, tmp_
     dep, dwdp = run["metrics"]["dep"], run["metrics"]["dwdp"]
     assert r["tps_per_gpu"] == pytest.approx(dwdp["tps_per_gpu"] / dep["tps_per_gpu"])  # a rate: DWDP/DEP
     assert r["ttft_speedup_p50"] == pytest.approx(dep["ttft_p50_ms"] / dwdp["ttft_p50_ms"])  # a time: DEP/DWDP
+
+
+def _fake_run(dep_tps: float, dwdp_tps: float, ok: bool = True) -> dict:
+    dep = {"tps_per_gpu": dep_tps, "ttft_p50_ms": 10.0}
+    dwdp = {"tps_per_gpu": dwdp_tps, "ttft_p50_ms": 8.0}
+    return {"metrics": {"dep": dep, "dwdp": dwdp, "ratio": {"tps_per_gpu": dwdp_tps / dep_tps,
+                                                             "ttft_speedup_p50": 10.0 / 8.0}},
+            "consistency": {"ok": ok}, "config": {}, "point": {}}
+
+
+def test_merge_repeats_keeps_the_median_repeat_and_the_spread():
+    from dwdp_trtllm.bench.repeats import merge_repeats
+
+    runs = [_fake_run(100, 300), _fake_run(100, 120), _fake_run(100, 200, ok=False)]
+    merged = merge_repeats(runs)
+    assert merged["metrics"] is runs[2]["metrics"]  # gains 3.0, 1.2, 2.0: the median is the third run
+    st = merged["repeats"]["stats"]
+    assert merged["repeats"]["n"] == 3 and merged["repeats"]["chosen"] == 2
+    assert st["ratio"]["tps_per_gpu"] == {"median": 2.0, "min": 1.2, "max": 3.0, "values": [3.0, 1.2, 2.0]}
+    assert st["dwdp"]["tps_per_gpu"]["median"] == 200 and st["dep"]["tps_per_device"] is None
+    assert merged["consistency"]["ok"] is False and merged["consistency"]["repeats_ok"] == [True, True, False]
+    assert merge_repeats(runs[:1]) is runs[0]
+
+
+def test_repeat_runs_every_mode_n_times_and_shows_the_range(cfg_file, tmp_path, engine, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots", "--repeat", "2"]) == 0
+    assert engine == ["dep", "dwdp", "dep", "dwdp"]
+    text = capsys.readouterr().out
+    assert "2 repeats" in text and "median [min-max]" in text
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["config"]["run"]["repeat"] == 2 and run["repeats"]["n"] == 2
+    assert len(run["repeats"]["stats"]["ratio"]["tps_per_gpu"]["values"]) == 2
+
+
+@pytest.mark.parametrize("value", ["0", "101"])
+def test_repeat_out_of_range_is_refused(cfg_file, tmp_path, engine, capsys, value):
+    code = cli.main(["bench", str(cfg_file), "--out", str(tmp_path / "o"), "--repeat", value])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1 and "--repeat" in err[0] and "run.repeat" in err[0], err
+    assert engine == []
+
+
+def test_the_quickstart_repeats_and_gpu_configs_do_not():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "bench"
+    assert yaml.safe_load((root / "quickstart.yaml").read_text())["run"]["repeat"] == 3
+    for f in root.glob("h200*.yaml"):
+        assert (yaml.safe_load(f.read_text()).get("run") or {}).get("repeat", 1) == 1, f

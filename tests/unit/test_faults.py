@@ -350,7 +350,7 @@ SET_BOMB = "{a: &a [1,1,1,1,1,1,1,1,1], " + ", ".join(
     ("set_recursive", "model: {preset: tiny}\n", ["--set", "model=&m {preset: tiny, x: *m}"], "recursive alias"),
     ("set_duplicate", "model: {preset: tiny}\n", ["--set", "model={preset: tiny, preset: tiny}"], "given twice"),
     ("out_is_file", "model: {preset: tiny}\n", ["--out", "FILE"], "is a file"),
-    ("out_under_a_file", "model: {preset: tiny}\n", ["--out", "FILE/sub"], "--out: cannot create"),
+    ("out_under_a_file", "model: {preset: tiny}\n", ["--out", "FILE/sub"], "FILE is a file, not a directory"),
     ("binary", "model: {preset: tiny}\n\x00\x01garbage\n", [], "not valid YAML: "),
     ("not_utf8", b"model: {preset: tiny}\n\x96\xff\n", [], "not UTF-8"),
     ("bad_indent", "model:\n  preset: tiny\n dwdp: 3\n", [], "(line 3, column 2)"),
