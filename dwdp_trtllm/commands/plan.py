@@ -14,6 +14,9 @@ from ..schema import ConfigError
 
 #: our measured results, found beside the package (a source checkout), never relative to the working directory
 DEFAULT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
+#: the engine calibration `dwdp plan --target engine` uses by default: package data (a copy of one floor campaign,
+#: data/engine_calibration/README.md), so an installed plan and a checkout's agree; --bench-results DIR overrides
+PACKAGE_CAL_DIR = Path(__file__).resolve().parents[1] / "data" / "engine_calibration"
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
@@ -100,7 +103,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     g.add_argument("--bench-results", default=None,
-                   help=f"directory of benchmark JSON to calibrate from (default {DEFAULT_BENCH_DIR} if it exists)")
+                   help="directory of benchmark JSON to calibrate --target engine from (default: the floor campaign "
+                        "shipped with the package, dwdp_trtllm/data/engine_calibration; e.g. docs/bench_results)")
     g.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON; datasheet + defaults only")
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true",
@@ -111,7 +115,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=(), *, bench: bool = True,
-             multi_gpu: bool = False):
+             multi_gpu: bool = False, default_dir: Path | None = None):
     """Calibration for `gpu_name`: our bench results (--bench-results, default docs/bench_results, unless
     --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
     floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
@@ -124,7 +128,7 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
 
     cal = Calibration()
     if bench and not args.no_bench_results:
-        d = Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
+        d = Path(args.bench_results) if args.bench_results else (default_dir or DEFAULT_BENCH_DIR)
         if args.bench_results and not d.is_dir():
             raise ConfigError(None, "--bench-results", f"{d} is not a directory")
         cal = cal.merged(load_bench_results(d, gpu_name))
@@ -196,7 +200,7 @@ def build_spec(args, *, gpu_name: str | None = None):
     tables = getattr(args, "kernel_tables", None)
     if tables and not Path(tables).is_file():
         raise ConfigError(tables, "", "kernel-table file not found (--kernel-tables)")
-    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True)
+    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True, default_dir=PACKAGE_CAL_DIR)
     spec = PlanSpec(
         model=model, gpu=gpu, weight_dtype=args.weight_dtype, target=target, kernel_tables=tables,
         routing_skew=parse_skew(getattr(args, "routing_skew", "none")),
@@ -268,17 +272,9 @@ def _check_draws(args, sizes: tuple[int, ...], isls: tuple[int, ...]) -> None:
 
 def check_plot_path(path: str) -> Path:
     """--plot names an image file (.png, .pdf, .svg) whose directory exists or can be made; checked before planning."""
-    out = Path(path)
-    if out.is_dir():
-        raise ConfigError(None, "--plot", f"{path} is a directory; expected a file name such as {out / 'plan.png'}")
-    if out.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise ConfigError(None, "--plot", f"expected a .png, .pdf or .svg file name, got {path!r}")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(None, "--plot", f"{parent} is a file, not a directory")
-            break
-    return out
+    from ..out_path import check_out_file  # empty, loops, dangling links, too long, a file in the way
+
+    return check_out_file(path, "--plot", suffixes=(".png", ".pdf", ".svg"))
 
 
 def _ms(x: float) -> str:
@@ -301,13 +297,16 @@ LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: pric
 
 def _rel(text: str, root: Path | None) -> str:
     """Paths under the calibration data's root shown relative to it."""
-    return text.replace(str(root) + "/", "") if root else text
+    if not root:
+        return text
+    from ..perf.floor_calibration import show  # floor notes name paths relative to the working directory
+    return text.replace(str(root) + "/", "").replace(show(root) + "/", "").replace(show(root), root.name)
 
 
 def data_root(args) -> Path | None:
     if getattr(args, "target", "engine") != "engine" or args.no_bench_results:
         return None
-    return Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
+    return Path(args.bench_results) if args.bench_results else PACKAGE_CAL_DIR
 
 
 def describe_pricing(spec) -> str:
@@ -444,7 +443,7 @@ def write_plot(spec, rows, path: str) -> None:
 def run(args) -> int:
     from ..perf.planner import plan, recommend
 
-    if args.plot:
+    if args.plot is not None:  # an empty --plot is refused, not taken for "no plot"
         check_plot_path(args.plot)
     spec = build_spec(args)
     rows = plan(spec)

@@ -105,16 +105,28 @@ def test_one_gpu_interference_never_sets_the_multi_gpu_one(tmp_path, capsys):
     assert any("one-GPU measurement" in n for n in out["calibration_notes"])
 
 
-def test_plan_is_the_same_with_or_without_a_checkout_docs_dir(tmp_path, monkeypatch, capsys):
-    argv = ["plan", "--dwdp-size", "8", "--mnt", "16384", "--isl", "4096,16384", "--json"]
+@pytest.mark.parametrize("target", ["trtllm", "engine"])
+def test_plan_is_the_same_with_or_without_a_checkout_docs_dir(tmp_path, monkeypatch, capsys, target):
+    argv = ["plan", "--dwdp-size", "8", "--mnt", "16384", "--isl", "4096,16384", "--target", target, "--json"]
     assert main(argv) == 0
     here = capsys.readouterr().out
+    if target == "engine":  # calibrated by the shipped floor campaign
+        assert "engine_floor_2026-12-03c/b8.json" in here and str(plan_cmd.PACKAGE_CAL_DIR) not in here
     monkeypatch.setattr(plan_cmd, "DEFAULT_BENCH_DIR", tmp_path / "missing")  # an installed package: no docs/
     assert main(argv) == 0
     assert capsys.readouterr().out == here
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 0
     assert capsys.readouterr().out == here
+
+
+def test_shipped_engine_calibration_is_a_copy_of_a_committed_campaign():
+    shipped = sorted(plan_cmd.PACKAGE_CAL_DIR.glob("*/*.json"))
+    assert shipped and len({p.parent.name for p in shipped}) == 1  # one campaign
+    checkout = plan_cmd.DEFAULT_BENCH_DIR / shipped[0].parent.name
+    if checkout.is_dir():  # a source checkout: byte-for-byte the committed files
+        for p in shipped:
+            assert p.read_bytes() == (checkout / p.name).read_bytes(), p.name
 
 
 def test_no_arguments_plan_a_deployment_that_fits(capsys):
