@@ -14,7 +14,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("config", type=Path, help="bench YAML (see configs/bench/ and docs/CONFIG.md)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="override run.device")
     p.add_argument("--ranks", type=int, default=None, help="override run.ranks (processes launched)")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default bench_out/<config stem>)")
+    p.add_argument("--out", default=None, help="output directory (default bench_out/<config stem>)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set workload.isl=16384 or --set 'workload.isl=[1024,4096]' "
                         "(repeatable; VALUE is YAML)")

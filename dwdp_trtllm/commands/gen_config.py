@@ -24,6 +24,7 @@ from .. import memory as mem
 from ..config import DwdpConfig
 from ..models import PRESETS
 from ..node_layout import layout
+from ..out_path import check_out_dir
 from ..schema import ConfigError
 from . import gen_config_files as files
 from .deploy_args import add_gpu_args, gpu_budget_bytes
@@ -65,7 +66,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--hostname", default="localhost", help="proxy host on one node")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--json", action="store_true", help="print the deployment (servers, nodes, memory in GB) as JSON")
-    p.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    p.add_argument("--out", required=True, help="output directory (created)")
     p.set_defaults(gen_config_parser=p)
     return p
 
@@ -90,12 +91,7 @@ def check_args(args, num_experts: int) -> None:
                 raise ConfigError(None, arg, f"expected host names or addresses (letters, digits, . - : [ ]), got {h!r}")
     if not args.model.strip():
         raise ConfigError(None, "--model", "expected a checkpoint path or HF name, got an empty string")
-    out = args.out
-    for parent in (out, *out.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(str(out), "--out", f"{parent} is a file; expected a directory (or a path to create)")
-            break
+    args.out = check_out_dir(args.out, "--out")  # empty, loops, dangling links, too long, a file in the way
 
 
 @dataclasses.dataclass(frozen=True)
