@@ -71,10 +71,13 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
         (f"{fm}.interface", "MoE._init_load_balancer", False, False),
         (f"{fm}.interface", "MoE._init_dwdp_expert_layout", True, False),
         ("tensorrt_llm._torch.pyexecutor.model_loader", "ModelLoader.load", False, False),
+        ("tensorrt_llm._torch.pyexecutor.model_loader", "ModelLoader.reload", True, False),
         (f"{fm}.fused_moe_cutlass", "CutlassFusedMoE", False, False),
         (f"{fm}.fused_moe_cutlass", "CutlassFusedMoE.run_moe", True, False),
         (f"{fm}.configurable_moe", "ConfigurableMoE._should_enable_dwdp", True, True),
         ("tensorrt_llm._torch.pyexecutor.dwdp", "set_global_dwdp_manager", True, True),
+        ("tensorrt_llm._torch.pyexecutor.dwdp", "DwdpManager.__init__", True, False),
+        ("tensorrt_llm._torch.pyexecutor.py_executor", "PyExecutor.shutdown", True, False),
         ("tensorrt_llm._torch.pyexecutor.dwdp", "DwdpManager.wait_and_bind", True, True),
     ]
     assert all(t["status"] == "not checked (no tensorrt_llm)" for t in rep["patch_targets"])
