@@ -151,6 +151,8 @@ def load_point(args: argparse.Namespace):
                           f"DWDP fetches no expert here (dwdp_size {cfg.dwdp.dwdp_size}, redundant_experts "
                           f"{cfg.dwdp.redundant_experts}, run.ranks {cfg.run.ranks}: every rank holds every expert), so "
                           "verify would not test DWDP: use dwdp_size >= 2 and run.ranks >= 2 with fewer redundant experts")
+    from ..bench.preflight import preflight  # /dev/shm and memory of the three modes it runs, before any rank starts
+    preflight([cfg], file=str(args.config), modes=MODES, warmup=False)
     return cfg, fetched
 
 

@@ -160,3 +160,18 @@ def test_read_free_reads_statvfs_of_dev_shm(monkeypatch):
     free = host_resources.read_free()
     assert seen == ["/dev/shm"] and free.shm_free == 40960 and free.shm_total == 65536
     assert free.gpu_free is None  # GPUs only when asked
+
+
+def test_verify_checks_the_three_modes_it_runs_before_any_rank(capsys, monkeypatch):
+    """verify runs reference, dep and dwdp whatever run.modes says: reference (every expert on every rank) decides."""
+    from dwdp_trtllm import cli
+    from dwdp_trtllm.engine import launcher
+
+    monkeypatch.setattr(launcher, "run_modes", lambda *a, **k: pytest.fail("a rank was started"))
+    cfg = _smoke_cfg(**{"run.modes": "[reference, dep, dwdp]"})
+    need = sum(run_needs(cfg).per_rank)
+    assert need > sum(run_needs(_smoke_cfg()).per_rank)  # more than the config's own modes (dep, dwdp) take
+    _fake_machine(monkeypatch, _free(host_available=need - 1))
+    assert cli.main(["verify", SMOKE]) == 2
+    err = capsys.readouterr().err
+    assert "host memory" in err and "in mode reference" in err and len(err.strip().splitlines()) == 1, err
