@@ -5,13 +5,17 @@ upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it
 NVFP4 + CuteDSL), the GPU, the engine our mode would pick and how it runs the experts (composite view,
 multi_buffer or merge: GEMM_CHOICE), and which lifecycle drives our manager:
 "upstream" (ConfigurableMoE.forward_impl calls wait_and_bind, record_compute_and_prefetch_next) when the
-lifecycle targets are present, else "hooks" (MoE forward hooks), with the reason. Exit code 0 whenever a report was made.
+lifecycle targets are present, else "hooks" (MoE forward hooks), with the reason. The last line is one verdict:
+ready (engine, lifecycle) or not ready and why, with the TensorRT-LLM version range the package declares and the
+install hint. Exit code 0 whenever a report was made.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
+import re
 
 
 #: how the dwdp_trtllm engine runs the routed experts on TensorRT-LLM (integration/adapter.py choose_gemm)
@@ -20,6 +24,46 @@ GEMM_CHOICE = ("composite_view: the stock CUTLASS MoE over the VMM composite vie
                "replaces CutlassFusedMoE.run_moe on DWDP layers and runs dwdp::grouped_gemm over [local, slot] "
                "(BF16 / FP8 block scales, no local copy); else merge (full-slot buffers). The log and "
                "model._dwdp_trtllm_runtime['gemm_reason'] say which and why")
+
+
+#: how to get TensorRT-LLM (also `dwdp serve`'s message when trtllm-serve is not on PATH)
+INSTALL_HINT = "it is the [trtllm] extra; PyPI only has a stub - use an NGC TensorRT-LLM container"
+
+
+def trtllm_requirement() -> str:
+    """The TensorRT-LLM version range this package declares (its [trtllm] extra), e.g. 'tensorrt_llm>=1.0'."""
+    try:
+        reqs = importlib.metadata.requires("dwdp-trtllm") or []
+    except importlib.metadata.PackageNotFoundError:
+        reqs = []
+    for r in reqs:
+        name = re.split(r"[<>=!~; ]", r, maxsplit=1)[0]
+        if name.replace("-", "_") == "tensorrt_llm":
+            return r.split(";")[0].strip()
+    return "tensorrt_llm"
+
+
+def verdict(rep: dict) -> tuple[bool, str]:
+    """(ready, the one line check-trtllm ends with): what keeps DWDP from running here, first blocker first."""
+    need = f"needs {trtllm_requirement()} ({INSTALL_HINT})"
+    version = rep["tensorrt_llm"]
+    if version == "not installed":
+        return False, f"NOT READY: TensorRT-LLM is not installed; {need}"
+    if str(version).startswith("import failed"):
+        return False, f"NOT READY: TensorRT-LLM {version}; {need}"
+    m = rep["our_mode"]
+    if m["engine"] == "error":
+        return False, f"NOT READY: no engine can run here: {m['reason']}"
+    if m["engine"] == "dwdp_trtllm":
+        missing = [f"{t['module']}:{t['attribute']}" for t in rep["patch_targets"]
+                   if not t["optional"] and t["status"] != "present"]
+        if missing:
+            return False, (f"NOT READY: TensorRT-LLM {version} lacks what the dwdp_trtllm engine patches: "
+                           f"{', '.join(missing)}; {need}, with those targets (docs/TRTLLM.md, Verified against)")
+    if not rep["gpu"].get("available"):
+        return False, f"NOT READY here: no CUDA GPU ({rep['gpu'].get('reason')}); TensorRT-LLM {version} itself would do"
+    return True, (f"READY: TensorRT-LLM {version}, engine {m['engine']}"
+                  + (f", lifecycle {rep['lifecycle']}" if m["engine"] == "dwdp_trtllm" else ""))
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -100,6 +144,8 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
         status = row["status"] if row else "unknown"
         rep["our_mode"]["gemm_requested"] = cfg.dwdp.gemm if cfg else None
         rep["our_mode"]["multi_buffer"] = _multi_buffer_status(status)
+    ready, line = verdict(rep)
+    rep["verdict"] = {"ready": ready, "line": line}
     return rep
 
 
@@ -125,4 +171,5 @@ def run(args) -> int:
     if "multi_buffer" in m:
         print(f"multi_buffer:   {m['multi_buffer']}"
               + (f" (configured gemm: {m['gemm_requested']})" if m.get("gemm_requested") else ""))
+    print(f"verdict:        {rep['verdict']['line']}")
     return 0

@@ -81,8 +81,9 @@ def run(args) -> int:
     cfg = load_integration_config(path)  # ConfigError -> exit 2 via cli.main
     exe = shutil.which("trtllm-serve")
     if exe is None:
-        print("dwdp serve: trtllm-serve not found on PATH: TensorRT-LLM is not installed in this environment "
-              "(it is the [trtllm] extra; PyPI only has a stub - use an NGC TensorRT-LLM container)", file=sys.stderr)
+        from .check_trtllm import INSTALL_HINT
+        print(f"dwdp serve: trtllm-serve not found on PATH: TensorRT-LLM is not installed in this environment "
+              f"({INSTALL_HINT})", file=sys.stderr)
         return 2
     if importlib.util.find_spec("tensorrt_llm") is None:
         print(f"dwdp serve: warning: tensorrt_llm is not importable from {sys.executable}; the .pth hook must be "

@@ -1,0 +1,42 @@
+"""`dwdp check-trtllm` ends with one verdict line: ready, or not ready and why, the version range, the install hint."""
+from __future__ import annotations
+
+import json
+
+from dwdp_trtllm import cli
+from dwdp_trtllm.commands.check_trtllm import INSTALL_HINT, trtllm_requirement, verdict
+
+
+def _rep(**kw):
+    rep = {"tensorrt_llm": "1.2.0", "gpu": {"available": True, "name": "NVIDIA H200", "sm": 90},
+           "lifecycle": "hooks", "our_mode": {"engine": "dwdp_trtllm", "reason": "auto"},
+           "patch_targets": [{"module": "m", "attribute": "MoE.__init__", "status": "present", "optional": False},
+                             {"module": "m", "attribute": "X.y", "status": "missing", "optional": True}]}
+    rep.update(kw)
+    return rep
+
+
+def test_verdict_lines():
+    assert trtllm_requirement().startswith("tensorrt_llm>=")  # the package's [trtllm] extra
+    ok, line = verdict(_rep())
+    assert ok and line == "READY: TensorRT-LLM 1.2.0, engine dwdp_trtllm, lifecycle hooks"
+    ok, line = verdict(_rep(tensorrt_llm="not installed"))
+    assert not ok and line == f"NOT READY: TensorRT-LLM is not installed; needs {trtllm_requirement()} ({INSTALL_HINT})"
+    targets = [{"module": "m", "attribute": "MoE.__init__", "status": "missing", "optional": False}]
+    ok, line = verdict(_rep(patch_targets=targets))
+    assert not ok and "lacks what the dwdp_trtllm engine patches: m:MoE.__init__" in line and trtllm_requirement() in line
+    ok, line = verdict(_rep(patch_targets=targets, our_mode={"engine": "upstream", "reason": "nvfp4"}))
+    assert ok and line == "READY: TensorRT-LLM 1.2.0, engine upstream"  # upstream's engine patches nothing
+    ok, line = verdict(_rep(gpu={"available": False, "reason": "torch.cuda.is_available() is False"}))
+    assert not ok and line.startswith("NOT READY here: no CUDA GPU")
+    ok, line = verdict(_rep(our_mode={"engine": "error", "reason": "engine: upstream needs ..."}))
+    assert not ok and line == "NOT READY: no engine can run here: engine: upstream needs ..."
+
+
+def test_the_last_line_is_the_verdict(capsys):
+    assert cli.main(["check-trtllm"]) == 0  # this machine has no tensorrt_llm
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("verdict:        NOT READY: TensorRT-LLM is not installed; needs tensorrt_llm>=")
+    assert INSTALL_HINT in last
+    assert cli.main(["check-trtllm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["ready"] is False
