@@ -57,6 +57,17 @@ class Result:
         return self.error == 0 if self.row.bound is not None else abs(self.error) <= self.row.tolerance
 
     @property
+    def covers(self) -> bool:
+        """The published number (or some point of the published range, or the bound) lies within low..high."""
+        if self.low is None:
+            return False
+        r = self.row
+        if r.bound is not None:
+            return self.low < r.bound[1] if r.bound[0] == "lt" else self.high > r.bound[1]
+        lo, hi = r.published if isinstance(r.published, tuple) else (r.published, r.published)
+        return self.low <= hi and lo <= self.high
+
+    @property
     def explained(self) -> bool:
         return bool(self.row.missing_effect)
 
@@ -150,6 +161,22 @@ def _phases(spec, r) -> dict[str, float]:
 
 def predict(argv: list[str], quantity: str) -> float:
     """The planner's value of `quantity` for the `dwdp plan` arguments `argv` (one G, one ISL)."""
+    return predict_range(argv, quantity)[0]
+
+
+def _own_range(r, quantity: str) -> tuple[float, float] | None:
+    """The planner's own range of the quantity (its uncertain inputs), where the row carries one."""
+    if quantity == "speedup" and getattr(r, "speedup_low", None) is not None:
+        return float(r.speedup_low), float(r.speedup_high)
+    rng = getattr(r, "t_dep_us_range", None)
+    if quantity == "t_dep_ms" and rng:
+        return float(rng[0]) / 1e3, float(rng[1]) / 1e3
+    return None
+
+
+def predict_range(argv: list[str], quantity: str) -> tuple[float, float, float]:
+    """(value, low, high): the planner's value of `quantity` for the `dwdp plan` arguments `argv` (one G, one ISL)
+    and the planner's own range for it (value, value where it states none)."""
     from ..cli import build_parser
     from ..perf.planner import plan
     from .plan import build_spec
@@ -161,10 +188,13 @@ def predict(argv: list[str], quantity: str) -> float:
         raise ConfigError(None, "plan", f"a validation row plans one point; {' '.join(argv)!r} gives {len(rows)}")
     r = rows[0]
     if quantity.startswith("dep_share:"):
-        return _phases(spec, r)[quantity.split(":", 1)[1]] / r.t_dep_us
-    return {"speedup": r.speedup, "compute_over_prefetch": r.compute_over_prefetch,
-            "tps_ratio": r.tps_per_gpu_dwdp / r.tps_per_gpu_dep, "prefetch_over_dwdp": r.t_prefetch_us / r.t_dwdp_us,
-            "t_dep_ms": r.t_dep_us / 1e3}[quantity]
+        v = _phases(spec, r)[quantity.split(":", 1)[1]] / r.t_dep_us
+    else:
+        v = {"speedup": r.speedup, "compute_over_prefetch": r.compute_over_prefetch,
+             "tps_ratio": r.tps_per_gpu_dwdp / r.tps_per_gpu_dep, "prefetch_over_dwdp": r.t_prefetch_us / r.t_dwdp_us,
+             "t_dep_ms": r.t_dep_us / 1e3}[quantity]
+    lo, hi = _own_range(r, quantity) or (v, v)
+    return v, min(lo, v), max(hi, v)
 
 
 def error_of(row: Row, value: float) -> float:
@@ -186,11 +216,13 @@ def evaluate(row: Row, root: Path | None = None) -> Result:
     base = shlex.split(row.plan)
     if root is not None:  # model / spec paths in the data file are relative to the source checkout
         base = [str(root / a) if a.startswith("dwdp_trtllm/data/") else a for a in base]
-    values = {row.plan: predict(base, row.quantity)}
+    pred, lo, hi = predict_range(base, row.quantity)
+    values = {row.plan: pred}
+    ends = [lo, hi]
     for v in row.vary:
-        values[v] = predict(_merge(base, shlex.split(v)), row.quantity)
-    pred = values[row.plan]
-    finite = [x for x in values.values() if math.isfinite(x)]
+        values[v], vlo, vhi = predict_range(_merge(base, shlex.split(v)), row.quantity)
+        ends += [vlo, vhi]
+    finite = [x for x in ends if math.isfinite(x)]
     return Result(row, pred, min(finite), max(finite), error_of(row, pred), values)
 
 
@@ -215,8 +247,8 @@ def _published(row: Row) -> str:
 
 def markdown(results: list[Result]) -> str:
     """docs/PLANNER.md's validation table (one row per published number)."""
-    lines = ["| id | published number (source) | published | predicted (range) | error | within | inputs (`dwdp plan` ...) | disagreement explained by |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| id | published number (source) | published | predicted (range) | error | within | published in range | inputs (`dwdp plan` ...) | disagreement explained by |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         r = res.row
         pred = "-" if res.prediction is None else f"{_fmt(res.prediction)} ({_fmt(res.low)}-{_fmt(res.high)})"
@@ -224,6 +256,7 @@ def markdown(results: list[Result]) -> str:
         ok = "n/a" if res.error is None else ("yes" if res.agrees else "**no**")
         tol = "bound" if r.bound is not None else f"±{r.tolerance:.0%}"
         inputs = f"`{r.plan}`" + (" vary: " + "; ".join(f"`{v}`" for v in r.vary) if r.vary else "")
-        lines.append(f"| {r.id} | {r.what} ({r.source}) | {_published(r)} | {pred} | {err} | {ok} ({tol}) "
+        inside = "-" if res.prediction is None else ("yes" if res.covers else "no")
+        lines.append(f"| {r.id} | {r.what} ({r.source}) | {_published(r)} | {pred} | {err} | {ok} ({tol}) | {inside} "
                      f"| {inputs if r.plan else '-'} | {r.missing_effect or ''} |")
     return "\n".join(lines) + "\n"
