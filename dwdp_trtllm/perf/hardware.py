@@ -47,7 +47,10 @@ class GpuSpec:
     source: str = ""  # the spec file it was read from
 
     def matmul_tflops(self, dtype: str) -> float:
-        """Achievable matmul TFLOP/s for `dtype` (bf16 | fp8 | nvfp4); FP4 falls back to FP8 on Hopper."""
+        """Achievable matmul TFLOP/s for `dtype` (bf16 | fp8 | nvfp4 | mxfp4); FP4 falls back to FP8 on Hopper.
+        MXFP4 (E8M0 scale per 32) runs on the same FP4 tensor cores as NVFP4: its rate is the nvfp4 one."""
+        if dtype == "mxfp4":
+            dtype = "nvfp4"
         if dtype not in MATMUL_DTYPES:
             raise ValueError(f"matmul dtype {dtype!r}: expected one of {', '.join(MATMUL_DTYPES)}")
         if dtype == "nvfp4" and self.fp4_tflops is None:

@@ -36,6 +36,8 @@ def test_hopper_numbers_as_measured():
     assert h200.matmul_tflops("bf16") == pytest.approx(760.0)
     assert h200.matmul_tflops("fp8") == pytest.approx(1091.0)
     assert h200.matmul_tflops("nvfp4") == pytest.approx(1091.0)  # no FP4 tensor cores: FP8
+    assert h200.matmul_tflops("mxfp4") == h200.matmul_tflops("nvfp4")
+    assert GPUS["b200"].matmul_tflops("mxfp4") == pytest.approx(9000 * 0.7)  # FP4 tensor cores
     assert h200.hbm_bytes_per_s == pytest.approx(4.19e12)
     assert h200.peer_bytes_per_s == pytest.approx(375e9)
     assert h200.copy_engines == 3 and h200.memory_gb == 141 and h200.tdp_w == 700
