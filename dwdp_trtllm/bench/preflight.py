@@ -18,7 +18,6 @@ from typing import Callable
 
 from ..config import BenchConfig
 from ..engine.records import Request
-from ..engine.scheduler import RankScheduler
 from .. import host_resources
 from ..host_resources import FreeResources
 from ..memory import UNIT, dense_weight_bytes, dwdp_ranks, gb, rank_memory
@@ -36,28 +35,25 @@ def _gib(n: int) -> str:
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
 
 def max_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:
-    """(iterations the rank's scheduler runs at most, exact?). With every request at t=0 the count is exact (the
-    scheduler packs max_num_tokens per iteration); with later arrivals an iteration can be short only when it
-    finishes a request whose successor has not arrived, so at most one extra iteration per request."""
-    if not queue:
-        return 0, True
-    sched, n = RankScheduler(queue, max_num_tokens), 0
-    while sched.next_batch(float("inf")):
-        n += 1
+    """(iterations the rank's scheduler (engine/scheduler.py) runs at most, exact?). With every request at t=0 the
+    count is exact: FCFS chunked prefill fills every iteration to max_num_tokens but the last. With later arrivals
+    an iteration is short only when it finishes a request whose successor has not arrived: at most one extra
+    iteration per request."""
+    full = -(-sum(r.isl for r in queue) // max_num_tokens)
     if all(r.arrival_s <= 0 for r in queue):
-        return n, True
-    return n + len(queue), False
+        return full, True
+    return full + len(queue), False
 
 
 def check_warmup(cfg: BenchConfig, queues: list[list[Request]], *, file: str | None = None) -> None:
-    """Refuse a run.warmup_iters that leaves no measured iteration on any rank (DEP's lock-step ranks run at
-    most the sum of every rank's iterations)."""
+    """Refuse a run.warmup_iters that leaves no measured iteration on any rank. DEP's ranks run in lock step: with
+    every request at t=0 as many iterations as the busiest rank, with arrivals at most the sum of every rank's."""
     if cfg.run.warmup_iters == 0:
         return
     counts = [max_iterations(q, cfg.workload.max_num_tokens) for q in queues]
     per_rank = max(c for c, _ in counts)
     exact = all(e for _, e in counts)
-    bound = sum(c for c, _ in counts) if cfg.run.modes == ("dep",) else per_rank
+    bound = sum(c for c, _ in counts) if cfg.run.modes == ("dep",) and not exact else per_rank
     if cfg.run.warmup_iters >= bound:
         what = "runs" if exact and bound == per_rank else "runs at most"
         raise PreflightError(file, "run.warmup_iters",

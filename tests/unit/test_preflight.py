@@ -175,3 +175,22 @@ def test_verify_checks_the_three_modes_it_runs_before_any_rank(capsys, monkeypat
     assert cli.main(["verify", SMOKE]) == 2
     err = capsys.readouterr().err
     assert "host memory" in err and "in mode reference" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_max_iterations_matches_the_scheduler_offline():
+    from dwdp_trtllm.engine.scheduler import RankScheduler
+
+    queue = [Request(request_id=i, rank=0, isl=37 + 13 * i, arrival_s=0.0) for i in range(9)]
+    for mnt in (16, 64, 100, 1000):
+        sched, n = RankScheduler(queue, mnt), 0
+        while sched.next_batch(0.0):
+            n += 1
+        assert max_iterations(queue, mnt) == (n, True)
+
+
+def test_dep_only_offline_is_bounded_by_the_busiest_rank():
+    cfg = _smoke_cfg(**{"run.modes": "[dep]"})
+    queues = generate_requests(cfg.workload, cfg.run.ranks)
+    n = max(max_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
+    with pytest.raises(PreflightError, match="run.warmup_iters"):
+        check_warmup(_smoke_cfg(**{"run.modes": "[dep]", "run.warmup_iters": n}), queues)
