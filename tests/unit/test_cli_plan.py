@@ -61,6 +61,7 @@ def test_h200_bf16_full_model_does_not_fit(capsys):
     (["--slice-bytes", "2 parsecs"], "--slice-bytes"), (["--slice-bytes", "1000"], "--slice-bytes"),
     (["--imbalance-cv", "1.5"], "--imbalance-cv"), (["--batch", "0"], "--batch"),
     (["--interference", "0.5"], "--interference"), (["--isl-dist", "zipf"], "--isl-dist"),
+    (["--routing-skew", "lognormal"], "--routing-skew"), (["--routing-skew", "zipf_9"], "--routing-skew"),
 ])
 def test_bad_arguments_are_named(capsys, argv, arg):
     assert main(["plan", "--no-bench-results"] + argv) == 2
