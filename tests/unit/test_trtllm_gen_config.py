@@ -197,3 +197,16 @@ def test_a_refused_run_leaves_out_as_it_was(tmp_path, capsys, args):
     (out / "keep.txt").write_text("x")
     assert main(["gen-config", "--model", "m", "--out", str(out), *args]) == 2
     assert sorted(f.name for f in out.iterdir()) == ["keep.txt"] and list(tmp_path.iterdir()) == [out]
+
+
+def test_docs_memory_table_is_generated_from_the_shipped_examples():
+    """docs/TRTLLM.md's memory table is scripts/trtllm_memory_table.py's output (every server of every example)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(REPO / "scripts/trtllm_memory_table.py"), "--check"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = (REPO / "docs/TRTLLM.md").read_text()
+    table = doc[doc.index("<!-- memory-table:start"):doc.index("<!-- memory-table:end")]
+    assert "| `configs/disagg/dsr1_fp8_h200_dwdp8` (16 GPUs on 2 nodes, fp8) | context: DWDP8 |" in table
+    assert "|  | generation: DEP8 (attention DP) |" in table and table.count("`configs/") == 5
