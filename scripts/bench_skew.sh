@@ -5,7 +5,7 @@
 # expert GEMM), DEP all-to-all, DWDP expert GEMM and prefetch wait, throughput DWDP/DEP.
 #   usage: scripts/bench_skew.sh [config]      (default configs/bench/h200_r1_skew.yaml)
 #   SKEW_POINTS="none:0 power_law:1.01 power_law:1.2" picks the runs; BENCH_TIMEOUT (s, per run, default 280);
-#   DEVICE=cpu with a CPU config is a functional dry run of the script (CPU times are not results)
+#   DEVICE=cpu scripts/bench_skew.sh configs/bench/cpu_skew.yaml: a functional dry run on the CPU (CPU times are not results)
 # Results under $OUT (default bench_out/bench_skew): skew.log, summary.txt and bench_skew.tar.gz (every run's files).
 # gpu_check.sh users: `bash scripts/bench_skew.sh` as a step of its own (separate script, so the check stays G's).
 set -uo pipefail

@@ -107,28 +107,34 @@ def expert_load_table(run: dict):
     dep, dwdp = (m.get(k, {}).get("expert_load") for k in ("dep", "dwdp"))
     if skew.get("kind", "none") == "none" or not (dep or dwdp):
         return None
-    cols = [("target", dep or dwdp, "target_max_over_mean_per_layer", 2),
-            ("rows max/mean", dep or dwdp, "rows_max_over_mean_per_layer", 2),
-            ("DEP per step", dep, "step_rows_max_over_mean_per_layer", 2),
-            ("DEP expert wait us", dep, "expert_wait_us_per_layer", 1),
-            ("DEP sync wait us", dep, "sync_wait_us_per_layer", 1),
-            ("DEP expert GEMM us", dep, "expert_gemm_us_per_layer", 1),
-            ("DWDP expert GEMM us", dwdp, "expert_gemm_us_per_layer", 1),
-            ("DWDP prefetch wait us", dwdp, "prefetch_wait_us_per_layer", 1)]
+    ms = 1e-3  # the table shows ms per MoE layer (the JSON keeps us)
+    cols = [("target x", dep or dwdp, "target_max_over_mean_per_layer", 2, 1.0),
+            ("run x", dep or dwdp, "rows_max_over_mean_per_layer", 2, 1.0),
+            ("step x", dep, "step_rows_max_over_mean_per_layer", 2, 1.0),
+            ("DEP wait", dep, "expert_wait_us_per_layer", 2, ms),
+            ("DEP sync", dep, "sync_wait_us_per_layer", 2, ms),
+            ("DEP GEMM", dep, "expert_gemm_us_per_layer", 2, ms),
+            ("DWDP GEMM", dwdp, "expert_gemm_us_per_layer", 2, ms),
+            ("DWDP pf wait", dwdp, "prefetch_wait_us_per_layer", 2, ms)]
     cols = [c for c in cols if c[1] and c[2] in c[1]]
     label = ", ".join(f"{k}={v}" for k, v in skew.items() if v not in ("", None))
     table = Table(title=f"expert load per MoE layer (routing_skew: {label})", title_justify="left",
-                  caption="rows max/mean: the busiest EP rank's routed rows over the mean rank's under DEP's contiguous "
-                          "expert blocks (EP = ranks), whole run; DEP per step: the same per lock-step iteration; "
-                          "DEP expert wait: a rank's idle time for the slowest rank's expert GEMM (it shows up inside "
-                          "the combine all-to-all); DWDP ranks never wait for each other",
+                  caption="x: the busiest EP rank's routed rows / the mean rank's under DEP's contiguous expert blocks "
+                          "(EP = ranks): target (routing_skew), run (whole run), step (per DEP lock-step iteration). "
+                          "ms per MoE layer: DEP wait = a rank idle for the slowest rank's expert GEMM (inside the "
+                          "combine all-to-all), DEP sync = wait at the layer's first collective, GEMM = expert GEMM, "
+                          "DWDP pf wait = exposed prefetch; DWDP ranks never wait for each other",
                   caption_justify="left")
-    table.add_column("MoE layer", justify="right")
+    table.add_column("layer", justify="right")
     for title, *_ in cols:
         table.add_column(title, justify="right")
     n = max(len(c[1][c[2]]) for c in cols)
     for i in range(n):
-        table.add_row(str(i), *(_fmt(c[1][c[2]][i] if i < len(c[1][c[2]]) else None, c[3]) for c in cols))
+        cells = []
+        for _, src, key, digits, scale in cols:
+            v = src[key][i] if i < len(src[key]) else None
+            cells.append(_fmt(None if v is None else v * scale, digits))
+        table.add_row(str(i), *cells)
     return table
 
 
