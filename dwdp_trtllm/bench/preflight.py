@@ -105,23 +105,33 @@ def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None) -> RunNeed
 
 
 def _shm_remedy(cfg: BenchConfig) -> str:
+    shrink = [f"fewer model.num_layers (now {cfg.model.spec().num_layers})",
+              f"fewer run.ranks (now {cfg.run.ranks}: every DWDP group holds every expert)"]
+    if cfg.dwdp.weight_dtype == "float32":
+        shrink.append("dwdp.weight_dtype bf16 instead of float32")
+    shrink.append("dwdp left out of run.modes")
     return ("In a container, start it with a larger /dev/shm (docker run --shm-size=<N>g, or --ipc=host to use the "
             "host's; Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), or free /dev/shm; or shrink the "
-            f"run: fewer model.num_layers (now {cfg.model.spec().num_layers}), fewer run.ranks (now {cfg.run.ranks}: "
-            f"every DWDP group holds all experts), dwdp.weight_dtype bf16 instead of float32, or leave dwdp out of run.modes")
+            f"run: {', '.join(shrink)}")
 
 
-def _mem_remedy(cfg: BenchConfig, where: str) -> str:
-    return (f"Shrink the run: a smaller workload.max_num_tokens (now {cfg.workload.max_num_tokens}: activations), fewer "
-            f"model.num_layers (now {cfg.model.spec().num_layers}), a larger dwdp.dwdp_size (now {cfg.dwdp.dwdp_size}: "
-            f"fewer local experts per rank), fewer run.ranks (now {cfg.run.ranks}) {where}, or a smaller "
-            "dwdp.weight_dtype; mode reference holds every expert on every rank")
+def _mem_remedy(cfg: BenchConfig, where: str, modes: tuple[str, ...]) -> str:
+    shrink = [f"a smaller workload.max_num_tokens (now {cfg.workload.max_num_tokens}: activations)",
+              f"fewer model.num_layers (now {cfg.model.spec().num_layers})"]
+    if "dwdp" in modes and cfg.dwdp.dwdp_size < cfg.run.ranks:
+        shrink.append(f"a larger dwdp.dwdp_size (now {cfg.dwdp.dwdp_size}: fewer local experts per rank)")
+    shrink.append(f"fewer run.ranks (now {cfg.run.ranks}) {where}")
+    if cfg.dwdp.weight_dtype == "float32":
+        shrink.append("dwdp.weight_dtype bf16 instead of float32")
+    tail = "; mode reference holds every expert on every rank" if "reference" in modes else ""
+    return f"Shrink the run: {', '.join(shrink)}{tail}"
 
 
 def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None = None,
                     modes: tuple[str, ...] | None = None) -> RunNeeds:
     """Raise PreflightError (one paragraph: numbers and remedy) when the run does not fit `free`."""
     needs = run_needs(cfg, modes)
+    modes = modes or cfg.run.modes
     counted = ("estimate: weights, prefetch slots and activations of memory.py; the Python/torch runtime of each "
                "process is not counted")
     if needs.shm_bytes and free.shm_free is not None and needs.shm_bytes > free.shm_free:
@@ -138,12 +148,12 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
                                  f"{cfg.run.ranks} ranks need about {_gib(total)} of host memory together (rank {worst}: "
                                  f"{_gib(needs.per_rank[worst])} in mode {needs.per_rank_mode}; {counted}) but "
                                  f"{_gib(free.host_available)} is available ({free.host_limit_source}); the kernel's OOM "
-                                 f"killer would end a rank with SIGKILL. {_mem_remedy(cfg, 'on this machine')}")
+                                 f"killer would end a rank with SIGKILL. {_mem_remedy(cfg, 'on this machine', modes)}")
         if free.process_cap is not None and needs.per_rank[worst] > free.process_cap:
             raise PreflightError(file, "host memory",
                                  f"rank {worst} needs about {_gib(needs.per_rank[worst])} in mode {needs.per_rank_mode} "
                                  f"({counted}) but a process may map at most {_gib(free.process_cap)} (ulimit -v / "
-                                 f"RLIMIT_AS). Raise the limit (ulimit -v unlimited). {_mem_remedy(cfg, 'on this machine')}")
+                                 f"RLIMIT_AS). Raise the limit (ulimit -v unlimited). {_mem_remedy(cfg, 'on this machine', modes)}")
         return needs
     if free.gpu_free:
         n = len(free.gpu_free)
@@ -155,7 +165,7 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
                                      f"GPU {g} runs rank(s) {ranks}, which need about {_gib(total)} of device memory "
                                      f"together (largest mode {needs.per_rank_mode}; {counted}, nor the CUDA context) but "
                                      f"GPU {g} has {_gib(free.gpu_free[g])} free of {_gib((free.gpu_total or (0,) * n)[g])}. "
-                                     f"{_mem_remedy(cfg, 'per GPU')}")
+                                     f"{_mem_remedy(cfg, 'per GPU', modes)}")
     return needs
 
 

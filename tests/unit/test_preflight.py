@@ -77,7 +77,8 @@ def test_host_memory_short_is_refused_naming_max_num_tokens(tmp_path, capsys, mo
     _fake_machine(monkeypatch, _free(host_available=1 << 20))
     err = _refused(["--out", str(tmp_path / "o")])
     assert "host memory" in err and "2 ranks need about" in err and "0.00 GB is available" in err, err
-    assert "workload.max_num_tokens (now 192" in err and "dwdp.dwdp_size" in err and "SIGKILL" in err
+    assert "workload.max_num_tokens (now 192" in err and "fewer run.ranks (now 2)" in err and "SIGKILL" in err
+    assert "dwdp.dwdp_size" not in err  # already as large as run.ranks: not offered
     assert len(err.strip().splitlines()) == 1
 
 
