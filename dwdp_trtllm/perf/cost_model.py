@@ -82,6 +82,16 @@ class CostParams:
         c = self.calibration.peer_copy_gbps
         return c * 1e9 if c else self.gpu.peer_bytes_per_s
 
+    def peer_bps_for(self, group: int) -> float:
+        """Pull bandwidth of a rank in a group of `group`: the calibrated one, else the GPU's (a mesh GPU, e.g.
+        MI355X, uses min(group - 1, links) links; a switch is the same at any group)."""
+        c = self.calibration.peer_copy_gbps
+        return c * 1e9 if c else self.gpu.peer_bytes_per_s_for(group)
+
+    def a2a_bps_for(self, group: int) -> float:
+        c = self.calibration.all_to_all_gbps
+        return c * 1e9 if c else self.gpu.a2a_bytes_per_s_for(group)
+
     @property
     def a2a_bps(self) -> float:
         c = self.calibration.all_to_all_gbps
@@ -214,7 +224,7 @@ def all_to_all_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):
     recv = (tokens_SR.sum(-1, keepdims=True) - tokens_SR) * k / group * H
     vol = np.maximum(send, recv).max(-1)
     nbytes = vol * (DTYPE_BYTES[p.dispatch_dtype] + 2.0)  # dispatch in FP8/BF16, combine in BF16
-    return nbytes / p.a2a_bps * 1e6 + p.gpu.a2a_latency_us
+    return nbytes / p.a2a_bps_for(group) * 1e6 + p.gpu.a2a_latency_us
 
 
 def remote_ranks_per_token(spec: ModelSpec, group: int) -> float:
@@ -232,7 +242,7 @@ def prefetch_us(spec: ModelSpec, p: CostParams, placement: ExpertPlacement, slic
     dest, src = fetch_bytes(spec, placement, p.weight_dtype)
     sliced = slice_bytes > 0
     eff = (p.calibration.slice_eff(slice_bytes) or 1.0) if sliced else 1.0
-    return max(dest, src) / (p.peer_bps * eff) * contention_factor(p, placement.dwdp_size, sliced) * 1e6
+    return max(dest, src) / (p.peer_bps_for(placement.dwdp_size) * eff) * contention_factor(p, placement.dwdp_size, sliced) * 1e6
 
 
 def contention_factor(p: CostParams, group: int, sliced: bool) -> float:

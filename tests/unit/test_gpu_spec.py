@@ -109,3 +109,23 @@ def test_missing_or_non_yaml_file(tmp_path):
 def test_unknown_name_lists_the_shipped_and_the_file_option():
     with pytest.raises(ValueError, match="mi355x.*GPU spec file"):
         get_gpu("tpu9")
+
+
+def test_planner_prices_mesh_pulls_per_group():
+    """A mesh GPU's prefetch and all-to-all use one link per peer: at G=4 on MI355X (3 links) a pulled byte costs
+    7/3 of its G=8 price (7 links); on a switch (H200) the per-byte price does not depend on G."""
+    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.perf import cost_model as cm
+    from dwdp_trtllm.placement import make_placement
+    from dwdp_trtllm.config import DwdpConfig
+
+    m = get_model("deepseek-r1")
+    per_byte = {}
+    for gpu in ("mi355x", "h200"):
+        p = cm.CostParams(gpu=GPUS[gpu], weight_dtype="fp8")
+        for g in (4, 8):
+            pl = make_placement(DwdpConfig(dwdp_size=g), m.num_experts)
+            dest, src = cm.fetch_bytes(m, pl, "fp8")
+            per_byte[gpu, g] = cm.prefetch_us(m, p, pl, 0) / max(dest, src) / cm.contention_factor(p, g, False)
+    assert per_byte["mi355x", 4] / per_byte["mi355x", 8] == pytest.approx(7 / 3)
+    assert per_byte["h200", 4] == pytest.approx(per_byte["h200", 8])
