@@ -108,7 +108,7 @@ class Sizing:
         if self.context is None:
             return ["memory: not checked (--num-experts gives no model dims; pass --preset)"]
         out = [f"context server (one DWDP rank): {self.context.dwdp.describe()}",
-               f"  (DEP{self.context.dep.group_size} instead: {self.context.dep.describe()}; {self.context.smallest_line()})"]
+               f"  (DEP at the same size: {self.context.dep.describe()}; {self.context.smallest_line()})"]
         if self.generation is not None:
             out.append(f"generation server ({self.gen_tp} GPUs, attention DP + EP): {self.generation.describe()}")
         return out
@@ -202,10 +202,12 @@ def run(args) -> int:
     out = args.out.resolve()
     docs, cmds = files.build(args, d, nodes, hosts, out)  # every document in memory: nothing written yet
     written = files.write_all(out, docs)
-    head = (f"{nodes.summary()}: " + (f"{ctx_servers} context servers (DWDP{dwdp.dwdp_size} x {dwdp.num_groups} groups, "
-            f"1 GPU each) + {args.gen_servers} generation server(s) of {sizing.gen_tp} GPUs" if args.mode == "disaggregated"
-            else f"one {args.mode} server of {dwdp.world_size} GPUs (DWDP{dwdp.dwdp_size})")
-            + f" on {args.gpu}, {args.gpus_per_node} GPUs per node")
+    groups = f" x {dwdp.num_groups} groups" if dwdp.num_groups > 1 else ""
+    gens = f"{args.gen_servers} generation server{'s' * (args.gen_servers > 1)}"
+    head = (f"{nodes.summary()}: " + (f"{ctx_servers} context servers (DWDP{dwdp.dwdp_size}{groups}, 1 GPU each) + {gens} "
+            f"of {sizing.gen_tp} GPU{'s' * (sizing.gen_tp > 1)}" if args.mode == "disaggregated"
+            else f"one {args.mode} server of {dwdp.world_size} GPUs (DWDP{dwdp.dwdp_size}{groups})")
+            + f", {args.gpu}, {args.gpus_per_node} GPUs per node")
     if args.json:
         print(json.dumps({"summary": head, "args": files.argv_of(args), "num_gpus": nodes.num_gpus, "num_nodes": nodes.num_nodes, "hosts": list(hosts),
                           "engine": engine, "gen_tp": sizing.gen_tp, "memory": sizing.to_dict(),
