@@ -139,7 +139,12 @@ class PlanRow:
     verdict: str = ""  # DWDP | DEP | marginal, from the range at this ISL
 
     def to_dict(self) -> dict:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
+        def one(v):
+            if isinstance(v, float):
+                return round(v, 6) if math.isfinite(v) else None
+            return [one(x) for x in v] if isinstance(v, (tuple, list)) else v
+        return {k: one(v) for k, v in asdict(self).items()}
 
 
 def _dwdp_config(spec: PlanSpec, group: int, redundant: int) -> DwdpConfig:
