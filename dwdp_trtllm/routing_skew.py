@@ -165,7 +165,8 @@ def popularity_table(spec: RoutingSkewConfig, num_moe_layers: int, num_experts: 
 def load_counts_file(path: str, num_experts: int | None = None, *, key: str = "routing_skew.path") -> np.ndarray:
     """counts_LE (float64) of the MoE layers in an expert-distribution file (module doc: format).
 
-    Raises ConfigError naming the file, `key` and what was expected."""
+    Raises ConfigError naming `key`, the counts file and what was expected (the config file, if any, is the
+    caller's: from_dict adds it)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(None, key, f"expected an existing counts file, got {path!r}")
@@ -176,22 +177,22 @@ def load_counts_file(path: str, num_experts: int | None = None, *, key: str = "r
             import torch
             data = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad input file
-        raise ConfigError(str(p), key, f"expected a SGLang expert-distribution dump (.pt) or JSON, could not read it: "
+        raise ConfigError(None, key, f"{p}: expected a SGLang expert-distribution dump (.pt) or JSON, could not read it: "
                                        f"{type(e).__name__}: {e}") from None
     if not isinstance(data, dict) or "logical_count" not in data:
-        raise ConfigError(str(p), key, "expected a mapping with key 'logical_count' ([steps,] layers, experts)")
+        raise ConfigError(None, key, f"{p}: expected a mapping with key 'logical_count' ([steps,] layers, experts)")
     raw = data["logical_count"]
     arr = np.asarray(raw.numpy() if hasattr(raw, "numpy") else raw, dtype=np.float64)
     if arr.ndim == 3:
         arr = arr.sum(0)
     if arr.ndim != 2 or arr.shape[1] < 1 or not np.isfinite(arr).all() or (arr < 0).any():
-        raise ConfigError(str(p), key, f"logical_count: expected counts >= 0 of shape [layers, experts] or [steps, "
+        raise ConfigError(None, key, f"{p}: logical_count: expected counts >= 0 of shape [layers, experts] or [steps, "
                                        f"layers, experts], got shape {arr.shape}")
     if num_experts is not None and arr.shape[1] != num_experts:
-        raise ConfigError(str(p), key, f"logical_count has {arr.shape[1]} experts per layer, the model {num_experts}")
+        raise ConfigError(None, key, f"{p}: logical_count has {arr.shape[1]} experts per layer, the model {num_experts}")
     moe = arr[arr.sum(1) > 0]
     if moe.shape[0] == 0:
-        raise ConfigError(str(p), key, "logical_count: every layer's counts are zero (no MoE traffic recorded)")
+        raise ConfigError(None, key, f"{p}: logical_count: every layer's counts are zero (no MoE traffic recorded)")
     return moe
 
 

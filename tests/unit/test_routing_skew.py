@@ -126,3 +126,25 @@ def test_contiguous_placement_is_the_engines():
     from dwdp_trtllm.engine.dep import expert_range
     for E, R in [(256, 8), (10, 3), (7, 7), (12, 5)]:
         assert [(ex[0], ex[-1] + 1) for ex in contiguous_placement(E, R)] == [expert_range(E, r, R) for r in range(R)]
+
+
+def test_bench_config_sweeps_and_refuses_a_bad_counts_file(tmp_path, capsys):
+    """workload.routing_skew sweeps like any key; a bad counts file stops `dwdp bench` with exit 2 and one line
+    naming the file and key, before any rank starts (nothing is written under --out)."""
+    import yaml
+
+    from dwdp_trtllm import cli
+    from dwdp_trtllm.config import load_bench_points
+
+    keys, points = load_bench_points({"workload": {"routing_skew": {"kind": ["none", "zipf"], "alpha": 1.2}}})
+    assert [p.workload.routing_skew.kind for p in points] == ["none", "zipf"]
+    bad = tmp_path / "counts.json"
+    bad.write_text('{"logical_count": [[1, 2, 3]]}')  # 3 experts; tiny has 16
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(yaml.safe_dump({"workload": {"routing_skew": {"kind": "file", "path": str(bad)}},
+                                   "run": {"device": "cpu", "ranks": 2}}))
+    out = tmp_path / "out"
+    assert cli.main(["bench", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "workload.routing_skew.path" in err and "3 experts" in err and str(bad) in err
+    assert not out.exists()
