@@ -11,7 +11,9 @@ replaced by systematic probability-proportional-to-size sampling of top_k distin
 popularity (Madow's systematic sampling: points (u + j) / K, j < K, on the popularity CDF; every expert's share is
 below 1/K, so each interval holds at most one point and expert e is chosen with probability exactly K * share_e).
 u is a hash of the token's *natural* top-k set (order-free) and the MoE layer: deterministic, identical in DEP and
-DWDP (both route the same hidden states with the same router), and on any device. Weights are the model's own
+DWDP (both route the same hidden states with the same router), and on any device. Tokens whose natural sets are equal get
+equal skewed sets, so a model whose own routing clusters draws fewer distinct u (more sampling noise around the
+target; bench/expert_load.py reports the routed split next to the target). Weights are the model's own
 scores at the chosen experts, finished as usual; the grouped router's topk_group limit is not kept (the target is
 the popularity). Without a SkewTable nothing here runs (outputs bit-exact).
 """
