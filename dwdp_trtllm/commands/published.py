@@ -148,15 +148,15 @@ def _merge(base: list[str], extra: list[str]) -> list[str]:
 
 
 def _phases(spec, r) -> dict[str, float]:
-    """DEP phases of a plan row in us: the attention core split from the projections (cost_model.core_us on the
-    planner's own sampled load), the rest from the row."""
-    from ..perf import cost_model as cm
-    from ..perf.planner import sampled_load
+    """DEP phases of a plan row in us, split as the planner prices them (perf.planner.phases: attention core, GEMMs of
+    projections + shared experts + router, memory-bound remainder) plus the row's experts, communication and sync."""
+    from ..perf.planner import phases, routing_skew, sampled_load
 
     load = sampled_load(spec, r.isl, r.dwdp_size)
-    core = float(cm.core_us(spec.model, spec.params(), load.core_flops_SR, load.segments_SR, r.isl).mean())
-    return {"attention": core, "dense_gemm": r.t_attention_us - core + r.t_other_us,
-            "grouped_gemm": r.t_experts_dep_us, "comm": r.t_all2all_us, "sync": r.t_sync_us, "others": 0.0}
+    ph = phases(spec, load, r.dwdp_size, r.isl, routing_skew(spec, r.dwdp_size, r.tokens_per_rank))
+    return {"attention": float(ph.core_SR.mean()), "dense_gemm": float(ph.gemm_SR.mean()),
+            "grouped_gemm": r.t_experts_dep_us, "comm": r.t_all2all_us, "sync": r.t_sync_us,
+            "others": float(ph.membound_SR.mean())}
 
 
 def predict(argv: list[str], quantity: str) -> float:
