@@ -4,8 +4,8 @@ Qwen3-235B-A22B FP8 on 8x and 4x H200, MNT 8K / 16K / 32K, ISL 4K-32K, both targ
 
 Every cell is what `dwdp plan --model M --gpu h200 --weight-dtype fp8 --dwdp-size G --mnt MNT
 --isl 4096,8192,16384,32768 --target T [--json]` prints (the same parser and build_spec); ISL fixed, balanced
-routing, no rank imbalance. The engine target reads this checkout's docs/bench_results (say which campaign:
-the output names it); the trtllm target reads only the shipped kernel tables.
+routing, no rank imbalance. The engine target reads the floor campaign shipped in dwdp_trtllm/data/engine_calibration
+(the output names it); the trtllm target reads only the shipped kernel tables.
 
     python3 scripts/plan_matrix.py > /tmp/matrix.md
 """
@@ -77,7 +77,8 @@ def main() -> int:
                     f"{_k(r.break_even_tokens)} ({_k(r.break_even_range[0])}-{_k(r.break_even_range[1])})" if r else "-"
                     for r in rs) + " |\n")
     if campaign:
-        out.write(f"\nengine target calibrated by the floor campaign {campaign.split('docs/')[-1]} of this checkout.\n")
+        out.write(f"\nengine target calibrated by the floor campaign {campaign.rstrip('/').split('/')[-1]} "
+                  "(shipped: dwdp_trtllm/data/engine_calibration).\n")
     return 0
 
 

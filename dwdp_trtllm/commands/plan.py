@@ -289,7 +289,8 @@ def console():
 
 
 LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: priced past its kernel table's last row (constant "
-          "rate beyond it, range widened 5% per doubling; --json 'extrapolated' names the cells); range: DWDP/DEP with "
+          "rate beyond it; routed-expert and DEP-communication cells widen the range 5% per doubling; --json "
+          "'extrapolated' names the cells); range: DWDP/DEP with "
           "every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty'); verdict: DWDP / DEP / "
           "marginal from that range; hides at: tokens per rank per iteration (requests of that ISL) whose compute hides "
           "the prefetch")
@@ -367,8 +368,8 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
         t.add_column(c, justify="right")
     for r in rows:
         ex = r.extrapolated or {}
-        dep_x = "†" if any("DEP" in k for k in ex) else ""
-        dwdp_x = "†" if any("DWDP" in k or "DEP" not in k for k in ex) else ""
+        dep_x = "†" if any("(DWDP" not in k for k in ex) else ""  # DEP's own cells or a phase both modes run
+        dwdp_x = "†" if any("(DEP" not in k and not k.startswith("DEP") for k in ex) else ""
         mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
         ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
         cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_bytes(r.slice_bytes)] if multi else []) + [

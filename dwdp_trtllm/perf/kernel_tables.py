@@ -191,11 +191,16 @@ def _dims(spec: ModelSpec) -> dict[str, Any]:
 
 def shape_tables(spec: ModelSpec, gpu: str, path: str | Path | None = None) -> ShapeTables | None:
     """The tables of the shape in `gpu`'s file (or `path`) whose dims equal `spec`'s; None if there is none."""
+    return _shape_tables(tuple(sorted(_dims(spec).items())), gpu.lower(), str(path) if path else None)
+
+
+@functools.lru_cache(maxsize=64)  # one ShapeTables (and its interpolation grids) per (shape, GPU, file)
+def _shape_tables(dims: tuple, gpu: str, path: str | None) -> ShapeTables | None:
     p = Path(path) if path else package_table_path(gpu)
     if p is None:
         return None
     data = load_tables(str(p))
-    want = _dims(spec)
+    want = dict(dims)
     for name, m in data["models"].items():
         if all(m["dims"].get(k) == v for k, v in want.items() if k in m["dims"]):
             return ShapeTables(name, data["gpu"], m, data)
