@@ -9,7 +9,7 @@ import torch
 from dwdp_trtllm.config import DwdpConfig
 from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
 from dwdp_trtllm.integration.full_slot import full_slot_ops
-from dwdp_trtllm.integration.trtllm.layout import layout_attrs
+from dwdp_trtllm.integration.trtllm.moe_layout import layout_attrs
 from dwdp_trtllm.placement import make_placement
 
 CASES = [(DwdpConfig(dwdp_size=4), 16), (DwdpConfig(dwdp_size=3, num_experts_per_worker=8, num_prefetch_experts=4), 16),
@@ -62,7 +62,7 @@ def test_promotion_sets_wrapper_and_backend_and_reinstalls_backend_activation(mo
     per-expert activation constants (act_* non-persistent buffers, activation.py stored id 68736167005; backend
     only; skipped when `activation` is None). Those buffers pass the per-expert guard only when they will be
     re-installed; any other per-expert tensor is refused."""
-    from dwdp_trtllm.integration.trtllm.runtime import PROMOTED, check_per_expert, promote
+    from dwdp_trtllm.integration.trtllm.model_setup import PROMOTED, check_per_expert, promote
     pkg = "dwdp_fake_moe_root"
     seen = []
 

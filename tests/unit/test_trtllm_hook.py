@@ -131,7 +131,7 @@ def test_mpi_rank_wins_over_rank_under_mpirun(tmp_path):
     cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 4}}))
     code = """
         import dwdp_trtllm.integration.boot
-        from dwdp_trtllm.integration.trtllm.activation import global_rank
+        from dwdp_trtllm.integration.process_role import global_rank
         from tensorrt_llm._torch.modules.fused_moe.interface import MoE
         print(global_rank(), getattr(MoE.__init__, "_dwdp_trtllm_patched", False), MoE(16).slot_start)
     """

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.integration.manager import DwdpOrderError, HopperDwdpManager
+from dwdp_trtllm.integration.hopper_manager import DwdpOrderError, HopperDwdpManager
 from dwdp_trtllm.placement import make_placement
 
 

@@ -259,7 +259,7 @@ def _patch_moe_init(module: ModuleType) -> None:
     """MoE.__init__ (keyword-only: num_experts=..., interface.py stored id 57392471995): before the original runs
     (its last step, _init_dwdp_expert_layout, reads the registered manager's layout attributes) our registered
     manager learns the model's placement; after it, override_layout sets the layout from the same placement."""
-    from .layout import override_layout, placement_for
+    from .moe_layout import override_layout, placement_for
 
     def make(orig):
         def __init__(self, *args, **kwargs):
@@ -273,7 +273,7 @@ def _patch_moe_init(module: ModuleType) -> None:
 
 
 def _patch_model_loader(module: ModuleType) -> None:
-    from .runtime import setup_after_load
+    from .model_setup import setup_after_load
 
     def make(orig):
         def load(self, *args, **kwargs):
@@ -332,7 +332,7 @@ def _patch_dwdp_gate(module: ModuleType) -> None:
 
 
 def _patch_upstream_manager(module: ModuleType) -> None:
-    from .runtime import BOTH_ENGINES
+    from .model_setup import BOTH_ENGINES
 
     def make(orig):
         def __init__(self, *args, **kwargs):
@@ -344,7 +344,7 @@ def _patch_upstream_manager(module: ModuleType) -> None:
 
 
 def _patch_executor_shutdown(module: ModuleType) -> None:
-    from .runtime import close_process_manager
+    from .model_setup import close_process_manager
 
     def make(orig):
         def shutdown(self, *args, **kwargs):
@@ -360,7 +360,7 @@ def _register_manager(module: ModuleType) -> None:
     DwdpManager.wait_and_bind exists); in the IPC era it would be asked to record layers it never bound."""
     if not hasattr(getattr(module, "DwdpManager", None), "wait_and_bind"):
         return
-    from .runtime import process_manager
+    from .model_setup import process_manager
     process_manager().register_in(module.get_global_dwdp_manager, module.set_global_dwdp_manager)
     for root in MOE_ROOTS:  # MoE interfaces imported before this module: the layout wrap is now required
         iface = sys.modules.get(f"{root}.interface")
@@ -388,7 +388,7 @@ def on_target_imported(module: ModuleType) -> None:
     targets of `module` (PatchTargetMissing on a missing required one) and applies them. Any other process
     (engine upstream, only DWDP_TRTLLM=1, a generation rank) patches nothing, so a target only our engine needs
     must not stop it: a missing one is logged as a warning (`dwdp check-trtllm` gives the full report)."""
-    from .activation import engine_for_process
+    from ..process_role import engine_for_process
 
     engine = engine_for_process()
     if engine != "dwdp_trtllm":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ... import env
+from .. import env
 
 _cache: dict = {}
 
@@ -28,11 +28,11 @@ def upstream_dwdp_present() -> bool:
 def integration_config():
     """The IntegrationConfig of DWDP_TRTLLM_CONFIG, or None when only DWDP_TRTLLM=1 is set."""
     if "config" not in _cache:
-        from ..boot import state
+        from .boot import state
         cfg = state().get("config")
         path = env.get(env.DWDP_TRTLLM_CONFIG)
         if cfg is None and path:
-            from ..settings import load_integration_config
+            from .settings import load_integration_config
             cfg = load_integration_config(path)
         _cache["config"] = cfg
     return _cache["config"]

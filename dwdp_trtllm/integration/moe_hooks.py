@@ -9,7 +9,7 @@ model never fires. Only the MoE modules are called through nn.Module.__call__ (D
     MoE p post-hook:  manager.record_compute_and_prefetch_next(layer_id_p)
 
 which are exactly the calls upstream's ConfigurableMoE.forward_impl makes in versions that have the
-lifecycle (see manager.py).
+lifecycle (see hopper_manager.py).
 """
 from __future__ import annotations
 

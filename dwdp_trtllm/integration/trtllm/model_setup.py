@@ -11,7 +11,7 @@ Steps (every context rank of a DWDP group runs them in the same order):
     fixup_moe_backends (tensorrt_llm/_torch/modules/dwdp/setup.py, stored id 56165781406: "ConfigurableMoE
     has its own ep_size, slot_start, etc. that are used in its forward path");
  5. driver: upstream's lifecycle when ConfigurableMoE enabled DWDP with our manager (it then calls
-    wait_and_bind / record_compute_and_prefetch_next itself), else MoE forward hooks (integration/pipeline.py).
+    wait_and_bind / record_compute_and_prefetch_next itself), else MoE forward hooks (integration/moe_hooks.py).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import torch
 from ...transport import make_transport
 from ..adapter import AdapterRuntime
 from ..group import dwdp_process_group
-from ..manager import HopperDwdpManager
-from ..pipeline import MoeHooks
+from ..hopper_manager import HopperDwdpManager
+from ..moe_hooks import MoeHooks
 from . import moe_unit
 
 #: routed-expert tensors handled per expert, by TensorRT-LLM attribute name (BF16, FP8 block scales);
@@ -45,7 +45,7 @@ BOTH_ENGINES = ("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_con
 def process_manager() -> HopperDwdpManager:
     """The HopperDwdpManager of this process (created on first use, and again after the previous one was exited;
     dwdp_trtllm engine only)."""
-    from .activation import _cache, global_rank, integration_config
+    from ..process_role import _cache, global_rank, integration_config
     if "manager" not in _cache or _cache["manager"].closed:
         cfg = integration_config().dwdp
         _cache["manager"] = HopperDwdpManager(cfg, global_rank() % cfg.dwdp_size)
@@ -54,7 +54,7 @@ def process_manager() -> HopperDwdpManager:
 
 def close_process_manager() -> None:
     """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open."""
-    from .activation import _cache
+    from ..process_role import _cache
     mgr = _cache.get("manager")
     if mgr is not None and not mgr.closed:
         mgr.__exit__(None, None, None)
@@ -159,7 +159,7 @@ def _lifecycle(moes, manager) -> str:
 
 
 def setup_after_load(loader, model) -> None:
-    from .activation import engine_for_process, global_rank, integration_config
+    from ..process_role import engine_for_process, global_rank, integration_config
     if engine_for_process() != "dwdp_trtllm":
         return
     cfg = integration_config().dwdp

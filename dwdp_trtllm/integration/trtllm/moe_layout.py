@@ -2,13 +2,13 @@
 MoE._init_dwdp_expert_layout), computed from dwdp_trtllm.placement.make_placement.
 
 Runs right after MoE.__init__ (before create_weights allocates per-partition storage), so each rank
-allocates and loads only its own experts. After weight loading runtime.py promotes the backend to the
+allocates and loads only its own experts. After weight loading model_setup.py promotes the backend to the
 full [num_experts, ...] view (ep_size 1, slots 0..E), the way upstream's fixup_moe_backends does.
 """
 from __future__ import annotations
 
 from ...placement import ExpertPlacement, make_placement
-from ..manager import storage_range
+from ..hopper_manager import storage_range
 from .patches import PatchTargetMissing, trtllm_version, MOE_INTERFACE
 
 #: attributes MoE.__init__ must have set for the override to mean anything
@@ -27,7 +27,7 @@ def layout_attrs(placement: ExpertPlacement, dwdp_rank: int) -> dict:
 def placement_for(num_experts: int):
     """(DwdpConfig, placement) of the process's integration config: validated and built once per
     num_experts (every MoE layer of a model asks; the balanced source search is not free)."""
-    from .activation import _cache, integration_config
+    from ..process_role import _cache, integration_config
     key = ("placement", num_experts)
     if key not in _cache:
         cfg = integration_config()
@@ -53,7 +53,7 @@ def override_layout(moe) -> None:
         raise RuntimeError(f"dwdp_trtllm needs TP1 context instances (moe_ep_size=1, moe_tp_size=1), got "
                            f"moe_ep_size={getattr(m, 'moe_ep_size', '?')} moe_tp_size={getattr(m, 'moe_tp_size', '?')}; "
                            "generate the config with `dwdp gen-config --mode disaggregated`")
-    from .activation import global_rank
+    from ..process_role import global_rank
     cfg, placement = placement_for(moe.num_experts)
     dwdp_rank = global_rank() % cfg.dwdp_size
     for k, v in layout_attrs(placement, dwdp_rank).items():
