@@ -4,7 +4,7 @@
 # table: per MoE layer mean, busiest EP rank rows / mean, DEP's expert wait (a rank idle for the slowest rank's
 # expert GEMM), DEP all-to-all, DWDP expert GEMM and prefetch wait, throughput DWDP/DEP.
 #   usage: scripts/bench_skew.sh [config]      (default configs/bench/h200_r1_skew.yaml)
-#   SKEW_POINTS="none:0 power_law:1.01 power_law:1.2" picks the runs; BENCH_TIMEOUT (s, per run, default 280);
+#   SKEW_POINTS="none:0 power_law:1.01 power_law:1.2" picks the runs; BENCH_TIMEOUT (s, per run, default 190);
 #   DEVICE=cpu scripts/bench_skew.sh configs/bench/cpu_skew.yaml: a functional dry run on the CPU (CPU times are not results)
 # Results under $OUT (default bench_out/bench_skew): skew.log, summary.txt and bench_skew.tar.gz (every run's files).
 # gpu_check.sh users: `bash scripts/bench_skew.sh` as a step of its own (separate script, so the check stays G's).
@@ -27,7 +27,7 @@ for p in ${SKEW_POINTS:-none:0 power_law:1.01 power_law:1.2}; do
   d="$OUT/raw/skew_${kind}_${alpha}"
   echo "=== routing_skew kind=$kind alpha=$alpha ($(date +%T)) ===" | tee -a "$OUT/skew.log"
   set_alpha=(); [ "$kind" != none ] && set_alpha=(--set "workload.routing_skew.alpha=$alpha")
-  timeout "${BENCH_TIMEOUT:-280}" python3 -m dwdp_trtllm.cli bench "$cfg" --device "${DEVICE:-cuda}" --out "$d" \
+  timeout "${BENCH_TIMEOUT:-190}" python3 -m dwdp_trtllm.cli bench "$cfg" --device "${DEVICE:-cuda}" --out "$d" \
     --set "workload.routing_skew.kind=$kind" "${set_alpha[@]}" >> "$OUT/skew.log" 2>&1 || rc=1
   dirs+=("$d")
   tar -czf "$OUT/bench_skew.tar.gz" -C "$OUT" raw 2>/dev/null  # comes back even if a later run times out
