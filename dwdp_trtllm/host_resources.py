@@ -173,3 +173,22 @@ def signal_cause(signum: int, oom_before: tuple[int | None, ...] | None = None) 
             return f"not by the kernel's OOM killer (its counter did not move): something sent SIGKILL{mem}"
         return f"if nothing sent it SIGKILL, the kernel's OOM killer did (its counter could not be read){mem}"
     return None
+
+
+#: the last line of a rank's traceback when an allocation failed (torch CPU allocator, Python, CUDA caching allocator)
+_OUT_OF_MEMORY = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
+
+
+def error_cause(last_line: str) -> str | None:
+    """What the machine says of a rank's allocation failure (its traceback's last line), read now; None for others."""
+    if not any(k in last_line for k in _OUT_OF_MEMORY):
+        return None
+    if "CUDA" in last_line or "OutOfMemoryError" in last_line:
+        return ("device memory ran out: a smaller workload.max_num_tokens, a larger dwdp.dwdp_size or fewer ranks per "
+                "GPU (the pre-flight's estimate does not count the CUDA context, NCCL or allocator fragmentation)")
+    avail, source = host_available()
+    cap = process_cap()
+    have = "" if avail is None else f"host memory available now {avail / 1e9:.2f} GB ({source})"
+    cap_text = "" if cap is None else f"{'; ' if have else ''}a process may map at most {cap / 1e9:.2f} GB (ulimit -v)"
+    return (f"host memory ran out: {have}{cap_text}; a smaller workload.max_num_tokens, fewer run.ranks or "
+            "model.num_layers")

@@ -175,7 +175,9 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
             failure = failure or ConfigError(*msg[3])
         else:
             reports[rank] = msg[3]
-            failure = failure or RankFailed(rank, ",".join(modes), msg[3])
+            last = msg[3].strip().splitlines()[-1] if msg[3].strip() else ""
+            cause = host_resources.error_cause(last)  # an allocation that failed: what memory is left, now
+            failure = failure or RankFailed(rank, ",".join(modes), msg[3], summary=f"{last} ({cause})" if cause else None)
 
     def read_one(c) -> None:
         try:

@@ -120,3 +120,43 @@ def test_a_dev_shm_too_small_for_a_segment_is_a_transport_error_naming_it(monkey
         t.allocate({"w": 8192})
     t.close()
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(tag)]  # nothing half-made left behind
+
+
+def test_an_allocation_failure_in_a_rank_is_reported_with_the_memory_left(monkeypatch):
+    monkeypatch.setattr(host_resources, "host_available", lambda: (3 * 10 ** 9, "MemAvailable in /proc/meminfo"))
+    monkeypatch.setattr(host_resources, "process_cap", lambda: 8 * 10 ** 9)
+    line = "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried"
+    text = host_resources.error_cause(line)
+    assert text.startswith("host memory ran out: host memory available now 3.00 GB (MemAvailable in /proc/meminfo); "
+                           "a process may map at most 8.00 GB (ulimit -v)"), text
+    assert "device memory ran out" in host_resources.error_cause("torch.OutOfMemoryError: CUDA out of memory. Tried")
+    assert host_resources.error_cause("ValueError: something else") is None
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_out_of_host_memory_is_named_with_the_memory_left(tmp_path):
+    """A per-process cap (ulimit -v, inherited by the ranks) below what the reference mode allocates: the rank's
+    allocation fails and the summary says host memory ran out, with the cap and what is available."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import resource\n"
+        "from dwdp_trtllm.bench.sweep import load_sweep\n"
+        "from dwdp_trtllm.bench.workload import generate_requests\n"
+        "from dwdp_trtllm.engine.launcher import RankFailed, run_mode\n"
+        "if __name__ == '__main__':\n"
+        f"    _, pts = load_sweep({str(Path(__file__).resolve().parents[2] / 'configs/bench/ci_smoke.yaml')!r}, "
+        "['model.preset=deepseek-v2-lite', 'model.num_layers=3', 'run.ranks=1', 'dwdp.dwdp_size=1', "
+        "'run.modes=[reference]', 'workload.requests_per_rank=1'])\n"
+        "    cfg = pts[0].config\n"
+        "    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY))\n"
+        "    try:\n"
+        "        run_mode(cfg, 'reference', generate_requests(cfg.workload, cfg.run.ranks))\n"
+        "    except RankFailed as e:\n"
+        "        print(e.summary)\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=140)
+    assert "rank 0 failed in mode reference: RuntimeError:" in r.stdout and "can't allocate memory" in r.stdout, \
+        r.stdout + r.stderr[-2000:]
+    assert "(host memory ran out: host memory available now" in r.stdout and "at most 6.44 GB (ulimit -v)" in r.stdout
