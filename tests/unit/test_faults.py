@@ -489,7 +489,7 @@ def test_gen_config_bad_arguments_exit_2_naming_the_argument(tmp_path, capsys, a
 def test_gen_config_quotes_every_path_it_writes_into_commands(tmp_path, capsys):
     import shlex
     model, out = "/ckpt/my model's dir", tmp_path / "out dir"
-    for mode, argv in (("bench", ["--weight-dtype", "nvfp4"]), ("disaggregated", ["--weight-dtype", "fp8"])):
+    for mode, argv in (("bench", ["--weight-dtype", "nvfp4"]), ("disaggregated", ["--weight-dtype", "fp8", "--gen-tp", "8"])):  # no dims: --gen-tp given
         assert cli.main(["gen-config", "--mode", mode, "--model", model, "--num-experts", "16", *argv,
                          "--out", str(out / mode)]) == 0
     line = (out / "bench" / "commands.sh").read_text().splitlines()[-1]
