@@ -29,6 +29,7 @@ from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
 from .kernel_tables import ShapeTables, shape_tables
 from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
+from .recommend import Recommendation, fmt_bytes, recommend  # noqa: F401 (re-exported)
 from .uncertainty import INPUTS, apply, scenario
 
 MiB = 1 << 20
@@ -137,6 +138,7 @@ class PlanRow:
     extrapolated: dict = None  # phase -> how far past its kernel table (e.g. "8x past the last row")
     routing_skew: str = "none"
     verdict: str = ""  # DWDP | DEP | marginal, from the range at this ISL
+    local_experts: int = 0  # routed experts per layer the worst rank holds (placement, redundancy included)
 
     def to_dict(self) -> dict:
         """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
@@ -310,19 +312,13 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         target=spec.priced_as, speedup_low=s_lo, speedup_high=s_hi,
         t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
         depends_on=depends, break_even_tokens=be[0], break_even_range=(min(be), max(be)), extrapolated=extrap,
-        routing_skew=skew.label, verdict=verdict)
+        routing_skew=skew.label, verdict=verdict, local_experts=len(placement.local_experts[0]))
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:
     """Rows for every (G, redundant_experts, slice_bytes, ISL), in that nesting order."""
     return [predict(spec, g, r, s, isl) for g in spec.dwdp_sizes for r in spec.redundant_experts
             for s in spec.slice_bytes for isl in spec.isls]
-
-
-def fmt_bytes(n: int) -> str:
-    if n == 0:
-        return "unsliced"
-    return f"{n / MiB:g} MiB" if n >= MiB else f"{n / 1024:g} KiB"
 
 
 def check_candidates(spec: PlanSpec) -> None:
@@ -337,5 +333,3 @@ def check_candidates(spec: PlanSpec) -> None:
             except (ConfigError, ValueError) as e:
                 raise ConfigError(None, "--redundant-experts", f"{r} with G={g}: {getattr(e, 'expected', e)}") from None
 
-
-from .recommend import Recommendation, recommend  # noqa: E402 (re-exported; recommend imports this module's helpers)

@@ -40,6 +40,15 @@ class Recommendation:
                 "reason": self.reason, "notes": list(self.notes)}
 
 
+MiB = 1 << 20
+
+
+def fmt_bytes(n: int) -> str:
+    if n == 0:
+        return "unsliced"
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n / 1024:g} KiB"
+
+
 def _geomean(xs) -> float:
     return float(np.exp(np.mean(np.log(xs))))
 
@@ -66,8 +75,6 @@ def _no_fit(spec, rows) -> Recommendation:
 
 def recommend(spec, rows) -> Recommendation:
     """Best fitting configuration by nominal gains; DWDP / DEP / marginal from its range."""
-    from .planner import _placement, fmt_bytes
-
     configs: dict[tuple[int, int, int], list] = {}
     for r in rows:
         configs.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
@@ -105,7 +112,7 @@ def recommend(spec, rows) -> Recommendation:
                   f"DWDP with {setup} predicts {rng}")
     eb = spec.model.expert_bytes(spec.weight_dtype)
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
-    local = len(_placement(spec, best[0], best[1]).local_experts[0])
+    local = best_rows[0].local_experts
     extra = min(int(headroom * 1e9 // (eb * (spec.model.num_moe_layers + 2))), spec.model.num_experts - local)
     if extra > 0 and local + extra >= spec.model.num_experts:
         notes.append(f"{headroom:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
