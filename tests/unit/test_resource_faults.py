@@ -160,3 +160,39 @@ def test_a_rank_out_of_host_memory_is_named_with_the_memory_left(tmp_path):
     assert "rank 0 failed in mode reference: RuntimeError:" in r.stdout and "can't allocate memory" in r.stdout, \
         r.stdout + r.stderr[-2000:]
     assert "(host memory ran out: host memory available now" in r.stdout and "at most 6.44 GB (ulimit -v)" in r.stdout
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs (a /dev/shm that is nearly full); needs root with CAP_SYS_ADMIN, else the test is skipped
+    (visibly, with the reason; the fake-statvfs tests above cover the logic)."""
+    import subprocess
+
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or r.returncode})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_real_small_tmpfs_refuses_a_segment_it_cannot_hold_and_reads_its_space(small_tmpfs, monkeypatch):
+    import torch
+
+    from dwdp_trtllm.transport import shm
+    from dwdp_trtllm.transport.base import TransportError
+
+    free, total = host_resources.shm_space(str(small_tmpfs))
+    assert total == 1 << 20 and 0 < free <= total
+    monkeypatch.setattr(shm, "_SHM_DIR", str(small_tmpfs))
+    t = shm.ShmTransport(group=None, dwdp_rank=0, dwdp_size=1, device=torch.device("cpu"), tag="dwdp_tmpfs")
+    t.allocate({"small": 64 << 10})  # fits
+    with pytest.raises(TransportError, match=r"cannot reserve 2097152 bytes .*No space left on device.*bytes free of "
+                                             r"1048576.*--shm-size"):
+        t.allocate({"big": 2 << 20})  # without the reservation this would map, then SIGBUS on the first write
+    assert sorted(os.listdir(small_tmpfs)) == ["dwdp_tmpfs_0_small"]  # the refused segment is not left behind
+    t.close()
+    assert os.listdir(small_tmpfs) == []
