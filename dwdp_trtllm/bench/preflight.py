@@ -29,7 +29,8 @@ class PreflightError(ConfigError):
 
 
 def _gib(n: int) -> str:
-    return f"{gb(n):.2f} {UNIT}"
+    """GB (memory.py's unit); below 1 GB with 3 significant digits and the bytes, so small sizes do not read 0.00."""
+    return f"{gb(n):.2f} {UNIT}" if n >= 10 ** 9 else f"{gb(n):.3g} {UNIT} ({n:,} bytes)"
 
 
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
