@@ -21,7 +21,8 @@ import numpy as np
 from ..models import ModelSpec
 from . import cost_model as cm
 from .bench_work import IterationLoad
-from .kernel_tables import GEMM_DTYPE, KV_DTYPE, ShapeTables
+from .hardware import get_gpu
+from .kernel_tables import KV_DTYPE, ShapeTables
 
 TARGETS = ("trtllm", "engine")
 
@@ -39,9 +40,12 @@ class Skew:
 
 @dataclass(frozen=True)
 class Phases:
-    core_SR: np.ndarray
-    gemm_SR: np.ndarray  # attention projections + shared experts + router
-    membound_SR: np.ndarray
+    """One layer on every rank, split by interference class (uncertainty.PRIORS keys)."""
+
+    core_SR: np.ndarray  # attention core
+    gemm_attention_SR: np.ndarray  # attention projections (dense GEMMs)
+    gemm_SR: np.ndarray  # attention projections + shared experts + router (dense GEMMs)
+    membound_SR: np.ndarray  # memory-bound remainder (trtllm: MLA module rows over core + projections)
     experts_dwdp_SR: np.ndarray
     experts_dep_S: np.ndarray
     comm_S: np.ndarray  # DEP dispatch + combine (trtllm: NCCL all-gather + reduce-scatter)
@@ -55,8 +59,6 @@ class Phases:
     @property
     def attention_SR(self):
         return self.core_SR + self.gemm_attention_SR + self.membound_SR
-
-    gemm_attention_SR: np.ndarray | None = None  # the projections' part of gemm_SR
 
     @property
     def other_SR(self):
@@ -81,7 +83,8 @@ def engine_phases(spec: ModelSpec, p: cm.CostParams, load: IterationLoad, group:
     dense = cm.dense_layer_us(spec, p, tokens_SR, core, isl=isl, kv_tokens=load.kv_tokens_SR)
     zeros = np.zeros_like(core)
     return Phases(core_SR=core, gemm_SR=(attn - core) + other, membound_SR=zeros, experts_dwdp_SR=dwdp,
-                  experts_dep_S=dep, comm_S=a2a, comm_alt_S=a2a, dense_layer_SR=dense, gemm_attention_SR=attn - core)
+                  experts_dep_S=dep, comm_S=a2a, comm_alt_S=a2a, dense_layer_SR=dense,
+                  gemm_attention_SR=attn - core)
 
 
 def _gemms(t: ShapeTables, ops, dtype: str, m, beyond: dict, key: str):
@@ -135,7 +138,7 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
         ag, b_ag = t.comm_ms("all_gather", group, el_S)
         rs, b_rs = t.comm_ms("reduce_scatter", group, el_S)
         if ag is None or rs is None:
-            comm = cm.all_to_all_us(spec, cm.CostParams(gpu=_gpu(t)), tokens_SR, group)
+            comm = cm.all_to_all_us(spec, cm.CostParams(gpu=get_gpu(t.gpu)), tokens_SR, group)
             notes.append(f"no NCCL rows for {group} GPUs: DEP communication priced by the all-to-all model")
         else:
             comm = (ag + rs) * 1e3
@@ -149,11 +152,6 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
     return Phases(core_SR=core, gemm_SR=proj + other, membound_SR=membound, experts_dwdp_SR=dwdp, experts_dep_S=dep,
                   comm_S=comm, comm_alt_S=alt, dense_layer_SR=dense, beyond=beyond, beyond_dep_S=b_dep,
                   beyond_dwdp_SR=b_dwdp, notes=tuple(notes), gemm_attention_SR=proj)
-
-
-def _gpu(t: ShapeTables):
-    from .hardware import get_gpu
-    return get_gpu(t.gpu)
 
 
 def table_dist(skew_label: str) -> str | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import DwdpConfig
 from ..models import ModelSpec
-from ..memory import MAX_DWDP_SIZE, fit_deployment
+from ..memory import fit_deployment
 from ..placement import make_placement
 from ..schema import ConfigError
 from . import cost_model as cm
