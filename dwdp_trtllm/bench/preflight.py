@@ -20,7 +20,7 @@ from ..config import BenchConfig
 from ..engine.records import Request
 from .. import host_resources
 from ..host_resources import FreeResources
-from ..memory import UNIT, dense_weight_bytes, dwdp_ranks, gb, rank_memory
+from ..memory import dense_weight_bytes, dwdp_ranks, rank_memory
 from ..schema import ConfigError
 
 
@@ -28,9 +28,7 @@ class PreflightError(ConfigError):
     """The run cannot fit this machine (or cannot measure anything); raised before any rank starts."""
 
 
-def _gib(n: int) -> str:
-    """GB (memory.py's unit); below 1 GB with 3 significant digits and the bytes, so small sizes do not read 0.00."""
-    return f"{gb(n):.2f} {UNIT}" if n >= 10 ** 9 else f"{gb(n):.3g} {UNIT} ({n:,} bytes)"
+_gib = host_resources.fmt_gb
 
 
 # ---- warm-up vs iterations ------------------------------------------------------------------------------

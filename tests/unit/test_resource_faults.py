@@ -15,7 +15,7 @@ def test_sigbus_names_dev_shm_with_its_free_space_and_the_container_remedy(monke
     monkeypatch.setattr(host_resources, "shm_space", lambda path="/dev/shm": (1 << 20, 64 << 20))
     text = describe_failure(1, -signal.SIGBUS, {0: "Traceback\nConnectionResetError: peer gone"})
     assert text.startswith("it was killed by SIGBUS (signal 7) without reporting an error (a SIGBUS on a shared "
-                           "mapping usually means /dev/shm ran out of space: /dev/shm has 0.00 GB free of 0.07 GB now;")
+                           "mapping usually means /dev/shm ran out of space: /dev/shm has 0.00105 GB (1,048,576 bytes) free of 0.0671 GB (67,108,864 bytes) now;")
     assert "--shm-size" in text and "--ipc=host" in text
     assert text.endswith("; then, as a consequence: rank 0: ConnectionResetError: peer gone")
 
