@@ -296,9 +296,6 @@ class DeploymentFit:
         return (f"smallest GPU count that fits: DWDP {one(self.smallest_fitting_dwdp_size)}, "
                 f"DEP {one(self.smallest_fitting_dep_size)}")
 
-    def describe(self) -> str:
-        return f"{self.dwdp.describe()}; {self.dep.describe()}"
-
 
 def fit_deployment(spec: ModelSpec, cfg: DwdpConfig, gpu_bytes: int, *, weight_dtype: str,
                    max_num_tokens: int) -> DeploymentFit:

@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import json
 import re
-from pathlib import Path
 
 from .. import memory as mem
 from ..config import DwdpConfig

@@ -63,7 +63,7 @@ def _load(args: argparse.Namespace) -> tuple[ModelConfig, DwdpConfig]:
     file = args.config
     prefix = ""
     dwdp_data: dict = {}
-    model_cfg = ModelConfig(preset="deepseek-r1")
+    model_cfg = ModelConfig(preset=mem.DEFAULT_MODEL)
     if file:
         data = load_yaml(file)
         section, prefix = _dwdp_section(data)
