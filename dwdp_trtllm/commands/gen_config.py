@@ -213,7 +213,7 @@ def run(args) -> int:
                           "nodes": nodes.node_lines(hosts), "written": [str(w) for w in written]}, indent=1))
         return 0
     print(head)
-    print(f"engine: {engine} ({args.weight_dtype}, {num_experts} experts, dwdp_size {dwdp.dwdp_size} x {dwdp.num_groups} groups)")
+    print(f"engine: {engine} ({args.weight_dtype}, {num_experts} experts, dwdp_size {dwdp.dwdp_size}{groups})")
     for line in sizing.lines() + (nodes.node_lines(hosts) if nodes.num_nodes > 1 else []):
         print(line)
     for w in written:
