@@ -48,7 +48,7 @@ def test_quant_layout_padded_rows_outer_dim_major_scales(T):
 
 
 @pytest.mark.parametrize("T,N,K", [(1, 1536, 7168), (17, 576, 7168), (300, 4096, 512), (1000, 7168, 2048),
-                                   (2048, 24576, 1536)])
+                                   (2048, 24576, 1536), (600, 576, 256), (600, 528, 1024), (600, 2048, 1024)])
 def test_kernel_matches_the_recipe(T, N, K):
     g = torch.Generator(device=DEV).manual_seed(N + T)
     w = torch.randn(N, K, device=DEV, generator=g) / K ** 0.5
@@ -84,26 +84,65 @@ def test_swiglu_gate_up_kernel_path_matches_the_composition():
     assert err < 2 * GEMM_TOL
 
 
-def test_model_with_fp8_linears_against_its_dequantised_reference():
-    """DeepSeek-shaped (MLA with 128-wide nope / v heads: the kv_b split runs on whole 128-row blocks), bf16 on
-    CUDA: the model with FP8 linears (kernel path) against the same codes dequantised, every GEMM in bf16."""
-    spec = dataclasses.replace(get_model("tiny-vmm"), num_layers=2, first_k_dense=1, num_heads=4, num_kv_heads=4,
+def _spec():
+    """DeepSeek-shaped (MLA with 128-wide nope / v heads: the kv_b split runs on whole 128-row blocks; q_b and kv_a
+    out-features off the 128 grid: padded), 1 dense + 1 MoE layer."""
+    return dataclasses.replace(get_model("tiny-vmm"), num_layers=2, first_k_dense=1, num_heads=4, num_kv_heads=4,
                                qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=256, kv_lora_rank=512)
+
+
+def _ckpt(spec):
     dense = init_dense_weights(spec, 0, torch.float32, DEV)
     ckpt = dict(dense)
     for n in fp8_linear_names(spec):
         ckpt[n], ckpt[n + "_scale_inv"] = quantize_fp8_blockwise(dense[n], (128, 128))
+    return ckpt
 
-    def model(fp8):
-        experts = LocalExperts.from_seed(spec, 0, "bf16", DEV)
-        return MoETransformer(spec, ckpt, experts, device=DEV, dtype=torch.bfloat16, fp8_linear=fp8)
 
-    eng, ref = model(True), model(False)
+def _model(spec, ckpt, fp8):
+    return MoETransformer(spec, ckpt, LocalExperts.from_seed(spec, 0, "bf16", DEV), device=DEV, dtype=torch.bfloat16,
+                          fp8_linear=fp8)
+
+
+def test_attention_layer_kernel_path_against_the_recipe_and_the_dequantised_layer(monkeypatch):
+    """One MLA layer on the same input (no error carried in from earlier layers, no routing): the kernel path
+    (cuDNN core, kv_b split, padded kv_a / q_b) against the same layer with every FP8 linear on the float32
+    reference of the recipe (tight), and against the dequantised bf16 layer (the FP8 quantisation error)."""
+    from dwdp_trtllm.engine.layers import plan_segments, positions_of
+    from dwdp_trtllm.engine.rope import rope_cos_sin
+    spec = _spec()
+    ckpt = _ckpt(spec)
+    eng, ref = _model(spec, ckpt, True), _model(spec, ckpt, False)
+    segs = [Segment(0, 0, 333, True), Segment(1, 0, 267, True)]
+    g = torch.Generator(device=DEV).manual_seed(7)
+    h = torch.randn(600, spec.hidden_size, device=DEV, dtype=torch.bfloat16, generator=g)
+    plan = plan_segments(segs, 600, None)
+    rope = rope_cos_sin(positions_of(segs, torch.device(DEV)), spec)
+    with torch.no_grad():
+        a = eng.attn[0](h, rope, plan, None)
+        b = ref.attn[0](h, rope, plan, None)
+        monkeypatch.setattr(fl, "kernel_usable", lambda x, w: False)
+        c = eng.attn[0](h, rope, plan, None)
+    e_recipe, e_deq, e_q = rel(a, c), rel(a, b), rel(c, b)
+    print(f"MLA layer: kernel path vs recipe reference {e_recipe:.2e}, vs dequantised bf16 {e_deq:.2e} "
+          f"(recipe reference vs dequantised {e_q:.2e})")
+    assert e_recipe < 2 * GEMM_TOL and 0 < e_deq < MODEL_TOL
+
+
+def test_model_with_fp8_linears_against_its_dequantised_reference(monkeypatch):
+    """The whole model (bf16 on CUDA): FP8 linears on the kernel path against (1) the same model with every FP8
+    linear on the float32 reference of the recipe and (2) the same codes dequantised, every GEMM in bf16."""
+    spec = _spec()
+    ckpt = _ckpt(spec)
+    eng, ref = _model(spec, ckpt, True), _model(spec, ckpt, False)
     assert eng.attn[0]._kv_b_split() is not None and isinstance(eng.attn[0]._kv_b_split()[0], Fp8Linear)
     ids = torch.randint(0, spec.vocab_size, (600,), generator=torch.Generator().manual_seed(0))
     segs = [Segment(0, 0, 333, True), Segment(1, 0, 267, True)]
     with torch.no_grad():
         a, b = eng(ids, segs), ref(ids, segs)
-    err = rel(a, b)
-    print(f"model with FP8 linears vs dequantised reference: rel error {err:.3e}")
-    assert torch.isfinite(a).all() and 0 < err < MODEL_TOL
+        monkeypatch.setattr(fl, "kernel_usable", lambda x, w: False)
+        c = eng(ids, segs)
+    e_recipe, e_deq = rel(a, c), rel(a, b)
+    print(f"model with FP8 linears: kernel path vs recipe reference {e_recipe:.3e}, vs dequantised reference "
+          f"{e_deq:.3e} (recipe reference vs dequantised {rel(c, b):.3e})")
+    assert torch.isfinite(a).all() and e_recipe < MODEL_TOL and 0 < e_deq < MODEL_TOL
