@@ -106,7 +106,7 @@ def _multi_buffer_status(run_moe_status: str) -> str:
 def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> dict:
     from ..integration.settings import choose_engine, load_integration_config, upstream_supported
     from ..schema import ConfigError
-    from ..integration.trtllm import patches
+    from ..integration.trtllm import targets
 
     rep: dict = {"tensorrt_llm": None, "patch_targets": [], "upstream_dwdp": None, "gpu": _gpu()}
     if importlib.util.find_spec("tensorrt_llm") is None:
@@ -114,18 +114,18 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     else:
         try:
             import tensorrt_llm  # noqa: F401 - heavy, but this command exists to check it
-            rep["tensorrt_llm"] = patches.trtllm_version()
-            rows = patches.report()
+            rep["tensorrt_llm"] = targets.trtllm_version()
+            rows = targets.report()
             rep["patch_targets"] = [{"module": m, "attribute": t.attribute, "status": s,
                                      "optional": t.optional, "lifecycle": t.lifecycle} for t, s, m in rows]
-            rep["lifecycle"], rep["lifecycle_reason"] = patches.lifecycle_report(rows)
+            rep["lifecycle"], rep["lifecycle_reason"] = targets.lifecycle_report(rows)
             from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
             rep["upstream_dwdp"] = "dwdp_config" in TorchLlmArgs.model_fields
         except Exception as e:  # noqa: BLE001 - reported
             rep["tensorrt_llm"] = f"import failed: {type(e).__name__}: {e}"
     if not rep["patch_targets"]:
         rep["patch_targets"] = [{"module": t.module, "attribute": t.attribute, "status": "not checked (no tensorrt_llm)",
-                                 "optional": t.optional, "lifecycle": t.lifecycle} for t in patches.PATCH_TARGETS]
+                                 "optional": t.optional, "lifecycle": t.lifecycle} for t in targets.PATCH_TARGETS]
         rep["lifecycle"], rep["lifecycle_reason"] = None, "unknown: TensorRT-LLM not importable here"
     cfg = load_integration_config(dwdp_path) if dwdp_path else None
     wd = weight_dtype or (cfg.dwdp.weight_dtype if cfg else "fp8")

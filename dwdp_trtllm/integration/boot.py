@@ -2,7 +2,7 @@
 
 Importing this module does nothing unless DWDP_TRTLLM_CONFIG (path of our integration YAML) or
 DWDP_TRTLLM=1 is set; then it validates the config once and installs a lazy post-import hook on the
-TensorRT-LLM modules named in trtllm/patches.py PATCH_TARGETS. tensorrt_llm is never imported here:
+TensorRT-LLM modules named in trtllm/targets.py PATCH_TARGETS. tensorrt_llm is never imported here:
 patches are applied when TensorRT-LLM imports those modules itself.
 """
 from __future__ import annotations
@@ -30,14 +30,14 @@ def activate(*, explicit: bool = False):
     if not (explicit or requested()):
         return None
     from . import hook
-    from .trtllm import patches  # imports no tensorrt_llm at module level
+    from .trtllm import patches, targets  # import no tensorrt_llm at module level
 
     path = env.get(env.DWDP_TRTLLM_CONFIG)
     if path:
         from .settings import load_integration_config
         _state["config"] = load_integration_config(path)  # fail in the launcher, not deep in a worker
     _state["reason"] = "custom_module_dirs" if explicit and not requested() else "environment"
-    _state["finder"] = hook.install(patches.target_modules(), patches.on_target_imported)
+    _state["finder"] = hook.install(targets.target_modules(), patches.on_target_imported)
     return _state["finder"]
 
 

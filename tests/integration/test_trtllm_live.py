@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_patch_target_exists_in_installed_trtllm():
-    from dwdp_trtllm.integration.trtllm import patches
-    rows = patches.report()
+    from dwdp_trtllm.integration.trtllm import targets
+    rows = targets.report()
     assert [(t.attribute, s) for t, s, _ in rows if s != "present" and not t.optional] == []
 
 
@@ -27,7 +27,7 @@ def test_hook_patches_real_moe_interface(tmp_path):
     env = {**os.environ, "DWDP_TRTLLM_CONFIG": str(cfg), "PYTHONPATH": str(REPO)}
     code = ("import dwdp_trtllm.integration.boot\n"
             "import importlib\n"
-            "from dwdp_trtllm.integration.trtllm.patches import MOE_INTERFACE, _import_first, PATCH_TARGETS\n"
+            "from dwdp_trtllm.integration.trtllm.targets import MOE_INTERFACE, _import_first, PATCH_TARGETS\n"
             "t = next(t for t in PATCH_TARGETS if t.module == MOE_INTERFACE)\n"
             "MoE = _import_first(t.modules, importlib.import_module)[1].MoE  # whichever package root exists\n"
             "from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader\n"

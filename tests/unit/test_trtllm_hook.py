@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from dwdp_trtllm.integration import hook
-from dwdp_trtllm.integration.trtllm import patches
-from dwdp_trtllm.integration.trtllm.patches import PatchTargetMissing
+from dwdp_trtllm.integration.trtllm import targets
+from dwdp_trtllm.integration.trtllm.targets import PatchTargetMissing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,16 +182,16 @@ def test_missing_target_does_not_stop_processes_our_engine_does_not_patch(tmp_pa
 def test_verify_names_version_module_and_attribute(monkeypatch):
     fake_root = types.ModuleType("tensorrt_llm")
     fake_root.__version__ = "1.3.0rc99"
-    mod = types.ModuleType(patches.MODEL_LOADER)
+    mod = types.ModuleType(targets.MODEL_LOADER)
     mod.ModelLoader = type("ModelLoader", (), {})  # no .load
     monkeypatch.setitem(sys.modules, "tensorrt_llm", fake_root)
     with pytest.raises(PatchTargetMissing) as ei:
-        patches.verify(mod)
+        targets.verify(mod)
     e = ei.value
-    assert (e.version, e.module, e.attribute) == ("1.3.0rc99", patches.MODEL_LOADER, "ModelLoader.load")
+    assert (e.version, e.module, e.attribute) == ("1.3.0rc99", targets.MODEL_LOADER, "ModelLoader.load")
     assert "TensorRT-LLM 1.3.0rc99" in str(e) and "'ModelLoader.load'" in str(e)
     mod.ModelLoader.load = lambda self: None
-    assert [t.attribute for t in patches.verify(mod)] == ["ModelLoader.load"]
+    assert [t.attribute for t in targets.verify(mod)] == ["ModelLoader.load"]
 
 
 def test_finder_fires_for_already_imported_and_later_imports(tmp_path, monkeypatch):

@@ -61,7 +61,7 @@ def close_process_manager() -> None:
 
 
 def _moe_modules(model):
-    from .patches import upstream_class
+    from .targets import upstream_class
     MoE = upstream_class("interface", "MoE")  # whichever MoE package root TensorRT-LLM loaded
     outer = []
     for name, mod in model.named_modules():
@@ -89,7 +89,7 @@ def loader_args(loader):
 
 
 def _check(loader, owners) -> None:
-    from .patches import upstream_class
+    from .targets import upstream_class
     CutlassFusedMoE = upstream_class("fused_moe_cutlass", "CutlassFusedMoE")
     args = loader_args(loader)
     if getattr(args, "dwdp_config", None) is not None:

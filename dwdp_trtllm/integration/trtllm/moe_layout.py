@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...placement import ExpertPlacement, make_placement
 from ..hopper_manager import storage_range
-from .patches import PatchTargetMissing, trtllm_version, MOE_INTERFACE
+from .targets import MOE_INTERFACE, PatchTargetMissing, trtllm_version
 
 #: attributes MoE.__init__ must have set for the override to mean anything
 LAYOUT_ATTRS = ("num_experts", "expert_size_per_partition", "num_slots", "slot_start", "slot_end",
