@@ -1,0 +1,165 @@
+"""What `dwdp plan` shows: the table with its legend and footer, the JSON document, the plot (presentation only;
+the numbers come from perf/planner.py and perf/recommend.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..schema import ConfigError
+
+
+def _ms(x: float) -> str:
+    return f"{x / 1000:,.2f}"
+
+
+def console():
+    from rich.console import Console
+
+    con = Console()
+    return con if con.is_terminal else Console(width=180)  # piped output (docs, CI logs): do not wrap tables
+
+
+LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: priced past its kernel table's last row (constant "
+          "rate beyond it; routed-expert and DEP-communication cells widen the range 5% per doubling; --json "
+          "'extrapolated' names the cells); range: DWDP/DEP with "
+          "every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty'); verdict: DWDP / DEP / "
+          "marginal from that range; hides at: tokens per rank per iteration (requests of that ISL) whose compute hides "
+          "the prefetch")
+
+
+def _rel(text: str, root: Path | None) -> str:
+    """Paths under the calibration data's root shown relative to it."""
+    if not root:
+        return text
+    from ..perf.floor_calibration import show  # floor notes name paths relative to the working directory
+    return text.replace(str(root) + "/", "").replace(show(root) + "/", "").replace(show(root), root.name)
+
+
+def describe_pricing(spec) -> str:
+    t = spec.tables
+    if t is not None:
+        return f"trtllm: {t.describe()}; peer copy: the project's model"
+    return spec.priced_as
+
+
+def interference_line(spec) -> str:
+    from ..perf.uncertainty import PRIORS
+    over = spec.interference if spec.interference is not None else spec.calibration.interference
+    if over is not None:
+        return f"interference {over:g}x on every phase (given)"
+    return ("interference priors: " + ", ".join(f"{k.replace('_', ' ')} {v:g}x" for k, v in PRIORS.items())
+            + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
+
+
+def calibration_notes(spec) -> tuple[str, ...]:
+    return spec.calibration.notes + spec.calibration.floor.notes
+
+
+def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
+    from ..memory import UNIT
+    return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec), "memory_unit": UNIT,
+            "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
+            "calibration": [_rel(x, root) for x in spec.calibration.sources],
+            "calibration_notes": [_rel(x, root) for x in calibration_notes(spec)],
+            "recommendation": rec.to_dict(), "rows": [r.to_dict() for r in rows]}
+
+
+def _tok(x: float) -> str:
+    if x == float("inf"):
+        return "never"
+    return f"{x / 1000:,.1f}K" if x >= 1000 else f"{x:,.0f}"
+
+
+def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = None) -> None:
+    from rich.table import Table
+
+    from ..perf.recommend import fmt_bytes
+
+    con = console()
+    wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
+    wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
+    wl += f", imbalance CV {spec.imbalance_cv}"
+    if rows and rows[0].routing_skew != "none":
+        wl += f", routing skew {rows[0].routing_skew}"
+    title = (f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
+             f"priced for {spec.priced_as}; times per MoE layer in ms")
+    multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
+    t = Table(title=title, title_justify="left")
+    comm = "T_comm" if spec.tables is not None else "T_all2all"
+    cols = ["G"] + (["red.", "slice"] if multi else []) + [
+        "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", comm, "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
+        "range", "verdict", "hides at"]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in rows:
+        ex = r.extrapolated or {}
+        dep_x = "†" if any("(DWDP" not in k for k in ex) else ""  # DEP's own cells or a phase both modes run
+        dwdp_x = "†" if any("(DEP" not in k and not k.startswith("DEP") for k in ex) else ""
+        mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
+        ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
+        cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_bytes(r.slice_bytes)] if multi else []) + [
+            str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
+            _ms(r.t_all2all_us) + ("†" if any("reduce" in k for k in ex) else ""), _ms(r.t_sync_us),
+            _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio,
+            f"{r.speedup_low:.2f}-{r.speedup_high:.2f}", r.verdict, _tok(r.break_even_tokens)]
+        t.add_row(*cells)
+    con.print(t)
+    con.print(LEGEND)
+    con.print(f"priced: {describe_pricing(spec)}")
+    srcs = [_rel(x, root) for x in spec.calibration.sources]
+    camp = f"; floor campaign {_rel(str(spec.calibration.floor.campaign), root)}" if spec.calibration.floor.campaign else ""
+    src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files{camp} (--verbose lists them)") if srcs else "none"
+    con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
+    con.print(interference_line(spec))
+    notes = calibration_notes(spec)
+    if verbose:
+        for n in notes:
+            con.print(f"  note: {_rel(n, root)}")
+    elif notes:
+        con.print(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
+    by_g: dict[int, list] = {}
+    for r in rows:
+        by_g.setdefault(r.dwdp_size, []).append(r)
+    for g, rs in by_g.items():
+        con.print(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
+            f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[0])}-{_tok(r.break_even_range[1])})"
+            for r in rs[:len(spec.isls)]))
+    con.print(f"[bold]recommendation:[/bold] {rec.reason}")
+    for n in rec.notes:
+        con.print(f"  - {n}")
+
+
+def write_plot(spec, rows, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..perf.recommend import fmt_bytes
+
+    multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    series: dict[tuple, list] = {}
+    for r in rows:
+        series.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
+    for (g, red, s), rs in series.items():
+        label = f"DWDP{g} / DEP{g}" + (f", red {red}, {fmt_bytes(s)}" if multi else "")
+        line, = ax.plot([r.isl for r in rs], [r.speedup for r in rs], marker="o", label=label)
+        if all(r.speedup_high for r in rs):  # the range over the uncertain inputs (perf/uncertainty.py)
+            ax.fill_between([r.isl for r in rs], [r.speedup_low for r in rs], [r.speedup_high for r in rs],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("input sequence length (tokens)")
+    ax.set_ylabel("T_DEP / T_DWDP (predicted)")
+    ax.set_title(f"{spec.model.name}, {spec.gpu.name}, {spec.weight_dtype}, priced for {spec.priced_as.split(' ')[0]}\n"
+                 "band: range over the uncertain inputs", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    out = Path(path)
+    from ..bench.plots import save_figure  # a temporary renamed over the file: never half a plot
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, out, dpi=120)
+    except OSError as e:
+        raise ConfigError(None, "--plot", f"cannot write {out} ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
