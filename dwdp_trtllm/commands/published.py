@@ -21,7 +21,8 @@ from ..schema import ConfigError, load_yaml
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "validation" / "published.yaml"
 #: the DEP phases a per-phase row can name (dep_share:<phase>); "others" is what the planner does not price
 DEP_PHASES = ("attention", "dense_gemm", "grouped_gemm", "comm", "sync", "others")
-QUANTITIES = ("speedup", "compute_over_prefetch", "tps_ratio", "prefetch_over_dwdp", "t_dep_ms", "none") + tuple(
+QUANTITIES = ("speedup", "compute_over_prefetch", "tps_ratio", "prefetch_over_dwdp", "t_dep_ms", "sync_overhead",
+              "none") + tuple(
     f"dep_share:{p}" for p in DEP_PHASES)
 _KEYS = {"id", "source", "what", "published", "bound", "quantity", "plan", "vary", "tolerance", "missing_effect"}
 
@@ -192,7 +193,7 @@ def predict_range(argv: list[str], quantity: str) -> tuple[float, float, float]:
     else:
         v = {"speedup": r.speedup, "compute_over_prefetch": r.compute_over_prefetch,
              "tps_ratio": r.tps_per_gpu_dwdp / r.tps_per_gpu_dep, "prefetch_over_dwdp": r.t_prefetch_us / r.t_dwdp_us,
-             "t_dep_ms": r.t_dep_us / 1e3}[quantity]
+             "t_dep_ms": r.t_dep_us / 1e3, "sync_overhead": r.sync_overhead}[quantity]
     lo, hi = _own_range(r, quantity) or (v, v)
     return v, min(lo, v), max(hi, v)
 

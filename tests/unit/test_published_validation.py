@@ -23,7 +23,7 @@ def results():
 
 def test_every_published_source_is_covered():
     ids = {r.id for r in load_rows()}
-    for prefix, n in (("roofline-b1-", 4), ("roofline-cp-", 4), ("blog19-t3-", 12), ("paper-t3-", 6), ("paper-t4-", 3), ("paper-t1-", 1), ("paper-e2e-", 1), ("blog19-contention", 1),
+    for prefix, n in (("roofline-b1-", 4), ("roofline-cp-", 4), ("blog19-t3-", 12), ("paper-t3-", 6), ("paper-t4-", 3), ("paper-t1-", 1), ("paper-e2e-", 1), ("paper-fig1-", 1), ("blog19-contention", 1),
                       ("sglang-b200-", 3), ("rocm-mi355x-", 4), ("aic-h200-", 7)):
         assert sum(i.startswith(prefix) for i in ids) == n, prefix
 
