@@ -152,14 +152,31 @@ class ShapeTables:
         return curve_ms(t[g], elements)
 
     def deepep_ms(self, hidden: int, group: int, tokens_per_rank):
-        """(ms, beyond) of DeepEP high-throughput dispatch + combine (bf16) at `tokens_per_rank`, or (None, None)."""
-        t = self.source.get("comm", {}).get("deepep_ht", {}).get("by_hidden", {}).get(str(hidden), {})
-        t = t.get("bfloat16", {}).get(str(group))
-        if not t or "dispatch" not in t or "combine" not in t:
+        """(ms, beyond) of DeepEP high-throughput dispatch + combine (bf16) at `tokens_per_rank`, or (None, None).
+        A hidden size between the table's is interpolated linearly in it (the bytes moved are proportional to it);
+        outside them the nearest row is scaled by hidden / its hidden."""
+        by = self.source.get("comm", {}).get("deepep_ht", {}).get("by_hidden", {})
+        rows = {int(h): v.get("bfloat16", {}).get(str(group)) for h, v in by.items()}
+        rows = {h: v for h, v in rows.items() if v and "dispatch" in v and "combine" in v}
+        if not rows:
             return None, None
-        d, bd = curve_ms(t["dispatch"], tokens_per_rank)
-        c, bc = curve_ms(t["combine"], tokens_per_rank)
-        return d + c, np.maximum(bd, bc)
+
+        def at(h: int):
+            d, bd = curve_ms(rows[h]["dispatch"], tokens_per_rank)
+            c, bc = curve_ms(rows[h]["combine"], tokens_per_rank)
+            return d + c, np.maximum(bd, bc)
+        hs = sorted(rows)
+        if hidden in rows:
+            return at(hidden)
+        lo = max((h for h in hs if h < hidden), default=None)
+        hi = min((h for h in hs if h > hidden), default=None)
+        if lo is None or hi is None:
+            near = hi if lo is None else lo
+            ms, b = at(near)
+            return ms * hidden / near, b
+        (ml, bl), (mh, bh) = at(lo), at(hi)
+        w = (hidden - lo) / (hi - lo)
+        return (1 - w) * ml + w * mh, np.maximum(bl, bh)
 
     def describe(self) -> str:
         s = self.source["source"]

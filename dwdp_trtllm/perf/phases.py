@@ -144,7 +144,11 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
             comm = (ag + rs) * 1e3
             beyond["DEP all-gather + reduce-scatter"] = float(max(np.max(b_ag), np.max(b_rs)))
         alt_ms, b_alt = t.deepep_ms(H, group, tokens_SR.max(-1))
-        alt = alt_ms * 1e3 * skew.dep_a2a if alt_ms is not None else comm
+        if alt_ms is not None:
+            alt = alt_ms * 1e3 * skew.dep_a2a
+        else:  # no DeepEP rows at this EP size: an all-to-all at 0.90 of NVLink (uncertainty.ENGINE_A2A_EFF's fast end)
+            gpu = get_gpu(t.gpu)
+            alt = cm.all_to_all_us(spec, cm.CostParams(gpu=gpu), tokens_SR, group) * gpu.a2a_eff / 0.90 * skew.dep_a2a
     else:
         comm = alt = np.zeros(tokens_SR.shape[:-1])
     dense_mlp = _gemms(t, ("dense_fc1", "dense_fc2"), dt, tokens_SR, beyond, "dense MLP") if spec.first_k_dense else 0.0
