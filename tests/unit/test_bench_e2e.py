@@ -13,6 +13,8 @@ import pytest
 
 from dwdp_trtllm import cli
 
+pytestmark = pytest.mark.slow  # the real engine end to end: ~26 s on 2 cores
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

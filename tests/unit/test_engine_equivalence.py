@@ -18,6 +18,8 @@ from dwdp_trtllm.engine.records import Request
 from dwdp_trtllm.engine.weights import expert_layout
 from dwdp_trtllm.placement import make_placement
 
+pytestmark = pytest.mark.slow  # multi-process engine runs: 6-28 s each on 2 cores
+
 REL_TOL_FP32 = 1e-5
 
 

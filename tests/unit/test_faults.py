@@ -137,6 +137,7 @@ def _kill_group(proc):
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("sig,when", [(signal.SIGKILL, "starting"), (signal.SIGTERM, "running"),
                                       (signal.SIGKILL, "running"), (signal.SIGHUP, "running")])
+@pytest.mark.slow  # spawns the quickstart: 7-41 s per case on 2 cores
 def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig, when):
     """What a job manager, an IDE's stop button or Popen.terminate() does: within 10 s no rank, no resource
     tracker and no /dev/shm entry of the run (segment or semaphore) is left, with nothing swept by a next run."""
@@ -161,6 +162,7 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
         _kill_group(proc)
 
 
+@pytest.mark.slow  # spawns ranks: ~28 s on 2 cores
 @pytest.mark.timeout(150)
 def test_a_group_kill_leaves_nothing_the_next_run_does_not_clean(tmp_path):
     """`kill -9 -<pgid>` (a closed terminal's process group, a batch system): nobody of the run can clean up."""
@@ -192,6 +194,7 @@ def test_the_next_run_sweeps_segments_of_dead_runs_only(tmp_path):
         theirs.unlink(missing_ok=True)
 
 
+@pytest.mark.slow  # spawns ranks: 15-35 s on 2 cores
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("mode", ["dep", "dwdp"])
 def test_a_killed_rank_is_named_with_its_signal(tmp_path, mode):
@@ -213,6 +216,7 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path, mode):
         _kill_group(proc)
 
 
+@pytest.mark.slow  # waits for run.timeout_s: ~37 s on 2 cores
 @pytest.mark.timeout(150)
 def test_a_stopped_rank_is_named_when_the_run_times_out(tmp_path):
     proc = _start(tmp_path, "--set", "run.modes=[dwdp]", "--set", "run.timeout_s=25", requests=400)

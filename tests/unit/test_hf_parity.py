@@ -77,6 +77,7 @@ def test_yarn_and_latent_eps_are_what_makes_deepseek_match(checkpoints):
     assert eps > 10 * REL_TOL, eps
 
 
+@pytest.mark.slow  # DEP and DWDP ranks per family: 6-14 s each on 2 cores
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_modes_match_transformers(checkpoints, family):

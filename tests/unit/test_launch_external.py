@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # torchrun / mpirun launches: ~11 s and more on 2 cores
+
 ROOT = Path(__file__).resolve().parents[2]
 CFG = ROOT / "configs/bench/ci_smoke.yaml"
 
