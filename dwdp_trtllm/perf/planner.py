@@ -27,7 +27,7 @@ from .bench_work import IterationLoad
 from .calibration import Calibration
 from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
-from .kernel_tables import ShapeTables, shape_tables
+from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
 from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
 from .recommend import Recommendation, fmt_bytes, recommend  # noqa: F401 (re-exported)
 from .uncertainty import INPUTS, apply, scenario
@@ -66,16 +66,21 @@ class PlanSpec:
 
     @property
     def tables(self) -> ShapeTables | None:
-        """TensorRT-LLM kernel tables of this model on this GPU (target trtllm), or None."""
+        """TensorRT-LLM kernel tables of this model on this GPU with MoE rows and an attention core for this weight
+        dtype (target trtllm), or None (then priced as the engine)."""
         if self.target != "trtllm":
             return None
-        return shape_tables(self.model, self.gpu.name, self.kernel_tables)
+        t = shape_tables(self.model, self.gpu.name, self.kernel_tables)
+        if t is None or not t.moe_eps(self.weight_dtype) or t.core_grid(KV_DTYPE[self.weight_dtype]) is None:
+            return None
+        return t
 
     @property
     def priced_as(self) -> str:
         """The target the rows are priced for ('engine (no TensorRT-LLM table for ...)' when trtllm has none)."""
         if self.target == "trtllm" and self.tables is None:
-            return f"engine (no TensorRT-LLM kernel table for {self.model.name} on {self.gpu.name})"
+            return (f"engine (no TensorRT-LLM kernel table for {self.model.name}, {self.weight_dtype} experts, on "
+                    f"{self.gpu.name})")
         return self.target
 
     @property
@@ -203,7 +208,7 @@ def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
 def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew) -> Phases:
     """The layer's phases on every rank, priced for spec's target."""
     t = spec.tables
-    if t is not None and t.moe_eps(spec.weight_dtype):
+    if t is not None:
         return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew)
     return engine_phases(spec.model, spec.params(), load, group, isl, skew)
 

@@ -39,6 +39,10 @@ def test_tables_ship_with_the_package_and_record_their_source():
         assert moe["table"].startswith(f"{data['system']}/moe/trtllm/") and moe["version"].startswith("1.3.0rc")
     assert kt.shape_tables(R1, "h200").name == "deepseek-v3" and kt.shape_tables(QWEN, "h200").name == "qwen3-235b-a22b"
     assert kt.shape_tables(get_model("mixtral-8x7b"), "h200") is None
+    # no table for the shape, or none for this weight dtype on this GPU: priced (and labelled) as the engine
+    assert _spec(model=get_model("mixtral-8x7b")).priced_as.startswith("engine (no TensorRT-LLM kernel table")
+    assert _spec(gpu=get_gpu("b200"), weight_dtype="bf16").priced_as.startswith("engine (no TensorRT-LLM")
+    assert _spec(gpu=get_gpu("b200"), weight_dtype="nvfp4").priced_as == "trtllm"
 
 
 def test_trtllm_target_prices_the_crosscheck_rows():
