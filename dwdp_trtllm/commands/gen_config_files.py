@@ -97,7 +97,10 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
         docs["dwdp.yaml"] = _yaml({"engine": "dwdp_trtllm", "dwdp_config": dataclasses.asdict(d.dwdp)},
                                   "dwdp_trtllm settings (DWDP_TRTLLM_CONFIG); not a TensorRT-LLM file")
         docs["launch.env"] = f"DWDP_TRTLLM_CONFIG={shlex.quote(str(out / 'dwdp.yaml'))}\n"
-        cmds += ["dwdp serve --install-hook   # once per environment (every node): the .pth that activates us in MPI workers",
+        hook = "dwdp serve --install-hook"
+        if multi and args.mode == "disaggregated":  # every node's interpreter needs the .pth: one process per node
+            hook = f'mpirun --hostfile "$D/hostfile" --map-by ppr:1:node {hook}'
+        cmds += [f"{hook}   # once per environment: the .pth that activates us in MPI workers",
                  'export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"']
     model, world = shlex.quote(args.model), d.dwdp.world_size
     if args.mode == "aggregated":

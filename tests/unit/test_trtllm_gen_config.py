@@ -163,6 +163,7 @@ def test_sixteen_gpus_on_two_nodes_hostfile_slurm_and_first_line(tmp_path, capsy
     assert w["generation_servers"]["urls"] == ["NODE1_HOST:8009"]
     cmds = (out / "commands.sh").read_text()
     assert 'mpirun --hostfile "$D/hostfile" -x DWDP_TRTLLM_CONFIG -n 16 trtllm-serve disaggregated_mpi_worker' in cmds
+    assert 'mpirun --hostfile "$D/hostfile" --map-by ppr:1:node dwdp serve --install-hook' in cmds  # every node
     assert "node 1 (NODE1_HOST): 8 of 8 GPUs: generation server 0 (8 GPUs, ranks 8-15)" in cmds
     slurm = (out / "launch.slurm").read_text()
     for frag in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", 'scontrol show hostnames "$SLURM_JOB_NODELIST"',

@@ -7,7 +7,7 @@
 set -e
 D="$(cd "$(dirname "$0")" && pwd)"
 if grep -q "_HOST " "$D/hostfile"; then echo "replace NODE<i>_HOST in hostfile and disagg_*.yaml with your node names (or rerun dwdp gen-config --hosts h0,h1,...), or use: sbatch launch.slurm" >&2; exit 1; fi
-dwdp serve --install-hook   # once per environment (every node): the .pth that activates us in MPI workers
+mpirun --hostfile "$D/hostfile" --map-by ppr:1:node dwdp serve --install-hook   # once per environment: the .pth that activates us in MPI workers
 export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"
 mpirun --hostfile "$D/hostfile" -x DWDP_TRTLLM_CONFIG -n 16 trtllm-serve disaggregated_mpi_worker -c "$D/disagg_worker.yaml" &
 trtllm-serve disaggregated -c "$D/disagg_proxy.yaml"

@@ -3,7 +3,7 @@
 # dwdp gen-config --model /ckpt/Qwen3-235B-A22B-FP8 --preset qwen3-235b-a22b --gen-tp 4 --out DIR
 set -e
 D="$(cd "$(dirname "$0")" && pwd)"
-dwdp serve --install-hook   # once per environment (every node): the .pth that activates us in MPI workers
+dwdp serve --install-hook   # once per environment: the .pth that activates us in MPI workers
 export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"
 mpirun -x DWDP_TRTLLM_CONFIG -n 8 trtllm-serve disaggregated_mpi_worker -c "$D/disagg_worker.yaml" &
 trtllm-serve disaggregated -c "$D/disagg_proxy.yaml"
