@@ -5,9 +5,9 @@ Two checks per sweep point, both before the first point runs:
   poisson arrivals: an upper bound), so a run that would measure nothing is refused naming the key.
 - `check_resources`: the bytes the run takes against what the machine has free (host_resources.read_free):
   /dev/shm (the CPU transport puts every rank's local experts there), host memory of all ranks together
-  (cpu), device memory of the ranks on each GPU (cuda). The bytes are the
-  model the deployment commands use, per mode (reference holds every expert, DEP 1/ranks of them, DWDP its
-  local experts + prefetch slots); modes run one after another, so the largest mode decides. Not counted:
+  (cpu), device memory of the ranks on each GPU (cuda). The bytes are memory.py's (the model the deployment
+  commands use), per mode (reference holds every expert, DEP 1/ranks of them, DWDP its local experts + prefetch
+  slots); modes run one after another, so the largest mode decides. Not counted:
   the Python/torch runtime of each process, CUDA context, NCCL's own /dev/shm and device buffers.
 A refusal is one paragraph: what is short, the numbers (GB = 1e9 bytes, memory.py's unit), and the remedy.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import host_resources
 from ..config import BenchConfig
 from ..engine.records import Request
-from .. import host_resources
 from ..host_resources import FreeResources
 from ..memory import dense_weight_bytes, dwdp_ranks, rank_memory
 from ..schema import ConfigError
