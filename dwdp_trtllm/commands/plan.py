@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+from .. import memory as mem
 from ..config import MAX_SLICE_BYTES, MAX_TOKENS
 from ..models import PRESETS
 from ..schema import ConfigError
@@ -58,15 +59,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="predict DWDP vs DEP (roofline + contention + imbalance) and recommend G",
                               description=__doc__)
     g = p.add_argument_group("model and hardware")
-    g.add_argument("--model", default="deepseek-r1",
+    g.add_argument("--model", default=mem.DEFAULT_MODEL,
                    help=f"model preset ({', '.join(sorted(PRESETS))}), or a checkpoint's config.json / directory: its "
                         "dimensions only, so families the engine cannot run (gpt_oss, glm4_moe) plan too (default deepseek-r1)")
     g.add_argument("--num-layers", type=int, default=None, help="truncate the preset to this many layers (memory)")
-    g.add_argument("--gpu", default="h200", help="shipped GPU spec: h100 | h200 | b200 | gb200 | mi355x (default h200)")
+    g.add_argument("--gpu", default=mem.DEFAULT_GPU, help="shipped GPU spec: h100 | h200 | b200 | gb200 | mi355x (default h200)")
     g.add_argument("--gpu-spec", default=None, metavar="FILE",
                    help="GPU spec file (YAML, docs/PLANNER.md 'GPU spec files'); replaces --gpu")
-    g.add_argument("--gpu-memory-gb", type=float, default=None, help="usable memory per GPU (default: the datasheet's)")
-    g.add_argument("--weight-dtype", default="fp8", help="routed-expert weights: bf16 | fp8 | nvfp4 (default fp8)")
+    g.add_argument("--gpu-memory-gb", type=float, default=None,
+                   help="usable memory per GPU in GB (1e9 bytes; default: the datasheet's)")
+    g.add_argument("--weight-dtype", default=mem.DEFAULT_WEIGHT_DTYPE, help="routed-expert weights: bf16 | fp8 | nvfp4 (default fp8)")
     g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 (default fp8)")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
