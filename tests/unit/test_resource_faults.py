@@ -196,3 +196,43 @@ def test_a_real_small_tmpfs_refuses_a_segment_it_cannot_hold_and_reads_its_space
     assert sorted(os.listdir(small_tmpfs)) == ["dwdp_tmpfs_0_small"]  # the refused segment is not left behind
     t.close()
     assert os.listdir(small_tmpfs) == []
+
+
+def test_gpu_memory_reads_nvml_through_ctypes(monkeypatch):
+    """NVML's C calls as host_resources makes them (nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+    nvmlDeviceGetMemoryInfo, nvmlShutdown), against a fake library that fills the by-reference arguments."""
+    import ctypes
+
+    calls = []
+
+    class FakeNvml:
+        def nvmlInit_v2(self):
+            calls.append("init")
+            return 0
+
+        def nvmlDeviceGetCount_v2(self, count_ref):
+            count_ref._obj.value = 2
+            return 0
+
+        def nvmlDeviceGetHandleByIndex_v2(self, i, handle_ref):
+            handle_ref._obj.value = 100 + i
+            return 0
+
+        def nvmlDeviceGetMemoryInfo(self, handle, mem_ref):
+            mem = mem_ref._obj
+            mem.total, mem.free = 150_000_000_000, 140_000_000_000 - handle.value
+            return 0
+
+        def nvmlShutdown(self):
+            calls.append("shutdown")
+            return 0
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeNvml() if name == "libnvidia-ml.so.1" else None)
+    assert host_resources.gpu_memory() == ((140_000_000_000 - 100, 140_000_000_000 - 101), (150_000_000_000,) * 2)
+    assert calls == ["init", "shutdown"]
+    assert host_resources.read_free(gpus=True).gpu_free == (140_000_000_000 - 100, 140_000_000_000 - 101)
+
+    def missing(name):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert host_resources.gpu_memory() is None and host_resources.read_free(gpus=True).gpu_free is None
