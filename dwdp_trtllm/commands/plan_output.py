@@ -37,7 +37,7 @@ def _rel(text: str, root: Path | None) -> str:
 def describe_pricing(spec) -> str:
     t = spec.tables
     if t is not None:
-        return f"trtllm: {t.describe()}; peer copy: the project's model"
+        return f"trtllm: {t.describe(spec.weight_dtype)}; peer copy: the project's model"
     return spec.priced_as
 
 

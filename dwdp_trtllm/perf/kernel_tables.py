@@ -178,10 +178,12 @@ class ShapeTables:
         w = (hidden - lo) / (hi - lo)
         return (1 - w) * ml + w * mh, np.maximum(bl, bh)
 
-    def describe(self) -> str:
+    def describe(self, weight_dtype: str | None = None) -> str:
+        """Which tables price this shape (for `weight_dtype`'s rows only when given)."""
         s = self.source["source"]
-        moe = self.data["moe"]
-        vers = sorted({v["version"] for v in moe.values()} | {v["version"] for v in self.data["attention_core"].values()})
+        moe = {k: v for k, v in self.data["moe"].items() if weight_dtype in (None, k)}
+        core = {k: v for k, v in self.data["attention_core"].items() if weight_dtype is None or k == KV_DTYPE[weight_dtype]}
+        vers = sorted({v["version"] for v in moe.values()} | {v["version"] for v in core.values()})
         return (f"TensorRT-LLM kernel tables {self.gpu}/{self.name} (aiconfigurator-core {s['version']}, "
                 f"trtllm {', '.join(vers)}; {s['script']})")
 
