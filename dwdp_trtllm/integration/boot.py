@@ -34,8 +34,10 @@ def activate(*, explicit: bool = False):
 
     path = env.get(env.DWDP_TRTLLM_CONFIG)
     if path:
+        from .process_role import remember_config
         from .settings import load_integration_config
         _state["config"] = load_integration_config(path)  # fail in the launcher, not deep in a worker
+        remember_config(_state["config"])
     _state["reason"] = "custom_module_dirs" if explicit and not requested() else "environment"
     _state["finder"] = hook.install(targets.target_modules(), patches.on_target_imported)
     return _state["finder"]

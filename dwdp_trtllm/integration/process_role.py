@@ -1,12 +1,16 @@
-"""Which engine this process runs, decided once per process (no tensorrt_llm import).
+"""What this process is in a DWDP deployment, decided once per process (no tensorrt_llm import): its integration
+config, its global rank, the engine it runs, the placement of a model's experts and its HopperDwdpManager.
 
+Engine:
 - DWDP_TRTLLM_CONFIG set: our file decides. engine upstream -> we patch nothing (the TensorRT-LLM
   YAML must carry dwdp_config); dwdp_trtllm or auto -> our engine (auto cannot pick upstream for a
   DwdpConfig of ours: upstream needs NVFP4, which our weight_dtype does not cover).
 - Only DWDP_TRTLLM=1: the upstream `dwdp_config:` key in the TensorRT-LLM YAML drives upstream's
-  engine; we only verify the patch targets.
+  engine; we patch nothing.
 - Processes whose global rank is >= num_groups * dwdp_size (generation servers, which
   disaggregated_mpi_worker places after the context servers) get engine "none".
+The rank is env.launch_env's (under mpirun the MPI rank). boot.py hands over the config it validated at
+activation (remember_config); this module imports nothing of the integration at module level.
 """
 from __future__ import annotations
 
@@ -25,13 +29,18 @@ def upstream_dwdp_present() -> bool:
         return False
 
 
+def remember_config(cfg) -> None:
+    """The IntegrationConfig boot validated at activation (read once per process)."""
+    if cfg is not None:
+        _cache["config"] = cfg
+
+
 def integration_config():
     """The IntegrationConfig of DWDP_TRTLLM_CONFIG, or None when only DWDP_TRTLLM=1 is set."""
     if "config" not in _cache:
-        from .boot import state
-        cfg = state().get("config")
         path = env.get(env.DWDP_TRTLLM_CONFIG)
-        if cfg is None and path:
+        cfg = None
+        if path:
             from .settings import load_integration_config
             cfg = load_integration_config(path)
         _cache["config"] = cfg
@@ -56,6 +65,38 @@ def engine_for_process() -> str:
         else:
             _cache["engine"] = "dwdp_trtllm"
     return _cache["engine"]
+
+
+def placement_for(num_experts: int):
+    """(DwdpConfig, placement) of the process's integration config: validated and built once per
+    num_experts (every MoE layer of a model asks; the balanced source search is not free)."""
+    key = ("placement", num_experts)
+    if key not in _cache:
+        cfg = integration_config()
+        if cfg is None:
+            raise RuntimeError("dwdp_trtllm engine active without DWDP_TRTLLM_CONFIG: set it to the integration YAML "
+                               "(dwdp serve does this) or use engine: upstream")
+        from ..placement import make_placement
+        cfg.dwdp.validate_for(num_experts, None, file=cfg.path, prefix="dwdp_config")
+        _cache[key] = (cfg.dwdp, make_placement(cfg.dwdp, num_experts))
+    return _cache[key]
+
+
+def process_manager():
+    """The HopperDwdpManager of this process (created on first use, and again after the previous one was exited;
+    dwdp_trtllm engine only)."""
+    if "manager" not in _cache or _cache["manager"].closed:
+        from .hopper_manager import HopperDwdpManager
+        cfg = integration_config().dwdp
+        _cache["manager"] = HopperDwdpManager(cfg, global_rank() % cfg.dwdp_size)
+    return _cache["manager"]
+
+
+def close_process_manager() -> None:
+    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open."""
+    mgr = _cache.get("manager")
+    if mgr is not None and not mgr.closed:
+        mgr.__exit__(None, None, None)
 
 
 def reset_for_tests() -> None:

@@ -94,7 +94,7 @@ def test_exit_unregisters_so_create_py_executor_rolls_back(tmp_path):
     r = _run(tmp_path, tree, prelude=STUB, code="""
         from tensorrt_llm._torch.pyexecutor import py_executor_creator
         from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager, set_global_dwdp_manager
-        from dwdp_trtllm.integration.trtllm.model_setup import process_manager
+        from dwdp_trtllm.integration.process_role import process_manager
         ours = get_global_dwdp_manager()
         assert ours is process_manager() and ours.is_dwdp_trtllm
         rt = StubRuntime()
@@ -123,7 +123,7 @@ def test_executor_shutdown_exits_our_manager(tmp_path):
         r = _run(tmp_path, tree, prelude=STUB, code="""
             import sys
             from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
-            from dwdp_trtllm.integration.trtllm.model_setup import process_manager
+            from dwdp_trtllm.integration.process_role import process_manager
             ours = process_manager()
             rt = StubRuntime()
             ours.attach(rt, [3], "hooks")

@@ -23,8 +23,8 @@ import torch
 from ...transport import make_transport
 from ..adapter import AdapterRuntime
 from ..group import dwdp_process_group
-from ..hopper_manager import HopperDwdpManager
 from ..moe_hooks import MoeHooks
+from ..process_role import engine_for_process, global_rank, integration_config, process_manager
 from . import moe_unit
 
 #: routed-expert tensors handled per expert, by TensorRT-LLM attribute name (BF16, FP8 block scales);
@@ -40,24 +40,6 @@ PROMOTED = ("ep_size", "ep_rank", "expert_size_per_partition", "slot_start", "sl
 #: py_executor_creator builds its DwdpManager: patches._patch_upstream_manager)
 BOTH_ENGINES = ("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config (upstream's engine would run too): "
                 "remove dwdp_config there, or set engine: upstream in DWDP_TRTLLM_CONFIG")
-
-
-def process_manager() -> HopperDwdpManager:
-    """The HopperDwdpManager of this process (created on first use, and again after the previous one was exited;
-    dwdp_trtllm engine only)."""
-    from ..process_role import _cache, global_rank, integration_config
-    if "manager" not in _cache or _cache["manager"].closed:
-        cfg = integration_config().dwdp
-        _cache["manager"] = HopperDwdpManager(cfg, global_rank() % cfg.dwdp_size)
-    return _cache["manager"]
-
-
-def close_process_manager() -> None:
-    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open."""
-    from ..process_role import _cache
-    mgr = _cache.get("manager")
-    if mgr is not None and not mgr.closed:
-        mgr.__exit__(None, None, None)
 
 
 def _moe_modules(model):
@@ -159,7 +141,6 @@ def _lifecycle(moes, manager) -> str:
 
 
 def setup_after_load(loader, model) -> None:
-    from ..process_role import engine_for_process, global_rank, integration_config
     if engine_for_process() != "dwdp_trtllm":
         return
     cfg = integration_config().dwdp

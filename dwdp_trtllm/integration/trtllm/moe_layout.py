@@ -7,8 +7,9 @@ full [num_experts, ...] view (ep_size 1, slots 0..E), the way upstream's fixup_m
 """
 from __future__ import annotations
 
-from ...placement import ExpertPlacement, make_placement
+from ...placement import ExpertPlacement
 from ..hopper_manager import storage_range
+from ..process_role import global_rank, placement_for
 from .targets import MOE_INTERFACE, PatchTargetMissing, trtllm_version
 
 #: attributes MoE.__init__ must have set for the override to mean anything
@@ -22,21 +23,6 @@ def layout_attrs(placement: ExpertPlacement, dwdp_rank: int) -> dict:
     start, size = storage_range(placement, dwdp_rank)
     return {"num_slots": placement.num_experts, "expert_size_per_partition": size,
             "slot_start": start, "slot_end": start + size, "initial_local_expert_ids": list(range(start, start + size))}
-
-
-def placement_for(num_experts: int):
-    """(DwdpConfig, placement) of the process's integration config: validated and built once per
-    num_experts (every MoE layer of a model asks; the balanced source search is not free)."""
-    from ..process_role import _cache, integration_config
-    key = ("placement", num_experts)
-    if key not in _cache:
-        cfg = integration_config()
-        if cfg is None:
-            raise RuntimeError("dwdp_trtllm engine active without DWDP_TRTLLM_CONFIG: set it to the integration YAML "
-                               "(dwdp serve does this) or use engine: upstream")
-        cfg.dwdp.validate_for(num_experts, None, file=cfg.path, prefix="dwdp_config")
-        _cache[key] = (cfg.dwdp, make_placement(cfg.dwdp, num_experts))
-    return _cache[key]
 
 
 def override_layout(moe) -> None:
@@ -53,7 +39,6 @@ def override_layout(moe) -> None:
         raise RuntimeError(f"dwdp_trtllm needs TP1 context instances (moe_ep_size=1, moe_tp_size=1), got "
                            f"moe_ep_size={getattr(m, 'moe_ep_size', '?')} moe_tp_size={getattr(m, 'moe_tp_size', '?')}; "
                            "generate the config with `dwdp gen-config --mode disaggregated`")
-    from ..process_role import global_rank
     cfg, placement = placement_for(moe.num_experts)
     dwdp_rank = global_rank() % cfg.dwdp_size
     for k, v in layout_attrs(placement, dwdp_rank).items():

@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 from typing import Callable
 
+from ..process_role import close_process_manager, engine_for_process, placement_for, process_manager
 from .targets import DWDP_MODULE, MOE_ROOTS, PATCH_TARGETS, PatchTargetMissing, resolve, trtllm_version, \
     upstream_class, verify
 
@@ -39,7 +40,7 @@ def _patch_moe_init(module: ModuleType) -> None:
     """MoE.__init__ (keyword-only: num_experts=..., interface.py stored id 57392471995): before the original runs
     (its last step, _init_dwdp_expert_layout, reads the registered manager's layout attributes) our registered
     manager learns the model's placement; after it, override_layout sets the layout from the same placement."""
-    from .moe_layout import override_layout, placement_for
+    from .moe_layout import override_layout
 
     def make(orig):
         def __init__(self, *args, **kwargs):
@@ -124,7 +125,6 @@ def _patch_upstream_manager(module: ModuleType) -> None:
 
 
 def _patch_executor_shutdown(module: ModuleType) -> None:
-    from .model_setup import close_process_manager
 
     def make(orig):
         def shutdown(self, *args, **kwargs):
@@ -140,7 +140,6 @@ def _register_manager(module: ModuleType) -> None:
     DwdpManager.wait_and_bind exists); in the IPC era it would be asked to record layers it never bound."""
     if not hasattr(getattr(module, "DwdpManager", None), "wait_and_bind"):
         return
-    from .model_setup import process_manager
     process_manager().register_in(module.get_global_dwdp_manager, module.set_global_dwdp_manager)
     for root in MOE_ROOTS:  # MoE interfaces imported before this module: the layout wrap is now required
         iface = sys.modules.get(f"{root}.interface")
@@ -168,7 +167,6 @@ def on_target_imported(module: ModuleType) -> None:
     targets of `module` (PatchTargetMissing on a missing required one) and applies them. Any other process
     (engine upstream, only DWDP_TRTLLM=1, a generation rank) patches nothing, so a target only our engine needs
     must not stop it: a missing one is logged as a warning (`dwdp check-trtllm` gives the full report)."""
-    from ..process_role import engine_for_process
 
     engine = engine_for_process()
     if engine != "dwdp_trtllm":
