@@ -167,14 +167,10 @@ def test_no_module_level_import_cycle():
     assert found == [], f"module-level import cycles: {found}"
 
 
-#: the TensorRT-LLM host's circle (boot / activation / layout / patches / runtime), dissolved by issue 23's
-#: re-organisation of integration/ into one folder (another change); drop this once that lands
-_HOST_REORG_PENDING = f"{PKG}.integration"
-
-
 def test_no_import_cycle_even_through_function_imports():
-    """The circles issue 23 listed closed only through function-level imports; none may come back."""
-    found = [c for c in function_level_cycles() if not all(m.startswith(_HOST_REORG_PENDING) for m in c)]
+    """The circles issue 23 listed closed only through function-level imports (the TensorRT-LLM host's
+    boot / activation / layout / patches / runtime circle included); none may come back."""
+    found = function_level_cycles()
     assert found == [], f"import cycles (function-level imports counted): {found}"
 
 
