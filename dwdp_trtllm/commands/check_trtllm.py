@@ -113,14 +113,13 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
         rep["tensorrt_llm"] = "not installed"
     else:
         try:
-            import tensorrt_llm  # noqa: F401 - heavy, but this command exists to check it
+            targets.import_trtllm()
             rep["tensorrt_llm"] = targets.trtllm_version()
             rows = targets.report()
             rep["patch_targets"] = [{"module": m, "attribute": t.attribute, "status": s,
                                      "optional": t.optional, "lifecycle": t.lifecycle} for t, s, m in rows]
             rep["lifecycle"], rep["lifecycle_reason"] = targets.lifecycle_report(rows)
-            from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
-            rep["upstream_dwdp"] = "dwdp_config" in TorchLlmArgs.model_fields
+            rep["upstream_dwdp"] = targets.has_upstream_dwdp_config()
         except Exception as e:  # noqa: BLE001 - reported
             rep["tensorrt_llm"] = f"import failed: {type(e).__name__}: {e}"
     if not rep["patch_targets"]:

@@ -150,6 +150,17 @@ def trtllm_version() -> str:
         return "unknown"
 
 
+def import_trtllm() -> None:
+    """Import the installed tensorrt_llm package (heavy; `dwdp check-trtllm` exists to check it)."""
+    import tensorrt_llm  # noqa: F401
+
+
+def has_upstream_dwdp_config() -> bool:
+    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py id 55143598664)."""
+    from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+    return "dwdp_config" in TorchLlmArgs.model_fields
+
+
 def resolve(module: ModuleType, attribute: str):
     obj = module
     for part in attribute.split("."):
