@@ -1,11 +1,16 @@
-"""TensorRT-LLM integration (docs/TRTLLM.md).
+"""The TensorRT-LLM host of the DWDP core, one folder (docs/TRTLLM.md).
 
-Everything here except `trtllm/` is importable without tensorrt_llm: the activation hook (boot, hook),
-the integration config and its translation to upstream's `dwdp_config` (settings), the DWDP group (group),
-the adapter of TensorRT-LLM's expert tensors to the DWDP core (adapter, full_slot), the Hopper manager with
-upstream's lifecycle interface (hopper_manager), the MoE hooks for versions without it (moe_hooks), which
-engine and rank this process has (process_role) and the YAML
-generators (gen_config).
-`trtllm/` is the only place that imports tensorrt_llm, and only lazily, after it was imported by
-TensorRT-LLM itself.
+Host-neutral (no tensorrt_llm import):
+  boot.py           activation entry point (the .pth line, --custom_module_dirs)
+  hook.py           post-import finder; the .pth line and its installer
+  process_role.py   this process: integration config, MPI rank, engine, expert placement, HopperDwdpManager
+  settings.py       the integration config file; translation to/from upstream's dwdp_config
+  gen_config.py     YAML generators for trtllm-serve / disaggregated deployments
+  group.py          the DWDP group of the context ranks (Create_group, as upstream)
+  adapter.py        AdapterRuntime: TensorRT-LLM's expert tensors on the core's transport / CopyScheduler / Prefetcher
+  full_slot.py, composite_cpu.py   merge-path copy ops; CPU stand-in of the composite view
+  hopper_manager.py HopperDwdpManager: upstream's DwdpManager interface (lifecycle calls, layout attributes)
+  moe_hooks.py      MoE forward hooks driving it where upstream's lifecycle is absent
+trtllm/ is the only place that touches tensorrt_llm, and only after TensorRT-LLM imported the target modules.
+Imports run one way: boot -> hook, trtllm/patches -> process_role, trtllm/* -> the modules above -> the core.
 """
