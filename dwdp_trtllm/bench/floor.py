@@ -110,11 +110,11 @@ class FloorTimer:
     def linear_ms(self, m: int, n: int, k: int) -> float:
         """One linear layer an FP8 checkpoint quantises: gemm_ms, or with fp8_linear the block-scale recipe
         (activation quantisation counted free, like every quantisation here)."""
-        if not self.fp8_linear or k % 128:
+        from ..engine.fp8_linear import ROWS_TO, kernel_takes_k
+        if not self.fp8_linear or not kernel_takes_k(k):
             return self.gemm_ms(m, n, k)
         if m == 0:
             return 0.0
-        from ..engine.fp8_linear import ROWS_TO
         f8 = torch.float8_e4m3fn
         mp, np_, kb = -(-m // ROWS_TO) * ROWS_TO, -(-n // 128) * 128, k // 128
         a, w = self._buf((mp, k), f8), self._buf((np_, k), f8)

@@ -26,8 +26,12 @@ from dwdp_trtllm.ops.reference import quantize_fp8_blockwise  # noqa: E402
 DEV = "cuda"
 #: one GEMM, kernel vs the recipe's float32 reference: bf16 output rounding and accumulation order
 GEMM_TOL = 1e-2
-#: docs/MODELS.md: hidden states of a 1 dense + 1 MoE layer model, FP8 linears vs the dequantised reference
-MODEL_TOL = 0.10
+#: docs/MODELS.md "FP8 linear layers": one layer's output, FP8 linears vs the dequantised layer (measured 0.062 on
+#: the H200: ~2.6% per quantised GEMM input, four chained in MLA)
+LAYER_TOL = 0.10
+#: the whole 1 dense + 1 MoE layer model: the layer error carried through, plus the routing it flips (measured 0.127
+#: for the recipe's reference against the dequantised model on the H200, 2026-12-03)
+MODEL_TOL = 0.25
 
 
 def rel(a, b):
@@ -48,8 +52,9 @@ def test_quant_layout_padded_rows_outer_dim_major_scales(T):
 
 
 @pytest.mark.parametrize("T,N,K", [(1, 1536, 7168), (17, 576, 7168), (300, 4096, 512), (1000, 7168, 2048),
-                                   (2048, 24576, 1536), (600, 576, 256), (600, 528, 1024), (600, 2048, 1024)])
+                                   (2048, 24576, 1536), (600, 576, 512), (600, 528, 1024), (600, 2048, 1024)])
 def test_kernel_matches_the_recipe(T, N, K):
+    """Every (T, N, K) the kernel takes (kernel_takes_k) within GEMM_TOL of the float32 reference of the recipe."""
     g = torch.Generator(device=DEV).manual_seed(N + T)
     w = torch.randn(N, K, device=DEV, generator=g) / K ** 0.5
     f = Fp8Linear.quantize(w)
@@ -84,11 +89,21 @@ def test_swiglu_gate_up_kernel_path_matches_the_composition():
     assert err < 2 * GEMM_TOL
 
 
+def test_k_off_the_aligned_grid_takes_the_reference():
+    """K = 256: cuBLASLt returned wrong results (rel 0.35, no error) with 2 weight-scale columns per row on the H200;
+    such K run the reference."""
+    g = torch.Generator(device=DEV).manual_seed(11)
+    f = Fp8Linear.quantize(torch.randn(576, 256, device=DEV, generator=g) / 16)
+    x = torch.randn(600, 256, device=DEV, dtype=torch.bfloat16, generator=g)
+    assert not fl.kernel_usable(x, f) and fl.prepare(x, f) is x
+    assert torch.equal(fl.linear(x, f), fl.fp8_linear_reference(x, f))
+
+
 def _spec():
     """DeepSeek-shaped (MLA with 128-wide nope / v heads: the kv_b split runs on whole 128-row blocks; q_b and kv_a
-    out-features off the 128 grid: padded), 1 dense + 1 MoE layer."""
+    out-features off the 128 grid: padded), 1 dense + 1 MoE layer; every K on the kernel's grid."""
     return dataclasses.replace(get_model("tiny-vmm"), num_layers=2, first_k_dense=1, num_heads=4, num_kv_heads=4,
-                               qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=256, kv_lora_rank=512)
+                               qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=512, kv_lora_rank=512)
 
 
 def _ckpt(spec):
@@ -126,7 +141,7 @@ def test_attention_layer_kernel_path_against_the_recipe_and_the_dequantised_laye
     e_recipe, e_deq, e_q = rel(a, c), rel(a, b), rel(c, b)
     print(f"MLA layer: kernel path vs recipe reference {e_recipe:.2e}, vs dequantised bf16 {e_deq:.2e} "
           f"(recipe reference vs dequantised {e_q:.2e})")
-    assert e_recipe < 2 * GEMM_TOL and 0 < e_deq < MODEL_TOL
+    assert e_recipe < 2 * GEMM_TOL and 0 < e_deq < LAYER_TOL
 
 
 def test_model_with_fp8_linears_against_its_dequantised_reference(monkeypatch):
