@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Engine speed on one H200 (issue 14): fused-kernel tests, a profile of one forward, and `dwdp bench --floor`
 # points (one rank: no communication, no sharing) at ISL 2K / 8K / 32K, BF16 and FP8 experts.
-#   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test kernels profile b8 b2 b32 f8 f2 f32 f8o f2o f32o smoke
+#   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test kernels profile b8 b2 b32 f8 f2 f32 f8o f2o f32o smoke smoke8 smoke8o
 #   f* run FP8 experts with FP8 linear layers (model.fp8_linear null = on with fp8 weights); f*o the same point with the
 #   linear layers at BF16 (model.fp8_linear=false: the engine before issue 25)
 #   (default: all but kernels and smoke; kernels: scripts/bench_moe_kernels.py, the MoE layer's non-GEMM kernels)
@@ -33,6 +33,10 @@ for s in ${*:-test profile b8 f8 b2 b32 f2 f32}; do
     f8o) bench f8o --set workload.isl=8192 --set workload.tokens_per_rank=81920 --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer --set model.fp8_linear=false ;;
     f2o) bench f2o --set workload.isl=2048 --set workload.tokens_per_rank=81920 --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer --set model.fp8_linear=false ;;
     f32o) bench f32o --set workload.isl=32768 --set workload.max_num_tokens=32768 --set workload.tokens_per_rank=163840 --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer --set model.fp8_linear=false ;;
+    smoke8|smoke8o)  # section 3's point (2 ranks sharing the GPU, DEP and DWDP) with FP8 experts, FP8 linears on / off
+      lin=(); [ "$s" = smoke8o ] && lin=(--set model.fp8_linear=false)
+      timeout "${BENCH_TIMEOUT:-300}" python3 -m dwdp_trtllm.cli bench configs/bench/h200_smoke.yaml --device cuda --floor --no-plots \
+        --out "$OUT/raw/$s" --set dwdp.weight_dtype=fp8 "${lin[@]}" 2>&1 | tail -n 60 | tee -a "$OUT/bench.log" ;;
     smoke) timeout "${BENCH_TIMEOUT:-300}" python3 -m dwdp_trtllm.cli bench configs/bench/h200_smoke.yaml --device cuda --floor \
              --out "$OUT/raw/smoke" 2>&1 | tail -n 60 | tee -a "$OUT/bench.log" ;;
     *) echo "unknown step $s"; rc=2 ;;
