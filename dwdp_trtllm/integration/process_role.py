@@ -67,6 +67,11 @@ def engine_for_process() -> str:
     return _cache["engine"]
 
 
+def dwdp_rank() -> int:
+    """This context rank's index in its DWDP group (global rank mod dwdp_size; groups are consecutive ranks)."""
+    return global_rank() % integration_config().dwdp.dwdp_size
+
+
 def placement_for(num_experts: int):
     """(DwdpConfig, placement) of the process's integration config: validated and built once per
     num_experts (every MoE layer of a model asks; the balanced source search is not free)."""
@@ -88,7 +93,7 @@ def process_manager():
     if "manager" not in _cache or _cache["manager"].closed:
         from .hopper_manager import HopperDwdpManager
         cfg = integration_config().dwdp
-        _cache["manager"] = HopperDwdpManager(cfg, global_rank() % cfg.dwdp_size)
+        _cache["manager"] = HopperDwdpManager(cfg, dwdp_rank())
     return _cache["manager"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...placement import ExpertPlacement
 from ..hopper_manager import storage_range
-from ..process_role import global_rank, placement_for
+from ..process_role import dwdp_rank, placement_for
 from .targets import MOE_INTERFACE, PatchTargetMissing, trtllm_version
 
 #: attributes MoE.__init__ must have set for the override to mean anything
@@ -39,8 +39,8 @@ def override_layout(moe) -> None:
         raise RuntimeError(f"dwdp_trtllm needs TP1 context instances (moe_ep_size=1, moe_tp_size=1), got "
                            f"moe_ep_size={getattr(m, 'moe_ep_size', '?')} moe_tp_size={getattr(m, 'moe_tp_size', '?')}; "
                            "generate the config with `dwdp gen-config --mode disaggregated`")
-    cfg, placement = placement_for(moe.num_experts)
-    dwdp_rank = global_rank() % cfg.dwdp_size
-    for k, v in layout_attrs(placement, dwdp_rank).items():
+    _, placement = placement_for(moe.num_experts)
+    rank = dwdp_rank()
+    for k, v in layout_attrs(placement, rank).items():
         setattr(moe, k, v)
-    moe._dwdp_trtllm = {"dwdp_rank": dwdp_rank, "placement": placement}
+    moe._dwdp_trtllm = {"dwdp_rank": rank, "placement": placement}
