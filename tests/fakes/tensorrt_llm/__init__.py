@@ -14,7 +14,10 @@ Eras (tests/unit/test_trtllm_fake_world.py `era_tree` builds each from this tree
 - hooks: every DWDP/VA/IPC block removed, pyexecutor/dwdp.py deleted, lines starting "# HOOKS-ERA: "
   uncommented (ModelLoader.pytorch_backend_config, as @ b51992a3).
 PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made for TensorRT-LLM's own
-dwdp_config (none with our engine).
+dwdp_config (none with our engine), and its shutdown() exits only that manager. Upstream DwdpManager's lifecycle
+(__init__ / __enter__ raising when a global manager is registered / __exit__ unregistering), create_py_executor's
+rollback of a manager registered during a failed construction and ModelLoader.reload are modelled as cited in
+pyexecutor/dwdp.py, py_executor_creator.py, py_executor.py and model_loader.py.
 The expert GEMM (torch.ops.trtllm.fused_moe, C++) is replaced by a float32 torch reference
 (fused_moe/fused_moe_cutlass.py `_fused_moe`) with the semantics the conformance audit assumed. It is reached the
 way upstream reaches it: ConfigurableMoE routes, calls backend.quantize_input, then backend.run_moe with keywords
