@@ -7,7 +7,9 @@ Two checks per sweep point, both before the first point runs:
   /dev/shm (the CPU transport puts every rank's local experts there), host memory of all ranks together
   (cpu), device memory of the ranks on each GPU (cuda). The bytes are memory.py's (the model the deployment
   commands use), per mode (reference holds every expert, DEP 1/ranks of them, DWDP its local experts + prefetch
-  slots); modes run one after another, so the largest mode decides. Not counted:
+  slots); modes run one after another, so the largest mode decides. On the CPU also the attention scores the
+  engine materialises there (`cpu_attention_bytes`: memory.py assumes flash attention, which the CPU takes only
+  when v has the qk head dim; MLA's does not). Not counted:
   the Python/torch runtime of each process, CUDA context, NCCL's own /dev/shm and device buffers.
 A refusal is one paragraph: what is short, the numbers (GB = 1e9 bytes, memory.py's unit), and the remedy.
 """
@@ -64,14 +66,55 @@ def check_warmup(cfg: BenchConfig, queues: list[list[Request]], *, file: str | N
 
 # ---- resources ------------------------------------------------------------------------------------------
 
+def largest_attention_chunk(queue: list[Request], max_num_tokens: int) -> tuple[int, int]:
+    """(L, S) of the attention call with the largest L x S the rank's scheduler (engine/scheduler.py, FCFS chunked
+    prefill) makes: L query tokens of one chunk over its S = prefix + L keys. With every request at t=0 the packing
+    is replayed exactly; with later arrivals only the first request's first chunk is certain (it starts an empty
+    iteration), so that one is taken (a lower bound)."""
+    queue = sorted(queue, key=lambda r: (r.arrival_s, r.request_id))
+    if not queue:
+        return 0, 0
+    if any(r.arrival_s > 0 for r in queue):
+        m = min(queue[0].isl, max_num_tokens)
+        return m, m
+    best, budget = (0, 0), max_num_tokens
+    for r in queue:
+        done = 0
+        while done < r.isl:
+            take = min(r.isl - done, budget)
+            done += take
+            budget -= take
+            if take * done > best[0] * best[1]:
+                best = (take, done)
+            if budget == 0:
+                budget = max_num_tokens
+    return best
+
+
+def cpu_attention_bytes(spec, chunk: int, keys: int) -> int:
+    """Transient bytes of one CPU attention call of `chunk` queries over `keys` keys in the engine (engine/layers.py
+    attend: SDPA per segment, fp32; v is zero-padded to the qk head dim only on CUDA, PAD_V_DEVICES). torch's CPU
+    flash kernel needs one head dim for q, k and v; otherwise (MLA: v 128 vs qk 192) SDPA's math path builds the
+    causal mask (1 byte) and the fp32 scores and probabilities (2 x heads x 4 bytes) per (query, key) pair. A lower
+    bound: torch 2.13's math path measured 2.5 x heads x 4 bytes per pair on this machine (L = S = 6000, 4 heads)."""
+    if spec.attention != "mla" or spec.v_head_dim == spec.qk_nope_head_dim + spec.qk_rope_head_dim:
+        return 0  # the flash kernel: no per-pair buffer
+    return chunk * keys * (1 + 2 * spec.num_heads * 4)
+
+
 @dataclass(frozen=True)
 class RunNeeds:
     """Bytes the run takes at its largest mode: per rank (host on cpu, device on cuda) and in /dev/shm."""
 
-    per_rank: tuple[int, ...]  # by rank, the largest mode
+    per_rank: tuple[int, ...]  # by rank, the largest mode (memory.py's parts)
     per_rank_mode: str  # the mode that decided per_rank's largest entry
     shm_bytes: int  # /dev/shm, all ranks together (DWDP on cpu: every rank's local experts)
     device: str  # "cpu" | "cuda"
+    attention: tuple[int, ...] = ()  # by rank, on cpu: cpu_attention_bytes of its largest chunk (every mode)
+
+    def host_per_rank(self) -> tuple[int, ...]:
+        """per_rank plus the CPU attention scores: what a rank takes at its peak."""
+        return tuple(b + (self.attention[r] if r < len(self.attention) else 0) for r, b in enumerate(self.per_rank))
 
 
 def mode_rank_bytes(cfg: BenchConfig, mode: str, rank: int) -> tuple[int, int]:
@@ -87,8 +130,10 @@ def mode_rank_bytes(cfg: BenchConfig, mode: str, rank: int) -> tuple[int, int]:
     return m.routed_experts + m.all_to_all + m.activations + dense_weight_bytes(spec, d.weight_dtype, engine_dense=True), 0
 
 
-def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None) -> RunNeeds:
-    """Bytes of the largest of `modes` (default run.modes), per rank and in /dev/shm."""
+def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None,
+              queues: list[list[Request]] | None = None) -> RunNeeds:
+    """Bytes of the largest of `modes` (default run.modes), per rank and in /dev/shm; on cpu also each rank's
+    attention scores (its queue from `queues`, else generated from cfg.workload as the run will)."""
     best: tuple[int, str] = (-1, "")
     per_rank = [0] * cfg.run.ranks
     shm = 0
@@ -100,7 +145,16 @@ def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None) -> RunNeed
         top = max(b for b, _ in rows)
         if top > best[0]:
             best = (top, mode)
-    return RunNeeds(per_rank=tuple(per_rank), per_rank_mode=best[1], shm_bytes=shm, device=cfg.run.device)
+    attention: tuple[int, ...] = ()
+    if cfg.run.device == "cpu":
+        from .workload import generate_requests
+
+        spec = cfg.model.spec()
+        queues = queues if queues is not None else generate_requests(cfg.workload, cfg.run.ranks)
+        attention = tuple(cpu_attention_bytes(spec, *largest_attention_chunk(q, cfg.workload.max_num_tokens))
+                          for q in queues)
+    return RunNeeds(per_rank=tuple(per_rank), per_rank_mode=best[1], shm_bytes=shm, device=cfg.run.device,
+                    attention=attention)
 
 
 def _shm_remedy(cfg: BenchConfig) -> str:
@@ -114,11 +168,13 @@ def _shm_remedy(cfg: BenchConfig) -> str:
             f"run: {', '.join(shrink)}")
 
 
-def _mem_remedy(cfg: BenchConfig, where: str, modes: tuple[str, ...]) -> str:
+def _mem_remedy(cfg: BenchConfig, where: str, modes: tuple[str, ...], attention: bool = False) -> str:
     shrink = [f"a smaller workload.max_num_tokens (now {cfg.workload.max_num_tokens}: activations)",
               f"fewer model.num_layers (now {cfg.model.spec().num_layers})"]
     if "dwdp" in modes and cfg.dwdp.dwdp_size < cfg.run.ranks:
         shrink.append(f"a larger dwdp.dwdp_size (now {cfg.dwdp.dwdp_size}: fewer local experts per rank)")
+    if attention:
+        shrink.insert(1, f"a shorter workload.isl (now {cfg.workload.isl}: CPU attention scores grow with chunk x prefix)")
     shrink.append(f"fewer run.ranks (now {cfg.run.ranks}) {where}")
     if cfg.dwdp.weight_dtype == "float32":
         shrink.append("dwdp.weight_dtype bf16 instead of float32")
@@ -127,9 +183,9 @@ def _mem_remedy(cfg: BenchConfig, where: str, modes: tuple[str, ...]) -> str:
 
 
 def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None = None,
-                    modes: tuple[str, ...] | None = None) -> RunNeeds:
+                    modes: tuple[str, ...] | None = None, queues: list[list[Request]] | None = None) -> RunNeeds:
     """Raise PreflightError (one paragraph: numbers and remedy) when the run does not fit `free`."""
-    needs = run_needs(cfg, modes)
+    needs = run_needs(cfg, modes, queues)
     modes = modes or cfg.run.modes
     counted = ("estimate: weights, prefetch slots and activations of memory.py; the Python/torch runtime of each "
                "process is not counted")
@@ -141,18 +197,25 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
                              f"missing pages. {_shm_remedy(cfg)}")
     worst = max(range(len(needs.per_rank)), key=lambda r: needs.per_rank[r])
     if needs.device == "cpu":
-        total = sum(needs.per_rank)
+        host = needs.host_per_rank()
+        worst = max(range(len(host)), key=lambda r: host[r])
+        scores = bool(needs.attention and needs.attention[worst])
+        if scores:
+            counted = (f"estimate: weights, prefetch slots and activations of memory.py, plus {_gib(needs.attention[worst])} "
+                       "of attention scores (the CPU engine's SDPA math path for MLA: mask + fp32 scores of its largest "
+                       "chunk, a lower bound); the Python/torch runtime of each process is not counted")
+        total = sum(host)
         if free.host_available is not None and total > free.host_available:
             raise PreflightError(file, "host memory",
                                  f"{cfg.run.ranks} ranks need about {_gib(total)} of host memory together (rank {worst}: "
-                                 f"{_gib(needs.per_rank[worst])} in mode {needs.per_rank_mode}; {counted}) but "
+                                 f"{_gib(host[worst])} in mode {needs.per_rank_mode}; {counted}) but "
                                  f"{_gib(free.host_available)} is available ({free.host_limit_source}); the kernel's OOM "
-                                 f"killer would end a rank with SIGKILL. {_mem_remedy(cfg, 'on this machine', modes)}")
-        if free.process_cap is not None and needs.per_rank[worst] > free.process_cap:
+                                 f"killer would end a rank with SIGKILL. {_mem_remedy(cfg, 'on this machine', modes, scores)}")
+        if free.process_cap is not None and host[worst] > free.process_cap:
             raise PreflightError(file, "host memory",
-                                 f"rank {worst} needs about {_gib(needs.per_rank[worst])} in mode {needs.per_rank_mode} "
+                                 f"rank {worst} needs about {_gib(host[worst])} in mode {needs.per_rank_mode} "
                                  f"({counted}) but a process may map at most {_gib(free.process_cap)} (ulimit -v / "
-                                 f"RLIMIT_AS). Raise the limit (ulimit -v unlimited). {_mem_remedy(cfg, 'on this machine', modes)}")
+                                 f"RLIMIT_AS). Raise the limit (ulimit -v unlimited). {_mem_remedy(cfg, 'on this machine', modes, scores)}")
         return needs
     if free.gpu_free:
         n = len(free.gpu_free)
@@ -179,10 +242,11 @@ def preflight(points, *, file: str | None = None, probe: Callable[..., FreeResou
     free: dict[str, FreeResources] = {}  # one reading per device kind
     for p in points:
         cfg: BenchConfig = getattr(p, "config", p)
+        queues = generate_requests(cfg.workload, cfg.run.ranks)
         if warmup:
-            check_warmup(cfg, generate_requests(cfg.workload, cfg.run.ranks), file=file)
+            check_warmup(cfg, queues, file=file)
         if not resources:
             continue
         if cfg.run.device not in free:
             free[cfg.run.device] = probe(gpus=cfg.run.device == "cuda")
-        check_resources(cfg, free[cfg.run.device], file=file, modes=modes)
+        check_resources(cfg, free[cfg.run.device], file=file, modes=modes, queues=queues)

@@ -216,3 +216,38 @@ def test_a_real_small_dev_shm_is_refused_end_to_end(tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert "/dev/shm: the run maps" in r.stderr and "free of 0.00105 GB (1,048,576 bytes)" in r.stderr, r.stderr
     assert "--shm-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_largest_attention_chunk_replays_the_fcfs_packing_offline_and_takes_the_first_chunk_with_arrivals():
+    from dwdp_trtllm.bench.preflight import largest_attention_chunk
+
+    offline = [Request(request_id=0, rank=0, isl=100, arrival_s=0.0), Request(request_id=1, rank=0, isl=300, arrival_s=0.0)]
+    # 128-token iterations: [100 | 28 of 300], [128 (keys 156)], [128 (keys 284)], [16 (keys 300)]
+    assert largest_attention_chunk(offline, 128) == (128, 284)
+    late = [Request(request_id=0, rank=0, isl=1000, arrival_s=0.0), Request(request_id=1, rank=0, isl=50, arrival_s=1.0)]
+    assert largest_attention_chunk(late, 128) == (128, 128)  # only the first chunk is certain
+    assert largest_attention_chunk([], 128) == (0, 0)
+
+
+def test_cpu_attention_scores_of_long_mla_requests_are_refused_before_any_rank(tmp_path, monkeypatch, no_ranks):
+    """The CPU engine's MLA attention takes SDPA's math path (v 16 vs qk 24 in the tiny preset): a mask and fp32 scores
+    per (query, key) pair. quickstart at isl 1M used to pass the pre-flight (memory.py assumes flash attention) and
+    fail in a rank after ~30 s with "can't allocate memory: you tried to allocate 493833669289 bytes" (the 702,733^2
+    mask of rank 0's first request); with 64 GB free it is refused first, naming the scores and workload.isl."""
+    from dwdp_trtllm.bench.preflight import cpu_attention_bytes
+    from dwdp_trtllm.models import get_model
+
+    tiny = get_model("tiny")
+    assert cpu_attention_bytes(tiny, 10, 20) == 10 * 20 * (1 + 2 * tiny.num_heads * 4)
+    assert cpu_attention_bytes(get_model("qwen3-30b-a3b"), 10, 20) == 0  # GQA: one head dim, the flash kernel
+    _fake_machine(monkeypatch, _free(host_available=64 * 10 ** 9))
+    sets = ["workload.isl=1000000", "workload.max_num_tokens=1000000"]
+    quick = str(ROOT / "configs/bench/quickstart.yaml")
+    with pytest.raises(PreflightError) as e:
+        runner.run_bench(quick, sets, out_dir=tmp_path / "o", plots=False)
+    msg = str(e.value)
+    assert "host memory" in msg and "of attention scores" in msg and "workload.isl (now 1000000" in msg, msg
+    assert not (tmp_path / "o").exists()
+    _, points = load_sweep(quick, sets)
+    needs = run_needs(points[0].config)
+    assert needs.attention[0] >= 702_733 ** 2 * 33  # rank 0's first request alone, mask + 2 fp32 copies x 4 heads
