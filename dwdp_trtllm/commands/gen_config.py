@@ -44,7 +44,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("upstream", "dwdp_trtllm"), default=None,
                    help="default: upstream for --weight-dtype nvfp4, dwdp_trtllm otherwise")
     p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=mem.DEFAULT_WEIGHT_DTYPE)
-    p.add_argument("--dwdp-size", type=int, default=4)
+    p.add_argument("--dwdp-size", type=int, default=None,
+                   help="ranks per DWDP group (default: with --preset the smallest power of two whose ranks fit the "
+                        "GPU, as `dwdp plan` and plan-placement; with --num-experts 4)")
     p.add_argument("--num-groups", type=int, default=1)
     p.add_argument("--num-experts-per-worker", type=int, default=0, help="0 = derived placement")
     p.add_argument("--num-prefetch-experts", type=int, default=0)
@@ -161,8 +163,13 @@ def run(args) -> int:
 
     num_experts = args.num_experts if args.num_experts is not None else PRESETS[args.preset].num_experts
     check_args(args, num_experts)
+    size = args.dwdp_size
+    if size is None:  # the default every deployment command shares (memory.default_dwdp_size); no dims: 4
+        size = 4 if args.preset is None else mem.default_dwdp_size(
+            PRESETS[args.preset], gpu_budget_bytes(args.gpu, args.gpu_memory_gb), weight_dtype=args.weight_dtype,
+            max_num_tokens=args.max_num_tokens)
     engine = args.engine or ("upstream" if args.weight_dtype == "nvfp4" else "dwdp_trtllm")
-    dwdp_kw = dict(dwdp_size=args.dwdp_size, num_groups=args.num_groups, num_experts_per_worker=args.num_experts_per_worker,
+    dwdp_kw = dict(dwdp_size=size, num_groups=args.num_groups, num_experts_per_worker=args.num_experts_per_worker,
                    num_prefetch_experts=args.num_prefetch_experts, contention_opt=not args.no_contention_opt)
     if engine == "dwdp_trtllm":
         if args.weight_dtype == "nvfp4":

@@ -36,7 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                                     "flags given explicitly override it")
     p.add_argument("--model", choices=sorted(PRESETS), help="model preset (default: the config's, else deepseek-r1)")
     p.add_argument("--num-layers", type=int, help="truncate the model to this many layers")
-    p.add_argument("--dwdp-size", type=int, help="ranks in the DWDP group (G)")
+    p.add_argument("--dwdp-size", type=int, help="ranks in the DWDP group (G; default: the config's, else the smallest "
+                                                 "power of two whose ranks fit the GPU, as `dwdp plan` and gen-config)")
     p.add_argument("--redundant-experts", type=int, help="derived placement: extra experts per rank")
     p.add_argument("--num-experts-per-worker", type=int, help="upstream placement: experts per rank")
     p.add_argument("--num-prefetch-experts", type=int, help="upstream placement: stride between ranks' ranges")
@@ -59,16 +60,21 @@ def _dwdp_section(data: dict) -> tuple[Any, str]:
     return data, ""  # the DwdpConfig fields at the top level
 
 
-def _load(args: argparse.Namespace) -> tuple[ModelConfig, DwdpConfig]:
+def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DTYPE,
+          gpu_bytes: int | None = None) -> tuple[ModelConfig, DwdpConfig]:
+    """The model and DwdpConfig: the --config file's, flags on top; a group size given by neither is
+    memory.default_dwdp_size (priced for `weight_dtype` on `gpu_bytes`), the default every deployment command shares."""
     file = args.config
     prefix = ""
     dwdp_data: dict = {}
     model_cfg = ModelConfig(preset=mem.DEFAULT_MODEL)
+    size_given = args.dwdp_size is not None
     if file:
         data = load_yaml(file)
         section, prefix = _dwdp_section(data)
         base = from_dict(DwdpConfig, section, file=file, prefix=prefix)  # reports file + key path
         dwdp_data = {f.name: getattr(base, f.name) for f in dataclasses.fields(DwdpConfig)}
+        size_given = size_given or (isinstance(section, dict) and "dwdp_size" in section)
         if "model" in data:
             model_cfg = from_dict(ModelConfig, data["model"], file=file, prefix="model")
     if args.model is not None or args.num_layers is not None:
@@ -82,6 +88,9 @@ def _load(args: argparse.Namespace) -> tuple[ModelConfig, DwdpConfig]:
         value = getattr(args, name, None)
         if flag and value is not None:
             dwdp_data[name] = value
+    if not size_given and gpu_bytes is not None:
+        dwdp_data["dwdp_size"] = mem.default_dwdp_size(model_cfg.spec(), gpu_bytes, weight_dtype=weight_dtype,
+                                                       max_num_tokens=args.max_num_tokens)
     try:
         cfg = DwdpConfig(**dwdp_data)
     except ConfigError as e:
@@ -193,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(None, "--max-num-tokens", f"expected an integer in [1, {MAX_TOKENS:,}], got {args.max_num_tokens}")
     gpu = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
     wd = _weight_dtype(args) or mem.DEFAULT_WEIGHT_DTYPE
-    model_cfg, cfg = _load(args)
+    model_cfg, cfg = _load(args, weight_dtype=wd, gpu_bytes=gpu)
     rep = build_report(model_cfg, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
     if args.json:
         print(json.dumps(rep, indent=2))

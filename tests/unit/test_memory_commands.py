@@ -72,3 +72,26 @@ def test_nothing_fits_4xh200_r1_fp8_names_the_gpu_count_per_mode(capsys):
     out = " ".join(capsys.readouterr().out.split())  # the table wraps long lines
     assert "nothing fits 4 GPUs" in out and "smallest GPU count that fits: DWDP 7, DEP 6" in out
     assert "use DEP here" not in out
+
+
+@pytest.mark.parametrize("model,wd,gpu", [("deepseek-r1", "fp8", "h200"), ("deepseek-r1", "bf16", "h200"),
+                                         ("qwen3-235b-a22b", "fp8", "h100")])
+def test_the_three_commands_default_to_one_group_size_that_fits(tmp_path, capsys, model, wd, gpu):
+    """Without --dwdp-size, plan (auto), plan-placement and gen-config pick one group size: memory.default_dwdp_size
+    (plan-placement took the config default 1 and gen-config 4: R1 FP8 on H200 did not fit in either)."""
+    from dwdp_trtllm.memory import default_dwdp_size, smallest_fitting
+    from dwdp_trtllm.models import get_model
+
+    spec, budget = get_model(model), {"h100": 80, "h200": 141}[gpu] * 10 ** 9
+    want = default_dwdp_size(spec, budget, weight_dtype=wd, max_num_tokens=16384)
+    g = smallest_fitting(spec, "dwdp", budget, weight_dtype=wd, max_num_tokens=16384)
+    assert want >= g and want & (want - 1) == 0  # a power of two that fits
+    rc, place, _ = _json(capsys, ["plan-placement", "--model", model, "--weight-dtype", wd, "--gpu", gpu, "--json"])
+    assert rc == 0 and place["dwdp_size"] == want and place["memory"]["dwdp"]["fits"]
+    rc, plan, _ = _json(capsys, ["plan", "--model", model, "--weight-dtype", wd, "--gpu", gpu, "--isl", "8192",
+                                 "--mnt", "16384", "--no-bench-results", "--json"])
+    assert rc == 0 and {r["dwdp_size"] for r in _plan_rows(plan)} == {want}
+    rc, gen, err = _json(capsys, ["gen-config", "--preset", model, "--weight-dtype", wd, "--gpu", gpu, "--model", "m",
+                                  "--out", str(tmp_path / "o"), "--json"])
+    assert rc == 0, err
+    assert gen["memory"]["context_dwdp"]["group_size"] == want and gen["memory"]["context_dwdp"]["fits"]

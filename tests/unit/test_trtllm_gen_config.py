@@ -27,7 +27,7 @@ def _gen(tmp_path, *args):
 
 
 def test_disaggregated_hopper_engine(tmp_path):
-    out, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--gen-tp", "4",
+    out, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--gen-tp", "4", "--dwdp-size", "4",
                       "--gpu-memory-gb", "400")  # key layout only; the fit has its own test
     assert set(docs) == {"disagg_proxy.yaml", "disagg_worker.yaml", "dwdp.yaml"}
     assert emitted_keys(docs["disagg_proxy.yaml"]) == SERVERS
@@ -87,7 +87,7 @@ def test_every_key_is_documented_with_its_source():
 SHIPPED = {
     "disagg/dsr1_fp8_h200_dwdp8": ["--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8",
                                    "--model", "/ckpt/DeepSeek-R1-FP8"],
-    "disagg/qwen3_235b_fp8_h200_dwdp4": ["--preset", "qwen3-235b-a22b", "--gen-tp", "4",
+    "disagg/qwen3_235b_fp8_h200_dwdp4": ["--preset", "qwen3-235b-a22b", "--dwdp-size", "4", "--gen-tp", "4",
                                          "--model", "/ckpt/Qwen3-235B-A22B-FP8"],
     "disagg/dsr1_nvfp4_gb200_upstream_dwdp4": ["--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gen-tp", "4",
                                                "--gpu", "gb200", "--model", "/ckpt/DeepSeek-R1-NVFP4"],
