@@ -322,6 +322,8 @@ def print_file(con, res: dict) -> None:
             con.print(f"run {r['run']}: {r['error']}")
             continue
         c = r["config"]
+        for n in (first := [n for n in r["notes"] if n.startswith(("OTHER DEVICE", "the run records no device"))]):
+            con.print(f"run {r['run']}: {n}")  # before the table: another device's errors measure the machine gap
         t = Table(title=f"run {r['run']}: {c['model']} ({c['layers']} layers), G={c['dwdp_size']}, ISL {c['isl']}, "
                         f"MNT {c['mnt']}, {c['weight_dtype']}, predicted for {c['gpu']}", title_justify="left")
         for col in ("metric", "predicted", "measured", "rel. error", "note"):
@@ -343,4 +345,5 @@ def print_file(con, res: dict) -> None:
         if shown:
             con.print("  not compared (missing in the results): " + ", ".join(shown))
         for n in r["notes"]:
-            con.print(f"  note: {n}")
+            if n not in first:
+                con.print(f"  note: {n}")

@@ -47,3 +47,12 @@ def test_the_gpu_defaults_to_the_one_the_results_name(tmp_path, capsys):
     assert main(["validate-plan", path, "--no-bench-results", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)[0]["runs"][0]
     assert run["config"]["gpu"] == "h100" and not any("OTHER DEVICE" in n for n in run["notes"])
+
+
+def test_the_other_device_note_comes_before_the_table(tmp_path, capsys):
+    """Issue 21 item 4: the comparison of a CPU run with an H200 prediction was explained only after the table."""
+    path = _results(tmp_path, "cpu", None)
+    assert main(["validate-plan", path, "--no-bench-results", "--allow-other-device"]) == 0
+    out = capsys.readouterr().out
+    note, table = out.find("OTHER DEVICE: measured on cpu, predicted for h200"), out.find("rel. error")
+    assert 0 <= note < table and out.count("OTHER DEVICE") == 1, out
