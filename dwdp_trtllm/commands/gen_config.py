@@ -186,7 +186,7 @@ def run(args) -> int:
     # engine / dtype / mode combinations are refused before any sizing
     early = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, weight_dtype=args.weight_dtype)
     if args.mode != "disaggregated":
-        gc.aggregated(early)
+        gc.aggregated(early, args.mode)
     sizing = size_servers(args, dwdp)
     ctx_servers = args.ctx_servers or dwdp.world_size
     if args.mode == "disaggregated":

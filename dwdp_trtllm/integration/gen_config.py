@@ -120,17 +120,20 @@ def _ctx_common(d: Deployment) -> dict[str, Any]:
     return out
 
 
-def aggregated(d: Deployment) -> dict[str, Any]:
-    """`trtllm-serve MODEL --config x.yaml`: attention DP over dwdp_size ranks, DWDP on the MoE (upstream engine)."""
+def aggregated(d: Deployment, mode: str = "aggregated") -> dict[str, Any]:
+    """`trtllm-serve MODEL --config x.yaml`: attention DP over dwdp_size ranks, DWDP on the MoE (upstream engine).
+    `mode`: the --mode asking (bench: trtllm-bench runs aggregated), named in a refusal."""
     if d.engine != "upstream":
-        raise ConfigError(None, "--mode", "aggregated attention-DP serving needs the MoE communication path that only "
-                          "upstream DWDP disables; with --engine dwdp_trtllm use --mode disaggregated (TP1 context servers)")
+        via = " (trtllm-bench runs aggregated)" if mode == "bench" else ""
+        raise ConfigError(None, "--mode", f"{mode}{via}: aggregated attention-DP serving needs the MoE communication "
+                          "path that only upstream DWDP disables; with --engine dwdp_trtllm use --mode disaggregated "
+                          "(TP1 context servers)")
     return {"tensor_parallel_size": d.dwdp.world_size, "enable_attention_dp": True, **_ctx_common(d)}
 
 
 def bench_options(d: Deployment) -> dict[str, Any]:
     """`trtllm-bench ... throughput --config extra.yaml` (aggregated only, like trtllm-bench itself)."""
-    doc = aggregated(d)
+    doc = aggregated(d, "bench")
     doc.pop("tensor_parallel_size")  # given as trtllm-bench --tp
     return doc
 

@@ -211,3 +211,11 @@ def test_docs_memory_table_is_generated_from_the_shipped_examples():
     table = doc[doc.index("<!-- memory-table:start"):doc.index("<!-- memory-table:end")]
     assert "| `configs/disagg/dsr1_fp8_h200_dwdp8` (16 GPUs on 2 nodes, fp8) | context: DWDP8 |" in table
     assert "|  | generation: DEP8 (attention DP) |" in table and table.count("`configs/") == 5
+
+
+@pytest.mark.parametrize("mode", ["aggregated", "bench"])
+def test_a_refused_mode_is_named_as_given(tmp_path, capsys, mode):
+    """--mode bench was refused as "aggregated attention-DP serving ..." without naming bench."""
+    assert main(["gen-config", "--model", "m", "--out", str(tmp_path / "o"), "--mode", mode, "--preset", "deepseek-r1"]) == 2
+    err = capsys.readouterr().err
+    assert f"--mode: {mode}" in err and "--mode disaggregated" in err and len(err.strip().splitlines()) == 1, err
