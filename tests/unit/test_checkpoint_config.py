@@ -174,6 +174,7 @@ def test_preset_given_with_a_checkpoint_is_checked(ds_ckpt):
         ModelConfig(preset="tiny", checkpoint=str(ds_ckpt))
 
 
+@pytest.mark.slow  # dwdp verify with ranks, twice: ~19 s on 2 cores
 @pytest.mark.timeout(120)
 def test_dwdp_verify_on_a_save_pretrained_checkpoint(tmp_path, ds_ckpt, capsys):
     code = main(["verify", str(_yaml(tmp_path, str(ds_ckpt))), "--set", "workload.isl=40", "--set",

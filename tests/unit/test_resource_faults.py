@@ -45,6 +45,7 @@ def test_oom_kills_reads_the_vmstat_counter(tmp_path, monkeypatch):
     assert host_resources.oom_kills() == (7, None)
 
 
+@pytest.mark.slow  # spawns ranks: ~18 s on 2 cores
 @pytest.mark.timeout(150)
 def test_a_rank_killed_by_sigbus_during_dwdp_is_reported_with_dev_shm(tmp_path):
     from test_faults import _kill_group, _ranks, _start
@@ -133,6 +134,7 @@ def test_an_allocation_failure_in_a_rank_is_reported_with_the_memory_left(monkey
     assert host_resources.error_cause("ValueError: something else") is None
 
 
+@pytest.mark.slow  # spawns ranks: ~22 s on 2 cores
 @pytest.mark.timeout(150)
 def test_a_rank_out_of_host_memory_is_named_with_the_memory_left(tmp_path):
     """A per-process cap (ulimit -v, inherited by the ranks) below what the reference mode allocates: the rank's

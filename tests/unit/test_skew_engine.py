@@ -51,6 +51,7 @@ def _metrics(cfg, out):
                            target_LE=target)
 
 
+@pytest.mark.slow  # three engine modes with ranks: ~24 s on 2 cores
 @pytest.mark.timeout(600)
 def test_skew_same_routing_in_every_mode_and_dep_waits_dwdp_does_not():
     spec = _cfg(SKEW).model.spec()

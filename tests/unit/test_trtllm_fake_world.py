@@ -102,6 +102,7 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
     return [torch.load(tmp / f"out_{r}.pt") for r in range(ctx)], ref_out
 
 
+@pytest.mark.slow  # a multi-process fake world per case: 2-17 s each, ~70 s in all on 2 cores
 @pytest.mark.parametrize("era,quant,gemm", [("lifecycle", "fp8_block_scales", "merge"), ("hooks", "bf16", "merge"),
                                             ("lifecycle", "bf16", "composite_view"),
                                             ("hooks", "fp8_block_scales", "composite_view"), ("ipc", "bf16", "merge"),

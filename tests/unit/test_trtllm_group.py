@@ -56,6 +56,7 @@ def test_fake_mpi_times_out_on_a_collective_not_all_members_join(tmp_path):
     assert procs[0].returncode != 0 and "not joined by world ranks [1]" in procs[0].stderr
 
 
+@pytest.mark.slow  # waits for a timeout: ~17 s on 2 cores
 def test_the_old_split_times_out_beside_generation_ranks(tmp_path):
     """D2 is caught: the pre-issue-13 `COMM_WORLD.Split` by context ranks only (tests/fakes/old_split_group.py,
     runtime.py @ b9fe433) fails with the fake MPI's timeout naming the generation ranks; they exit cleanly."""
