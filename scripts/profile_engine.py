@@ -63,7 +63,8 @@ def main() -> None:
     spec = get_model(args.preset, num_layers=args.layers, first_k_dense=args.first_k_dense)
     dev = torch.device(args.device)
     t0 = time.perf_counter()
-    model = build_reference_model(spec, 0, torch.bfloat16, dev, gemm=args.gemm, weight_dtype=args.weight_dtype, on_device=True)
+    model = build_reference_model(spec, 0, torch.bfloat16, dev, gemm=args.gemm, weight_dtype=args.weight_dtype, on_device=True,
+                                  fp8_linear=args.weight_dtype == "fp8")  # as `dwdp bench` (model.fp8_linear null)
     print(f"[{tag}] built in {time.perf_counter() - t0:.1f} s", flush=True)
     g = torch.Generator(device=dev).manual_seed(1)
     ids = torch.randint(0, spec.vocab_size, (args.tokens,), device=dev, generator=g)
@@ -118,7 +119,7 @@ def main() -> None:
     floor = {}
     if dev.type == "cuda":  # the stock-kernel floor of this very batch (bench/floor.py), beside the measurement
         from dwdp_trtllm.bench.floor import Batch, FloorTimer
-        ft = FloorTimer(spec, torch.bfloat16, args.weight_dtype, dev)
+        ft = FloorTimer(spec, torch.bfloat16, args.weight_dtype, dev, fp8_linear=args.weight_dtype == "fp8")
         floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
         ft.release()
         ratio = {k: round(phases[-1].get(k, 0.0) / v, 3) for k, v in floor.items() if k in phases[-1] and v}

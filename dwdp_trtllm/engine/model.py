@@ -155,7 +155,7 @@ class MoETransformer:
 
 def build_reference_model(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device | str,
                           gemm: str = "reference", weight_dtype: str | None = None, *,
-                          on_device: bool = False) -> MoETransformer:
+                          on_device: bool = False, fp8_linear: bool = False) -> MoETransformer:
     """Seeded dense weights + LocalExperts (weight_dtype defaults to the model dtype: float32 or bf16;
     on_device: draw the weights with the device's generator, see weights.init_expert)."""
     if weight_dtype is None:
@@ -165,4 +165,4 @@ def build_reference_model(spec: ModelSpec, seed: int, dtype: torch.dtype, device
         weight_dtype = names[dtype]
     experts = LocalExperts.from_seed(spec, seed, weight_dtype, device, gemm=gemm, on_device=on_device)
     dense = init_dense_weights(spec, seed, dtype, device, on_device=on_device)
-    return MoETransformer(spec, dense, experts, device=device, dtype=dtype)
+    return MoETransformer(spec, dense, experts, device=device, dtype=dtype, fp8_linear=fp8_linear)
