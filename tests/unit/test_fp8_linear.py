@@ -191,3 +191,20 @@ def test_fp8_linear_follows_the_expert_dtype_unless_set():
                                           "run": {"device": "cuda" if d == "fp8" else "cpu"}})[1][0]
     assert fl.fp8_linear_on(pts({}, "fp8")) and not fl.fp8_linear_on(pts({}, "bf16"))
     assert not fl.fp8_linear_on(pts({"fp8_linear": False}, "fp8")) and fl.fp8_linear_on(pts({"fp8_linear": True}, "bf16"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_verify_with_fp8_linears_on_the_real_engine():
+    """`dwdp verify` on the CPU (2 ranks, float32) with FP8 linear layers in every mode (the recipe's reference):
+    DEP and DWDP against the reference mode within the float32 tolerance (the worker builds the model with
+    model.fp8_linear: test_checkpoint_fp8_codes_reach_the_model_unchanged)."""
+    from dwdp_trtllm.commands.verify import run_verify
+    from dwdp_trtllm.config import load_bench_points
+    base = {"model": {"preset": "tiny", "dtype": "float32", "fp8_linear": True},
+            "dwdp": {"dwdp_size": 2, "weight_dtype": "float32", "gemm": "reference"},
+            "workload": {"isl": 40, "requests_per_rank": 2, "max_num_tokens": 48},
+            "run": {"device": "cpu", "ranks": 2, "warmup_iters": 0, "timeout_s": 240}}
+    rows, tol, ok = run_verify(load_bench_points(base)[1][0])
+    assert set(rows) == {"dep", "dwdp"} and ok, rows
+    assert all(0 <= r["hidden_rel"] <= tol for r in rows.values())
