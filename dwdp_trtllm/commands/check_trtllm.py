@@ -7,7 +7,8 @@ multi_buffer or merge: GEMM_CHOICE), and which lifecycle drives our manager:
 "upstream" (ConfigurableMoE.forward_impl calls wait_and_bind, record_compute_and_prefetch_next) when the
 lifecycle targets are present, else "hooks" (MoE forward hooks), with the reason. The last line is one verdict:
 ready (engine, lifecycle) or not ready and why, with the TensorRT-LLM version range the package declares and the
-install hint. Exit code 0 whenever a report was made.
+install hint. Exit code: 0 when the verdict is READY, 1 when it is NOT READY (with --json too: the verdict is the
+JSON's "verdict"), 2 for bad arguments; so a script can gate on `dwdp check-trtllm && dwdp serve ...`.
 """
 from __future__ import annotations
 
@@ -67,7 +68,9 @@ def verdict(rep: dict) -> tuple[bool, str]:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("check-trtllm", help="report TensorRT-LLM / DWDP compatibility on this machine", description=__doc__)
+    p = sub.add_parser("check-trtllm", help="report TensorRT-LLM / DWDP compatibility on this machine (exit 0 READY, "
+                                            "1 NOT READY)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dwdp", help="integration YAML (as for DWDP_TRTLLM_CONFIG) to evaluate")
     p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=None,
                    help="checkpoint weight dtype (default: the config's weight_dtype, else fp8)")
@@ -150,9 +153,10 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
 
 def run(args) -> int:
     rep = collect(args.dwdp, args.weight_dtype)
+    code = 0 if rep["verdict"]["ready"] else 1  # a script gates on the verdict, not on "a report was made"
     if args.json:
         print(json.dumps(rep, indent=2))
-        return 0
+        return code
     g = rep["gpu"]
     print(f"TensorRT-LLM:   {rep['tensorrt_llm']}")
     print(f"GPU:            {g['name'] + ' (sm_' + str(g['sm']) + ')' if g.get('available') else 'none (' + g['reason'] + ')'}")
@@ -171,4 +175,4 @@ def run(args) -> int:
         print(f"multi_buffer:   {m['multi_buffer']}"
               + (f" (configured gemm: {m['gemm_requested']})" if m.get("gemm_requested") else ""))
     print(f"verdict:        {rep['verdict']['line']}")
-    return 0
+    return code

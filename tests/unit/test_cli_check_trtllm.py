@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dwdp_trtllm import cli
 from dwdp_trtllm.commands.check_trtllm import INSTALL_HINT, trtllm_requirement, verdict
 
@@ -34,9 +36,26 @@ def test_verdict_lines():
 
 
 def test_the_last_line_is_the_verdict(capsys):
-    assert cli.main(["check-trtllm"]) == 0  # this machine has no tensorrt_llm
+    assert cli.main(["check-trtllm"]) == 1  # this machine has no tensorrt_llm: NOT READY exits 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("verdict:        NOT READY: TensorRT-LLM is not installed; needs tensorrt_llm>=")
     assert INSTALL_HINT in last
-    assert cli.main(["check-trtllm", "--json"]) == 0
+    assert cli.main(["check-trtllm", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["verdict"]["ready"] is False
+
+
+def test_exit_code_follows_the_verdict(monkeypatch, capsys):
+    """0 on READY, 1 on NOT READY (text and --json), so `dwdp check-trtllm && dwdp serve ...` gates on it."""
+    from dwdp_trtllm.commands import check_trtllm
+
+    real = check_trtllm.collect
+    for ready, code in ((True, 0), (False, 1)):
+        line = "READY: x" if ready else "NOT READY: y"
+        monkeypatch.setattr(check_trtllm, "collect", lambda *a, _v={"ready": ready, "line": line}: {**real(*a), "verdict": _v})
+        assert cli.main(["check-trtllm"]) == code
+        assert capsys.readouterr().out.strip().splitlines()[-1].endswith("READY: x" if ready else "NOT READY: y")
+        assert cli.main(["check-trtllm", "--json"]) == code
+        assert json.loads(capsys.readouterr().out)["verdict"]["ready"] is ready
+    with pytest.raises(SystemExit):
+        cli.main(["check-trtllm", "--help"])
+    assert "0 when the verdict is READY, 1 when it is NOT READY" in " ".join(capsys.readouterr().out.split())

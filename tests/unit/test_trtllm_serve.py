@@ -61,8 +61,9 @@ def test_serve_errors_exit_2(tmp_path):
 
 def test_check_trtllm_without_tensorrt_llm(tmp_path):
     r = _dwdp(["check-trtllm", "--json"], _env(None))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # NOT READY (no tensorrt_llm): exit 1
     rep = json.loads(r.stdout)
+    assert rep["verdict"]["ready"] is False
     assert rep["tensorrt_llm"] == "not installed" and rep["upstream_dwdp"] is None
     # written out, not derived from PATCH_TARGETS: a target dropped, added or re-flagged there must show here
     fm = "tensorrt_llm._torch.modules.fused_moe"
@@ -84,13 +85,13 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
     assert rep["lifecycle"] is None and "not importable" in rep["lifecycle_reason"]
     assert rep["our_mode"]["engine"] == "dwdp_trtllm" and rep["upstream_can_run_here"] is False
     r = _dwdp(["check-trtllm"], _env(None))
-    assert r.returncode == 0 and "TensorRT-LLM:   not installed" in r.stdout and "MoE.__init__" in r.stdout
+    assert r.returncode == 1 and "TensorRT-LLM:   not installed" in r.stdout and "MoE.__init__" in r.stdout
 
 
 def test_check_trtllm_reports_upstream_requested_without_tensorrt_llm(tmp_path):
     cfg = tmp_path / "dwdp.yaml"
     cfg.write_text(yaml.safe_dump({"engine": "upstream", "dwdp_config": {"dwdp_size": 2}}))
     r = _dwdp(["check-trtllm", "--json", "--dwdp", str(cfg)], _env(None))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # a report, NOT READY: exit 1
     mode = json.loads(r.stdout)["our_mode"]
     assert mode["engine"] == "error" and "no DwdpConfig" in mode["reason"]
