@@ -75,7 +75,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = p.add_argument_group("candidates")
     g.add_argument("--dwdp-size", default="auto",
                    help="candidate group sizes G, comma-separated (default auto: the smallest power of two whose DWDP "
-                        "ranks fit the GPU memory, memory.smallest_fitting)")
+                        "ranks fit the GPU memory, at most the expert count: memory.default_dwdp_size, as "
+                        "plan-placement and gen-config)")
     g.add_argument("--redundant-experts", default="0", help="candidate extra experts per rank, comma-separated (default 0)")
     g.add_argument("--slice-bytes", default="2MiB", help="candidate copy slice sizes, e.g. 2MiB,8MiB; 0 = unsliced (default 2MiB)")
     g = p.add_argument_group("workload")
@@ -219,16 +220,11 @@ def build_spec(args, *, gpu_name: str | None = None):
 
 
 def auto_dwdp_size(args, model, gpu, isls) -> tuple[int, ...]:
-    """--dwdp-size auto: the smallest power of two whose DWDP ranks fit (memory.smallest_fitting at --mnt, else
-    batch x the longest ISL, tokens per rank); 8 when none up to 64 does (the plan then says nothing fits)."""
-    from ..memory import smallest_fitting
-
+    """--dwdp-size auto: memory.default_dwdp_size (the group size every deployment command defaults to), priced at
+    --mnt, else batch x the longest ISL (tokens per rank), on --gpu-memory-gb or the GPU's datasheet memory."""
     mnt = args.mnt or (args.batch or 1) * max(isls)
     budget = int((args.gpu_memory_gb if args.gpu_memory_gb is not None else gpu.memory_gb) * 1e9)
-    g = smallest_fitting(model, "dwdp", budget, weight_dtype=args.weight_dtype, max_num_tokens=mnt)
-    if g is None:
-        return (8,)
-    return (max(2, 1 << (g - 1).bit_length()),)
+    return (mem.default_dwdp_size(model, budget, weight_dtype=args.weight_dtype, max_num_tokens=mnt),)
 
 
 def parse_skew(text: str):

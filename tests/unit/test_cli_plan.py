@@ -155,3 +155,23 @@ def test_validate_plan_bad_inputs(capsys, tmp_path):
     assert "runs" in capsys.readouterr().err
     assert main(["validate-plan", str(p), "--gpu", "tpu"]) == 2
     assert "--gpu" in capsys.readouterr().err
+
+
+def test_auto_group_size_is_the_one_every_deployment_command_takes(capsys, tmp_path):
+    """--dwdp-size auto is memory.default_dwdp_size: with 6 experts and a budget where DWDP6 is the smallest fit, 6
+    (plan's own copy of the rule rounded up to the power of two 8 and refused it: "each G must be in [1, 6]")."""
+    from dwdp_trtllm.memory import default_dwdp_size, smallest_fitting
+    from dwdp_trtllm.model_dims import dims_from_config_json
+
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "num_hidden_layers": 61, "first_k_dense_replace": 3, "n_routed_experts": 6, "n_shared_experts": 1,
+           "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+           "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280, "scoring_func": "sigmoid"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = dims_from_config_json(path)
+    assert smallest_fitting(spec, "dwdp", 26 * 10 ** 9, weight_dtype="fp8", max_num_tokens=8192) == 6
+    want = default_dwdp_size(spec, 26 * 10 ** 9, weight_dtype="fp8", max_num_tokens=8192)
+    rows = _json(capsys, ["plan", "--model", str(path), "--gpu-memory-gb", "26", "--isl", "8192", "--json"])
+    assert want == 6 and {r["dwdp_size"] for r in rows} == {want}
