@@ -157,7 +157,11 @@ def plot_timeline(run: dict, path: Path) -> Path | None:
                      + (f" (all ranks: {said})" if said else ""), loc="left", fontsize=9)
     axes[-1, 0].set_xlabel("ms from the start of the window (same axis for every panel)")
     fig.suptitle(timeline_title(run), fontsize=10)
-    fig.legend(handles=[Patch(color=c, label=TIMELINE_LABELS[p]) for p, c in COLORS.items()], loc="lower center",
-               ncol=4, fontsize=8, frameon=False)
+    from .report import run_device
+    idle = "gap: untimed host work between phases" + (" (on CPU also time a rank spent off its core)"
+                                                      if run_device(run) == "cpu" else "")
+    handles = [Patch(color=c, label=TIMELINE_LABELS[p]) for p, c in COLORS.items()]
+    handles.append(Patch(facecolor="white", edgecolor="#999999", label=idle))
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 0.93))
     return save_figure(fig, path)
