@@ -1,8 +1,9 @@
 """Bench plots (matplotlib Figure + Agg canvas, no pyplot state): DWDP/DEP ratios against the swept keys, per-rank Gantt timelines.
 
-- ratio_<key>.png for each swept key: TPS/GPU DWDP/DEP and TTFT p50 speedup DEP/DWDP against the key's
-  values, one line per combination of the other swept keys (their mean when there are more than
-  MAX_LINES combinations); ratio.png with one bar pair when nothing is swept.
+- ratio_<key>.png for each swept key: TPS/GPU DWDP/DEP and TTFT p50 speedup DEP/DWDP (both > 1 = DWDP better)
+  against the key's values, one line per combination of the other swept keys (their mean when there are more
+  than MAX_LINES combinations); ratio.png with one bar pair when nothing is swept. With run.repeat > 1 the
+  median over the repeats, min-max as error bars; on CPU the title says it is a functional demo.
 - timeline_<point hash>.png: one steady-state window per mode (report.run["timeline"]) on one shared time axis,
   rows = ranks, compute phases coloured on the main lane, copy spans on a lane under each rank so the overlap
   of DWDP's pulls with compute is visible; DEP's sync_wait and all_to_all stand out in their colours; a title
@@ -11,6 +12,7 @@ Every PNG is written to a temporary beside it and renamed (save_figure): a full 
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -33,6 +35,20 @@ def _num(v) -> float:
     return float("nan") if v is None else float(v)
 
 
+def _gains(run: dict) -> dict[str, tuple[float, float, float]]:
+    """ratio key -> (median, min, max) over the run's repeats (bench/repeats.py), or (v, v, v) for one run."""
+    stats = (run.get("repeats") or {}).get("stats", {}).get("ratio", {})
+    out = {}
+    for k, v in run["metrics"].get("ratio", {}).items():
+        st = stats.get(k)
+        out[k] = (st["median"], st["min"], st["max"]) if st else (_num(v), _num(v), _num(v))
+    return out
+
+
+def _series_label(key: str, title: str, cpu: bool) -> str:
+    return title.replace("TPS/GPU", "tokens/s per rank") if cpu and key == "tps_per_gpu" else title
+
+
 def _sort_key(v):
     return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
 
@@ -53,16 +69,26 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     if not swept:
-        fig = Figure(figsize=(5, 3.5))
+        fig = Figure(figsize=(5.5, 4))
         ax = fig.subplots()
-        vals = [_num(runs[0]["metrics"]["ratio"].get(k)) for k, _ in RATIO_SERIES]
-        ax.bar([lbl for _, lbl in RATIO_SERIES], vals, color=["#4c72b0", "#55a868"])
+        g = _gains(runs[0])
+        vals = [g.get(k, (math.nan,) * 3) for k, _ in RATIO_SERIES]
+        med = [v[0] for v in vals]
+        err = [[max(0.0, v[0] - v[1]) for v in vals], [max(0.0, v[2] - v[0]) for v in vals]]
+        n = (runs[0].get("repeats") or {}).get("n", 1)
+        ax.bar([_series_label(k, lbl, bool(note)).replace("  ", "\n") for k, lbl in RATIO_SERIES], med,
+               color=["#4c72b0", "#55a868"], yerr=err if n > 1 else None, capsize=6)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        ax.set_ylabel("ratio (> 1: DWDP better)")
-        for i, v in enumerate(vals):
-            ax.text(i, v, f"{v:.3f}", ha="center", va="bottom")
+        ax.set_ylabel("DWDP gain (> 1: DWDP better)")
+        for i, (v, lo, hi) in enumerate(vals):
+            ax.text(i + 0.08, v, f"{v:.3f}" + (f"\n[{lo:.3f}-{hi:.3f}]" if n > 1 else ""), ha="left", va="bottom",
+                    fontsize=8)
+        ax.set_ylim(0, max([1.2] + [v[2] for v in vals if math.isfinite(v[2])]) * 1.25)
+        title = f"median [min-max] over {n} repeats" if n > 1 else ""
         if note:
-            ax.set_title(note.replace("; ", ";\n"), fontsize=7)
+            title = note.replace("; ", ";\n") + ("\n" + title if title else "")
+        if title:
+            ax.set_title(title, fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / "ratio.png")
         save_figure(fig, paths[-1])
@@ -73,24 +99,29 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
         categorical = not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
         groups: dict[tuple, dict] = defaultdict(dict)
         for r in runs:
-            groups[tuple(r["point"][k] for k in others)][r["point"][key]] = r["metrics"]["ratio"]
+            groups[tuple(r["point"][k] for k in others)][r["point"][key]] = _gains(r)
         fig = Figure(figsize=(11, 4))
         axes = fig.subplots(1, 2)
         for ax, (rk, title) in zip(axes, RATIO_SERIES):
             if len(groups) <= MAX_LINES:
                 lines = [(", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(others, g)) or None,
-                          [_num(pts.get(x, {}).get(rk)) for x in xs]) for g, pts in groups.items()]
+                          [pts.get(x, {}).get(rk, (math.nan,) * 3) for x in xs]) for g, pts in groups.items()]
             else:
-                mean = [float(np.nanmean([_num(p[x].get(rk)) for p in groups.values() if x in p])) for x in xs]
-                lines = [(f"mean over {len(groups)} other points", mean)]
+                mean = [float(np.nanmean([p[x].get(rk, (math.nan,))[0] for p in groups.values() if x in p])) for x in xs]
+                lines = [(f"mean over {len(groups)} other points", [(m, m, m) for m in mean])]
             pos = list(range(len(xs))) if categorical else xs
-            for label, ys in lines:
-                ax.plot(pos, ys, marker="o", label=label)
+            for label, ys in lines:  # medians; min-max bars where the points ran repeats
+                med = [y[0] for y in ys]
+                err = [[max(0.0, y[0] - y[1]) for y in ys], [max(0.0, y[2] - y[0]) for y in ys]]
+                ax.errorbar(pos, med, yerr=err if any(y[1] != y[2] for y in ys) else None, marker="o", capsize=3,
+                            label=label)
             if categorical:
                 ax.set_xticks(pos, [str(x) for x in xs])
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
             ax.set_xlabel(key)
-            ax.set_title(title)
+            ax.set_ylabel("DWDP gain (> 1: DWDP better)" + (", median [min-max]" if any(
+                y[1] != y[2] for _, ys in lines for y in ys) else ""))
+            ax.set_title(_series_label(rk, title, bool(note)))
             if any(label for label, _ in lines):
                 ax.legend(fontsize=7)
         if note:

@@ -152,3 +152,20 @@ def test_the_quickstart_repeats_and_gpu_configs_do_not():
     assert yaml.safe_load((root / "quickstart.yaml").read_text())["run"]["repeat"] == 3
     for f in root.glob("h200*.yaml"):
         assert (yaml.safe_load(f.read_text()).get("run") or {}).get("repeat", 1) == 1, f
+
+
+def test_plots_show_the_median_gain_of_the_repeats(tmp_path):
+    from dwdp_trtllm.bench.plots import _gains, plot_ratios
+    from dwdp_trtllm.bench.repeats import merge_repeats
+
+    runs = [_fake_run(100, 300), _fake_run(100, 120), _fake_run(100, 200)]
+    for r in runs:
+        r["config"] = {"run": {"device": "cpu"}}
+    merged = merge_repeats(runs)
+    assert _gains(merged)["tps_per_gpu"] == (2.0, 1.2, 3.0)
+    assert _gains(runs[0])["tps_per_gpu"] == (3.0, 3.0, 3.0)
+    (png,) = plot_ratios([merged], [], tmp_path)
+    assert png.name == "ratio.png" and png.stat().st_size > 5000
+    sweep = [dict(merged, point={"workload.isl": isl}) for isl in (128, 256)]
+    (png,) = plot_ratios(sweep, ["workload.isl"], tmp_path)
+    assert png.name == "ratio_workload.isl.png"
