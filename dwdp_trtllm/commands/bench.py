@@ -9,7 +9,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench", help="benchmark DWDP against DEP on the embedded engine (config-driven, sweeps, resumable)",
         description="Run every point of a bench config (list-valued keys are swept as a cross product) for each "
-                    "mode in run.modes, print DEP | DWDP | DWDP/DEP tables and write results.json, results.csv and "
+                    "mode in run.modes, print DEP | DWDP | DWDP gain (> 1 = better) tables and write results.json, results.csv and "
                     "plots. Finished points (out/points/<hash>.json) are not rerun unless --force.")
     p.add_argument("config", type=Path, help="bench YAML (see configs/bench/ and docs/CONFIG.md)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="override run.device")
