@@ -22,8 +22,8 @@ LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: pric
           "rate beyond it; routed-expert and DEP-communication cells widen the range 5% per doubling; --json "
           "'extrapolated' names the cells); range: DWDP/DEP with "
           "every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty'); verdict: DWDP / DEP / "
-          "marginal from that range; hides at: tokens per rank per iteration (requests of that ISL) whose compute hides "
-          "the prefetch")
+          "marginal from that range where both fit (DEP where only DEP's ranks fit; nothing fits where neither's do); "
+          "hides at: tokens per rank per iteration (requests of that ISL) whose compute hides the prefetch")
 
 
 def _rel(text: str, root: Path | None) -> str:

@@ -29,7 +29,7 @@ from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
 from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
 from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
-from .recommend import Recommendation, fmt_bytes, recommend  # noqa: F401 (re-exported)
+from .recommend import Recommendation, fmt_bytes, recommend, row_verdict  # noqa: F401 (re-exported)
 from .uncertainty import INPUTS, apply, scenario
 
 MiB = 1 << 20
@@ -142,8 +142,9 @@ class PlanRow:
     break_even_range: tuple = ()  # (fewest, most) over the scenarios (less interference needs more tokens to hide)
     extrapolated: dict = None  # phase -> how far past its kernel table (e.g. "8x past the last row")
     routing_skew: str = "none"
-    verdict: str = ""  # DWDP | DEP | marginal, from the range at this ISL
+    verdict: str = ""  # DWDP | DEP | marginal from the range at this ISL, or nothing fits (recommend.row_verdict)
     local_experts: int = 0  # routed experts per layer the worst rank holds (placement, redundancy included)
+    dep_fits: bool = True  # DEP at the same G fits the budget (memory_dep_gb)
 
     def to_dict(self) -> dict:
         """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
@@ -275,7 +276,6 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     swings = {inp: _layer(spec, ph, load, t_p, "low", inp)[2] for inp in INPUTS}
     depends = min(swings, key=lambda k: swings[k].t_dep_us / swings[k].t_dwdp_us)
     s_lo, s_hi = lo.t_dep_us / lo.t_dwdp_us, hi.t_dep_us / hi.t_dwdp_us
-    verdict = "DWDP" if s_lo > 1.0 else ("DEP" if s_hi < 1.0 else "marginal")
 
     own_SR, experts_dep_S, a2a_S = a.own_SR, a.experts_dep_S, a.comm_S
     dense_SR = ph.dense_layer_SR * m.first_k_dense
@@ -317,7 +317,8 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         target=spec.priced_as, speedup_low=s_lo, speedup_high=s_hi,
         t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
         depends_on=depends, break_even_tokens=be[0], break_even_range=(min(be), max(be)), extrapolated=extrap,
-        routing_skew=skew.label, verdict=verdict, local_experts=len(placement.local_experts[0]))
+        routing_skew=skew.label, local_experts=len(placement.local_experts[0]), dep_fits=bool(fit.dep.fits),
+        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)))
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:

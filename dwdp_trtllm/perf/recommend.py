@@ -53,6 +53,16 @@ def _geomean(xs) -> float:
     return float(np.exp(np.mean(np.log(xs))))
 
 
+def row_verdict(s_lo: float, s_hi: float, fits: bool, dep_fits: bool) -> str:
+    """One row's verdict: from the range (DWDP: low end above 1; DEP: high end below 1; else marginal), unless
+    memory decides: DEP where only DEP's ranks fit, DWDP where only DWDP's fit, "nothing fits" where neither."""
+    if not fits:
+        return "DEP" if dep_fits else "nothing fits"
+    if not dep_fits:
+        return "DWDP"
+    return "DWDP" if s_lo > 1.0 else ("DEP" if s_hi < 1.0 else "marginal")
+
+
 def _no_fit(spec, rows) -> Recommendation:
     worst = min((r for r in rows if r.dwdp_size > 1), key=lambda r: r.memory_per_rank_gb, default=None)
     if not worst:

@@ -175,3 +175,21 @@ def test_auto_group_size_is_the_one_every_deployment_command_takes(capsys, tmp_p
     want = default_dwdp_size(spec, 26 * 10 ** 9, weight_dtype="fp8", max_num_tokens=8192)
     rows = _json(capsys, ["plan", "--model", str(path), "--gpu-memory-gb", "26", "--isl", "8192", "--json"])
     assert want == 6 and {r["dwdp_size"] for r in rows} == {want}
+
+
+def _plan(capsys, argv):
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_nothing_fits_rows_say_so(capsys):
+    """R1 FP8 on 4 H200s: neither DWDP4 nor DEP4 fits, so no row's verdict says DEP; where DEP fits and DWDP does
+    not, the row says DEP whatever the range."""
+    out = _plan(capsys, ["--dwdp-size", "4"])
+    assert all(not r["fits"] and not r["dep_fits"] and r["verdict"] == "nothing fits" for r in out["rows"])
+    assert out["recommendation"]["verdict"] == "nothing fits"
+    assert main(["plan", "--dwdp-size", "4"]) == 0
+    table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("│")]
+    assert len(table) == 5 and all("nothing fits" in ln and " DEP " not in ln for ln in table)
+    rows = _plan(capsys, ["--dwdp-size", "7", "--isl", "32768"])["rows"]  # DWDP7 148 GB, DEP7 136 GB
+    assert not rows[0]["fits"] and rows[0]["dep_fits"] and rows[0]["speedup_low"] > 1 and rows[0]["verdict"] == "DEP"
