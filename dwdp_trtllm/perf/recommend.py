@@ -1,12 +1,17 @@
 """The recommendation: DWDP, DEP or marginal, read from the predicted range, never from its optimistic end (pure).
 
-A fitting setup is chosen by its nominal gains (geometric mean over the ISLs of max(speedup, 1): DEP stays
-available where DWDP loses); its verdict then comes from the range (perf/uncertainty.py), per ISL first
-(PlanRow.verdict: "DWDP" when the low end, every uncertain input at DWDP's worse end, is above 1; "DEP" when the
-high end is below 1; else "marginal"), then overall:
+Per ISL first (row_verdict, PlanRow.verdict): "DWDP" when the low end, every uncertain input at DWDP's worse end,
+is above 1; "DEP" when the high end is below 1; else "marginal"; memory overrides the range: "DEP" where DWDP's
+ranks do not fit and DEP's do, "DWDP" where only DWDP's fit, "nothing fits" where neither does.
+
+A setup is chosen among those whose DWDP ranks fit at some ISL: the one fitting the most ISLs, then by nominal
+gains (geometric mean over its fitting ISLs of max(speedup, 1): DEP stays available where DWDP loses). It is
+recommended for the ISLs where it fits, and the ISLs (or the MNT) where it does not are named with what fits there.
+Overall, from its per-ISL verdicts:
 - "DWDP" at the ISLs whose verdict is DWDP (the others named: DEP stays available there);
 - "DEP" when every ISL says DEP;
-- else "marginal (depends on X; measure with ...)", X the input whose worse end alone moves it most.
+- else "marginal": the reason names DEP at the ISLs whose whole range is below 1 and "marginal (depends on X;
+  measure with ...)" at those whose range straddles 1, X the input whose worse end alone moves it most.
 """
 from __future__ import annotations
 
@@ -31,9 +36,11 @@ class Recommendation:
     verdict: str = "DEP"  # DWDP | DEP | marginal | nothing fits
     speedup_range: tuple = ()  # (geomean low, geomean high) of the chosen setup
     depends_on: str = ""
+    by_isl: tuple = ()  # ((isl, verdict), ...) of the chosen setup, every ISL (row_verdict)
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "use_dwdp": self.use_dwdp, "dwdp_size": self.dwdp_size,
+        return {"verdict": self.verdict, "by_isl": {str(i): v for i, v in self.by_isl}, "use_dwdp": self.use_dwdp,
+                "dwdp_size": self.dwdp_size,
                 "redundant_experts": self.redundant_experts, "slice_bytes": self.slice_bytes,
                 "mean_speedup": None if self.mean_speedup is None else round(self.mean_speedup, 4),
                 "speedup_range": [round(x, 4) for x in self.speedup_range], "depends_on": self.depends_on,
@@ -63,6 +70,36 @@ def row_verdict(s_lo: float, s_hi: float, fits: bool, dep_fits: bool) -> str:
     return "DWDP" if s_lo > 1.0 else ("DEP" if s_hi < 1.0 else "marginal")
 
 
+def isl_set(isls, all_isls) -> str:
+    """'ISL 4096', 'ISL <= 8192' (the shortest ones), 'ISL >= 16384' (the longest), 'ISL 4096-8192' (a run of the
+    planned ones) or 'ISL 1024, 8192'."""
+    got, every = sorted(set(isls)), sorted(set(all_isls))
+    n = len(got)
+    if n == 1 or n == len(every):
+        return "ISL " + (str(got[0]) if n == 1 else f"{got[0]}-{got[-1]}")
+    if got == every[:n]:
+        return f"ISL <= {got[-1]}"
+    if got == every[-n:]:
+        return f"ISL >= {got[0]}"
+    i = every.index(got[0]) if got[0] in every else -1
+    if i >= 0 and every[i:i + n] == got:
+        return f"ISL {got[0]}-{got[-1]}"
+    return "ISL " + ", ".join(str(x) for x in got)
+
+
+def _where(spec, rows) -> str:
+    """Where rows lie: 'at MNT 16384' (memory is priced at the MNT: every ISL alike), else 'at ISL ...'."""
+    return f"at MNT {spec.mnt}" if spec.mnt else "at " + isl_set([r.isl for r in rows], spec.isls)
+
+
+def _ranges(rows) -> str:
+    return ", ".join(f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x" for r in rows)
+
+
+def _smallest(n) -> str:
+    return str(n) if n else f"none up to {MAX_DWDP_SIZE}"
+
+
 def _no_fit(spec, rows) -> Recommendation:
     worst = min((r for r in rows if r.dwdp_size > 1), key=lambda r: r.memory_per_rank_gb, default=None)
     if not worst:
@@ -84,7 +121,7 @@ def _no_fit(spec, rows) -> Recommendation:
 
 
 def recommend(spec, rows) -> Recommendation:
-    """Best fitting configuration by nominal gains; DWDP / DEP / marginal from its range."""
+    """Best setup among those that fit somewhere; DWDP / DEP / marginal from its per-ISL ranges (module docstring)."""
     configs: dict[tuple[int, int, int], list] = {}
     for r in rows:
         configs.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
@@ -92,34 +129,45 @@ def recommend(spec, rows) -> Recommendation:
     if not fitting:
         return _no_fit(spec, rows)
     scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}
-    best = max(scores, key=lambda k: (scores[k], _geomean([r.speedup_low or r.speedup for r in fitting[k]]), -k[0], -k[1]))
+    best = max(scores, key=lambda k: (scores[k], _geomean([r.speedup_low or r.speedup for r in fitting[k]]),
+                                      -k[0], -k[1]))
     best_rows = fitting[best]
     score = _geomean([r.speedup for r in best_rows])
     lo = _geomean([r.speedup_low or r.speedup for r in best_rows])
     hi = _geomean([r.speedup_high or r.speedup for r in best_rows])
-    depends = Counter(r.depends_on for r in best_rows).most_common(1)[0][0] or "interference"
     setup = f"G={best[0]}, redundant_experts={best[1]}, slice {fmt_bytes(best[2])}"
     rng = f"{lo:.2f}-{hi:.2f}x (nominal {score:.2f}x) DWDP/DEP throughput over ISL {', '.join(str(r.isl) for r in best_rows)}"
     notes: list[str] = []
     wins = [r for r in best_rows if r.verdict == "DWDP"]
+    lost = [r for r in best_rows if r.verdict == "DEP"]
+    marg = [r for r in best_rows if r.verdict == "marginal"]
+
+    def depends(rs) -> str:
+        return Counter(r.depends_on for r in rs).most_common(1)[0][0] or "interference"
+
+    dep_on = depends(marg or best_rows)
+    measure = f"depends on {dep_on}; measure with {MEASURE.get(dep_on, 'a multi-GPU run')}"
     if wins:  # DEP stays available at the other ISLs: the setup is recommended where its whole range is above 1
         verdict, use = "DWDP", True
         reason = (f"DWDP with {setup} at ISL {', '.join(str(r.isl) for r in wins)}: "
-                  + ", ".join(f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x" for r in wins)
-                  + " DWDP/DEP throughput, the whole range above 1")
+                  + ", ".join(f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x" + ("" if r.dep_fits else " (DEP does not fit)")
+                              for r in wins) + " DWDP/DEP throughput, the whole range above 1")
         rest = [r for r in best_rows if r.verdict != "DWDP"]
         if rest:
             notes.insert(0, "elsewhere: " + ", ".join(f"ISL {r.isl} {r.verdict} ({r.speedup_low:.2f}-{r.speedup_high:.2f}x)"
                                                       for r in rest) + "; use DEP where DWDP is not certain to win")
-    elif all(r.verdict == "DEP" for r in best_rows):
+    elif not marg:
         exposed = [r for r in best_rows if not r.prefetch_hidden]
         why = ("prefetch exposed at ISL " + ", ".join(str(r.isl) for r in exposed)) if exposed else \
             "the all-to-all and sync DWDP removes cost less than the interference it adds"
         verdict, use, reason = "DEP", False, f"DEP: the best DWDP setup ({setup}) reaches {rng}; {why}"
-    else:
+    elif not lost:
         verdict, use = "marginal", False
-        reason = (f"marginal (depends on {depends}; measure with {MEASURE.get(depends, 'a multi-GPU run')}): "
-                  f"DWDP with {setup} predicts {rng}")
+        reason = f"marginal ({measure}): DWDP with {setup} predicts {rng}"
+    else:  # DEP where the whole range is below 1, marginal where it straddles 1: one line, per ISL
+        verdict, use = "marginal", False
+        reason = (f"DEP at {isl_set([r.isl for r in lost], spec.isls)} ({_ranges(lost)}: the whole range below 1); "
+                  f"marginal at {isl_set([r.isl for r in marg], spec.isls)} with {setup} ({_ranges(marg)}; {measure})")
     eb = spec.model.expert_bytes(spec.weight_dtype)
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
     local = best_rows[0].local_experts
@@ -136,5 +184,5 @@ def recommend(spec, rows) -> Recommendation:
         notes.append(f"measured slice efficiency is best at {fmt_bytes(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
     elif best[2]:
         notes.append(f"slice size {fmt_bytes(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
-    return Recommendation(use, best[0], best[1], best[2], score,
-                          reason, tuple(notes), verdict=verdict, speedup_range=(lo, hi), depends_on=depends)
+    return Recommendation(use, best[0], best[1], best[2], score, reason, tuple(notes), verdict=verdict,
+                          speedup_range=(lo, hi), depends_on=dep_on, by_isl=tuple((r.isl, r.verdict) for r in configs[best]))

@@ -182,6 +182,24 @@ def _plan(capsys, argv):
     return json.loads(capsys.readouterr().out)
 
 
+def test_headline_follows_the_per_isl_verdicts(capsys):
+    """No arguments: DEP where the whole range is below 1, marginal where it straddles 1, in one line (it read
+    "marginal ... predicts 0.40-0.58x", a geometric mean over every ISL wholly below 1)."""
+    from dwdp_trtllm.perf.recommend import isl_set
+
+    out = _plan(capsys, [])
+    rows, rec = out["rows"], out["recommendation"]
+    isls = [r["isl"] for r in rows]
+    dep = [r["isl"] for r in rows if r["speedup_high"] < 1]
+    marg = [r["isl"] for r in rows if r["speedup_low"] <= 1 <= r["speedup_high"]]
+    assert dep and marg and rec["verdict"] == "marginal"
+    assert rec["by_isl"] == {str(r["isl"]): r["verdict"] for r in rows}
+    assert rec["reason"].startswith(f"DEP at {isl_set(dep, isls)} (")
+    assert f"marginal at {isl_set(marg, isls)} with G=8" in rec["reason"] and "; measure with " in rec["reason"]
+    assert isl_set([1024, 4096, 8192], isls) == "ISL <= 8192" and isl_set([16384, 32768], isls) == "ISL >= 16384"
+    assert isl_set([4096, 8192], isls) == "ISL 4096-8192" and isl_set([1024, 8192], isls) == "ISL 1024, 8192"
+
+
 def test_nothing_fits_rows_say_so(capsys):
     """R1 FP8 on 4 H200s: neither DWDP4 nor DEP4 fits, so no row's verdict says DEP; where DEP fits and DWDP does
     not, the row says DEP whatever the range."""
