@@ -100,24 +100,59 @@ def _smallest(n) -> str:
     return str(n) if n else f"none up to {MAX_DWDP_SIZE}"
 
 
+def _counts(lo, hi) -> str:
+    """The smallest GPU count per mode that fits, at the lightest row and (where it differs) the heaviest one."""
+    def one(attr):
+        a, b = getattr(lo, attr), getattr(hi, attr)
+        return _smallest(a) if a == b else f"{_smallest(a)} at ISL {lo.isl}, {_smallest(b)} at ISL {hi.isl}"
+    return f"smallest GPU count that fits: DWDP {one('smallest_fitting_dwdp_size')}, DEP {one('smallest_fitting_dep_size')}"
+
+
+def _misfit(spec, g: int, rows) -> str:
+    """What to do where DWDP{g}'s ranks do not fit: DEP{g} where it fits, else nothing fits (smallest counts)."""
+    budget = spec.memory_budget_gb
+    lo, hi = min(rows, key=lambda r: r.memory_per_rank_gb), max(rows, key=lambda r: r.memory_per_rank_gb)
+    need = (f"{lo.memory_per_rank_gb:.1f} GB" if lo is hi or spec.mnt else
+            f"{lo.memory_per_rank_gb:.1f}-{hi.memory_per_rank_gb:.1f} GB")
+    out = [f"DWDP{g} does not fit {_where(spec, rows)} ({need} per rank > {budget:.1f} GB)"]
+    dep = [r for r in rows if r.dep_fits]
+    none = [r for r in rows if not r.dep_fits]
+    if dep:
+        out.append(f"DEP{g} there ({max(r.memory_dep_gb for r in dep):.1f} GB)" if not none else
+                   f"DEP{g} {_where(spec, dep)}")
+    if none:
+        n_lo, n_hi = min(none, key=lambda r: r.memory_dep_gb), max(none, key=lambda r: r.memory_dep_gb)
+        out.append(f"nothing fits {g} GPUs {_where(spec, none)} (DEP{g} {n_hi.memory_dep_gb:.1f} GB); {_counts(n_lo, n_hi)}")
+    return ": ".join(out[:2]) + ("; " + out[2] if len(out) > 2 else "")
+
+
 def _no_fit(spec, rows) -> Recommendation:
-    worst = min((r for r in rows if r.dwdp_size > 1), key=lambda r: r.memory_per_rank_gb, default=None)
-    if not worst:
+    """No candidate's DWDP ranks fit at any ISL."""
+    cands = [r for r in rows if r.dwdp_size > 1]
+    if not cands:
         return Recommendation(False, None, None, None, None, "use DEP here: no DWDP group size > 1 among the candidates")
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in worst.memory_parts_gb.items())
-    smallest = (f"the smallest dwdp_size that fits is {worst.smallest_fitting_dwdp_size}"
-                if worst.smallest_fitting_dwdp_size else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
-    if worst.memory_dep_gb > spec.memory_budget_gb:  # DEP at that G does not fit either: no advice to use it
-        dep = worst.smallest_fitting_dep_size
+    near = min(cands, key=lambda r: r.memory_per_rank_gb)  # the candidate nearest to fitting: its rows, every ISL
+    g = near.dwdp_size
+    mine = [r for r in cands if (r.dwdp_size, r.redundant_experts, r.slice_bytes) ==
+            (g, near.redundant_experts, near.slice_bytes)]
+    lo = min(mine, key=lambda r: r.memory_per_rank_gb)
+    hi = max(mine, key=lambda r: r.memory_per_rank_gb)
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in lo.memory_parts_gb.items())
+    by_isl = tuple((r.isl, r.verdict) for r in mine)
+    if not any(r.dep_fits for r in mine):  # DEP at that G does not fit either: no advice to use it
+        one = len(mine) == 1 or bool(spec.mnt)  # at an MNT every ISL needs the same bytes
+        need = f"{lo.memory_per_rank_gb:.1f}" + ("" if one else f"-{hi.memory_per_rank_gb:.1f}")
+        dep = f"{lo.memory_dep_gb:.1f}" + ("" if one else f"-{hi.memory_dep_gb:.1f}")
         return Recommendation(False, None, None, None, None, (
-            f"nothing fits {worst.dwdp_size} GPUs: DWDP{worst.dwdp_size} needs {worst.memory_per_rank_gb:.1f} GB "
-            f"per rank ({parts} GB), DEP{worst.dwdp_size} {worst.memory_dep_gb:.1f} GB, budget "
-            f"{spec.memory_budget_gb:.1f} GB; smallest GPU count that fits: DWDP "
-            f"{worst.smallest_fitting_dwdp_size or f'none up to {MAX_DWDP_SIZE}'}, DEP {dep or f'none up to {MAX_DWDP_SIZE}'}"),
-            verdict="nothing fits")
-    why = (f"memory does not fit: the smallest candidate DWDP setup (G={worst.dwdp_size}) needs "
-           f"{worst.memory_per_rank_gb:.1f} GB per rank ({parts} GB) > {spec.memory_budget_gb:.1f} GB; {smallest}")
-    return Recommendation(False, None, None, None, None, f"use DEP here: {why}")
+            f"nothing fits {g} GPUs {_where(spec, mine)}: DWDP{g} needs {need} GB per rank ({parts} GB at "
+            f"ISL {lo.isl}), DEP{g} {dep} GB, budget "
+            f"{spec.memory_budget_gb:.1f} GB; {_counts(lo, hi)}"), verdict="nothing fits", by_isl=by_isl)
+    smallest = hi.smallest_fitting_dwdp_size
+    fix = (f"the smallest dwdp_size that fits every ISL is {smallest}" if smallest and smallest > g else
+           f"DWDP{g} without redundant experts fits" if smallest else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
+    return Recommendation(False, None, None, None, None, (
+        f"use DEP here: memory does not fit: {_misfit(spec, g, mine)}; {fix} (DWDP{g} at ISL {lo.isl}: {parts} GB)"),
+        by_isl=by_isl)
 
 
 def recommend(spec, rows) -> Recommendation:
@@ -125,13 +160,15 @@ def recommend(spec, rows) -> Recommendation:
     configs: dict[tuple[int, int, int], list] = {}
     for r in rows:
         configs.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
-    fitting = {k: v for k, v in configs.items() if k[0] > 1 and all(r.fits for r in v)}
+    fitting = {k: [r for r in v if r.fits] for k, v in configs.items() if k[0] > 1}
+    fitting = {k: v for k, v in fitting.items() if v}
     if not fitting:
         return _no_fit(spec, rows)
     scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}
-    best = max(scores, key=lambda k: (scores[k], _geomean([r.speedup_low or r.speedup for r in fitting[k]]),
+    best = max(scores, key=lambda k: (len(fitting[k]), scores[k], _geomean([r.speedup_low or r.speedup for r in fitting[k]]),
                                       -k[0], -k[1]))
     best_rows = fitting[best]
+    misfit = [r for r in configs[best] if not r.fits]  # the ISLs where this setup's DWDP ranks do not fit
     score = _geomean([r.speedup for r in best_rows])
     lo = _geomean([r.speedup_low or r.speedup for r in best_rows])
     hi = _geomean([r.speedup_high or r.speedup for r in best_rows])
@@ -168,6 +205,8 @@ def recommend(spec, rows) -> Recommendation:
         verdict, use = "marginal", False
         reason = (f"DEP at {isl_set([r.isl for r in lost], spec.isls)} ({_ranges(lost)}: the whole range below 1); "
                   f"marginal at {isl_set([r.isl for r in marg], spec.isls)} with {setup} ({_ranges(marg)}; {measure})")
+    if misfit:
+        reason += f"; {_misfit(spec, best[0], misfit)}"
     eb = spec.model.expert_bytes(spec.weight_dtype)
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
     local = best_rows[0].local_experts

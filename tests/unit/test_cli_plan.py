@@ -182,6 +182,26 @@ def _plan(capsys, argv):
     return json.loads(capsys.readouterr().out)
 
 
+def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsys):
+    """R1 FP8 DWDP8 at 130 GB fits ISL <= 16384 (121-128 GB) and not 32768 (135 GB): the advice is for the ISLs that
+    fit and names the one that does not (it fell into "memory does not fit ... needs 121.0 GB > 130.0 GB; the
+    smallest dwdp_size that fits is 8")."""
+    out = _plan(capsys, ["--gpu-memory-gb", "130", "--dwdp-size", "8"])
+    rows, rec = out["rows"], out["recommendation"]
+    assert [r["fits"] for r in rows] == [True] * 4 + [False]
+    assert rec["dwdp_size"] == 8 and rec["by_isl"]["32768"] == "DEP"
+    assert "DWDP8 does not fit at ISL 32768 (135.5 GB per rank > 130.0 GB): DEP8 there" in rec["reason"]
+    assert "smallest dwdp_size that fits is 8" not in rec["reason"] and "121.0 GB" not in rec["reason"]
+    assert "at ISL 16384" in rec["reason"] and rec["verdict"] in ("DWDP", "marginal")
+    # G=7 on the H200: ISL 32768 needs 148 GB; DWDP7's whole range is above 1 at ISL 16384, which fits
+    rec = _plan(capsys, ["--dwdp-size", "7"])["recommendation"]
+    assert rec["verdict"] == "DWDP" and rec["dwdp_size"] == 7 and rec["reason"].startswith("DWDP with G=7")
+    assert "at ISL 16384:" in rec["reason"] and "DWDP7 does not fit at ISL 32768" in rec["reason"]
+    # at an MNT every ISL needs the same bytes: the MNT is named
+    rec = _plan(capsys, ["--gpu-memory-gb", "130", "--dwdp-size", "8", "--mnt", "32768"])["recommendation"]
+    assert "DWDP8 does not fit at MNT 32768" in rec["reason"] and rec["reason"].startswith("use DEP here")
+
+
 def test_headline_follows_the_per_isl_verdicts(capsys):
     """No arguments: DEP where the whole range is below 1, marginal where it straddles 1, in one line (it read
     "marginal ... predicts 0.40-0.58x", a geometric mean over every ISL wholly below 1)."""
