@@ -2,6 +2,7 @@
 the numbers come from perf/planner.py and perf/recommend.py)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..schema import ConfigError
@@ -26,12 +27,20 @@ LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: pric
           "hides at: tokens per rank per iteration (requests of that ISL) whose compute hides the prefetch")
 
 
-def _rel(text: str, root: Path | None) -> str:
-    """Paths under the calibration data's root shown relative to it."""
+def rel_to_root(text: str, root: Path | None) -> str:
+    """Paths under the calibration data's root shown relative to it (as absolute, relative to the working directory
+    or as given), only where a path starts: another directory's own 'docs/bench_results/' is left alone."""
     if not root:
         return text
     from ..perf.floor_calibration import show  # floor notes name paths relative to the working directory
-    return text.replace(str(root) + "/", "").replace(show(root) + "/", "").replace(show(root), root.name)
+
+    r = Path(root).resolve()
+    for form in sorted({str(r), show(r), str(root)}, key=len, reverse=True):
+        text = re.sub(r"(?<![\w/.-])" + re.escape(form.rstrip("/") + "/"), "", text)
+    return text
+
+
+_rel = rel_to_root
 
 
 def describe_pricing(spec) -> str:
@@ -60,6 +69,7 @@ def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
             "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [_rel(x, root) for x in spec.calibration.sources],
             "calibration_notes": [_rel(x, root) for x in calibration_notes(spec)],
+            "floor_campaign": _rel(spec.calibration.floor.choice, root) or None,
             "recommendation": rec.to_dict(), "rows": [r.to_dict() for r in rows]}
 
 
@@ -106,9 +116,10 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
     con.print(LEGEND)
     con.print(f"priced: {describe_pricing(spec)}")
     srcs = [_rel(x, root) for x in spec.calibration.sources]
-    camp = f"; floor campaign {_rel(str(spec.calibration.floor.campaign), root)}" if spec.calibration.floor.campaign else ""
-    src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files{camp} (--verbose lists them)") if srcs else "none"
+    src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"
     con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
+    if spec.calibration.floor.choice:  # which floor campaign calibrates, chosen by its content (one line)
+        con.print(_rel(spec.calibration.floor.choice, root))
     con.print(interference_line(spec))
     notes = calibration_notes(spec)
     if verbose:

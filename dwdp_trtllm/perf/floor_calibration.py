@@ -18,7 +18,11 @@ From the FloorPoints (perf/floor_points.py) of one campaign:
 
 Which points calibrate (`select`): one campaign, i.e. the directory the results files lie in (floor rates
 and efficiencies are measured against one floor method on one engine, so campaigns are not mixed): the
-validated file's own campaign when it is one, else the newest (latest env.date); measurements marked as not
+validated file's own campaign when it is one, else the newest *complete* campaign (`complete`: recognised by
+its content, not by the recency of a directory: usable points of both weight dtypes the engine runs, each at two
+sizes or more; an in-progress or one-file directory is not one), latest env.date then name; with no complete
+campaign the most complete one (most (dtype, size) pairs), said so in `choice`, the one line a command prints
+about it; measurements marked as not
 describing the work (floor_points.py) do not calibrate, and points whose ranks shared a GPU calibrate nothing
 (floor rates included); the validated file's own runs never calibrate its
 prediction (leave-one-out: all its runs and modes, also where a copy of them lies in another file).
@@ -62,6 +66,31 @@ def idw(xy: list[tuple[float, float]], values: list[float], x, y=None):
     return float(out) if out.ndim == 0 else out
 
 
+#: the routed-expert floor is fitted per weight dtype: a complete campaign measures both the engine runs, each at
+#: COMPLETE_SIZES sizes or more (the fit's size term k and the attention core's per-call cost need two sizes)
+COMPLETE_DTYPES = ("bf16", "fp8")
+COMPLETE_SIZES = 2
+
+
+def _sizes(points) -> dict[str, set[int]]:
+    """{weight dtype: distinct tokens per iteration} of the points that may calibrate (not shared-GPU)."""
+    out: dict[str, set[int]] = {}
+    for p in points:
+        if not p.shared_gpu:
+            out.setdefault(p.weight_dtype, set()).add(round(p.tokens))
+    return out
+
+
+def complete(points) -> tuple[bool, str]:
+    """Whether a campaign's points calibrate the floor on their own, and what they hold or lack ("bf16 at 3 sizes,
+    fp8 at 3 sizes" / "lacks bf16; fp8 at 1 size")."""
+    have = _sizes(points)
+    lack = [d for d in COMPLETE_DTYPES if len(have.get(d, ())) < COMPLETE_SIZES]
+    held = "; ".join(f"{d} at {len(v)} size{'s' * (len(v) != 1)}" for d, v in sorted(have.items())) or "no usable run"
+    return not lack, held if not lack else f"{held} (a complete campaign: {', '.join(COMPLETE_DTYPES)} at " \
+                                            f"{COMPLETE_SIZES}+ sizes each)"
+
+
 @dataclass(frozen=True)
 class FloorCalibration:
     """The FloorPoints in use, and notes on how they were chosen."""
@@ -70,6 +99,7 @@ class FloorCalibration:
     notes: tuple[str, ...] = ()
     campaign: str | None = None
     validated: tuple[FloorPoint, ...] = ()  # the validated file's own points (left out), as `select` marked them
+    choice: str = ""  # one line: which campaign calibrates and why (`select`)
 
     def select(self, validated: str | Path | None = None, *, run_ids: Iterable[str] = (),
                measured: bool = True) -> "FloorCalibration":
@@ -89,20 +119,33 @@ class FloorCalibration:
             return p.source == target or p.run_id in ids
 
         own = [c for c, ps in camps.items() if any(p.source == target for p in ps)]
-        chosen = own[0] if own else max(camps, key=lambda c: (max(p.date for p in camps[c]), c))
+        full = {c: complete(ps) for c, ps in camps.items()}
+        newest = lambda c: (max(p.date for p in camps[c]), c)  # noqa: E731 (env.date, then the name: deterministic)
+        if own:
+            chosen, how = own[0], "the validated file's"
+        elif any(ok for ok, _ in full.values()):
+            chosen, how = max((c for c in camps if full[c][0]), key=newest), "the newest complete campaign"
+        else:
+            chosen = max(camps, key=lambda c: (sum(map(len, _sizes(camps[c]).values())), *newest(c)))
+            how = "no complete campaign: the most complete"
         pts, why = mark_unrepeatable(camps[chosen]) if measured else (camps[chosen], [])
         mine = tuple(p for p in pts if mine_(p))
         used = tuple(p for p in pts if not mine_(p) and not p.shared_gpu)
-        notes = [f"floor calibration: campaign {show(chosen)} ({'the validated file' + chr(39) + 's' if own else 'the newest'}"
+        rest = [c for c in camps if c != chosen]
+        choice = (f"floor campaign {show(chosen)} ({how}; {full[chosen][1]}): {len(used)} run(s) calibrate"
+                  + (f"; {len(rest)} other campaign(s) not used, {sum(not full[c][0] for c in rest)} of them incomplete"
+                     if rest else ""))
+        notes = [f"floor calibration: campaign {show(chosen)} ({how}"
                  f"{'' if measured else '; floor rates only'}): " + (", ".join(p.label for p in used) or "no run left")]
-        notes += [f"not used: campaign {show(c)} (one campaign calibrates)" for c in sorted(camps) if c != chosen]
+        notes += [f"not used: campaign {show(c)} (one campaign calibrates" + ("" if full[c][0] else f"; {full[c][1]}") + ")"
+                  for c in sorted(rest)]
         notes += [f"excluded {w}" for w in why]
         if mine:
             notes.append(f"leave-one-out: {Path(target).name} is the validated file; its own runs "
                          f"({', '.join(p.label for p in mine)}) do not calibrate")
         other = [c for c in camps if c != chosen and any(mine_(p) for p in camps[c])]
         notes += [f"leave-one-out: the validated runs are also in {show(c)}, not used" for c in other]
-        return FloorCalibration(used, tuple(self.notes) + tuple(notes), chosen, mine)
+        return FloorCalibration(used, tuple(self.notes) + tuple(notes), chosen, mine, choice)
 
     # ---- rates ------------------------------------------------------------------------------------------
     def _pts(self, dtype: str | None):

@@ -262,3 +262,33 @@ def test_validate_plan_marks_every_metric_of_a_shared_gpu_run(tmp_path):
     (run,) = validate(str(shared), _args(tmp_path))["runs"]
     dep = [c for c in run["comparisons"] if c["metric"].startswith("dep.")]
     assert dep and all((c["excluded"] or "").startswith("ranks shared a GPU") for c in dep), dep
+
+
+def test_a_floor_campaign_is_recognised_by_its_content_not_by_recency(tmp_path, capsys):
+    """An in-progress directory (one file, one dtype, e.g. fp8_linear_.../run2/f32o) newer than a complete campaign
+    does not calibrate; the choice is one printed line and does not depend on the order the files are read in."""
+    from dwdp_trtllm.cli import main
+
+    old = "2026-12-02T10:00:00+00:00"
+    for name, dt, isl, mnt in (("b8", "bf16", 8192, 16384), ("b32", "bf16", 32768, 32768),
+                               ("f8", "fp8", 8192, 16384), ("f32", "fp8", 32768, 32768)):
+        _write(tmp_path / "engine_floor_a" / f"{name}.json", _run(isl=isl, mnt=mnt, dtype=dt, date=old))
+    _write(tmp_path / "fp8_linear" / "run2" / "f32o" / "results.json", _run(isl=32768, mnt=32768, dtype="fp8"))
+    _write(tmp_path / "engine_floor_b" / "b8.json", _run())  # newer, one dtype at one size
+    pts = []
+    for p in sorted(tmp_path.rglob("*.json")):
+        pts += points_from_bench(json.loads(p.read_text()), file=str(p))[0]
+    sel = FloorCalibration(tuple(pts)).select()
+    assert sel.campaign.endswith("engine_floor_a") and len(sel.points) == 4
+    assert sel.choice.startswith(f"floor campaign {sel.campaign} (the newest complete campaign; bf16 at 2 sizes; "
+                                 "fp8 at 2 sizes): 4 run(s) calibrate; 2 other campaign(s) not used, 2 of them incomplete")
+    assert FloorCalibration(tuple(reversed(pts))).select().choice == sel.choice  # deterministic
+    assert any("fp8_linear/run2/f32o (one campaign calibrates; fp8 at 1 size" in n for n in sel.notes)
+    # no complete campaign: the most complete, said so
+    part = FloorCalibration(tuple(p for p in pts if "engine_floor_a" not in p.campaign)).select()
+    assert part.choice.startswith("floor campaign ") and "(no complete campaign: the most complete;" in part.choice
+    # dwdp plan --target engine prints the choice, relative to the data's root, on one line
+    assert main(["plan", "--target", "engine", "--bench-results", str(tmp_path), "--isl", "8192", "--dwdp-size", "8",
+                 "--gpu", "h200"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "floor campaign" in ln]
+    assert len(lines) == 1 and lines[0].startswith("floor campaign engine_floor_a (the newest complete campaign")
