@@ -119,7 +119,7 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
     src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"
     con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
     if spec.calibration.floor.choice:  # which floor campaign calibrates, chosen by its content (one line)
-        con.print(_rel(spec.calibration.floor.choice, root))
+        con.print(_rel(spec.calibration.floor.choice, root), soft_wrap=True)
     con.print(interference_line(spec))
     notes = calibration_notes(spec)
     if verbose:

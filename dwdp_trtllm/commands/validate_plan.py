@@ -30,6 +30,7 @@ import numpy as np
 from ..perf.bench_work import get as _get
 from ..perf.floor_points import TIMED_PHASES
 from ..schema import ConfigError
+from .plan_output import rel_to_root
 from .run_device import gpu_for, measured_on
 
 LAYER_KEYS = ("attention", "expert_gemm", "all_to_all", "sync_wait", "prefetch_wait", "other")
@@ -58,6 +59,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (a list, one entry per file)")
     p.add_argument("--summary", action="store_true",
                    help="one line per file, run and mode: the per-iteration phases and the wall, predicted vs measured")
+    p.add_argument("--verbose", action="store_true",
+                   help="list every calibration note (campaigns not used, skipped runs) before the table, not one line")
     return p
 
 
@@ -228,7 +231,7 @@ def validate(results: str, args) -> dict:
         except (ValueError, TypeError) as e:
             out.append({"run": i, "error": f"could not predict: {e}"})
     fc = cal.floor
-    return {"file": results, "calibration": {"campaign": fc.campaign, "runs": [p.label for p in fc.points],
+    return {"file": results, "calibration": {"campaign": fc.campaign, "choice": fc.choice, "runs": [p.label for p in fc.points],
                             "left_out": [p.label for p in fc.validated],
                             "core": {"tflops": fc.core[0], "ms_per_call": fc.core[1]} if fc.core else None,
                             "experts": {"tflops": fc.experts[0], "k_rows": fc.experts[1]} if fc.experts else None,
@@ -243,7 +246,7 @@ def run(args) -> int:
     from rich.table import Table
 
     from ..perf.hardware import GPUS
-    from .plan import console
+    from .plan import DEFAULT_BENCH_DIR, console
 
     if args.gpu is not None and args.gpu.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {args.gpu!r}")
@@ -257,11 +260,12 @@ def run(args) -> int:
         print(json.dumps(results, indent=1))
         return 0
     con = console()
+    root = None if args.no_bench_results else Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
     if args.summary:
-        print_summary(con, results)
+        print_summary(con, results, root)
         return 0
     for res in results:
-        print_file(con, res)
+        print_file(con, res, verbose=args.verbose, root=root)
     return 0
 
 
@@ -284,7 +288,7 @@ def summary_rows(res: dict) -> list[dict]:
     return out
 
 
-def print_summary(con, results: list[dict]) -> None:
+def print_summary(con, results: list[dict], root: Path | None = None) -> None:
     from rich.table import Table
 
     t = Table(title="per-iteration ms, predicted / measured (error); * = measured statistic not usable (see notes)",
@@ -309,14 +313,23 @@ def print_summary(con, results: list[dict]) -> None:
         con.print(f"  *{i}: {why}")
     for res in results:
         lo = "; ".join(n for n in res["calibration"]["notes"] if n.startswith(("floor calibration", "leave-one-out")))
-        con.print(f"  {Path(res['file']).name}: {lo}")
+        con.print(f"  {Path(res['file']).name}: {rel_to_root(lo, root)}")
 
 
-def print_file(con, res: dict) -> None:
+def print_file(con, res: dict, *, verbose: bool = False, root: Path | None = None) -> None:
+    """One file's tables; before them its calibration in one line (every note with `verbose`), paths relative to
+    the data's root (plan_output.rel_to_root, as `dwdp plan`)."""
     from rich.table import Table
 
-    for n in res["calibration"]["notes"]:
-        con.print(f"calibration: {n}")
+    cal = res["calibration"]
+    if verbose:
+        for n in cal["notes"]:
+            con.print(f"calibration: {rel_to_root(n, root)}")
+    else:
+        head = rel_to_root(cal["choice"], root) if cal["choice"] else "no floor campaign (datasheet rates)"
+        out = f"; {len(cal['left_out'])} run(s) of the validated file left out" if cal["left_out"] else ""
+        con.print(f"calibration{f' (under {root})' if root else ''}: {head}{out}; {len(cal['notes'])} note(s), "
+                  "--verbose lists them", soft_wrap=True)  # one line, also in a log
     for r in res["runs"]:
         if "error" in r:
             con.print(f"run {r['run']}: {r['error']}")
