@@ -25,5 +25,5 @@ def test_server_larger_than_a_node():
     assert "the rest of the server before" in n.node_lines(("a", "b", "c"))[2]
     with pytest.raises(ValueError, match="unevenly"):
         layout([("generation", 12)], 8)
-    with pytest.raises(ValueError, match="2 host\(s\) given for 3 nodes"):
+    with pytest.raises(ValueError, match=r"2 host\(s\) given for 3 nodes"):
         n.hosts(("a", "b"))
