@@ -28,6 +28,7 @@ import uuid
 from typing import Callable
 
 import torch.multiprocessing as mp
+from multiprocessing import resource_tracker
 from multiprocessing.connection import wait as wait_any
 
 from .. import env, host_resources
@@ -102,15 +103,22 @@ def _stopped(pid: int | None) -> bool:
 
 
 def _cleanup_shm(tag: str) -> list[str]:
-    """Unlink the run's segments left by ranks that could not (killed, or stopped before closing). The resource
-    tracker is not told: the shm transport never registers its segments with it (transport/shm.py: a name
-    unregistered that a rank had created but not yet registered made the tracker print a KeyError traceback)."""
+    """Unlink the run's segments left by ranks that could not (killed, or stopped before closing), and make the
+    resource tracker the ranks share with this process forget each name: register + unregister, which it accepts
+    whether or not the rank had registered it (an unregister alone of a name it never heard of prints a KeyError
+    traceback from the tracker; transport/shm.py registers before creating, so normally it knows)."""
     leftovers = glob.glob(f"/dev/shm/{tag}*")
     for p in leftovers:
         try:
             os.unlink(p)
         except OSError:
             continue
+        try:
+            name = "/" + os.path.basename(p)
+            resource_tracker.register(name, "shared_memory")
+            resource_tracker.unregister(name, "shared_memory")
+        except Exception:  # noqa: BLE001 - no tracker to tell: nothing to forget
+            pass
     return leftovers
 
 

@@ -9,11 +9,14 @@ terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the
 
 Owners create and write their segments; peers map them with PROT_READ, so a peer that writes into
 a buffer it only borrowed faults instead of corrupting the owner's weights. Owners and peers open the
-segment file directly (not multiprocessing.shared_memory.SharedMemory), so that Python's resource
-tracker never learns of a segment: SharedMemory registers a name only after creating it, and a rank
-stopped in between (a SIGTERM during setup) left a name the tracker did not know, which the launcher's
-clean-up then unregistered: a KeyError traceback from the tracker (issue 22). Leftovers are the
-launcher's to remove (tag + sweep), never the tracker's.
+segment file directly (not multiprocessing.shared_memory.SharedMemory). An owner registers a segment's name
+with Python's resource tracker BEFORE it creates the file and unregisters it after the unlink, so a file of
+ours exists only while the tracker knows its name: a run whose every process is killed (kill -9 of the parent:
+its ranks get SIGKILL) still leaves nothing, the tracker unlinking what is left when its last user dies.
+SharedMemory registers only after creating, and a rank stopped in between (a SIGTERM during setup) left a file
+the tracker did not know, which the launcher's clean-up then unregistered: a KeyError traceback from the
+tracker (issue 22). The launcher's clean-up registers and unregisters each name it removes, which the tracker
+accepts whether or not it knew the name.
 
 An owner reserves its segment's pages when it creates it (posix_fallocate): a /dev/shm too small for the
 run fails here, naming /dev/shm and the bytes, instead of a SIGBUS when a page is first touched.
@@ -24,6 +27,7 @@ import mmap
 import os
 import re
 import warnings
+from multiprocessing import resource_tracker
 
 import torch
 import torch.distributed as dist
@@ -50,7 +54,13 @@ class _Segment:
 
     def __init__(self, name: str, nbytes: int):
         self.path = os.path.join(_SHM_DIR, name)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # FileExistsError: the caller names it
+        self._tracked = "/" + name
+        resource_tracker.register(self._tracked, "shared_memory")  # before the file exists: see the module docstring
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # FileExistsError: the caller names it
+        except BaseException:
+            resource_tracker.unregister(self._tracked, "shared_memory")
+            raise
         try:
             try:
                 os.posix_fallocate(fd, 0, nbytes)
@@ -71,10 +81,15 @@ class _Segment:
         self.buf.close()  # BufferError while a view still uses it: the caller decides
 
     def unlink(self) -> None:
+        """Remove the name (idempotent); the tracker forgets it once, after the file is gone."""
+        if self._tracked is None:
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        resource_tracker.unregister(self._tracked, "shared_memory")
+        self._tracked = None
 
 
 class ShmTransport(PeerTransport):

@@ -64,23 +64,30 @@ def test_a_rank_killed_by_sigbus_during_dwdp_is_reported_with_dev_shm(tmp_path):
         _kill_group(proc)
 
 
-def test_the_shm_transport_never_talks_to_the_resource_tracker(monkeypatch):
-    """The cause of the tracker's KeyError traceback removed: segments are neither registered nor unregistered."""
+def test_the_shm_transport_registers_a_name_before_the_file_exists_and_forgets_it_once_after_the_unlink(monkeypatch):
+    """No window in which a file of ours exists that the resource tracker does not know (a kill -9 of the whole
+    run then leaves it in /dev/shm: test_faults' parent-kill cases), and no second unregister (a KeyError
+    traceback in the tracker)."""
     import torch
     from multiprocessing import resource_tracker
 
     from dwdp_trtllm.transport.shm import ShmTransport
 
+    path = f"/dev/shm/dwdp_test_{os.getpid()}_0_w"
     calls = []
-    monkeypatch.setattr(resource_tracker, "register", lambda *a: calls.append(("register", a)))
-    monkeypatch.setattr(resource_tracker, "unregister", lambda *a: calls.append(("unregister", a)))
+    monkeypatch.setattr(resource_tracker, "register", lambda n, t: calls.append(("register", n, os.path.exists(path))))
+    monkeypatch.setattr(resource_tracker, "unregister",
+                        lambda n, t: calls.append(("unregister", n, os.path.exists(path))))
     t = ShmTransport(group=None, dwdp_rank=0, dwdp_size=1, device=torch.device("cpu"), tag=f"dwdp_test_{os.getpid()}")
     buf = t.allocate({"w": 4096})["w"]
     buf.fill_(7)
-    assert os.path.exists(f"/dev/shm/dwdp_test_{os.getpid()}_0_w")
+    assert os.path.exists(path)
     del buf
     t.close()
-    assert not os.path.exists(f"/dev/shm/dwdp_test_{os.getpid()}_0_w") and calls == []
+    t.close()
+    name = "/" + os.path.basename(path)
+    assert not os.path.exists(path)
+    assert calls == [("register", name, False), ("unregister", name, False)], calls
 
 
 def test_cleaning_up_a_segment_a_killed_rank_never_registered_prints_no_tracker_traceback(tmp_path):
