@@ -14,9 +14,7 @@ Timing: triton.testing.do_bench median; random codes (never zeros). Writes <out>
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_grouped_gemm import counts_for  # noqa: E402
 from dwdp_trtllm.ops.build import load  # noqa: E402
 from dwdp_trtllm.ops.reference import dequantize_fp8_blockwise  # noqa: E402
+from dwdp_trtllm.bench.report import env_info  # noqa: E402
 
 SHAPES = {"fc1": (4096, 7168), "fc2": (7168, 2048)}  # name -> (N, K)
 E, TOPK = 256, 8
@@ -95,14 +94,10 @@ def main() -> int:
                 del a, sa, sa_row, out
         del w, ws, w_local, w_slot, s_local, s_slot, w_KN
         torch.cuda.empty_cache()
-    date = datetime.date.today().isoformat()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    meta = dict(date=date, commit=commit, device=torch.cuda.get_device_name(0), torch=torch.__version__,
-                command=" ".join(sys.argv), seconds=time.time() - t0)
+    env = env_info("cuda", device_name=torch.cuda.get_device_name(0))  # bench/report.py: one record of where a run ran
+    date, commit = env["date"][:10], env["git_commit"]
+    meta = dict(date=date, commit=commit, device=env["device_name"], torch=env["torch"], command=env["argv"],
+                seconds=time.time() - t0)
     outd = Path(args.out)
     outd.mkdir(parents=True, exist_ok=True)
     (outd / "fp8_grouped.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

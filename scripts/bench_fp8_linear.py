@@ -14,9 +14,7 @@ Legend: T tokens, K in, N out.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dwdp_trtllm.engine import fp8_linear as fl  # noqa: E402
+from dwdp_trtllm.bench.report import env_info  # noqa: E402
 
 #: name -> (N, K) at DeepSeek-R1 width (gate|up as one weight, as the engine runs them)
 SHAPES = {"q_a": (1536, 7168), "q_b": (24576, 1536), "kv_a": (576, 7168), "kv_b": (32768, 512), "o": (7168, 16384),
@@ -104,14 +103,10 @@ def main() -> int:
             del x, ref, a
         del f, w_bf
         torch.cuda.empty_cache()
-    date = datetime.date.today().isoformat()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    meta = dict(date=date, commit=commit, device=torch.cuda.get_device_name(0), torch=torch.__version__,
-                command=" ".join(sys.argv), seconds=time.time() - t0)
+    env = env_info("cuda", device_name=torch.cuda.get_device_name(0))  # bench/report.py: one record of where a run ran
+    date, commit = env["date"][:10], env["git_commit"]
+    meta = dict(date=date, commit=commit, device=env["device_name"], torch=env["torch"], command=env["argv"],
+                seconds=time.time() - t0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fp8_linear.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

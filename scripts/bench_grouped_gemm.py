@@ -14,9 +14,7 @@ Legend: T tokens per rank, R = T*topk rows, E experts, K in, N out.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from dwdp_trtllm.ops import merge_experts  # noqa: E402
 from dwdp_trtllm.ops import grouped_gemm as _  # noqa: E402,F401  (loads the op)
 from dwdp_trtllm.ops.build import load  # noqa: E402
 from dwdp_trtllm.ops.composite_view import CompositeView, VmmAllocation  # noqa: E402
+from dwdp_trtllm.bench.report import env_info  # noqa: E402
 
 SHAPES = {"fc1": (7168, 4096), "fc2": (2048, 7168)}  # name -> (K, N)
 E, TOPK = 256, 8
@@ -143,14 +142,10 @@ def main() -> int:
                 del a, ceil_out
         del w_ENK, merged, fp8
         torch.cuda.empty_cache()
-    date = datetime.date.today().isoformat()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip() or "unknown (no git checkout)"
-    except OSError:
-        commit = "unknown"
-    meta = dict(date=date, commit=commit, device=torch.cuda.get_device_name(0), torch=torch.__version__,
-                command=" ".join(sys.argv), seconds=time.time() - t0)
+    env = env_info("cuda", device_name=torch.cuda.get_device_name(0))  # bench/report.py: one record of where a run ran
+    date, commit = env["date"][:10], env["git_commit"]
+    meta = dict(date=date, commit=commit, device=env["device_name"], torch=env["torch"], command=env["argv"],
+                seconds=time.time() - t0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"grouped_gemm_{date}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
