@@ -68,7 +68,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="GPU spec file (YAML, docs/PLANNER.md 'GPU spec files'); replaces --gpu")
     g.add_argument("--gpu-memory-gb", type=float, default=None,
                    help="usable memory per GPU in GB (1e9 bytes; default: the datasheet's)")
-    g.add_argument("--weight-dtype", default=mem.DEFAULT_WEIGHT_DTYPE, help="routed-expert weights: bf16 | fp8 | nvfp4 (default fp8)")
+    g.add_argument("--weight-dtype", default=mem.DEFAULT_WEIGHT_DTYPE, help="routed-expert weights: bf16 | fp8 | mxfp4 | nvfp4, scales included (default fp8)")
     g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 (default fp8)")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
@@ -178,7 +178,7 @@ def build_spec(args, *, gpu_name: str | None = None):
     if args.num_layers is not None and not 1 <= args.num_layers <= layers:
         raise ConfigError(None, "--num-layers", f"expected an integer in [1, {layers}] ({args.model}'s layers), "
                                                 f"got {args.num_layers}")
-    for name, val, choices in (("--weight-dtype", args.weight_dtype, ("bf16", "fp8", "nvfp4")),
+    for name, val, choices in (("--weight-dtype", args.weight_dtype, ("bf16", "fp8", "mxfp4", "nvfp4")),
                                ("--dispatch-dtype", args.dispatch_dtype, ("bf16", "fp8")),
                                ("--isl-dist", args.isl_dist, ("fixed", "uniform_ratio", "normal"))):
         if val not in choices:

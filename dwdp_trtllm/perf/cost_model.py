@@ -39,8 +39,11 @@ from .hardware import GpuSpec
 #: the grouped-GEMM calibration is measured on a 256-expert top-8 layer: tokens = rows_per_expert * 32
 _CAL_TOKENS_PER_ROW_PER_EXPERT = 256 / 8
 #: CUDA context, allocator slack and kernel workspaces per rank (assumption)
-DENSE_DTYPE_FOR = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp8"}
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
+#: routed-expert dtype -> the dtype its dense projections run in (FP4 checkpoints: NVIDIA ModelOpt NVFP4 and the
+#: MXFP4 releases used by the published runs quantise the experts; their dense GEMMs are priced FP8, an assumption)
+DENSE_DTYPE_FOR = {"bf16": "bf16", "fp8": "fp8", "mxfp4": "fp8", "nvfp4": "fp8"}
+#: bytes per element without scales (roofline traffic; an expert's stored bytes with scales: ModelSpec.expert_bytes)
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 0.5, "nvfp4": 0.5}
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class CostParams:
     """Everything the cost model needs besides the ModelSpec."""
 
     gpu: GpuSpec
-    weight_dtype: str = "fp8"  # routed experts: bf16 | fp8 | nvfp4
+    weight_dtype: str = "fp8"  # routed experts: bf16 | fp8 | mxfp4 | nvfp4
     dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 (combine is always BF16)
     interference: float | None = None  # compute slowdown while copies run; None: calibration or 1.15
     a2a_dedup: bool = False  # DeepEP-style: a token goes once to each remote *rank* holding any of its top-k
@@ -56,7 +59,7 @@ class CostParams:
 
     def __post_init__(self) -> None:
         if self.weight_dtype not in DTYPE_BYTES:
-            raise ValueError(f"weight_dtype {self.weight_dtype!r}: expected one of bf16, fp8, nvfp4")
+            raise ValueError(f"weight_dtype {self.weight_dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
         if self.dispatch_dtype not in ("bf16", "fp8"):
             raise ValueError(f"dispatch_dtype {self.dispatch_dtype!r}: expected bf16 or fp8")
 

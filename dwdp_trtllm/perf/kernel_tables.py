@@ -30,8 +30,8 @@ from ..schema import ConfigError
 
 FORMAT = "dwdp-kernel-tables/1"
 #: planner weight dtype -> the table's dtype for dense GEMMs / the attention core's KV cache
-GEMM_DTYPE = {"fp8": "fp8_block", "bf16": "bfloat16", "nvfp4": "fp8_block"}
-KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16", "nvfp4": "fp8"}
+GEMM_DTYPE = {"fp8": "fp8_block", "bf16": "bfloat16", "mxfp4": "fp8_block", "nvfp4": "fp8_block"}
+KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16", "mxfp4": "fp8", "nvfp4": "fp8"}
 DISTS = ("balanced", "power_law_1.01", "power_law_1.2")
 #: range of an extrapolated cell: its time may be this much lower or higher per doubling past the last row
 #: (the rate over the tables' last doubling moved -6% .. +3% for the fused MoE, <= 5% for GEMMs; assumption)

@@ -231,3 +231,23 @@ def test_nothing_fits_rows_say_so(capsys):
     assert len(table) == 5 and all("nothing fits" in ln and " DEP " not in ln for ln in table)
     rows = _plan(capsys, ["--dwdp-size", "7", "--isl", "32768"])["rows"]  # DWDP7 148 GB, DEP7 136 GB
     assert not rows[0]["fits"] and rows[0]["dep_fits"] and rows[0]["speedup_low"] > 1 and rows[0]["verdict"] == "DEP"
+
+
+def test_mxfp4_experts_are_priced_with_their_scale_bytes_and_say_no_table(capsys):
+    """--weight-dtype mxfp4 (issue 24: E8M0 scale per 32 elements, weight_formats.py): the pulled bytes are the
+    mxfp4 expert's (0.5 + 1/32 B per element, below nvfp4's 0.5 + 1/16), the FP4 tensor-core rate prices its GEMM,
+    and with no TensorRT-LLM mxfp4 MoE rows the output says the rows are priced as the engine."""
+    from dwdp_trtllm.models import get_model
+
+    argv = ["--model", "deepseek-r1", "--gpu", "b200", "--dwdp-size", "4", "--isl", "8192", "--mnt", "16384",
+            "--no-bench-results"]
+    mx = _plan(capsys, argv + ["--weight-dtype", "mxfp4"])
+    nv = _plan(capsys, argv + ["--weight-dtype", "nvfp4", "--target", "engine"])
+    spec = get_model("deepseek-r1")
+    ratio = spec.expert_bytes("mxfp4") / spec.expert_bytes("nvfp4")
+    assert ratio == pytest.approx((0.5 + 1 / 32) / (0.5 + 1 / 16), rel=1e-3)
+    assert mx["rows"][0]["fetch_gb"] == pytest.approx(nv["rows"][0]["fetch_gb"] * ratio, rel=1e-3)
+    assert mx["rows"][0]["t_prefetch_us"] < nv["rows"][0]["t_prefetch_us"]
+    assert "no TensorRT-LLM kernel table" in mx["priced_as"] and "mxfp4 experts" in mx["priced_as"]
+    assert main(["plan", *argv, "--weight-dtype", "mxfp4"]) == 0
+    assert "priced: engine (no TensorRT-LLM kernel table for deepseek-r1, mxfp4 experts, on b200)" in capsys.readouterr().out
