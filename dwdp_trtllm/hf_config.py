@@ -44,6 +44,8 @@ JSON_FIELDS = {
     "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "n_group": "n_group",
     "topk_group": "topk_group", "routed_scaling_factor": "routed_scaling_factor", "rms_norm_eps": "rms_eps",
     "rope_theta": "rope_theta",
+    # other families' names for the same fields (model_dims.ALIASES: gpt-oss, Hunyuan, Qwen-style shared experts)
+    "experts_per_token": "top_k", "moe_topk": "top_k", "num_shared_experts": "num_shared_experts",
 }
 
 

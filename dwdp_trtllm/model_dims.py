@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .hf_config import SUPPORTED, read_config_json
-from .models import ModelSpec
+from .hf_config import JSON_FIELDS, SUPPORTED, read_config_json
+from .models import ModelSpec, field_problem
 from .schema import ConfigError
 
 #: config keys that name the same dimension in different families, first match wins
@@ -36,12 +36,31 @@ ENGINE_FAMILIES = ("deepseek", "qwen3_moe", "mixtral", "olmoe")
 QUANT_DTYPES = {"mxfp4": "mxfp4", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
 
 
+def check_bounds(data: dict, file: str) -> None:
+    """Every value of `data` whose key sets a ModelSpec field (hf_config.JSON_FIELDS, rope_parameters.rope_theta
+    included) is within models.FIELD_BOUNDS, the one list every ModelSpec is checked against: also the values a
+    dims-only plan does not use (rope_theta, rms_norm_eps), so a NaN is refused, not planned around."""
+    values = [(k, data[k]) for k in JSON_FIELDS if data.get(k) is not None]
+    rope = data.get("rope_parameters")
+    if isinstance(rope, dict) and rope.get("rope_theta") is not None:
+        values.append(("rope_parameters.rope_theta", rope["rope_theta"]))
+    for key, v in values:
+        problem = field_problem(JSON_FIELDS[key.split(".")[-1]], v)
+        if problem:
+            raise ConfigError(file, key, problem)
+
+
 def _int(data: dict, file: str, key: str, *, lo: int = 1, default: Any = ...) -> int:
+    """An integer key: in FIELD_BOUNDS when it sets a ModelSpec field (check_bounds), and >= `lo` where the
+    structure needs more than the bound (a GQA head_dim, MLA ranks > 0)."""
     if key not in data or data[key] is None:
         if default is ...:
             raise ConfigError(file, key, "required key is missing (a dims-only plan needs it)")
         return default
     v = data[key]
+    problem = field_problem(JSON_FIELDS[key], v) if key in JSON_FIELDS else None
+    if problem:
+        raise ConfigError(file, key, problem)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise ConfigError(file, key, f"expected an integer >= {lo}, got {v!r}")
     return v
@@ -84,6 +103,7 @@ def dims_from_config(data: dict, file: str = "config.json", name: str | None = N
     `file` and the key."""
     if not isinstance(data, dict):
         raise ConfigError(file, "", f"expected a JSON object, got {type(data).__name__}")
+    check_bounds(data, file)
     H = _int(data, file, "hidden_size")
     layers = _int(data, file, "num_hidden_layers")
     E = _alias(data, file, "num_experts")

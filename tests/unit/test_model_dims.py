@@ -100,3 +100,36 @@ def test_plan_bad_model_and_gpu_spec_exit_2(tmp_path, capsys):
     assert main(["plan", "--gpu-spec", str(bad), "--no-bench-results"]) == 2
     err = capsys.readouterr().err
     assert "gpu.yaml" in err and "dense_tflops" in err
+
+
+@pytest.mark.parametrize("key, value, expect", [
+    ("rope_theta", float("nan"), "expected a finite number in [0.001, 1e+12], got nan"),  # was planned, exit 0
+    ("rms_norm_eps", float("inf"), "got inf"),
+    ("n_routed_experts", 10 ** 12, "expected an integer in [1, 65,536], got 1000000000000"),  # was named num_experts
+    ("n_routed_experts", 1e12, "expected an integer in [1, 65,536], got 1000000000000.0"),
+    ("hidden_size", -64, "expected an integer in [1, 131,072], got -64"),
+    ("vocab_size", 1 << 30, "expected an integer in [1, 4,194,304]"),
+    ("experts_per_token", 0, "expected an integer in [1, 1,024], got 0"),  # gpt-oss's name for top_k
+])
+def test_plan_config_json_out_of_bounds_names_file_and_key_exit_2(tmp_path, capsys, key, value, expect):
+    """`dwdp plan --model bad/config.json`: every value checked against models.FIELD_BOUNDS (the list hf_config.py
+    and ModelSpec use), the file and the config.json key named in one line, exit 2."""
+    bad = tmp_path / "bad" / "config.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({**DSV3, key: value}))  # NaN / Infinity as Python's json writes and reads them
+    assert main(["plan", "--model", str(bad), "--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384",
+                 "--no-bench-results", "--json"]) == 2
+    cap = capsys.readouterr()
+    assert not cap.out.strip()
+    err = cap.err.strip()
+    assert str(bad) in err and key in err and expect in err and len(err.splitlines()) == 1, err
+    with pytest.raises(ConfigError) as e:
+        dims_from_config_json(bad)
+    assert e.value.key == key and e.value.file == str(bad)
+
+
+def test_rope_parameters_theta_is_bounded_too(tmp_path):
+    d = {**DSV3, "rope_parameters": {"rope_theta": float("nan"), "rope_type": "default"}}
+    with pytest.raises(ConfigError) as e:
+        dims_from_config(d, "x/config.json")
+    assert e.value.key == "rope_parameters.rope_theta" and "got nan" in str(e.value)
