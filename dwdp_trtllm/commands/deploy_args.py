@@ -12,8 +12,10 @@ from ..schema import ConfigError
 
 
 def add_gpu_args(p, *, what: str = "every rank") -> None:
-    p.add_argument("--gpu", default=mem.DEFAULT_GPU,
-                   help=f"GPU of {what}: its datasheet memory is the budget (default {mem.DEFAULT_GPU})")
+    p.add_argument("--gpu", "--gpu-spec", dest="gpu", default=mem.DEFAULT_GPU, metavar="GPU",
+                   help=f"GPU of {what}: a shipped name (h100 | h200 | b200 | gb200 | mi355x) or a GPU spec file "
+                        f"(YAML, docs/PLANNER.md 'GPU spec files', as `dwdp plan --gpu-spec`); its memory is the "
+                        f"budget (default {mem.DEFAULT_GPU})")
     p.add_argument("--gpu-memory-gb", type=float, default=None,
                    help="usable memory per GPU in GB (1e9 bytes; default: the --gpu datasheet's)")
 

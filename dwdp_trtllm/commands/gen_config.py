@@ -21,7 +21,7 @@ import re
 
 from .. import memory as mem
 from ..config import DwdpConfig
-from ..models import PRESETS
+from ..models import PRESETS, ModelSpec
 from ..node_layout import layout
 from ..out_path import check_out_dir
 from ..schema import ConfigError
@@ -36,11 +36,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("gen-config", help="write TensorRT-LLM YAML for DWDP serving/benchmarking",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=("aggregated", "disaggregated", "bench"), default="disaggregated")
-    p.add_argument("--model", required=True, help="checkpoint path or HF name (written as `model:`)")
-    g = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--model", required=True,
+                   help="checkpoint path or HF name (written as `model:`); a local checkpoint directory or its "
+                        "config.json also gives the model's dims when neither --preset nor --num-experts is given "
+                        "(a config.json file is written as its directory)")
+    g = p.add_mutually_exclusive_group()
     g.add_argument("--num-experts", type=int, help="routed experts per MoE layer (no model dims: give --gen-tp)")
-    g.add_argument("--preset", choices=sorted(PRESETS), help="the model's dims from a dwdp_trtllm.models preset "
-                                                              "(sizes every server's memory)")
+    g.add_argument("--preset", help=f"the model's dims (size every server's memory): a dwdp_trtllm.models preset "
+                                    f"({', '.join(sorted(PRESETS))}) or a config.json / checkpoint directory, dims "
+                                    "only (model_dims.py, as `dwdp plan --model`), any MoE family")
     p.add_argument("--engine", choices=("upstream", "dwdp_trtllm"), default=None,
                    help="default: upstream for --weight-dtype nvfp4, dwdp_trtllm otherwise")
     p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=mem.DEFAULT_WEIGHT_DTYPE)
@@ -79,6 +83,31 @@ BOUNDS = {"--num-experts": 4096, "--dwdp-size": 1024, "--num-groups": 1024, "--n
 _HOSTNAME = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 
 
+def model_spec(args) -> ModelSpec | None:
+    """The dims every server is sized with: --preset (a preset or a config.json), else --model when it is a local
+    checkpoint directory or config.json; None with --num-experts (no dims). Errors name the flag or the file key."""
+    from pathlib import Path
+
+    from ..model_dims import dims_from_config_json, is_config_path
+
+    if args.preset is not None:
+        if args.preset in PRESETS:
+            return PRESETS[args.preset]
+        if not is_config_path(args.preset):
+            raise ConfigError(None, "--preset", f"expected one of {', '.join(sorted(PRESETS))} or a config.json path, "
+                                                f"got {args.preset!r}")
+        return dims_from_config_json(args.preset)
+    if args.num_experts is not None:
+        return None
+    m = Path(args.model)
+    if (m / "config.json").is_file() or (args.model.endswith(".json") and m.is_file()):
+        if m.is_file():  # trtllm-serve takes the checkpoint directory
+            args.model = str(m.parent)
+        return dims_from_config_json(m)
+    raise ConfigError(None, "--preset", "the model's dims are needed: give --preset (a preset or a config.json), "
+                                        f"--num-experts, or --model as a local checkpoint directory (got {args.model!r})")
+
+
 def check_args(args, num_experts: int) -> None:
     """Range checks naming the argument, before anything is built or written."""
     for arg, hi in BOUNDS.items():
@@ -107,7 +136,7 @@ class Sizing:
 
     def lines(self) -> list[str]:
         if self.context is None:
-            return ["memory: not checked (--num-experts gives no model dims; pass --preset)"]
+            return ["memory: not checked (--num-experts gives no model dims; pass --preset, a preset or a config.json)"]
         out = [f"context server (one DWDP rank): {self.context.dwdp.describe()}",
                f"  (DEP at the same size: {self.context.dep.describe()}; {self.context.smallest_line()})"]
         if self.generation is not None:
@@ -122,16 +151,16 @@ class Sizing:
                 "generation": self.generation and self.generation.to_dict()}
 
 
-def size_servers(args, dwdp: DwdpConfig) -> Sizing:
+def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
     """Price every server with memory.rank_memory; ConfigError naming the argument and the numbers if one does not fit."""
     gpu_bytes = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
     disagg = args.mode == "disaggregated"
-    if args.preset is None:
+    if spec is None:
         if disagg and args.gen_tp is None:
             raise ConfigError(None, "--gen-tp", "without --preset there are no model dims to size a generation server: "
                                                 "give --gen-tp (GPUs per generation server) or --preset")
         return Sizing(args.gpu, gpu_bytes, None, args.gen_tp or 1, None)
-    spec, wd, mnt = PRESETS[args.preset], args.weight_dtype, args.max_num_tokens
+    wd, mnt = args.weight_dtype, args.max_num_tokens
     fit = mem.fit_deployment(spec, dwdp, gpu_bytes, weight_dtype=wd, max_num_tokens=mnt)
     if not fit.fits:
         raise ConfigError(None, "--dwdp-size", f"a context server that fits {args.gpu} ({gpu_bytes / mem.GB:g} GB): "
@@ -161,14 +190,25 @@ def size_servers(args, dwdp: DwdpConfig) -> Sizing:
 def run(args) -> int:
     from ..integration import gen_config as gc
 
-    num_experts = args.num_experts if args.num_experts is not None else PRESETS[args.preset].num_experts
+    from ..model_dims import dims_only_reason
+
+    spec = model_spec(args)
+    num_experts = args.num_experts if spec is None else spec.num_experts
     check_args(args, num_experts)
     size = args.dwdp_size
     if size is None:  # the default every deployment command shares (memory.default_dwdp_size); no dims: 4
-        size = 4 if args.preset is None else mem.default_dwdp_size(
-            PRESETS[args.preset], gpu_budget_bytes(args.gpu, args.gpu_memory_gb), weight_dtype=args.weight_dtype,
+        size = 4 if spec is None else mem.default_dwdp_size(
+            spec, gpu_budget_bytes(args.gpu, args.gpu_memory_gb), weight_dtype=args.weight_dtype,
             max_num_tokens=args.max_num_tokens)
-    engine = args.engine or ("upstream" if args.weight_dtype == "nvfp4" else "dwdp_trtllm")
+    dims_only = spec and dims_only_reason(spec)  # a family the embedded engine does not run
+    engine = args.engine or ("upstream" if args.weight_dtype == "nvfp4" or dims_only else "dwdp_trtllm")
+    if engine == "dwdp_trtllm" and dims_only:
+        raise ConfigError(None, "--engine", f"dwdp_trtllm cannot serve it: {dims_only}; use --engine upstream "
+                                            "(NVFP4 only)")
+    if dims_only and args.weight_dtype != "nvfp4":  # upstream DWDP runs NVFP4 only (integration/gen_config.py)
+        raise ConfigError(None, "--weight-dtype", f"no engine serves it with {args.weight_dtype}: {dims_only}, and "
+                                                  "upstream DWDP runs only NVFP4; use --weight-dtype nvfp4 (`dwdp plan` "
+                                                  "and plan-placement price it in any dtype)")
     dwdp_kw = dict(dwdp_size=size, num_groups=args.num_groups, num_experts_per_worker=args.num_experts_per_worker,
                    num_prefetch_experts=args.num_prefetch_experts, contention_opt=not args.no_contention_opt)
     if engine == "dwdp_trtllm":
@@ -180,14 +220,14 @@ def run(args) -> int:
         dwdp = DwdpConfig(**dwdp_kw)
         dwdp.validate_for(num_experts, None, prefix="")
     except ConfigError as e:
-        src = "--num-experts" if args.num_experts is not None else f"--preset {args.preset}"
+        src = "--num-experts" if args.num_experts is not None else f"--preset {args.preset or args.model}"
         raise ConfigError(None, "--" + e.key.replace("_", "-"), e.expected.replace(
             "the model's", f"the model's ({src})")) from None
     # engine / dtype / mode combinations are refused before any sizing
     early = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, weight_dtype=args.weight_dtype)
     if args.mode != "disaggregated":
         gc.aggregated(early, args.mode)
-    sizing = size_servers(args, dwdp)
+    sizing = size_servers(args, dwdp, spec)
     ctx_servers = args.ctx_servers or dwdp.world_size
     if args.mode == "disaggregated":
         servers = [("context", 1)] * ctx_servers + [("generation", sizing.gen_tp)] * args.gen_servers

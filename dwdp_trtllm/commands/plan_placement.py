@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import MAX_TOKENS, DwdpConfig, ModelConfig
 from .. import memory as mem
-from ..models import PRESETS
+from ..models import PRESETS, ModelSpec
 from ..placement import compact_ranges, make_placement
 from ..schema import ConfigError, from_dict, load_yaml
 from .deploy_args import add_gpu_args, gpu_budget_bytes
@@ -34,7 +34,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="YAML with a dwdp: (or dwdp_config:) section and optionally a model: section; "
                                     "flags given explicitly override it")
-    p.add_argument("--model", choices=sorted(PRESETS), help="model preset (default: the config's, else deepseek-r1)")
+    p.add_argument("--model", help=f"model preset ({', '.join(sorted(PRESETS))}; default: the config's, else "
+                                   f"{mem.DEFAULT_MODEL}), or a checkpoint's config.json / directory: its dimensions "
+                                   "only (model_dims.py, as `dwdp plan --model`), any MoE family")
     p.add_argument("--num-layers", type=int, help="truncate the model to this many layers")
     p.add_argument("--dwdp-size", type=int, help="ranks in the DWDP group (G; default: the config's, else the smallest "
                                                  "power of two whose ranks fit the GPU, as `dwdp plan` and gen-config)")
@@ -60,10 +62,30 @@ def _dwdp_section(data: dict) -> tuple[Any, str]:
     return data, ""  # the DwdpConfig fields at the top level
 
 
+def _dims_only(args: argparse.Namespace) -> ModelSpec | None:
+    """--model as a config.json path: the dims-only spec (model_dims.py, the reader `dwdp plan` uses), truncated by
+    --num-layers; None for a preset. An unknown name is refused naming --model."""
+    from ..model_dims import dims_from_config_json, is_config_path
+
+    if args.model is None or args.model in PRESETS:
+        return None
+    if not is_config_path(args.model):
+        raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))} or a config.json path, "
+                                           f"got {args.model!r}")
+    spec = dims_from_config_json(args.model)  # ConfigError names the file and key
+    if args.num_layers is None:
+        return spec
+    if not 1 <= args.num_layers <= spec.num_layers:
+        raise ConfigError(None, "--num-layers", f"expected an integer in [1, {spec.num_layers}] ({args.model}'s "
+                                                f"layers), got {args.num_layers}")
+    return spec.truncated(args.num_layers)
+
+
 def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DTYPE,
-          gpu_bytes: int | None = None) -> tuple[ModelConfig, DwdpConfig]:
-    """The model and DwdpConfig: the --config file's, flags on top; a group size given by neither is
-    memory.default_dwdp_size (priced for `weight_dtype` on `gpu_bytes`), the default every deployment command shares."""
+          gpu_bytes: int | None = None) -> tuple[ModelSpec, DwdpConfig]:
+    """The model's spec and the DwdpConfig: the --config file's, flags on top (--model a preset or a config.json);
+    a group size given by neither is memory.default_dwdp_size (priced for `weight_dtype` on `gpu_bytes`), the
+    default every deployment command shares."""
     file = args.config
     prefix = ""
     dwdp_data: dict = {}
@@ -77,7 +99,8 @@ def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DT
         size_given = size_given or (isinstance(section, dict) and "dwdp_size" in section)
         if "model" in data:
             model_cfg = from_dict(ModelConfig, data["model"], file=file, prefix="model")
-    if args.model is not None or args.num_layers is not None:
+    dims = _dims_only(args)
+    if dims is None and (args.model is not None or args.num_layers is not None):
         try:
             model_cfg = ModelConfig(preset=args.model or model_cfg.preset,
                                     num_layers=args.num_layers if args.num_layers is not None else model_cfg.num_layers,
@@ -89,14 +112,14 @@ def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DT
         if flag and value is not None:
             dwdp_data[name] = value
     if not size_given and gpu_bytes is not None:
-        dwdp_data["dwdp_size"] = mem.default_dwdp_size(model_cfg.spec(), gpu_bytes, weight_dtype=weight_dtype,
+        dwdp_data["dwdp_size"] = mem.default_dwdp_size(dims or model_cfg.spec(), gpu_bytes, weight_dtype=weight_dtype,
                                                        max_num_tokens=args.max_num_tokens)
     try:
         cfg = DwdpConfig(**dwdp_data)
     except ConfigError as e:
         flag = _FLAGS.get(e.key) if e.key in _FLAGS and getattr(args, e.key, None) is not None else None
         raise ConfigError(None if flag else file, flag or (f"{prefix}.{e.key}" if prefix else e.key), e.expected) from None
-    spec = model_cfg.spec()
+    spec = dims or model_cfg.spec()
     try:
         cfg.validate_for(spec.num_experts, file=file, prefix=prefix, num_moe_layers=spec.num_moe_layers)
     except ConfigError as e:
@@ -104,13 +127,12 @@ def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DT
         if flag and getattr(args, e.key.split(".")[-1], None) is not None:
             raise ConfigError(None, flag, e.expected) from None
         raise
-    return model_cfg, cfg
+    return spec, cfg
 
 
-def build_report(model_cfg: ModelConfig, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
+def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
                  gpu_memory_bytes: int) -> dict:
     """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict)."""
-    spec = model_cfg.spec()
     placements = {pol: make_placement(dataclasses.replace(cfg, source_policy=pol), spec.num_experts)
                   for pol in ("lowest_rank", "balanced")}
     placement = placements[cfg.source_policy]
@@ -202,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(None, "--max-num-tokens", f"expected an integer in [1, {MAX_TOKENS:,}], got {args.max_num_tokens}")
     gpu = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
     wd = _weight_dtype(args) or mem.DEFAULT_WEIGHT_DTYPE
-    model_cfg, cfg = _load(args, weight_dtype=wd, gpu_bytes=gpu)
-    rep = build_report(model_cfg, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
+    spec, cfg = _load(args, weight_dtype=wd, gpu_bytes=gpu)
+    rep = build_report(spec, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:

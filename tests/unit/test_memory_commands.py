@@ -3,6 +3,7 @@ part, for DWDP and DEP (their JSON outputs through cli.main, not the function), 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,37 +26,105 @@ def _plan_rows(doc):
 
 @pytest.mark.parametrize("model,wd,g,gpu", CASES)
 def test_plan_plan_placement_and_gen_config_agree_part_by_part(tmp_path, capsys, model, wd, g, gpu):
-    rc, place, _ = _json(capsys, ["plan-placement", "--model", model, "--weight-dtype", wd, "--dwdp-size", str(g),
-                                  "--gpu", gpu, "--max-num-tokens", "16384", "--json"])
-    dwdp, dep = place["memory"]["dwdp"], place["memory"]["dep"]
-    assert rc == (0 if dwdp["fits"] else 1) and dwdp["unit"] == dep["unit"] == "GB"
-    assert dwdp["gpu_gb"] == {"h100": 80, "h200": 141}[gpu]
+    _agree(tmp_path, capsys, wd, g, gpu, plan=["--model", model], place=["--model", model], gen=["--preset", model])
 
-    rc, plan, _ = _json(capsys, ["plan", "--model", model, "--weight-dtype", wd, "--dwdp-size", str(g), "--gpu", gpu,
-                                 "--isl", "8192", "--mnt", "16384", "--no-bench-results", "--json"])
+
+def _agree(tmp_path, capsys, wd, g, gpu, *, plan, place, gen, gpu_name=None):
+    """plan-placement's memory (DWDP and DEP, part by part) is plan's row and gen-config's context servers'."""
+    gpu_name = gpu_name or gpu
+    rc, placed, _ = _json(capsys, ["plan-placement", *place, "--weight-dtype", wd, "--dwdp-size", str(g),
+                                   "--gpu", gpu, "--max-num-tokens", "16384", "--json"])
+    dwdp, dep = placed["memory"]["dwdp"], placed["memory"]["dep"]
+    assert rc == (0 if dwdp["fits"] else 1) and dwdp["unit"] == dep["unit"] == "GB"
+    assert dwdp["gpu_gb"] == {"h100": 80, "h200": 141}[gpu_name]
+
+    rc, planned, _ = _json(capsys, ["plan", *plan, "--weight-dtype", wd, "--dwdp-size", str(g), "--gpu", gpu_name,
+                                    "--isl", "8192", "--mnt", "16384", "--no-bench-results", "--json"])
     assert rc == 0
-    (row,) = _plan_rows(plan)
+    (row,) = _plan_rows(planned)
     for p, label in PARTS.items():
         assert row["memory_parts_gb"][label] == pytest.approx(dwdp[f"{p}_gb"], abs=1e-3), (p, "dwdp")
         assert row["memory_dep_parts_gb"][label] == pytest.approx(dep[f"{p}_gb"], abs=1e-3), (p, "dep")
     assert row["memory_per_rank_gb"] == pytest.approx(dwdp["total_gb"], abs=1e-6)
     assert row["memory_dep_gb"] == pytest.approx(dep["total_gb"], abs=1e-6)
     assert row["fits"] == dwdp["fits"]
-    sm = place["memory"]["smallest_fitting"]
+    sm = placed["memory"]["smallest_fitting"]
     assert (row["smallest_fitting_dwdp_size"], row["smallest_fitting_dep_size"]) == (sm["dwdp"], sm["dep"])
 
-    rc, gen, err = _json(capsys, ["gen-config", "--preset", model, "--weight-dtype", wd, "--dwdp-size", str(g),
-                                  "--gpu", gpu, "--model", "m", "--out", str(tmp_path / "o"), "--json"])
+    if gen is None:
+        return None
+    rc, gened, err = _json(capsys, ["gen-config", *gen, "--weight-dtype", wd, "--dwdp-size", str(g),
+                                    "--gpu", gpu, "--out", str(tmp_path / "o"), "--json"] + (
+                               [] if "--model" in gen else ["--model", "m"]))
     if not dwdp["fits"]:  # refused, naming the same total; nothing written
         assert rc == 2 and f"DWDP{g} per rank {dwdp['total_gb']:.1f} GB of {dwdp['gpu_gb']:.1f} GB" in err
         assert not (tmp_path / "o").exists()
         return
     assert rc == 0, err
     for key, want in (("context_dwdp", dwdp), ("context_dep_alternative", dep)):
-        got = gen["memory"][key]
+        got = gened["memory"][key]
         for p in PARTS:
             assert got[f"{p}_gb"] == want[f"{p}_gb"], (key, p)
         assert got["total_gb"] == want["total_gb"]
+    return gened
+
+
+DIMS = Path(__file__).resolve().parents[2] / "dwdp_trtllm" / "data" / "models"
+
+
+@pytest.mark.parametrize("dims", ["gpt-oss-120b.json", "glm-4.5.json"])
+@pytest.mark.parametrize("wd,g", [("bf16", 8), ("fp8", 4), ("fp8", 8), ("nvfp4", 4)])
+def test_dims_only_families_agree_part_by_part(tmp_path, capsys, dims, wd, g):
+    """A family the engine cannot run (gpt_oss, glm4_moe), from its config.json dims (model_dims.py): plan,
+    plan-placement (--model FILE) and gen-config (--preset FILE) give one memory answer on h200."""
+    f = str(DIMS / dims)
+    served = wd == "nvfp4"  # the embedded engine does not run these families; upstream DWDP runs NVFP4 only
+    gen = _agree(tmp_path, capsys, wd, g, "h200", plan=["--model", f], place=["--model", f],
+                 gen=["--preset", f] if served else None)
+    if gen is not None:
+        assert gen["engine"] == "upstream"
+    if not served:  # refused in one line naming --weight-dtype, nothing written
+        rc, _, err = _json(capsys, ["gen-config", "--preset", f, "--model", "m", "--weight-dtype", wd, "--out",
+                                    str(tmp_path / "o")])
+        assert rc == 2 and "--weight-dtype" in err and "NVFP4" in err and not (tmp_path / "o").exists(), err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_checkpoint_directory_and_gpu_spec_file(tmp_path, capsys):
+    """gen-config --model DIR (its config.json gives the dims, the directory is written as model:) and --gpu as a GPU
+    spec file (plan-placement, gen-config; --gpu-spec the alias): the same answer as the shipped name."""
+    ckpt = tmp_path / "glm"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text((DIMS / "glm-4.5.json").read_text())
+    spec = str(Path(__file__).resolve().parents[2] / "dwdp_trtllm" / "data" / "gpus" / "h200.yaml")
+    gen = _agree(tmp_path, capsys, "nvfp4", 8, spec, gpu_name="h200", plan=["--model", str(ckpt)],
+                 place=["--model", str(ckpt / "config.json")], gen=["--model", str(ckpt)])
+    assert gen is not None and gen["memory"]["gpu_gb"] == 141
+    rc, placed, err = _json(capsys, ["plan-placement", "--model", str(ckpt), "--dwdp-size", "8", "--gpu-spec", spec,
+                                     "--json"])
+    assert rc == 0 and placed["memory"]["dwdp"]["gpu_gb"] == 141, err
+    assert yaml_model(tmp_path / "o") == str(ckpt)
+
+
+def yaml_model(out: Path) -> str:
+    import yaml
+
+    (f,) = [p for p in out.glob("*.yaml") if p.name != "dwdp.yaml" and "proxy" not in p.name]
+    return yaml.safe_load(f.read_text())["model"]
+
+
+def test_unknown_model_names_the_flag(tmp_path, capsys):
+    assert cli.main(["plan-placement", "--model", "nonesuch", "--json"]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert cli.main(["gen-config", "--preset", "nonesuch", "--model", "m", "--out", str(tmp_path / "o")]) == 2
+    assert "--preset" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads((DIMS / "glm-4.5.json").read_text()), "rope_theta": float("nan")}))
+    for argv in (["plan-placement", "--model", str(bad)], ["gen-config", "--preset", str(bad), "--model", "m",
+                                                           "--out", str(tmp_path / "o")]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "bad.json" in err and "rope_theta" in err and "got nan" in err, err
 
 
 def test_nothing_fits_4xh200_r1_fp8_names_the_gpu_count_per_mode(capsys):
