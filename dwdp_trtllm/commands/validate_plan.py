@@ -45,8 +45,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("validate-plan", help="compare the planner's prediction with a dwdp bench results.json",
                               description=__doc__)
     p.add_argument("results", nargs="+", help="results.json written by dwdp bench (several: each validated on its own)")
-    p.add_argument("--gpu", default=None, help="hardware to predict with: h100 | h200 | b200 | gb200 (default: the GPU "
-                                              "the results were measured on; another one is refused)")
+    p.add_argument("--gpu", "--gpu-spec", dest="gpu", default=None, metavar="GPU",
+                   help="hardware to predict with: h100 | h200 | b200 | gb200 | mi355x or a GPU spec file (YAML, "
+                        "docs/PLANNER.md 'GPU spec files'; its name is matched with the device the results name) "
+                        "(default: the GPU the results were measured on; another one is refused)")
     p.add_argument("--allow-other-device", action="store_true",
                    help="compare runs measured on another device (the CPU, another GPU) with the --gpu prediction anyway")
     p.add_argument("--calibration", action="append", default=None,
@@ -124,7 +126,7 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
         notes.append(f"{ranks} ranks shared {gpus} GPU(s): measured times include time-slicing the planner does not model")
     wl = cfg.get("workload") or {}
     spec = PlanSpec(
-        model=model, gpu=get_gpu(args.gpu), weight_dtype=dtype, dwdp_sizes=(G,), isls=(int(wl.get("isl", 256)),),
+        model=model, gpu=getattr(args, "gpu_file_spec", None) or get_gpu(args.gpu), weight_dtype=dtype, dwdp_sizes=(G,), isls=(int(wl.get("isl", 256)),),
         batch=None, mnt=int(wl.get("max_num_tokens", 1024)), isl_dist=wl.get("isl_dist", "uniform_ratio"),
         isl_ratio=float(wl.get("isl_ratio", 0.8)), isl_cv=float(wl.get("isl_cv", 0.0)),
         imbalance_cv=float(wl.get("imbalance_cv", 0.0)), redundant_experts=(red,), slice_bytes=(slice_bytes,),
@@ -245,11 +247,14 @@ def _fmt(x: float) -> str:
 def run(args) -> int:
     from rich.table import Table
 
-    from ..perf.hardware import GPUS
+    from ..perf.hardware import GPUS, is_spec_path, load_gpu_spec
     from .plan import DEFAULT_BENCH_DIR, console
 
-    if args.gpu is not None and args.gpu.lower() not in GPUS:
-        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)}, got {args.gpu!r}")
+    if args.gpu is not None and is_spec_path(args.gpu):  # a spec file: its name is the device to match and calibrate
+        args.gpu_file_spec = load_gpu_spec(args.gpu)  # ConfigError naming the file and key
+        args.gpu = args.gpu_file_spec.name
+    elif args.gpu is not None and args.gpu.lower() not in GPUS:
+        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} or a GPU spec file (.yaml), got {args.gpu!r}")
     if args.samples < 1:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")
     if args.interference is not None and not (math.isfinite(args.interference) and args.interference >= 1):

@@ -81,3 +81,33 @@ def test_calibration_is_one_line_before_the_table_unless_verbose(tmp_path, capsy
     cal = [ln for ln in out[:out.find("rel. error")].splitlines() if ln.startswith("calibration: ")]
     assert len(cal) > 1 and any("not used: campaign engine_floor_2026-12-03b" in ln for ln in cal), cal
     assert not any(str(bench) in ln or str(tmp_path) in ln for ln in cal), cal
+
+
+def test_gpu_takes_a_spec_file_matched_by_its_name(tmp_path, capsys):
+    """--gpu FILE (or --gpu-spec FILE) as `dwdp plan --gpu-spec`: the shipped h200.yaml predicts as --gpu h200, and an
+    accelerator the planner does not ship is validated against the device its results name."""
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "dwdp_trtllm" / "data" / "gpus" / "h200.yaml"
+    path = _results(tmp_path, "cuda", "NVIDIA H200")
+    assert main(["validate-plan", path, "--no-bench-results", "--gpu", "h200", "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert main(["validate-plan", path, "--no-bench-results", "--gpu-spec", str(shipped), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == want
+
+    acme = tmp_path / "x200.yaml"
+    acme.write_text(shipped.read_text().replace("name: h200", "name: x200"))
+    (tmp_path / "acme").mkdir()
+    acme_results = _results(tmp_path / "acme", "cuda", "Acme X200")
+    assert main(["validate-plan", acme_results, "--no-bench-results", "--gpu", str(acme), "--json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)
+    (run,) = got["runs"]
+    assert run["config"]["gpu"] == "x200"
+    assert [c["predicted"] for c in run["comparisons"]] == [c["predicted"] for c in want[0]["runs"][0]["comparisons"]]
+    # ... and refused when the results name another device
+    assert main(["validate-plan", path, "--no-bench-results", "--gpu", str(acme)]) == 2
+    assert "measured on NVIDIA H200, but the prediction is for x200" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmemory_gb: 80\n")
+    assert main(["validate-plan", path, "--no-bench-results", "--gpu", str(bad)]) == 2
+    assert "bad.yaml" in capsys.readouterr().err
