@@ -5,7 +5,9 @@ implement. The planner needs less: the dimensions that set FLOPs, bytes and copy
 those, from every family whose config.json names them (DeepSeek-V2/V3/R1, Qwen3-MoE, Mixtral, OLMoE, gpt-oss,
 GLM-4.5 / glm4_moe, and any config using the same key names), and ignores the rest (rope, norms, sliding windows,
 biases, activation clamps). The spec it returns has `family` set to the config's model_type, and
-`dims_only_reason(spec)` says why the engine cannot run it; `dwdp plan --model path/config.json` uses it.
+`dims_only_reason(spec)` says why the engine cannot run it. `dwdp plan --model`, `dwdp plan-placement --model` and
+`dwdp gen-config --preset` (or --model DIR) read a config.json through it, so every command prices the same spec.
+Every value whose key sets a ModelSpec field is checked against models.FIELD_BOUNDS (check_bounds), the one list.
 
 What dims-only leaves out, per family (the planner prices full causal attention over every layer):
   gpt_oss   alternate layers use a 128-token sliding window (their attention core is over-priced at long ISL),
