@@ -31,3 +31,10 @@ def gpu_budget_bytes(gpu: str = mem.DEFAULT_GPU, gpu_memory_gb: float | None = N
         return int(get_gpu(gpu).memory_gb * mem.GB)
     except ValueError as e:
         raise ConfigError(None, "--gpu", str(e)) from None
+
+
+def gpu_label(gpu: str) -> str:
+    """The GPU's name as the outputs show it: a shipped name as given, a spec file by the name it declares."""
+    from ..perf.hardware import get_gpu, is_spec_path
+
+    return get_gpu(gpu).name if is_spec_path(gpu) else gpu

@@ -26,7 +26,7 @@ from ..node_layout import layout
 from ..out_path import check_out_dir
 from ..schema import ConfigError
 from . import gen_config_files as files
-from .deploy_args import add_gpu_args, gpu_budget_bytes
+from .deploy_args import add_gpu_args, gpu_budget_bytes, gpu_label
 
 #: TensorRT-LLM's max_num_tokens when a server's YAML gives none (llm_args.py BaseLlmArgs.max_num_tokens)
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
@@ -153,20 +153,20 @@ class Sizing:
 
 def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
     """Price every server with memory.rank_memory; ConfigError naming the argument and the numbers if one does not fit."""
-    gpu_bytes = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
+    gpu_bytes, name = gpu_budget_bytes(args.gpu, args.gpu_memory_gb), gpu_label(args.gpu)
     disagg = args.mode == "disaggregated"
     if spec is None:
         if disagg and args.gen_tp is None:
             raise ConfigError(None, "--gen-tp", "without --preset there are no model dims to size a generation server: "
                                                 "give --gen-tp (GPUs per generation server) or --preset")
-        return Sizing(args.gpu, gpu_bytes, None, args.gen_tp or 1, None)
+        return Sizing(name, gpu_bytes, None, args.gen_tp or 1, None)
     wd, mnt = args.weight_dtype, args.max_num_tokens
     fit = mem.fit_deployment(spec, dwdp, gpu_bytes, weight_dtype=wd, max_num_tokens=mnt)
     if not fit.fits:
-        raise ConfigError(None, "--dwdp-size", f"a context server that fits {args.gpu} ({gpu_bytes / mem.GB:g} GB): "
+        raise ConfigError(None, "--dwdp-size", f"a context server that fits {name} ({gpu_bytes / mem.GB:g} GB): "
                                                f"{fit.dwdp.describe()}; {fit.smallest_line()}")
     if not disagg:
-        return Sizing(args.gpu, gpu_bytes, fit, 0, None)
+        return Sizing(name, gpu_bytes, fit, 0, None)
     gen_mnt = args.gen_max_num_tokens or TRTLLM_DEFAULT_MAX_NUM_TOKENS
 
     def gen(tp: int) -> mem.RankMemory:
@@ -176,14 +176,14 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
         g = gen(args.gen_tp)
         if not g.fits:
             smallest = next((t for t in (1, 2, 4, 8, 16, 32, 64) if gen(t).fits), None)
-            raise ConfigError(None, "--gen-tp", f"a generation server whose ranks fit {args.gpu} "
+            raise ConfigError(None, "--gen-tp", f"a generation server whose ranks fit {name} "
                                                 f"({gpu_bytes / mem.GB:g} GB): {g.describe()}; "
                               + (f"--gen-tp {smallest} fits" if smallest else "no --gen-tp up to 64 fits"))
-        return Sizing(args.gpu, gpu_bytes, fit, args.gen_tp, g)
+        return Sizing(name, gpu_bytes, fit, args.gen_tp, g)
     for tp in (1, 2, 4, 8, 16, 32, 64):
         if gen(tp).fits:
-            return Sizing(args.gpu, gpu_bytes, fit, tp, gen(tp))
-    raise ConfigError(None, "--gen-tp", f"a generation server that fits {args.gpu}: {gen(64).describe()}, "
+            return Sizing(name, gpu_bytes, fit, tp, gen(tp))
+    raise ConfigError(None, "--gen-tp", f"a generation server that fits {name}: {gen(64).describe()}, "
                                         "and no smaller power of two fits either")
 
 
@@ -253,7 +253,7 @@ def run(args) -> int:
     head = (f"{nodes.summary()}: " + (f"{ctx_servers} context servers (DWDP{dwdp.dwdp_size}{groups}, 1 GPU each) + {gens} "
             f"of {sizing.gen_tp} GPU{'s' * (sizing.gen_tp > 1)}" if args.mode == "disaggregated"
             else f"one {args.mode} server of {dwdp.world_size} GPUs (DWDP{dwdp.dwdp_size}{groups})")
-            + f", {args.gpu}, {args.gpus_per_node} GPUs per node")
+            + f", {sizing.gpu}, {args.gpus_per_node} GPUs per node")
     if args.json:
         print(json.dumps({"summary": head, "args": files.argv_of(args), "num_gpus": nodes.num_gpus, "num_nodes": nodes.num_nodes, "hosts": list(hosts),
                           "engine": engine, "gen_tp": sizing.gen_tp, "memory": sizing.to_dict(),

@@ -99,7 +99,8 @@ def test_checkpoint_directory_and_gpu_spec_file(tmp_path, capsys):
     spec = str(Path(__file__).resolve().parents[2] / "dwdp_trtllm" / "data" / "gpus" / "h200.yaml")
     gen = _agree(tmp_path, capsys, "nvfp4", 8, spec, gpu_name="h200", plan=["--model", str(ckpt)],
                  place=["--model", str(ckpt / "config.json")], gen=["--model", str(ckpt)])
-    assert gen is not None and gen["memory"]["gpu_gb"] == 141
+    assert gen is not None and gen["memory"]["gpu_gb"] == 141 and gen["memory"]["gpu"] == "h200"
+    assert gen["summary"].endswith(", h200, 8 GPUs per node")
     rc, placed, err = _json(capsys, ["plan-placement", "--model", str(ckpt), "--dwdp-size", "8", "--gpu-spec", spec,
                                      "--json"])
     assert rc == 0 and placed["memory"]["dwdp"]["gpu_gb"] == 141, err
