@@ -14,6 +14,9 @@ from ..models import PRESETS
 from ..schema import ConfigError
 from .plan_output import console  # noqa: F401 (validate-plan's table uses it)
 
+#: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
+DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
+
 #: our measured results, found beside the package (a source checkout), never relative to the working directory
 DEFAULT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
 #: the engine calibration `dwdp plan --target engine` uses by default: package data (a copy of one floor campaign,
@@ -69,7 +72,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--gpu-memory-gb", type=float, default=None,
                    help="usable memory per GPU in GB (1e9 bytes; default: the datasheet's)")
     g.add_argument("--weight-dtype", default=mem.DEFAULT_WEIGHT_DTYPE, help="routed-expert weights: bf16 | fp8 | mxfp4 | nvfp4, scales included (default fp8)")
-    g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 (default fp8)")
+    g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 | nvfp4 (default fp8)")
+    g.add_argument("--dep-comm", default=None, choices=DEP_COMMS,
+                   help="DEP's dispatch/combine path (TensorRT-LLM's fused_moe/communication strategies): "
+                        "allgather_reducescatter (AllGatherReduceScatter, NCCL), alltoall (NVLinkOneSided) or deepep (DeepEP "
+                        "high-throughput). "
+                        "Default: what TensorRT-LLM auto-selects on the GPU (alltoall where MNNVL exists: gb200; "
+                        "else allgather_reducescatter), alltoall for --target engine (docs/PLANNER.md)")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")
@@ -179,7 +188,7 @@ def build_spec(args, *, gpu_name: str | None = None):
         raise ConfigError(None, "--num-layers", f"expected an integer in [1, {layers}] ({args.model}'s layers), "
                                                 f"got {args.num_layers}")
     for name, val, choices in (("--weight-dtype", args.weight_dtype, ("bf16", "fp8", "mxfp4", "nvfp4")),
-                               ("--dispatch-dtype", args.dispatch_dtype, ("bf16", "fp8")),
+                               ("--dispatch-dtype", args.dispatch_dtype, ("bf16", "fp8", "nvfp4")),
                                ("--isl-dist", args.isl_dist, ("fixed", "uniform_ratio", "normal"))):
         if val not in choices:
             raise ConfigError(None, name, f"expected one of {', '.join(choices)}, got {val!r}")
@@ -214,7 +223,7 @@ def build_spec(args, *, gpu_name: str | None = None):
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
         a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
-        samples=args.samples, seed=args.seed)
+        samples=args.samples, seed=args.seed, dep_comm=getattr(args, "dep_comm", None))
     check_candidates(spec)
     return spec
 

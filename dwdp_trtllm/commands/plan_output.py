@@ -43,11 +43,12 @@ def rel_to_root(text: str, root: Path | None) -> str:
 _rel = rel_to_root
 
 
-def describe_pricing(spec) -> str:
+def describe_pricing(spec, rows=()) -> str:
+    """The target and its tables, then DEP's communication path as the rows priced it (--dep-comm)."""
     t = spec.tables
-    if t is not None:
-        return f"trtllm: {t.describe(spec.weight_dtype)}; peer copy: the project's model"
-    return spec.priced_as
+    head = f"trtllm: {t.describe(spec.weight_dtype)}; peer copy: the project's model" if t is not None else spec.priced_as
+    comms = list(dict.fromkeys(r.dep_comm for r in rows if r.dep_comm))
+    return head + "".join(f"; DEP communication {c}" for c in comms) if comms else f"{head}; DEP communication {spec.dep_comm_path}"
 
 
 def interference_line(spec) -> str:
@@ -65,7 +66,7 @@ def calibration_notes(spec) -> tuple[str, ...]:
 
 def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
     from ..memory import UNIT
-    return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec), "memory_unit": UNIT,
+    return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": spec.dep_comm_path, "memory_unit": UNIT,
             "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [_rel(x, root) for x in spec.calibration.sources],
             "calibration_notes": [_rel(x, root) for x in calibration_notes(spec)],
@@ -108,13 +109,13 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
         ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
         cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_bytes(r.slice_bytes)] if multi else []) + [
             str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
-            _ms(r.t_all2all_us) + ("†" if any("reduce" in k for k in ex) else ""), _ms(r.t_sync_us),
+            _ms(r.t_all2all_us) + ("†" if "DEP communication" in ex else ""), _ms(r.t_sync_us),
             _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio,
             f"{r.speedup_low:.2f}-{r.speedup_high:.2f}", r.verdict, _tok(r.break_even_tokens)]
         t.add_row(*cells)
     con.print(t)
     con.print(LEGEND)
-    con.print(f"priced: {describe_pricing(spec)}")
+    con.print(f"priced: {describe_pricing(spec, rows)}")
     srcs = [_rel(x, root) for x in spec.calibration.sources]
     src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"
     con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")

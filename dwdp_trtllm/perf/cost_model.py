@@ -17,7 +17,8 @@ MoE layer, one rank with T tokens in a group of G ranks (E experts, top-k, hidde
   experts     DWDP: 6*H*I*k*T over all E experts (reads E experts' weights)
               DEP:  6*H*I*k*T_group/G over E/G experts (routing assumed balanced over experts)
   all-to-all  DEP only: dispatch T*k*(G-1)/G tokens of H (FP8 or BF16), combine the same in BF16
-              (a2a_dedup: T * E[distinct remote ranks among the top-k] instead of T*k*(G-1)/G)
+              (a2a_dedup: T * E[distinct remote ranks among the top-k] instead of T*k*(G-1)/G);
+              --dep-comm allgather_reducescatter instead: gather the other ranks' T of H and reduce-scatter back, BF16
   prefetch    DWDP only: the experts a rank lacks, pulled over NVLink, x contention slowdown
 """
 from __future__ import annotations
@@ -44,6 +45,8 @@ _CAL_TOKENS_PER_ROW_PER_EXPERT = 256 / 8
 DENSE_DTYPE_FOR = {"bf16": "bf16", "fp8": "fp8", "mxfp4": "fp8", "nvfp4": "fp8"}
 #: bytes per element without scales (roofline traffic; an expert's stored bytes with scales: ModelSpec.expert_bytes)
 DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 0.5, "nvfp4": 0.5}
+#: bytes per dispatched element: NVFP4 post-quant dispatch carries an FP8 scale per 16 (weight_formats.NVFP4_GROUP)
+DISPATCH_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class CostParams:
 
     gpu: GpuSpec
     weight_dtype: str = "fp8"  # routed experts: bf16 | fp8 | mxfp4 | nvfp4
-    dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 (combine is always BF16)
+    dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 | nvfp4 (combine is always BF16)
     interference: float | None = None  # compute slowdown while copies run; None: calibration or 1.15
     a2a_dedup: bool = False  # DeepEP-style: a token goes once to each remote *rank* holding any of its top-k
     calibration: Calibration = field(default_factory=Calibration)
@@ -60,8 +63,8 @@ class CostParams:
     def __post_init__(self) -> None:
         if self.weight_dtype not in DTYPE_BYTES:
             raise ValueError(f"weight_dtype {self.weight_dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
-        if self.dispatch_dtype not in ("bf16", "fp8"):
-            raise ValueError(f"dispatch_dtype {self.dispatch_dtype!r}: expected bf16 or fp8")
+        if self.dispatch_dtype not in DISPATCH_BYTES:
+            raise ValueError(f"dispatch_dtype {self.dispatch_dtype!r}: expected one of {', '.join(DISPATCH_BYTES)}")
 
     @property
     def dense_dtype(self) -> str:
@@ -226,8 +229,20 @@ def all_to_all_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):
     send = tokens_SR * k * remote * H  # elements each rank sends (dispatch) / receives back (combine)
     recv = (tokens_SR.sum(-1, keepdims=True) - tokens_SR) * k / group * H
     vol = np.maximum(send, recv).max(-1)
-    nbytes = vol * (DTYPE_BYTES[p.dispatch_dtype] + 2.0)  # dispatch in FP8/BF16, combine in BF16
+    nbytes = vol * (DISPATCH_BYTES[p.dispatch_dtype] + 2.0)  # dispatch in FP8/BF16/NVFP4, combine in BF16
     return nbytes / p.a2a_bps_for(group) * 1e6 + p.gpu.a2a_latency_us
+
+
+def allgather_reducescatter_us(spec: ModelSpec, p: CostParams, tokens_SR, group: int):
+    """DEP on TensorRT-LLM's AllGatherReduceScatter path per layer: every rank gathers all ranks' BF16 hidden states
+    (it receives the others' tokens) and reduce-scatters the outputs back (it sends the same volume), at the GPU's
+    all-to-all bandwidth; the busiest rank's volume."""
+    tokens_SR = np.asarray(tokens_SR, float)
+    if group <= 1:
+        return np.zeros(tokens_SR.shape[:-1])
+    others = (tokens_SR.sum(-1, keepdims=True) - tokens_SR).max(-1)
+    nbytes = 2 * others * spec.hidden_size * 2.0  # all-gather in + reduce-scatter out, BF16
+    return nbytes / p.a2a_bps_for(group) * 1e6 + 2 * p.gpu.a2a_latency_us
 
 
 def remote_ranks_per_token(spec: ModelSpec, group: int) -> float:

@@ -151,12 +151,13 @@ class ShapeTables:
             return None, None
         return curve_ms(t[g], elements)
 
-    def deepep_ms(self, hidden: int, group: int, tokens_per_rank):
-        """(ms, beyond) of DeepEP high-throughput dispatch + combine (bf16) at `tokens_per_rank`, or (None, None).
+    def deepep_ms(self, hidden: int, group: int, tokens_per_rank, dtype: str = "bfloat16"):
+        """(ms, beyond) of DeepEP high-throughput dispatch + combine (`dtype` dispatch: bfloat16 | nvfp4; combine
+        BF16) at `tokens_per_rank`, or (None, None).
         A hidden size between the table's is interpolated linearly in it (the bytes moved are proportional to it);
         outside them the nearest row is scaled by hidden / its hidden."""
         by = self.source.get("comm", {}).get("deepep_ht", {}).get("by_hidden", {})
-        rows = {int(h): v.get("bfloat16", {}).get(str(group)) for h, v in by.items()}
+        rows = {int(h): v.get(dtype, {}).get(str(group)) for h, v in by.items()}
         rows = {h: v for h, v in rows.items() if v and "dispatch" in v and "combine" in v}
         if not rows:
             return None, None

@@ -14,7 +14,7 @@ Legend: _SR per (sample, rank), _S per sample (a DEP group-wide quantity). Times
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,6 +25,26 @@ from .hardware import get_gpu
 from .kernel_tables import KV_DTYPE, ShapeTables
 
 TARGETS = ("trtllm", "engine")
+#: DEP's dispatch/combine path (after TensorRT-LLM's fused_moe/communication/ strategies, TRTLLM_FORCE_COMM_METHOD
+#: ALLGATHER / NVLINK_ONE_SIDED / DEEPEP): allgather_reducescatter = AllGatherReduceScatter (NCCL all-gather of every
+#: rank's hidden states, reduce-scatter of the outputs); alltoall = NVLinkOneSided (a token goes once to each rank
+#: holding any of its top-k: its workspace holds [ep_size, max_tokens] rows; post-quant dispatch, BF16 combine);
+#: deepep = DeepEP high-throughput dispatch + combine. Target engine: alltoall is our engine's all-to-all.
+DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
+#: GPUs on which TensorRT-LLM's CommunicationFactory.create_strategy picks NVLinkOneSided first: it needs
+#: MnnvlMemory.supports_mnnvl() (multi-node NVLink fabric memory: GB200 NVL72), else it falls through NVLinkTwoSided
+#: (also MNNVL) and DeepEP (opt-in: TRTLLM_CAN_USE_DEEP_EP=1, BF16 only) to AllGatherReduceScatter (upstream
+#: NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/communication/communication_factory.py @673f3412,
+#: nvlink_one_sided.py @439e0799 is_platform_supported). aiconfigurator prices one HGX node the same way.
+MNNVL_GPUS = ("gb200",)
+
+
+def default_dep_comm(gpu_name: str, target: str) -> str:
+    """The DEP path a deployment runs when none is given: target trtllm follows TensorRT-LLM's auto-selection
+    (alltoall on an MNNVL GPU, else allgather_reducescatter); target engine is our engine's all-to-all."""
+    if target != "trtllm":
+        return "alltoall"
+    return "alltoall" if gpu_name.lower() in MNNVL_GPUS else "allgather_reducescatter"
 
 
 @dataclass(frozen=True)
@@ -48,13 +68,14 @@ class Phases:
     membound_SR: np.ndarray  # memory-bound remainder (trtllm: MLA module rows over core + projections)
     experts_dwdp_SR: np.ndarray
     experts_dep_S: np.ndarray
-    comm_S: np.ndarray  # DEP dispatch + combine (trtllm: NCCL all-gather + reduce-scatter)
-    comm_alt_S: np.ndarray  # the other path DEP could run (trtllm: DeepEP HT table; engine: = comm_S)
+    comm_S: np.ndarray  # DEP dispatch + combine on the chosen path (DEP_COMMS)
+    comm_alt_S: np.ndarray  # the other path DEP could run (trtllm: the other of DEP_COMMS; engine: = comm_S)
     dense_layer_SR: np.ndarray  # one first_k_dense layer (attention + dense MLP)
     beyond: dict = field(default_factory=dict)  # phase -> doublings past the table (max over the arrays)
     beyond_dep_S: np.ndarray | float = 0.0
     beyond_dwdp_SR: np.ndarray | float = 0.0
     notes: tuple[str, ...] = ()
+    comm_source: str = ""  # how DEP communication was priced (the output's "priced:" line)
 
     @property
     def attention_SR(self):
@@ -70,8 +91,9 @@ class Phases:
         return self.core_SR + self.gemm_SR + self.membound_SR
 
 
-def engine_phases(spec: ModelSpec, p: cm.CostParams, load: IterationLoad, group: int, isl: int, skew: Skew) -> Phases:
-    """Today's cost model (roofline / floor calibration of our engine)."""
+def engine_phases(spec: ModelSpec, p: cm.CostParams, load: IterationLoad, group: int, isl: int, skew: Skew,
+                  dep_comm: str = "alltoall") -> Phases:
+    """Today's cost model (roofline / floor calibration of our engine); DEP communication on `dep_comm`."""
     tokens_SR = load.tokens_SR
     core = cm.core_us(spec, p, load.core_flops_SR, load.segments_SR, isl)
     attn = cm.attention_us(spec, p, tokens_SR, core, isl=isl, kv_tokens=load.kv_tokens_SR)
@@ -79,12 +101,18 @@ def engine_phases(spec: ModelSpec, p: cm.CostParams, load: IterationLoad, group:
     dwdp = cm.experts_us(spec, p, tokens_SR * spec.top_k, spec.num_experts, isl=isl) * skew.dwdp_gemm
     dep = cm.experts_us(spec, p, tokens_SR.sum(-1) * spec.top_k / group, cm.ceil_div(spec.num_experts, group),
                         isl=isl) * skew.dep_expert
-    a2a = cm.all_to_all_us(spec, p, tokens_SR, group) * skew.dep_a2a
+    if dep_comm == "allgather_reducescatter":
+        a2a = cm.allgather_reducescatter_us(spec, p, tokens_SR, group)
+        src = "all-gather + reduce-scatter of BF16 hidden states at the GPU's all-to-all bandwidth (cost model)"
+    else:  # deepep: one copy per destination rank, as --a2a-dedup
+        q = p if dep_comm == "alltoall" else replace(p, a2a_dedup=True)
+        a2a = cm.all_to_all_us(spec, q, tokens_SR, group) * skew.dep_a2a
+        src = "all-to-all at the GPU's all-to-all bandwidth (cost model" + (", deduplicated per rank)" if q.a2a_dedup else ")")
     dense = cm.dense_layer_us(spec, p, tokens_SR, core, isl=isl, kv_tokens=load.kv_tokens_SR)
     zeros = np.zeros_like(core)
     return Phases(core_SR=core, gemm_SR=(attn - core) + other, membound_SR=zeros, experts_dwdp_SR=dwdp,
                   experts_dep_S=dep, comm_S=a2a, comm_alt_S=a2a, dense_layer_SR=dense,
-                  gemm_attention_SR=attn - core)
+                  gemm_attention_SR=attn - core, comm_source=f"{dep_comm}: {src}")
 
 
 def _gemms(t: ShapeTables, ops, dtype: str, m, beyond: dict, key: str):
@@ -99,8 +127,9 @@ def _gemms(t: ShapeTables, ops, dtype: str, m, beyond: dict, key: str):
 
 
 def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: IterationLoad, group: int, isl: int,
-                  skew: Skew) -> Phases:
-    """TensorRT-LLM's kernels from the tables (module docstring)."""
+                  skew: Skew, dep_comm: str = "allgather_reducescatter") -> Phases:
+    """TensorRT-LLM's kernels from the tables (module docstring); DEP communication on `dep_comm`, the other path
+    kept as comm_alt_S (the range's DEP-fast end takes the faster of the two)."""
     tokens_SR = load.tokens_SR
     beyond: dict = {}
     dt = weight_dtype
@@ -132,30 +161,68 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
     dep = dep_ms * 1e3 * skew.dep_expert
     beyond["routed experts (DWDP, EP1)"] = float(np.max(b_dwdp))
     beyond[f"routed experts (DEP, EP{group})"] = float(np.max(b_dep))
-    H = spec.hidden_size
+    comm_src = ""
     if group > 1:
-        el_S = group_tokens_S * H  # the gathered hidden states (BF16) of every rank's tokens
-        ag, b_ag = t.comm_ms("all_gather", group, el_S)
-        rs, b_rs = t.comm_ms("reduce_scatter", group, el_S)
-        if ag is None or rs is None:
-            comm = cm.all_to_all_us(spec, cm.CostParams(gpu=get_gpu(t.gpu)), tokens_SR, group)
-            notes.append(f"no NCCL rows for {group} GPUs: DEP communication priced by the all-to-all model")
+        paths = _trtllm_comm(spec, t, weight_dtype, tokens_SR, group, notes, skew)
+        comm, b_comm, comm_src = paths[dep_comm]
+        # the range's DEP-fast end: the other path DEP could run (allgather_reducescatter <-> deepep, as aiconfigurator
+        # compares them on one node); NVLinkOneSided: its modelled bandwidth at ENGINE_A2A_EFF's fast end (0.90)
+        if dep_comm == "alltoall":
+            alt = comm * get_gpu(t.gpu).a2a_eff / 0.90
         else:
-            comm = (ag + rs) * 1e3
-            beyond["DEP all-gather + reduce-scatter"] = float(max(np.max(b_ag), np.max(b_rs)))
-        alt_ms, b_alt = t.deepep_ms(H, group, tokens_SR.max(-1))
-        if alt_ms is not None:
-            alt = alt_ms * 1e3 * skew.dep_a2a
-        else:  # no DeepEP rows at this EP size: an all-to-all at 0.90 of NVLink (uncertainty.ENGINE_A2A_EFF's fast end)
-            gpu = get_gpu(t.gpu)
-            alt = cm.all_to_all_us(spec, cm.CostParams(gpu=gpu), tokens_SR, group) * gpu.a2a_eff / 0.90 * skew.dep_a2a
+            alt = paths["deepep" if dep_comm == "allgather_reducescatter" else "allgather_reducescatter"][0]
+        if b_comm is not None:
+            beyond["DEP communication"] = b_comm
+        comm_src = f"{dep_comm}: {comm_src}"
     else:
         comm = alt = np.zeros(tokens_SR.shape[:-1])
     dense_mlp = _gemms(t, ("dense_fc1", "dense_fc2"), dt, tokens_SR, beyond, "dense MLP") if spec.first_k_dense else 0.0
     dense = core + proj + membound + dense_mlp
     return Phases(core_SR=core, gemm_SR=proj + other, membound_SR=membound, experts_dwdp_SR=dwdp, experts_dep_S=dep,
                   comm_S=comm, comm_alt_S=alt, dense_layer_SR=dense, beyond=beyond, beyond_dep_S=b_dep,
-                  beyond_dwdp_SR=b_dwdp, notes=tuple(notes), gemm_attention_SR=proj)
+                  beyond_dwdp_SR=b_dwdp, notes=tuple(notes), gemm_attention_SR=proj, comm_source=comm_src)
+
+
+def _trtllm_comm(spec: ModelSpec, t: ShapeTables, weight_dtype: str, tokens_SR, group: int, notes: list,
+                 skew: Skew) -> dict:
+    """DEP_COMMS path -> (us per sample, doublings past its table or None, how it was priced).
+
+    allgather_reducescatter: the NCCL rows (BF16 hidden states of every rank's tokens). deepep: the DeepEP
+    high-throughput dispatch + combine rows at the busiest rank's tokens (NVFP4 dispatch rows for nvfp4 experts,
+    else BF16). alltoall (NVLinkOneSided): no rows in the shipped tables, so the cost model's all-to-all, deduplicated
+    per destination rank, NVFP4 dispatch for nvfp4 experts (else FP8), BF16 combine, at the GPU's all-to-all
+    bandwidth. Missing rows: the cost model at the GPU's all-to-all bandwidth (deepep: at 0.90 of the link, the
+    fast end, as before), noted."""
+    H = spec.hidden_size
+    gpu = get_gpu(t.gpu)
+    el_S = tokens_SR.sum(-1) * H
+    ag, b_ag = t.comm_ms("all_gather", group, el_S)
+    rs, b_rs = t.comm_ms("reduce_scatter", group, el_S)
+    out = {}
+    if ag is None or rs is None:
+        out["allgather_reducescatter"] = (
+            cm.allgather_reducescatter_us(spec, cm.CostParams(gpu=gpu), tokens_SR, group), None,
+            "all-gather + reduce-scatter at the GPU's all-to-all bandwidth (cost model; no NCCL rows)")
+        notes.append(f"no NCCL rows for {group} GPUs: all-gather + reduce-scatter priced by the cost model")
+    else:
+        ver = t.source["comm"]["nccl"].get("version", "?")
+        out["allgather_reducescatter"] = ((ag + rs) * 1e3, float(max(np.max(b_ag), np.max(b_rs))),
+                                          f"NCCL all-gather + reduce-scatter rows (nccl {ver}, BF16)")
+    dt = "nvfp4" if weight_dtype == "nvfp4" else "bfloat16"
+    ms, b = t.deepep_ms(H, group, tokens_SR.max(-1), dtype=dt)
+    if ms is not None:
+        ver = t.source["comm"].get("deepep_ht", {}).get("version", "?")
+        out["deepep"] = (ms * 1e3 * skew.dep_a2a, float(np.max(b)),
+                         f"DeepEP high-throughput dispatch + combine rows ({dt} dispatch, trtllm {ver})")
+    else:
+        us = cm.all_to_all_us(spec, cm.CostParams(gpu=gpu), tokens_SR, group) * gpu.a2a_eff / 0.90
+        out["deepep"] = (us * skew.dep_a2a, None, f"no DeepEP rows for EP{group}: all-to-all at 0.90 of the link")
+    disp = "nvfp4" if weight_dtype == "nvfp4" else "fp8"
+    p = cm.CostParams(gpu=gpu, dispatch_dtype=disp, a2a_dedup=True)
+    out["alltoall"] = (cm.all_to_all_us(spec, p, tokens_SR, group) * skew.dep_a2a, None,
+                       f"NVLinkOneSided modelled (no rows in the tables): one copy per destination rank, {disp} "
+                       f"dispatch + BF16 combine at the GPU's all-to-all bandwidth (a2a efficiency {gpu.a2a_eff:g})")
+    return out
 
 
 def table_dist(skew_label: str) -> str | None:

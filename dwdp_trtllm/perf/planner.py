@@ -28,7 +28,7 @@ from .calibration import Calibration
 from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests
 from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
-from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
+from .phases import Phases, Skew, default_dep_comm, engine_phases, table_dist, trtllm_phases
 from .recommend import Recommendation, fmt_bytes, recommend, row_verdict  # noqa: F401 (re-exported)
 from .uncertainty import INPUTS, apply, scenario
 
@@ -63,6 +63,15 @@ class PlanSpec:
     target: str = "engine"  # trtllm | engine (phases.TARGETS); `dwdp plan` defaults to trtllm
     kernel_tables: str | None = None  # a kernel-table JSON instead of the shipped one for this GPU
     routing_skew: object = None  # routing_skew.RoutingSkewConfig; None = balanced routing
+    dep_comm: str | None = None  # phases.DEP_COMMS; None = phases.default_dep_comm for this GPU and target
+
+    @property
+    def dep_comm_path(self) -> str:
+        """DEP's communication path as priced: the given one, else what TensorRT-LLM selects on this GPU (target
+        trtllm) or our engine's all-to-all (target engine, or trtllm without a table)."""
+        if self.dep_comm is not None:
+            return self.dep_comm
+        return default_dep_comm(self.gpu.name, "trtllm" if self.tables is not None else "engine")
 
     @property
     def tables(self) -> ShapeTables | None:
@@ -145,6 +154,7 @@ class PlanRow:
     verdict: str = ""  # DWDP | DEP | marginal from the range at this ISL, or nothing fits (recommend.row_verdict)
     local_experts: int = 0  # routed experts per layer the worst rank holds (placement, redundancy included)
     dep_fits: bool = True  # DEP at the same G fits the budget (memory_dep_gb)
+    dep_comm: str = ""  # DEP's communication path and how it was priced (phases.Phases.comm_source)
 
     def to_dict(self) -> dict:
         """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
@@ -202,7 +212,8 @@ def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
     m = spec.model
     st = skew_term(rs, num_moe_layers=max(m.num_moe_layers, 1), num_experts=m.num_experts, top_k=m.top_k,
                    ep_size=group, tokens_per_rank=max(1, int(tokens_per_rank)))
-    a2a = 1.0 if spec.tables is not None else st.dep_a2a_factor  # NCCL all-gather moves every token regardless
+    # an all-gather moves every token regardless of the routing; an all-to-all follows it
+    a2a = 1.0 if spec.dep_comm_path == "allgather_reducescatter" else st.dep_a2a_factor
     return Skew(label=label, dep_expert=st.dep_expert_factor, dep_a2a=a2a, dwdp_gemm=st.dwdp_gemm_factor)
 
 
@@ -210,8 +221,8 @@ def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew
     """The layer's phases on every rank, priced for spec's target."""
     t = spec.tables
     if t is not None:
-        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew)
-    return engine_phases(spec.model, spec.params(), load, group, isl, skew)
+        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, spec.dep_comm_path)
+    return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_path)
 
 
 def _target(spec: PlanSpec) -> str:
@@ -318,7 +329,7 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
         depends_on=depends, break_even_tokens=be[0], break_even_range=(min(be), max(be)), extrapolated=extrap,
         routing_skew=skew.label, local_experts=len(placement.local_experts[0]), dep_fits=bool(fit.dep.fits),
-        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)))
+        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)), dep_comm=ph.comm_source)
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:

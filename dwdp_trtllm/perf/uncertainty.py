@@ -112,7 +112,7 @@ def apply(ph, sc: Scenario, prefetch_us: float, target: str) -> Applied:
     if target == "trtllm":
         if sc.comm == "low":
             comm = np.minimum(comm, ph.comm_alt_S)
-        b_comm = ph.beyond.get("DEP all-gather + reduce-scatter", 0.0)
+        b_comm = ph.beyond.get("DEP communication", 0.0)
         comm = comm * (1 + sc.extrap * e) ** b_comm
     elif sc.comm != "nominal":
         lo, nom, hi = ENGINE_A2A_EFF

@@ -251,3 +251,39 @@ def test_mxfp4_experts_are_priced_with_their_scale_bytes_and_say_no_table(capsys
     assert "no TensorRT-LLM kernel table" in mx["priced_as"] and "mxfp4 experts" in mx["priced_as"]
     assert main(["plan", *argv, "--weight-dtype", "mxfp4"]) == 0
     assert "priced: engine (no TensorRT-LLM kernel table for deepseek-r1, mxfp4 experts, on b200)" in capsys.readouterr().out
+
+
+def test_dep_comm_is_an_input_with_trtllm_s_per_gpu_default(capsys):
+    """--dep-comm (issue 24): TensorRT-LLM's CommunicationFactory picks NVLinkOneSided where MNNVL exists (GB200) and
+    falls back to AllGatherReduceScatter on one HGX node (H200); the path and its source are in --json and 'priced:'.
+    On GB200 at blog 19 Table 3's setup the NVLinkOneSided all-to-all (one copy per destination rank, NVFP4 dispatch)
+    is about half the NCCL all-gather + reduce-scatter; DeepEP's rows are priced from the table."""
+    gb = ["--model", "deepseek-r1", "--gpu", "gb200", "--weight-dtype", "nvfp4", "--dwdp-size", "4", "--isl", "8192",
+          "--mnt", "32768", "--no-bench-results"]
+    d = _plan(capsys, gb)
+    assert d["dep_comm"] == "alltoall" and "alltoall: NVLinkOneSided" in d["pricing"]
+    a2a = d["rows"][0]["t_all2all_us"]
+    ag = _plan(capsys, gb + ["--dep-comm", "allgather_reducescatter"])
+    assert ag["dep_comm"] == "allgather_reducescatter" and "NCCL all-gather + reduce-scatter rows" in ag["pricing"]
+    assert 0.3 < a2a / ag["rows"][0]["t_all2all_us"] < 0.7
+    assert ag["rows"][0]["t_dwdp_us"] == pytest.approx(d["rows"][0]["t_dwdp_us"])  # DWDP has no DEP communication
+    de = _plan(capsys, gb + ["--dep-comm", "deepep"])
+    assert "DeepEP high-throughput dispatch + combine rows (nvfp4 dispatch" in de["pricing"]
+    h = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--no-bench-results"])
+    assert h["dep_comm"] == "allgather_reducescatter"
+    eng = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--target", "engine",
+                         "--no-bench-results"])
+    eng_ag = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--target",
+                            "engine", "--dep-comm", "allgather_reducescatter", "--no-bench-results"])
+    assert eng["dep_comm"] == "alltoall" and eng_ag["rows"][0]["t_all2all_us"] != eng["rows"][0]["t_all2all_us"]
+    assert main(["plan", *gb, "--dep-comm", "allgather_reducescatter"]) == 0
+    assert "DEP communication allgather_reducescatter: NCCL" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as e:
+        main(["plan", *gb, "--dep-comm", "nccl"])
+    assert e.value.code == 2 and "--dep-comm" in capsys.readouterr().err
+
+
+def test_dep_comm_names_match_the_planner():
+    from dwdp_trtllm.commands.plan import DEP_COMMS
+    from dwdp_trtllm.perf.phases import DEP_COMMS as PERF
+    assert DEP_COMMS == PERF

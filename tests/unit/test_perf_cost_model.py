@@ -103,7 +103,7 @@ def test_bad_dtypes_rejected():
     with pytest.raises(ValueError, match="weight_dtype"):
         cm.CostParams(gpu=get_gpu("h200"), weight_dtype="int4")
     with pytest.raises(ValueError, match="dispatch_dtype"):
-        cm.CostParams(gpu=get_gpu("h200"), dispatch_dtype="nvfp4")
+        cm.CostParams(gpu=get_gpu("h200"), dispatch_dtype="mxfp4")  # nvfp4 is a dispatch dtype (post-quant)
     with pytest.raises(ValueError, match="unknown GPU"):
         get_gpu("a100")
 
