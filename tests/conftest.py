@@ -17,3 +17,20 @@ def _assert_run_consistent(run: dict) -> None:
 @pytest.fixture
 def assert_run_consistent():
     return _assert_run_consistent
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    """The synthetic engine (bench/synthetic.py) in place of engine.launcher.run_mode; the (mode, imbalance_cv) of
+    every call, in order."""
+    from dwdp_trtllm.bench import runner
+    from dwdp_trtllm.bench.synthetic import synthetic_run_mode
+
+    calls = []
+
+    def fake(cfg, mode, queues, *, progress=None):
+        calls.append((mode, cfg.workload.imbalance_cv))
+        return synthetic_run_mode(cfg, mode, queues, progress=progress)
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: fake)
+    return calls

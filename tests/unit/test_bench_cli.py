@@ -31,19 +31,6 @@ def cfg_file(tmp_path):
     return p
 
 
-@pytest.fixture
-def engine(monkeypatch):
-    """The synthetic engine in place of engine.launcher.run_mode, counting calls."""
-    calls = []
-
-    def fake(cfg, mode, queues, *, progress=None):
-        calls.append((mode, cfg.workload.imbalance_cv))
-        return synthetic_run_mode(cfg, mode, queues, progress=progress)
-
-    monkeypatch.setattr(runner, "engine_run_mode", lambda: fake)
-    return calls
-
-
 def test_cli_end_to_end_files_exist_and_are_consistent(cfg_file, tmp_path, engine, capsys, assert_run_consistent):
     out = tmp_path / "out"
     assert cli.main(["bench", str(cfg_file), "--out", str(out)]) == 0

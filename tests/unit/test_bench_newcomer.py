@@ -9,7 +9,6 @@ import yaml
 
 from dwdp_trtllm import cli
 from dwdp_trtllm.bench import runner
-from dwdp_trtllm.bench.synthetic import synthetic_run_mode
 
 CFG = {
     "model": {"preset": "tiny", "dtype": "float32"},
@@ -26,29 +25,16 @@ def cfg_file(tmp_path):
     return p
 
 
-@pytest.fixture
-def engine(monkeypatch):
-    """The synthetic engine (bench/synthetic.py) in place of engine.launcher.run_mode, counting calls."""
-    calls = []
-
-    def fake(cfg, mode, queues, *, progress=None):
-        calls.append(mode)
-        return synthetic_run_mode(cfg, mode, queues, progress=progress)
-
-    monkeypatch.setattr(runner, "engine_run_mode", lambda: fake)
-    return calls
-
-
 def test_force_runs_finished_points_again_and_no_lock_is_left(cfg_file, tmp_path, engine, capsys):
     out = tmp_path / "out"
     assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots"]) == 0
-    assert engine == ["dep", "dwdp"]
+    assert [m for m, _ in engine] == ["dep", "dwdp"]
     assert not (out / ".dwdp.lock").exists()  # a clean exit leaves no lock file
     engine.clear()
     assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots"]) == 0
     assert engine == [] and "--force runs them again" in capsys.readouterr().out
     assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots", "--force"]) == 0
-    assert engine == ["dep", "dwdp"]
+    assert [m for m, _ in engine] == ["dep", "dwdp"]
     assert not (out / ".dwdp.lock").exists()
 
 
@@ -129,7 +115,7 @@ def test_merge_repeats_keeps_the_median_repeat_and_the_spread():
 def test_repeat_runs_every_mode_n_times_and_shows_the_range(cfg_file, tmp_path, engine, capsys):
     out = tmp_path / "out"
     assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots", "--repeat", "2"]) == 0
-    assert engine == ["dep", "dwdp", "dep", "dwdp"]
+    assert [m for m, _ in engine] == ["dep", "dwdp", "dep", "dwdp"]
     text = capsys.readouterr().out
     assert "2 repeats" in text and "median [min-max]" in text
     run = json.loads((out / "results.json").read_text())["runs"][0]
