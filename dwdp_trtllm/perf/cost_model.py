@@ -56,7 +56,6 @@ class CostParams:
     gpu: GpuSpec
     weight_dtype: str = "fp8"  # routed experts: bf16 | fp8 | mxfp4 | nvfp4
     dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 | nvfp4 (combine is always BF16)
-    interference: float | None = None  # compute slowdown while copies run; None: calibration or 1.15
     a2a_dedup: bool = False  # DeepEP-style: a token goes once to each remote *rank* holding any of its top-k
     calibration: Calibration = field(default_factory=Calibration)
 
@@ -72,21 +71,9 @@ class CostParams:
         return DENSE_DTYPE_FOR[self.weight_dtype]
 
     @property
-    def overlap_slowdown(self) -> float:
-        # DESIGN.md s5, measured on the H200: a GEMM overlapped with a copy went 1.407 -> 1.613 ms (+15%).
-        if self.interference is not None:
-            return self.interference
-        return self.calibration.interference or 1.15
-
-    @property
     def hbm_bps(self) -> float:
         c = self.calibration.hbm_tbps
         return c * 1e12 if c else self.gpu.hbm_bytes_per_s
-
-    @property
-    def peer_bps(self) -> float:
-        c = self.calibration.peer_copy_gbps
-        return c * 1e9 if c else self.gpu.peer_bytes_per_s
 
     def peer_bps_for(self, group: int) -> float:
         """Pull bandwidth of a rank in a group of `group`: the calibrated one, else the GPU's (a mesh GPU, e.g.
@@ -97,11 +84,6 @@ class CostParams:
     def a2a_bps_for(self, group: int) -> float:
         c = self.calibration.all_to_all_gbps
         return c * 1e9 if c else self.gpu.a2a_bytes_per_s_for(group)
-
-    @property
-    def a2a_bps(self) -> float:
-        c = self.calibration.all_to_all_gbps
-        return c * 1e9 if c else self.gpu.a2a_bytes_per_s
 
     def gemm_flops_per_s(self, dtype: str, rows_per_expert: np.ndarray | float | None = None) -> np.ndarray | float:
         pts = self.calibration.grouped_gemm_tflops.get(dtype)

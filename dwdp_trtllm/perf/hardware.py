@@ -78,10 +78,6 @@ class GpuSpec:
         """Achievable pull bandwidth with every peer link busy (see peer_bytes_per_s_for for a given group)."""
         return self.link_gbps_total * 1e9 * self.nvlink_eff
 
-    @property
-    def a2a_bytes_per_s(self) -> float:
-        return self.link_gbps_total * 1e9 * self.a2a_eff
-
     def a2a_bytes_per_s_for(self, group: int) -> float:
         """MoE dispatch/combine bandwidth in a group of `group` ranks (a mesh uses one link per peer)."""
         return self.peer_bytes_per_s_for(group) / self.nvlink_eff * self.a2a_eff

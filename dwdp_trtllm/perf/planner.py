@@ -98,7 +98,7 @@ class PlanSpec:
 
     def params(self) -> cm.CostParams:
         return cm.CostParams(gpu=self.gpu, weight_dtype=self.weight_dtype, dispatch_dtype=self.dispatch_dtype,
-                             a2a_dedup=self.a2a_dedup, interference=self.interference, calibration=self.calibration)
+                             a2a_dedup=self.a2a_dedup, calibration=self.calibration)
 
     def workload(self, isl: int) -> Workload:
         return Workload(isl=isl, isl_dist=self.isl_dist, isl_ratio=self.isl_ratio, isl_cv=self.isl_cv,  # type: ignore[arg-type]
