@@ -229,20 +229,23 @@ def _shared_parts(spec: ModelSpec, weight_dtype: str, max_num_tokens: int, engin
 
 
 def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens: int, group_size: int | None = None,
-                dwdp: DwdpConfig | None = None, gpu_bytes: int | None = None, kv_tokens: int | None = None) -> RankMemory:
+                dwdp: DwdpConfig | None = None, gpu_bytes: int | None = None, kv_tokens: int | None = None,
+                engine_dense: bool = False) -> RankMemory:
     """THE price of one rank of a deployment (module docstring: the parts).
 
     DWDP: the worst rank of `dwdp` (default: a derived placement of `group_size` ranks, prefetch depth 1).
     DEP: expert parallelism over `group_size` ranks (default dwdp.dwdp_size); with attention DP this is also a
     generation server of `group_size` GPUs. kv_tokens: tokens of the KV-cache floor (default max_num_tokens; a
-    generation server needs the context length, not its own max_num_tokens)."""
+    generation server needs the context length, not its own max_num_tokens). engine_dense: price our embedded
+    engine instead (dense weights in the activation dtype, no KV-cache floor; `dense_weight_bytes`)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: expected one of {MODES}")
     if group_size is None and dwdp is None:
         raise ValueError("rank_memory needs group_size or dwdp")
     if mode == "dwdp":
         cfg = dwdp if dwdp is not None else DwdpConfig(dwdp_size=group_size)
-        ranks = dwdp_ranks(spec, cfg, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gpu_bytes=gpu_bytes)
+        ranks = dwdp_ranks(spec, cfg, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gpu_bytes=gpu_bytes,
+                           engine_dense=engine_dense)
         return max(ranks, key=lambda m: (m.total, -m.rank))
     g = group_size if group_size is not None else dwdp.dwdp_size
     if g < 1:
@@ -251,7 +254,7 @@ def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens
     return RankMemory("dep", g, 0, weight_dtype, max_num_tokens, held, 0, 0,
                       routed_experts=held * spec.num_moe_layers * spec.expert_bytes(weight_dtype), prefetch_slots=0,
                       all_to_all=all_to_all_bytes(spec, max_num_tokens) if g > 1 else 0, gpu_bytes=gpu_bytes,
-                      **_shared_parts(spec, weight_dtype, max_num_tokens, False, kv_tokens))
+                      **_shared_parts(spec, weight_dtype, max_num_tokens, engine_dense, kv_tokens))
 
 
 def smallest_fitting(spec: ModelSpec, mode: str, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,

@@ -22,7 +22,7 @@ from .. import host_resources
 from ..config import BenchConfig
 from ..engine.records import Request
 from ..host_resources import FreeResources
-from ..memory import dense_weight_bytes, dwdp_ranks, rank_memory
+from ..memory import dwdp_ranks, rank_memory
 from ..schema import ConfigError
 
 
@@ -126,8 +126,7 @@ def mode_rank_bytes(cfg: BenchConfig, mode: str, rank: int) -> tuple[int, int]:
         m = dwdp_ranks(spec, d, engine_dense=True, **kw)[rank % d.dwdp_size]
         return m.total, m.routed_experts if cfg.run.device == "cpu" else 0
     # reference: every expert on every rank (one group of one); DEP: ceil(E / ranks) experts + all-to-all buffers
-    m = rank_memory(spec, "dep", group_size=1 if mode == "reference" else cfg.run.ranks, **kw)
-    return m.routed_experts + m.all_to_all + m.activations + dense_weight_bytes(spec, d.weight_dtype, engine_dense=True), 0
+    return rank_memory(spec, "dep", group_size=1 if mode == "reference" else cfg.run.ranks, engine_dense=True, **kw).total, 0
 
 
 def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None,
