@@ -9,9 +9,11 @@
   wait_and_bind. VA era (stored id 56230681187): add_layer, setup, prefetch_first_layers, wait_and_bind,
   record_compute_and_prefetch_next, and the lifecycle modelled here as there: `__init__(config, dist, mapping)` keeps
   num_experts_per_worker / num_groups / num_prefetch_experts of the config (the MPIDist / mapping checks and the
-  MPI group are left out: dist and mapping may be None); `__enter__` raises "DwdpManager already registered
+  MPI group are left out: dist and mapping may be None, so dwdp_size comes from config.dwdp_size where upstream
+  reads mapping.dwdp_size, and dwdp_rank / rank / dwdp_group are absent); `__enter__` raises "DwdpManager already registered
   globally" when get_global_dwdp_manager() is not None, else registers itself; `__exit__` = cleanup() +
-  set_global_dwdp_manager(None), returns False; cleanup() is idempotent.
+  set_global_dwdp_manager(None), returns False; cleanup() is idempotent (upstream's frees dwdp_group and drops
+  the weight manager; here there is neither).
 """
 _global_dwdp_manager = None
 

@@ -14,7 +14,8 @@ global manager is already registered); the rest of upstream's own DWDP engine is
 Rollback, as TensorRT-LLM's "PyExecutor construction ownership tests for DWDP" (stored id 57433833011,
 test_create_py_executor_rolls_back_new_dwdp_manager_on_error): create_py_executor calls _create_py_executor_impl(**kwargs);
 when that raises after a NEW global manager was registered, that manager's `__exit__(None, None, None)` is called once
-and the global is expected to be None afterwards."""
+and the global is expected to be None afterwards. create_py_executor's own code for this is not in the index; what is
+modelled is that test's behaviour (a manager already registered before the call is left alone, as its name says)."""
 from .py_executor import PyExecutor
 # DWDP-BEGIN
 from .dwdp import DwdpManager, get_global_dwdp_manager
