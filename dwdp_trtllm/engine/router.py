@@ -98,6 +98,8 @@ class SkewTable:
         self.top_k = top_k
         self.cdf_ME = torch.from_numpy(cdf).to(device)
         self.order_ME = torch.from_numpy(order).to(device)
+        #: j = 0..K-1 of the sampling points (u + j) / K, made once here, not per MoE layer and forward
+        self.j_K = torch.arange(top_k, device=self.cdf_ME.device, dtype=torch.float64)
 
     def __len__(self) -> int:
         return self.cdf_ME.shape[0]
@@ -126,7 +128,7 @@ def skew_select(spec: ModelSpec, logits_TE: torch.Tensor, ids_TK: torch.Tensor, 
     """(ids_TK, weights_TK) drawn from skew's popularity of moe_layer (module doc: systematic sampling)."""
     K = spec.top_k
     u_T = skew_uniforms(ids_TK, moe_layer)
-    points_TK = (u_T[:, None] + torch.arange(K, device=u_T.device, dtype=torch.float64)[None, :]) / K
+    points_TK = (u_T[:, None] + skew.j_K[None, :]) / K
     cdf_E = skew.cdf_ME[moe_layer]
     slot_TK = torch.searchsorted(cdf_E, points_TK, right=True).clamp_(max=cdf_E.shape[0] - 1)
     new_TK = skew.order_ME[moe_layer][slot_TK]
