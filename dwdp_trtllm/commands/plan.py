@@ -12,7 +12,6 @@ from .. import memory as mem
 from ..config import MAX_SLICE_BYTES, MAX_TOKENS
 from ..models import PRESETS
 from ..schema import ConfigError
-from .plan_output import console  # noqa: F401 (validate-plan's table uses it)
 
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")

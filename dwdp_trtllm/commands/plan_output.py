@@ -40,9 +40,6 @@ def rel_to_root(text: str, root: Path | None) -> str:
     return text
 
 
-_rel = rel_to_root
-
-
 def describe_pricing(spec, rows=()) -> str:
     """The target and its tables, then DEP's communication path as the rows priced it (--dep-comm)."""
     t = spec.tables
@@ -68,9 +65,9 @@ def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
     from ..memory import UNIT
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": spec.dep_comm_path, "memory_unit": UNIT,
             "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
-            "calibration": [_rel(x, root) for x in spec.calibration.sources],
-            "calibration_notes": [_rel(x, root) for x in calibration_notes(spec)],
-            "floor_campaign": _rel(spec.calibration.floor.choice, root) or None,
+            "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
+            "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
+            "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
             "recommendation": rec.to_dict(), "rows": [r.to_dict() for r in rows]}
 
 
@@ -116,16 +113,16 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
     con.print(t)
     con.print(LEGEND)
     con.print(f"priced: {describe_pricing(spec, rows)}")
-    srcs = [_rel(x, root) for x in spec.calibration.sources]
+    srcs = [rel_to_root(x, root) for x in spec.calibration.sources]
     src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"
     con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
     if spec.calibration.floor.choice:  # which floor campaign calibrates, chosen by its content (one line)
-        con.print(_rel(spec.calibration.floor.choice, root), soft_wrap=True)
+        con.print(rel_to_root(spec.calibration.floor.choice, root), soft_wrap=True)
     con.print(interference_line(spec))
     notes = calibration_notes(spec)
     if verbose:
         for n in notes:
-            con.print(f"  note: {_rel(n, root)}")
+            con.print(f"  note: {rel_to_root(n, root)}")
     elif notes:
         con.print(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
     by_g: dict[int, list] = {}

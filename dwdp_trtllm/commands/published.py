@@ -160,11 +160,6 @@ def _phases(spec, r) -> dict[str, float]:
             "others": float(ph.membound_SR.mean())}
 
 
-def predict(argv: list[str], quantity: str) -> float:
-    """The planner's value of `quantity` for the `dwdp plan` arguments `argv` (one G, one ISL)."""
-    return predict_range(argv, quantity)[0]
-
-
 def _own_range(r, quantity: str) -> tuple[float, float] | None:
     """The planner's own range of the quantity (its uncertain inputs), where the row carries one."""
     if quantity == "speedup" and getattr(r, "speedup_low", None) is not None:

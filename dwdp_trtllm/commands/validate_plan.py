@@ -30,7 +30,7 @@ import numpy as np
 from ..perf.bench_work import get as _get
 from ..perf.floor_points import TIMED_PHASES
 from ..schema import ConfigError
-from .plan_output import rel_to_root
+from .plan_output import console, rel_to_root
 from .run_device import gpu_for, measured_on
 
 LAYER_KEYS = ("attention", "expert_gemm", "all_to_all", "sync_wait", "prefetch_wait", "other")
@@ -245,10 +245,8 @@ def _fmt(x: float) -> str:
 
 
 def run(args) -> int:
-    from rich.table import Table
-
     from ..perf.hardware import GPUS, is_spec_path, load_gpu_spec
-    from .plan import DEFAULT_BENCH_DIR, console
+    from .plan import DEFAULT_BENCH_DIR
 
     if args.gpu is not None and is_spec_path(args.gpu):  # a spec file: its name is the device to match and calibrate
         args.gpu_file_spec = load_gpu_spec(args.gpu)  # ConfigError naming the file and key
