@@ -30,6 +30,8 @@ from .deploy_args import add_gpu_args, gpu_budget_bytes, gpu_label
 
 #: TensorRT-LLM's max_num_tokens when a server's YAML gives none (llm_args.py BaseLlmArgs.max_num_tokens)
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
+#: generation-server sizes (GPUs, attention DP + EP) tried when --gen-tp is not given
+GEN_TPS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -172,18 +174,17 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
     def gen(tp: int) -> mem.RankMemory:
         return mem.rank_memory(spec, "dep", group_size=tp, weight_dtype=wd, max_num_tokens=gen_mnt, gpu_bytes=gpu_bytes,
                                kv_tokens=mnt)
+    smallest = next((m for m in map(gen, GEN_TPS) if m.fits), None)  # the default, and the hint when --gen-tp misfits
     if args.gen_tp is not None:
         g = gen(args.gen_tp)
         if not g.fits:
-            smallest = next((t for t in (1, 2, 4, 8, 16, 32, 64) if gen(t).fits), None)
             raise ConfigError(None, "--gen-tp", f"a generation server whose ranks fit {name} "
                                                 f"({gpu_bytes / mem.GB:g} GB): {g.describe()}; "
-                              + (f"--gen-tp {smallest} fits" if smallest else "no --gen-tp up to 64 fits"))
+                              + (f"--gen-tp {smallest.group_size} fits" if smallest else "no --gen-tp up to 64 fits"))
         return Sizing(name, gpu_bytes, fit, args.gen_tp, g)
-    for tp in (1, 2, 4, 8, 16, 32, 64):
-        if gen(tp).fits:
-            return Sizing(name, gpu_bytes, fit, tp, gen(tp))
-    raise ConfigError(None, "--gen-tp", f"a generation server that fits {name}: {gen(64).describe()}, "
+    if smallest is not None:
+        return Sizing(name, gpu_bytes, fit, smallest.group_size, smallest)
+    raise ConfigError(None, "--gen-tp", f"a generation server that fits {name}: {gen(GEN_TPS[-1]).describe()}, "
                                         "and no smaller power of two fits either")
 
 
