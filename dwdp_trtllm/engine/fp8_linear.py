@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..models import ModelSpec
 from ..ops.reference import dequantize_fp8_blockwise, quantize_fp8_blockwise
-from .fused import fused_enabled
+from .fused import _BODIES, fused, fused_enabled
 
 BLOCK = 128
 FP8 = torch.float8_e4m3fn
@@ -174,7 +174,6 @@ def swiglu(x_TK: torch.Tensor, gate: Fp8Linear, up: Fp8Linear, down: Fp8Linear) 
     """down(silu(gate(x)) * up(x)) with FP8 linears: on the kernel path one GEMM for gate | up (gate.gate_up), the
     SwiGLU fused with the down projection's 1x128 quantisation (quant_cuda.silu_mul_quant), then down. The
     reference rounds the SwiGLU to x's dtype before quantising it, as the fused kernel does."""
-    from .fused import _BODIES, fused
     if gate.gate_up is not None and kernel_usable(x_TK, gate) and kernel_takes_k(down.w_NK.shape[1]) and x_TK.shape[0]:
         from .quant_cuda import silu_mul_quant
         h_T2I = linear(quantize(x_TK), gate.gate_up)

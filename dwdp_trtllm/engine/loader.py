@@ -93,12 +93,8 @@ class _Checkpoint:
             raise ValueError(f"checkpoint {str(self.dir)!r}: tensor {name!r} in file {f.name!r} has shape "
                              f"{tuple(t.shape)}, expected {tuple(shape)}")
         if dequantize and t.dtype == FP8_DTYPE and self.has_scale(name):
-            sname = name + "_scale_inv"
-            nb, kb = -(-shape[0] // 128), -(-shape[1] // 128)
-            t = dequantize_fp8_blockwise(t, self.get(sname, (nb, kb)).float())
+            t = dequantize_fp8_blockwise(t, self.scale_of(name, shape))
         if t.is_floating_point() and not bool(torch.isfinite(t.float() if t.dtype == FP8_DTYPE else t).all()):
-            from ..schema import ConfigError
-
             raise ConfigError(None, "model.checkpoint", f"{f}: tensor {name!r} holds NaN or Inf values")
         return t
 
