@@ -14,19 +14,9 @@ activation (remember_config); this module imports nothing of the integration at 
 """
 from __future__ import annotations
 
-import importlib.util
-
 from .. import env
 
 _cache: dict = {}
-
-
-def upstream_dwdp_present() -> bool:
-    """Upstream DWDP module exists in the installed TensorRT-LLM (spec lookup only, nothing imported)."""
-    try:
-        return importlib.util.find_spec("tensorrt_llm._torch.pyexecutor.dwdp") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def remember_config(cfg) -> None:
@@ -102,7 +92,3 @@ def close_process_manager() -> None:
     mgr = _cache.get("manager")
     if mgr is not None and not mgr.closed:
         mgr.__exit__(None, None, None)
-
-
-def reset_for_tests() -> None:
-    _cache.clear()
