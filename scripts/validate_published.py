@@ -12,26 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dwdp_trtllm.bench.report import write_atomic  # noqa: E402
 from dwdp_trtllm.commands.published import DATA_FILE, markdown, validate  # noqa: E402
 
 PINS = DATA_FILE.parent / "pinned_errors.json"
 DOC = ROOT / "docs" / "PLANNER.md"
 BEGIN, END = "<!-- validation-table:begin -->", "<!-- validation-table:end -->"
-
-
-def _replace(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def main() -> int:
@@ -44,13 +36,13 @@ def main() -> int:
     bad = [r.row.id for r in results if r.error is not None and not r.agrees and not r.explained]
     if args.write:
         pins = {r.row.id: None if r.error is None else round(r.error, 4) for r in results}
-        _replace(PINS, json.dumps(pins, indent=1) + "\n")
+        write_atomic(PINS, json.dumps(pins, indent=1) + "\n")
         doc = DOC.read_text()
         if BEGIN not in doc or END not in doc:
             print(f"{DOC}: no {BEGIN} / {END} markers; table not written", file=sys.stderr)
             return 2
         head, rest = doc.split(BEGIN, 1)
-        _replace(DOC, head + BEGIN + "\n" + table + END + rest.split(END, 1)[1])
+        write_atomic(DOC, head + BEGIN + "\n" + table + END + rest.split(END, 1)[1])
     if bad:
         print(f"disagree beyond tolerance with no named missing effect: {', '.join(bad)}", file=sys.stderr)
         return 1
