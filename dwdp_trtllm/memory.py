@@ -293,12 +293,8 @@ class DeploymentFit:
     smallest_fitting_dep_size: int | None
 
     # the DWDP rank's numbers (what a DWDP deployment checks)
-    dwdp_size = property(lambda self: self.dwdp.group_size)
     total = property(lambda self: self.dwdp.total)
     fits = property(lambda self: bool(self.dwdp.fits))
-    gpu_bytes = property(lambda self: self.dwdp.gpu_bytes)
-    local_experts = property(lambda self: self.dwdp.routed_experts)
-    prefetch_slots = property(lambda self: self.dwdp.prefetch_slots)
 
     def parts(self) -> dict[str, float]:
         """GB of each part of the DWDP rank (labels of PARTS)."""
