@@ -30,11 +30,11 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "moe_intermediate": ("moe_intermediate_size", "intermediate_size"),
     "num_shared_experts": ("n_shared_experts", "num_shared_experts"),
 }
-#: quantization_config.quant_method (or ModelOpt's quant_algo) -> the planner's weight dtype for routed experts
 #: model_type -> ModelSpec.family where the engine's name differs
 _ENGINE_FAMILY = {"deepseek_v3": "deepseek", "deepseek_v2": "deepseek"}
-#: the families the embedded engine implements (hf_config.SUPPORTED, by ModelSpec.family)
-ENGINE_FAMILIES = ("deepseek", "qwen3_moe", "mixtral", "olmoe")
+#: the families the embedded engine implements: hf_config.SUPPORTED, by ModelSpec.family
+ENGINE_FAMILIES = tuple(dict.fromkeys(_ENGINE_FAMILY.get(t, t) for t in SUPPORTED))
+#: quantization_config.quant_method (or ModelOpt's quant_algo) -> the planner's weight dtype for routed experts
 QUANT_DTYPES = {"mxfp4": "mxfp4", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
 
 
