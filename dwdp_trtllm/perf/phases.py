@@ -23,6 +23,7 @@ from . import cost_model as cm
 from .bench_work import IterationLoad
 from .hardware import get_gpu
 from .kernel_tables import KV_DTYPE, ShapeTables
+from .uncertainty import ENGINE_A2A_EFF
 
 TARGETS = ("trtllm", "engine")
 #: DEP's dispatch/combine path (after TensorRT-LLM's fused_moe/communication/ strategies, TRTLLM_FORCE_COMM_METHOD
@@ -37,6 +38,9 @@ DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
 #: NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/communication/communication_factory.py @673f3412,
 #: nvlink_one_sided.py @439e0799 is_platform_supported). aiconfigurator prices one HGX node the same way.
 MNNVL_GPUS = ("gb200",)
+#: all-to-all efficiency at the DEP-fast end of its range (uncertainty.ENGINE_A2A_EFF): the modelled paths'
+#: alternative and DeepEP's fallback where the tables have no rows
+A2A_FAST_EFF = ENGINE_A2A_EFF[0]
 
 
 def default_dep_comm(gpu_name: str, target: str) -> str:
@@ -166,9 +170,9 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
         paths = _trtllm_comm(spec, t, weight_dtype, tokens_SR, group, notes, skew)
         comm, b_comm, comm_src = paths[dep_comm]
         # the range's DEP-fast end: the other path DEP could run (allgather_reducescatter <-> deepep, as aiconfigurator
-        # compares them on one node); NVLinkOneSided: its modelled bandwidth at ENGINE_A2A_EFF's fast end (0.90)
+        # compares them on one node); NVLinkOneSided: its modelled bandwidth at the fast end (A2A_FAST_EFF)
         if dep_comm == "alltoall":
-            alt = comm * get_gpu(t.gpu).a2a_eff / 0.90
+            alt = comm * get_gpu(t.gpu).a2a_eff / A2A_FAST_EFF
         else:
             alt = paths["deepep" if dep_comm == "allgather_reducescatter" else "allgather_reducescatter"][0]
         if b_comm is not None:
@@ -191,8 +195,8 @@ def _trtllm_comm(spec: ModelSpec, t: ShapeTables, weight_dtype: str, tokens_SR, 
     high-throughput dispatch + combine rows at the busiest rank's tokens (NVFP4 dispatch rows for nvfp4 experts,
     else BF16). alltoall (NVLinkOneSided): no rows in the shipped tables, so the cost model's all-to-all, deduplicated
     per destination rank, NVFP4 dispatch for nvfp4 experts (else FP8), BF16 combine, at the GPU's all-to-all
-    bandwidth. Missing rows: the cost model at the GPU's all-to-all bandwidth (deepep: at 0.90 of the link, the
-    fast end, as before), noted."""
+    bandwidth. Missing rows: the cost model at the GPU's all-to-all bandwidth (deepep: at A2A_FAST_EFF of the link,
+    the fast end, as before), noted."""
     H = spec.hidden_size
     gpu = get_gpu(t.gpu)
     el_S = tokens_SR.sum(-1) * H
@@ -215,8 +219,8 @@ def _trtllm_comm(spec: ModelSpec, t: ShapeTables, weight_dtype: str, tokens_SR, 
         out["deepep"] = (ms * 1e3 * skew.dep_a2a, float(np.max(b)),
                          f"DeepEP high-throughput dispatch + combine rows ({dt} dispatch, trtllm {ver})")
     else:
-        us = cm.all_to_all_us(spec, cm.CostParams(gpu=gpu), tokens_SR, group) * gpu.a2a_eff / 0.90
-        out["deepep"] = (us * skew.dep_a2a, None, f"no DeepEP rows for EP{group}: all-to-all at 0.90 of the link")
+        us = cm.all_to_all_us(spec, cm.CostParams(gpu=gpu), tokens_SR, group) * gpu.a2a_eff / A2A_FAST_EFF
+        out["deepep"] = (us * skew.dep_a2a, None, f"no DeepEP rows for EP{group}: all-to-all at {A2A_FAST_EFF:.2f} of the link")
     disp = "nvfp4" if weight_dtype == "nvfp4" else "fp8"
     p = cm.CostParams(gpu=gpu, dispatch_dtype=disp, a2a_dedup=True)
     out["alltoall"] = (cm.all_to_all_us(spec, p, tokens_SR, group) * skew.dep_a2a, None,
