@@ -168,10 +168,10 @@ def resolve(module: ModuleType, attribute: str):
     return obj
 
 
-def verify(module: ModuleType, targets=None) -> list[PatchTarget]:
+def verify(module: ModuleType) -> list[PatchTarget]:
     """The targets of `module`, each checked to exist; raises PatchTargetMissing on the first missing one."""
     name = module.__name__
-    mine = [t for t in (targets or PATCH_TARGETS) if name in t.modules]
+    mine = [t for t in PATCH_TARGETS if name in t.modules]
     present = []
     for t in mine:
         try:
