@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from .weight_formats import ELEMENT_BYTES, FP8_BLOCK, linear_bytes
+from .weight_formats import FP8_BLOCK, linear_bytes
 
 #: epsilon of DeepSeek's q_a_layernorm / kv_a_layernorm: the reference implementation builds both with its
 #: RMSNorm default (1e-6), whatever the config's rms_norm_eps
@@ -78,10 +78,6 @@ def field_problem(name: str, value) -> str | None:
     if not ok or not lo <= value <= hi:
         return f"expected {what}, got {value!r}"
     return None
-
-
-#: bytes per weight element by weight dtype name (weight_formats.py: scales, mxfp4)
-WEIGHT_BYTES = ELEMENT_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,8 +161,6 @@ class ModelSpec:
     def expert_bytes(self, weight_dtype: str) -> int:
         """Bytes of one routed expert including its scales for `weight_dtype` (float32|bf16|fp8|mxfp4|nvfp4;
         weight_formats.linear_bytes)."""
-        if weight_dtype not in WEIGHT_BYTES:
-            raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {sorted(WEIGHT_BYTES)}")
         return sum(linear_bytes(*shape, weight_dtype) for shape in self.expert_tensor_shapes().values())
 
     def attention_params(self) -> int:
