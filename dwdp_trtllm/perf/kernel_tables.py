@@ -32,6 +32,7 @@ FORMAT = "dwdp-kernel-tables/1"
 #: planner weight dtype -> the table's dtype for dense GEMMs / the attention core's KV cache
 GEMM_DTYPE = {"fp8": "fp8_block", "bf16": "bfloat16", "mxfp4": "fp8_block", "nvfp4": "fp8_block"}
 KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16", "mxfp4": "fp8", "nvfp4": "fp8"}
+#: routing distributions the MoE rows are measured at (scripts/extract_aiconfigurator.py keeps the same three)
 DISTS = ("balanced", "power_law_1.01", "power_law_1.2")
 #: range of an extrapolated cell: its time may be this much lower or higher per doubling past the last row
 #: (the rate over the tables' last doubling moved -6% .. +3% for the fused MoE, <= 5% for GEMMs; assumption)
@@ -233,9 +234,5 @@ def beyond_range(beyond, per_doubling: float = EXTRAP_PER_DOUBLING) -> tuple[np.
     return (1 - per_doubling) ** b, (1 + per_doubling) ** b
 
 
-def fmt_doublings(b: float) -> str:
-    return f"{2 ** b:.0f}x past the last row" if b > 0 else "inside"
-
-
 __all__ = ["EXTRAP_PER_DOUBLING", "ShapeTables", "beyond_range", "curve_ms", "load_tables", "package_table_path",
-           "shape_tables", "fmt_doublings"]
+           "shape_tables"]

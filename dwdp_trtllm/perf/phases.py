@@ -22,7 +22,7 @@ from ..models import ModelSpec
 from . import cost_model as cm
 from .bench_work import IterationLoad
 from .hardware import get_gpu
-from .kernel_tables import KV_DTYPE, ShapeTables
+from .kernel_tables import DISTS, KV_DTYPE, ShapeTables
 from .uncertainty import ENGINE_A2A_EFF
 
 TARGETS = ("trtllm", "engine")
@@ -232,4 +232,4 @@ def _trtllm_comm(spec: ModelSpec, t: ShapeTables, weight_dtype: str, tokens_SR, 
 def table_dist(skew_label: str) -> str | None:
     """The kernel-table distribution of a skew label ('power_law_1.01 (seed 0)' -> 'power_law_1.01'), or None."""
     name = skew_label.split(" ")[0]
-    return name if name in ("balanced", "power_law_1.01", "power_law_1.2") else ("balanced" if name == "none" else None)
+    return name if name in DISTS else ("balanced" if name == "none" else None)
