@@ -169,11 +169,12 @@ def linear(x, w, *, out: torch.Tensor | None = None) -> torch.Tensor:
     return y
 
 
-def swiglu(x_TK: torch.Tensor, gate: Fp8Linear, up: Fp8Linear, down: Fp8Linear) -> torch.Tensor:
-    """down(silu(gate(x)) * up(x)) with FP8 linears: on the kernel path one GEMM for gate | up (gate.gate_up), the
-    SwiGLU fused with the down projection's 1x128 quantisation (quant_cuda.silu_mul_quant), then down. The
-    reference rounds the SwiGLU to x's dtype before quantising it, as the fused kernel does."""
-    if gate.gate_up is not None and kernel_usable(x_TK, gate) and kernel_takes_k(down.w_NK.shape[1]) and x_TK.shape[0]:
+def swiglu(x_TK: torch.Tensor, gate, up, down) -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)) for plain weights (three F.linear) or FP8 linears: on the kernel path one GEMM
+    for gate | up (gate.gate_up), the SwiGLU fused with the down projection's 1x128 quantisation
+    (quant_cuda.silu_mul_quant), then down. The reference rounds the SwiGLU to x's dtype before quantising it, as
+    the fused kernel does."""
+    if isinstance(gate, Fp8Linear) and gate.gate_up is not None and kernel_usable(x_TK, gate) and kernel_takes_k(down.w_NK.shape[1]) and x_TK.shape[0]:
         from .quant_cuda import silu_mul_quant
         h_T2I = linear(quantize(x_TK), gate.gate_up)
         q, s = silu_mul_quant(h_T2I, rows_to=ROWS_TO, scale_col_major=True)

@@ -43,11 +43,9 @@ def add_rms_norm(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, eps: float,
 
 
 def swiglu_mlp(x_TH: torch.Tensor, gate_w, up_w, down_w) -> torch.Tensor:
-    """down(silu(gate(x)) * up(x)): dense MLPs and shared experts (FP8 block-scale weights: fp8_linear.swiglu)."""
-    if isinstance(gate_w, Fp8Linear):
-        return fp8_swiglu(x_TH, gate_w, up_w, down_w)
-    g_TI, u_TI = F.linear(x_TH, gate_w), F.linear(x_TH, up_w)
-    return F.linear((fused("silu_mul_pair", g_TI) or _BODIES["silu_mul_pair"])(g_TI, u_TI), down_w)
+    """down(silu(gate(x)) * up(x)): dense MLPs and shared experts; fp8_linear.swiglu runs plain and FP8 block-scale
+    weights alike."""
+    return fp8_swiglu(x_TH, gate_w, up_w, down_w)
 
 
 # ---- RoPE ------------------------------------------------------------------------------------------
