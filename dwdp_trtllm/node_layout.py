@@ -91,7 +91,7 @@ def layout(servers: list[tuple[str, int]], gpus_per_node: int) -> NodeLayout:
         if gpus < 1:
             raise ValueError(f"a {role} server needs >= 1 GPU, got {gpus}")
         if gpus > gpus_per_node and gpus % gpus_per_node:
-            raise ValueError(f"a {role} server of {gpus} GPUs spans nodes of {gpus_per_node} GPUs unevenly: "
+            raise ValueError(f"{'an' if role[0] in 'aeiou' else 'a'} {role} server of {gpus} GPUs spans nodes of {gpus_per_node} GPUs unevenly: "
                              f"use a multiple of {gpus_per_node}")
         if ranks[-1] and (ranks[-1] + gpus > gpus_per_node):
             ranks.append(0)  # does not fit the rest of this node: start the next one

@@ -237,7 +237,9 @@ def run(args) -> int:
     try:
         nodes = layout(servers, args.gpus_per_node)
     except ValueError as e:
-        raise ConfigError(None, "--gen-tp", f"{e} (--gpus-per-node {args.gpus_per_node})") from None
+        # disaggregated: only a generation server can exceed a node; otherwise the one server of dwdp_size x num_groups
+        flag = "--gen-tp" if args.mode == "disaggregated" else "--dwdp-size"
+        raise ConfigError(None, flag, f"{e} (--gpus-per-node {args.gpus_per_node})") from None
     try:
         hosts = nodes.hosts(tuple(args.hosts.split(",")) if args.hosts else None) if nodes.num_nodes > 1 else (args.hostname,)
     except ValueError as e:

@@ -219,3 +219,14 @@ def test_a_refused_mode_is_named_as_given(tmp_path, capsys, mode):
     assert main(["gen-config", "--model", "m", "--out", str(tmp_path / "o"), "--mode", mode, "--preset", "deepseek-r1"]) == 2
     err = capsys.readouterr().err
     assert f"--mode: {mode}" in err and "--mode disaggregated" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_aggregated_server_spanning_nodes_unevenly_names_its_size_flag(tmp_path, capsys):
+    """One aggregated server of dwdp_size x num_groups GPUs over nodes it does not fill evenly: the error names
+    --dwdp-size (its size), not --gen-tp (no generation server in aggregated mode); nothing written."""
+    assert main(["gen-config", "--mode", "aggregated", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4",
+                 "--dwdp-size", "8", "--num-groups", "3", "--gpus-per-node", "16", "--model", "m",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--dwdp-size" in err and "--gen-tp" not in err and "an aggregated server of 24 GPUs" in err
+    assert not (tmp_path / "o").exists()
