@@ -3,8 +3,8 @@
 The shipped GPUs are files under dwdp_trtllm/data/gpus/ (h100, h200, b200, gb200, mi355x), every number with
 its source in a comment there: a vendor datasheet peak (dense, i.e. without 2:4 sparsity), a measurement of ours
 on the H200 (DESIGN.md section 5), a public report (named), or an explicit ASSUMPTION. A user describes another
-accelerator in a file of the same format (`dwdp plan --gpu-spec FILE`, or `--gpu FILE`); docs/PLANNER.md
-("GPU spec files") documents the keys. A calibration file (calibration.py) overrides the efficiencies.
+accelerator in a file of the same format (`dwdp plan --gpu-spec FILE`; gen-config, plan-placement and
+validate-plan take the path as `--gpu FILE`); docs/PLANNER.md ("GPU spec files") documents the keys. A calibration file (calibration.py) overrides the efficiencies.
 
 Units: TFLOP/s, TB/s (HBM), GB/s (peer links, one direction), GB (memory, 1e9 bytes), W.
 """

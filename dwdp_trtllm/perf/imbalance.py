@@ -150,7 +150,7 @@ SKEW_TILE_ROWS = 64
 class SkewTerm:
     """What routing skew does to one MoE layer, as factors over the balanced-routing times (1.0 = no effect).
 
-    For the planner (perf/planner.py, helper B's): multiply
+    For the planner (perf/planner.routing_skew): multiply
     - DEP's balanced routed-expert time by dep_expert_factor (the slowest EP rank sets every lock-step layer;
       the mean over MoE layers of that layer's slowest-rank tiles over the balanced per-rank tiles),
     - DEP's all-to-all time by dep_a2a_factor (the slowest rank's dispatch/combine volume: tokens it receives,
