@@ -191,6 +191,13 @@ def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsy
     assert [r["fits"] for r in rows] == [True] * 4 + [False]
     assert rec["dwdp_size"] == 8 and rec["by_isl"]["32768"] == "DEP"
     assert "DWDP8 does not fit at ISL 32768 (135.5 GB per rank > 130.0 GB): DEP8 there" in rec["reason"]
+    # the GB shown is memory.fit_deployment's for one 32K request per rank (the bytes gen-config checks), not plan's own
+    from dwdp_trtllm.config import DwdpConfig
+    from dwdp_trtllm.memory import fit_deployment
+    from dwdp_trtllm.models import get_model
+    fit = fit_deployment(get_model("deepseek-r1"), DwdpConfig(dwdp_size=8), int(130e9), weight_dtype="fp8",
+                         max_num_tokens=32768)
+    assert f"({fit.total / 1e9:.1f} GB per rank > 130.0 GB)" in rec["reason"] and not fit.fits
     assert "smallest dwdp_size that fits is 8" not in rec["reason"] and "121.0 GB" not in rec["reason"]
     assert "at ISL 16384" in rec["reason"] and rec["verdict"] in ("DWDP", "marginal")
     # G=7 on the H200: ISL 32768 needs 148 GB; DWDP7's whole range is above 1 at ISL 16384, which fits
