@@ -113,12 +113,11 @@ def format_rows(rows: dict, tol: float) -> str:
 
 
 def _dwdp_size_given(config: Path, overrides: list[str]) -> bool:
-    """Whether the file (dwdp: or dwdp_config: section) or a --set names dwdp_size."""
+    """Whether the file's dwdp: section (a bench config has no other: config.BenchConfig) or a --set names dwdp_size."""
     from ..schema import load_yaml
 
     data = load_yaml(config)
-    in_file = isinstance(data, dict) and any(isinstance(data.get(s), dict) and "dwdp_size" in data[s]
-                                             for s in ("dwdp", "dwdp_config"))
+    in_file = isinstance(data, dict) and isinstance(data.get("dwdp"), dict) and "dwdp_size" in data["dwdp"]
     return in_file or any(o.split("=", 1)[0].strip().endswith(".dwdp_size") for o in overrides)
 
 
