@@ -171,7 +171,7 @@ def build_spec(args, *, gpu_name: str | None = None):
     from ..model_dims import dims_from_config_json, is_config_path
     from ..perf.hardware import load_gpu_spec
 
-    spec_file = getattr(args, "gpu_spec", None)
+    spec_file = args.gpu_spec
     gpu_name = gpu_name or args.gpu
     if not spec_file and gpu_name.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} (or --gpu-spec FILE), got {gpu_name!r}")
@@ -208,21 +208,20 @@ def build_spec(args, *, gpu_name: str | None = None):
     model = base_model if args.num_layers is None else base_model.truncated(args.num_layers)
     sizes = auto_dwdp_size(args, model, gpu, isls) if args.dwdp_size == "auto" else int_list(args.dwdp_size, "--dwdp-size")
     _check_draws(args, sizes, isls)
-    target = getattr(args, "target", "engine")
-    tables = getattr(args, "kernel_tables", None)
+    target, tables = args.target, args.kernel_tables
     if tables and not Path(tables).is_file():
         raise ConfigError(tables, "", "kernel-table file not found (--kernel-tables)")
     cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True, default_dir=PACKAGE_CAL_DIR)
     spec = PlanSpec(
         model=model, gpu=gpu, weight_dtype=args.weight_dtype, target=target, kernel_tables=tables,
-        routing_skew=parse_skew(getattr(args, "routing_skew", "none")),
+        routing_skew=parse_skew(args.routing_skew),
         dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
         a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
-        samples=args.samples, seed=args.seed, dep_comm=getattr(args, "dep_comm", None))
+        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm)
     check_candidates(spec)
     return spec
 
@@ -285,7 +284,7 @@ def check_plot_path(path: str) -> Path:
 
 
 def data_root(args) -> Path | None:
-    if getattr(args, "target", "engine") != "engine" or args.no_bench_results:
+    if args.target != "engine" or args.no_bench_results:
         return None
     return Path(args.bench_results) if args.bench_results else PACKAGE_CAL_DIR
 
@@ -304,7 +303,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(plan_json(spec, rows, rec, data_root(args)), indent=1))
         return 0
-    print_table(spec, rows, rec, verbose=getattr(args, "verbose", False), root=data_root(args))
+    print_table(spec, rows, rec, verbose=args.verbose, root=data_root(args))
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
