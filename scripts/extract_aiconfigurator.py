@@ -62,10 +62,6 @@ SHAPES = {
 }
 
 
-def rel(path: Path, root: Path) -> str:
-    return str(path.relative_to(root))
-
-
 def newest(dirs):
     def key(p):
         return [int(x) if x.isdigit() else x for x in p.name.replace("rc", ".").split(".")]
