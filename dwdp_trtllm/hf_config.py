@@ -9,11 +9,10 @@ Pure: reads one JSON file, no torch.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 
-from .models import ModelSpec, YarnScaling, field_problem
+from .models import YARN_FLOATS, ModelSpec, YarnScaling, field_problem, yarn_problem
 from .schema import ConfigError
 
 #: keys that do not change the context-phase forward of any supported family
@@ -117,11 +116,11 @@ def _rope(r: _Reader, dim: int) -> tuple[float, YarnScaling | None]:
     if factor is None:  # HF: the ratio of max_position_embeddings to the pretrained length
         factor = r.data.get("max_position_embeddings", orig) / orig
     vals = {}
-    for k in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
+    for k in YARN_FLOATS:
         v = factor if k == "factor" else scaling.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                              or abs(v) > 1e6):
-            raise r.error(f"{key}.{k}", f"expected a finite number of magnitude at most 1e6, got {v!r}")
+        problem = yarn_problem(v)
+        if problem:
+            raise r.error(f"{key}.{k}", problem)
         vals[k] = v
     return float(theta), YarnScaling(
         factor=float(vals["factor"]), original_max_position_embeddings=orig,

@@ -45,10 +45,24 @@ class YarnScaling:
     def __post_init__(self) -> None:
         if not self.factor > 0 or self.original_max_position_embeddings < 1:
             raise ValueError(f"yarn: factor must be > 0 and original_max_position_embeddings >= 1, got {self}")
-        for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
-            v = getattr(self, name)
-            if v is not None and not (math.isfinite(v) and abs(v) <= 1e6):
-                raise ValueError(f"yarn: {name}={v!r}: expected a finite number of magnitude at most 1e6")
+        for name in YARN_FLOATS:
+            problem = yarn_problem(getattr(self, name))
+            if problem:
+                raise ValueError(f"yarn: {name}: {problem}")
+
+
+#: YarnScaling's number fields; each None or a finite number of magnitude at most 1e6 (yarn_problem), the one
+#: check of a YarnScaling and of the config.json values it is read from (hf_config.py names the key)
+YARN_FLOATS = ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor")
+
+
+def yarn_problem(value) -> str | None:
+    """What is wrong with `value` for a YarnScaling number field, or None when it is absent or in bounds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and abs(value) <= 1e6):
+        return f"expected a finite number of magnitude at most 1e6, got {value!r}"
+    return None
 
 
 #: The one list of bounds on a ModelSpec's sizes and numbers: ModelSpec checks it for every spec (presets, YAML,
