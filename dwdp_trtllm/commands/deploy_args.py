@@ -20,15 +20,16 @@ def add_gpu_args(p, *, what: str = "every rank") -> None:
                    help="usable memory per GPU in GB (1e9 bytes; default: the --gpu datasheet's)")
 
 
-def gpu_budget_bytes(gpu: str = mem.DEFAULT_GPU, gpu_memory_gb: float | None = None) -> int:
-    """Bytes per GPU: --gpu-memory-gb (GB) if given, else the --gpu datasheet's memory; errors name the flag."""
+def gpu_budget_bytes(gpu=mem.DEFAULT_GPU, gpu_memory_gb: float | None = None) -> int:
+    """Bytes per GPU: --gpu-memory-gb (GB) if given, else the --gpu datasheet's memory (gpu: a name, a spec file's
+    path or a loaded GpuSpec); errors name the flag."""
     if gpu_memory_gb is not None:
         if not (math.isfinite(gpu_memory_gb) and 0 < gpu_memory_gb < 1e5):
             raise ConfigError(None, "--gpu-memory-gb", f"expected a finite number of GB in (0, 1e5), got {gpu_memory_gb}")
         return int(gpu_memory_gb * mem.GB)
     from ..perf import get_gpu
     try:
-        return int(get_gpu(gpu).memory_gb * mem.GB)
+        return int((gpu if hasattr(gpu, "memory_gb") else get_gpu(gpu)).memory_gb * mem.GB)
     except ValueError as e:
         raise ConfigError(None, "--gpu", str(e)) from None
 

@@ -12,6 +12,7 @@ from .. import memory as mem
 from ..config import MAX_SLICE_BYTES, MAX_TOKENS
 from ..models import PRESETS
 from ..schema import ConfigError
+from .deploy_args import gpu_budget_bytes
 
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
@@ -169,12 +170,12 @@ def build_spec(args, *, gpu_name: str | None = None):
     from ..perf.planner import PlanSpec, check_candidates
 
     from ..model_dims import dims_from_config_json, is_config_path
-    from ..perf.hardware import load_gpu_spec
+    from ..perf.hardware import is_spec_path, load_gpu_spec
 
-    spec_file = args.gpu_spec
     gpu_name = gpu_name or args.gpu
+    spec_file = args.gpu_spec or (gpu_name if is_spec_path(gpu_name) else None)  # --gpu FILE, as the other commands take
     if not spec_file and gpu_name.lower() not in GPUS:
-        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} (or --gpu-spec FILE), got {gpu_name!r}")
+        raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} or a GPU spec file (.yaml), got {gpu_name!r}")
     if is_config_path(args.model):
         base_model = dims_from_config_json(args.model)  # ConfigError names the file and key
     elif args.model in PRESETS:
@@ -230,7 +231,7 @@ def auto_dwdp_size(args, model, gpu, isls) -> tuple[int, ...]:
     """--dwdp-size auto: memory.default_dwdp_size (the group size every deployment command defaults to), priced at
     --mnt, else batch x the longest ISL (tokens per rank), on --gpu-memory-gb or the GPU's datasheet memory."""
     mnt = args.mnt or (args.batch or 1) * max(isls)
-    budget = int((args.gpu_memory_gb if args.gpu_memory_gb is not None else gpu.memory_gb) * 1e9)
+    budget = gpu_budget_bytes(gpu, args.gpu_memory_gb)
     return (mem.default_dwdp_size(model, budget, weight_dtype=args.weight_dtype, max_num_tokens=mnt),)
 
 

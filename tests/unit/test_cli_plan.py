@@ -294,3 +294,23 @@ def test_dep_comm_names_match_the_planner():
     from dwdp_trtllm.commands.plan import DEP_COMMS
     from dwdp_trtllm.perf.phases import DEP_COMMS as PERF
     assert DEP_COMMS == PERF
+
+
+def test_gpu_takes_a_spec_file_as_every_deployment_command_does(capsys, tmp_path):
+    """`--gpu FILE.yaml` in plan as in plan-placement / gen-config / validate-plan: a spec file whose memory differs
+    from the shipped H200's changes the budget (and the fit), the name it declares is the GPU."""
+    from pathlib import Path
+
+    import yaml
+
+    import dwdp_trtllm
+    src = Path(dwdp_trtllm.__file__).parent / "data" / "gpus" / "h200.yaml"
+    spec = yaml.safe_load(src.read_text())
+    spec["name"], spec["memory_gb"] = "h200-small", 100.0
+    f = tmp_path / "small.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    argv = ["--dwdp-size", "8", "--isl", "8192", "--mnt", "16384"]
+    shipped = _plan(capsys, ["--gpu", str(src), *argv])
+    assert shipped["rows"] == _plan(capsys, ["--gpu", "h200", *argv])["rows"]
+    small = _plan(capsys, ["--gpu", str(f), *argv])
+    assert shipped["rows"][0]["fits"] and not small["rows"][0]["fits"]
