@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env build plugin transport engine profile trtllm verify fp8 grouped bench (default: env plugin transport engine bench)
+#     sections: env build plugin transport engine profile trtllm verify fp8 grouped calib bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -72,6 +72,13 @@ for s in $sections; do
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
       timeout "${VERIFY_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
       tail -n 14 "$OUT/verify.log" ;;
+    calib)  # issue 25: the planner's engine calibration (one `dwdp bench --floor` campaign, FP8 linear layers on for
+            # FP8 experts): exactly perf_check.sh's points b2 b8 b32 f2 f8 f32, one rank each; results under $OUT/raw/calib
+            # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/adopt_floor_campaign.py (docs/PLANNER.md section 5)
+      section calib
+      OUT="$OUT/raw/calib" BENCH_TIMEOUT="${CALIB_TIMEOUT:-120}" bash scripts/gpu/perf_check.sh f8 b8 f2 b2 f32 b32 \
+        > "$OUT/calib.log" 2>&1 || rc=1
+      grep -E "^===|^│ (attention|experts|other|iteration) |wrote|rror" "$OUT/calib.log" | tail -n 50 ;;
     bench)
       section bench
       for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do
