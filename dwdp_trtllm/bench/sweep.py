@@ -7,6 +7,7 @@ caused by an override names `--set` as its file.
 """
 from __future__ import annotations
 
+import copy
 import glob
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +36,12 @@ def _get(d: dict, dotted: str) -> Any:
 
 def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
                ranks: int | None = None, max_points: int = MAX_SWEEP_POINTS,
-               repeat: int | None = None) -> tuple[list[str], list[SweepPoint]]:
+               repeat: int | None = None, data: dict | None = None) -> tuple[list[str], list[SweepPoint]]:
     """(swept dotted keys, points in sweep order with duplicates removed); device, ranks, repeat: the command's
-    --device/--ranks/--repeat over run.*."""
+    --device/--ranks/--repeat over run.*. data: the file's mapping when the caller has read it already
+    (load_yaml(config_path); not modified here), so that a command reads its config file once."""
     file = str(config_path)
-    data = load_yaml(config_path)
+    data = load_yaml(config_path) if data is None else copy.deepcopy(data)
     sources: dict[str, str] = {}  # overridden dotted key -> the option that set it
     for text in overrides:
         try:

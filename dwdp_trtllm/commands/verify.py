@@ -112,12 +112,10 @@ def format_rows(rows: dict, tol: float) -> str:
     return "\n".join(lines)
 
 
-def _dwdp_size_given(config: Path, overrides: list[str]) -> bool:
-    """Whether the file's dwdp: section (a bench config has no other: config.BenchConfig) or a --set names dwdp_size."""
-    from ..schema import load_yaml
-
-    data = load_yaml(config)
-    in_file = isinstance(data, dict) and isinstance(data.get("dwdp"), dict) and "dwdp_size" in data["dwdp"]
+def _dwdp_size_given(data: dict, overrides: list[str]) -> bool:
+    """Whether the file's dwdp: section (a bench config has no other: config.BenchConfig) or a --set names dwdp_size.
+    data: the file's mapping, as load_point read it."""
+    in_file = isinstance(data.get("dwdp"), dict) and "dwdp_size" in data["dwdp"]
     return in_file or any(o.split("=", 1)[0].strip().endswith(".dwdp_size") for o in overrides)
 
 
@@ -131,19 +129,26 @@ def fetched_per_rank(cfg) -> list[int]:
 
 def load_point(args: argparse.Namespace):
     """The one BenchConfig verify runs: dwdp_size defaulted to DEFAULT_DWDP_SIZE (capped at run.ranks) when not
-    given; refused (ConfigError) when DWDP would fetch nothing."""
+    given; refused (ConfigError) when DWDP would fetch nothing. The file is read once and its point built once."""
+    import dataclasses
+
     from ..bench.sweep import check_device_present, load_sweep
-    from ..schema import ConfigError
+    from ..schema import ConfigError, load_yaml
 
     overrides = list(args.overrides)
-    swept, points = load_sweep(args.config, overrides, device=args.device, ranks=args.ranks)
-    if not _dwdp_size_given(args.config, overrides) and points and not swept:
-        size = min(DEFAULT_DWDP_SIZE, points[0].config.run.ranks)
-        swept, points = load_sweep(args.config, [*overrides, f"dwdp.dwdp_size={size}"], device=args.device, ranks=args.ranks)
+    data = load_yaml(args.config)  # the one read of the file: load_sweep builds the point from this mapping
+    swept, points = load_sweep(args.config, overrides, device=args.device, ranks=args.ranks, data=data)
     check_device_present(points, args.config, overrides, args.device)
     if swept:
         raise ConfigError(str(args.config), swept[0], "dwdp verify runs one point: give a single value, not a list")
     cfg = points[0].config
+    if not _dwdp_size_given(data, overrides):
+        size = min(DEFAULT_DWDP_SIZE, cfg.run.ranks)
+        try:  # the point's own checks (BenchConfig.__post_init__) run again on the defaulted size only
+            cfg = dataclasses.replace(cfg, dwdp=dataclasses.replace(cfg.dwdp, dwdp_size=size))
+        except ConfigError as e:
+            raise ConfigError(str(args.config), e.key, f"{e.expected} (dwdp_size {size} is verify's default: set "
+                                                       "dwdp.dwdp_size)") from None
     fetched = fetched_per_rank(cfg)
     if max(fetched) == 0:
         raise ConfigError(str(args.config), "dwdp.dwdp_size",

@@ -49,3 +49,35 @@ def test_a_config_where_dwdp_fetches_nothing_is_refused(tmp_path, capsys, captur
     assert cli.main(["verify", _yaml(tmp_path, text), *argv]) == 2
     err = capsys.readouterr().err
     assert "dwdp.dwdp_size" in err and "DWDP fetches no expert here" in err and "cfg" not in captured, err
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Paths read through Path.read_text (schema.load_yaml reads a config file that way), in order."""
+    from pathlib import Path
+
+    seen = []
+    real = Path.read_text
+
+    def spy(self, *a, **kw):
+        seen.append(Path(self).resolve())
+        return real(self, *a, **kw)
+    monkeypatch.setattr(Path, "read_text", spy)
+    return seen
+
+
+@pytest.mark.parametrize("text", ["", "dwdp:\n  dwdp_size: 4\n"])  # verify's default size, and the file's
+def test_config_file_is_read_once(tmp_path, capsys, captured, reads, text):
+    from pathlib import Path
+
+    f = _yaml(tmp_path, text)
+    assert cli.main(["verify", f]) == 0
+    assert reads.count(Path(f).resolve()) == 1, reads
+    assert captured["cfg"].dwdp.dwdp_size == (4 if text else 2)
+
+
+def test_default_size_that_does_not_divide_the_ranks_names_the_file_and_the_default(tmp_path, capsys, captured):
+    f = _yaml(tmp_path, "")
+    assert cli.main(["verify", f, "--ranks", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}: dwdp.dwdp_size:" in err and "verify's default" in err and "--set" not in err, err
