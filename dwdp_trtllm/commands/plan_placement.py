@@ -81,24 +81,24 @@ def _dims_only(args: argparse.Namespace) -> ModelSpec | None:
     return spec.truncated(args.num_layers)
 
 
-def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DTYPE,
+def _load(args: argparse.Namespace, data: dict | None, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DTYPE,
           gpu_bytes: int | None = None) -> tuple[ModelSpec, DwdpConfig]:
-    """The model's spec and the DwdpConfig: the --config file's, flags on top (--model a preset or a config.json);
-    a group size given by neither is memory.default_dwdp_size (priced for `weight_dtype` on `gpu_bytes`), the
-    default every deployment command shares."""
+    """The model's spec and the DwdpConfig: the --config file's (data: its mapping, read once by run), flags on top
+    (--model a preset or a config.json), validated once; a group size given by neither is memory.default_dwdp_size
+    (priced for `weight_dtype` on `gpu_bytes`), the default every deployment command shares."""
     file = args.config
     prefix = ""
-    dwdp_data: dict = {}
+    section: Any = {}
     model_cfg = ModelConfig(preset=mem.DEFAULT_MODEL)
-    size_given = args.dwdp_size is not None
-    if file:
-        data = load_yaml(file)
+    if data is not None:
         section, prefix = _dwdp_section(data)
-        base = from_dict(DwdpConfig, section, file=file, prefix=prefix)  # reports file + key path
-        dwdp_data = {f.name: getattr(base, f.name) for f in dataclasses.fields(DwdpConfig)}
-        size_given = size_given or (isinstance(section, dict) and "dwdp_size" in section)
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            from_dict(DwdpConfig, section, file=file, prefix=prefix)  # raises: the section is not a mapping
         if "model" in data:
             model_cfg = from_dict(ModelConfig, data["model"], file=file, prefix="model")
+    size_given = args.dwdp_size is not None or "dwdp_size" in section
     dims = _dims_only(args)
     if dims is None and (args.model is not None or args.num_layers is not None):
         try:
@@ -107,6 +107,7 @@ def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DT
                                     dtype=model_cfg.dtype, seed=model_cfg.seed, checkpoint=model_cfg.checkpoint)
         except ConfigError as e:
             raise ConfigError(None, "--num-layers" if e.key == "num_layers" else "--model", e.expected) from None
+    dwdp_data = dict(section)
     for name, flag in _FLAGS.items():
         value = getattr(args, name, None)
         if flag and value is not None:
@@ -115,10 +116,12 @@ def _load(args: argparse.Namespace, *, weight_dtype: str = mem.DEFAULT_WEIGHT_DT
         dwdp_data["dwdp_size"] = mem.default_dwdp_size(dims or model_cfg.spec(), gpu_bytes, weight_dtype=weight_dtype,
                                                        max_num_tokens=args.max_num_tokens)
     try:
-        cfg = DwdpConfig(**dwdp_data)
+        cfg = from_dict(DwdpConfig, dwdp_data, file=file, prefix=prefix)  # reports file + key path
     except ConfigError as e:
-        flag = _FLAGS.get(e.key) if e.key in _FLAGS and getattr(args, e.key, None) is not None else None
-        raise ConfigError(None if flag else file, flag or (f"{prefix}.{e.key}" if prefix else e.key), e.expected) from None
+        name = e.key.split(".")[-1]
+        if _FLAGS.get(name) and getattr(args, name, None) is not None:  # the flag's value, not the file's
+            raise ConfigError(None, _FLAGS[name], e.expected) from None
+        raise
     spec = dims or model_cfg.spec()
     try:
         cfg.validate_for(spec.num_experts, file=file, prefix=prefix, num_moe_layers=spec.num_moe_layers)
@@ -211,11 +214,12 @@ def _print_tables(rep: dict) -> None:
                   f"DEP {sm['dep'] or 'none up to %d' % mem.MAX_DWDP_SIZE}")
 
 
-def _weight_dtype(args: argparse.Namespace) -> str | None:
-    """--weight-dtype, else the config file's dwdp.weight_dtype when it sets one, else None (the shared default)."""
-    if args.weight_dtype is not None or not args.config:
+def _weight_dtype(args: argparse.Namespace, data: dict | None) -> str | None:
+    """--weight-dtype, else the config file's dwdp.weight_dtype when it sets one (data: the file's mapping), else None
+    (the shared default)."""
+    if args.weight_dtype is not None or data is None:
         return args.weight_dtype
-    section, _ = _dwdp_section(load_yaml(args.config))
+    section, _ = _dwdp_section(data)
     return section.get("weight_dtype") if isinstance(section, dict) else None
 
 
@@ -223,8 +227,9 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.max_num_tokens <= MAX_TOKENS:
         raise ConfigError(None, "--max-num-tokens", f"expected an integer in [1, {MAX_TOKENS:,}], got {args.max_num_tokens}")
     gpu = gpu_budget_bytes(args.gpu, args.gpu_memory_gb)
-    wd = _weight_dtype(args) or mem.DEFAULT_WEIGHT_DTYPE
-    spec, cfg = _load(args, weight_dtype=wd, gpu_bytes=gpu)
+    data = load_yaml(args.config) if args.config else None  # the one read of the file
+    wd = _weight_dtype(args, data) or mem.DEFAULT_WEIGHT_DTYPE
+    spec, cfg = _load(args, data, weight_dtype=wd, gpu_bytes=gpu)
     rep = build_report(spec, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
     if args.json:
         print(json.dumps(rep, indent=2))

@@ -117,3 +117,23 @@ def test_bench_config_without_dwdp_section_and_top_level_fields(tmp_path, capsys
     f.write_text("dwdp_size: 2\nsource_policy: lowest_rank\n")
     rep = run_json(capsys, "--config", str(f), "--model", "tiny")
     assert rep["source_policy"] == "lowest_rank" and rep["dwdp_size"] == 2 and rep["num_experts"] == 16
+
+
+@pytest.mark.parametrize("flags", [[], ["--weight-dtype", "bf16"], ["--dwdp-size", "2"]])
+def test_config_file_is_read_once(tmp_path, capsys, monkeypatch, flags):
+    """The --config file is read once (was: once for its weight_dtype, once for the rest) and its values reach the
+    report; flags still override it."""
+    from pathlib import Path
+
+    f = tmp_path / "b.yaml"
+    f.write_text("model:\n  preset: tiny\ndwdp:\n  dwdp_size: 4\n  weight_dtype: float32\n")
+    reads, real = [], Path.read_text
+
+    def spy(self, *a, **kw):
+        reads.append(Path(self).resolve())
+        return real(self, *a, **kw)
+    monkeypatch.setattr(Path, "read_text", spy)
+    rep = run_json(capsys, "--config", str(f), *flags)
+    assert reads.count(f.resolve()) == 1, reads
+    assert rep["model"] == "tiny" and rep["weight_dtype"] == ("bf16" if "bf16" in flags else "float32")
+    assert rep["dwdp_size"] == (2 if "--dwdp-size" in flags else 4)
