@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..perf.bench_work import get as _get
-from ..perf.floor_points import TIMED_PHASES
+from ..perf.floor_points import TIMED_PHASES, run_linear_dtype
 from ..schema import ConfigError
 from .plan_output import console, rel_to_root
 from .run_device import gpu_for, measured_on
@@ -131,7 +131,7 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
         isl_ratio=float(wl.get("isl_ratio", 0.8)), isl_cv=float(wl.get("isl_cv", 0.0)),
         imbalance_cv=float(wl.get("imbalance_cv", 0.0)), redundant_experts=(red,), slice_bytes=(slice_bytes,),
         interference=args.interference, a2a_dedup=args.a2a_dedup, calibration=cal, samples=args.samples, seed=int(wl.get("seed", 0)),
-        source_policy=_get(cfg, "dwdp.source_policy", "balanced"))
+        source_policy=_get(cfg, "dwdp.source_policy", "balanced"), linear_dtype=run_linear_dtype(run))
     return spec, notes
 
 

@@ -81,9 +81,10 @@ class Calibration:
     engine_efficiency: bool = True  # False: plan for stock kernels (the floor), not for our engine
     notes: tuple[str, ...] = ()
 
-    def floor_rate(self, key: str, tokens, isl):
-        """Floor TFLOP/s of attention_proj / other at this size; None if not calibrated."""
-        return self.floor_tflops.get(key) or self.floor.rate(key, tokens, isl)
+    def floor_rate(self, key: str, tokens, isl, linear_dtype: str | None = None):
+        """Floor TFLOP/s of attention_proj / other at this size, for linear layers in `linear_dtype` (the floor runs
+        that measured them; all runs when none did); None if not calibrated."""
+        return self.floor_tflops.get(key) or self.floor.rate(key, tokens, isl, linear_dtype)
 
     def expert_floor(self, dtype: str) -> tuple[float, float] | None:
         """(R TFLOP/s, k rows per expert) of the routed experts' floor in `dtype`; None if not calibrated."""
@@ -98,14 +99,14 @@ class Calibration:
             return self.floor_tflops["attention_core"], 0.0
         return self.floor.core
 
-    def engine_factor(self, phase: str, tokens=None, isl=None, dtype: str | None = None):
-        """The engine's measured / floor time for `phase` at this size (1.0 when not calibrated or when planning
-        for stock kernels)."""
+    def engine_factor(self, phase: str, tokens=None, isl=None, dtype: str | None = None, linear_dtype: str | None = None):
+        """The engine's measured / floor time for `phase` at this size (expert_gemm: weight dtype `dtype`; attention
+        and other: linear layers in `linear_dtype`); 1.0 when not calibrated or when planning for stock kernels."""
         if not self.engine_efficiency:
             return 1.0
         if phase in self.engine_over_floor:
             return self.engine_over_floor[phase]
-        return self.floor.factor(phase, tokens, isl, dtype)
+        return self.floor.factor(phase, tokens, isl, dtype, linear_dtype)
 
     def gemm_tflops(self, dtype: str, tokens: float) -> float | None:
         pts = self.grouped_gemm_tflops.get(dtype)

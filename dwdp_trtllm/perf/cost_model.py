@@ -58,17 +58,21 @@ class CostParams:
     dispatch_dtype: str = "fp8"  # DEP dispatch activations: bf16 | fp8 | nvfp4 (combine is always BF16)
     a2a_dedup: bool = False  # DeepEP-style: a token goes once to each remote *rank* holding any of its top-k
     calibration: Calibration = field(default_factory=Calibration)
+    linear_dtype: str | None = None  # the dense GEMMs' dtype where it is not DENSE_DTYPE_FOR[weight_dtype] (a run
+    #                                  with model.fp8_linear false: FP8 experts, BF16 linear layers)
 
     def __post_init__(self) -> None:
         if self.weight_dtype not in DTYPE_BYTES:
             raise ValueError(f"weight_dtype {self.weight_dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
         if self.dispatch_dtype not in DISPATCH_BYTES:
             raise ValueError(f"dispatch_dtype {self.dispatch_dtype!r}: expected one of {', '.join(DISPATCH_BYTES)}")
+        if self.linear_dtype not in (None, "bf16", "fp8"):
+            raise ValueError(f"linear_dtype {self.linear_dtype!r}: expected bf16 or fp8")
 
     @property
     def dense_dtype(self) -> str:
         """Attention/dense projections: FP8 checkpoints keep them FP8; NVFP4 checkpoints quantise only experts."""
-        return DENSE_DTYPE_FOR[self.weight_dtype]
+        return self.linear_dtype or DENSE_DTYPE_FOR[self.weight_dtype]
 
     @property
     def hbm_bps(self) -> float:
@@ -142,9 +146,9 @@ def attention_us(spec: ModelSpec, p: CostParams, tokens, core, *, isl=None, kv_t
     for attention; else the projections are a roofline at the dense dtype."""
     cal = p.calibration
     flops = attention_proj_flops(spec, tokens, kv_tokens)
-    rate = cal.floor_rate("attention_proj", tokens, isl)
+    rate = cal.floor_rate("attention_proj", tokens, isl, p.dense_dtype)
     if rate is not None:
-        return (flops / (rate * 1e12) * 1e6 + core) * cal.engine_factor("attention", tokens, isl)
+        return (flops / (rate * 1e12) * 1e6 + core) * cal.engine_factor("attention", tokens, isl, linear_dtype=p.dense_dtype)
     wbytes = spec.attention_params() * DTYPE_BYTES[p.dense_dtype]
     act = np.asarray(tokens, float) * spec.hidden_size * 2 * 4  # q/kv/o inputs and outputs, BF16
     return roofline_us(flops, wbytes + act, p.gemm_flops_per_s(p.dense_dtype), p.hbm_bps) + core
@@ -152,8 +156,8 @@ def attention_us(spec: ModelSpec, p: CostParams, tokens, core, *, isl=None, kv_t
 
 def _other_floor_us(p: CostParams, flops, tokens, isl):
     cal = p.calibration
-    rate = cal.floor_rate("other", tokens, isl)
-    return None if rate is None else flops / (rate * 1e12) * 1e6 * cal.engine_factor("other", tokens, isl)
+    rate = cal.floor_rate("other", tokens, isl, p.dense_dtype)
+    return None if rate is None else flops / (rate * 1e12) * 1e6 * cal.engine_factor("other", tokens, isl, linear_dtype=p.dense_dtype)
 
 
 def other_us(spec: ModelSpec, p: CostParams, tokens, *, isl=None):

@@ -151,12 +151,24 @@ class FloorCalibration:
     def _pts(self, dtype: str | None):
         return [p for p in self.points if dtype is None or p.weight_dtype == dtype]
 
-    def rate(self, key: str, tokens, isl):
-        """Floor TFLOP/s of `key` (attention_proj, other) at (tokens, isl); None without points."""
-        if not self.points:
+    def linear_points(self, linear_dtype: str | None) -> list[FloorPoint]:
+        """The points whose linear layers ran in `linear_dtype` (their projections and dense GEMMs are that dtype's
+        work); all points when none did or `linear_dtype` is None (`linear_measured` says which)."""
+        pts = [p for p in self.points if p.linear_dtype == linear_dtype]
+        return pts or list(self.points)
+
+    def linear_measured(self, linear_dtype: str) -> bool:
+        """Whether a point of the campaign ran its linear layers in `linear_dtype`."""
+        return any(p.linear_dtype == linear_dtype for p in self.points)
+
+    def rate(self, key: str, tokens, isl, linear_dtype: str | None = None):
+        """Floor TFLOP/s of `key` (attention_proj, other) at (tokens, isl), from the points whose linear layers ran in
+        `linear_dtype` (linear_points); None without points."""
+        pts = self.linear_points(linear_dtype)
+        if not pts:
             return None
-        xy = [(p.tokens, p.isl) for p in self.points]
-        return idw(xy, [p.flops[key] / p.floor_ms[key] * 1e-9 for p in self.points], tokens, isl)
+        xy = [(p.tokens, p.isl) for p in pts]
+        return idw(xy, [p.flops[key] / p.floor_ms[key] * 1e-9 for p in pts], tokens, isl)
 
     @functools.cached_property
     def experts(self) -> tuple[dict[str, float], float] | None:
@@ -177,9 +189,13 @@ class FloorCalibration:
                 best = (err, float(k), rate)
         return best[2], best[1]
 
-    def factor(self, phase: str, tokens, isl, dtype: str | None = None):
-        """The engine's measured / floor time of `phase` (or "outside") at (tokens, isl); 1.0 without a point."""
-        pts = [p for p in self._pts(dtype if phase == "expert_gemm" else None) if p.factor(phase) is not None]
+    def factor(self, phase: str, tokens, isl, dtype: str | None = None, linear_dtype: str | None = None):
+        """The engine's measured / floor time of `phase` (or "outside") at (tokens, isl); 1.0 without a point.
+        expert_gemm: from the points of weight dtype `dtype`; attention and other (whose floors are the linear
+        layers' GEMMs): from those whose linear layers ran in `linear_dtype` (linear_points)."""
+        cand = (self._pts(dtype) if phase == "expert_gemm"
+                else self.linear_points(linear_dtype) if phase in ("attention", "other") else self.points)
+        pts = [p for p in cand if p.factor(phase) is not None]
         if not pts:
             return 1.0
         xy = [((p.expert_tokens if phase == "expert_gemm" else p.tokens), p.isl) for p in pts]

@@ -15,7 +15,7 @@ A measurement that does not describe the engine's work is marked, per statistic 
 - a mean above its own median by more than the iterations' work explains (x (1 + REPEAT_TOLERANCE)): one-time
   costs inside a measured iteration (a plan built, a kernel compiled);
 - not repeatable: (run, mode)s of one campaign that did identical work for a phase (same FLOPs, same weight
-  dtype for experts) but measured it more than REPEAT_TOLERANCE apart (mark_unrepeatable): the ones above an
+  dtype for experts, same linear-layer dtype for attention and other) but measured it more than REPEAT_TOLERANCE apart (mark_unrepeatable): the ones above an
   agreeing core of two or more, or, when no two agree, that phase in the whole campaign;
 - the wall, when a phase it contains is marked.
 """
@@ -64,6 +64,7 @@ class FloorPoint:
     over_floor_median: dict[str, float] = field(default_factory=dict)  # ENGINE_PHASES: median of per-iteration ratios
     excluded: dict[str, str] = field(default_factory=dict)  # "stat.phase" -> why it neither calibrates nor validates
     shared_gpu: bool = False  # its ranks time-sliced a GPU: every statistic marked, and it calibrates nothing
+    linear_dtype: str = "bf16"  # the dtype its linear layers (projections, dense MLP, shared experts) ran and were floored in
 
     @property
     def label(self) -> str:
@@ -203,7 +204,28 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
         calls=calls, flops=flops,
         floor_ms={**{k: float(fms[k]) for k in RATE_KEYS}, "attention": float(fms["attention_proj"] + fms["attention_core"])},
         measured=measured, over_floor_median={k: float(med[k]) for k in ENGINE_PHASES if _pos(med.get(k))},
-        excluded=excluded, shared_gpu=shared)
+        excluded=excluded, shared_gpu=shared, linear_dtype=linear_dtype(r.get("floor")))
+
+
+def linear_dtype(floor: Any) -> str:
+    """The dtype a run's linear layers ran in, from its floor: "fp8" when the floor timed FP8 block-scale GEMMs for
+    them (bench/floor.py writes `linear_layers: "fp8 block scales"` since issue 25), else the model dtype (bf16;
+    floors written before issue 25 have no such key: the engine dequantised every linear layer to BF16 then)."""
+    said = floor.get("linear_layers") if isinstance(floor, dict) else None
+    return "fp8" if isinstance(said, str) and said.startswith("fp8") else "bf16"
+
+
+def run_linear_dtype(run: dict) -> str:
+    """The dtype a bench run's linear layers ran in: its floor's (linear_dtype) when it has one, else its config's
+    model.fp8_linear (true: fp8; null: fp8 with FP8 experts); bf16 for a config without the key (written before
+    issue 25, when the engine dequantised them)."""
+    if isinstance(run.get("floor"), dict):
+        return linear_dtype(run["floor"])
+    model = get(run, "config.model") or {}
+    if not isinstance(model, dict) or "fp8_linear" not in model:
+        return "bf16"
+    on = model["fp8_linear"]
+    return "fp8" if on or (on is None and get(run, "config.dwdp.weight_dtype", "bf16") == "fp8") else "bf16"
 
 
 def mark_wall(excluded: dict[str, str], why=lambda hit, first: f"contains {' and '.join(hit)} ({first})") -> dict[str, str]:
@@ -220,6 +242,13 @@ def _same(a: FloorPoint, b: FloorPoint, keys) -> bool:
     return a.num_layers == b.num_layers and all(abs(a.flops[k] / b.flops[k] - 1) <= SAME_WORK for k in keys)
 
 
+def _same_kind(a: FloorPoint, b: FloorPoint, phase: str) -> bool:
+    """Work of equal FLOPs is the same work only in the same dtypes: the routed experts' (expert_gemm) in the weight
+    dtype, the linear layers' (attention's projections, other's dense GEMMs) in the linear dtype; the wall in both."""
+    return ((phase not in ("expert_gemm", "wall") or a.weight_dtype == b.weight_dtype)
+            and (phase == "expert_gemm" or a.linear_dtype == b.linear_dtype))
+
+
 def mark_unrepeatable(points: list[FloorPoint]) -> tuple[list[FloorPoint], list[str]]:
     """Compare, per (statistic, phase), the (run, mode)s of a campaign that did identical work. One-time costs only
     add time, so those within REPEAT_TOLERANCE of the lowest form the agreeing core: with two or more in it, only
@@ -231,12 +260,11 @@ def mark_unrepeatable(points: list[FloorPoint]) -> tuple[list[FloorPoint], list[
         for phase in ENGINE_PHASES + ("wall",):
             key = f"{stat}.{phase}"
             works = {"attention": ("attention_proj", "attention_core"), "wall": RATE_KEYS}.get(phase, (phase,))
-            typed = phase in ("expert_gemm", "wall")  # expert work of another dtype is other work
             usable = [i for i, p in enumerate(points) if phase in p.measured.get(stat, {}) and key not in p.excluded]
             seen, spreads = set(), []
             for i in usable:
                 p = points[i]
-                g = [j for j in usable if _same(p, points[j], works) and (not typed or points[j].weight_dtype == p.weight_dtype)]
+                g = [j for j in usable if _same(p, points[j], works) and _same_kind(p, points[j], phase)]
                 if len(g) < 2 or tuple(g) in seen:
                     continue
                 seen.add(tuple(g))

@@ -64,6 +64,7 @@ class PlanSpec:
     kernel_tables: str | None = None  # a kernel-table JSON instead of the shipped one for this GPU
     routing_skew: object = None  # routing_skew.RoutingSkewConfig; None = balanced routing
     dep_comm: str | None = None  # phases.DEP_COMMS; None = phases.default_dep_comm for this GPU and target
+    linear_dtype: str | None = None  # dense GEMMs' dtype when not the weight dtype's (cost_model.CostParams)
 
     @property
     def dep_comm_path(self) -> str:
@@ -98,7 +99,7 @@ class PlanSpec:
 
     def params(self) -> cm.CostParams:
         return cm.CostParams(gpu=self.gpu, weight_dtype=self.weight_dtype, dispatch_dtype=self.dispatch_dtype,
-                             a2a_dedup=self.a2a_dedup, calibration=self.calibration)
+                             a2a_dedup=self.a2a_dedup, calibration=self.calibration, linear_dtype=self.linear_dtype)
 
     def workload(self, isl: int) -> Workload:
         return Workload(isl=isl, isl_dist=self.isl_dist, isl_ratio=self.isl_ratio, isl_cv=self.isl_cv,  # type: ignore[arg-type]
