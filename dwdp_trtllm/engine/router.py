@@ -46,12 +46,21 @@ def _finish(spec: ModelSpec, w_TK: torch.Tensor) -> torch.Tensor:
     return w_TK * spec.routed_scaling_factor
 
 
-def select_grouped_sigmoid(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def router_scores(spec: ModelSpec, logits_TE: torch.Tensor) -> torch.Tensor:
+    """scores_TE float32: sigmoid (sigmoid_grouped) or softmax over all experts (softmax) of the logits; the one
+    [T, E] pass both the model's own selection and the skewed one read their weights from."""
+    return logits_TE.float().sigmoid() if spec.router == "sigmoid_grouped" else logits_TE.float().softmax(-1)
+
+
+def select_grouped_sigmoid(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: torch.Tensor | None, *,
+                           scores_TE: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek-V3 noaux_tc: sigmoid scores; the correction bias steers selection only; a group's score
     is the sum of its top-2 biased scores; keep topk_group groups; top-k experts within them; weights
-    are the unbiased sigmoid scores of the chosen experts."""
+    are the unbiased sigmoid scores of the chosen experts. scores_TE: router_scores(spec, logits_TE) when the
+    caller has them already."""
     T, E, G = logits_TE.shape[0], spec.num_experts, spec.n_group
-    scores_TE = logits_TE.float().sigmoid()
+    if scores_TE is None:
+        scores_TE = logits_TE.float().sigmoid()
     if scores_TE.is_cuda and fused_enabled():
         from . import router_cuda
         if router_cuda.supported(E, G, spec.topk_group, spec.top_k):
@@ -68,9 +77,11 @@ def select_grouped_sigmoid(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: tor
     return ids_TK, _finish(spec, scores_TE.gather(1, ids_TK))
 
 
-def select_softmax(spec: ModelSpec, logits_TE: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax over all experts, top-k (normalising top-k probs == Mixtral's softmax over top-k logits)."""
-    probs_TE = logits_TE.float().softmax(dim=-1)
+def select_softmax(spec: ModelSpec, logits_TE: torch.Tensor, *,
+                   scores_TE: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over all experts, top-k (normalising top-k probs == Mixtral's softmax over top-k logits).
+    scores_TE: router_scores(spec, logits_TE) when the caller has them already."""
+    probs_TE = logits_TE.float().softmax(dim=-1) if scores_TE is None else scores_TE
     w_TK, ids_TK = probs_TE.topk(spec.top_k, dim=-1)
     return ids_TK, _finish(spec, w_TK)
 
@@ -124,15 +135,18 @@ def skew_uniforms(ids_TK: torch.Tensor, moe_layer: int) -> torch.Tensor:
 
 
 def skew_select(spec: ModelSpec, logits_TE: torch.Tensor, ids_TK: torch.Tensor, skew: SkewTable,
-                moe_layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids_TK, weights_TK) drawn from skew's popularity of moe_layer (module doc: systematic sampling)."""
+                moe_layer: int, *, scores_TE: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids_TK, weights_TK) drawn from skew's popularity of moe_layer (module doc: systematic sampling).
+    scores_TE: router_scores(spec, logits_TE) when the caller has them already (select_experts passes the ones
+    its natural selection used: one [T, E] pass, not two)."""
     K = spec.top_k
     u_T = skew_uniforms(ids_TK, moe_layer)
     points_TK = (u_T[:, None] + skew.j_K[None, :]) / K
     cdf_E = skew.cdf_ME[moe_layer]
     slot_TK = torch.searchsorted(cdf_E, points_TK, right=True).clamp_(max=cdf_E.shape[0] - 1)
     new_TK = skew.order_ME[moe_layer][slot_TK]
-    scores_TE = logits_TE.float().sigmoid() if spec.router == "sigmoid_grouped" else logits_TE.float().softmax(-1)
+    if scores_TE is None:
+        scores_TE = router_scores(spec, logits_TE)
     return new_TK, _finish(spec, scores_TE.gather(1, new_TK))
 
 
@@ -142,12 +156,13 @@ def select_experts(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: torch.Tenso
     of MoE layer `moe_layer` (module doc)."""
     if logits_TE.dim() != 2 or logits_TE.shape[1] != spec.num_experts:
         raise ValueError(f"logits_TE: expected [T, {spec.num_experts}], got {tuple(logits_TE.shape)}")
-    if spec.router == "sigmoid_grouped":
-        ids_TK, w_TK = select_grouped_sigmoid(spec, logits_TE, bias_E)
-    elif spec.router == "softmax":
-        ids_TK, w_TK = select_softmax(spec, logits_TE)
-    else:
+    if spec.router not in ("sigmoid_grouped", "softmax"):
         raise ValueError(f"{spec.name}: unknown router {spec.router!r}")
+    scores_TE = router_scores(spec, logits_TE)  # once: the natural selection and the skewed weights both read it
+    if spec.router == "sigmoid_grouped":
+        ids_TK, w_TK = select_grouped_sigmoid(spec, logits_TE, bias_E, scores_TE=scores_TE)
+    else:
+        ids_TK, w_TK = select_softmax(spec, logits_TE, scores_TE=scores_TE)
     if skew is None:
         return ids_TK, w_TK
-    return skew_select(spec, logits_TE, ids_TK, skew, moe_layer)
+    return skew_select(spec, logits_TE, ids_TK, skew, moe_layer, scores_TE=scores_TE)

@@ -73,3 +73,32 @@ def test_table_refuses_unroutable_shares():
         SkewTable(np.array([[0.7, 0.1, 0.1, 0.1]]), 2, "cpu")
     with pytest.raises(ValueError, match="summing to 1"):
         SkewTable(np.array([[0.2, 0.1]]), 1, "cpu")
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "olmoe-1b-7b"])
+def test_skewed_routing_computes_the_scores_once(name):
+    """The [T, E] scores (sigmoid or softmax of the logits) are computed once per call: the natural selection and
+    the skewed weights read the same tensor (the skew path used to run the [T, E] pass a second time)."""
+    from torch.overrides import TorchFunctionMode
+
+    passes = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("sigmoid", "softmax"):
+                passes.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    spec = get_model(name)
+    E, K = spec.num_experts, spec.top_k
+    table = SkewTable(popularity_table(RoutingSkewConfig(kind="zipf", alpha=1.01, seed=1), 1, E, K), K, "cpu", seed=1)
+    logits = torch.randn(64, E, generator=torch.Generator().manual_seed(2))
+    bias = torch.zeros(E) if spec.router == "sigmoid_grouped" else None
+    with Count():
+        ids, w = select_experts(spec, logits, bias, skew=table, moe_layer=0)
+    assert len(passes) == 1, passes
+    scores = logits.sigmoid() if spec.router == "sigmoid_grouped" else logits.softmax(-1)
+    want = scores.gather(1, ids)
+    if spec.norm_topk_prob:
+        want = want / (want.sum(-1, keepdim=True) + 1e-20)
+    torch.testing.assert_close(w, want * spec.routed_scaling_factor)
