@@ -176,15 +176,20 @@ def run_repeated(point: SweepPoint, run_mode: RunMode, console: Console, *, floo
 def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
               ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
               plots: bool = True, console: Console | None = None, floor: bool = False,
-              max_points: int = MAX_SWEEP_POINTS, force: bool = False, repeat: int | None = None) -> dict:
+              max_points: int = MAX_SWEEP_POINTS, force: bool = False, repeat: int | None = None,
+              check_points: Callable[[list[SweepPoint]], None] | None = None) -> dict:
     """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}. force: run every
     point again, finished ones included (their files are replaced when each finishes). repeat: override run.repeat.
+    check_points: a command's own refusals of the loaded points (`dwdp bench --floor` on a CPU), run first, on the
+    points loaded here (the sweep is loaded once).
 
     Raises ConfigError for bad config files/overrides before anything runs.
     """
     console = console or Console()
     swept, points = load_sweep(config_path, overrides, device=device, ranks=ranks, max_points=max_points,
                                repeat=repeat)
+    if check_points is not None:
+        check_points(points)
     if run_mode is None:  # the embedded engine runs here: its device must exist
         check_device_present(points, config_path, overrides, device)
     out = check_out_dir(out_dir if out_dir is not None else Path("bench_out") / Path(config_path).stem, "--out")
@@ -239,10 +244,14 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
 
 def follow_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, device: str | None = None,
                  ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode,
-                 force: bool = False, repeat: int | None = None) -> None:
+                 force: bool = False, repeat: int | None = None,
+                 check_points: Callable[[list[SweepPoint]], None] | None = None) -> None:
     """Ranks other than 0 under torchrun/mpirun: run the same unfinished points (every point with force) and modes
-    as rank 0 (collectively, in the same order) and write nothing."""
+    as rank 0 (collectively, in the same order) and write nothing. check_points: as run_bench's (what rank 0
+    refuses, every rank refuses)."""
     _, points = load_sweep(config_path, overrides, device=device, ranks=ranks, repeat=repeat)
+    if check_points is not None:
+        check_points(points)
     out = Path(out_dir) if out_dir is not None else Path("bench_out") / Path(config_path).stem
     for p in points:
         if not force and _load_point(out / "points" / f"{p.key}.json") is not None:

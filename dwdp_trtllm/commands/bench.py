@@ -35,14 +35,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _check_floor_device(args) -> None:
+def _check_floor_device(points) -> None:
     """--floor times stock kernels against the engine on the same device; on a CPU the ranks and the floor share
-    the same few cores (a floor 3-40x slower than the engine it bounds was seen): refused, exit 2."""
-    from ..bench.sweep import load_sweep
+    the same few cores (a floor 3-40x slower than the engine it bounds was seen): refused, exit 2. Run by run_bench
+    on the points it loads (bench/runner.py check_points), so the sweep is loaded once."""
     from ..schema import ConfigError
 
-    _, points = load_sweep(args.config, args.overrides, device=args.device, ranks=args.ranks,
-                           max_points=_max_points(args))
     cpu = sorted({p.config.run.device for p in points} - {"cuda"})
     if cpu:
         raise ConfigError(None, "--floor", f"needs run.device: cuda, got {', '.join(cpu)} (on a CPU the floor is timed "
@@ -63,13 +61,12 @@ def run(args: argparse.Namespace) -> int:
     from .. import env
     from ..bench.runner import follow_bench, run_bench
 
-    if args.floor:
-        _check_floor_device(args)
+    check = _check_floor_device if args.floor else None
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
                            plots=not args.no_plots, floor=args.floor, max_points=_max_points(args), force=args.force,
-                           repeat=args.repeat)
+                           repeat=args.repeat, check_points=check)
         return 0 if result["consistent"] else 1
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process
@@ -79,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
     ranks = args.ranks if args.ranks is not None else launched["world_size"]
     if launched["rank"] != 0:
         follow_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
-                     run_mode=run_in_process, force=args.force, repeat=args.repeat)
+                     run_mode=run_in_process, force=args.force, repeat=args.repeat, check_points=check)
         code = 0
     else:
         result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
                            plots=not args.no_plots, floor=args.floor, force=args.force, repeat=args.repeat,
+                           check_points=check,
                            run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
         code = 0 if result["consistent"] else 1
     # On success only (an error propagates and the launcher ends the others): a gloo group still alive at

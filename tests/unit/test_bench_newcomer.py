@@ -63,6 +63,28 @@ def test_floor_on_a_cpu_is_refused_in_one_line(cfg_file, tmp_path, engine, capsy
     assert engine == []  # refused before any rank started
 
 
+def test_floor_check_reads_the_config_once(cfg_file, tmp_path, monkeypatch):
+    """--floor's device check looks at the points run_bench loads (was: a load of its own before, the file read
+    twice); what runs after the checks is stubbed: this machine has no GPU for the cuda points --floor accepts."""
+    from pathlib import Path
+
+    cfg_file.write_text(yaml.safe_dump({**CFG, "run": {**CFG["run"], "device": "cuda"}}))
+    reads, real = [], Path.read_text
+
+    def spy(self, *a, **kw):
+        reads.append(Path(self).resolve())
+        return real(self, *a, **kw)
+    seen = []
+    monkeypatch.setattr(Path, "read_text", spy)
+    monkeypatch.setattr(runner, "check_device_present", lambda *a, **kw: None)
+    monkeypatch.setattr(runner, "preflight", lambda *a, **kw: None)
+    monkeypatch.setattr(runner, "_run_bench_locked", lambda out, path, swept, points, *a: seen.append(points) or
+                        {"consistent": True})
+    assert cli.main(["bench", str(cfg_file), "--out", str(tmp_path / "o"), "--floor"]) == 0
+    assert reads.count(cfg_file.resolve()) == 1, reads
+    assert [p.config.run.device for p in seen[0]] == ["cuda"]
+
+
 def test_cpu_runs_say_what_they_are_and_every_ratio_reads_one_way(cfg_file, tmp_path, engine):
     import subprocess
     import sys
