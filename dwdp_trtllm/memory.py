@@ -7,8 +7,8 @@ datasheets print it (H200: 141 GB). `rank_memory` is the only function that pric
 Parts of one rank (`PARTS`, bytes):
 - routed experts held: DWDP: the rank's local experts of every MoE layer (placement.py, redundancy
   included); DEP: its ceil(E/G) experts of every MoE layer. Scales included (weight_formats.py).
-- prefetch slots (DWDP only): min(prefetch_depth + 1, MoE layers) slots, each holding the largest per-layer
-  fetch of the rank.
+- prefetch slots (DWDP only): `prefetch_slot_count` slots (min(prefetch_depth + 1, MoE layers), at least 2),
+  each holding the largest per-layer fetch of the rank.
 - all-to-all buffers (DEP only): ESTIMATE, dispatch send + combine receive buffers of max_num_tokens x top_k
   hidden vectors in bf16 (the received / expert-output copies are counted in the activations).
 - dense weights: every replicated parameter (`dense_param_groups`) as the deployment stores it
@@ -194,8 +194,14 @@ def over_budget(m: RankMemory, keys: list[str], *, file: str | None = None, key:
                                         "experts, a smaller weight dtype, fewer layers or tokens) to fit")
 
 
-def _slots(cfg: DwdpConfig, spec: ModelSpec) -> int:
-    return min(cfg.num_slots, spec.num_moe_layers)
+def prefetch_slot_count(cfg: DwdpConfig, num_moe_layers: int) -> int:
+    """Prefetch slots one DWDP rank allocates: the one count runtime.DwdpRuntime allocates and rank_memory prices.
+
+    min(prefetch_depth + 1, MoE layers): slot n % S serves MoE execution n, so with S = L every layer already has
+    its own slot and the copy of its next use starts as soon as its GEMM has read it; an (L + 1)-th slot would only
+    hold a copy no layer waits for. At least 2: the prefetcher's ring needs two (prefetcher.Prefetcher), so a model
+    with one MoE layer holds two."""
+    return max(2, min(cfg.num_slots, num_moe_layers))
 
 
 def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
@@ -205,7 +211,7 @@ def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_t
     p = placement or make_placement(cfg, spec.num_experts)
     if p.num_experts != spec.num_experts:
         raise ValueError(f"placement is for {p.num_experts} experts, model {spec.name} has {spec.num_experts} experts")
-    eb, layers, slots = spec.expert_bytes(weight_dtype), spec.num_moe_layers, _slots(cfg, spec)
+    eb, layers, slots = spec.expert_bytes(weight_dtype), spec.num_moe_layers, prefetch_slot_count(cfg, spec.num_moe_layers)
     shared = _shared_parts(spec, weight_dtype, max_num_tokens, engine_dense)
     out = []
     for r in range(p.dwdp_size):

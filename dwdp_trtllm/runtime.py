@@ -19,6 +19,7 @@ import torch.distributed as dist
 from .config import DwdpConfig
 from .copy_plan import build_copy_plan
 from .expert_buffers import expert_layout, expert_tensor_specs
+from .memory import prefetch_slot_count
 from .models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher
@@ -69,6 +70,8 @@ class DwdpRuntime:
         self.specs = expert_tensor_specs(spec, cfg.weight_dtype)
         self.layout = expert_layout(spec, cfg.weight_dtype)
         self.num_layers = spec.num_moe_layers
+        #: prefetch slots: the count memory.rank_memory prices (min(prefetch_depth + 1, MoE layers), at least 2)
+        self.num_slots = prefetch_slot_count(cfg, self.num_layers)
         self.local_ids = self.placement.local_experts[dwdp_rank]
         self.fetch_ids = self.placement.fetch_experts(dwdp_rank)
         transport = cfg.transport
@@ -95,15 +98,15 @@ class DwdpRuntime:
             from .composite_slots import CompositeSlots
             self.composite = CompositeSlots(
                 placement=self.placement, rank=dwdp_rank, specs=self.specs, tensor_bytes=self.layout.tensor_bytes,
-                num_layers=self.num_layers, num_slots=cfg.num_slots, device=device,
+                num_layers=self.num_layers, num_slots=self.num_slots, device=device,
                 local_alloc=lambda m, t: self.transport.allocation(self._key(m, t)))
         # Slots are plain device memory (only this rank reads and writes them), except the (slot, tensor)
         # pairs the composite view made of VMM run allocations: the scheduler fills those through their mapping.
         mapped = self.composite.slot_tensor if self.composite is not None else {}
         self.slots = [[mapped[(s, t)] if (s, t) in mapped else
                        torch.empty(max(n_fetch * nbytes, 1), dtype=torch.uint8, device=device)
-                       for t, nbytes in enumerate(self.layout.tensor_bytes)] for s in range(cfg.num_slots)]
-        self.slot_bytes = cfg.num_slots * n_fetch * self.layout.expert_bytes
+                       for t, nbytes in enumerate(self.layout.tensor_bytes)] for s in range(self.num_slots)]
+        self.slot_bytes = self.num_slots * n_fetch * self.layout.expert_bytes
         self.expert_maps = expert_maps(self.placement, dwdp_rank, device)
         self.prefetcher: Prefetcher | None = None
         self.scheduler = None
@@ -132,10 +135,10 @@ class DwdpRuntime:
             plan,
             src_buffer=lambda peer, layer, t: self.transport.peer_buffer(peer, self._key(layer, t)),
             dst_buffer=lambda slot, t: self.slots[slot][t],
-            layers=range(self.num_layers), num_slots=self.cfg.num_slots, device=self.device,
+            layers=range(self.num_layers), num_slots=self.num_slots, device=self.device,
             method=self.cfg.copy_method, max_inflight_slices=self.cfg.max_inflight_slices, lanes=self.cfg.copy_lanes,
             timeout_s=self.timeout_s)
-        self.prefetcher = Prefetcher(self.scheduler, num_layers=self.num_layers, num_slots=self.cfg.num_slots,
+        self.prefetcher = Prefetcher(self.scheduler, num_layers=self.num_layers, num_slots=self.num_slots,
                                      device=self.device, pacing=self.cfg.pacing, timeout_s=self.timeout_s)
         self.prefetcher.start()
 
