@@ -156,9 +156,11 @@ def popularity(spec: RoutingSkewConfig, moe_layer: int, num_experts: int, top_k:
     return cap_shares(raw, 1.0 / top_k)
 
 
-def popularity_table(spec: RoutingSkewConfig, num_moe_layers: int, num_experts: int, top_k: int) -> np.ndarray:
-    """popularity_LE for every MoE layer (reads spec.path for kind file)."""
-    counts = load_counts_file(spec.path, num_experts) if spec.kind == "file" else None
+def popularity_table(spec: RoutingSkewConfig, num_moe_layers: int, num_experts: int, top_k: int,
+                     counts_LE: np.ndarray | None = None) -> np.ndarray:
+    """popularity_LE for every MoE layer. Kind file: counts_LE, the file's counts a caller read once
+    (load_counts_file); without them spec.path is read here."""
+    counts = counts_LE if counts_LE is not None or spec.kind != "file" else load_counts_file(spec.path, num_experts)
     return np.stack([popularity(spec, l, num_experts, top_k, counts) for l in range(num_moe_layers)])
 
 
