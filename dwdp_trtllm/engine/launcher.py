@@ -145,15 +145,19 @@ def run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]]
 
 def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[Request]], *,
               progress: Callable[[int, str, int, int], None] | None = None, grace_s: float = 10.0,
-              collect_outputs: bool = False, fail_at: tuple[int, int] | None = None) -> dict[str, list[RankResult]]:
+              collect_outputs: bool = False, fail_at: tuple[int, int] | None = None,
+              popularity_LE=None) -> dict[str, list[RankResult]]:
     """Run each mode in turn on the same cfg.run.ranks processes (one spawn for all modes).
 
     progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
-    makes that rank raise at that iteration (tests of the failure path).
+    makes that rank raise at that iteration (tests of the failure path). popularity_LE: the routing skew's
+    popularity per MoE layer (bench/sweep.py SweepPoint.popularity_LE, from the counts file read once); None with
+    the skew on: computed here, in this process; the ranks are handed it and read no counts file.
     """
     world = cfg.run.ranks
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
+    popularity_LE = skew_popularity(cfg, popularity_LE)
     sweep_orphaned_shm()
     oom_before = host_resources.oom_kills()  # a rank later killed by SIGKILL: did the OOM killer act meanwhile?
     tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -162,7 +166,8 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     procs, conns, ends = [], [], []
     for r in range(world):
         recv, send = ctx.Pipe(duplex=False)
-        payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at, collect_outputs))
+        payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at, collect_outputs,
+                                popularity_LE))
         procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload), daemon=True, name=f"dwdp-rank{r}"))
         conns.append(recv)
         ends.append(send)
@@ -292,8 +297,22 @@ def _stop(procs, grace_s: float) -> None:
             p.join(timeout=2.0)
 
 
-def run_in_process(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]]) -> list[RankResult] | None:
-    """Under torchrun/mpirun: run this process's rank; rank 0 returns all results, others None."""
+def skew_popularity(cfg: BenchConfig, popularity_LE=None):
+    """The popularity table the ranks steer routing to: popularity_LE when the caller computed it, else (skew on)
+    routing_skew.popularity_table here, in the parent (a counts file is read here, never in a rank); None: off."""
+    skew = cfg.workload.routing_skew
+    if skew.off or popularity_LE is not None:
+        return None if skew.off else popularity_LE
+    from ..routing_skew import popularity_table
+
+    spec = cfg.model.spec()
+    return popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k)
+
+
+def run_in_process(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]], *,
+                   popularity_LE=None) -> list[RankResult] | None:
+    """Under torchrun/mpirun: run this process's rank; rank 0 returns all results, others None. popularity_LE: as
+    run_modes'."""
     import torch.distributed as dist
 
     from .worker import run_rank
@@ -314,7 +333,8 @@ def run_in_process(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Req
                                 timeout=datetime.timedelta(seconds=cfg.run.timeout_s))
     tag = f"dwdp_{os.environ.get('MASTER_PORT', 'x')}_{mode}"
     try:
-        res = run_rank(cfg, mode, requests_per_rank[rank], rank=rank, world=world, tag=tag)
+        res = run_rank(cfg, mode, requests_per_rank[rank], rank=rank, world=world, tag=tag,
+                       popularity_LE=skew_popularity(cfg, popularity_LE))
     except BaseException:
         if env.launched_by_mpi():
             traceback.print_exc()

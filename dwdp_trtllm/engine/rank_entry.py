@@ -43,9 +43,10 @@ def main(parent_pid: int, rank: int, conn, payload: bytes) -> None:
 
 
 def run_child(rank: int, world: int, port: int, cfg, modes: list[str], requests: list, tag: str,
-              fail_at: tuple[int, int] | None, collect_outputs: bool, conn) -> None:
+              fail_at: tuple[int, int] | None, collect_outputs: bool, popularity_LE, conn) -> None:
     """One rank (started by main): every mode in turn, each result, progress and error sent on conn
-    (cfg a BenchConfig, requests the rank's list of records.Request)."""
+    (cfg a BenchConfig, requests the rank's list of records.Request, popularity_LE the routing skew's table the
+    parent computed, None when off)."""
     import torch.distributed as dist
 
     from .. import env
@@ -59,7 +60,7 @@ def run_child(rank: int, world: int, port: int, cfg, modes: list[str], requests:
         for mode in modes:
             res = run_rank(cfg, mode, requests, rank=rank, world=world, tag=f"{tag}_{mode}",
                            progress=lambda done, total, m=mode: conn.send(("progress", rank, m, done, total)),
-                           collect_outputs=collect_outputs,
+                           collect_outputs=collect_outputs, popularity_LE=popularity_LE,
                            fail_at_iteration=fail_at[1] if fail_at is not None and fail_at[0] == rank else None)
             # Plain pickle bytes: torch's reduction would share tensors by file descriptor, which the
             # parent can only open while this process is alive (a race seen on the GPU machine).

@@ -147,11 +147,12 @@ def _allocator_counts(device: torch.device) -> dict[str, int]:
 
 def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int, world: int, tag: str,
              progress: Callable[[int, int], None] | None = None, collect_outputs: bool = False,
-             fail_at_iteration: int | None = None) -> RankResult:
+             fail_at_iteration: int | None = None, popularity_LE=None) -> RankResult:
     """Serve `requests` on this rank in `mode`; collective with the other ranks of the default group.
 
     collect_outputs: keep every request's final hidden states (CPU float32, [isl, H]) in
-    RankResult.extra["hidden"] (tests compare modes with them).
+    RankResult.extra["hidden"] (tests compare modes with them). popularity_LE: workload.routing_skew's popularity
+    per MoE layer, computed once in the parent (engine/launcher.py skew_popularity); needed when the skew is on.
     """
     from .kv_cache import KVCache
     from .model import MoETransformer
@@ -172,9 +173,11 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     del dense  # the model holds its own (FP8 linears: codes + scales instead of these)
     model.record_routing()  # per-expert routed pairs of each iteration, for `dwdp bench --floor`
     skew = cfg.workload.routing_skew
-    if not skew.off:  # every rank and mode builds the same table from the same spec: the same routing in DEP and DWDP
-        from ..routing_skew import popularity_table
-        model.set_routing_skew(popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k), seed=skew.seed)
+    if not skew.off:  # every rank and mode gets the parent's one table: the same routing in DEP and DWDP
+        if popularity_LE is None:
+            raise ValueError("workload.routing_skew is on: run_rank takes the popularity table the parent computed "
+                             "(engine/launcher.py skew_popularity); a rank reads no counts file")
+        model.set_routing_skew(popularity_LE, seed=skew.seed)
     model.warm_up_attention(cfg.workload.max_num_tokens)  # per-shape attention plans, before any timing
     timer = PhaseTimer(device)
     if hasattr(backend, "set_timer"):
