@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env build plugin transport engine profile trtllm verify fp8 grouped calib bench (default: env plugin transport engine bench)
+#     sections: env build plugin transport engine profile trtllm verify fp8 grouped moeop calib bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -67,6 +67,11 @@ for s in $sections; do
       section grouped
       timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
       tail -n 20 "$OUT/grouped.log" ;;
+    moeop)  # issue 25: our whole routed-expert op (multi_buffer unit, and one [E, ...] buffer) at 4K/8K/16K tokens,
+            # uniform + power-law routing, beside TensorRT-LLM's fp8_block MoE table (the adapter's FP8 default; ~1 min)
+      section moeop
+      timeout "${MOEOP_TIMEOUT:-240}" python3 scripts/bench_moe_op_vs_trtllm.py --out "$OUT/raw/moeop" > "$OUT/moeop.log" 2>&1 || rc=1
+      tail -n 24 "$OUT/moeop.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1

@@ -1,0 +1,127 @@
+"""Our routed-expert op against TensorRT-LLM's Hopper FP8 block-scale MoE: the numbers the adapter's FP8 default on
+sm_90 rests on (adapter.choose_gemm), and the comparison table scripts/bench_moe_op_vs_trtllm.py prints. Pure: no
+CUDA, no tensorrt_llm.
+
+Theirs (never run here: no tensorrt_llm wheel runs on our machines): TensorRT-LLM's fp8_block CUTLASS fused MoE
+(`moe_torch_flow_cutlass`, what the composite view feeds), one GPU holding all 256 DeepSeek experts (moe_tp 1, EP 1),
+sort to finalize, from NVIDIA aiconfigurator's H200 table `h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet`
+(TensorRT-LLM 1.3.0rc20), read from the package's extracted copy (dwdp_trtllm/data/kernel_tables/h200.json) through
+perf.kernel_tables, the one reader of it. Routing: the table's `balanced` row for our uniform routing and its
+`power_law_1.01` row for power-law routing (routing_skew's power_law shape is aiconfigurator's).
+Ours: the whole op the multi_buffer unit runs (sort, gather + 1x128 quantisation, both FP8 grouped GEMMs, SwiGLU +
+quantisation, combine) over a [32 local | 224 slot] split, measured on an H200 (OUR_OP_H200 below; re-measured in
+one run beside this table by the `moeop` step of scripts/gpu_check.sh).
+
+Legend: T tokens entering the op, K top-k, H hidden, I moe intermediate, E experts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the model and GPU of the comparison (the table's shape is DeepSeek-V3/R1: H 7168, I 2048, E 256, top-8)
+MODEL, GPU = "deepseek-r1", "h200"
+#: TensorRT-LLM's table dtype key for FP8 block scales in kernel_tables (moe_dtype fp8_block)
+TABLE_DTYPE = "fp8"
+#: our routing name -> the table's routing row
+TABLE_ROUTING = {"uniform": "balanced", "power_law": "power_law_1.01"}
+TOKENS = (4096, 8192, 16384)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measurement of our whole routed-expert op: ms per call at T tokens, what ran, where it is recorded."""
+
+    ms: dict[int, float]
+    what: str
+    source: str
+
+
+#: our op on the H200, uniform routing (issue 25's text, measured in session 5; its raw run was not kept in
+#: docs/bench_results: scripts/bench_moe_op_vs_trtllm.py re-measures it, BENCHMARKS.md section 12 once run)
+OUR_OP_H200 = Measured(
+    ms={4096: 4.69, 8192: 8.58, 16384: 15.49},
+    what="dwdp_trtllm's routed-expert op (sort, gather + 1x128 quantisation, two FP8 grouped GEMMs, SwiGLU + "
+         "quantisation, combine), multi_buffer over [32 local | 224 slot], uniform routing",
+    source="measured on an NVIDIA H200 (issue 25)")
+
+
+def _tables():
+    from ..models import get_model
+    from ..perf.kernel_tables import shape_tables
+    t = shape_tables(get_model(MODEL), GPU)
+    if t is None or TABLE_DTYPE not in t.data["moe"]:
+        raise RuntimeError(f"no {GPU} kernel table with an {TABLE_DTYPE} MoE row for {MODEL} "
+                           "(dwdp_trtllm/data/kernel_tables; scripts/extract_aiconfigurator.py)")
+    return t
+
+
+def trtllm_ms(tokens: int, routing: str = "uniform") -> float:
+    """TensorRT-LLM's fp8_block fused MoE, all E experts on one H200, at `tokens` tokens (ms, from the table;
+    ValueError past its last row, 16384 tokens: the table is not extrapolated for a comparison)."""
+    t = _tables()
+    ms, beyond = t.moe_ms(TABLE_DTYPE, 1, TABLE_ROUTING[routing], tokens)
+    if ms is None or float(beyond) > 0:
+        raise ValueError(f"{tokens} tokens, {routing}: outside TensorRT-LLM's measured MoE rows ({trtllm_source()})")
+    return float(ms)
+
+
+def trtllm_source() -> str:
+    """Where trtllm_ms comes from: the table path and TensorRT-LLM version, and the package file."""
+    t = _tables()
+    moe = t.data["moe"][TABLE_DTYPE]
+    return (f"TensorRT-LLM {moe['version']} {moe['select']['moe_dtype']} CUTLASS MoE, NVIDIA aiconfigurator-core "
+            f"{t.source['source']['version']} table {moe['table']} (moe_tp 1, EP 1), as extracted into "
+            f"dwdp_trtllm/data/kernel_tables/{GPU}.json")
+
+
+def moe_tflop(tokens: int) -> float:
+    """TFLOP of the routed experts at `tokens` tokens: 2 * T*K * (H*2I + I*H), the GEMMs only."""
+    from ..models import get_model
+    s = get_model(MODEL)
+    return 2.0 * tokens * s.top_k * 3 * s.hidden_size * s.moe_intermediate / 1e12
+
+
+def speedups(measured: Measured = OUR_OP_H200, routing: str = "uniform") -> dict[int, float]:
+    """TensorRT-LLM ms / our ms per token count of `measured` (> 1: ours is faster)."""
+    return {T: trtllm_ms(T, routing) / ms for T, ms in sorted(measured.ms.items())}
+
+
+def fp8_sm90_reason(measured: Measured = OUR_OP_H200) -> str:
+    """Why multi_buffer comes first for FP8 block-scale experts on sm_90: the measurement and its sources."""
+    s = speedups(measured)
+    Ts = sorted(measured.ms)
+    k = " / ".join(f"{T // 1024}K" for T in Ts)
+    return (f"FP8 block scales on sm_90: multi_buffer first by measurement: our op {' / '.join(f'{measured.ms[T]:.2f}' for T in Ts)} "
+            f"ms at {k} tokens ({measured.source}) vs {' / '.join(f'{trtllm_ms(T):.2f}' for T in Ts)} ms for the "
+            f"stock kernel the composite view feeds ({trtllm_source()}): {min(s.values()):.2f}-{max(s.values()):.2f}x "
+            "(docs/TRTLLM.md)")
+
+
+def comparison_rows(timings: dict[tuple[str, str, int], float]) -> list[dict]:
+    """Rows of the comparison from our timings {(path, routing, tokens): ms}: TensorRT-LLM's table time at the same
+    tokens and routing, the ratio theirs / ours (> 1: ours faster) and both TFLOP/s. Sorted by routing, tokens, path."""
+    rows = []
+    for (path, routing, T), ms in sorted(timings.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+        if routing not in TABLE_ROUTING:
+            raise ValueError(f"routing {routing!r}: expected one of {', '.join(TABLE_ROUTING)}")
+        if not ms > 0:
+            raise ValueError(f"{path} {routing} T={T}: time {ms!r} ms is not positive")
+        theirs = trtllm_ms(T, routing)
+        fl = moe_tflop(T)
+        rows.append({"path": path, "routing": routing, "tokens": T, "ours_ms": ms, "trtllm_ms": theirs,
+                     "trtllm_over_ours": theirs / ms, "ours_tflops": fl / ms * 1e3, "trtllm_tflops": fl / theirs * 1e3,
+                     "trtllm_row": TABLE_ROUTING[routing]})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The comparison table (ms per call, TFLOP/s of the expert GEMMs' work, ratio TensorRT-LLM / ours)."""
+    lines = ["| routing (table row) | tokens | our path | ours ms | TensorRT-LLM ms | TensorRT-LLM / ours | "
+             "ours TFLOP/s | TensorRT-LLM TFLOP/s |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['routing']} ({r['trtllm_row']}) | {r['tokens']} | {r['path']} | {r['ours_ms']:.2f} | "
+                     f"{r['trtllm_ms']:.2f} | {r['trtllm_over_ours']:.2f} | {r['ours_tflops']:.0f} | "
+                     f"{r['trtllm_tflops']:.0f} |")
+    lines.append("")
+    lines.append(f"TensorRT-LLM: {trtllm_source()}. Ours: measured in this run.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Our whole routed-expert op on DeepSeek-R1 shapes against TensorRT-LLM's Hopper fp8_block CUTLASS MoE (issue 25):
+the evidence of the TensorRT-LLM adapter's FP8 default on sm_90 (integration/adapter.py choose_gemm).
+
+Ours, timed here (CUDA): the multi_buffer execution unit's computation, integration/trtllm/moe_unit.routed_forward
+(sort, gather + 1x128 quantisation, FP8 grouped GEMM, SwiGLU + quantisation, FP8 grouped GEMM, combine), on
+TensorRT-LLM's weight layout (w3_w1_weight [E, 2I, H] up | gate, w2_weight [E, H, I], 128x128 fp32 scales), bf16
+activations in, bf16 out, all E = 256 experts on the one GPU:
+  multi_buffer  experts in two allocations [LOCAL local | E - LOCAL slot] (a DWDP rank's split; the adapter's path)
+  contiguous    the same unit over one [E, ...] buffer (identity map): the single-range layout the composite view gives
+Theirs, not run (no tensorrt_llm wheel runs on our machines): aiconfigurator's H200 table, TensorRT-LLM 1.3.0rc20,
+read through integration/moe_evidence.py (balanced row for uniform routing, power_law_1.01 for power-law routing).
+Routing: uniform (K distinct experts per token, uniformly at random) or power_law (routing_skew power_law, alpha 1.01,
+drawn for the token count, sampled as the engine's router does: engine/router.skew_select). Tokens: 4K / 8K / 16K
+(the table's rows end at 16384). Timing: triton.testing.do_bench median per call. The two paths' outputs are compared
+(the op reads each expert's rows alone, so they should be bit-equal: max_abs_diff).
+Writes <out>/moe_op_vs_trtllm.json and .md; prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dwdp_trtllm.integration import moe_evidence  # noqa: E402
+
+PATHS = ("multi_buffer", "contiguous")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="directory for moe_op_vs_trtllm.json / .md")
+    ap.add_argument("--tokens", default=",".join(str(t) for t in moe_evidence.TOKENS),
+                    help="comma-separated token counts, each at most 16384 (the table's last row)")
+    ap.add_argument("--routings", default="uniform,power_law", help=f"of {', '.join(moe_evidence.TABLE_ROUTING)}")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"of {', '.join(PATHS)}")
+    ap.add_argument("--local", type=int, default=32, help="multi_buffer: experts in the local buffer (rest: slot)")
+    ap.add_argument("--warmup-ms", type=float, default=50)
+    ap.add_argument("--rep-ms", type=float, default=300)
+    args = ap.parse_args(argv)
+    try:
+        args.tokens = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        ap.error(f"--tokens: expected comma-separated integers, got {args.tokens!r}")
+    args.routings, args.paths = args.routings.split(","), args.paths.split(",")
+    for name, vals, allowed in (("--routings", args.routings, moe_evidence.TABLE_ROUTING), ("--paths", args.paths, PATHS)):
+        bad = [v for v in vals if v not in allowed]
+        if bad:
+            ap.error(f"{name}: {bad[0]!r} is not one of {', '.join(allowed)}")
+    for t in args.tokens:
+        if not 1 <= t <= moe_evidence.TOKENS[-1]:
+            ap.error(f"--tokens: {t} is outside 1..{moe_evidence.TOKENS[-1]} (TensorRT-LLM's measured rows)")
+    if not 0 < args.local < 256:
+        ap.error(f"--local: expected 1..255 experts, got {args.local}")
+    return args
+
+
+def report(timings: dict, meta: dict, out: Path) -> str:
+    """Rows from the timings beside TensorRT-LLM's table; JSON + markdown written atomically under out."""
+    from dwdp_trtllm.bench.report import write_atomic
+    rows = moe_evidence.comparison_rows(timings)
+    md = (f"# Our routed-expert op vs TensorRT-LLM's fp8_block MoE, {meta.get('device', '?')}, commit "
+          f"{meta.get('commit', '?')}, {meta.get('date', '?')}\n\n`{meta.get('command', '')}`\n\n"
+          + moe_evidence.markdown(rows))
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "moe_op_vs_trtllm.json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_atomic(out / "moe_op_vs_trtllm.md", md)
+    return md
+
+
+def _fp8_experts(E, N, K, dev, g):
+    """[E, N, K] e4m3 codes (N(0,1) * 64: the e4m3 range, no zeros) and [E, N/128, K/128] fp32 scales."""
+    w = torch.empty(E, N, K, device=dev, dtype=torch.float8_e4m3fn)
+    for i in range(0, E, 16):
+        w[i:i + 16] = (torch.randn(min(16, E - i), N, K, device=dev, generator=g) * 64).to(w.dtype)
+    return w, torch.rand(E, N // 128, K // 128, device=dev, generator=g) * 1e-3 + 1e-4
+
+
+def expert_sources(E: int, H: int, I: int, L: int, dev, g) -> dict:
+    """{path: ExpertSources} of one set of random FP8 experts in TensorRT-LLM's layout: contiguous (one [E, ...]
+    buffer, identity map) and multi_buffer (copies of experts 0..L-1 in a local buffer, the rest in a slot)."""
+    from dwdp_trtllm.engine.moe_compute import identity_map
+    from dwdp_trtllm.integration.trtllm.moe_unit import W13, W13_SCALE, W2, W2_SCALE
+    from dwdp_trtllm.runtime import ExpertSources
+    full = {}
+    full[W13], full[W13_SCALE] = _fp8_experts(E, 2 * I, H, dev, g)
+    full[W2], full[W2_SCALE] = _fp8_experts(E, H, I, dev, g)
+    idx_E = torch.tensor([0] * L + [1] * (E - L), dtype=torch.int32, device=dev)
+    row_E = torch.tensor(list(range(L)) + list(range(E - L)), dtype=torch.int32, device=dev)
+    return {"contiguous": ExpertSources({n: [t] for n, t in full.items()}, *identity_map(E, dev)),
+            "multi_buffer": ExpertSources({n: [t[:L].clone(), t[L:].clone()] for n, t in full.items()}, idx_E, row_E)}
+
+
+def _routing(spec, T, routing, dev, g):
+    """(ids_TK int32 as TensorRT-LLM routes, scales_TK float32)."""
+    from dwdp_trtllm.engine.router import SkewTable, skew_select
+    from dwdp_trtllm.routing_skew import RoutingSkewConfig, popularity
+    E, K = spec.num_experts, spec.top_k
+    logits_TE = torch.randn(T, E, device=dev, generator=g)
+    ids_TK = torch.rand(T, E, device=dev, generator=g).topk(K, dim=-1).indices
+    w_TK = logits_TE.sigmoid().gather(1, ids_TK)
+    if routing == "power_law":
+        pop_E = popularity(RoutingSkewConfig(kind="power_law", alpha=1.01, tokens=T), 0, E, K)
+        ids_TK, w_TK = skew_select(spec, logits_TE, ids_TK, SkewTable(pop_E[None], K, dev), 0)
+    return ids_TK.to(torch.int32), (w_TK / w_TK.sum(-1, keepdim=True)).float()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_moe_op_vs_trtllm: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from triton.testing import do_bench
+
+    from dwdp_trtllm.bench.report import env_info
+    from dwdp_trtllm.integration.trtllm.moe_unit import routed_forward
+    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.ops.build import load
+
+    load(cuda=True)
+    spec = get_model(moe_evidence.MODEL)
+    H, L = spec.hidden_size, args.local
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev).manual_seed(0)
+    t0 = time.time()
+    sources = expert_sources(spec.num_experts, H, spec.moe_intermediate, L, dev, g)
+    timings, diffs = {}, {}
+    for routing in args.routings:
+        for T in args.tokens:
+            x_TH = torch.randn(T, H, device=dev, generator=g, dtype=torch.bfloat16)
+            ids_TK, w_TK = _routing(spec, T, routing, dev, g)
+            outs = {}
+            for path in args.paths:
+                src = sources[path]
+                run = lambda: routed_forward(x_TH, ids_TK, w_TK, src, torch.bfloat16)  # noqa: E731
+                outs[path] = run()
+                timings[(path, routing, T)] = do_bench(run, warmup=args.warmup_ms, rep=args.rep_ms,
+                                                       return_mode="median")
+                print(f"{routing:9s} T={T:6d} {path:12s} {timings[(path, routing, T)]:7.3f} ms", flush=True)
+            if len(outs) == 2:
+                diffs[f"{routing}/{T}"] = float((outs["multi_buffer"].float() - outs["contiguous"].float()).abs().max())
+    env = env_info("cuda", device_name=torch.cuda.get_device_name(0))
+    meta = {"date": env["date"][:10], "commit": env["git_commit"], "device": env["device_name"], "torch": env["torch"],
+            "command": env["argv"], "seconds": time.time() - t0, "local_experts": L,
+            "max_abs_diff_multi_buffer_vs_contiguous": diffs}
+    print(report(timings, meta, Path(args.out)))
+    print("max |multi_buffer - contiguous|:", diffs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

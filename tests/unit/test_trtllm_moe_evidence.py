@@ -1,0 +1,125 @@
+"""The evidence of the adapter's FP8 default on sm_90 (integration/moe_evidence.py) and the CPU-side pieces of
+scripts/bench_moe_op_vs_trtllm.py (argument parsing, the table from a timing dict, the routing draw): the GPU run
+itself happens in scripts/gpu_check.sh's `moeop` step."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dwdp_trtllm.integration import moe_evidence as ev
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import bench_moe_op_vs_trtllm as bench  # noqa: E402
+
+
+def test_trtllm_times_are_the_tables_rows():
+    """5.40 / 10.40 / 22.03 ms (balanced) and 22.60 (power_law_1.01, 16K): the H200 table's fp8_block EP1 rows of
+    TensorRT-LLM 1.3.0rc20, read from the package JSON directly here (not through the module's reader)."""
+    data = json.loads((Path(ev.__file__).parents[1] / "data/kernel_tables/h200.json").read_text())
+    moe = data["models"]["deepseek-v3"]["moe"]["fp8"]
+    assert moe["version"] == "1.3.0rc20" and moe["select"]["moe_dtype"] == "fp8_block"
+    rows = dict(map(tuple, moe["ep"]["1"]["balanced"]))
+    for T in ev.TOKENS:
+        assert ev.trtllm_ms(T) == pytest.approx(rows[T])
+    assert [round(ev.trtllm_ms(T), 2) for T in ev.TOKENS] == [5.40, 10.40, 22.03]
+    assert ev.trtllm_ms(16384, "power_law") == pytest.approx(dict(map(tuple, moe["ep"]["1"]["power_law_1.01"]))[16384])
+    with pytest.raises(ValueError, match="outside TensorRT-LLM's measured MoE rows"):
+        ev.trtllm_ms(32768)  # past the last row: never extrapolated for the comparison
+    assert "h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet" in ev.trtllm_source()
+
+
+def test_measured_speedups_and_reason_name_both_sources():
+    s = ev.speedups()
+    assert [round(v, 2) for v in s.values()] == [1.15, 1.21, 1.42]
+    why = ev.fp8_sm90_reason()
+    assert "4.69 / 8.58 / 15.49 ms" in why and "5.40 / 10.40 / 22.03 ms" in why and "1.15-1.42x" in why
+    assert "H200" in why and "TensorRT-LLM 1.3.0rc20" in why and "moe_perf.parquet" in why
+
+
+def test_comparison_rows_from_a_timing_dict():
+    """Ratio theirs / ours and TFLOP/s of the same work: 2 * T*K * 3*H*I (R1: 11.55 TFLOP at 16K tokens)."""
+    timings = {("multi_buffer", "uniform", 16384): 15.49, ("contiguous", "uniform", 16384): 15.0,
+               ("multi_buffer", "power_law", 4096): 7.0}
+    rows = ev.comparison_rows(timings)
+    assert [(r["routing"], r["tokens"], r["path"]) for r in rows] == [
+        ("power_law", 4096, "multi_buffer"), ("uniform", 16384, "contiguous"), ("uniform", 16384, "multi_buffer")]
+    mb = rows[2]
+    assert mb["trtllm_over_ours"] == pytest.approx(22.032 / 15.49) and mb["trtllm_row"] == "balanced"
+    assert ev.moe_tflop(16384) == pytest.approx(11.545, rel=1e-3)
+    assert mb["ours_tflops"] == pytest.approx(11.545e3 / 15.49, rel=1e-3)
+    assert rows[0]["trtllm_ms"] == pytest.approx(6.9464) and rows[0]["trtllm_row"] == "power_law_1.01"
+    md = ev.markdown(rows)
+    assert "| uniform (balanced) | 16384 | multi_buffer | 15.49 | 22.03 | 1.42 | 745 | 524 |" in md
+    with pytest.raises(ValueError, match="routing 'zipf'"):
+        ev.comparison_rows({("multi_buffer", "zipf", 4096): 1.0})
+    with pytest.raises(ValueError, match="not positive"):
+        ev.comparison_rows({("multi_buffer", "uniform", 4096): 0.0})
+
+
+def test_bench_arguments():
+    a = bench.parse_args(["--out", "x"])
+    assert a.tokens == [4096, 8192, 16384] and a.routings == ["uniform", "power_law"]
+    assert a.paths == ["multi_buffer", "contiguous"] and a.local == 32
+    for argv, msg in ((["--tokens", "4096,32768"], "outside 1..16384"), (["--tokens", "4k"], "integers"),
+                      (["--routings", "zipf"], "'zipf' is not one of"), (["--paths", "merge"], "'merge' is not one of"),
+                      (["--local", "256"], "--local")):
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(["--out", "x", *argv])
+        assert e.value.code == 2, argv
+
+
+def test_bench_report_writes_json_and_markdown(tmp_path):
+    timings = {("multi_buffer", "uniform", 4096): 4.69, ("contiguous", "uniform", 4096): 4.5}
+    md = bench.report(timings, {"device": "NVIDIA H200", "commit": "abc", "date": "2026-12-03", "command": "c"},
+                      tmp_path / "o")
+    got = json.loads((tmp_path / "o" / "moe_op_vs_trtllm.json").read_text())
+    assert [r["path"] for r in got["rows"]] == ["contiguous", "multi_buffer"] and got["meta"]["commit"] == "abc"
+    assert (tmp_path / "o" / "moe_op_vs_trtllm.md").read_text() == md
+    assert "| uniform (balanced) | 4096 | multi_buffer | 4.69 | 5.40 | 1.15 |" in md
+
+
+def test_bench_routing_draw_on_cpu():
+    """The ids / scales the bench feeds the op: K distinct experts per token, int32 as TensorRT-LLM routes, scales
+    summing to 1; power_law concentrates the load (aiconfigurator's shape) where uniform does not."""
+    from dwdp_trtllm.models import get_model
+    spec = get_model("deepseek-r1")
+    loads = {}
+    for routing in ("uniform", "power_law"):
+        ids, w = bench._routing(spec, 2048, routing, torch.device("cpu"), torch.Generator().manual_seed(0))
+        assert ids.dtype == torch.int32 and ids.shape == (2048, 8) and w.dtype == torch.float32
+        assert (ids.sort(-1).values.diff(dim=-1) > 0).all()  # distinct per token
+        assert torch.allclose(w.sum(-1), torch.ones(2048))
+        c = torch.bincount(ids.flatten().long(), minlength=256).float()
+        loads[routing] = float(c.max() / c.mean())
+    assert loads["uniform"] < 1.5 < loads["power_law"], loads
+
+
+def test_bench_without_cuda_exits_2(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the run would start")
+    assert bench.main(["--out", str(tmp_path)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # builds / loads the CPU dwdp::grouped_gemm (~15 s the first time)
+def test_bench_paths_compute_the_same_on_cpu():
+    """The bench's two paths (expert_sources) through the unit's computation (moe_unit.routed_forward), small dims
+    on CPU with the op's CPU build: [L local | E - L slot] and one [E, ...] buffer give bit-equal outputs, as the
+    bench's max_abs_diff expects on the GPU."""
+    from dwdp_trtllm import ops
+    from dwdp_trtllm.integration.trtllm.moe_unit import routed_forward
+    from dwdp_trtllm.models import get_model
+    if not ops.available():
+        pytest.fail(f"dwdp::grouped_gemm CPU build unavailable: {ops.why_unavailable()}")
+    dev, g = torch.device("cpu"), torch.Generator().manual_seed(0)
+    src = bench.expert_sources(16, 256, 256, 5, dev, g)
+    spec = get_model("deepseek-r1")
+    ids, w = bench._routing(spec, 24, "uniform", dev, g)
+    ids = ids % 16  # 16 experts here; duplicates within a token are fine for the op
+    x = torch.randn(24, 256, generator=g).to(torch.bfloat16)
+    y = {p: routed_forward(x, ids, w, s, torch.bfloat16) for p, s in src.items()}
+    assert y["multi_buffer"].shape == (24, 256) and y["multi_buffer"].dtype == torch.bfloat16
+    assert y["multi_buffer"].abs().sum() > 0
+    assert torch.equal(y["multi_buffer"], y["contiguous"])
