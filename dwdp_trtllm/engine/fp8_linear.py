@@ -104,6 +104,12 @@ class Fp8Act:
     dtype: torch.dtype
 
 
+def padded_rows(T: int) -> int:
+    """Rows the kernel computes for T activation rows (T rounded up to ROWS_TO): a buffer passed as `linear(out=)`
+    with at least this many rows takes the GEMM's output in place."""
+    return -(-T // ROWS_TO) * ROWS_TO
+
+
 def kernel_takes_k(K: int) -> bool:
     """cuBLASLt reads the [N/128, K/128] weight scales with 16-byte aligned rows: K/128 a multiple of 4. Measured on
     the H200 (2026-12-03): K = 256 gave a relative error of 0.35 against the reference with no error raised;

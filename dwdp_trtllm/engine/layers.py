@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..models import ModelSpec
 from . import mla_cuda
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
-from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, prepare, swiglu as fp8_swiglu
+from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, padded_rows, prepare, swiglu as fp8_swiglu
 from .fused import _BODIES, fused, fused_enabled
 from .kv_cache import KVCache
 from .records import Segment
@@ -228,9 +228,11 @@ class MLAAttention(_Attention):
         # length in place (rows past the chunk are the next chunk's or zeros: only dropped queries see them)
         cudnn = bool(plan) and _cudnn_ok(x_TH.new_empty(1, N, 1), x_TH.new_empty(1, N, 1))
         pad = BUCKET if cudnn else 0
-        q_buf = torch.empty(T + pad, N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
+        # at least the FP8 kernel's padded rows, so its GEMM writes q_buf in place (no [Tp, N] output and copy)
+        q_buf = torch.empty(max(T + pad, padded_rows(T)), N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
         linear(q_in, q_w, out=q_buf)  # rows [0, T) (an FP8 kernel may also write padding rows past T)
-        q_buf[T:].zero_()
+        if pad:
+            q_buf[T:].zero_()
         q_TNd = q_buf[:T].view(T, N, Dn + R)
         apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
         kva_T = linear(x_in, w["kv_a_proj_with_mqa.weight"])
@@ -238,7 +240,7 @@ class MLAAttention(_Attention):
         krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
-            return linear(self._cudnn_core(q_buf.view(T + pad, N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
+            return linear(self._cudnn_core(q_buf.view(q_buf.shape[0], N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
                           .reshape(T, N * Dv), w["o_proj.weight"])
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):

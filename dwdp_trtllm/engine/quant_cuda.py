@@ -14,7 +14,8 @@ moe_compute.silu_mul):
                               (gate | up halves of h, or up | gate with up_first)
 scale = max(amax of the group, 1e-12) / 448; q = clamp(x / scale, -448, 448) rounded to nearest e4m3.
 Rows may be strided (stride(1) == 1); outputs are contiguous. No host sync.
-With rows_to=R the outputs have A rounded up to a multiple of R rows (padding rows: codes 0, scales 1), and with
+With rows_to=R the outputs have A rounded up to a multiple of R rows (padding rows: codes 0, scales 1, written by
+the same launch), and with
 scale_col_major the scales are stored outer-dim-major (a [A, G] view of a [G, A] buffer): the layout
 torch._scaled_mm's 1x128 block-scale recipe reads (engine/fp8_linear.py).
 """
@@ -35,22 +36,24 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def quant_kernel(x_ptr, q_ptr, s_ptr, G, gate_off, up_off, stride_x, stride_q, stride_s, stride_sg,
+    # A (the real rows) varies per call: not specialised (no variant compiled inside a measured iteration)
+    @triton.jit(do_not_specialize=["A"])
+    def quant_kernel(x_ptr, q_ptr, s_ptr, A, G, gate_off, up_off, stride_x, stride_q, stride_s, stride_sg,
                      SILU: tl.constexpr, GB: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
+        real = row < A  # rows [A, Ap) are padding: codes 0, scales 1, written here (no fill kernels)
         g = tl.program_id(1) * GB + tl.arange(0, GB)
         col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
         mask = (g < G)[:, None]
         base = x_ptr + row * stride_x
         if SILU:
-            gate = tl.load(base + gate_off + col, mask=mask, other=0.0).to(tl.float32)
-            up = tl.load(base + up_off + col, mask=mask, other=0.0).to(tl.float32)
+            gate = tl.load(base + gate_off + col, mask=mask & real, other=0.0).to(tl.float32)
+            up = tl.load(base + up_off + col, mask=mask & real, other=0.0).to(tl.float32)
             v = gate / (1.0 + tl.exp(-gate)) * up
             v = v.to(x_ptr.dtype.element_ty).to(tl.float32)  # eager rounds the SwiGLU output to h's dtype
         else:
-            v = tl.load(base + col, mask=mask, other=0.0).to(tl.float32)
-        scale = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12) / FP8_MAX
+            v = tl.load(base + col, mask=mask & real, other=0.0).to(tl.float32)
+        scale = tl.where(real, tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12) / FP8_MAX, 1.0)
         q = tl.minimum(tl.maximum(v / scale[:, None], -FP8_MAX), FP8_MAX)
         tl.store(q_ptr + row * stride_q + col, q.to(q_ptr.dtype.element_ty), mask=mask)
         tl.store(s_ptr + row * stride_s + g * stride_sg, scale, mask=g < G)
@@ -69,13 +72,10 @@ def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False, row
     q = torch.empty(Ap, width, device=x.device, dtype=torch.float8_e4m3fn)
     s = torch.empty(G, Ap, device=x.device, dtype=torch.float32).t() if scale_col_major else \
         torch.empty(Ap, G, device=x.device, dtype=torch.float32)
-    if Ap > A:  # padding rows: finite, and their GEMM rows are dropped by the caller
-        q[A:].zero_()
-        s[A:].fill_(1.0)
-    if A:
+    if Ap:  # one launch over all Ap rows: the kernel writes the padding rows too (finite; the caller drops their GEMM rows)
         gate_off, up_off = (width, 0) if up_first else (0, width)
-        _kernel()[(A, -(-G // GB))](x, q, s, G, gate_off, up_off, x.stride(0), q.stride(0), s.stride(0), s.stride(1),
-                                    SILU=silu, GB=GB, GROUP=GROUP, FP8_MAX=FP8_MAX, num_warps=4)
+        _kernel()[(Ap, -(-G // GB))](x, q, s, A, G, gate_off, up_off, x.stride(0), q.stride(0), s.stride(0),
+                                     s.stride(1), SILU=silu, GB=GB, GROUP=GROUP, FP8_MAX=FP8_MAX, num_warps=4)
     return q, s
 
 

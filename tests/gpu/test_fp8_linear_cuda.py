@@ -51,6 +51,57 @@ def test_quant_layout_padded_rows_outer_dim_major_scales(T):
     assert not q[T:].float().any() and bool((s[T:] == 1).all())
 
 
+@pytest.mark.parametrize("T", [1, 17, 255])
+def test_quant_writes_its_padding_rows_in_the_same_launch(T):
+    """Rows [T, Tp) (codes 0, scales 1) come from the quantiser's own launch: no zero_ / fill_ kernels beside it
+    (there were two per quantisation whenever T % 16 != 0), for the plain and the SwiGLU quantiser."""
+    from torch.overrides import TorchFunctionMode
+
+    from dwdp_trtllm.engine.quant_cuda import silu_mul_quant
+    g = torch.Generator(device=DEV).manual_seed(T)
+    x = torch.randn(T, 1024, device=DEV, dtype=torch.bfloat16, generator=g) * 3
+    Tp = -(-T // 16) * 16
+    fills = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("zero_", "fill_", "fill", "zeros", "ones", "full"):
+                fills.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    for fn in (quant_1x128, silu_mul_quant):
+        fn(x, rows_to=16, scale_col_major=True)  # compiled outside the count
+        with Count():
+            q, s = fn(x, rows_to=16, scale_col_major=True)
+        assert fills == [], (fn.__name__, fills)
+        assert q.shape[0] == Tp and s.shape[0] == Tp and s.stride() == (1, Tp)
+        assert not q[T:].float().any() and bool((s[T:] == 1).all())
+
+
+def test_mla_fp8_projection_writes_q_in_place_without_the_cudnn_bucket(monkeypatch):
+    """T % 16 != 0 on the kernel path with cuDNN off (no bucket of spare rows): the q buffer still has the kernel's
+    padded rows, so q_b's GEMM writes into it (it used to get a fresh [Tp, N] output, then a copy)."""
+    from dwdp_trtllm.engine import layers
+    from dwdp_trtllm.engine.layers import plan_segments, positions_of
+    from dwdp_trtllm.engine.rope import rope_cos_sin
+    spec = _spec()
+    eng = _model(spec, _ckpt(spec), True)
+    calls = []
+    mm = fl._mm
+
+    def spy(a, w, out):
+        calls.append(None if out is None else out.shape[0] >= a.q.shape[0])
+        return mm(a, w, out)
+    monkeypatch.setattr(fl, "_mm", spy)
+    monkeypatch.setattr(layers, "CUDNN_ATTENTION", False)
+    segs = [Segment(0, 0, 21, True)]
+    h = torch.randn(21, spec.hidden_size, device=DEV, dtype=torch.bfloat16, generator=torch.Generator(device=DEV).manual_seed(1))
+    with torch.no_grad():
+        eng.attn[0](h, rope_cos_sin(positions_of(segs, torch.device(DEV)), spec), plan_segments(segs, 21, None), None)
+    given = [c for c in calls if c is not None]
+    assert given and all(given), calls
+
+
 @pytest.mark.parametrize("T,N,K", [(1, 1536, 7168), (17, 576, 7168), (300, 4096, 512), (1000, 7168, 2048),
                                    (2048, 24576, 1536), (600, 576, 512), (600, 528, 1024), (600, 2048, 1024)])
 def test_kernel_matches_the_recipe(T, N, K):
