@@ -20,6 +20,8 @@ from dwdp_trtllm.perf.planner import PlanSpec, break_even_tokens, plan, predict,
 from dwdp_trtllm.routing_skew import RoutingSkewConfig
 
 R1 = get_model("deepseek-r1")
+#: the floor campaign shipped in dwdp_trtllm/data/engine_calibration (scripts/adopt_floor_campaign.py rewrites this pin)
+SHIPPED_CAMPAIGN = "engine_floor_2026-12-03c"
 QWEN = get_model("qwen3-235b-a22b")
 
 
@@ -115,7 +117,7 @@ def test_plan_is_the_same_with_or_without_a_checkout_docs_dir(tmp_path, monkeypa
     assert main(argv) == 0
     here = capsys.readouterr().out
     if target == "engine":  # calibrated by the shipped floor campaign
-        assert "engine_floor_2026-12-03c/b8.json" in here and str(plan_cmd.PACKAGE_CAL_DIR) not in here
+        assert f"{SHIPPED_CAMPAIGN}/b8.json" in here and str(plan_cmd.PACKAGE_CAL_DIR) not in here
     monkeypatch.setattr(plan_cmd, "DEFAULT_BENCH_DIR", tmp_path / "missing")  # an installed package: no docs/
     assert main(argv) == 0
     assert capsys.readouterr().out == here
@@ -126,7 +128,7 @@ def test_plan_is_the_same_with_or_without_a_checkout_docs_dir(tmp_path, monkeypa
 
 def test_shipped_engine_calibration_is_a_copy_of_a_committed_campaign():
     shipped = sorted(plan_cmd.PACKAGE_CAL_DIR.glob("*/*.json"))
-    assert shipped and len({p.parent.name for p in shipped}) == 1  # one campaign
+    assert shipped and {p.parent.name for p in shipped} == {SHIPPED_CAMPAIGN}  # one campaign, the pinned one
     checkout = plan_cmd.DEFAULT_BENCH_DIR / shipped[0].parent.name
     if checkout.is_dir():  # a source checkout: byte-for-byte the committed files
         for p in shipped:

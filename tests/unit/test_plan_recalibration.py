@@ -1,0 +1,107 @@
+"""scripts/adopt_floor_campaign.py: a new floor campaign (gpu_check.sh calib's output) becomes the shipped engine
+calibration only when its six files are the campaign's points (refused otherwise, nothing written), and docs/PLANNER.md
+gets `dwdp plan --target engine`'s before/after table. The source here is a functional stand-in assembled from
+committed H200 runs (engine_floor_2026-12-03c's b*, section 9's run4 f* with FP8 linear layers): it exercises the
+adoption, it is not a campaign (runs of two sessions)."""
+import importlib.util
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OLD = "engine_floor_2026-12-03c"
+RUN4 = REPO / "docs/bench_results/fp8_linear_2026-12-03/run4"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("adopt_floor_campaign", REPO / "scripts/adopt_floor_campaign.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _repo(tmp_path) -> Path:
+    """The files adoption reads and writes, copied from this checkout."""
+    r = tmp_path / "repo"
+    shutil.copytree(REPO / "dwdp_trtllm/data/engine_calibration", r / "dwdp_trtllm/data/engine_calibration")
+    shutil.copytree(REPO / "dwdp_trtllm/data/engine_calibration" / OLD, r / "docs/bench_results" / OLD)
+    (r / "tests/unit").mkdir(parents=True)
+    for f in ("docs/PLANNER.md", "tests/unit/test_perf_trtllm_target.py"):
+        shutil.copyfile(REPO / f, r / f)
+    return r
+
+
+def _source(tmp_path, f8: str = "f8", drop: str | None = None, one_run: bool = True) -> Path:
+    """gpu_check.sh's layout: raw.tar.gz holding raw/calib/{bench.log, raw.tar.gz (raw/<point>/results.json)};
+    one_run: every run's env.date set to run4's f8 one's (the stand-in's files come from two sessions)."""
+    inner = {**{p: REPO / "docs/bench_results" / OLD / f"{p}.json" for p in ("b2", "b8", "b32")},
+             "f2": RUN4 / "f2/results.json", "f8": RUN4 / f8 / "results.json", "f32": RUN4 / "f32/results.json"}
+    date = json.loads((RUN4 / "f8/results.json").read_text())["runs"][0]["env"]["date"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for p, src in inner.items():
+            if p == drop:
+                continue
+            data = json.loads(src.read_text())
+            if one_run:
+                data["runs"][0]["env"]["date"] = date
+            (tmp_path / f"{p}.json").write_text(json.dumps(data))
+            t.add(tmp_path / f"{p}.json", f"raw/{p}/results.json")
+    outer = tmp_path / "raw.tar.gz"
+    with tarfile.open(outer, "w:gz") as t:
+        info = tarfile.TarInfo("raw/calib/raw.tar.gz")
+        info.size = len(buf.getvalue())
+        t.addfile(info, io.BytesIO(buf.getvalue()))
+        t.add(RUN4 / "bench.log", "raw/calib/bench.log")
+    return outer
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_adopt_copies_the_campaign_and_shows_how_dwdp_dep_moved(tmp_path):
+    mod, repo = _script(), _repo(tmp_path)
+    mod.adopt(_source(tmp_path), "engine_floor_test", repo, with_matrix=False)
+    new = repo / "docs/bench_results/engine_floor_test"
+    pkg = repo / "dwdp_trtllm/data/engine_calibration"
+    assert sorted(p.name for p in new.iterdir()) == sorted([*(f"{p}.json" for p in mod.POINTS), "bench.log"])
+    assert [p.name for p in pkg.iterdir() if p.is_dir()] == ["engine_floor_test"]  # the old campaign replaced
+    for p in mod.POINTS:
+        assert (pkg / "engine_floor_test" / f"{p}.json").read_bytes() == (new / f"{p}.json").read_bytes()
+    assert (new / "f8.json").read_bytes() == (tmp_path / "f8.json").read_bytes()  # byte for byte, as measured
+    assert 'SHIPPED_CAMPAIGN = "engine_floor_test"' in (repo / "tests/unit/test_perf_trtllm_target.py").read_text()
+    readme = (pkg / "README.md").read_text()
+    assert "engine_floor_test" in readme and OLD not in readme
+    md = (repo / "docs/PLANNER.md").read_text()
+    body = md.split("<!-- recalibration:begin -->")[1].split("<!-- recalibration:end -->")[0]
+    rows = [ln.split(" | ") for ln in body.splitlines() if ln.startswith("| R1") or ln.startswith("| smoke")]
+    assert len(rows) == 2 * (4 + 2 + 1 + 1)
+    for before, after in zip(rows[::2], rows[1::2]):
+        assert before[2] == f"before: {OLD}" and after[2] == "after: engine_floor_test" and before[:2] == after[:2]
+        t_before, t_after = float(before[3]), float(after[3])  # T_compute ms per MoE layer
+        if "FP8" in before[0]:  # FP8 linear layers priced at their own (faster) floor rates
+            assert t_after < 0.97 * t_before, (before, after)
+        else:  # BF16: the linear layers are the same work
+            assert t_after == pytest.approx(t_before, rel=0.02), (before, after)
+    assert "dwdp plan --model deepseek-r1 --gpu h200 --weight-dtype fp8 --dwdp-size 8 --mnt 16384" in body
+
+
+@pytest.mark.parametrize("kw, expect", [
+    ({"f8": "f8o"}, "point f8 expects fp8 experts and fp8 linear layers (floor.linear_layers), got fp8 and bf16"),
+    ({"drop": "b32"}, "missing b32"),
+    ({"one_run": False}, "measured 3.3 h apart (b8 13:00, f32 16:16); expected one run"),
+])
+def test_adopt_refuses_what_is_not_the_campaign_and_writes_nothing(tmp_path, capsys, kw, expect):
+    mod, repo = _script(), _repo(tmp_path)
+    before = _tree(repo)
+    with pytest.raises(mod.Refused, match=expect.replace("(", r"\(").replace(")", r"\)")):
+        mod.adopt(_source(tmp_path, **kw), "engine_floor_test", repo, with_matrix=False)
+    assert _tree(repo) == before
+    assert mod.main([str(tmp_path / "nowhere"), "engine_floor_x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("adopt_floor_campaign: ") and "nowhere" in err[0]
