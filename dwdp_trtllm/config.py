@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from .models import PRESETS, ModelSpec, get_model
-from .routing_skew import RoutingSkewConfig, load_counts_file
+from .routing_skew import RoutingSkewConfig
 from .schema import MAX_SWEEP_POINTS, ConfigError, doc, expand_sweep, from_dict, load_yaml
 
 MiB = 1 << 20
@@ -329,8 +329,6 @@ class BenchConfig:
     def __post_init__(self) -> None:
         spec = self.model.spec()
         self.dwdp.validate_for(spec.num_experts, self.run.ranks, prefix="dwdp", num_moe_layers=spec.num_moe_layers)
-        if self.workload.routing_skew.kind == "file":  # read once here: a bad file stops before any rank starts
-            load_counts_file(self.workload.routing_skew.path, spec.num_experts, key="workload.routing_skew.path")
         if self.dwdp.weight_dtype == "fp8" and self.run.device != "cuda":
             raise ConfigError(None, "dwdp.weight_dtype", "fp8 expert weights need run.device: cuda")
         if self.dwdp.transport in ("ipc", "vmm_fd", "vmm_fabric") and self.run.device != "cuda":

@@ -22,7 +22,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import BenchConfig
 from ..engine.records import RankResult, Request
-from ..routing_skew import popularity_table
 from .metrics import compute_metrics, consistency
 from .preflight import preflight
 from .repeats import merge_repeats
@@ -34,6 +33,13 @@ from .timeline import steady_timeline
 from .workload import generate_requests
 
 RunMode = Callable[..., list[RankResult]]
+
+
+def skew_kwargs(popularity_LE) -> dict:
+    """What a RunMode is given besides (cfg, mode, queues, progress): popularity_LE=the point's routing-skew table
+    (SweepPoint.popularity_LE: the counts file read once, by load_sweep) when the skew is on; nothing when off, so a
+    RunMode without routing skew (bench/synthetic.py, test fakes) keeps the plain signature."""
+    return {} if popularity_LE is None else {"popularity_LE": popularity_LE}
 
 
 def engine_run_mode() -> RunMode:
@@ -127,6 +133,7 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
     stock-kernel floor of every measured iteration (bench/floor.py) after the modes, in this process."""
     cfg: BenchConfig = point.config
     queues: list[list[Request]] = generate_requests(cfg.workload, cfg.run.ranks)
+    target = point.popularity_LE()  # the routing skew's table: the ranks steer to it, the report compares with it
     by_mode: dict[str, list[RankResult]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
@@ -139,15 +146,13 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
                 done[rank] = n_done
                 progress.update(task, completed=sum(done.values()))
 
-            results = run_mode(cfg, mode, queues, progress=on_progress)
+            results = run_mode(cfg, mode, queues, progress=on_progress, **skew_kwargs(target))
             if len(results) != cfg.run.ranks:
                 raise RuntimeError(f"run_mode({mode!r}) returned {len(results)} rank results for {cfg.run.ranks} ranks")
             by_mode[mode] = sorted(results, key=lambda r: r.rank)
             progress.update(task, completed=sum(sum(1 for q in r.requests if q.request_id in r.first_token_s)
                                                 for r in results))
     spec = cfg.model.spec()
-    skew = cfg.workload.routing_skew
-    target = None if skew.off else popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k)
     metrics = compute_metrics(by_mode, spec.num_layers, num_gpus(cfg), spec.num_moe_layers,
                               num_experts=spec.num_experts, target_LE=target)
     expected = sum(q.isl for rq in queues for q in rq)
@@ -257,6 +262,7 @@ def follow_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...]
         if not force and _load_point(out / "points" / f"{p.key}.json") is not None:
             continue  # rank 0 skips it too (it reads the same file before any point runs)
         queues = generate_requests(p.config.workload, p.config.run.ranks)
+        target = p.popularity_LE()
         for _ in range(p.config.run.repeat):  # rank 0 runs every mode once per repeat (run_repeated)
             for mode in p.config.run.modes:
-                run_mode(p.config, mode, queues)
+                run_mode(p.config, mode, queues, **skew_kwargs(target))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BenchConfig, load_bench_points
+from ..routing_skew import load_counts_file, popularity_table
 from ..schema import MAX_SWEEP_POINTS, ConfigError, apply_override, load_yaml, parse_override
 from .report import config_dict, point_hash
 
@@ -26,6 +27,18 @@ class SweepPoint:
     values: dict[str, Any]
     config_dict: dict
     key: str  # point_hash(config_dict): names out_dir/points/<key>.json
+    #: workload.routing_skew kind file: the counts file's MoE rows (routing_skew.load_counts_file), read once by
+    #: load_sweep for every point naming that file; None for the other kinds
+    skew_counts_LE: Any = None
+
+    def popularity_LE(self) -> Any:
+        """The point's routing-skew popularity per MoE layer (routing_skew.popularity_table, from the counts read
+        once), the table the parent hands to every rank; None when the skew is off."""
+        skew = self.config.workload.routing_skew
+        if skew.off:
+            return None
+        spec = self.config.model.spec()
+        return popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k, self.skew_counts_LE)
 
 
 def _get(d: dict, dotted: str) -> Any:
@@ -62,6 +75,7 @@ def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] =
                 raise ConfigError(f"{source} (over {file})", e.key, e.expected) from None
         raise
     _check_checkpoints(configs, file, sources)
+    counts = _skew_counts(configs, file, sources)
     points, seen = [], set()
     for cfg in configs:
         d = config_dict(cfg)
@@ -69,8 +83,31 @@ def load_sweep(config_path: str | Path, overrides: list[str] | tuple[str, ...] =
         if key in seen:
             continue
         seen.add(key)
-        points.append(SweepPoint(config=cfg, values={k: _get(d, k) for k in swept}, config_dict=d, key=key))
+        skew = cfg.workload.routing_skew
+        points.append(SweepPoint(config=cfg, values={k: _get(d, k) for k in swept}, config_dict=d, key=key,
+                                 skew_counts_LE=counts.get((skew.path, cfg.model.spec().num_experts))))
     return swept, points
+
+
+def _skew_counts(configs: list[BenchConfig], file: str, sources: dict[str, str]) -> dict[tuple[str, int], Any]:
+    """{(counts path, experts): counts_LE} of every routing_skew kind-file point, each file read once, before any
+    rank starts (the ranks get the popularity from the parent); a bad file is a ConfigError on
+    workload.routing_skew.path blaming --set or the config file."""
+    out: dict[tuple[str, int], Any] = {}
+    for cfg in configs:
+        skew = cfg.workload.routing_skew
+        if skew.kind != "file":
+            continue
+        k = (skew.path, cfg.model.spec().num_experts)
+        if k in out:
+            continue
+        try:
+            out[k] = load_counts_file(skew.path, k[1], key="workload.routing_skew.path")
+        except ConfigError as e:
+            source = next((sources[s] for s in ("workload.routing_skew.path", "workload.routing_skew", "workload")
+                           if s in sources), None)
+            raise ConfigError(f"{source} (over {file})" if source else file, e.key, e.expected) from None
+    return out
 
 
 def _check_checkpoints(configs: list[BenchConfig], file: str, sources: dict[str, str]) -> None:

@@ -28,8 +28,10 @@ def _attn_s(segs: list[Segment]) -> float:
 
 
 def synthetic_run_mode(cfg: BenchConfig, mode: str, requests_per_rank: list[list[Request]], *,
-                       progress: Callable[[int, int, int], None] | None = None) -> list[RankResult]:
-    """Same contract as engine.launcher.run_mode, simulated (see the module doc)."""
+                       progress: Callable[[int, int, int], None] | None = None,
+                       popularity_LE=None) -> list[RankResult]:
+    """Same contract as engine.launcher.run_mode, simulated (see the module doc); popularity_LE (a routing skew's
+    table) is accepted and not modelled: the cost model has no routing."""
     if mode not in ("dep", "dwdp", "reference"):
         raise ValueError(f"mode: expected dep, dwdp or reference, got {mode!r}")
     ranks = cfg.run.ranks

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
                            plots=not args.no_plots, floor=args.floor, force=args.force, repeat=args.repeat,
                            check_points=check,
-                           run_mode=lambda cfg, mode, queues, progress=None: run_in_process(cfg, mode, queues))
+                           run_mode=lambda cfg, mode, queues, progress=None, **kw: run_in_process(cfg, mode, queues, **kw))
         code = 0 if result["consistent"] else 1
     # On success only (an error propagates and the launcher ends the others): a gloo group still alive at
     # interpreter exit aborts the process, so every rank leaves it together.
