@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..config import WorkloadConfig
-from ..engine.records import Request
+from ..batching import Request
 
 MIN_FACTOR = 0.1
 

@@ -8,28 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..batching import Request, Segment  # noqa: F401  the core's (batching.py batches them); re-exported here
+
 #: phase names used in IterationRecord.phases
 PHASES = ("attention", "expert_gemm", "other", "all_to_all", "sync_wait", "prefetch_wait", "copy")
-
-
-@dataclass
-class Segment:
-    """A chunk of one request processed in one iteration: tokens [start, start + length) of request_id."""
-
-    request_id: int
-    start: int
-    length: int
-    is_last: bool  # the request's final chunk: its first token is produced by this iteration
-
-
-@dataclass
-class Request:
-    """One context request in a rank's queue."""
-
-    request_id: int
-    rank: int
-    isl: int
-    arrival_s: float  # seconds after the run's start
 
 
 @dataclass

@@ -156,7 +156,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     """
     from .kv_cache import KVCache
     from .model import MoETransformer
-    from .scheduler import RankScheduler
+    from ..batching import RankScheduler
     device = rank_device(rank, cfg.run.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -1,7 +1,7 @@
 """The work of a `dwdp bench` run's measured iterations, rebuilt from its config (pure, no torch).
 
 The bench is deterministic where it matters here: every rank's queue comes from WorkloadConfig.seed
-(bench/workload.py) and is batched by the engine's FCFS chunked-prefill scheduler (engine/scheduler.py)
+(bench/workload.py) and is batched by the engine's FCFS chunked-prefill scheduler (the core's batching.py)
 up to max_num_tokens per iteration; with offline arrivals (every request at t = 0) the batches do not
 depend on timing. Rebuilding them gives the planner the same iterations the bench measured: tokens,
 keys (prefix + chunk, which MLA's kv_b projection runs over), the causal attention core's FLOPs and the
@@ -54,9 +54,9 @@ def run_model(cfg: dict) -> ModelSpec:
 def rebuild(cfg: dict, spec: ModelSpec) -> tuple[IterationLoad | None, str]:
     """The measured iterations of a bench run with config `cfg` (a results.json run's "config"), or
     (None, why) where they cannot be rebuilt (Poisson arrivals depend on timing; unreadable workload)."""
+    from ..batching import RankScheduler
     from ..bench.workload import generate_requests
     from ..config import WorkloadConfig
-    from ..engine.scheduler import RankScheduler
     from ..schema import ConfigError, from_dict
 
     run = cfg.get("run") or {}

@@ -37,7 +37,7 @@ CORE = ["dwdp_trtllm.config", "dwdp_trtllm.schema", "dwdp_trtllm.yaml_safe", "dw
         "dwdp_trtllm.transport", "dwdp_trtllm.transport.shm", "dwdp_trtllm.transport.cuda_ipc",
         "dwdp_trtllm.transport.vmm", "dwdp_trtllm.copy_scheduler", "dwdp_trtllm.prefetcher",
         "dwdp_trtllm.errors", "dwdp_trtllm.runtime", "dwdp_trtllm.memory", "dwdp_trtllm.composite_slots",
-        "dwdp_trtllm.memcpy", "dwdp_trtllm.perf"]
+        "dwdp_trtllm.memcpy", "dwdp_trtllm.batching", "dwdp_trtllm.perf"]
 
 
 def _modules() -> dict[str, Path]:
@@ -174,24 +174,28 @@ def test_no_import_cycle_even_through_function_imports():
     assert found == [], f"import cycles (function-level imports counted): {found}"
 
 
-#: (core module, host module) imported inside a function, and why it is tolerated for now
-KNOWN_FUNCTION_LEVEL_HOST_IMPORTS = {
-    # `dwdp validate-plan` rebuilds a bench run's batches with the engine's own FCFS scheduler (so that the
-    # planner prices the iterations the bench measured); moving scheduler.py + records.Request/Segment into
-    # the core would remove it
-    ("dwdp_trtllm.perf.bench_work", "dwdp_trtllm.engine.scheduler"),
-}
-
-
 def test_core_imports_no_host_statically():
-    """No core module names engine/ or integration/ in a module-level import; inside functions only the
-    listed exceptions."""
+    """No core module names engine/ or integration/ in an import, at module level or inside a function."""
     mod_edges, fn_edges = import_graph()
     core = {m for m in mod_edges if any(m == c or m.startswith(c + ".") for c in CORE)}
     host = (f"{PKG}.engine", f"{PKG}.integration")
     assert sorted((m, t) for m in core for t in mod_edges[m] if t.startswith(host)) == []
-    fn_level = {(m, t) for m in core for t in fn_edges[m] if t.startswith(host)}
-    assert fn_level <= KNOWN_FUNCTION_LEVEL_HOST_IMPORTS, sorted(fn_level - KNOWN_FUNCTION_LEVEL_HOST_IMPORTS)
+    assert sorted((m, t) for m in core for t in fn_edges[m] if t.startswith(host)) == []
+
+
+def test_rebuilding_a_bench_run_imports_no_host():
+    """`dwdp validate-plan` and the floor calibration rebuild a bench run's batches (perf/bench_work.rebuild) with the
+    chunked-prefill scheduler, which is the core's (batching.py): calling it, in a fresh interpreter, leaves
+    engine/ and integration/ unimported (it imported engine.scheduler, and through bench/workload.py
+    engine.records)."""
+    code = ("import sys\nfrom dwdp_trtllm.perf.bench_work import rebuild, run_model\n"
+            "cfg = {'model': {'preset': 'tiny'}, 'run': {'ranks': 2, 'warmup_iters': 1, 'modes': ['dep']},\n"
+            "       'workload': {'isl': 300, 'tokens_per_rank': 3000, 'max_num_tokens': 512}}\n"
+            "load, why = rebuild(cfg, run_model(cfg))\nassert load is not None and load.tokens_SR.sum() > 0, why\n"
+            "print(','.join(sorted(m for m in sys.modules if m.startswith(('dwdp_trtllm.engine', 'dwdp_trtllm.integration')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"rebuild imported {out.stdout.strip()}"
 
 
 @pytest.mark.slow  # ~3 s per module (a fresh interpreter imports torch); the static test above is the fast check

@@ -1,0 +1,96 @@
+"""Per-rank context batching: FCFS with chunked prefill up to max_num_tokens per iteration (pure, CPU; core).
+
+Every rank of every mode (DEP, DWDP, reference) batches its own queue with this scheduler, so the
+modes see identical batches for identical arrivals; only the engine's timing differs. It is part of the core
+(no engine import) because the planner rebuilds a bench run's batches with it (perf/bench_work.py); the engine's
+worker serves its queue with it, and engine/records.py re-exports Request and Segment.
+
+Policy (what a context server such as TensorRT-LLM's does with chunked prefill enabled):
+- requests are served first come, first served (arrival_s, then request_id);
+- an iteration takes eligible requests (arrival_s <= now_s) in order and packs their remaining
+  tokens until the budget of max_num_tokens is used up; the request that does not fit is cut at
+  the budget (a chunk, Segment.is_last False) and stays at the head of the queue, so the next
+  iteration continues it first;
+- a request's first token is produced by the iteration holding its last chunk (is_last True).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Segment:
+    """A chunk of one request processed in one iteration: tokens [start, start + length) of request_id."""
+
+    request_id: int
+    start: int
+    length: int
+    is_last: bool  # the request's final chunk: its first token is produced by this iteration
+
+
+@dataclass
+class Request:
+    """One context request in a rank's queue."""
+
+    request_id: int
+    rank: int
+    isl: int
+    arrival_s: float  # seconds after the run's start
+
+
+class RankScheduler:
+    """FCFS chunked-prefill batching of one rank's queue.
+
+    `next_batch(now_s)` commits the batch it returns (the caller must run it):
+    a non-empty list of Segments (total length <= max_num_tokens), [] when requests remain but none
+    has arrived by now_s (sleep until `next_arrival_s()`), or None when every request is scheduled.
+    """
+
+    def __init__(self, requests: list[Request], max_num_tokens: int):
+        if max_num_tokens < 1:
+            raise ValueError(f"max_num_tokens must be >= 1, got {max_num_tokens}")
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate request_id in the queue: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+        for r in requests:
+            if r.isl < 1:
+                raise ValueError(f"request {r.request_id}: isl must be >= 1, got {r.isl}")
+            if r.arrival_s < 0:
+                raise ValueError(f"request {r.request_id}: arrival_s must be >= 0, got {r.arrival_s}")
+        self.max_num_tokens = max_num_tokens
+        self._queue = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+        self._head = 0  # index of the first request not fully scheduled
+        self._offset = 0  # tokens of the head request already scheduled
+
+    def done(self) -> bool:
+        """True when every token of every request has been handed out."""
+        return self._head >= len(self._queue)
+
+    def next_arrival_s(self) -> float | None:
+        """Arrival time of the first request not fully scheduled (None when done)."""
+        return None if self.done() else self._queue[self._head].arrival_s
+
+    def remaining_tokens(self) -> int:
+        """Tokens not yet handed out."""
+        return sum(r.isl for r in self._queue[self._head:]) - self._offset
+
+    def next_batch(self, now_s: float) -> list[Segment] | None:
+        """The next iteration's segments at time now_s (seconds after the run's start); see the class doc."""
+        if self.done():
+            return None
+        budget = self.max_num_tokens
+        batch: list[Segment] = []
+        while budget > 0 and not self.done():
+            req = self._queue[self._head]
+            if req.arrival_s > now_s:
+                break
+            take = min(req.isl - self._offset, budget)
+            is_last = self._offset + take == req.isl
+            batch.append(Segment(request_id=req.request_id, start=self._offset, length=take, is_last=is_last))
+            budget -= take
+            if is_last:
+                self._head += 1
+                self._offset = 0
+            else:
+                self._offset += take
+        return batch
