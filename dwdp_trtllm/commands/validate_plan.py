@@ -29,6 +29,7 @@ import numpy as np
 
 from ..perf.bench_work import get as _get
 from ..perf.floor_points import TIMED_PHASES, run_linear_dtype
+from ..perf.imbalance import tokens_per_s_per_gpu
 from ..schema import ConfigError
 from .plan_output import console, rel_to_root
 from .run_device import gpu_for, measured_on
@@ -138,15 +139,18 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
 def predicted_metrics(row, model, outside: float = 1.0) -> dict[str, float]:
     """The planner's numbers under the bench's metric names: per-iteration means (iteration_ms; the wall is the
     timed phases x `outside`, the engine's time between phases), per-layer rows as the bench divides them, and
-    tokens/s per GPU (tokens per rank per iteration / wall)."""
+    tokens/s per GPU (perf.imbalance.tokens_per_s_per_gpu of the tokens per rank and the planner's whole iteration x
+    `outside`: with `outside` 1, the plan's tps_per_gpu_* of the same row)."""
     c = row.t_compute_us
-    # compute that ran beside the copies is slowed; spread the layer's slowdown over its compute parts
+    # the MoE layers' compute that ran beside the copies is slowed (the planner's: the dense layers prefetch nothing);
+    # spread the layer's slowdown over its compute parts
     s = (row.t_dwdp_us - row.t_prefetch_wait_us) / c if c > 0 and row.dwdp_size > 1 else 1.0
     L, n, k = model.num_layers, model.num_moe_layers, model.first_k_dense
     other = row.t_other_us * n + row.t_dense_mlp_us * k
     it = {"dep": {"attention": row.t_attention_us * L, "expert_gemm": row.t_experts_dep_us * n, "other": other,
                   "all_to_all": row.t_all2all_us * n, "sync_wait": row.t_sync_us * n, "prefetch_wait": 0.0},
-          "dwdp": {"attention": row.t_attention_us * L * s, "expert_gemm": row.t_experts_dwdp_us * n * s, "other": other * s,
+          "dwdp": {"attention": row.t_attention_us * (k + n * s), "expert_gemm": row.t_experts_dwdp_us * n * s,
+                   "other": row.t_other_us * n * s + row.t_dense_mlp_us * k,
                    "all_to_all": 0.0, "sync_wait": 0.0, "prefetch_wait": row.t_prefetch_wait_us * n}}
     out: dict[str, float] = {}
     for mode, ph in it.items():
@@ -155,7 +159,8 @@ def predicted_metrics(row, model, outside: float = 1.0) -> dict[str, float]:
             out[f"{mode}.iteration_ms.{key}"] = ph[key] / 1e3
         for key in LAYER_KEYS:
             out[f"{mode}.layer_us.{key}"] = ph[key] / (L if key in ("attention", "other") else n)
-        out[f"{mode}.tps_per_gpu"] = row.tokens_per_rank / ph["wall"] * 1e6
+        # the planner's whole iteration (DEP: the slowest rank's, lock-step), as `dwdp plan` shows it, x `outside`
+        out[f"{mode}.tps_per_gpu"] = tokens_per_s_per_gpu(row.tokens_per_rank, getattr(row, f"t_iteration_{mode}_us") * outside)
     out["ratio.tps_per_gpu"] = out["dwdp.tps_per_gpu"] / out["dep.tps_per_gpu"]
     return out
 

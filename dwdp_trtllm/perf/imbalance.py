@@ -117,6 +117,13 @@ class ImbalanceResult:
         return self.t_dep_us / self.t_dwdp_us
 
 
+def tokens_per_s_per_gpu(tokens_per_rank, iteration_us):
+    """Tokens/s per GPU: the tokens one rank processes per iteration over the iteration's time in us (the group's mean
+    tokens per rank over `compare`'s normalised iteration time). The one place this number is computed: `dwdp plan`'s
+    tps_per_gpu_* and validate-plan's predicted tps_per_gpu call it."""
+    return tokens_per_rank / iteration_us * 1e6
+
+
 def compare(tokens_SR, dep_own_us_SR, dwdp_us_SR, dep_shared_us_S=0.0) -> ImbalanceResult:
     """DEP: layer = max over ranks of own work + shared lock-step part. DWDP: each rank its own time.
 

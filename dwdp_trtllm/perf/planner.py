@@ -26,7 +26,7 @@ from . import cost_model as cm
 from .bench_work import IterationLoad
 from .calibration import Calibration
 from .hardware import GpuSpec
-from .imbalance import Workload, compare, per_rank_load, sample_requests
+from .imbalance import Workload, compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
 from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
 from .phases import Phases, Skew, default_dep_comm, engine_phases, table_dist, trtllm_phases
 from .recommend import Recommendation, fmt_bytes, recommend, row_verdict  # noqa: F401 (re-exported)
@@ -156,6 +156,8 @@ class PlanRow:
     local_experts: int = 0  # routed experts per layer the worst rank holds (placement, redundancy included)
     dep_fits: bool = True  # DEP at the same G fits the budget (memory_dep_gb)
     dep_comm: str = ""  # DEP's communication path and how it was priced (phases.Phases.comm_source)
+    t_iteration_dep_us: float = 0.0  # whole model, one mean iteration (dense + MoE layers): tps_per_gpu_dep's time
+    t_iteration_dwdp_us: float = 0.0
 
     def to_dict(self) -> dict:
         """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
@@ -322,8 +324,9 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         fetch_gb=cm.fetch_bytes(m, placement, p.weight_dtype)[0] / 1e9,
         memory_per_rank_gb=mem, memory_dep_gb=mem_dep, fits=fit.fits,
         memory_parts_gb={k: round(v, 3) for k, v in fit.parts().items()}, smallest_fitting_dwdp_size=fit.smallest_fitting_dwdp_size,
-        tps_per_gpu_dep=group_tokens / it.t_dep_us * 1e6 / group,
-        tps_per_gpu_dwdp=group_tokens / it.t_dwdp_us * 1e6 / group,
+        tps_per_gpu_dep=tokens_per_s_per_gpu(group_tokens / group, it.t_dep_us),
+        tps_per_gpu_dwdp=tokens_per_s_per_gpu(group_tokens / group, it.t_dwdp_us),
+        t_iteration_dep_us=it.t_dep_us, t_iteration_dwdp_us=it.t_dwdp_us,
         memory_dep_parts_gb={k: round(v / 1e9, 3) for k, v in fit.dep.parts().items()},
         smallest_fitting_dep_size=fit.smallest_fitting_dep_size,
         target=spec.priced_as, speedup_low=s_lo, speedup_high=s_hi,
