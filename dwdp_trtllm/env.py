@@ -12,6 +12,9 @@ DWDP_TRTLLM = "DWDP_TRTLLM"
 DWDP_CACHE_DIR = "DWDP_CACHE_DIR"
 #: Where CUTLASS headers live when the nvidia-cutlass wheel is not installed.
 CUTLASS_DIR = "CUTLASS_DIR"
+#: Comma-separated FP8 variant sources (grouped_gemm_fp8_<tag>.cu) to leave out of the CUDA ops build (one that
+#: fails to compile on some toolchain); the glue reaches the variants through weak symbols.
+DWDP_OPS_EXCLUDE = "DWDP_OPS_EXCLUDE"
 #: "1": count host synchronisations inside the DWDP MoE layer on CUDA (torch sync debug mode; tests).
 DWDP_CHECK_SYNC = "DWDP_CHECK_SYNC"
 #: "1": run the engine's elementwise chains eagerly on CUDA instead of its Triton kernels (engine/fused.py).

@@ -31,8 +31,34 @@ for s in $sections; do
         || { echo "gpu_check: torch sees no CUDA device" | tee -a "$OUT/env.log"; rc=1; } ;;
     build)
       section build
-      MAX_JOBS=${MAX_JOBS:-16} python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/build.log" 2>&1 || rc=1; tail -n 5 "$OUT/build.log"
+      # an FP8 variant that fails to compile is left out (DWDP_OPS_EXCLUDE, exported to the later sections) and the
+      # build retried, so one variant cannot take the production op down with it
+      for try in 1 2 3; do
+        MAX_JOBS=${MAX_JOBS:-16} python3 -m dwdp_trtllm.cli build-ops --cuda >> "$OUT/build.log" 2>&1 && break
+        failed=$(grep -oE "FAILED: [^ ]*grouped_gemm_fp8_[a-z0-9_]+\.cuda\.o" "$OUT/build.log" | grep -oE "grouped_gemm_fp8_[a-z0-9_]+" | sort -u | sed 's/$/.cu/' | paste -sd, -)
+        [ -z "$failed" ] && { rc=1; break; }
+        export DWDP_OPS_EXCLUDE="$failed"; echo "gpu_check: build failed; retrying without $failed" | tee -a "$OUT/build.log"
+        [ $try = 3 ] && rc=1
+      done; tail -n 5 "$OUT/build.log"
       (cd "$DWDP_CACHE_DIR" && tar -czf "$OUT/ops_lib.tgz" ops/*/dwdp_ops_cuda.so) 2>/dev/null ;;
+    tune)  # issue 25: every FP8 grouped GEMM variant + scheduler knobs vs torch (scripts/bench_fp8_grouped.py); it writes
+           # the production dispatch header by measurement, the ops are rebuilt with it (the build's objects reused:
+           # only the glue recompiles) and returned as ops_lib.tgz with the header; then the grouped GEMM GPU tests
+      section tune
+      hdr=plugins/csrc/grouped_gemm_fp8_dispatch.h; new_hdr="$OUT/raw/tune/grouped_gemm_fp8_dispatch.h"
+      timeout "${TUNE_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --out "$OUT/raw/tune" --write-dispatch "$new_hdr" > "$OUT/tune.log" 2>&1 || rc=1
+      if [ -s "$new_hdr" ] && ! cmp -s "$new_hdr" "$hdr"; then
+        key() { python3 -c "from dwdp_trtllm.ops.build import build_key; print(build_key(True))"; }
+        old=$(key); cp "$new_hdr" "$hdr"; new=$(key)
+        mkdir -p "$DWDP_CACHE_DIR/ops/dwdp_ops_cuda-$new" && cp -a "$DWDP_CACHE_DIR/ops/dwdp_ops_cuda-$old/." "$DWDP_CACHE_DIR/ops/dwdp_ops_cuda-$new/"
+        rm -f "$DWDP_CACHE_DIR/ops/dwdp_ops_cuda-$new/grouped_gemm_cuda.o" "$DWDP_CACHE_DIR/ops/dwdp_ops_cuda-$new/dwdp_ops_cuda.so"
+        echo "gpu_check: dispatch changed; rebuilding $old -> $new" >> "$OUT/tune.log"
+        MAX_JOBS=${MAX_JOBS:-16} python3 -m dwdp_trtllm.cli build-ops --cuda >> "$OUT/tune.log" 2>&1 || rc=1
+        (cd "$DWDP_CACHE_DIR" && tar -czf "$OUT/ops_lib.tgz" "ops/dwdp_ops_cuda-$new/dwdp_ops_cuda.so") 2>/dev/null
+      fi
+      cp "$hdr" "$OUT/grouped_gemm_fp8_dispatch.h"
+      timeout "${TUNE_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_grouped_gemm_cuda.py >> "$OUT/tune.log" 2>&1 || rc=1
+      grep -E "^\| fc|Choice|Bit-identical|FAILED|passed|failed|Error|rebuilding" "$OUT/tune.log" | tail -n 40 ;;
     plugin)
       section plugin
       bash scripts/gpu/plugin_check.sh "$OUT/raw/plugin" > "$OUT/plugin.log" 2>&1 || rc=1; tail -n 25 "$OUT/plugin.log" ;;
@@ -63,9 +89,9 @@ for s in $sections; do
         -k "quant or kernel or swiglu or model" > "$OUT/fp8.log" 2>&1 || rc=1
       timeout "${FP8_TIMEOUT:-300}" python3 scripts/bench_fp8_linear.py --out "$OUT/raw/fp8_linear" ${FP8_BENCH_ARGS:-} >> "$OUT/fp8.log" 2>&1 || rc=1
       grep -E "rel error|passed|failed|Error|FAILED|set, T=|^\| (q_b|o|dense_gate_up|kv_a) " "$OUT/fp8.log" | tail -n 40 ;;
-    grouped)  # issue 25: the FP8 grouped GEMM (multi_buffer op) against torch._scaled_grouped_mm on DeepSeek shapes
+    grouped)  # issue 25: the FP8 grouped GEMM (the op's production dispatch and the variants) against torch._scaled_grouped_mm
       section grouped
-      timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
+      timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --no-knobs --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
       tail -n 20 "$OUT/grouped.log" ;;
     moeop)  # issue 25: our whole routed-expert op (multi_buffer unit, and one [E, ...] buffer) at 4K/8K/16K tokens,
             # uniform + power-law routing, beside TensorRT-LLM's fp8_block MoE table (the adapter's FP8 default; ~1 min)

@@ -18,8 +18,11 @@ import torch
 from .. import env
 
 CPU_SOURCES = ("grouped_gemm_cpu.cpp",)
+#: FP8 blockwise grouped GEMM variants (plugins/include/dwdp/grouped_gemm.h DWDP_FP8_VARIANTS; one .cu each).
+FP8_VARIANTS = ("coop_128x128_c1x2", "coop_128x128_c1x1", "coop_128x128_c2x1", "coop_128x128_c2x2",
+                "coop_128x128_c1x2_sfamn", "coop_256x128_c1x2", "pp_64x128_c1x2", "pp_64x128_c2x1")
 CUDA_SOURCES = ("grouped_gemm_cuda.cpp", "grouped_gemm_bf16_coop.cu", "grouped_gemm_bf16_pingpong.cu",
-                "grouped_gemm_fp8_blockwise.cu")
+                *(f"grouped_gemm_fp8_{v}.cu" for v in FP8_VARIANTS))
 CUDA_ARCH = "sm90a"
 # torch adds the -D__CUDA_NO_*__ flags for extensions; CUTLASS's numeric types need the conversions back.
 _CUDA_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
@@ -62,15 +65,28 @@ def cutlass_include_dirs() -> list[Path]:
     raise OpsBuildError(f"no cutlass/cutlass.h under {override or root} (set CUTLASS_DIR to a CUTLASS checkout)")
 
 
+def excluded_sources() -> tuple[str, ...]:
+    """CUDA sources left out of the build ($DWDP_OPS_EXCLUDE, comma-separated file names; only FP8 variants may be
+    left out: the glue reaches them through weak symbols, and the op falls back to kFp8FallbackVariant)."""
+    names = tuple(n.strip() for n in (env.get(env.DWDP_OPS_EXCLUDE) or "").split(",") if n.strip())
+    bad = [n for n in names if not (n.startswith("grouped_gemm_fp8_") and n in CUDA_SOURCES)]
+    if bad:
+        raise OpsBuildError(f"{env.DWDP_OPS_EXCLUDE}: {bad} are not FP8 variant sources of {CUDA_SOURCES}")
+    return names
+
+
 def _source_files(cuda: bool) -> list[Path]:
     d = plugins_dir() / "csrc"
-    return [d / s for s in CPU_SOURCES + (CUDA_SOURCES if cuda else ())]
+    skip = excluded_sources() if cuda else ()
+    return [d / s for s in CPU_SOURCES + (CUDA_SOURCES if cuda else ()) if s not in skip]
 
 
 def build_key(cuda: bool) -> str:
     """Hash of everything the library depends on: torch version, arch, plugin sources and headers, CUTLASS version."""
     h = hashlib.sha256()
     h.update(f"torch={torch.__version__};arch={CUDA_ARCH if cuda else 'cpu'};flags={_CUDA_FLAGS}".encode())
+    if cuda and excluded_sources():  # a build without some variants is another library
+        h.update(f"exclude={sorted(excluded_sources())}".encode())
     files = sorted(plugins_dir().rglob("*"))
     for f in files:
         if f.is_file() and f.suffix in (".h", ".cuh", ".cpp", ".cu"):

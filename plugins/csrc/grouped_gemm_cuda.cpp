@@ -8,10 +8,23 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <string>
+#include <vector>
+
 #include "dwdp/grouped_gemm.h"
 #include "dwdp_ops_common.h"
+#include "grouped_gemm_fp8_dispatch.h"
 
 namespace dwdp {
+
+// The FP8 variants' entry points are weak references: a variant whose .cu was left out of the build (ops/build.py
+// DWDP_OPS_EXCLUDE, used when one fails to compile) is a null pointer here instead of a link error.
+#define DWDP_WEAK_FP8_VARIANT(tag, sfa_mn)                                                                         \
+  __attribute__((weak)) size_t grouped_gemm_fp8_##tag##_workspace(const GroupedGemmParams& p);                   \
+  __attribute__((weak)) const char* grouped_gemm_fp8_##tag(const GroupedGemmParams& p, void* workspace,         \
+                                                           size_t workspace_bytes, cudaStream_t stream);
+DWDP_FP8_VARIANTS(DWDP_WEAK_FP8_VARIANT)
+
 namespace {
 
 int sm_count(int device) {
@@ -25,24 +38,31 @@ int sm_count(int device) {
   return counts[device];
 }
 
-at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
-                             const at::Tensor& bidx, const at::Tensor& row, const std::optional<at::Tensor>& a_scale,
-                             std::optional<at::TensorList> weight_scales) {
-  check_grouped_gemm_args(a, offs, weights, bidx, row, a_scale, weight_scales);
-  const bool fp8 = a.scalar_type() == at::kFloat8_e4m3fn;
-  TORCH_CHECK(fp8 || a.scalar_type() == at::kBFloat16, "dwdp::grouped_gemm (CUDA): a must be bfloat16 or ",
-              "float8_e4m3fn, got ", a.scalar_type());
-  TORCH_CHECK((int64_t)weights.size() <= kMaxBuffers, "dwdp::grouped_gemm (CUDA): at most ", kMaxBuffers,
-              " weight buffers, got ", weights.size());
-  const int64_t T = a.size(0), K = a.size(1), N = weights[0].size(1), E = offs.size(0);
-  const int64_t align = fp8 ? 128 : 8;
-  TORCH_CHECK(K % align == 0 && N % align == 0, "dwdp::grouped_gemm (CUDA): K=", K, " and N=", N,
-              " must be multiples of ", align, " for ", a.scalar_type());
-  TORCH_CHECK(T < (int64_t(1) << 31) && E < (int64_t(1) << 31), "dwdp::grouped_gemm (CUDA): T and E must fit int32");
-  c10::cuda::CUDAGuard guard(a.device());
-  auto out = at::empty({T, N}, a.options().dtype(at::kBFloat16));
-  if (T == 0 || E == 0) return out;
+using WsFn = size_t (*)(const GroupedGemmParams&);
+using RunFn = const char* (*)(const GroupedGemmParams&, void*, size_t, cudaStream_t);
 
+
+struct Fp8Variant {
+  const char* name;
+  WsFn ws;
+  RunFn run;
+  bool sfa_mn;  // reads the [KB, T] copy of a_scale
+  bool built() const { return ws != nullptr && run != nullptr; }
+};
+#define DWDP_FP8_VARIANT_ENTRY(tag, sfa_mn) Fp8Variant{#tag, &grouped_gemm_fp8_##tag##_workspace, &grouped_gemm_fp8_##tag, sfa_mn},
+const Fp8Variant kFp8Variants[] = {DWDP_FP8_VARIANTS(DWDP_FP8_VARIANT_ENTRY)};
+
+const Fp8Variant* find_fp8_variant(const std::string& name) {
+  for (const auto& v : kFp8Variants)
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+// The kernels' raw-pointer arguments (checked_output ran first).
+GroupedGemmParams make_params(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
+                              const at::Tensor& bidx, const at::Tensor& row, const std::optional<at::Tensor>& a_scale,
+                              std::optional<at::TensorList> weight_scales, const at::Tensor& out) {
+  const bool fp8 = a.scalar_type() == at::kFloat8_e4m3fn;
   GroupedGemmParams p;
   p.a = a.data_ptr();
   p.offs = offs.data_ptr<int32_t>();
@@ -56,38 +76,125 @@ at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::Te
   }
   if (fp8) p.a_scale = a_scale->data_ptr<float>();
   p.out = out.data_ptr();
-  p.T = T;
-  p.N = N;
-  p.K = K;
-  p.E = int(E);
+  p.T = a.size(0);
+  p.N = weights[0].size(1);
+  p.K = a.size(1);
+  p.E = int(offs.size(0));
   p.device = a.device().index();
   p.sm_count = sm_count(p.device);
+  return p;
+}
 
-  // Few rows per expert (small T*topk/E) waste most of a 128-row tile: ping-pong 64-row tiles there.
-  // The split is on shapes only (host-known), never on offs values.
-  using WsFn = size_t (*)(const GroupedGemmParams&);
-  using RunFn = const char* (*)(const GroupedGemmParams&, void*, size_t, cudaStream_t);
-  WsFn ws_fn;
-  RunFn run_fn;
-  if (fp8) {
-    ws_fn = grouped_gemm_fp8_blockwise_workspace;
-    run_fn = grouped_gemm_fp8_blockwise;
-  } else if (T < 96 * E) {
-    ws_fn = grouped_gemm_bf16_pingpong_workspace;
-    run_fn = grouped_gemm_bf16_pingpong;
-  } else {
-    ws_fn = grouped_gemm_bf16_coop_workspace;
-    run_fn = grouped_gemm_bf16_coop;
-  }
+// Argument checks shared by the op and its tuning twin; returns the [T, N] bf16 output.
+at::Tensor checked_output(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
+                          const at::Tensor& bidx, const at::Tensor& row, const std::optional<at::Tensor>& a_scale,
+                          std::optional<at::TensorList> weight_scales) {
+  check_grouped_gemm_args(a, offs, weights, bidx, row, a_scale, weight_scales);
+  const bool fp8 = a.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(fp8 || a.scalar_type() == at::kBFloat16, "dwdp::grouped_gemm (CUDA): a must be bfloat16 or ",
+              "float8_e4m3fn, got ", a.scalar_type());
+  TORCH_CHECK((int64_t)weights.size() <= kMaxBuffers, "dwdp::grouped_gemm (CUDA): at most ", kMaxBuffers,
+              " weight buffers, got ", weights.size());
+  const int64_t T = a.size(0), K = a.size(1), N = weights[0].size(1), E = offs.size(0);
+  const int64_t align = fp8 ? 128 : 8;
+  TORCH_CHECK(K % align == 0 && N % align == 0, "dwdp::grouped_gemm (CUDA): K=", K, " and N=", N,
+              " must be multiples of ", align, " for ", a.scalar_type());
+  TORCH_CHECK(T < (int64_t(1) << 31) && E < (int64_t(1) << 31), "dwdp::grouped_gemm (CUDA): T and E must fit int32");
+  return at::empty({T, N}, a.options().dtype(at::kBFloat16));
+}
+
+void enqueue(GroupedGemmParams& p, WsFn ws_fn, RunFn run_fn, const at::Tensor& a) {
   const size_t bytes = ws_fn(p);
   auto ws = at::empty({int64_t(bytes)}, a.options().dtype(at::kByte));
   const char* err = run_fn(p, ws.data_ptr(), bytes, c10::cuda::getCurrentCUDAStream(p.device).stream());
   TORCH_CHECK(err == nullptr, err);
+}
+
+void enqueue_fp8(GroupedGemmParams& p, const Fp8Variant& v, const at::Tensor& a, const at::Tensor& a_scale) {
+  at::Tensor a_scale_kt;  // stream-ordered: the caching allocator reuses it only after the GEMM on this stream
+  if (v.sfa_mn) {
+    a_scale_kt = a_scale.t().contiguous();
+    p.a_scale_kt = a_scale_kt.data_ptr<float>();
+  }
+  enqueue(p, v.ws, v.run, a);
+}
+
+at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
+                             const at::Tensor& bidx, const at::Tensor& row, const std::optional<at::Tensor>& a_scale,
+                             std::optional<at::TensorList> weight_scales) {
+  auto out = checked_output(a, offs, weights, bidx, row, a_scale, weight_scales);
+  if (out.numel() == 0 || offs.size(0) == 0) return out;
+  c10::cuda::CUDAGuard guard(a.device());
+  GroupedGemmParams p = make_params(a, offs, weights, bidx, row, a_scale, weight_scales, out);
+  if (a.scalar_type() == at::kFloat8_e4m3fn) {
+    // chosen by measurement on host-known shapes only (grouped_gemm_fp8_dispatch.h), never on offs values
+    const Fp8Choice c = fp8_default_choice(p.T, p.E, p.N, p.K);
+    const Fp8Variant* v = find_fp8_variant(c.variant);
+    if (v == nullptr || !v->built()) v = find_fp8_variant(kFp8FallbackVariant);
+    TORCH_CHECK(v != nullptr && v->built(), "dwdp::grouped_gemm (CUDA): neither the FP8 variant ", c.variant,
+                " nor the fallback ", kFp8FallbackVariant, " is in this build");
+    p.raster = c.raster;
+    p.swizzle = c.swizzle;
+    enqueue_fp8(p, *v, a, *a_scale);
+  } else if (p.T < 96 * p.E) {
+    // Few rows per expert (small T*topk/E) waste most of a 128-row tile: ping-pong 64-row tiles there.
+    enqueue(p, grouped_gemm_bf16_pingpong_workspace, grouped_gemm_bf16_pingpong, a);
+  } else {
+    enqueue(p, grouped_gemm_bf16_coop_workspace, grouped_gemm_bf16_coop, a);
+  }
   return out;
+}
+
+// Tuning twin of the FP8 op (scripts/bench_fp8_grouped.py): the same contract plus the variant's name and the
+// scheduler knobs; not used by the engine.
+at::Tensor grouped_gemm_fp8_tune_cuda(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
+                                      const at::Tensor& bidx, const at::Tensor& row, const at::Tensor& a_scale,
+                                      at::TensorList weight_scales, const std::string& variant, int64_t raster,
+                                      int64_t swizzle) {
+  TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn, "dwdp::grouped_gemm_fp8_tune: a must be float8_e4m3fn");
+  const Fp8Variant* v = find_fp8_variant(variant);
+  TORCH_CHECK(v != nullptr && v->built(), "dwdp::grouped_gemm_fp8_tune: variant '", variant,
+              "' is unknown or not in this build (see dwdp::grouped_gemm_fp8_variants)");
+  TORCH_CHECK(raster >= 0 && raster <= 2 && swizzle >= 0 && swizzle <= 8,
+              "dwdp::grouped_gemm_fp8_tune: raster in 0..2 and swizzle in 0..8, got ", raster, ", ", swizzle);
+  std::optional<at::Tensor> sa(a_scale);
+  std::optional<at::TensorList> sw(weight_scales);
+  auto out = checked_output(a, offs, weights, bidx, row, sa, sw);
+  if (out.numel() == 0 || offs.size(0) == 0) return out;
+  c10::cuda::CUDAGuard guard(a.device());
+  GroupedGemmParams p = make_params(a, offs, weights, bidx, row, sa, sw, out);
+  p.raster = int(raster);
+  p.swizzle = int(swizzle);
+  enqueue_fp8(p, *v, a, a_scale);
+  return out;
+}
+
+// Names of the FP8 variants in this build.
+std::vector<std::string> grouped_gemm_fp8_variants() {
+  std::vector<std::string> names;
+  for (const auto& v : kFp8Variants)
+    if (v.built()) names.emplace_back(v.name);
+  return names;
+}
+
+// The production FP8 choice for host-known shapes (rows T, experts E, N, K): "variant,raster,swizzle".
+std::string grouped_gemm_fp8_choice(int64_t T, int64_t E, int64_t N, int64_t K) {
+  const Fp8Choice c = fp8_default_choice(T, E, N, K);
+  return std::string(c.variant) + "," + std::to_string(c.raster) + "," + std::to_string(c.swizzle);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(dwdp, CUDA, m) { m.impl("grouped_gemm", &grouped_gemm_cuda); }
+// Tuning and introspection ops of the CUDA build only (the CPU build has no FP8 variants).
+TORCH_LIBRARY_FRAGMENT(dwdp, m) {
+  m.def("grouped_gemm_fp8_tune(Tensor a, Tensor offs, Tensor[] weights, Tensor expert_buffer_idx, Tensor expert_row, "
+        "Tensor a_scale, Tensor[] weight_scales, str variant, int raster=0, int swizzle=0) -> Tensor");
+  m.def("grouped_gemm_fp8_variants() -> str[]", &grouped_gemm_fp8_variants);
+  m.def("grouped_gemm_fp8_choice(int T, int E, int N, int K) -> str", &grouped_gemm_fp8_choice);
+}
+TORCH_LIBRARY_IMPL(dwdp, CUDA, m) {
+  m.impl("grouped_gemm", &grouped_gemm_cuda);
+  m.impl("grouped_gemm_fp8_tune", &grouped_gemm_fp8_tune_cuda);
+}
 
 }  // namespace dwdp

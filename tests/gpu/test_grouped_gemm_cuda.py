@@ -108,3 +108,54 @@ def test_torch_compile_uses_fake_impl():
     out = f(a, offs, w[0], w[1], bidx, rows)
     ref = grouped_gemm_reference(a, offs, w, bidx, rows, dtype=torch.float64) * 2.0
     assert rel_err(out, ref) <= 1e-2
+
+
+def _fp8_case(counts, buffer_rows, bidx, rows, K, N, seed):
+    a32, offs, w32, bidx_t, rows_t = make_case(counts, buffer_rows, bidx, rows, K=K, N=N, dtype=torch.float32, seed=seed)
+    aq, sa = quantize_fp8_blockwise(a32, (1, 128))
+    q = [quantize_fp8_blockwise(w, (128, 128)) for w in w32]
+    return aq, sa, offs, [x for x, _ in q], [s for _, s in q], bidx_t, rows_t
+
+
+def _contiguous(wq, sw, bidx, rows):
+    """The same experts as one [E, N, K] buffer in expert order (what DEP / the composite view read)."""
+    b, r = bidx.tolist(), rows.tolist()
+    w = torch.stack([wq[b[e]][r[e]] for e in range(len(b))])
+    s = torch.stack([sw[b[e]][r[e]] for e in range(len(b))])
+    ar = torch.arange(len(b), dtype=torch.int32, device="cuda")
+    return [w], [s], torch.zeros_like(ar), ar
+
+
+def test_fp8_every_variant_built_exact_and_correct():
+    """Every FP8 variant of ops/build.py is in the library, and each (with default and non-default scheduler knobs)
+    gives the same bits from [local, slot] buffers as from one contiguous buffer, within 1e-2 of the reference."""
+    from dwdp_trtllm.ops.build import FP8_VARIANTS
+
+    built = list(torch.ops.dwdp.grouped_gemm_fp8_variants())
+    assert sorted(built) == sorted(FP8_VARIANTS)
+    aq, sa, offs, wq, sw, bidx, rows = _fp8_case(*CASES["mixed"], K=512, N=384, seed=3)
+    ref = grouped_gemm_reference(aq, offs, wq, bidx, rows, sa, sw, dtype=torch.float64)
+    wc, sc, bc, rc = _contiguous(wq, sw, bidx, rows)
+    for v in built:
+        for raster, swizzle in ((0, 0), (2, 2), (1, 4)):
+            out = torch.ops.dwdp.grouped_gemm_fp8_tune(aq, offs, wq, bidx, rows, sa, sw, v, raster, swizzle)
+            contig = torch.ops.dwdp.grouped_gemm_fp8_tune(aq, offs, wc, bc, rc, sa, sc, v, raster, swizzle)
+            assert torch.equal(out, contig), f"{v} r{raster} s{swizzle}: multi_buffer != contiguous"
+            assert rel_err(out[: offs[-1]], ref[: offs[-1]]) <= 1e-2, f"{v} r{raster} s{swizzle}"
+
+
+@pytest.mark.parametrize("N,K", [(4096, 7168), (7168, 2048), (384, 512)])
+@pytest.mark.parametrize("rows_per_expert", [100, 300])  # either side of the few-rows split (256 per expert)
+def test_fp8_op_runs_the_dispatched_variant(N, K, rows_per_expert):
+    """The production op on DeepSeek shapes equals, bit for bit, the variant and knobs its dispatch names
+    (grouped_gemm_fp8_dispatch.h), and is bit-exact against its contiguous-buffer result."""
+    counts = [rows_per_expert + d for d in (5, -7, 0, 13, -1, 2)]
+    aq, sa, offs, wq, sw, bidx, rows = _fp8_case(counts, [2, 4], [1, 0, 1, 0, 0, 1], [0, 3, 1, 0, 2, 2], K=K, N=N, seed=9)
+    v, raster, swizzle = torch.ops.dwdp.grouped_gemm_fp8_choice(sum(counts), len(counts), N, K).split(",")
+    out = torch.ops.dwdp.grouped_gemm(aq, offs, wq, bidx, rows, sa, sw)
+    tuned = torch.ops.dwdp.grouped_gemm_fp8_tune(aq, offs, wq, bidx, rows, sa, sw, v, int(raster), int(swizzle))
+    assert torch.equal(out, tuned), f"op != {v},{raster},{swizzle}"
+    wc, sc, bc, rc = _contiguous(wq, sw, bidx, rows)
+    assert torch.equal(out, torch.ops.dwdp.grouped_gemm(aq, offs, wc, bc, rc, sa, sc))
+    ref = grouped_gemm_reference(aq, offs, wq, bidx, rows, sa, sw, dtype=torch.float64)
+    assert rel_err(out, ref) <= 1e-2

@@ -32,21 +32,42 @@ struct GroupedGemmParams {
   int64_t buffer_rows[kMaxBuffers] = {};
   int num_buffers = 0;
   const float* a_scale = nullptr;
+  const float* a_scale_kt = nullptr;  // [KB, T] copy of a_scale: only the M-major-scale FP8 variants read it
   void* out = nullptr;
   int64_t T = 0, N = 0, K = 0;
   int E = 0;
   int device = 0;
   int sm_count = 0;
+  int raster = 0;   // persistent tile scheduler: 0 CUTLASS default (along M), 1 along M, 2 along N
+  int swizzle = 0;  // scheduler max_swizzle_size; 0 = CUTLASS default (1)
 };
 
 // Bytes of device workspace (argument arrays + CUTLASS workspace) the kernel variant needs for `p`.
 size_t grouped_gemm_bf16_coop_workspace(const GroupedGemmParams& p);
 size_t grouped_gemm_bf16_pingpong_workspace(const GroupedGemmParams& p);
-size_t grouped_gemm_fp8_blockwise_workspace(const GroupedGemmParams& p);
 
 // Enqueue the GEMM; returns nullptr on success or a static message naming what failed.
 const char* grouped_gemm_bf16_coop(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 const char* grouped_gemm_bf16_pingpong(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
-const char* grouped_gemm_fp8_blockwise(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// FP8 blockwise variants (one .cu each, plugins/csrc/grouped_gemm_fp8_<tag>.cu): X(tag, needs a_scale_kt).
+// coop = cooperative (two consumer warp groups on one tile), pp = ping-pong (one tile per warp group);
+// MxNxK tile; cM x N cluster (TMA multicast of B across the M pair, of A across the N pair); sfamn = M-major
+// activation scales. grouped_gemm_cuda.cpp dispatches among them (grouped_gemm_fp8_dispatch.h).
+#define DWDP_FP8_VARIANTS(X)       \
+  X(coop_128x128_c1x2, false)      \
+  X(coop_128x128_c1x1, false)      \
+  X(coop_128x128_c2x1, false)      \
+  X(coop_128x128_c2x2, false)      \
+  X(coop_128x128_c1x2_sfamn, true) \
+  X(coop_256x128_c1x2, false)      \
+  X(pp_64x128_c1x2, false)         \
+  X(pp_64x128_c2x1, false)
+
+#define DWDP_DECLARE_FP8_VARIANT(tag, sfa_mn)                                                              \
+  size_t grouped_gemm_fp8_##tag##_workspace(const GroupedGemmParams& p);                                 \
+  const char* grouped_gemm_fp8_##tag(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, \
+                                     cudaStream_t stream);
+DWDP_FP8_VARIANTS(DWDP_DECLARE_FP8_VARIANT)
 
 }  // namespace dwdp
