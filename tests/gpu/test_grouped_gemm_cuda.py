@@ -150,7 +150,7 @@ def test_fp8_op_runs_the_dispatched_variant(N, K, rows_per_expert):
     """The production op on DeepSeek shapes equals, bit for bit, the variant and knobs its dispatch names
     (grouped_gemm_fp8_dispatch.h), and is bit-exact against its contiguous-buffer result."""
     counts = [rows_per_expert + d for d in (5, -7, 0, 13, -1, 2)]
-    aq, sa, offs, wq, sw, bidx, rows = _fp8_case(counts, [2, 4], [1, 0, 1, 0, 0, 1], [0, 3, 1, 0, 2, 2], K=K, N=N, seed=9)
+    aq, sa, offs, wq, sw, bidx, rows = _fp8_case(counts, [4, 3], [1, 0, 1, 0, 0, 1], [0, 3, 1, 0, 2, 2], K=K, N=N, seed=9)
     v, raster, swizzle = torch.ops.dwdp.grouped_gemm_fp8_choice(sum(counts), len(counts), N, K).split(",")
     out = torch.ops.dwdp.grouped_gemm(aq, offs, wq, bidx, rows, sa, sw)
     tuned = torch.ops.dwdp.grouped_gemm_fp8_tune(aq, offs, wq, bidx, rows, sa, sw, v, int(raster), int(swizzle))
