@@ -17,10 +17,11 @@ from .deploy_args import gpu_budget_bytes
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
 
-#: our measured results, found beside the package (a source checkout), never relative to the working directory
+#: our measured results in a source checkout (docs/bench_results; `--bench-results` names it, no command defaults to it)
 DEFAULT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
-#: the engine calibration `dwdp plan --target engine` uses by default: package data (a copy of one floor campaign,
-#: data/engine_calibration/README.md), so an installed plan and a checkout's agree; --bench-results DIR overrides
+#: the engine calibration `dwdp plan --target engine` and `dwdp validate-plan` use by default (bench_dir): package
+#: data (a copy of one floor campaign, data/engine_calibration/README.md), so an installed command and a checkout's
+#: agree; --bench-results DIR overrides
 PACKAGE_CAL_DIR = Path(__file__).resolve().parents[1] / "data" / "engine_calibration"
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
@@ -127,10 +128,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def bench_dir(args) -> Path | None:
+    """The directory whose benchmark JSON calibrates `dwdp plan --target engine` and `dwdp validate-plan`:
+    --bench-results, else the floor campaign shipped with the package (PACKAGE_CAL_DIR); None with --no-bench-results.
+    The one place that names the default."""
+    if args.no_bench_results:
+        return None
+    return Path(args.bench_results) if args.bench_results else PACKAGE_CAL_DIR
+
+
 def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=(), *, bench: bool = True,
-             multi_gpu: bool = False, default_dir: Path | None = None):
-    """Calibration for `gpu_name`: our bench results (--bench-results, default docs/bench_results, unless
-    --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
+             multi_gpu: bool = False):
+    """Calibration for `gpu_name`: our bench results (bench_dir: --bench-results, default the campaign shipped with
+    the package, unless --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
     floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
     `validated` file's when it is one, else the newest), the validated file's own runs left out (also their copies
     elsewhere: `validated_ids`, the run ids of its runs). bench=False: --calibration files only (target trtllm: the
@@ -140,8 +150,8 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
                                     load_calibration, read_json)
 
     cal = Calibration()
-    if bench and not args.no_bench_results:
-        d = Path(args.bench_results) if args.bench_results else (default_dir or DEFAULT_BENCH_DIR)
+    d = bench_dir(args) if bench else None
+    if d is not None:
         if args.bench_results and not d.is_dir():
             raise ConfigError(None, "--bench-results", f"{d} is not a directory")
         cal = cal.merged(load_bench_results(d, gpu_name))
@@ -212,7 +222,7 @@ def build_spec(args, *, gpu_name: str | None = None):
     target, tables = args.target, args.kernel_tables
     if tables and not Path(tables).is_file():
         raise ConfigError(tables, "", "kernel-table file not found (--kernel-tables)")
-    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True, default_dir=PACKAGE_CAL_DIR)
+    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True)
     cal = linear_layers_said(cal, args.weight_dtype)
     spec = PlanSpec(
         model=model, gpu=gpu, weight_dtype=args.weight_dtype, target=target, kernel_tables=tables,
@@ -301,9 +311,7 @@ def check_plot_path(path: str) -> Path:
 
 
 def data_root(args) -> Path | None:
-    if args.target != "engine" or args.no_bench_results:
-        return None
-    return Path(args.bench_results) if args.bench_results else PACKAGE_CAL_DIR
+    return bench_dir(args) if args.target == "engine" else None
 
 
 def run(args) -> int:

@@ -54,7 +54,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="compare runs measured on another device (the CPU, another GPU) with the --gpu prediction anyway")
     p.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
-    p.add_argument("--bench-results", default=None, help="directory of benchmark JSON to calibrate from")
+    p.add_argument("--bench-results", default=None,
+                   help="directory of benchmark JSON to calibrate from (default: the floor campaign shipped with the "
+                        "package, dwdp_trtllm/data/engine_calibration, as `dwdp plan`; docs/bench_results: the "
+                        "validated file's own campaign when it is one)")
     p.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON")
     p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor")
     p.add_argument("--a2a-dedup", action="store_true", help="DEP sends a token once per remote rank (DeepEP-style)")
@@ -251,7 +254,7 @@ def _fmt(x: float) -> str:
 
 def run(args) -> int:
     from ..perf.hardware import GPUS, is_spec_path, load_gpu_spec
-    from .plan import DEFAULT_BENCH_DIR
+    from .plan import bench_dir
 
     if args.gpu is not None and is_spec_path(args.gpu):  # a spec file: its name is the device to match and calibrate
         args.gpu_file_spec = load_gpu_spec(args.gpu)  # ConfigError naming the file and key
@@ -268,7 +271,7 @@ def run(args) -> int:
         print(json.dumps(results, indent=1))
         return 0
     con = console()
-    root = None if args.no_bench_results else Path(args.bench_results) if args.bench_results else DEFAULT_BENCH_DIR
+    root = bench_dir(args)
     if args.summary:
         print_summary(con, results, root)
         return 0

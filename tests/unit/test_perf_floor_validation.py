@@ -49,7 +49,8 @@ FILES = _single_rank_floor_files()
 
 
 def _args():
-    return argparse.Namespace(gpu="h200", calibration=None, bench_results=None, no_bench_results=False, interference=None,
+    # the checkout's results, so that each file's own campaign calibrates it (the default is the shipped campaign)
+    return argparse.Namespace(gpu="h200", calibration=None, bench_results=str(DEFAULT_BENCH_DIR), no_bench_results=False, interference=None,
                               a2a_dedup=False, samples=256, engine_efficiency=True)
 
 
