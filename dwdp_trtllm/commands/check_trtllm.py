@@ -3,7 +3,7 @@
 Reports the TensorRT-LLM version (or "not installed"), each patch target (present / missing), whether
 upstream DWDP exists (`"dwdp_config" in TorchLlmArgs.model_fields`) and where it can run (Blackwell +
 NVFP4 + CuteDSL), the GPU, the engine our mode would pick and how it runs the experts (composite view,
-multi_buffer or merge: GEMM_CHOICE), and which lifecycle drives our manager:
+multi_buffer or merge: moe_evidence.gemm_order), and which lifecycle drives our manager:
 "upstream" (ConfigurableMoE.forward_impl calls wait_and_bind, record_compute_and_prefetch_next) when the
 lifecycle targets are present, else "hooks" (MoE forward hooks), with the reason. The last line is one verdict:
 ready (engine, lifecycle) or not ready and why, with the TensorRT-LLM version range the package declares and the
@@ -19,12 +19,9 @@ import json
 import re
 
 
-#: how the dwdp_trtllm engine runs the routed experts on TensorRT-LLM (integration/adapter.py choose_gemm)
-GEMM_CHOICE = ("composite_view: the stock CUTLASS MoE over the VMM composite view (CUDA + vmm_fd; local experts mapped, "
-               "not copied); where that view cannot be built (or gemm: multi_buffer) multi_buffer: our execution unit "
-               "replaces CutlassFusedMoE.run_moe on DWDP layers and runs dwdp::grouped_gemm over [local, slot] "
-               "(BF16 / FP8 block scales, no local copy); else merge (full-slot buffers). The log and "
-               "model._dwdp_trtllm_runtime['gemm_reason'] say which and why")
+#: how the dwdp_trtllm engine runs the routed experts on TensorRT-LLM: moe_evidence.gemm_order (the order
+#: integration/adapter.py choose_gemm applies); the log and model._dwdp_trtllm_runtime['gemm_reason'] say which and why
+GEMM_CHOICE_NOTE = "; the log and model._dwdp_trtllm_runtime['gemm_reason'] say which ran and why"
 
 
 #: how to get TensorRT-LLM (also `dwdp serve`'s message when trtllm-serve is not on PATH)
@@ -107,6 +104,7 @@ def _multi_buffer_status(run_moe_status: str) -> str:
 
 
 def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> dict:
+    from ..integration.moe_evidence import gemm_order
     from ..integration.settings import choose_engine, load_integration_config, upstream_supported
     from ..schema import ConfigError
     from ..integration.trtllm import targets
@@ -139,7 +137,8 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     except ConfigError as e:  # reported, not raised: this command describes what would happen
         engine, why = "error", str(e)
     rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
-                       "gemm": GEMM_CHOICE if engine == "dwdp_trtllm" else
+                       "gemm": gemm_order(wd, cfg.dwdp.gemm if cfg else None) + GEMM_CHOICE_NOTE
+                       if engine == "dwdp_trtllm" else
                        "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}
     if engine == "dwdp_trtllm":
         row = next((t for t in rep["patch_targets"] if t["attribute"] == "CutlassFusedMoE.run_moe"), None)

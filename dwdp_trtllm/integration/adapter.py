@@ -9,10 +9,11 @@ per weight name. AdapterRuntime:
     - composite_view (CUDA + VMM transport): weights are one [E, ...] virtual range [run | local | run]
       (composite_slots.py): the local experts are mapped, never copied; the small FP8 block scales
       live in a full [E, ...] plain slot filled with local + peer copies;
-    - multi_buffer (where the composite view cannot be built, or requested): the slot holds only the fetched
-      experts [n_fetch, ...] (the copy plan's ops as they are); the owner's tensors keep the local experts and are
-      never rebound; the host's execution unit (TensorRT-LLM: integration/trtllm/moe_unit.py, installed as the
-      backend's run_moe) reads [local, slot] in place through dwdp::grouped_gemm with `bound_sources(p)`;
+    - multi_buffer (requested: moe_evidence.default_gemm for FP8 block scales; else where the composite view cannot be built):
+      the slot holds only the fetched experts [n_fetch, ...] (the copy plan's ops as they are); the owner's tensors
+      keep the local experts and are never rebound; the host's execution unit (TensorRT-LLM:
+      integration/trtllm/moe_unit.py, installed as the backend's run_moe) reads [local, slot] in place through
+      dwdp::grouped_gemm with `bound_sources(p)`;
     - merge (fallback): every tensor in a full [E, ...] slot, local experts copied in every layer
       (full_slot.py); the log says why it was chosen (choose_gemm);
     - on CPU (tests), composite_view runs as a stand-in (composite_cpu.py): same slot runs and copy plan, the
@@ -74,19 +75,33 @@ def _composite_blocker(want: str, device_type: str, transport_kind: str, placeme
     return None
 
 
+def fp8_block_sm90(weight_dtype: torch.dtype, names: Sequence[str], device: torch.device,
+                   capability: tuple[int, int] | None = None) -> bool:
+    """The experts are FP8 with block scales (e4m3 weights, *_scaling_factor tensors) on an sm_90 GPU: where the
+    measurement behind moe_evidence.default_gemm applies. capability: the device's (major, minor); read from CUDA when None."""
+    if weight_dtype != torch.float8_e4m3fn or not any(is_scale(n) for n in names) or device.type != "cuda":
+        return False
+    return (capability or torch.cuda.get_device_capability(device))[0] == 9
+
+
 def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: ExpertPlacement, rank: int,
-                blocker: str | None, composite_error: str | None = None) -> tuple[str, str]:
+                blocker: str | None, composite_error: str | None = None, fp8_sm90: bool = False) -> tuple[str, str]:
     """(gemm, reason) for the TensorRT-LLM host; the reason goes to the log, `gemm_reason` and check output.
 
-    Preference: the composite view (stock kernel, nothing copied locally), where it cannot be built the
-    multi_buffer unit (dwdp::grouped_gemm over [local, slot]), else merge. `gemm: multi_buffer` asks for the unit
-    first, `gemm: merge` for merge. On CPU the composite view exists only as the test stand-in, used when
-    requested explicitly. blocker: None when the host's multi_buffer unit can serve these owners, else why not.
-    composite_error: the composite view was chosen but could not be built (why); the choice is made again without
-    it, and the reason keeps everything said before."""
+    `gemm: multi_buffer` (moe_evidence.default_gemm for FP8 block scales) asks for the multi_buffer unit (dwdp::grouped_gemm over
+    [local, slot]) first, then the composite view, then merge; any other request (composite_view, BF16's default)
+    the composite view (stock kernel, nothing copied locally) first, then the unit, then merge; `gemm: merge` merge.
+    On CPU the composite view exists only as the test stand-in, used when requested explicitly. blocker: None when
+    the host's multi_buffer unit can serve these owners, else why not. composite_error: the composite view was
+    chosen but could not be built (why); the choice is made again without it, and the reason keeps everything said
+    before. fp8_sm90: FP8 block-scale experts on sm_90 (fp8_block_sm90): a multi_buffer choice names the
+    measurement it rests on (moe_evidence.fp8_sm90_reason)."""
     if want == "merge":
         return "merge", "gemm: merge requested"
     if want == "multi_buffer" and blocker is None:
+        if fp8_sm90:
+            from .moe_evidence import fp8_sm90_reason
+            return "multi_buffer", f"gemm: multi_buffer requested; {fp8_sm90_reason()}; {MULTI_BUFFER_WHAT}"
         return "multi_buffer", f"gemm: multi_buffer requested; {MULTI_BUFFER_WHAT}"
     note = {"multi_buffer": f"gemm: multi_buffer requested but not possible ({blocker}); ",
             "reference": "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "}.get(want, "")
@@ -133,7 +148,8 @@ class AdapterRuntime:
         transport.open_peers()
 
         choose = dict(device_type=device.type, transport_kind=getattr(transport, "kind", ""), placement=placement,
-                      rank=dwdp_rank, blocker=blocker)
+                      rank=dwdp_rank, blocker=blocker,
+                      fp8_sm90=fp8_block_sm90(next(self.shapes[n][1] for n in names if not is_scale(n)), names, device))
         self.gemm, self.reason = choose_gemm(cfg.gemm, **choose)
         plan = build_copy_plan(placement, self.layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
         full_ops = full_slot_ops(placement, self.layout, dwdp_rank, plan)

@@ -1,6 +1,7 @@
-"""Our routed-expert op against TensorRT-LLM's Hopper FP8 block-scale MoE: the numbers the adapter's FP8 default on
-sm_90 rests on (adapter.choose_gemm), and the comparison table scripts/bench_moe_op_vs_trtllm.py prints. Pure: no
-CUDA, no tensorrt_llm.
+"""The dwdp_trtllm engine's default expert path per weight dtype (default_gemm: what `dwdp gen-config` writes,
+gemm_order: what `dwdp check-trtllm` prints), and the measurement the FP8 default rests on: our routed-expert op
+against TensorRT-LLM's Hopper FP8 block-scale MoE (the reason adapter.choose_gemm logs, the comparison table
+scripts/bench_moe_op_vs_trtllm.py prints). Pure: no torch, no tensorrt_llm.
 
 Theirs (never run here: no tensorrt_llm wheel runs on our machines): TensorRT-LLM's fp8_block CUTLASS fused MoE
 (`moe_torch_flow_cutlass`, what the composite view feeds), one GPU holding all 256 DeepSeek experts (moe_tp 1, EP 1),
@@ -43,6 +44,33 @@ OUR_OP_H200 = Measured(
     what="dwdp_trtllm's routed-expert op (sort, gather + 1x128 quantisation, two FP8 grouped GEMMs, SwiGLU + "
          "quantisation, combine), multi_buffer over [32 local | 224 slot], uniform routing",
     source="measured on an NVIDIA H200 (issue 25)")
+
+
+def default_gemm(weight_dtype: str) -> str:
+    """The gemm a dwdp_trtllm deployment asks for by default: multi_buffer for FP8 block-scale experts (on sm_90
+    our op beat the stock kernel the composite view feeds: fp8_sm90_reason), the composite view otherwise (BF16).
+    adapter.choose_gemm falls back in order: multi_buffer -> composite view -> merge, or composite view ->
+    multi_buffer -> merge."""
+    return "multi_buffer" if weight_dtype == "fp8" else "composite_view"
+
+
+#: what each path runs (check-trtllm's GEMM line)
+UNIT = "our execution unit replaces CutlassFusedMoE.run_moe on DWDP layers: dwdp::grouped_gemm over [local, slot]"
+VIEW = "the stock CUTLASS MoE over one [E, ...] VMM range (CUDA + vmm_fd; local experts mapped, not copied)"
+
+
+def gemm_order(weight_dtype: str, requested: str | None = None) -> str:
+    """One line: the path the dwdp_trtllm engine tries first for `weight_dtype` experts (the config's `requested`
+    gemm, else default_gemm), its fallbacks, and for FP8 multi_buffer why."""
+    want = requested or default_gemm(weight_dtype)
+    if want == "merge":
+        return "merge (requested; full-slot buffers, local experts copied every layer)"
+    if want == "multi_buffer":
+        why = f" Why: {fp8_sm90_reason()}" if weight_dtype == "fp8" else ""
+        return (f"multi_buffer ({UNIT}); where the unit cannot run composite_view ({VIEW}); else merge "
+                f"(full-slot buffers).{why}")
+    return (f"composite_view ({VIEW}); where that view cannot be built multi_buffer ({UNIT}); else merge "
+            "(full-slot buffers)")
 
 
 def _tables():

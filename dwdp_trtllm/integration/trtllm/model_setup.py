@@ -159,8 +159,10 @@ def setup_after_load(loader, model) -> None:
 
     group, tag = dwdp_process_group(cfg, global_rank())
     transport_kind = cfg.transport
-    if transport_kind == "auto" and device.type == "cuda" and cfg.gemm == "composite_view":
-        transport_kind = "vmm_fd"  # local experts must be cuMem allocations to be mapped beside the slot
+    if transport_kind == "auto" and device.type == "cuda" and cfg.gemm in ("composite_view", "multi_buffer"):
+        # local experts must be cuMem allocations to be mapped beside the slot: the composite view is the first
+        # choice (composite_view) or the fallback where the multi_buffer unit is refused (adapter.choose_gemm)
+        transport_kind = "vmm_fd"
     transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
