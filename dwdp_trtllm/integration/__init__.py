@@ -11,6 +11,7 @@ Host-neutral (no tensorrt_llm import):
   full_slot.py, composite_cpu.py   merge-path copy ops; CPU stand-in of the composite view
   hopper_manager.py HopperDwdpManager: upstream's DwdpManager interface (lifecycle calls, layout attributes)
   moe_hooks.py      MoE forward hooks driving it where upstream's lifecycle is absent
+  moe_evidence.py   the default expert path per weight dtype and the measurement behind the FP8 one
 trtllm/ is the only place that touches tensorrt_llm, and only after TensorRT-LLM imported the target modules.
 Imports run one way: boot -> hook, trtllm/patches -> process_role, trtllm/* -> the modules above -> the core.
 """
