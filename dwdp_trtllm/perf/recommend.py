@@ -24,6 +24,31 @@ from ..memory import MAX_DWDP_SIZE
 from .uncertainty import MEASURE
 
 
+def more_redundant_experts(spec, group: int, redundant: int, headroom_bytes: float) -> int:
+    """How many redundant experts per rank beyond `redundant` fit in `headroom_bytes`, priced by memory.rank_memory (the
+    one model of per-rank bytes: the worst DWDP rank holds each added expert in every MoE layer and pulls one fewer
+    into its prefetch slots); at most what the placement allows (every expert on every rank)."""
+    from ..config import DwdpConfig
+    from ..memory import rank_memory
+    from ..schema import ConfigError
+
+    def total(r: int) -> int:  # activations and the KV floor do not depend on r: priced at 0 tokens
+        cfg = DwdpConfig(dwdp_size=group, redundant_experts=r, source_policy=spec.source_policy)  # type: ignore[arg-type]
+        cfg.validate_for(spec.model.num_experts, prefix="")
+        return rank_memory(spec.model, "dwdp", weight_dtype=spec.weight_dtype, max_num_tokens=0, dwdp=cfg).total
+
+    base, extra = total(redundant), 0
+    for r in range(redundant + 1, spec.model.num_experts + 1):
+        try:
+            grown = total(r) - base
+        except ConfigError:  # more experts per rank than the model has
+            break
+        if grown > headroom_bytes:
+            break
+        extra = r - redundant
+    return extra
+
+
 @dataclass(frozen=True)
 class Recommendation:
     use_dwdp: bool
@@ -207,10 +232,9 @@ def recommend(spec, rows) -> Recommendation:
                   f"marginal at {isl_set([r.isl for r in marg], spec.isls)} with {setup} ({_ranges(marg)}; {measure})")
     if misfit:
         reason += f"; {_misfit(spec, best[0], misfit)}"
-    eb = spec.model.expert_bytes(spec.weight_dtype)
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
     local = best_rows[0].local_experts
-    extra = min(int(headroom * 1e9 // (eb * (spec.model.num_moe_layers + 2))), spec.model.num_experts - local)
+    extra = more_redundant_experts(spec, best[0], best[1], headroom * 1e9)
     if extra > 0 and local + extra >= spec.model.num_experts:
         notes.append(f"{headroom:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
                      "no prefetch) -- compare with G=1")
