@@ -1,7 +1,8 @@
 """One rank of a fake disaggregated TensorRT-LLM world (or the single-process reference).
 
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
-fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
+fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_MODELS (world: models built one after the other in each context
+process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
 generation ranks leave without any DWDP call; context ranks build the model through ModelLoader.load (our
 activation wraps it when DWDP_TRTLLM_CONFIG is set) and run FAKE_STEPS forwards through PyExecutor ->
@@ -56,21 +57,33 @@ rank = MPI.COMM_WORLD.Get_rank()
 split_world_comm([1] * ctx + [1] * gen)  # TP1 instances, context first
 if rank >= ctx:
     sys.exit(0)  # generation server: never calls into DWDP
-model, ex = build()
-info = model._dwdp_trtllm_runtime
-outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
-try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
-    from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
-    build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
-    reload_refused = None
-except RuntimeError as e:
-    reload_refused = str(e)
-ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed, unregistered
-dwdp = sys.modules.get("tensorrt_llm._torch.pyexecutor.dwdp")
-torch.save({"outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
-            "unit_calls": [u.calls for u in info["units"]],
-            "trace": list(info["hooks"].trace) if info["hooks"] else None,
-            "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed,
-            "reload_refused": reload_refused,
-            "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())},
-           f"{out_dir}/out_{rank}.pt")
+
+
+def serve_one():
+    """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
+    model, ex = build()
+    info = model._dwdp_trtllm_runtime
+    outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
+    try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
+        from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
+        build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
+        reload_refused = None
+    except RuntimeError as e:
+        reload_refused = str(e)
+    ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed, unregistered
+    dwdp = sys.modules.get("tensorrt_llm._torch.pyexecutor.dwdp")
+    return info["manager"], {
+        "outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
+        "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
+        "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
+        "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}
+
+
+# FAKE_MODELS > 1: further models built in the same process after the previous executor shut down (LLM API style)
+managers, saved = [], []
+for _ in range(int(os.environ.get("FAKE_MODELS", "1"))):
+    mgr, got = serve_one()
+    got["new_manager"] = all(mgr is not m for m in managers)
+    managers.append(mgr)
+    saved.append(got)
+torch.save({**saved[0], "later_models": saved[1:]}, f"{out_dir}/out_{rank}.pt")

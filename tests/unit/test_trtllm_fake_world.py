@@ -134,6 +134,23 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
         assert got["global_after_shutdown"] == (None if era == "hooks" else "None")
 
 
+def test_second_model_in_a_process_gets_a_fresh_registered_manager(tmp_path):
+    """Upstream gives every executor a new DwdpManager, entered (registered) before the model is built and exited
+    (unregistered) by PyExecutor.shutdown (py_executor_creator.py diff in PR #14453's review thread; dwdp.py stored
+    id 56230681187; py_executor.py ids 54965565749, 67119085479, 57354091563). Ours is exited at shutdown too, so a
+    second model built in the same process (VA era) must find a fresh manager registered when its ConfigurableMoEs
+    read the global one: upstream's lifecycle again, outputs equal to the reference. Before, nothing registered the
+    fresh manager and the second model quietly ran on the hooks path."""
+    outs, ref = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, env_extra={"FAKE_MODELS": "2"})
+    for r, got in enumerate(outs):
+        assert got["lifecycle"] == "upstream" and got["new_manager"]
+        (second,) = got["later_models"]
+        assert second["lifecycle"] == "upstream", f"rank {r}: second model on {second['lifecycle']}"
+        assert second["new_manager"] and second["closed_at_shutdown"] and second["global_after_shutdown"] == "None"
+        for key, y in second["outs"].items():
+            assert torch.equal(y, ref[key]), f"rank {r} second model step {key[1]}"
+
+
 @pytest.mark.parametrize("era", ERAS)
 def test_check_trtllm_names_the_lifecycle_and_why(tmp_path, era):
     tree = era_tree(tmp_path, era)

@@ -182,3 +182,32 @@ def test_reload_refused_once_dwdp_set_the_model_up(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "plain reloaded: True" in r.stdout
     assert "ModelLoader.reload refused: DWDP (gemm merge) moved" in r.stdout, r.stdout
+
+
+def test_load_after_shutdown_refuses_upstreams_own_manager(tmp_path):
+    """After our manager was exited (PyExecutor.shutdown), the next executor of a YAML that also sets dwdp_config
+    builds and enters upstream's own DwdpManager (no refusal: ours is not registered any more; creator diff in PR
+    #14453's review thread). The next ModelLoader.load, which would register our fresh manager, refuses with our
+    message instead of running both engines."""
+    tree = era_tree(tmp_path, "lifecycle")
+    r = _run(tmp_path, tree, prelude=STUB, code="""
+        from types import SimpleNamespace
+        from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
+        from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
+        from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        from dwdp_trtllm.integration.process_role import process_manager
+        ours = process_manager()
+        ours.attach(StubRuntime(), [3], "upstream")
+        PyExecutor(model_engine=None).shutdown()
+        cfg = SimpleNamespace(dwdp_size=2, num_groups=1, num_experts_per_worker=4, num_prefetch_experts=4)
+        create_py_executor(SimpleNamespace(dwdp_config=cfg), None)
+        print("upstream's registered:", type(get_global_dwdp_manager()).__name__)
+        try:
+            ModelLoader(SimpleNamespace(quant=None, seed=7, dwdp_config=cfg)).load("ckpt", None)
+        except RuntimeError as e:
+            print("refused:", e)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "upstream's registered: DwdpManager" in r.stdout, r.stdout
+    assert "refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout, r.stdout

@@ -58,6 +58,7 @@ def _patch_model_loader(module: ModuleType) -> None:
 
     def make(orig):
         def load(self, *args, **kwargs):
+            register_process_manager()  # before the model (its ConfigurableMoEs read the global manager) is built
             result = orig(self, *args, **kwargs)
             model = result[0] if isinstance(result, tuple) else result
             setup_after_load(self, model)
@@ -135,12 +136,37 @@ def _patch_executor_shutdown(module: ModuleType) -> None:
     wrap_method(module.PyExecutor, "shutdown", make)
 
 
-def _register_manager(module: ModuleType) -> None:
-    """Register our manager globally only where upstream's ConfigurableMoE calls wait_and_bind (VA era:
-    DwdpManager.wait_and_bind exists); in the IPC era it would be asked to record layers it never bound."""
-    if not hasattr(getattr(module, "DwdpManager", None), "wait_and_bind"):
+def register_process_manager(module: ModuleType | None = None) -> None:
+    """Make the process's HopperDwdpManager upstream's registered global manager, where upstream's ConfigurableMoE
+    calls wait_and_bind (VA era: pyexecutor.dwdp imported, DwdpManager.wait_and_bind exists); in the IPC era it would
+    be asked to record layers it never bound, so nothing is registered there.
+
+    Called when pyexecutor.dwdp is imported and again before every ModelLoader.load, mirroring upstream's lifecycle
+    of its own manager: each executor's construction builds and enters a new DwdpManager (registering it) before the
+    model is built (py_executor_creator.py diff in PR #14453's review thread: `DwdpManager(config=..., dist=...,
+    mapping=...)`, `dwdp_manager.__enter__()`; dwdp.py VA era, stored id 56230681187: `__enter__` registers), and
+    PyExecutor.shutdown exits it (py_executor.py stored ids 54965565749, 67119085479, 57354091563: `__exit__` =
+    cleanup + unregister). Ours is exited at shutdown too (_patch_executor_shutdown), so a second model in the same
+    process gets a fresh manager (process_role.process_manager) registered here, not the hooks path. A manager of
+    upstream's own registered at that point means TensorRT-LLM's dwdp_config is set as well: refused (BOTH_ENGINES)."""
+    module = module or sys.modules.get(DWDP_MODULE)
+    if module is None or not hasattr(getattr(module, "DwdpManager", None), "wait_and_bind"):
         return
-    process_manager().register_in(module.get_global_dwdp_manager, module.set_global_dwdp_manager)
+    mgr, current = process_manager(), module.get_global_dwdp_manager()
+    if current is mgr:
+        return
+    if current is not None:
+        from .model_setup import BOTH_ENGINES
+        raise RuntimeError(BOTH_ENGINES)
+    mgr.register_in(module.get_global_dwdp_manager, module.set_global_dwdp_manager)
+
+
+def _register_manager(module: ModuleType) -> None:
+    """At import of pyexecutor.dwdp: register our manager (register_process_manager) and, where that happened (VA
+    era), require the layout wrap of every MoE interface already imported."""
+    register_process_manager(module)
+    if our_global_manager() is None:
+        return
     for root in MOE_ROOTS:  # MoE interfaces imported before this module: the layout wrap is now required
         iface = sys.modules.get(f"{root}.interface")
         if iface is not None:
