@@ -11,7 +11,8 @@ together a complete campaign (perf/floor_calibration.complete). Then:
   - docs/bench_results/NAME/<point>.json: the files byte for byte (and bench.log when SRC has one);
   - dwdp_trtllm/data/engine_calibration/NAME/: the same bytes, replacing the campaign shipped so far (one campaign);
   - the campaign's name in data/engine_calibration/README.md and in tests/unit/test_perf_trtllm_target.py's pin;
-  - docs/PLANNER.md: the before/after table (section 4c, between its markers) and the deployment matrix (4b).
+  - docs/PLANNER.md: the before/after table (section 4c, between its markers) and the deployment matrix (4b);
+  - stdout: the measured points in docs/BENCHMARKS.md's table format (engine vs floor per phase), for its section.
 Then run `python3 -m pytest -q tests/unit/test_perf_trtllm_target.py tests/unit/test_perf_floor_validation.py
 tests/unit/test_plan_recalibration.py` and commit those paths.
 
@@ -134,6 +135,30 @@ def check(found: dict[str, Path]) -> str:
     return held
 
 
+def bench_table(found: dict[str, Path]) -> str:
+    """The campaign's per-point engine-vs-floor rows in docs/BENCHMARKS.md's format (ms per iteration, mean over the
+    measured iterations; x = measured / floor of the mean; median = median over iterations of measured / floor)."""
+    out = ["| point | mode | floor: attn / experts / other / iteration | measured: attn / experts / other / iteration | "
+           "x attn | x experts | x other | **x iteration** | median x iteration |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in POINTS:
+        run = json.loads(found[name].read_text(encoding="utf-8"))["runs"][0]
+        wl = run["config"]["workload"]
+        what = (f"{'FP8 experts + FP8 linears' if name.startswith('f') else 'BF16'}, ISL {wl['isl'] // 1024}K, "
+                f"MNT {wl['max_num_tokens'] // 1024}K")
+        for mode, f in run["floor"].items():
+            if not isinstance(f, dict) or "floor_ms" not in f:
+                continue
+            fl, me = f["floor_ms"], f["measured_ms"]
+            x = {k: me[k] / fl[k] for k in ("attention", "expert_gemm", "other", "total")}
+            med = (f.get("measured_over_floor_median") or {}).get("total")
+            out.append(f"| {what} | {mode} | " + " / ".join(f"{fl[k]:.1f}" for k in ("attention", "expert_gemm", "other", "total"))
+                       + " | " + " / ".join(f"{me[k]:.1f}" for k in ("attention", "expert_gemm", "other", "total"))
+                       + f" | {x['attention']:.2f} | {x['expert_gemm']:.2f} | {x['other']:.2f} | **{x['total']:.2f}** | "
+                       + (f"{med:.2f}" if med else "-") + " |")
+    dates = sorted(json.loads(found[p].read_text(encoding="utf-8"))["runs"][0]["env"].get("date", "") for p in POINTS)
+    return "\n".join(out) + f"\n\n(runs {dates[0]} .. {dates[-1]})\n"
+
+
 def _plan(argv: list[str]):
     from dwdp_trtllm.cli import build_parser
     from dwdp_trtllm.commands import plan as plan_cmd
@@ -210,6 +235,7 @@ def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True) 
         readme, pin = readme_p.read_text(encoding="utf-8"), pin_p.read_text(encoding="utf-8")
         if old.name not in readme or f'SHIPPED_CAMPAIGN = "{old.name}"' not in pin:
             raise Refused(f"{readme_p.name} / {pin_p.name}: expected the shipped campaign's name {old.name}")
+        print(bench_table(found))  # for docs/BENCHMARKS.md (the lead's section): the measured points themselves
         # everything checked: write
         shutil.copytree(stage, dest)
         if log is not None:
