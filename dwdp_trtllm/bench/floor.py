@@ -9,8 +9,9 @@ routing it produced per MoE layer), each timed alone with CUDA events (median of
   chunk keys, o; GQA: q, k, v, o), or, when the run's linear layers are FP8 (model.fp8_linear), the same GEMMs in
   the same FP8 block-scale recipe the engine runs (torch._scaled_mm, 1x128 activation / 128x128 weight scales,
   outer-dim-major; rows padded to 16 and out-features to 128 as engine/fp8_linear.py pads them) and the attention core over the actual sequence mix with the fastest stock
-  kernel of this torch (cuDNN SDPA per segment, v at its own head dim; flash varlen with v padded to the qk
-  head dim where cuDNN is not usable; SDPA per segment on the CPU);
+  kernel of this torch (cuDNN SDPA per segment, v at its own head dim, a chunk with a cached prefix either as
+  the causal chunk + flash over the prefix or as one causal call over prefix + chunk, whichever is faster; flash
+  varlen with v padded to the qk head dim where cuDNN is not usable; SDPA per segment on the CPU);
 - routed experts, per MoE layer: the grouped GEMMs of that layer's routing (gate|up, then down) on one
   [E, N, K] buffer: torch._grouped_mm for BF16, torch._scaled_grouped_mm (rowwise scales) for FP8; the rows
   are those the rank's expert phase computes (DEP: the pairs its experts received from every rank);
@@ -130,22 +131,32 @@ class FloorTimer:
         else:
             N, d, e = sp.num_heads, sp.head_dim, sp.head_dim
         scale = d ** -0.5
-        from ..engine.attention_cuda import attend_cudnn, cudnn_attention_usable
+        from ..engine.attention_cuda import BUCKET, attend_bucketed, causal_over_prefix, cudnn_attention_usable
         use_cudnn = self.device.type == "cuda" and cudnn_attention_usable(self.device.index or 0)
         T, S = sum(n for _, n in segments), sum(p + n for p, n in segments)
-        q, k, v = self._buf((T, N, d)), self._buf((S, N, d)), self._buf((S, N, e))
+        P = max(p for p, _ in segments)
+        # q rows: P rows before the chunks (the dummy queries of the causal-over-prefix way), spare rows after
+        q_all, k, v = self._buf((P + T + BUCKET, N, d)), self._buf((S + BUCKET, N, d)), self._buf((S + BUCKET, N, e))
+        q = q_all[P:]
 
-        def per_segment():
+        def per_segment(front: bool):
+            """The engine's calls on views of buffers with spare rows (no padding copies): front: a chunk with a prefix
+            as one causal call over prefix + chunk (attention_cuda.causal_over_prefix), else as the causal chunk +
+            flash over the prefix + merge (attend_bucketed)"""
             qo = ko = 0
             for p, n in segments:
                 qs, ks, vs = q[qo:qo + n], k[ko:ko + p + n], v[ko:ko + p + n]
-                if use_cudnn:
-                    attend_cudnn(qs, ks, vs, p, scale)
+                if use_cudnn and front and p:
+                    causal_over_prefix(q_all[P + qo - p:], k[ko:], v[ko:], n, p, scale)
+                elif use_cudnn:
+                    attend_bucketed(q[qo:], k[ko:], v[ko:], n, p, scale)
                 else:
                     from ..engine.layers import attend
                     attend(qs, ks, vs if e == d or self.device.type != "cuda" else F.pad(vs, (0, d - e)), p, scale)
                 qo, ko = qo + n, ko + p + n
-        best = self.time_ms(per_segment)
+        best = self.time_ms(lambda: per_segment(False))
+        if use_cudnn and P:  # the engine takes whichever way is cheaper per chunk: so does the floor
+            best = min(best, self.time_ms(lambda: per_segment(True)))
         if self.device.type == "cuda" and e <= d:
             from ..engine.layers import _torch_varlen
             varlen = _torch_varlen()
@@ -156,7 +167,8 @@ class FloorTimer:
                 cu_k = torch.tensor([0] + [sum(p + n for p, n in segments[:i + 1]) for i in range(len(segments))],
                                     dtype=torch.int32, device=self.device)
                 mq, mk = max(n for _, n in segments), max(p + n for p, n in segments)
-                best = min(best, self.time_ms(lambda: varlen(q, k, vp, cu_q, cu_k, mq, mk, scale=scale, window_size=(-1, 0))))
+                best = min(best, self.time_ms(lambda: varlen(q[:T], k[:S], vp[:S], cu_q, cu_k, mq, mk, scale=scale,
+                                                             window_size=(-1, 0))))
         return best
 
     def attention_layer_ms(self, segments: tuple[tuple[int, int], ...]) -> dict[str, float]:

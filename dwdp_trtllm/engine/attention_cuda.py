@@ -10,10 +10,16 @@ plan, so the causal call runs on the chunk padded at its end to a multiple of BU
 mask the real queries never see the padded keys, and the padded queries are dropped, so the result is exact.
 `warm_plans(...)` builds every bucket up to max_num_tokens once, before timing starts.
 
-A chunk with a cached prefix (chunked prefill) needs a causal mask aligned to the bottom right. Its keys split
-in two: the prefix [0, P), which every query of the chunk sees (flash, non-causal, v padded: no per-shape plan),
-and the chunk's own keys [P, S), seen causally (cuDNN, bucketed as above). Both return their log-sum-exp and the
-partial outputs merge exactly: o = (o1 e^(lse1-m) + o2 e^(lse2-m)) / (e^(lse1-m) + e^(lse2-m)), m = max(lse1, lse2).
+A chunk with a cached prefix (chunked prefill) needs a causal mask aligned to the bottom right. Two exact ways:
+- split (attend_bucketed): its keys split in two: the prefix [0, P), which every query of the chunk sees (flash,
+  non-causal, v padded: no per-shape plan), and the chunk's own keys [P, S), seen causally (cuDNN, bucketed as
+  above). Both return their log-sum-exp and the partial outputs merge exactly:
+  o = (o1 e^(lse1-m) + o2 e^(lse2-m)) / (e^(lse1-m) + e^(lse2-m)), m = max(lse1, lse2).
+- front (causal_over_prefix): one top-left causal cuDNN call over S = P + L rows whose last L queries are the
+  chunk's: query P + i sees keys [0, P + i], which is the bottom-right mask of the chunk. The first P query rows
+  are dummies (any finite rows: each query row is independent) and their outputs are dropped. It runs on the
+  same square bucket plans as a chunk without prefix, v at its own head dim, with no flash call and no merge, but
+  computes the P^2 / 2 dummy pairs. `prefix_as_causal` picks the cheaper of the two per chunk.
 
 Shape legend: L queries of the chunk, P cached prefix keys, S = P + L keys, N heads, d qk head dim, e v head dim.
 """
@@ -29,6 +35,13 @@ from .fused import _lse_merge, fused
 
 #: causal cuDNN calls run on the chunk padded to a multiple of this many rows (bounded plan count)
 BUCKET = 256
+
+#: flash with v zero-padded to the qk head dim runs the MLA core at this fraction of cuDNN's rate on the H200
+#: (2 x 8192 causal, 128 heads, qk 192, v 128: 269 vs 559 useful TFLOP/s; docs/BENCHMARKS.md section 7)
+FLASH_OVER_CUDNN = 269 / 559
+
+#: rows up to which warm_plans built the causal plans, per device index (absent: none built in this process)
+_warm_rows: dict[int, int] = {}
 
 
 def bucket(n: int) -> int:
@@ -87,6 +100,35 @@ def attend_cudnn(q_LNd: torch.Tensor, k_SNd: torch.Tensor, v_SNe: torch.Tensor, 
     return merge(o1, lse1, o2, lse2)[0].transpose(0, 1)
 
 
+def prefix_as_causal(L: int, prefix: int, d: int, e: int, device_index: int = 0) -> bool:
+    """Whether a chunk of L queries over `prefix` cached keys runs as one causal call over prefix + chunk
+    (causal_over_prefix) rather than as the causal chunk + a flash call over the prefix + the merge (attend_bucketed).
+    What each computes beyond the chunk's own causal part, in FLOPs at cuDNN's rate: split 2 L P (d + d) x 2 /
+    FLASH_OVER_CUDNN (flash computes v at d), front ((P + L)^2 - L^2) (d + e) (the extra causal pairs, dummy rows
+    included); front when it is the smaller (about P < 3 L at MLA's 192 / 128). Never for a bucket above the rows
+    warm_plans built on this device (no plan built inside a measured iteration)."""
+    if prefix <= 0:
+        return False
+    warm = _warm_rows.get(device_index)
+    if warm is not None and bucket(prefix + L) > warm:
+        return False
+    split = 4 * L * prefix * d / FLASH_OVER_CUDNN
+    front = ((prefix + L) ** 2 - L ** 2) * (d + e)
+    return front < split
+
+
+def causal_over_prefix(q_Nd: torch.Tensor, k_Nd: torch.Tensor, v_Ne: torch.Tensor, L: int, prefix: int,
+                       scale: float) -> torch.Tensor:
+    """The chunk whose L queries are q rows [prefix, prefix + L), over keys [0, prefix + L) (its cached prefix, then
+    its own keys), as one causal cuDNN call over the first bucket(prefix + L) rows of q, k, v (views that hold them).
+    q rows [0, prefix) are dummy queries (anything finite; dropped); rows past prefix + L may hold anything finite
+    (only dropped queries see them). out_LNe, a view of cuDNN's [S, N, e] output."""
+    Sb = bucket(prefix + L)
+    q, k, v = (t[:Sb].transpose(0, 1)[None] for t in (q_Nd, k_Nd, v_Ne))
+    o, _ = _cudnn(q, k, v, causal=True, scale=scale)
+    return o[0, :, prefix:prefix + L].transpose(0, 1)
+
+
 def warm_plans(num_heads: int, d: int, e: int, max_rows: int, device: torch.device, dtype=torch.bfloat16) -> int:
     """Build cuDNN's plan of every causal bucket up to max_rows now, not during timing.
     Returns the number of buckets."""
@@ -103,6 +145,7 @@ def warm_plans(num_heads: int, d: int, e: int, max_rows: int, device: torch.devi
     v = torch.randn(2 * BUCKET, num_heads, e, device=device, dtype=dtype)
     attend_bucketed(q, q, v, BUCKET, BUCKET, d ** -0.5)
     torch.cuda.synchronize(device)
+    _warm_rows[device.index or 0] = max(_warm_rows.get(device.index or 0, 0), bucket(max_rows))
     return n
 
 

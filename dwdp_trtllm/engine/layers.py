@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..models import ModelSpec
 from . import mla_cuda
-from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, cudnn_attention_usable
+from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, causal_over_prefix, cudnn_attention_usable, prefix_as_causal
 from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, padded_rows, prepare, swiglu as fp8_swiglu
 from .fused import _BODIES, fused, fused_enabled
 from .kv_cache import KVCache
@@ -228,20 +228,26 @@ class MLAAttention(_Attention):
         # length in place (rows past the chunk are the next chunk's or zeros: only dropped queries see them)
         cudnn = bool(plan) and _cudnn_ok(x_TH.new_empty(1, N, 1), x_TH.new_empty(1, N, 1))
         pad = BUCKET if cudnn else 0
+        # chunks with a prefix attended as one causal call over prefix + chunk take the prefix rows before them in
+        # q_buf as dummy queries (attention_cuda.causal_over_prefix): `front` zero rows where earlier chunks are fewer
+        front_of = self._front_chunks(plan, x_TH.device) if cudnn else {}
+        front = max(front_of.values(), default=0)
         # at least the FP8 kernel's padded rows, so its GEMM writes q_buf in place (no [Tp, N] output and copy)
-        q_buf = torch.empty(max(T + pad, padded_rows(T)), N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
-        linear(q_in, q_w, out=q_buf)  # rows [0, T) (an FP8 kernel may also write padding rows past T)
+        q_buf = torch.empty(front + max(T + pad, padded_rows(T)), N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
+        linear(q_in, q_w, out=q_buf[front:])  # rows [front, front + T) (an FP8 kernel may write padding rows after)
+        if front:
+            q_buf[:front].zero_()
         if pad:
-            q_buf[T:].zero_()
-        q_TNd = q_buf[:T].view(T, N, Dn + R)
+            q_buf[front + T:].zero_()
+        q_TNd = q_buf[front:front + T].view(T, N, Dn + R)
         apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
         kva_T = linear(x_in, w["kv_a_proj_with_mqa.weight"])
         ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
         krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
-            return linear(self._cudnn_core(q_buf.view(q_buf.shape[0], N, Dn + R), ckv_TC, krope_TR, plan, kv_cache)
-                          .reshape(T, N * Dv), w["o_proj.weight"])
+            return linear(self._cudnn_core(q_buf.view(q_buf.shape[0], N, Dn + R), front, set(front_of), ckv_TC,
+                                           krope_TR, plan, kv_cache).reshape(T, N * Dv), w["o_proj.weight"])
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
             kv_SNe = linear(ckv_SC, kvb_w).reshape(-1, N, Dn + Dv)
@@ -274,9 +280,19 @@ class MLAAttention(_Attention):
             self._kvb_split = (w[:, :Dn].reshape(N * Dn, -1).contiguous(), w[:, Dn:].reshape(N * Dv, -1).contiguous())
         return self._kvb_split
 
-    def _cudnn_core(self, q_buf_TNd, ckv_TC, krope_TR, plan, kv_cache) -> torch.Tensor:
+    def _front_chunks(self, plan: list[SegmentSlice], device: torch.device) -> dict[int, int]:
+        """{segment index: dummy rows it needs before q row 0} for the chunks with a cached prefix that attend as one
+        causal call over prefix + chunk (attention_cuda.prefix_as_causal): max(0, prefix - begin) each."""
+        sp = self.spec
+        d, e = sp.qk_nope_head_dim + sp.qk_rope_head_dim, sp.v_head_dim
+        return {i: max(0, s.prefix - s.begin) for i, s in enumerate(plan)
+                if prefix_as_causal(s.end - s.begin, s.prefix, d, e, device.index or 0)}
+
+    def _cudnn_core(self, q_buf_TNd, front, front_chunks, ckv_TC, krope_TR, plan, kv_cache) -> torch.Tensor:
         """out_TNe of every segment: k / v of all segments (cached prefix first) written once into buffers with
-        BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies).
+        BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies),
+        or, for the segment indices in front_chunks, through causal_over_prefix with the prefix rows before the
+        chunk in q_buf_TNd (its first `front` rows are zeros, then this iteration's q, then spare rows).
 
         All segments' latents go through one GEMM per output: V straight into v_buf, K's nope part into a
         temporary that one kernel (mla_cuda.py, with the rope key broadcast over heads) writes into k_buf."""
@@ -308,8 +324,10 @@ class MLAAttention(_Attention):
             mla_cuda.mla_key_(k_buf[:S_all], k_nope, krope_SR)
         else:
             torch.cat([k_nope, krope_SR[:, None, :].expand(S_all, N, R)], dim=-1, out=k_buf[:S_all])
-        outs = [attend_bucketed(q_buf_TNd[s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
-                for s, o in zip(plan, starts)]
+        outs = [causal_over_prefix(q_buf_TNd[front + s.begin - s.prefix:], k_buf[o:], v_buf[o:], s.end - s.begin,
+                                   s.prefix, self.scale) if i in front_chunks else
+                attend_bucketed(q_buf_TNd[front + s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
+                for i, (s, o) in enumerate(zip(plan, starts))]
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 

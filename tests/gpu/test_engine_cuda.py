@@ -63,3 +63,78 @@ def test_cuda_equivalence(ranks, dwdp, monkeypatch):
         # steady state is the contract (CUDA-graph capture of later iterations); the warm-up's "1 per rank"
         # seen on 2026-12-02 was torch's one-time prototype notice, no longer counted (is_sync_warning)
         assert [s["steady"] for s in syncs] == [0] * ranks
+
+
+def _attention_reference(q_LNd, k_SNd, v_SNe, prefix, scale):
+    """float64 causal attention of L queries at positions prefix.. over S = prefix + L keys: out_LNe."""
+    L, S = q_LNd.shape[0], k_SNd.shape[0]
+    s = torch.einsum("lnd,snd->nls", q_LNd.double(), k_SNd.double()) * scale
+    mask = torch.arange(S, device=q_LNd.device)[None, :] <= (prefix + torch.arange(L, device=q_LNd.device))[:, None]
+    return torch.einsum("nls,sne->lne", s.masked_fill(~mask, float("-inf")).softmax(-1), v_SNe.double())
+
+
+@pytest.mark.parametrize("L,prefix", [(300, 400), (1, 255), (257, 1000), (3072, 5120)])
+def test_chunk_over_its_prefix_both_ways_on_cudnn(L, prefix):
+    """A chunk with a cached prefix: one causal cuDNN call over prefix + chunk with the prefix rows as dummy queries
+    (causal_over_prefix) and the split way (causal chunk + flash over the prefix + lse merge, attend_bucketed), on
+    views of buffers with spare rows as MLA's layer passes them, against float64 attention; MLA head dims."""
+    from dwdp_trtllm.engine.attention_cuda import (BUCKET, attend_bucketed, causal_over_prefix,
+                                                   cudnn_attention_usable)
+    if not cudnn_attention_usable(0):
+        pytest.skip("cuDNN SDPA unusable on this GPU")
+    g = torch.Generator(device="cuda").manual_seed(L + prefix)
+    N, d, e = 8, 192, 128
+    S = prefix + L
+    q_all = torch.randn(S + BUCKET, N, d, device="cuda", dtype=torch.bfloat16, generator=g)  # [dummy | chunk | spare]
+    k = torch.randn(S + BUCKET, N, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(S + BUCKET, N, e, device="cuda", dtype=torch.bfloat16, generator=g)
+    want = _attention_reference(q_all[prefix:S], k[:S], v[:S], prefix, d ** -0.5)
+    front = causal_over_prefix(q_all, k, v, L, prefix, d ** -0.5)
+    split = attend_bucketed(q_all[prefix:], k, v, L, prefix, d ** -0.5)
+    for out in (front, split):
+        assert out.shape == (L, N, e) and out.dtype == torch.bfloat16
+        err = ((out.double() - want).norm() / want.norm()).item()
+        assert err < 1e-2, err
+    assert front.is_contiguous()  # cuDNN's output follows q's [S, N, d] layout: rows [prefix, S) need no copy
+
+
+@pytest.mark.parametrize("front", [False, True])
+def test_mla_layer_chunked_prefill_either_way_matches_cpu_float32(monkeypatch, front):
+    """One MLA layer with a chunk continuing a cached request, its prefix attended either way (forced), against the
+    CPU float32 path on the same weights (attention only: no routing can flip)."""
+    import dataclasses
+
+    from dwdp_trtllm.engine import layers
+    from dwdp_trtllm.engine.kv_cache import KVCache
+    from dwdp_trtllm.engine.layers import make_attention, plan_segments, positions_of
+    from dwdp_trtllm.engine.records import Segment
+    from dwdp_trtllm.engine.rope import rope_cos_sin
+    from dwdp_trtllm.engine.weights import init_dense_weights
+    from dwdp_trtllm.models import get_model
+
+    spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)
+    g = torch.Generator().manual_seed(5)
+    x1, x2 = torch.randn(500, spec.hidden_size, generator=g), torch.randn(433, spec.hidden_size, generator=g)
+    # batch 2: request 1's last 333 tokens after 450 cached (at packed row 0), then a whole request of 100
+    batches = [(x1, [Segment(0, 0, 50, True), Segment(1, 0, 450, False)]),
+               (x2, [Segment(1, 450, 333, True), Segment(2, 0, 100, True)])]
+    chosen = []
+
+    def rule(L, P, d, e, dev=0):
+        chosen.append(P > 0 and front)
+        return P > 0 and front
+    monkeypatch.setattr(layers, "prefix_as_causal", rule)
+    out = {}
+    for dev, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
+        w = {n: t.to(dev) for n, t in init_dense_weights(spec, 3, dtype, "cpu").items()}
+        attn, kv = make_attention(spec, w, 0), KVCache(spec.num_layers)
+        res = []
+        for x, segs in batches:
+            plan = plan_segments(segs, x.shape[0], kv)
+            rope = rope_cos_sin(positions_of(segs, torch.device(dev)), spec)
+            res.append(attn(x.to(dev, dtype), rope, plan, kv).float().cpu())
+        out[dev] = res
+    assert any(chosen) == front
+    for got, want in zip(out["cuda"], out["cpu"]):
+        assert torch.isfinite(got).all()
+        assert ((got - want).norm() / want.norm()).item() < 2e-2

@@ -55,13 +55,35 @@ def _run(spec):
     return h1, h2
 
 
-def test_bucketed_cudnn_layout_equals_the_cpu_path(bucketed_path, monkeypatch):
+@pytest.mark.parametrize("front", [False, True])
+def test_bucketed_cudnn_layout_equals_the_cpu_path(bucketed_path, monkeypatch, front):
+    """front False: the chunk with a cached prefix (request 1: 60 queries after 90 cached tokens) splits into a flash
+    call over its prefix + its causal chunk, merged; front True: one causal call over prefix + chunk with the prefix
+    rows before it in the q buffer as dummy queries (attention_cuda.causal_over_prefix). Both equal the CPU path."""
+    monkeypatch.setattr(layers, "prefix_as_causal", lambda L, P, d, e, dev=0: P > 0 and front)
     spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12)
     got = _run(spec)
     calls = bucketed_path
     assert calls["cudnn"] and all(n % 64 == 0 for n in calls["cudnn"]), calls["cudnn"]  # bucketed lengths only
-    assert calls["flash"] == spec.num_layers  # the one chunk with a cached prefix, once per layer
+    # the one chunk with a cached prefix, once per layer: a flash call, or one causal call over bucket(90 + 60) rows
+    assert calls["flash"] == (0 if front else spec.num_layers)
+    assert calls["cudnn"].count(192) == (spec.num_layers if front else 0)
     monkeypatch.setattr(layers, "_cudnn_ok", lambda q, k: False)  # the plain CPU path
     want = _run(spec)
     for g_, w_ in zip(got, want):
         torch.testing.assert_close(g_, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_prefix_as_causal_compares_the_work_of_both_ways(monkeypatch):
+    """MLA (qk 192, v 128): one causal call over prefix + chunk when its extra pairs cost less than the flash call
+    over the prefix at flash's rate (about P < 3 L); never above the buckets warm_plans built on the device."""
+    monkeypatch.setattr(attention_cuda, "_warm_rows", {})
+    f = attention_cuda.prefix_as_causal
+    assert not f(4096, 0, 192, 128)
+    assert f(3072, 5120, 192, 128) and f(6145, 417, 192, 128)  # DeepSeek-R1 8K chunked-prefill tails
+    assert not f(1420, 6744, 192, 128) and not f(100, 8000, 192, 128)  # a short tail after a long prefix
+    L = 4096
+    P = max(p for p in range(1, 8 * L, 64) if f(L, p, 192, 128))
+    assert 2.5 * L < P < 3.5 * L
+    monkeypatch.setattr(attention_cuda, "_warm_rows", {0: 8192})
+    assert f(3072, 5120, 192, 128) and not f(3072, 5121, 192, 128) and f(3072, 5121, 192, 128, 1)
