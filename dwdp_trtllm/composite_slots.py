@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import torch
 
+from .byte_units import fmt_bytes
 from .ops.composite_view import CompositeView, VmmAllocation, granularity
 from .placement import ExpertPlacement
 
@@ -60,7 +61,7 @@ class CompositeSlots:
             for lo, hi in [(a, b)] + runs:
                 if hi > lo and ((hi - lo) * tensor_bytes[t]) % gran:
                     raise CompositeUnsupported(
-                        f"gemm: composite_view needs every run of experts to be a multiple of the {gran >> 20} MiB VMM "
+                        f"gemm: composite_view needs every run of experts to be a multiple of the {fmt_bytes(gran, 'MiB', digits=None)} VMM "
                         f"granularity; {specs[t][0]} experts are {tensor_bytes[t]} bytes, a run of {hi - lo} is not: "
                         f"use multi_buffer")
         self._allocs: list[VmmAllocation] = []

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .byte_units import MiB
 from .models import PRESETS, ModelSpec, get_model
 from .routing_skew import RoutingSkewConfig
 from .schema import MAX_SWEEP_POINTS, ConfigError, doc, expand_sweep, from_dict, load_yaml
 
-MiB = 1 << 20
 
 WeightDtype = Literal["float32", "bf16", "fp8"]
 GemmPath = Literal["multi_buffer", "composite_view", "merge", "reference"]

@@ -14,15 +14,11 @@ import os
 import resource
 from dataclasses import dataclass, field
 
+from .byte_units import fmt_bytes
+
 SHM_DIR = "/dev/shm"
 _CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))  # v1
-
-
-def fmt_gb(n: int) -> str:
-    """Bytes as a user reads them here: GB (1e9, memory.py's unit); below 1 GB with 3 significant digits and the
-    bytes, so that a 64 MiB /dev/shm does not read 0.00 GB."""
-    return f"{n / 1e9:.2f} GB" if n >= 10 ** 9 else f"{n / 1e9:.3g} GB ({n:,} bytes)"
 
 
 @dataclass(frozen=True)
@@ -164,13 +160,13 @@ def signal_cause(signum: int, oom_before: tuple[int | None, ...] | None = None) 
         free, total = shm_space()
         if free is None:
             return "a SIGBUS on a shared mapping usually means /dev/shm ran out of space (it could not be read now)"
-        state = (f"/dev/shm has {fmt_gb(free)} free of {fmt_gb(total)} now" +
+        state = (f"/dev/shm has {fmt_bytes(free, exact=True)} free of {fmt_bytes(total, exact=True)} now" +
                  ("" if free < 0.05 * total else " (the run's own segments may have been freed by then)"))
         return (f"a SIGBUS on a shared mapping usually means /dev/shm ran out of space: {state}; in a container start it "
                 "with --shm-size=<N>g or --ipc=host, and see the pre-flight numbers (README: Signals, failures and logs)")
     if signum == signal.SIGKILL:
         avail, source = host_available()
-        mem = "" if avail is None else f"; host memory available now {fmt_gb(avail)} ({source})"
+        mem = "" if avail is None else f"; host memory available now {fmt_bytes(avail, exact=True)} ({source})"
         now = oom_kills()
         if oom_before is not None and any(b is not None and a is not None and a > b for a, b in zip(now, oom_before)):
             return (f"the kernel's OOM killer ended it (oom_kill counter {oom_before} -> {now}){mem}: the ranks need "
@@ -194,7 +190,7 @@ def error_cause(last_line: str) -> str | None:
                 "GPU (the pre-flight's estimate does not count the CUDA context, NCCL or allocator fragmentation)")
     avail, source = host_available()
     cap = process_cap()
-    have = "" if avail is None else f"host memory available now {fmt_gb(avail)} ({source})"
-    cap_text = "" if cap is None else f"{'; ' if have else ''}a process may map at most {fmt_gb(cap)} (ulimit -v)"
+    have = "" if avail is None else f"host memory available now {fmt_bytes(avail, exact=True)} ({source})"
+    cap_text = "" if cap is None else f"{'; ' if have else ''}a process may map at most {fmt_bytes(cap, exact=True)} (ulimit -v)"
     return (f"host memory ran out: {have}{cap_text}; a smaller workload.max_num_tokens, fewer run.ranks or "
             "model.num_layers")

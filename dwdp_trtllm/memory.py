@@ -26,14 +26,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .byte_units import GB, fmt_bytes
 from .config import DwdpConfig
 from .models import ModelSpec
 from .placement import ExpertPlacement, make_placement
 from .schema import ConfigError
 from .weight_formats import DEPLOY_FORMATS, check_format, linear_bytes
 
-GB = 10 ** 9
-UNIT = "GB"
+UNIT = "GB"  # byte_units.GB = 1e9 bytes
 #: shared defaults of every command that prices a deployment (plan, plan-placement, gen-config)
 DEFAULT_MODEL = "deepseek-r1"
 DEFAULT_GPU = "h200"
@@ -179,9 +179,10 @@ class RankMemory:
 
     def describe(self) -> str:
         name = f"DWDP{self.group_size}" if self.mode == "dwdp" else f"DEP{self.group_size}"
-        parts = ", ".join(f"{k} {gb(v):.1f}" for k, v in self.parts().items() if v)
-        budget = "" if self.gpu_bytes is None else f" of {gb(self.gpu_bytes):.1f} GB ({'fits' if self.fits else 'does NOT fit'})"
-        return f"{name} per rank {gb(self.total):.1f} GB{budget}: {parts} GB"
+        parts = ", ".join(f"{k} {fmt_bytes(v, digits=1)}" for k, v in self.parts().items() if v)
+        budget = ("" if self.gpu_bytes is None else
+                  f" of {fmt_bytes(self.gpu_bytes, digits=1)} ({'fits' if self.fits else 'does NOT fit'})")
+        return f"{name} per rank {fmt_bytes(self.total, digits=1)}{budget}: {parts}"
 
 
 class MemoryBudgetError(ConfigError):

@@ -21,6 +21,7 @@ from typing import Callable
 from .. import host_resources
 from ..config import BenchConfig
 from ..engine.records import Request
+from ..byte_units import fmt_bytes
 from ..host_resources import FreeResources
 from ..memory import dwdp_ranks, rank_memory
 from ..schema import ConfigError
@@ -30,7 +31,6 @@ class PreflightError(ConfigError):
     """The run cannot fit this machine (or cannot measure anything); raised before any rank starts."""
 
 
-_gib = host_resources.fmt_gb
 
 
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
@@ -190,9 +190,10 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
                "process is not counted")
     if needs.shm_bytes and free.shm_free is not None and needs.shm_bytes > free.shm_free:
         raise PreflightError(file, "/dev/shm",
-                             f"the run maps {_gib(needs.shm_bytes)} into /dev/shm (the CPU transport's segments: "
-                             f"every rank's local experts, {cfg.run.ranks} ranks) but /dev/shm has {_gib(free.shm_free)} "
-                             f"free of {_gib(free.shm_total or 0)}; a rank would die of SIGBUS when it touches the "
+                             f"the run maps {fmt_bytes(needs.shm_bytes, exact=True)} into /dev/shm (the CPU transport's "
+                             f"segments: every rank's local experts, {cfg.run.ranks} ranks) but /dev/shm has "
+                             f"{fmt_bytes(free.shm_free, exact=True)} free of {fmt_bytes(free.shm_total or 0, exact=True)}; "
+                             "a rank would die of SIGBUS when it touches the "
                              f"missing pages. {_shm_remedy(cfg)}")
     worst = max(range(len(needs.per_rank)), key=lambda r: needs.per_rank[r])
     if needs.device == "cpu":
@@ -200,20 +201,23 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
         worst = max(range(len(host)), key=lambda r: host[r])
         scores = bool(needs.attention and needs.attention[worst])
         if scores:
-            counted = (f"estimate: weights, prefetch slots and activations of memory.py, plus {_gib(needs.attention[worst])} "
+            counted = ("estimate: weights, prefetch slots and activations of memory.py, plus "
+                       f"{fmt_bytes(needs.attention[worst], exact=True)} "
                        "of attention scores (the CPU engine's SDPA math path for MLA: mask + fp32 scores of its largest "
                        "chunk, a lower bound); the Python/torch runtime of each process is not counted")
         total = sum(host)
         if free.host_available is not None and total > free.host_available:
             raise PreflightError(file, "host memory",
-                                 f"{cfg.run.ranks} ranks need about {_gib(total)} of host memory together (rank {worst}: "
-                                 f"{_gib(host[worst])} in mode {needs.per_rank_mode}; {counted}) but "
-                                 f"{_gib(free.host_available)} is available ({free.host_limit_source}); the kernel's OOM "
+                                 f"{cfg.run.ranks} ranks need about {fmt_bytes(total, exact=True)} of host memory "
+                                 f"together (rank {worst}: {fmt_bytes(host[worst], exact=True)} in mode "
+                                 f"{needs.per_rank_mode}; {counted}) but {fmt_bytes(free.host_available, exact=True)} is "
+                                 f"available ({free.host_limit_source}); the kernel's OOM "
                                  f"killer would end a rank with SIGKILL. {_mem_remedy(cfg, 'on this machine', modes, scores)}")
         if free.process_cap is not None and host[worst] > free.process_cap:
             raise PreflightError(file, "host memory",
-                                 f"rank {worst} needs about {_gib(host[worst])} in mode {needs.per_rank_mode} "
-                                 f"({counted}) but a process may map at most {_gib(free.process_cap)} (ulimit -v / "
+                                 f"rank {worst} needs about {fmt_bytes(host[worst], exact=True)} in mode "
+                                 f"{needs.per_rank_mode} ({counted}) but a process may map at most "
+                                 f"{fmt_bytes(free.process_cap, exact=True)} (ulimit -v / "
                                  f"RLIMIT_AS). Raise the limit (ulimit -v unlimited). {_mem_remedy(cfg, 'on this machine', modes, scores)}")
         return needs
     if free.gpu_free:
@@ -223,9 +227,10 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
             total = sum(needs.per_rank[r] for r in ranks)
             if total > free.gpu_free[g]:
                 raise PreflightError(file, "device memory",
-                                     f"GPU {g} runs rank(s) {ranks}, which need about {_gib(total)} of device memory "
-                                     f"together (largest mode {needs.per_rank_mode}; {counted}, nor the CUDA context) but "
-                                     f"GPU {g} has {_gib(free.gpu_free[g])} free of {_gib((free.gpu_total or (0,) * n)[g])}. "
+                                     f"GPU {g} runs rank(s) {ranks}, which need about {fmt_bytes(total, exact=True)} of "
+                                     f"device memory together (largest mode {needs.per_rank_mode}; {counted}, nor the CUDA "
+                                     f"context) but GPU {g} has {fmt_bytes(free.gpu_free[g], exact=True)} free of "
+                                     f"{fmt_bytes((free.gpu_total or (0,) * n)[g], exact=True)}. "
                                      f"{_mem_remedy(cfg, 'per GPU', modes)}")
     return needs
 

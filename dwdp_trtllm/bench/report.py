@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..byte_units import fmt_bytes
 from ..config import BenchConfig
 from ..engine.records import PHASES
 from .expert_load import expert_load_rows, expert_load_table
 
-MiB = 1 << 20
 MODE_TITLES = {"dep": "DEP", "dwdp": "DWDP", "reference": "reference"}
 
 
@@ -131,7 +131,7 @@ def _rows(metrics: dict, cpu: bool = False) -> list[tuple[str, str, int, str | N
              for p in (*PHASES, "exposed_copy", "hidden_copy")]
     rows += [(label, path, digits, None) for label, path, digits in expert_load_rows()]  # bench/expert_load.py
     rows += [("iteration ms (wall, per iteration)", "iteration_ms.wall", 1, None)]
-    rows += [(f"peak memory {label} MiB/rank", f"memory_max_bytes.{k}", 1, None)
+    rows += [(f"peak memory {label} per rank", f"memory_max_bytes.{k}", 1, None)  # GB, the house unit (byte_units)
              for k, label in (("weights", "weights"), ("prefetch_slots", "prefetch slots"),
                               ("activations", "activations (CPU: process footprint)" if cpu else "activations"),
                               ("peak_total", "total"))]
@@ -172,9 +172,9 @@ def point_table(run: dict, title: str | None = None) -> Table:
         cells = []
         for mode in modes:
             v = _get(m[mode], path)
-            if path.startswith("memory_max_bytes") and v is not None:
-                v = v / MiB
-            if path == "tokens":
+            if path.startswith("memory_max_bytes"):
+                cells.append("-" if v is None else fmt_bytes(v))
+            elif path == "tokens":
                 cells.append(f"{m[mode]['tokens']:,} / {m[mode]['total_tokens']:,}")
             elif stats.get(mode, {}).get(path):
                 cells.append(_spread(stats[mode][path], digits))

@@ -20,6 +20,7 @@ import json
 import re
 
 from .. import memory as mem
+from ..byte_units import fmt_bytes
 from ..config import DwdpConfig
 from ..integration.moe_evidence import default_gemm
 from ..models import PRESETS, ModelSpec
@@ -166,7 +167,7 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
     wd, mnt = args.weight_dtype, args.max_num_tokens
     fit = mem.fit_deployment(spec, dwdp, gpu_bytes, weight_dtype=wd, max_num_tokens=mnt)
     if not fit.fits:
-        raise ConfigError(None, "--dwdp-size", f"a context server that fits {name} ({gpu_bytes / mem.GB:g} GB): "
+        raise ConfigError(None, "--dwdp-size", f"a context server that fits {name} ({fmt_bytes(gpu_bytes, digits=None)}): "
                                                f"{fit.dwdp.describe()}; {fit.smallest_line()}")
     if not disagg:
         return Sizing(name, gpu_bytes, fit, 0, None)
@@ -180,7 +181,7 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
         g = gen(args.gen_tp)
         if not g.fits:
             raise ConfigError(None, "--gen-tp", f"a generation server whose ranks fit {name} "
-                                                f"({gpu_bytes / mem.GB:g} GB): {g.describe()}; "
+                                                f"({fmt_bytes(gpu_bytes, digits=None)}): {g.describe()}; "
                               + (f"--gen-tp {smallest.group_size} fits" if smallest else "no --gen-tp up to 64 fits"))
         return Sizing(name, gpu_bytes, fit, args.gen_tp, g)
     if smallest is not None:

@@ -80,7 +80,7 @@ def _tok(x: float) -> str:
 def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = None) -> None:
     from rich.table import Table
 
-    from ..perf.recommend import fmt_bytes
+    from ..perf.recommend import fmt_slice
 
     con = console()
     wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
@@ -104,7 +104,7 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
         dwdp_x = "†" if any("(DEP" not in k and not k.startswith("DEP") for k in ex) else ""
         mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
         ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
-        cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_bytes(r.slice_bytes)] if multi else []) + [
+        cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_slice(r.slice_bytes)] if multi else []) + [
             str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
             _ms(r.t_all2all_us) + ("†" if "DEP communication" in ex else ""), _ms(r.t_sync_us),
             _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio,
@@ -142,7 +142,7 @@ def write_plot(spec, rows, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..perf.recommend import fmt_bytes
+    from ..perf.recommend import fmt_slice
 
     multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -150,7 +150,7 @@ def write_plot(spec, rows, path: str) -> None:
     for r in rows:
         series.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
     for (g, red, s), rs in series.items():
-        label = f"DWDP{g} / DEP{g}" + (f", red {red}, {fmt_bytes(s)}" if multi else "")
+        label = f"DWDP{g} / DEP{g}" + (f", red {red}, {fmt_slice(s)}" if multi else "")
         line, = ax.plot([r.isl for r in rs], [r.speedup for r in rs], marker="o", label=label)
         if all(r.speedup_high for r in rs):  # the range over the uncertain inputs (perf/uncertainty.py)
             ax.fill_between([r.isl for r in rs], [r.speedup_low for r in rs], [r.speedup_high for r in rs],

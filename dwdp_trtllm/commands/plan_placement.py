@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+from ..byte_units import fmt_bytes
 from ..config import MAX_TOKENS, DwdpConfig, ModelConfig
 from .. import memory as mem
 from ..models import PRESETS, ModelSpec
@@ -173,10 +174,6 @@ def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num
     }
 
 
-def _fmt_bytes(n: int) -> str:
-    return f"{n / mem.GB:.2f} GB" if n >= mem.GB else f"{n / 1e6:.1f} MB"
-
-
 def _print_tables(rep: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -186,13 +183,13 @@ def _print_tables(rep: dict) -> None:
             if rep["placement"] == "upstream" else f"derived, redundant_experts={rep['redundant_experts']}")
     title = (f"{rep['model']} ({rep['num_layers']} layers, {rep['num_moe_layers']} MoE, {rep['num_experts']} experts), "
              f"dwdp_size={rep['dwdp_size']}, {mode}, {rep['weight_dtype']} "
-             f"(one expert {_fmt_bytes(rep['expert_bytes'])}), source_policy={rep['source_policy']}")
+             f"(one expert {fmt_bytes(rep['expert_bytes'])}), source_policy={rep['source_policy']}")
     t = Table(title=title, title_justify="left")
     for col in ("dwdp_rank", "local experts", "#local", "#fetched", "fetched/layer", "memory"):
         t.add_column(col, justify="left" if col == "local experts" else "right")
     for r in rep["ranks"]:
         t.add_row(str(r["dwdp_rank"]), r["local_experts"], str(r["num_local"]), str(r["num_fetched"]),
-                  _fmt_bytes(r["fetch_bytes_per_layer"]), f'{r["memory"]["total_gb"]:.2f} GB')
+                  fmt_bytes(r["fetch_bytes_per_layer"]), f'{r["memory"]["total_gb"]:.2f} GB')
     console.print(t)
     s = Table(title="per-source load (experts served per layer)", title_justify="left")
     s.add_column("policy")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..byte_units import fmt_bytes
 from ..cuda_utils import check, cuda_bindings, tensor_from_ptr
 
 
@@ -48,7 +49,7 @@ def check_chunks(chunks: Sequence[tuple[int, int]], gran: int, alloc_sizes: Sequ
     for i, ((off, n), size) in enumerate(zip(chunks, alloc_sizes)):
         if n <= 0 or n % gran:
             raise ValueError(f"CompositeView: chunk {i} size {n} bytes is not a positive multiple of the VMM "
-                             f"granularity {gran} bytes (expert sizes must be multiples of {gran // 2**20} MiB)")
+                             f"granularity {gran} bytes (expert sizes must be multiples of {fmt_bytes(gran, 'MiB', digits=None)})")
         if off != 0 or n != size:
             raise ValueError(f"CompositeView: chunk {i} maps bytes [{off}, {off + n}) of a {size}-byte allocation; "
                              "cuMemMap maps whole allocations only (offset 0, nbytes = allocation size): allocate "

@@ -29,7 +29,7 @@ from .hardware import GpuSpec
 from .imbalance import Workload, compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
 from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
 from .phases import Phases, Skew, default_dep_comm, engine_phases, table_dist, trtllm_phases
-from .recommend import Recommendation, fmt_bytes, recommend, row_verdict  # noqa: F401 (re-exported)
+from .recommend import Recommendation, fmt_slice, recommend, row_verdict  # noqa: F401 (re-exported)
 from .uncertainty import INPUTS, apply, scenario
 
 MiB = 1 << 20

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..byte_units import fmt_bytes
 from ..memory import MAX_DWDP_SIZE
 from .uncertainty import MEASURE
 
@@ -72,13 +73,10 @@ class Recommendation:
                 "reason": self.reason, "notes": list(self.notes)}
 
 
-MiB = 1 << 20
-
-
-def fmt_bytes(n: int) -> str:
-    if n == 0:
-        return "unsliced"
-    return f"{n / MiB:g} MiB" if n >= MiB else f"{n / 1024:g} KiB"
+def fmt_slice(n: int) -> str:
+    """A copy slice size as a user reads it: 'unsliced' (0), else MiB, the unit slice sizes are given in
+    (byte_units.fmt_bytes: '2 MiB', '0.5 MiB')."""
+    return "unsliced" if n == 0 else fmt_bytes(n, "MiB", digits=None)
 
 
 def _geomean(xs) -> float:
@@ -197,7 +195,7 @@ def recommend(spec, rows) -> Recommendation:
     score = _geomean([r.speedup for r in best_rows])
     lo = _geomean([r.speedup_low or r.speedup for r in best_rows])
     hi = _geomean([r.speedup_high or r.speedup for r in best_rows])
-    setup = f"G={best[0]}, redundant_experts={best[1]}, slice {fmt_bytes(best[2])}"
+    setup = f"G={best[0]}, redundant_experts={best[1]}, slice {fmt_slice(best[2])}"
     rng = f"{lo:.2f}-{hi:.2f}x (nominal {score:.2f}x) DWDP/DEP throughput over ISL {', '.join(str(r.isl) for r in best_rows)}"
     notes: list[str] = []
     wins = [r for r in best_rows if r.verdict == "DWDP"]
@@ -244,8 +242,8 @@ def recommend(spec, rows) -> Recommendation:
     cal = spec.calibration
     if best[2] and cal.slice_efficiency:
         s_best = max(cal.slice_efficiency, key=lambda pt: (pt[1], pt[0]))
-        notes.append(f"measured slice efficiency is best at {fmt_bytes(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
+        notes.append(f"measured slice efficiency is best at {fmt_slice(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
     elif best[2]:
-        notes.append(f"slice size {fmt_bytes(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
+        notes.append(f"slice size {fmt_slice(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
     return Recommendation(use, best[0], best[1], best[2], score, reason, tuple(notes), verdict=verdict,
                           speedup_range=(lo, hi), depends_on=dep_on, by_isl=tuple((r.isl, r.verdict) for r in configs[best]))

@@ -51,7 +51,7 @@ def test_table_output(capsys):
                      "--num-layers", "5", "--weight-dtype", "fp8", "--gpu-memory-gb", "141"]) == 0
     out = capsys.readouterr().out
     for frag in ("dwdp_rank", "0-117", "0-31,171-255", "lowest_rank", "balanced", "172", "139",
-                 "GPU 141.0 GB: fits", "44.1 MB", "DEP3 per rank (worst)", "smallest GPU count that fits"):
+                 "GPU 141.0 GB: fits", "(one expert 0.0441 GB)", "DEP3 per rank (worst)", "smallest GPU count that fits"):
         assert frag in out, (frag, out)
 
 
