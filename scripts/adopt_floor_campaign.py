@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.src and a.name):
             raise Refused("SRC NAME: both are needed (or --table AFTER_DIR)")
         for p in adopt(Path(a.src), a.name, with_matrix=not a.no_matrix):
-            print(f"wrote {p.relative_to(REPO) if p.is_relative_to(REPO) else p}")
+            print(f"{'wrote' if p.exists() else 'removed'} {p.relative_to(REPO) if p.is_relative_to(REPO) else p}")
     except Refused as e:
         print(f"adopt_floor_campaign: {e}", file=sys.stderr)
         return 2

@@ -25,13 +25,18 @@ def _script():
 
 
 def _repo(tmp_path) -> Path:
-    """The files adoption reads and writes, copied from this checkout."""
+    """The files adoption reads and writes, with OLD (committed in docs/bench_results) as the shipped campaign,
+    whichever campaign this checkout ships."""
     r = tmp_path / "repo"
-    shutil.copytree(REPO / "dwdp_trtllm/data/engine_calibration", r / "dwdp_trtllm/data/engine_calibration")
-    shutil.copytree(REPO / "dwdp_trtllm/data/engine_calibration" / OLD, r / "docs/bench_results" / OLD)
+    pkg = r / "dwdp_trtllm/data/engine_calibration"
+    for p in ("b2", "b8", "b32", "f2", "f8", "f32"):
+        for d in (pkg / OLD, r / "docs/bench_results" / OLD):
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / "docs/bench_results" / OLD / f"{p}.json", d / f"{p}.json")
+    (pkg / "README.md").write_text(f"a copy of docs/bench_results/{OLD}\n")
     (r / "tests/unit").mkdir(parents=True)
-    for f in ("docs/PLANNER.md", "tests/unit/test_perf_trtllm_target.py"):
-        shutil.copyfile(REPO / f, r / f)
+    (r / "tests/unit/test_perf_trtllm_target.py").write_text(f'SHIPPED_CAMPAIGN = "{OLD}"\n')
+    shutil.copyfile(REPO / "docs/PLANNER.md", r / "docs/PLANNER.md")
     return r
 
 
