@@ -30,7 +30,7 @@ class FreeResources:
     host_available: int | None  # min(MemAvailable, the cgroup's limit - its usage)
     host_limit_source: str = "MemAvailable"  # which of the two decided host_available
     process_cap: int | None = None  # RLIMIT_AS of a process (None: unlimited)
-    gpu_free: tuple[int, ...] | None = None  # per GPU index, NVML free bytes
+    gpu_free: tuple[int, ...] | None = None  # per CUDA device index (cuda:i, CUDA_VISIBLE_DEVICES applied), NVML free bytes
     gpu_total: tuple[int, ...] | None = field(default=None)
 
 
@@ -87,8 +87,37 @@ class _NvmlMemory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
+def visible_gpus(spec: str | None, uuids: list[str]) -> list[int] | None:
+    """NVML indices of the GPUs CUDA shows this process, in CUDA's order (cuda:i is NVML index result[i], which is
+    what the launcher's rank r -> cuda:(r % device count) fills), from CUDA_VISIBLE_DEVICES (`spec`; None when unset:
+    every GPU) and the NVML devices' UUIDs ('GPU-...'). Read as CUDA reads it: indices or UUID prefixes, comma
+    separated; an entry that names no device hides it and every entry after it ('-1': none). None where this
+    cannot tell which memory the ranks get (a MIG instance, a device named twice): the GPUs are then not checked.
+    CUDA's own order is NVML's (PCI bus) order on machines of one GPU model, the machines this runs on."""
+    if spec is None:
+        return list(range(len(uuids)))
+    out: list[int] = []
+    for token in (t.strip() for t in spec.split(",")):
+        if token.startswith("MIG-"):
+            return None
+        if token.isdigit():
+            i = int(token)
+            if i >= len(uuids):
+                break
+        else:
+            match = [k for k, u in enumerate(uuids) if token and u.startswith(token)]
+            if len(match) != 1:
+                break
+            i = match[0]
+        if i in out:
+            return None
+        out.append(i)
+    return out
+
+
 def gpu_memory() -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """((free, ...), (total, ...)) per GPU index from NVML; None when NVML is absent or fails."""
+    """((free, ...), (total, ...)) per CUDA device index (CUDA_VISIBLE_DEVICES applied: `visible_gpus`) from NVML;
+    None when NVML is absent or fails, or the visible devices cannot be told apart."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -99,16 +128,23 @@ def gpu_memory() -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         count = ctypes.c_uint(0)
         if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
             return None
-        free, total = [], []
+        free, total, uuids = [], [], []
         for i in range(count.value):
             handle, mem = ctypes.c_void_p(), _NvmlMemory()
+            uuid = ctypes.create_string_buffer(96)
             if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
                 return None
             if nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) != 0:
                 return None
+            if nvml.nvmlDeviceGetUUID(handle, uuid, ctypes.c_uint(len(uuid))) != 0:
+                return None
             free.append(int(mem.free))
             total.append(int(mem.total))
-        return tuple(free), tuple(total)
+            uuids.append(uuid.value.decode(errors="replace"))
+        visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        if visible is None:
+            return None
+        return tuple(free[i] for i in visible), tuple(total[i] for i in visible)
     except (AttributeError, OSError):
         return None
     finally:
@@ -119,7 +155,7 @@ def gpu_memory() -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 
 def read_free(*, gpus: bool = False) -> FreeResources:
-    """One reading of this machine (gpus: also NVML's free memory per GPU)."""
+    """One reading of this machine (gpus: also NVML's free memory per GPU CUDA shows this process)."""
     shm_free, shm_total = shm_space()
     host, source = host_available()
     g = gpu_memory() if gpus else None

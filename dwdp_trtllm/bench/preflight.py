@@ -223,7 +223,7 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
     if free.gpu_free:
         n = len(free.gpu_free)
         for g in range(n):
-            ranks = [r for r in range(cfg.run.ranks) if r % n == g]
+            ranks = [r for r in range(cfg.run.ranks) if r % n == g]  # engine/worker.rank_device: cuda:(r % n)
             total = sum(needs.per_rank[r] for r in ranks)
             if total > free.gpu_free[g]:
                 raise PreflightError(file, "device memory",
