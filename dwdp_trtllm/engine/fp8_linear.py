@@ -130,6 +130,18 @@ def quantize(x_TK: torch.Tensor) -> Fp8Act:
     return Fp8Act(q, s, x_TK.shape[0], x_TK.dtype)
 
 
+def prepare_parts(parts_TK: list[torch.Tensor], w) -> "torch.Tensor | Fp8Act":
+    """prepare(torch.cat(parts_TK), w) without the concatenation where `w` runs the kernel: each part quantised into
+    its rows of one Fp8Act (quant_cuda.quant_1x128_parts; e.g. the attention output of every chunk read by o_proj).
+    Otherwise the concatenation (the part itself when there is one)."""
+    T = sum(p.shape[0] for p in parts_TK)
+    if isinstance(w, Fp8Linear) and T and kernel_usable(parts_TK[0], w):
+        from .quant_cuda import quant_1x128_parts
+        q, s = quant_1x128_parts(parts_TK, rows_to=ROWS_TO, scale_col_major=True)
+        return Fp8Act(q, s, T, parts_TK[0].dtype)
+    return torch.cat(parts_TK) if len(parts_TK) > 1 else parts_TK[0]
+
+
 def prepare(x_TK: torch.Tensor, w) -> "torch.Tensor | Fp8Act":
     """x quantised once when `w` (an Fp8Linear) runs the kernel on it, else x: pass the result to `linear` for
     every weight that reads the same x (q_a and kv_a; q, k and v)."""

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..models import ModelSpec
 from . import mla_cuda
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, causal_over_prefix, cudnn_attention_usable, prefix_as_causal
-from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, padded_rows, prepare, swiglu as fp8_swiglu
+from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, padded_rows, prepare, prepare_parts, swiglu as fp8_swiglu
 from .fused import _BODIES, fused, fused_enabled
 from .kv_cache import KVCache
 from .records import Segment
@@ -246,8 +246,11 @@ class MLAAttention(_Attention):
         krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
-            return linear(self._cudnn_core(q_buf.view(q_buf.shape[0], N, Dn + R), front, set(front_of), ckv_TC,
-                                           krope_TR, plan, kv_cache).reshape(T, N * Dv), w["o_proj.weight"])
+            outs = self._cudnn_core(q_buf.view(q_buf.shape[0], N, Dn + R), front, set(front_of), ckv_TC, krope_TR, plan,
+                                    kv_cache)
+            # FP8 o_proj: each chunk's output quantised into its rows of o_proj's input (no [T, N*e] concatenation)
+            return linear(prepare_parts([o.reshape(o.shape[0], N * Dv) for o in outs], w["o_proj.weight"]),
+                          w["o_proj.weight"])
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
             kv_SNe = linear(ckv_SC, kvb_w).reshape(-1, N, Dn + Dv)
@@ -288,8 +291,8 @@ class MLAAttention(_Attention):
         return {i: max(0, s.prefix - s.begin) for i, s in enumerate(plan)
                 if prefix_as_causal(s.end - s.begin, s.prefix, d, e, device.index or 0)}
 
-    def _cudnn_core(self, q_buf_TNd, front, front_chunks, ckv_TC, krope_TR, plan, kv_cache) -> torch.Tensor:
-        """out_TNe of every segment: k / v of all segments (cached prefix first) written once into buffers with
+    def _cudnn_core(self, q_buf_TNd, front, front_chunks, ckv_TC, krope_TR, plan, kv_cache) -> list[torch.Tensor]:
+        """out_LNe of each segment, in plan order: k / v of all segments (cached prefix first) written once into buffers with
         BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies),
         or, for the segment indices in front_chunks, through causal_over_prefix with the prefix rows before the
         chunk in q_buf_TNd (its first `front` rows are zeros, then this iteration's q, then spare rows).
@@ -324,11 +327,10 @@ class MLAAttention(_Attention):
             mla_cuda.mla_key_(k_buf[:S_all], k_nope, krope_SR)
         else:
             torch.cat([k_nope, krope_SR[:, None, :].expand(S_all, N, R)], dim=-1, out=k_buf[:S_all])
-        outs = [causal_over_prefix(q_buf_TNd[front + s.begin - s.prefix:], k_buf[o:], v_buf[o:], s.end - s.begin,
+        return [causal_over_prefix(q_buf_TNd[front + s.begin - s.prefix:], k_buf[o:], v_buf[o:], s.end - s.begin,
                                    s.prefix, self.scale) if i in front_chunks else
                 attend_bucketed(q_buf_TNd[front + s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
                 for i, (s, o) in enumerate(zip(plan, starts))]
-        return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 
 class GQAAttention(_Attention):

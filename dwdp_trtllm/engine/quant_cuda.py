@@ -10,6 +10,7 @@ stores codes and scales.
 Contract (the same math as the eager references, ops/reference.py quantize_fp8_blockwise with block (1, 128) and
 moe_compute.silu_mul):
     quant_1x128(a_AD)      -> (q_AD float8_e4m3fn, scale_AG float32), D % 128 == 0
+    quant_1x128_parts([a_AD, ...]) -> the same of their row concatenation, without concatenating them
     silu_mul_quant(h_A2I, up_first) -> the same of silu(gate) * up rounded to h's dtype first, I % 128 == 0
                               (gate | up halves of h, or up | gate with up_first)
 scale = max(amax of the group, 1e-12) / 448; q = clamp(x / scale, -448, 448) rounded to nearest e4m3.
@@ -36,9 +37,11 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    # A (the real rows) varies per call: not specialised (no variant compiled inside a measured iteration)
-    @triton.jit(do_not_specialize=["A"])
-    def quant_kernel(x_ptr, q_ptr, s_ptr, A, G, gate_off, up_off, stride_x, stride_q, stride_s, stride_sg,
+    # A (the real rows) and R0 (the first output row) vary per call: not specialised (no variant compiled inside a
+    # measured iteration); the outputs are passed whole with R0 rather than as offset views, whose pointers'
+    # alignment would specialise
+    @triton.jit(do_not_specialize=["A", "R0"])
+    def quant_kernel(x_ptr, q_ptr, s_ptr, A, R0, G, gate_off, up_off, stride_x, stride_q, stride_s, stride_sg,
                      SILU: tl.constexpr, GB: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         real = row < A  # rows [A, Ap) are padding: codes 0, scales 1, written here (no fill kernels)
@@ -55,27 +58,55 @@ def _kernel():
             v = tl.load(base + col, mask=mask & real, other=0.0).to(tl.float32)
         scale = tl.where(real, tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12) / FP8_MAX, 1.0)
         q = tl.minimum(tl.maximum(v / scale[:, None], -FP8_MAX), FP8_MAX)
-        tl.store(q_ptr + row * stride_q + col, q.to(q_ptr.dtype.element_ty), mask=mask)
-        tl.store(s_ptr + row * stride_s + g * stride_sg, scale, mask=g < G)
+        out_row = row + R0
+        tl.store(q_ptr + out_row * stride_q + col, q.to(q_ptr.dtype.element_ty), mask=mask)
+        tl.store(s_ptr + out_row * stride_s + g * stride_sg, scale, mask=g < G)
 
     return quant_kernel
 
 
-def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False, rows_to: int = 1,
-            scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def _outputs(A: int, width: int, device, rows_to: int, scale_col_major: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if width % GROUP:
         raise ValueError(f"quant_cuda: the quantised width {width} must be a multiple of {GROUP}")
-    if x.stride(1) != 1:
-        x = x.contiguous()
-    A, G = x.shape[0], width // GROUP
-    Ap = -(-A // rows_to) * rows_to
-    q = torch.empty(Ap, width, device=x.device, dtype=torch.float8_e4m3fn)
-    s = torch.empty(G, Ap, device=x.device, dtype=torch.float32).t() if scale_col_major else \
-        torch.empty(Ap, G, device=x.device, dtype=torch.float32)
-    if Ap:  # one launch over all Ap rows: the kernel writes the padding rows too (finite; the caller drops their GEMM rows)
+    G, Ap = width // GROUP, -(-A // rows_to) * rows_to
+    q = torch.empty(Ap, width, device=device, dtype=torch.float8_e4m3fn)
+    s = torch.empty(G, Ap, device=device, dtype=torch.float32).t() if scale_col_major else \
+        torch.empty(Ap, G, device=device, dtype=torch.float32)
+    return q, s
+
+
+def _run(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, r0: int, rows: int, width: int, silu: bool,
+         up_first: bool) -> None:
+    """One launch writing rows [r0, r0 + rows) of q / s: x's rows, then padding rows (finite; the caller drops
+    their GEMM rows)."""
+    if rows:
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        G = width // GROUP
         gate_off, up_off = (width, 0) if up_first else (0, width)
-        _kernel()[(Ap, -(-G // GB))](x, q, s, A, G, gate_off, up_off, x.stride(0), q.stride(0), s.stride(0),
-                                     s.stride(1), SILU=silu, GB=GB, GROUP=GROUP, FP8_MAX=FP8_MAX, num_warps=4)
+        _kernel()[(rows, -(-G // GB))](x, q, s, x.shape[0], r0, G, gate_off, up_off, x.stride(0), q.stride(0),
+                                       s.stride(0), s.stride(1), SILU=silu, GB=GB, GROUP=GROUP, FP8_MAX=FP8_MAX,
+                                       num_warps=4)
+
+
+def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False, rows_to: int = 1,
+            scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    q, s = _outputs(x.shape[0], width, x.device, rows_to, scale_col_major)
+    _run(x, q, s, 0, q.shape[0], width, silu, up_first)  # one launch over all Ap rows, the padding rows included
+    return q, s
+
+
+def quant_1x128_parts(parts_AD: list[torch.Tensor], *, rows_to: int = 1,
+                      scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """quant_1x128(torch.cat(parts_AD)) without the concatenation: one launch per part writes its rows of the shared
+    outputs (the last one also the padding rows). Parts: [A_i, D] row blocks with unit stride along D."""
+    A = sum(p.shape[0] for p in parts_AD)
+    q, s = _outputs(A, parts_AD[0].shape[1], parts_AD[0].device, rows_to, scale_col_major)
+    r = 0
+    for i, x in enumerate(parts_AD):
+        last = i == len(parts_AD) - 1
+        _run(x, q, s, r, q.shape[0] - r if last else x.shape[0], q.shape[1], False, False)
+        r += x.shape[0]
     return q, s
 
 

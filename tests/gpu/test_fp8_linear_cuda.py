@@ -78,6 +78,23 @@ def test_quant_writes_its_padding_rows_in_the_same_launch(T):
         assert not q[T:].float().any() and bool((s[T:] == 1).all())
 
 
+@pytest.mark.parametrize("rows", [(17, 300, 5), (256,), (1, 1), (40, 0, 23)])
+def test_quant_of_parts_equals_quant_of_their_concatenation(rows):
+    """quant_1x128_parts (o_proj's input: every chunk's attention output quantised into its rows, no concatenation)
+    is bit-equal to quant_1x128 of the concatenation, padding rows included; prepare_parts feeds the kernel with it."""
+    from dwdp_trtllm.engine.quant_cuda import quant_1x128_parts
+    g = torch.Generator(device=DEV).manual_seed(sum(rows))
+    parts = [torch.randn(n, 1024, device=DEV, dtype=torch.bfloat16, generator=g) * 2 for n in rows]
+    q, s = quant_1x128_parts(parts, rows_to=16, scale_col_major=True)
+    q_ref, s_ref = quant_1x128(torch.cat(parts), rows_to=16, scale_col_major=True)
+    assert q.shape == q_ref.shape and s.stride() == s_ref.stride()
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
+    f = Fp8Linear.quantize(torch.randn(512, 1024, device=DEV, generator=g) / 32)
+    a = fl.prepare_parts(parts, f)
+    assert isinstance(a, fl.Fp8Act) and a.rows == sum(rows)
+    assert torch.equal(fl.linear(a, f), fl.linear(torch.cat(parts), f))
+
+
 def test_mla_fp8_projection_writes_q_in_place_without_the_cudnn_bucket(monkeypatch):
     """T % 16 != 0 on the kernel path with cuDNN off (no bucket of spare rows): the q buffer still has the kernel's
     padded rows, so q_b's GEMM writes into it (it used to get a fresh [Tp, N] output, then a copy)."""
