@@ -29,6 +29,21 @@ for s in $sections; do
       # the GPU tests skip without CUDA: a machine that shows none must not read as green
       python3 -c "import sys, torch; sys.exit(0 if torch.cuda.device_count() else 1)" \
         || { echo "gpu_check: torch sees no CUDA device" | tee -a "$OUT/env.log"; rc=1; } ;;
+    host_gpus)  # helper C: the pre-flight's GPU memory per CUDA index (host_resources.gpu_memory, CUDA_VISIBLE_DEVICES
+                # applied) against torch's view of the same devices; seconds. Results: $OUT/raw/host_gpus/result.jsonl
+      section host_gpus; mkdir -p "$OUT/raw/host_gpus"
+      last=$(( $(nvidia-smi -L | wc -l) - 1 )); uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | tail -n 1 | cut -c1-12)
+      for vis in unset "$last" "$uuid" "-1"; do
+        ( if [ "$vis" = unset ]; then unset CUDA_VISIBLE_DEVICES; else export CUDA_VISIBLE_DEVICES="$vis"; fi
+          python3 -c "
+import json, os, torch
+from dwdp_trtllm.host_resources import gpu_memory
+g = gpu_memory(); nv = list(g[1]) if g else None
+t = [torch.cuda.mem_get_info(i)[1] for i in range(torch.cuda.device_count())]
+ok = nv is not None and len(nv) == len(t) and all(abs(a - b) <= 0.02 * b for a, b in zip(nv, t))
+print(json.dumps({'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES'), 'nvml_total': nv, 'torch_total': t, 'ok': ok}))
+raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 || rc=1
+      done; cat "$OUT/raw/host_gpus/result.jsonl" ;;
     build)
       section build
       # an FP8 variant that fails to compile is left out (DWDP_OPS_EXCLUDE, exported to the later sections) and the
