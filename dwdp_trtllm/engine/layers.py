@@ -291,6 +291,26 @@ class MLAAttention(_Attention):
         return {i: max(0, s.prefix - s.begin) for i, s in enumerate(plan)
                 if prefix_as_causal(s.end - s.begin, s.prefix, d, e, device.index or 0)}
 
+    def _latents(self, plan: list[SegmentSlice], kv_cache: KVCache | None, ckv_TC: torch.Tensor, krope_TR: torch.Tensor):
+        """(ckv_SC, krope_SR, starts): every segment's cached prefix latents followed by its own, all segments in one
+        [S_all, ...] tensor, and the row where each segment's keys start. One concatenation of the pieces (none when
+        no segment has a cached prefix: the chunks' rows are the iteration's own rows, in order); chunks that a later
+        chunk continues are appended to the cache."""
+        pieces, starts, off = [], [], 0
+        for s in plan:
+            starts.append(off)
+            if s.prefix:
+                pieces.append(kv_cache.prefix(s.request_id, self.layer))  # type: ignore[union-attr]
+                off += pieces[-1][0].shape[0]
+            a_S, b_S = ckv_TC[s.begin:s.end], krope_TR[s.begin:s.end]
+            if s.keep:
+                kv_cache.extend(s.request_id, self.layer, (a_S, b_S))  # type: ignore[union-attr]
+            pieces.append((a_S, b_S))
+            off += s.end - s.begin
+        if off == ckv_TC.shape[0]:  # no prefix: the segments tile the iteration's rows
+            return ckv_TC, krope_TR, starts
+        return torch.cat([a for a, _ in pieces]), torch.cat([b for _, b in pieces]), starts
+
     def _cudnn_core(self, q_buf_TNd, front, front_chunks, ckv_TC, krope_TR, plan, kv_cache) -> list[torch.Tensor]:
         """out_LNe of each segment, in plan order: k / v of all segments (cached prefix first) written once into buffers with
         BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies),
@@ -301,14 +321,8 @@ class MLAAttention(_Attention):
         temporary that one kernel (mla_cuda.py, with the rope key broadcast over heads) writes into k_buf."""
         sp = self.spec
         N, Dn, R, Dv = sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim
-        full = list(self.with_prefix(plan, kv_cache, ckv_TC, krope_TR))
-        starts, off = [], 0
-        for ckv_SC, _ in full:
-            starts.append(off)
-            off += ckv_SC.shape[0]
-        S_all = off
-        ckv_SC = torch.cat([a for a, _ in full]) if len(full) > 1 else full[0][0]
-        krope_SR = torch.cat([b for _, b in full]) if len(full) > 1 else full[0][1]
+        ckv_SC, krope_SR, starts = self._latents(plan, kv_cache, ckv_TC, krope_TR)
+        S_all = ckv_SC.shape[0]
         split = self._kv_b_split()
         k_buf = torch.empty(S_all + BUCKET, N, Dn + R, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
         v_buf = torch.empty(S_all + BUCKET, N, Dv, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
