@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env build plugin transport engine profile trtllm verify fp8 grouped moeop calib bench (default: env plugin transport engine bench)
+#     sections: env build plugin transport engine profile attn trtllm verify fp8 grouped moeop calib bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -92,6 +92,17 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
           2>&1 | grep -E "^\[|Self CUDA time" | tee -a "$OUT/profile.log" || rc=1
         tar -czf "$OUT/profile.tgz" -C "$OUT/raw" profile 2>/dev/null  # back even if a later step runs out of time
       done ;;
+    attn)  # the engine's attention phase at 8K (helper E, session 6): GPU tests of a chunk over its cached prefix both
+           # ways and of the FP8 o_proj input quantised per chunk, then the FP8 8K chunked-prefill profile with the
+           # engine's choice (auto) and with the split way forced (the way before): attention phase ms, measured/floor
+      section attn
+      timeout "${ATTN_TIMEOUT:-150}" python3 -m pytest -q -rs tests/gpu/test_engine_cuda.py tests/gpu/test_fp8_linear_cuda.py \
+        -k "prefix or either_way or quant or in_place" > "$OUT/attn.log" 2>&1 || rc=1
+      for way in auto split; do
+        timeout "${ATTN_TIMEOUT:-150}" python3 scripts/profile_engine.py --out "$OUT/raw/attn" --isl 8192 --tokens 16384 --mix \
+          --weight-dtype fp8 --gemm multi_buffer --prefix-way $way 2>&1 | grep -E "^\[|Self CUDA time" >> "$OUT/attn.log" || rc=1
+      done
+      grep -E "passed|failed|FAILED|Error|phase ms|floor ms|wall ms|strides" "$OUT/attn.log" | tail -n 20 ;;
     trtllm)  # issue 13: the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
       section trtllm
       DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1

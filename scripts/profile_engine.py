@@ -2,10 +2,13 @@
 (all experts local, no communication), kernel table by CUDA time, plus the engine's own phase times.
 
     python3 scripts/profile_engine.py --out DIR [--isl 8192] [--tokens 16384] [--weight-dtype bf16|fp8]
-        [--gemm merge|multi_buffer] [--layers 3] [--first-k-dense 1] [--mix]
+        [--gemm merge|multi_buffer] [--layers 3] [--first-k-dense 1] [--mix] [--prefix-way auto|split|front]
 
 --mix: the iteration a chunked-prefill bench step runs (ISL ratio 0.8 at max_num_tokens = --tokens): the tail
 of a request with a cached prefix, a whole request, and the first chunk of a third (kept in the KV cache).
+--prefix-way: how the engine attends a chunk with a cached prefix (engine/attention_cuda.py): auto (the engine's
+choice per chunk, prefix_as_causal), split (causal chunk + flash over the prefix + merge) or front (one causal call
+over prefix + chunk); the floor beside it always takes the faster way.
 
 Writes DIR/profile_<tag>.txt (kernel table) and DIR/profile_<tag>.json (phase times per iteration).
 """
@@ -56,10 +59,17 @@ def main() -> None:
     ap.add_argument("--preset", default="deepseek-r1")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--mix", action="store_true", help="chunked-prefill iteration with a cached prefix (see above)")
+    ap.add_argument("--prefix-way", choices=("auto", "split", "front"), default="auto",
+                    help="how a chunk with a cached prefix is attended (see above)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = f"{args.weight_dtype}_{args.gemm}_isl{args.isl}_t{args.tokens}{'_mix' if args.mix else ''}"
+    if args.prefix_way != "auto":
+        from dwdp_trtllm.engine import layers
+        front = args.prefix_way == "front"
+        layers.prefix_as_causal = lambda L, P, d, e, dev=0: P > 0 and front
+        tag += f"_{args.prefix_way}"
     spec = get_model(args.preset, num_layers=args.layers, first_k_dense=args.first_k_dense)
     dev = torch.device(args.device)
     t0 = time.perf_counter()

@@ -95,7 +95,7 @@ def test_quant_of_parts_equals_quant_of_their_concatenation(rows):
     assert torch.equal(fl.linear(a, f), fl.linear(torch.cat(parts), f))
 
 
-def test_mla_fp8_projection_writes_q_in_place_without_the_cudnn_bucket(monkeypatch):
+def test_mla_kernel_path_writes_q_in_place_without_the_cudnn_bucket(monkeypatch):
     """T % 16 != 0 on the kernel path with cuDNN off (no bucket of spare rows): the q buffer still has the kernel's
     padded rows, so q_b's GEMM writes into it (it used to get a fresh [Tp, N] output, then a copy)."""
     from dwdp_trtllm.engine import layers
