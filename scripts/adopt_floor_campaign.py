@@ -82,16 +82,17 @@ def find_points(src: Path, tmp: Path) -> tuple[dict[str, Path], Path | None]:
             with tarfile.open(t) as f:
                 f.extractall(t.parent / (t.name + ".d"), filter="data")
     found: dict[str, Path] = {}
-    for p in sorted(root.rglob("results.json")):
-        if p.parent.name in POINTS:
-            if p.parent.name in found:
-                raise Refused(f"{src}: two {p.parent.name}/results.json ({found[p.parent.name].relative_to(root)}, "
-                              f"{p.relative_to(root)}): expected one campaign")
-            found[p.parent.name] = p
+    cands = [p for p in sorted(root.rglob("results.json")) if p.parent.name in POINTS]
+    calib = [p for p in cands if "calib" in p.relative_to(root).parts]  # gpu_check.sh's calib section among others
+    for p in calib or cands:
+        if p.parent.name in found:
+            raise Refused(f"{src}: two {p.parent.name}/results.json ({found[p.parent.name].relative_to(root)}, "
+                          f"{p.relative_to(root)}): expected one campaign")
+        found[p.parent.name] = p
     missing = [p for p in POINTS if p not in found]
     if missing:
         raise Refused(f"{src}: expected {', '.join(f'{p}/results.json' for p in POINTS)}; missing {', '.join(missing)}")
-    logs = sorted(root.rglob("bench.log"))
+    logs = sorted(root.rglob("bench.log"), key=lambda q: "calib" not in q.relative_to(root).parts)
     return found, (logs[0] if logs else None)
 
 

@@ -65,6 +65,20 @@ def _source(tmp_path, f8: str = "f8", drop: str | None = None, one_run: bool = T
     return outer
 
 
+def test_the_calib_sections_points_win_over_other_sections_of_the_same_call(tmp_path):
+    """gpu_check.sh's tarball may hold other sections' perf_check points (raw/perf/.../f8/results.json): the calib
+    section's are the campaign."""
+    mod = _script()
+    src = _source(tmp_path)
+    other = tmp_path / "other"
+    (other / "raw/perf/raw/f8").mkdir(parents=True)
+    shutil.copyfile(RUN4 / "f8o/results.json", other / "raw/perf/raw/f8/results.json")
+    with tarfile.open(src) as t:
+        t.extractall(other, filter="data")
+    found, log = mod.find_points(other, tmp_path / "work")
+    assert all("calib" in p.parts for p in found.values()) and log is not None and "calib" in log.parts
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
