@@ -26,17 +26,6 @@ from typing import Optional
 from .adapter import AdapterRuntime
 
 
-def storage_range(placement, dwdp_rank: int) -> tuple[int, int]:
-    """(start, size) of the routed experts dwdp_rank stores: one contiguous id range, since TensorRT-LLM loads
-    [slot_start, slot_end). Raises ValueError for a wrapping (redundant, derived) placement."""
-    local = list(placement.local_experts[dwdp_rank])
-    if local != list(range(local[0], local[0] + len(local))):
-        raise ValueError(f"dwdp_rank {dwdp_rank} holds experts {local[:4]}...{local[-2:]}, not one contiguous range; "
-                         "TensorRT-LLM loads [slot_start, slot_end): use num_experts_per_worker/num_prefetch_experts "
-                         "or redundant_experts: 0")
-    return local[0], len(local)
-
-
 class DwdpOrderError(RuntimeError):
     """A forward did not run the MoE layers in setup order (or stopped part-way)."""
 
@@ -51,36 +40,36 @@ class HopperDwdpManager:
         self._registered_layers: list[int] = []
         self._rt: Optional[AdapterRuntime] = None
         self._pos: dict[int, int] = {}
-        self._placement = None  # of the model being built (use_placement), for the layout attributes below
+        self._layout: dict | None = None  # of the model being built (use_layout), for the layout attributes below
         self.lifecycle = "unset"  # "upstream" | "hooks" once attached
         self._registry = None  # (get, set) of upstream's global manager slot, once registered there
         self.closed = False  # __exit__ ran: the process's next model gets a new manager
 
     # -- upstream's layout attributes -------------------------------------------------------------
     # Upstream MoE._init_dwdp_expert_layout (interface.py, stored id 57392471995) reads num_experts_per_worker,
-    # dwdp_size and start_expert_id from whatever get_global_dwdp_manager() returns and sets expert_size_per_partition,
-    # slot_start/slot_end and initial_local_expert_ids from them: with ours registered it computes the layout our
-    # placement gives (the same values layout.override_layout sets right after).
-    def use_placement(self, placement) -> None:
-        """Our placement of the model now being built (set before each MoE.__init__ runs upstream's read)."""
-        storage_range(placement, self.dwdp_rank)  # refuse a non-contiguous range here, before upstream reads it
-        self._placement = placement
+    # dwdp_size and start_expert_id from whatever get_global_dwdp_manager() returns. Plain reads of the layout the
+    # MoE.__init__ wrapper computed and checked (trtllm/moe_layout.py owns that check, in every era; the manager is
+    # registered only in the VA era, and there our wrap skips upstream's method, so these are a fallback surface,
+    # not a second check): with them upstream's method would compute the very layout override_layout sets.
+    def use_layout(self, layout: dict) -> None:
+        """The layout (moe_layout.layout_attrs) of the model now being built, set before each MoE.__init__ runs."""
+        self._layout = layout
 
-    def _range(self) -> tuple[int, int]:
-        if self._placement is None:
-            raise RuntimeError("HopperDwdpManager: expert layout read before the model's placement was set "
+    def _read(self, key: str) -> int:
+        if self._layout is None:
+            raise RuntimeError("HopperDwdpManager: expert layout read before the model's layout was set "
                                "(dwdp_trtllm's MoE.__init__ wrapper did not run first?)")
-        return storage_range(self._placement, self.dwdp_rank)
+        return self._layout[key]
 
     @property
     def num_experts_per_worker(self) -> int:
         """Experts this rank stores (upstream: DwdpConfig.num_experts_per_worker)."""
-        return self._range()[1]
+        return self._read("expert_size_per_partition")
 
     @property
     def start_expert_id(self) -> int:
         """First expert id this rank stores."""
-        return self._range()[0]
+        return self._read("slot_start")
 
     # -- upstream lifecycle surface ---------------------------------------------------------------
     def add_layer(self, layer_idx: int) -> None:

@@ -27,9 +27,9 @@ def tiny():
 
 
 def _run(tmp: Path, tree: Path, code: str, *, rank: int = 1, dwdp_size: int = 2,
-         prelude: str = "") -> subprocess.CompletedProcess:
+         prelude: str = "", dwdp: dict | None = None) -> subprocess.CompletedProcess:
     cfg = tmp / "dwdp.yaml"
-    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": dwdp_size}}))
+    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": dwdp_size, **(dwdp or {})}}))
     env = _env(tree, tmp, {"DWDP_TRTLLM_CONFIG": str(cfg), "OMPI_COMM_WORLD_RANK": str(rank),
                            "OMPI_COMM_WORLD_SIZE": str(dwdp_size + 1)})
     code = "import dwdp_trtllm.integration.boot\n" + TINY + prelude + textwrap.dedent(code)
@@ -211,3 +211,44 @@ def test_load_after_shutdown_refuses_upstreams_own_manager(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "upstream's registered: DwdpManager" in r.stdout, r.stdout
     assert "refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout, r.stdout
+
+
+def test_layout_checked_once_per_moe_by_its_owner(tmp_path):
+    """The rank's layout has one owner, trtllm/moe_layout.py (contiguous_range): run once per MoE instance by the
+    MoE.__init__ wrapper, whose result the registered manager reads (plain reads, no second check) and
+    override_layout applies. The manager used to re-check the placement itself (use_placement + each attribute
+    read) beside moe_layout's check. A placement that wraps around is refused by that owner before upstream's
+    MoE.__init__ runs (nothing allocated for it)."""
+    tree = era_tree(tmp_path, "lifecycle")
+    r = _run(tmp_path, tree, f"""
+        import dwdp_trtllm.integration.trtllm.moe_layout as ml
+        from {MOE}.interface import MoE
+        import {MOE}.configurable_moe  # our manager registered
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        calls = []
+        check = ml.contiguous_range
+        ml.contiguous_range = lambda p, r: calls.append(r) or check(p, r)
+        m = tiny()
+        moes = [x for x in m.modules() if isinstance(x, MoE)]
+        mgr = get_global_dwdp_manager()
+        print(len(calls), len(moes), mgr.num_experts_per_worker, mgr.start_expert_id, len(calls))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    n_calls, n_moes, size, start, after_reads = map(int, r.stdout.split())
+    assert n_calls == n_moes == 6 and after_reads == n_calls, r.stdout  # 3 layers x (wrapper + backend)
+    assert (size, start) == (4, 4)
+    # rank 2 of DWDP3 with a redundant expert holds 6, 7, 0 (derived placement wraps around)
+    r = _run(tmp_path, tree, f"""
+        from {MOE}.interface import MoE
+        import {MOE}.configurable_moe
+        upstream_ran = []
+        last_step = MoE._init_dwdp_expert_layout  # upstream's __init__ ends with it (our wrap)
+        MoE._init_dwdp_expert_layout = lambda self: upstream_ran.append(1) or last_step(self)
+        try:
+            tiny()
+        except ValueError as e:
+            print("refused:", e, "| upstream __init__ finished:", len(upstream_ran))
+    """, rank=2, dwdp_size=3, dwdp={"redundant_experts": 1})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "refused: dwdp_rank 2 holds experts" in r.stdout and "not one contiguous range" in r.stdout, r.stdout
+    assert r.stdout.strip().endswith("upstream __init__ finished: 0"), r.stdout

@@ -106,17 +106,22 @@ def test_the_bound_position_is_the_runtimes():
 
 def test_layout_attributes_upstream_reads_come_from_our_placement():
     """What upstream MoE._init_dwdp_expert_layout (interface.py stored id 57392471995) reads from the registered manager:
-    num_experts_per_worker, start_expert_id, dwdp_size: each rank's contiguous range of our placement, overlapping
-    ranges included (num_prefetch_experts < num_experts_per_worker)."""
+    num_experts_per_worker, start_expert_id, dwdp_size: plain reads of the layout moe_layout computed from our
+    placement (each rank's contiguous range, overlapping ranges included: num_prefetch_experts <
+    num_experts_per_worker). The contiguity check is moe_layout's alone (contiguous_range); the manager does not
+    repeat it (it holds no placement)."""
+    from dwdp_trtllm.integration.trtllm.moe_layout import layout_attrs
     cfg = DwdpConfig(dwdp_size=3, num_experts_per_worker=4, num_prefetch_experts=2)
     placement = make_placement(cfg, 8)
     for rank, start in ((0, 0), (1, 2), (2, 4)):
         m = HopperDwdpManager(cfg, dwdp_rank=rank)
-        with pytest.raises(RuntimeError, match="placement was set"):
+        with pytest.raises(RuntimeError, match="layout was set"):
             m.num_experts_per_worker
-        m.use_placement(placement)
+        m.use_layout(layout_attrs(placement, rank))
         assert (m.num_experts_per_worker, m.start_expert_id, m.dwdp_size) == (4, start, 3)
         assert list(placement.local_experts[rank]) == list(range(start, start + 4))
+    assert not hasattr(HopperDwdpManager, "use_placement")  # no second copy of the check
     wrapping = DwdpConfig(dwdp_size=3, redundant_experts=1)  # derived + redundancy: rank 2 wraps around to expert 0
     with pytest.raises(ValueError, match="not one contiguous range"):
-        HopperDwdpManager(wrapping, dwdp_rank=2).use_placement(make_placement(wrapping, 8))
+        layout_attrs(make_placement(wrapping, 8), 2)
+

@@ -4,11 +4,17 @@ MoE._init_dwdp_expert_layout), computed from dwdp_trtllm.placement.make_placemen
 Runs right after MoE.__init__ (before create_weights allocates per-partition storage), so each rank
 allocates and loads only its own experts. After weight loading model_setup.py promotes the backend to the
 full [num_experts, ...] view (ep_size 1, slots 0..E), the way upstream's fixup_moe_backends does.
+
+This module owns the layout check (the rank's experts must be one contiguous id range: contiguous_range), once per
+MoE instance, in every era: the MoE.__init__ wrapper (patches._patch_moe_init) computes rank_layout before the
+original runs and hands it to override_layout after it. Where our HopperDwdpManager is upstream's registered manager,
+the wrapper also hands it the same layout, and the manager's num_experts_per_worker / start_expert_id are plain reads
+of it (no second check): upstream's MoE._init_dwdp_expert_layout would read them, but our wrap skips that method
+while our manager is registered, and require_layout_wrap refuses a TensorRT-LLM where the wrap is missing.
 """
 from __future__ import annotations
 
 from ...placement import ExpertPlacement
-from ..hopper_manager import storage_range
 from ..process_role import dwdp_rank, placement_for
 from .targets import MOE_INTERFACE, PatchTargetMissing, trtllm_version
 
@@ -17,16 +23,32 @@ LAYOUT_ATTRS = ("num_experts", "expert_size_per_partition", "num_slots", "slot_s
                 "initial_local_expert_ids", "layer_load_balancer", "mapping")
 
 
+def contiguous_range(placement: ExpertPlacement, dwdp_rank: int) -> tuple[int, int]:
+    """(start, size) of the routed experts dwdp_rank stores: one contiguous id range, since TensorRT-LLM loads
+    [slot_start, slot_end). Raises ValueError for a wrapping (redundant, derived) placement. The layout's one check."""
+    local = list(placement.local_experts[dwdp_rank])
+    if local != list(range(local[0], local[0] + len(local))):
+        raise ValueError(f"dwdp_rank {dwdp_rank} holds experts {local[:4]}...{local[-2:]}, not one contiguous range; "
+                         "TensorRT-LLM loads [slot_start, slot_end): use num_experts_per_worker/num_prefetch_experts "
+                         "or redundant_experts: 0")
+    return local[0], len(local)
+
+
 def layout_attrs(placement: ExpertPlacement, dwdp_rank: int) -> dict:
-    """Attribute values for dwdp_rank; its experts must be one contiguous id range (TensorRT-LLM
-    loads [slot_start, slot_end)). Raises ValueError for a wrapping (redundant, derived) placement."""
-    start, size = storage_range(placement, dwdp_rank)
+    """Attribute values for dwdp_rank (contiguous_range: ValueError for a wrapping placement)."""
+    start, size = contiguous_range(placement, dwdp_rank)
     return {"num_slots": placement.num_experts, "expert_size_per_partition": size,
             "slot_start": start, "slot_end": start + size, "initial_local_expert_ids": list(range(start, start + size))}
 
 
-def override_layout(moe) -> None:
-    """Apply the layout to one MoE instance (wrapper and backend alike, as upstream does)."""
+def rank_layout(num_experts: int) -> dict:
+    """This process's layout for a model of num_experts experts (its integration config's placement, its rank)."""
+    return layout_attrs(placement_for(num_experts)[1], dwdp_rank())
+
+
+def override_layout(moe, layout: dict | None = None) -> None:
+    """Apply the layout (rank_layout of the instance's num_experts, unless the MoE.__init__ wrapper computed it
+    already) to one MoE instance (wrapper and backend alike, as upstream does)."""
     for a in LAYOUT_ATTRS:
         if not hasattr(moe, a):
             raise PatchTargetMissing(trtllm_version(), MOE_INTERFACE, f"MoE instance attribute {a}",
@@ -39,8 +61,6 @@ def override_layout(moe) -> None:
         raise RuntimeError(f"dwdp_trtllm needs TP1 context instances (moe_ep_size=1, moe_tp_size=1), got "
                            f"moe_ep_size={getattr(m, 'moe_ep_size', '?')} moe_tp_size={getattr(m, 'moe_tp_size', '?')}; "
                            "generate the config with `dwdp gen-config --mode disaggregated`")
-    _, placement = placement_for(moe.num_experts)
-    rank = dwdp_rank()
-    for k, v in layout_attrs(placement, rank).items():
+    for k, v in (layout or rank_layout(moe.num_experts)).items():
         setattr(moe, k, v)
-    moe._dwdp_trtllm = {"dwdp_rank": rank, "placement": placement}
+    moe._dwdp_trtllm = {"dwdp_rank": dwdp_rank(), "placement": placement_for(moe.num_experts)[1]}

@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Callable
 
-from ..process_role import close_process_manager, engine_for_process, placement_for, process_manager
+from ..process_role import close_process_manager, engine_for_process, process_manager
 from .targets import DWDP_MODULE, MOE_ROOTS, PATCH_TARGETS, PatchTargetMissing, resolve, trtllm_version, \
     upstream_class, verify
 
@@ -37,18 +37,20 @@ def our_global_manager():
 
 
 def _patch_moe_init(module: ModuleType) -> None:
-    """MoE.__init__ (keyword-only: num_experts=..., interface.py stored id 57392471995): before the original runs
-    (its last step, _init_dwdp_expert_layout, reads the registered manager's layout attributes) our registered
-    manager learns the model's placement; after it, override_layout sets the layout from the same placement."""
-    from .moe_layout import override_layout
+    """MoE.__init__ (keyword-only: num_experts=..., interface.py stored id 57392471995): the rank's layout is computed
+    (and checked: moe_layout, its one owner) before the original runs, and handed to our registered manager, whose
+    layout attributes upstream's _init_dwdp_expert_layout would read (our wrap skips that method while ours is
+    registered); after the original, override_layout sets the same layout on the instance."""
+    from .moe_layout import override_layout, rank_layout
 
     def make(orig):
         def __init__(self, *args, **kwargs):
             mgr = our_global_manager()
-            if mgr is not None and "num_experts" in kwargs:
-                mgr.use_placement(placement_for(kwargs["num_experts"])[1])
+            layout = rank_layout(kwargs["num_experts"]) if mgr is not None and "num_experts" in kwargs else None
+            if layout is not None:
+                mgr.use_layout(layout)
             orig(self, *args, **kwargs)
-            override_layout(self)
+            override_layout(self, layout)
         return __init__
     wrap_method(module.MoE, "__init__", make)
 
