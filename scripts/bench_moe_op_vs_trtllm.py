@@ -110,6 +110,29 @@ def _routing(spec, T, routing, dev, g):
     return ids_TK.to(torch.int32), (w_TK / w_TK.sum(-1, keepdim=True)).float()
 
 
+def measure(args, spec, dev, time_fn) -> tuple[dict, dict]:
+    """({(path, routing, tokens): ms}, {routing/tokens: max |multi_buffer - contiguous|}) of the unit's computation
+    (moe_unit.routed_forward) on spec's shapes; time_fn(fn) -> ms (do_bench on the GPU)."""
+    from dwdp_trtllm.integration.trtllm.moe_unit import routed_forward
+    g = torch.Generator(device=dev).manual_seed(0)
+    sources = expert_sources(spec.num_experts, spec.hidden_size, spec.moe_intermediate, args.local, dev, g)
+    timings, diffs = {}, {}
+    for routing in args.routings:
+        for T in args.tokens:
+            x_TH = torch.randn(T, spec.hidden_size, device=dev, generator=g).to(torch.bfloat16)
+            ids_TK, w_TK = _routing(spec, T, routing, dev, g)
+            outs = {}
+            for path in args.paths:
+                src = sources[path]
+                run = lambda: routed_forward(x_TH, ids_TK, w_TK, src, torch.bfloat16)  # noqa: E731
+                outs[path] = run()
+                timings[(path, routing, T)] = time_fn(run)
+                print(f"{routing:9s} T={T:6d} {path:12s} {timings[(path, routing, T)]:7.3f} ms", flush=True)
+            if len(outs) == 2:
+                diffs[f"{routing}/{T}"] = float((outs["multi_buffer"].float() - outs["contiguous"].float()).abs().max())
+    return timings, diffs
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -118,35 +141,16 @@ def main(argv=None) -> int:
     from triton.testing import do_bench
 
     from dwdp_trtllm.bench.report import env_info
-    from dwdp_trtllm.integration.trtllm.moe_unit import routed_forward
     from dwdp_trtllm.models import get_model
     from dwdp_trtllm.ops.build import load
 
     load(cuda=True)
-    spec = get_model(moe_evidence.MODEL)
-    H, L = spec.hidden_size, args.local
-    dev = torch.device("cuda", 0)
-    g = torch.Generator(device=dev).manual_seed(0)
     t0 = time.time()
-    sources = expert_sources(spec.num_experts, H, spec.moe_intermediate, L, dev, g)
-    timings, diffs = {}, {}
-    for routing in args.routings:
-        for T in args.tokens:
-            x_TH = torch.randn(T, H, device=dev, generator=g, dtype=torch.bfloat16)
-            ids_TK, w_TK = _routing(spec, T, routing, dev, g)
-            outs = {}
-            for path in args.paths:
-                src = sources[path]
-                run = lambda: routed_forward(x_TH, ids_TK, w_TK, src, torch.bfloat16)  # noqa: E731
-                outs[path] = run()
-                timings[(path, routing, T)] = do_bench(run, warmup=args.warmup_ms, rep=args.rep_ms,
-                                                       return_mode="median")
-                print(f"{routing:9s} T={T:6d} {path:12s} {timings[(path, routing, T)]:7.3f} ms", flush=True)
-            if len(outs) == 2:
-                diffs[f"{routing}/{T}"] = float((outs["multi_buffer"].float() - outs["contiguous"].float()).abs().max())
+    timings, diffs = measure(args, get_model(moe_evidence.MODEL), torch.device("cuda", 0),
+                             lambda f: do_bench(f, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median"))
     env = env_info("cuda", device_name=torch.cuda.get_device_name(0))
     meta = {"date": env["date"][:10], "commit": env["git_commit"], "device": env["device_name"], "torch": env["torch"],
-            "command": env["argv"], "seconds": time.time() - t0, "local_experts": L,
+            "command": env["argv"], "seconds": time.time() - t0, "local_experts": args.local,
             "max_abs_diff_multi_buffer_vs_contiguous": diffs}
     print(report(timings, meta, Path(args.out)))
     print("max |multi_buffer - contiguous|:", diffs)

@@ -104,22 +104,23 @@ def test_bench_without_cuda_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.slow  # builds / loads the CPU dwdp::grouped_gemm (~15 s the first time)
-def test_bench_paths_compute_the_same_on_cpu():
-    """The bench's two paths (expert_sources) through the unit's computation (moe_unit.routed_forward), small dims
-    on CPU with the op's CPU build: [L local | E - L slot] and one [E, ...] buffer give bit-equal outputs, as the
-    bench's max_abs_diff expects on the GPU."""
+def test_bench_measure_loop_on_cpu():
+    """The bench's loop (measure: expert_sources, _routing, moe_unit.routed_forward per path) on small shapes with
+    the op's CPU build and a stand-in timer: every (path, routing, tokens) timed, the table built from it, and the two
+    paths ([L local | E - L slot] and one [E, ...] buffer) bit-equal, as the GPU run's max_abs_diff expects."""
+    from types import SimpleNamespace
     from dwdp_trtllm import ops
-    from dwdp_trtllm.integration.trtllm.moe_unit import routed_forward
-    from dwdp_trtllm.models import get_model
     if not ops.available():
         pytest.fail(f"dwdp::grouped_gemm CPU build unavailable: {ops.why_unavailable()}")
-    dev, g = torch.device("cpu"), torch.Generator().manual_seed(0)
-    src = bench.expert_sources(16, 256, 256, 5, dev, g)
-    spec = get_model("deepseek-r1")
-    ids, w = bench._routing(spec, 24, "uniform", dev, g)
-    ids = ids % 16  # 16 experts here; duplicates within a token are fine for the op
-    x = torch.randn(24, 256, generator=g).to(torch.bfloat16)
-    y = {p: routed_forward(x, ids, w, s, torch.bfloat16) for p, s in src.items()}
-    assert y["multi_buffer"].shape == (24, 256) and y["multi_buffer"].dtype == torch.bfloat16
-    assert y["multi_buffer"].abs().sum() > 0
-    assert torch.equal(y["multi_buffer"], y["contiguous"])
+    spec = SimpleNamespace(num_experts=16, top_k=8, hidden_size=256, moe_intermediate=256, router="sigmoid_grouped",
+                           norm_topk_prob=True, routed_scaling_factor=2.5)
+    args = bench.parse_args(["--out", "x", "--tokens", "24,40", "--local", "5"])
+    calls = []
+    timings, diffs = bench.measure(args, spec, torch.device("cpu"), lambda f: calls.append(f()) or 1.0)
+    assert sorted(timings) == sorted((p, r, t) for p in ("multi_buffer", "contiguous")
+                                     for r in ("uniform", "power_law") for t in (24, 40))
+    assert len(calls) == 8 and all(y.shape == (24, 256) or y.shape == (40, 256) for y in calls)
+    assert all(y.dtype == torch.bfloat16 and y.abs().sum() > 0 for y in calls)
+    assert diffs == {f"{r}/{t}": 0.0 for r in ("uniform", "power_law") for t in (24, 40)}
+    rows = ev.comparison_rows(timings)  # small token counts sit below the table's rows: its first-row floor
+    assert len(rows) == 8 and all(r["trtllm_ms"] > 0 for r in rows)
