@@ -79,7 +79,9 @@ def placement_for(num_experts: int):
 
 def process_manager():
     """The HopperDwdpManager of this process (created on first use, and again after the previous one was exited;
-    dwdp_trtllm engine only)."""
+    dwdp_trtllm engine only). Registering it as upstream's global manager (VA era) is trtllm/patches.py's
+    register_process_manager, at import of pyexecutor.dwdp and before every ModelLoader.load, so a model built after
+    an executor shutdown finds the fresh one registered, as upstream's creator enters a new manager per executor."""
     if "manager" not in _cache or _cache["manager"].closed:
         from .hopper_manager import HopperDwdpManager
         cfg = integration_config().dwdp
