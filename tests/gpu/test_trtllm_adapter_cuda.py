@@ -1,6 +1,7 @@
 """The TensorRT-LLM adapter's runtime path on a GPU: fake TensorRT-LLM modules (tests/fakes, each behaviour
 citing upstream), real CUDA transport (vmm_fd / ipc between processes sharing the GPU), CopyScheduler (graph),
-composite view or the multi_buffer unit (dwdp::grouped_gemm, CUDA build), bit-exact against the single-process
+composite view or the multi_buffer unit (dwdp::grouped_gemm, CUDA build; with transport auto both take vmm_fd),
+bit-exact against the single-process
 full-expert reference over three forwards (for multi_buffer: the same unit and op on the full expert set).
 
 Ranks: 2 context processes + 1 generation process on the one GPU (device = rank % device_count, as
@@ -58,4 +59,7 @@ def test_adapter_on_cuda_matches_reference(tmp_path, era, quant, gemm, want):
         if gemm.endswith("+ipc"):
             assert "composite view not possible (composite_view needs transport vmm_fd" in rr["gemm_reason"], rr
         assert rr["unit_calls"] == ([3, 3, 3] if want == "multi_buffer" else []), rr
+        if gemm == "multi_buffer" and quant == "fp8_block_scales" and torch.cuda.get_device_capability()[0] == 9:
+            # the FP8 default on sm_90 names the measurement it rests on (integration/moe_evidence.py)
+            assert "multi_buffer first by measurement" in rr["gemm_reason"], rr
         assert rr["bit_exact"], rr
