@@ -1,7 +1,7 @@
 """Slot ring state machine of the DWDP prefetch: issue(n + S) -> acquire(n) -> release(n).
 
 Every MoE-layer execution gets a sequence number n (iteration * L + moe_idx for L MoE layers);
-execution n reads slot n % S (S = prefetch_depth + 1). Timeline with S = 2:
+execution n reads slot n % S (S = memory.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2). Timeline with S = 2:
 
     compute stream : attn(l) | MoE(l) reads slot l%2 | attn(l+1) | MoE(l+1) reads slot (l+1)%2 | ...
     copy stream    :   pull(l+1) -> slot (l+1)%2  |  pull(l+2) -> slot l%2 (after MoE(l) released it)
