@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import glob
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ class SweepPoint:
     key: str  # point_hash(config_dict): names out_dir/points/<key>.json
     #: workload.routing_skew kind file: the counts file's MoE rows (routing_skew.load_counts_file), read once by
     #: load_sweep for every point naming that file; None for the other kinds
-    skew_counts_LE: Any = None
+    skew_counts_LE: Any = field(default=None, compare=False, repr=False)  # an array: not compared, not printed
 
     def popularity_LE(self) -> Any:
         """The point's routing-skew popularity per MoE layer (routing_skew.popularity_table, from the counts read
