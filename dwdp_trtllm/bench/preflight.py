@@ -31,8 +31,6 @@ class PreflightError(ConfigError):
     """The run cannot fit this machine (or cannot measure anything); raised before any rank starts."""
 
 
-
-
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
 
 def max_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:
