@@ -16,8 +16,9 @@ Checks, at every point for every variant: (a) BIT-EXACT: the multi_buffer output
 contiguous [E, N, K] buffer (torch.equal); (b) whether it equals the incumbent variant's output bit for bit
 (reported; decides whether a shape may split on T); (c) ||out - ref|| / ||ref|| < 1e-2 on three experts against
 float32 products of the dequantised operands. A candidate must pass (a) and (c) everywhere to be chosen.
-Timing: CUDA events around each call, median of n calls (n so that about --target-ms are timed, 3..100), after one
-warm-up call; random codes (never zeros). Writes <out>/fp8_grouped.json, .md and (--write-dispatch) the header.
+Timing: CUDA events around each call, median of n calls (n so that about --target-ms are timed, 3..100) after one
+warm-up call, in --rounds interleaved rounds over the candidates of a point (torch and the op in every round); a
+candidate's time is the median of its round medians. Random codes (never zeros). Writes <out>/fp8_grouped.json, .md and (--write-dispatch) the header.
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def main() -> int:
     ap.add_argument("--routings", default="uniform,skewed")
     ap.add_argument("--variants", default="all", help="comma-separated variant names, or all (every one built)")
     ap.add_argument("--local", type=int, default=32, help="experts in the local buffer (the rest in the slot)")
-    ap.add_argument("--target-ms", type=float, default=40)
+    ap.add_argument("--target-ms", type=float, default=25, help="time timed per candidate per round")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per point")
     ap.add_argument("--no-knobs", action="store_true", help="skip pass 2 (scheduler knobs)")
     ap.add_argument("--write-dispatch", default="", help="write the chosen dispatch header to this path")
     args = ap.parse_args()
@@ -115,47 +117,66 @@ def main() -> int:
                 if hi > lo:
                     p["refs"].append((lo, hi, dequantize_fp8_blockwise(p["a"][lo:hi], p["sa"][lo:hi], (1, 128))
                                       @ dequantize_fp8_blockwise(w[e], ws[e]).t()))
-            flop = 2.0 * p["R"] * N * K
-            ms_t = time_ms(lambda: torch._scaled_grouped_mm(p["a"], w_KN, p["sa_row"], sw_row, offs=p["offs"],
-                                                            out_dtype=torch.bfloat16), args.target_ms)
-            ms_op = time_ms(lambda: op(p["a"], p["offs"], [w_local, w_slot], bidx, rrow, p["sa"], [s_local, s_slot]), args.target_ms)
+            p["torch_run"] = (lambda p=p: torch._scaled_grouped_mm(p["a"], w_KN, p["sa_row"], sw_row, offs=p["offs"],
+                                                                    out_dtype=torch.bfloat16))
+            p["op_run"] = lambda p=p: op(p["a"], p["offs"], [w_local, w_slot], bidx, rrow, p["sa"], [s_local, s_slot])
+            p["torch_ms"], p["op_ms"] = [], []
             base = dict(shape=shape, N=N, K=K, tokens=p["T"], rows=p["R"], E=E, routing=p["routing"],
-                        max_expert_rows=int(p["counts"].max()), ms_torch=ms_t, tflops_torch=flop / ms_t / 1e9,
-                        ms_op=ms_op, tflops_op=flop / ms_op / 1e9,
+                        max_expert_rows=int(p["counts"].max()),
                         op_choice=str(torch.ops.dwdp.grouped_gemm_fp8_choice(p["R"], E, N, K)))
             base_rows.append(base)
             p["base"] = base
 
-        def measure(p, v, raster, swizzle):
+        def check(p, v, raster, swizzle):
+            """The candidate's correctness at point p (one call each way) and its timing closure."""
             run = lambda: tune(p["a"], p["offs"], [w_local, w_slot], bidx, rrow, p["sa"], [s_local, s_slot], v, raster, swizzle)  # noqa: E731
             out = run()
             contig = tune(p["a"], p["offs"], [w], bidx1, rrow1, p["sa"], [ws], v, raster, swizzle)
-            exact = bool(torch.equal(out, contig))
-            same = bool(torch.equal(out, p["inc"]))
+            exact, same = bool(torch.equal(out, contig)), bool(torch.equal(out, p["inc"]))
             err = max(float((out[lo:hi].float() - ref).norm() / ref.norm()) for lo, hi, ref in p["refs"])
-            del contig, out
-            ms = time_ms(run, args.target_ms)
             b = p["base"]
-            r = dict(b, variant=v, raster=raster, swizzle=swizzle, ms=ms, tflops=2.0 * p["R"] * N * K / ms / 1e9,
-                     bit_exact_contiguous=exact, same_as_fallback=same, rel_err=err, ok=exact and err < 1e-2)
-            rows.append(r)
+            r = dict(b, variant=v, raster=raster, swizzle=swizzle, bit_exact_contiguous=exact, same_as_fallback=same,
+                     rel_err=err, ok=exact and err < 1e-2)
             if not r["ok"]:
                 bad.append(f"{shape} T={p['T']} {p['routing']} {v} r{raster} s{swizzle}: exact={exact} err={err:.1e}")
-            print(f"{shape} T={p['T']:6d} {p['routing']:7s} {v:24s} r{raster} s{swizzle} {r['tflops']:6.0f} TFLOP/s"
-                  f"  exact={exact} same={same} err={err:.1e}  (torch {b['tflops_torch']:.0f}, op {b['tflops_op']:.0f})",
-                  flush=True)
+            return r, run
+
+        def timed(p, cands):
+            """Interleaved rounds (every candidate once per round, torch and the op too): a slow spell of the GPU
+            lands on every candidate alike; each candidate's time is the median over rounds of its per-round median."""
+            checked = [check(p, *c) for c in cands]
+            runs = [run for _, run in checked] + [p["torch_run"], p["op_run"]]
+            per = [[] for _ in runs]
+            for _ in range(args.rounds):
+                for i, run in enumerate(runs):
+                    per[i].append(time_ms(run, args.target_ms))
+            med = [sorted(x)[len(x) // 2] for x in per]
+            flop = 2.0 * p["R"] * N * K
+            for (r, _), ms, spread in zip(checked, med, per):
+                r.update(ms=ms, tflops=flop / ms / 1e9, ms_rounds=spread)
+                rows.append(r)
+                print(f"{shape} T={p['T']:6d} {p['routing']:7s} {r['variant']:18s} r{r['raster']} s{r['swizzle']} "
+                      f"{r['tflops']:6.0f} TFLOP/s  exact={r['bit_exact_contiguous']} same={r['same_as_fallback']} "
+                      f"err={r['rel_err']:.1e}  rounds {min(spread):.3f}-{max(spread):.3f} ms", flush=True)
+            p["torch_ms"].extend(per[-2])
+            p["op_ms"].extend(per[-1])
 
         for p in pts:
-            for v in variants:
-                measure(p, v, 0, 0)
+            timed(p, [(v, 0, 0) for v in variants])
         if not args.no_knobs:
             mine = [r for r in rows if r["shape"] == shape and r["raster"] == 0 and r["swizzle"] == 0 and r["ok"]]
             gm = {v: math.exp(sum(math.log(r["tflops"]) for r in mine if r["variant"] == v) / len(pts))
                   for v in {r["variant"] for r in mine} if sum(r["variant"] == v for r in mine) == len(pts)}
-            for v in sorted(gm, key=gm.get, reverse=True)[:2]:
-                for p in pts:
-                    for raster, swizzle in KNOBS:
-                        measure(p, v, raster, swizzle)
+            top = sorted(gm, key=gm.get, reverse=True)[:2]
+            for p in pts:
+                timed(p, [(v, raster, swizzle) for v in top for raster, swizzle in KNOBS])
+        for p in pts:  # torch and the op: median over every round they ran in
+            b, flop = p["base"], 2.0 * p["R"] * N * K
+            b["ms_torch"], b["ms_op"] = sorted(p["torch_ms"])[len(p["torch_ms"]) // 2], sorted(p["op_ms"])[len(p["op_ms"]) // 2]
+            b["tflops_torch"], b["tflops_op"] = flop / b["ms_torch"] / 1e9, flop / b["ms_op"] / 1e9
+            for r in rows:
+                if r["shape"] == shape and r["tokens"] == p["T"] and r["routing"] == p["routing"]:
+                    r.update(ms_torch=b["ms_torch"], tflops_torch=b["tflops_torch"], ms_op=b["ms_op"], tflops_op=b["tflops_op"])
         pts.clear()  # this shape's inputs and outputs go; its weights when the next shape rebinds them
         torch.cuda.empty_cache()
 
@@ -182,7 +203,7 @@ def main() -> int:
 def tables(meta, base_rows, rows, variants, choice) -> str:
     lines = [f"# FP8 grouped GEMM variants, {meta['device']}, torch {meta['torch']}, {meta['date']}", "",
              f"`{meta['command']}`", "",
-             "TFLOP/s (median of CUDA-event-timed calls); default scheduler knobs (raster along M, swizzle 1); "
+             "TFLOP/s (median over interleaved rounds of the median of CUDA-event-timed calls); default scheduler knobs (raster along M, swizzle 1); "
              "torch = _scaled_grouped_mm rowwise on one buffer; op = this build's production dispatch. "
              "x = bit-exact multi_buffer == contiguous failed; ! = error >= 1e-2.", ""]
     cols = ["shape", "tokens", "routing", "torch", "op", *variants, "best / c1x2", "best / torch"]

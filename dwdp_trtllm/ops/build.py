@@ -20,7 +20,7 @@ from .. import env
 CPU_SOURCES = ("grouped_gemm_cpu.cpp",)
 #: FP8 blockwise grouped GEMM variants (plugins/include/dwdp/grouped_gemm.h DWDP_FP8_VARIANTS; one .cu each).
 FP8_VARIANTS = ("coop_128x128_c1x2", "coop_128x128_c1x1", "coop_128x128_c2x1", "coop_128x128_c2x2",
-                "coop_128x128_c1x2_sfamn", "coop_256x128_c1x2", "pp_64x128_c1x2", "pp_64x128_c2x1")
+                "pp_64x128_c1x2", "pp_64x128_c2x1")
 CUDA_SOURCES = ("grouped_gemm_cuda.cpp", "grouped_gemm_bf16_coop.cu", "grouped_gemm_bf16_pingpong.cu",
                 *(f"grouped_gemm_fp8_{v}.cu" for v in FP8_VARIANTS))
 CUDA_ARCH = "sm90a"

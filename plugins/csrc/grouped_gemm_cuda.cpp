@@ -19,7 +19,7 @@ namespace dwdp {
 
 // The FP8 variants' entry points are weak references: a variant whose .cu was left out of the build (ops/build.py
 // DWDP_OPS_EXCLUDE, used when one fails to compile) is a null pointer here instead of a link error.
-#define DWDP_WEAK_FP8_VARIANT(tag, sfa_mn)                                                                         \
+#define DWDP_WEAK_FP8_VARIANT(tag)                                                                         \
   __attribute__((weak)) size_t grouped_gemm_fp8_##tag##_workspace(const GroupedGemmParams& p);                   \
   __attribute__((weak)) const char* grouped_gemm_fp8_##tag(const GroupedGemmParams& p, void* workspace,         \
                                                            size_t workspace_bytes, cudaStream_t stream);
@@ -46,10 +46,9 @@ struct Fp8Variant {
   const char* name;
   WsFn ws;
   RunFn run;
-  bool sfa_mn;  // reads the [KB, T] copy of a_scale
   bool built() const { return ws != nullptr && run != nullptr; }
 };
-#define DWDP_FP8_VARIANT_ENTRY(tag, sfa_mn) Fp8Variant{#tag, &grouped_gemm_fp8_##tag##_workspace, &grouped_gemm_fp8_##tag, sfa_mn},
+#define DWDP_FP8_VARIANT_ENTRY(tag) Fp8Variant{#tag, &grouped_gemm_fp8_##tag##_workspace, &grouped_gemm_fp8_##tag},
 const Fp8Variant kFp8Variants[] = {DWDP_FP8_VARIANTS(DWDP_FP8_VARIANT_ENTRY)};
 
 const Fp8Variant* find_fp8_variant(const std::string& name) {
@@ -110,15 +109,6 @@ void enqueue(GroupedGemmParams& p, WsFn ws_fn, RunFn run_fn, const at::Tensor& a
   TORCH_CHECK(err == nullptr, err);
 }
 
-void enqueue_fp8(GroupedGemmParams& p, const Fp8Variant& v, const at::Tensor& a, const at::Tensor& a_scale) {
-  at::Tensor a_scale_kt;  // stream-ordered: the caching allocator reuses it only after the GEMM on this stream
-  if (v.sfa_mn) {
-    a_scale_kt = a_scale.t().contiguous();
-    p.a_scale_kt = a_scale_kt.data_ptr<float>();
-  }
-  enqueue(p, v.ws, v.run, a);
-}
-
 at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
                              const at::Tensor& bidx, const at::Tensor& row, const std::optional<at::Tensor>& a_scale,
                              std::optional<at::TensorList> weight_scales) {
@@ -135,7 +125,7 @@ at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::Te
                 " nor the fallback ", kFp8FallbackVariant, " is in this build");
     p.raster = c.raster;
     p.swizzle = c.swizzle;
-    enqueue_fp8(p, *v, a, *a_scale);
+    enqueue(p, v->ws, v->run, a);
   } else if (p.T < 96 * p.E) {
     // Few rows per expert (small T*topk/E) waste most of a 128-row tile: ping-pong 64-row tiles there.
     enqueue(p, grouped_gemm_bf16_pingpong_workspace, grouped_gemm_bf16_pingpong, a);
@@ -165,7 +155,7 @@ at::Tensor grouped_gemm_fp8_tune_cuda(const at::Tensor& a, const at::Tensor& off
   GroupedGemmParams p = make_params(a, offs, weights, bidx, row, sa, sw, out);
   p.raster = int(raster);
   p.swizzle = int(swizzle);
-  enqueue_fp8(p, *v, a, a_scale);
+  enqueue(p, v->ws, v->run, a);
   return out;
 }
 

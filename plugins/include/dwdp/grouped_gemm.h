@@ -32,7 +32,6 @@ struct GroupedGemmParams {
   int64_t buffer_rows[kMaxBuffers] = {};
   int num_buffers = 0;
   const float* a_scale = nullptr;
-  const float* a_scale_kt = nullptr;  // [KB, T] copy of a_scale: only the M-major-scale FP8 variants read it
   void* out = nullptr;
   int64_t T = 0, N = 0, K = 0;
   int E = 0;
@@ -50,21 +49,21 @@ size_t grouped_gemm_bf16_pingpong_workspace(const GroupedGemmParams& p);
 const char* grouped_gemm_bf16_coop(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 const char* grouped_gemm_bf16_pingpong(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// FP8 blockwise variants (one .cu each, plugins/csrc/grouped_gemm_fp8_<tag>.cu): X(tag, needs a_scale_kt).
+// FP8 blockwise variants (one .cu each, plugins/csrc/grouped_gemm_fp8_<tag>.cu): X(tag).
 // coop = cooperative (two consumer warp groups on one tile), pp = ping-pong (one tile per warp group);
-// MxNxK tile; cM x N cluster (TMA multicast of B across the M pair, of A across the N pair); sfamn = M-major
-// activation scales. grouped_gemm_cuda.cpp dispatches among them (grouped_gemm_fp8_dispatch.h).
-#define DWDP_FP8_VARIANTS(X)       \
-  X(coop_128x128_c1x2, false)      \
-  X(coop_128x128_c1x1, false)      \
-  X(coop_128x128_c2x1, false)      \
-  X(coop_128x128_c2x2, false)      \
-  X(coop_128x128_c1x2_sfamn, true) \
-  X(coop_256x128_c1x2, false)      \
-  X(pp_64x128_c1x2, false)         \
-  X(pp_64x128_c2x1, false)
+// MxN tile (K 128); cM x N cluster (TMA multicast of B across the M pair, of A across the N pair).
+// grouped_gemm_cuda.cpp dispatches among them (grouped_gemm_fp8_dispatch.h). Tried and dropped on 2026-12-03
+// (docs/BENCHMARKS.md section 11): cooperative 256x128 (spills: 0.4-0.5x), 128x256 (CUTLASS 4.2's blockwise
+// mainloop fails a static_assert for M>1, N>1 scale tiles), M-major activation scales (no gain, wrong layout).
+#define DWDP_FP8_VARIANTS(X) \
+  X(coop_128x128_c1x2)       \
+  X(coop_128x128_c1x1)       \
+  X(coop_128x128_c2x1)       \
+  X(coop_128x128_c2x2)       \
+  X(pp_64x128_c1x2)          \
+  X(pp_64x128_c2x1)
 
-#define DWDP_DECLARE_FP8_VARIANT(tag, sfa_mn)                                                              \
+#define DWDP_DECLARE_FP8_VARIANT(tag)                                                                      \
   size_t grouped_gemm_fp8_##tag##_workspace(const GroupedGemmParams& p);                                 \
   const char* grouped_gemm_fp8_##tag(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, \
                                      cudaStream_t stream);

@@ -31,22 +31,17 @@ using LayoutA = cutlass::layout::RowMajor;     // a_TK: K contiguous
 using LayoutB = cutlass::layout::ColumnMajor;  // W [N, K] row-major == B (K x N) column-major
 using LayoutD = cutlass::layout::RowMajor;     // out_TN
 
-// DeepSeek-style block scales: activations 1x128 along K, weights 128x128. Weight scales are K-major ([NB, KB] per
-// expert, as the op contract hands them). Activation scales are K-major ([T, KB], the contract's a_scale) or, for
-// the kSfaMN variants, M-major: the glue hands a [KB, T] copy (p.a_scale_kt), so the mainloop's per-K-block load of
-// one scale per tile row is 128 consecutive floats instead of 128 floats KB*4 bytes apart.
-template <bool kSfaMN>
-using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, kSfaMN ? cute::GMMA::Major::MN : cute::GMMA::Major::K,
-                                                              cute::GMMA::Major::K>;
+// DeepSeek-style block scales: activations 1x128 along K, weights 128x128; both stored K-major
+// (a_scale [T, KB], weight scales [NB, KB] per expert), which is what the op contract hands us.
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::K, cute::GMMA::Major::K>;
+using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
 // A CUTLASS grouped GEMM type from (element, tile, cluster, schedules). kBlockwise selects the FP8 mainloop
-// whose B/A operands carry (pointer, scale-layout) pairs; kSfaMN its M-major activation scales (see ScaleConfig).
+// whose B/A operands carry (pointer, scale-layout) pairs.
 template <class ElementAB, class ElementD, class TileShape, class ClusterShape, class KernelSchedule,
-          class EpilogueSchedule, bool kBlockwise, bool kSfaMN = false>
+          class EpilogueSchedule, bool kBlockwise>
 struct GemmConfig {
-  using Scales = ScaleConfig<kSfaMN>;
-  using LayoutSFA = decltype(Scales::deduce_layoutSFA());
-  using LayoutSFB = decltype(Scales::deduce_layoutSFB());
   static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -67,7 +62,6 @@ struct GemmConfig {
   using ElementA = ElementAB;
   using ElementOut = ElementD;
   static constexpr bool blockwise = kBlockwise;
-  static constexpr bool sfa_mn = kSfaMN;
 };
 
 inline size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
@@ -93,8 +87,8 @@ struct WorkspaceLayout {
     sd = take(sizeof(StrideD) * E);
     psfa = take(Cfg::blockwise ? sizeof(void*) * E : 0);
     psfb = take(Cfg::blockwise ? sizeof(void*) * E : 0);
-    lsfa = take(Cfg::blockwise ? sizeof(typename Cfg::LayoutSFA) * E : 0);
-    lsfb = take(Cfg::blockwise ? sizeof(typename Cfg::LayoutSFB) * E : 0);
+    lsfa = take(Cfg::blockwise ? sizeof(LayoutSFA) * E : 0);
+    lsfb = take(Cfg::blockwise ? sizeof(LayoutSFB) * E : 0);
     cutlass_ws = take(cutlass_bytes);
     total = o;
   }
@@ -126,22 +120,11 @@ __global__ void build_group_args(GroupedGemmParams p, char* ws, WorkspaceLayout<
   reinterpret_cast<typename WL::StrideB*>(ws + L.sb)[e] = cutlass::make_cute_packed_stride(typename WL::StrideB{}, {N, K, 1});
   reinterpret_cast<typename WL::StrideD*>(ws + L.sd)[e] = cutlass::make_cute_packed_stride(typename WL::StrideD{}, {M, N, 1});
   if constexpr (Cfg::blockwise) {
-    using Scales = typename Cfg::Scales;
     int KB = (K + 127) / 128, NB = (N + 127) / 128;
-    if constexpr (Cfg::sfa_mn) {
-      // group e = columns [start, end) of the [KB, T] copy: M stride 1, K-block stride T (not the group's M)
-      using namespace cute;
-      int T32 = int(p.T);
-      reinterpret_cast<const float**>(ws + L.psfa)[e] = p.a_scale_kt + start;
-      reinterpret_cast<typename Cfg::LayoutSFA*>(ws + L.lsfa)[e] =
-          make_layout(make_shape(make_shape(Int<1>{}, M), make_shape(Int<128>{}, KB), 1),
-                      make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, T32), T32 * KB));
-    } else {
-      reinterpret_cast<const float**>(ws + L.psfa)[e] = p.a_scale + int64_t(start) * KB;
-      reinterpret_cast<typename Cfg::LayoutSFA*>(ws + L.lsfa)[e] = Scales::tile_atom_to_shape_SFA(cute::make_shape(M, N, K, 1));
-    }
+    reinterpret_cast<const float**>(ws + L.psfa)[e] = p.a_scale + int64_t(start) * KB;
     reinterpret_cast<const float**>(ws + L.psfb)[e] = p.buffer_scales[b] + int64_t(r) * NB * KB;
-    reinterpret_cast<typename Cfg::LayoutSFB*>(ws + L.lsfb)[e] = Scales::tile_atom_to_shape_SFB(cute::make_shape(M, N, K, 1));
+    reinterpret_cast<LayoutSFA*>(ws + L.lsfa)[e] = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(M, N, K, 1));
+    reinterpret_cast<LayoutSFB*>(ws + L.lsfb)[e] = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(M, N, K, 1));
   }
 }
 
@@ -165,8 +148,8 @@ struct GroupedRunner {
           {p.E, reinterpret_cast<Shape*>(at(L.shapes)), nullptr},
           {reinterpret_cast<const EA**>(at(L.pa)), reinterpret_cast<typename WL::StrideA*>(at(L.sa)),
            reinterpret_cast<const EA**>(at(L.pb)), reinterpret_cast<typename WL::StrideB*>(at(L.sb)),
-           reinterpret_cast<const float**>(at(L.psfa)), reinterpret_cast<typename Cfg::LayoutSFA*>(at(L.lsfa)),
-           reinterpret_cast<const float**>(at(L.psfb)), reinterpret_cast<typename Cfg::LayoutSFB*>(at(L.lsfb))},
+           reinterpret_cast<const float**>(at(L.psfa)), reinterpret_cast<LayoutSFA*>(at(L.lsfa)),
+           reinterpret_cast<const float**>(at(L.psfb)), reinterpret_cast<LayoutSFB*>(at(L.lsfb))},
           {{}, nullptr, nullptr, reinterpret_cast<ED**>(at(L.pd)), reinterpret_cast<typename WL::StrideD*>(at(L.sd))},
           hw};
     } else {
@@ -199,7 +182,6 @@ struct GroupedRunner {
 
   static const char* run(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     if (p.E == 0 || p.T == 0) return nullptr;
-    if (Cfg::sfa_mn && p.a_scale_kt == nullptr) return "dwdp::grouped_gemm: this variant needs the [KB, T] a_scale copy";
     WL L = layout(p);
     if (workspace_bytes < L.total) return "dwdp::grouped_gemm: workspace too small";
     char* ws = static_cast<char*>(workspace);
