@@ -34,7 +34,7 @@ class PreflightError(ConfigError):
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
 
 def max_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:
-    """(iterations the rank's scheduler (engine/scheduler.py) runs at most, exact?). With every request at t=0 the
+    """(iterations the rank's scheduler (batching.py) runs at most, exact?). With every request at t=0 the
     count is exact: FCFS chunked prefill fills every iteration to max_num_tokens but the last. With later arrivals
     an iteration is short only when it finishes a request whose successor has not arrived: at most one extra
     iteration per request."""
@@ -65,7 +65,7 @@ def check_warmup(cfg: BenchConfig, queues: list[list[Request]], *, file: str | N
 # ---- resources ------------------------------------------------------------------------------------------
 
 def largest_attention_chunk(queue: list[Request], max_num_tokens: int) -> tuple[int, int]:
-    """(L, S) of the attention call with the largest L x S the rank's scheduler (engine/scheduler.py, FCFS chunked
+    """(L, S) of the attention call with the largest L x S the rank's scheduler (batching.py, FCFS chunked
     prefill) makes: L query tokens of one chunk over its S = prefix + L keys. With every request at t=0 the packing
     is replayed exactly; with later arrivals only the first request's first chunk is certain (it starts an empty
     iteration), so that one is taken (a lower bound)."""

@@ -180,7 +180,7 @@ def test_verify_checks_the_three_modes_it_runs_before_any_rank(capsys, monkeypat
 
 
 def test_max_iterations_matches_the_scheduler_offline():
-    from dwdp_trtllm.engine.scheduler import RankScheduler
+    from dwdp_trtllm.batching import RankScheduler
 
     queue = [Request(request_id=i, rank=0, isl=37 + 13 * i, arrival_s=0.0) for i in range(9)]
     for mnt in (16, 64, 100, 1000):
