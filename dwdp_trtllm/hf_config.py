@@ -4,7 +4,7 @@ Every key of the file is either mapped onto the spec, checked to hold the one va
 or ignored because it does not change a prefill forward (training-only, tokenizer ids, generation); any
 other key or value raises ConfigError naming the file, the key, the value and what is supported. Both
 the release format (`rope_theta` + `rope_scaling`) and transformers >= 5's `rope_parameters` are read.
-Pure: reads one JSON file, no torch.
+Pure: reads one JSON file (again only when it changed: spec_from_hf_config's cache), no torch.
 """
 from __future__ import annotations
 
@@ -251,10 +251,14 @@ _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
     "qwen3_moe": _qwen3_moe, "mixtral": _mixtral, "olmoe": _olmoe}
 
 
+def _config_file(path: str | Path) -> Path:
+    p = Path(path)
+    return p / "config.json" if p.is_dir() else p
+
+
 def read_config_json(path: str | Path) -> tuple[dict, str]:
     """(the parsed config.json of a checkpoint directory or file, its path); ConfigError naming the file."""
-    p = Path(path)
-    f = p / "config.json" if p.is_dir() else p
+    f = _config_file(path)
     if not f.is_file():
         raise ConfigError(str(f), "", "config.json not found: a checkpoint directory holds config.json next to its *.safetensors")
     try:
@@ -266,8 +270,40 @@ def read_config_json(path: str | Path) -> tuple[dict, str]:
     return data, str(f)
 
 
+#: spec_from_hf_config's specs by (config.json's absolute path, the file's identity, name). ModelConfig checks its
+#: checkpoint when built and every spec() call (several per bench point, per rank) asks again: the file is read and
+#: checked once while it is unchanged. Identity = device, inode, size, mtime and ctime in ns: an edit in place or a
+#: file renamed over it is read again (an edit of the same size within the filesystem's timestamp tick is not seen).
+#: Only specs are kept (ModelSpec is frozen); a file that fails is read again on the next call.
+_SPECS: dict[tuple, ModelSpec] = {}
+_SPECS_MAX = 64
+
+
+def _identity(f: Path) -> tuple | None:
+    try:
+        st = f.stat()
+    except OSError:
+        return None  # read_config_json names the problem
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def spec_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
-    """The full-depth ModelSpec of the checkpoint at `path` (a directory holding config.json, or the file)."""
+    """The full-depth ModelSpec of the checkpoint at `path` (a directory holding config.json, or the file); the
+    file is read again only when it changed since the last call (_SPECS)."""
+    f = _config_file(path)
+    ident = _identity(f)  # before the read: an edit during it changes the key, so the next call reads again
+    key = None if ident is None else (str(f.absolute()), ident, name)
+    if key is not None and key in _SPECS:
+        return _SPECS[key]
+    spec = _spec_from_file(path, name)
+    if key is not None:
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.pop(next(iter(_SPECS)))  # the oldest entry
+        _SPECS[key] = spec
+    return spec
+
+
+def _spec_from_file(path: str | Path, name: str | None) -> ModelSpec:
     data, file = read_config_json(path)
     mt = data.get("model_type")
     if mt not in _FAMILIES:
