@@ -1,6 +1,6 @@
 """TensorRT-LLM's MoE weights on the DWDP core: transport, CopyScheduler and Prefetcher (no tensorrt_llm import).
 
-Legend: L MoE layers in forward order (position p), S slots (prefetch_depth + 1), E experts, t tensor index.
+Legend: L MoE layers in forward order (position p), S slots (memory.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2), E experts, t tensor index.
 
 The backend module of each MoE layer ("owner": CutlassFusedMoE) holds its local experts [n_local, ...]
 per weight name. AdapterRuntime:
@@ -34,6 +34,7 @@ import torch
 from ..composite_slots import CompositeSlots, CompositeUnsupported, local_run
 from ..copy_plan import CopyPlan, ExpertLayout, build_copy_plan
 from ..copy_scheduler import CopyScheduler
+from ..memory import prefetch_slot_count
 from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
@@ -130,7 +131,8 @@ class AdapterRuntime:
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
         E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
-        L, S = len(self.owners), cfg.num_slots
+        L = len(self.owners)
+        S = prefetch_slot_count(cfg, L)  # the count runtime.DwdpRuntime allocates and memory.rank_memory prices
         o0 = self.owners[0]
         self.shapes = {n: (tuple(getattr(o0, n).shape[1:]), getattr(o0, n).dtype) for n in names}
         per_expert = [getattr(o0, n)[0].numel() * getattr(o0, n).element_size() for n in names]
