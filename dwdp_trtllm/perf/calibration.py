@@ -26,7 +26,8 @@ interpolated log-linearly in tokens and clamped at the ends.
 
 Benchmark JSON (tolerant, scripts/bench_grouped_gemm.py and scripts/bench_copy.py): the whole tree is
 walked and only these keys are read, anything else is ignored:
-  - a mapping with "tokens" and "tflops" (and optionally "dtype", default bf16): one grouped-GEMM point;
+  - a mapping with "tokens" and "tflops" (and optionally "dtype": bf16 (the default), fp8 or nvfp4; a record of
+    another dtype, e.g. "fp8_blockwise", is not one of these and is skipped): one grouped-GEMM point;
     the best value per (dtype, tokens) is kept (the planner assumes the best measured kernel is used);
   - a mapping with "slice_bytes" and "fraction_of_bulk", or "slice_bytes" and "gbps" plus a "bulk_gbps"
     anywhere in the file: one slice-efficiency point (best per slice size);
@@ -271,8 +272,8 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
     bulk = peer = interference = None
     slowdowns: list[tuple[str, float]] = []  # (variant, gemm slowdown) of copy/compute overlap records
     for d in _walk(data):
-        if _is_num(d.get("tokens")) and _is_num(d.get("tflops")):
-            dt = d.get("dtype", "bf16") if d.get("dtype") in ("bf16", "fp8", "nvfp4") else "bf16"
+        if _is_num(d.get("tokens")) and _is_num(d.get("tflops")) and d.get("dtype", "bf16") in ("bf16", "fp8", "nvfp4"):
+            dt = d.get("dtype", "bf16")
             t = float(d["tokens"])
             gemm.setdefault(dt, {})[t] = max(gemm.get(dt, {}).get(t, 0.0), float(d["tflops"]))
         if _is_num(d.get("slice_bytes")):

@@ -102,6 +102,14 @@ def test_bench_json_is_read_tolerantly_and_only_for_its_gpu(tmp_path):
     assert load_bench_results(tmp_path / "absent", "h200") == Calibration()
 
 
+def test_a_grouped_gemm_record_of_another_dtype_is_not_a_bf16_point(tmp_path):
+    """A tokens + tflops record whose dtype is none of bf16 / fp8 / nvfp4 (an FP8 variant labelled "fp8_blockwise")
+    was read as a BF16 grouped-GEMM point: at 1,100 TFLOP/s it would have priced BF16 experts at an FP8 rate."""
+    (tmp_path / "g.json").write_text(json.dumps({"device": "NVIDIA H200", "results": [
+        {"tokens": 16384, "tflops": 1100.0, "dtype": "fp8_blockwise"}, {"tokens": 16384, "tflops": 760.0}]}))
+    assert load_bench_results(tmp_path, "h200").grouped_gemm_tflops == {"bf16": ((16384.0, 760.0),)}
+
+
 def test_merge_prefers_the_later_source():
     a = Calibration(sources=("a",), peer_copy_gbps=300.0, hbm_tbps=4.0)
     b = Calibration(sources=("b",), peer_copy_gbps=350.0)
