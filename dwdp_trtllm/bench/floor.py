@@ -18,9 +18,16 @@ routing it produced per MoE layer), each timed alone with CUDA events (median of
 - other: the dense MLP GEMMs of the first_k_dense layers, and per MoE layer the router GEMM and the shared
   experts' GEMMs (dense MLP and shared experts FP8 with FP8 linears, gate|up as one GEMM as the engine runs it;
   the router stays at the model dtype).
-Not counted (taken as free, i.e. fusable into a neighbour by a production stack): norms, RoPE, SwiGLU, top-k,
-the sort / gather / combine of routed rows, activation quantisation, embedding. The floor is therefore a
-lower bound of what any implementation of the same model and batch needs on this GPU.
+- attention passes, per layer: the memory passes between the attention's stock kernels that none of them takes
+  over (attention_passes_ms): RoPE of q's rope part and of the rope key (GQA: of q and k), in place; MLA's key
+  [S, N, Dn + R] assembled from kv_b's nope part and the rope key broadcast over heads (cuDNN's SDPA reads one K
+  tensor); with FP8 linears the 1x128 quantisation of the attention output for o_proj (no stock attention kernel
+  writes block-scaled FP8). No stock kernel does any of these in one pass: they run the engine's one-pass kernels
+  (rope_cuda, mla_cuda, quant_cuda; about DRAM bandwidth), reported apart as attention_passes.
+Not counted (taken as free, i.e. fusable into a neighbour by a production stack): norms and the quantisation of a
+normed input (fused into the norm), SwiGLU, top-k, the sort / gather / combine of routed rows, the other activation
+quantisations, embedding. The floor is therefore a lower bound of what any implementation of the same model and
+batch needs on this GPU with these stock kernels.
 
 Shape legend: T tokens of the iteration, H hidden, E experts, I intermediate, A routed rows.
 """
@@ -171,6 +178,50 @@ class FloorTimer:
                                                              window_size=(-1, 0))))
         return best
 
+    def attention_passes_ms(self, T: int, S: int) -> float:
+        """ms of one layer's attention passes (module docstring) for T queries over S keys (cached prefixes included):
+        RoPE in place, MLA's key assembly, and with FP8 linears the quantisation of o_proj's input. On CUDA the
+        engine's one-pass kernels, elsewhere their eager references (functional only)."""
+        if T == 0:
+            return 0.0
+        sp = self.spec
+        from ..engine.fp8_linear import ROWS_TO, kernel_takes_k
+        from ..engine.fused import fused_enabled
+        from ..engine.layers import apply_rope_
+        cuda = self.device.type == "cuda" and fused_enabled()
+        mla = sp.attention == "mla"
+        N = sp.num_heads
+        if mla:
+            Dn, R, e = sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim
+            d = Dn + R
+        else:
+            R = d = e = sp.head_dim
+        # cos 1, sin 0: the rotation keeps the data as it is over the repetitions (the passes' cost does not
+        # depend on the values)
+        cos_TF = torch.ones(T, R // 2, device=self.device)
+        sin_TF = torch.zeros(T, R // 2, device=self.device)
+        q = self._buf((T, N, d))
+        k_rope = self._buf((T, 1, R)) if mla else self._buf((T, sp.num_kv_heads, d))
+        o_quant = self.fp8_linear and kernel_takes_k(N * e)
+        o = self._buf((T, N * e)) if o_quant else None
+        if mla:
+            k, k_nope, kr = self._buf((S, N, d)), self._buf((S, N, Dn)), self._buf((S, R))
+            from ..engine import mla_cuda
+            key_kernel = cuda and mla_cuda.usable(Dn, R)
+
+        def run():
+            apply_rope_(q[..., d - R:], cos_TF, sin_TF, interleaved=mla and sp.rope_interleave)
+            apply_rope_(k_rope, cos_TF, sin_TF, interleaved=mla and sp.rope_interleave)
+            if mla:
+                if key_kernel:
+                    mla_cuda.mla_key_(k, k_nope, kr)
+                else:
+                    torch.cat([k_nope, kr[:, None, :].expand(S, N, R)], dim=-1, out=k)
+            if o is not None:
+                from ..engine.quant_cuda import quant_1x128
+                quant_1x128(o, rows_to=ROWS_TO, scale_col_major=True)
+        return self.time_ms(run)
+
     def attention_layer_ms(self, segments: tuple[tuple[int, int], ...]) -> dict[str, float]:
         sp = self.spec
         T, S = sum(n for _, n in segments), sum(p + n for p, n in segments)
@@ -185,7 +236,7 @@ class FloorTimer:
         else:
             G, d = sp.num_kv_heads, sp.head_dim
             proj = self.linear_ms(T, N * d, H) + 2 * self.linear_ms(T, G * d, H) + self.linear_ms(T, H, N * d)
-        return {"projections": proj, "core": self.attention_core_ms(segments)}
+        return {"projections": proj, "core": self.attention_core_ms(segments), "passes": self.attention_passes_ms(T, S)}
 
     # ---- experts ------------------------------------------------------------------------------------
     def grouped_ms(self, rows_per_expert: tuple[int, ...]) -> float:
@@ -250,14 +301,16 @@ class FloorTimer:
 
     # ---- one iteration ------------------------------------------------------------------------------
     def iteration_ms(self, batch: Batch) -> dict[str, float]:
-        """{"attention", "expert_gemm", "other", "total"}: floor ms of one iteration (all layers)."""
+        """{"attention", "expert_gemm", "other", "total"}: floor ms of one iteration (all layers); attention includes
+        "attention_core" and "attention_passes", also given apart."""
         sp = self.spec
         T = batch.tokens
         att = self.attention_layer_ms(batch.segments)
-        attention = (att["projections"] + att["core"]) * sp.num_layers
+        attention = (att["projections"] + att["core"] + att["passes"]) * sp.num_layers
         experts = sum(self.grouped_ms(r) for r in batch.rows_per_expert)
         other = self.dense_mlp_ms(T) * sp.first_k_dense + self.moe_other_ms(T) * sp.num_moe_layers
-        return {"attention": attention, "attention_core": att["core"] * sp.num_layers, "expert_gemm": experts,
+        return {"attention": attention, "attention_core": att["core"] * sp.num_layers,
+                "attention_passes": att["passes"] * sp.num_layers, "expert_gemm": experts,
                 "other": other, "total": attention + experts + other}
 
     def iteration_flops(self, batch: Batch) -> dict[str, float]:
@@ -347,6 +400,7 @@ def floor_report(cfg, by_mode: dict) -> dict:
     timer.gemm_ms = _memo(timer.gemm_ms)  # the same GEMM shape recurs in every iteration and layer
     timer.linear_ms = _memo(timer.linear_ms)
     timer.attention_core_ms = _memo(timer.attention_core_ms)
+    timer.attention_passes_ms = _memo(timer.attention_passes_ms)
     timer.grouped_ms = _memo(timer.grouped_ms)
     out: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                  "linear_layers": "fp8 block scales" if timer.fp8_linear else "model dtype",
@@ -359,11 +413,12 @@ def floor_report(cfg, by_mode: dict) -> dict:
             f_sum = dict.fromkeys(keys, 0.0)
             m_sum = dict.fromkeys((*keys, *COMM_PHASES), 0.0)
             flops = dict.fromkeys((*keys[:3], "attention_proj", "attention_core"), 0.0)
-            f_core = 0.0
+            f_core = f_passes = 0.0
             per_iter: dict[str, list[float]] = {k: [] for k in keys}
             for _rank, it, batch in rows:
                 f = timer.iteration_ms(batch)
                 f_core += f["attention_core"]
+                f_passes += f["attention_passes"]
                 m = _measured(it)
                 for k in keys:
                     if f[k] > 0:
@@ -377,7 +432,9 @@ def floor_report(cfg, by_mode: dict) -> dict:
             n = len(rows)
             floor = {k: v / n for k, v in f_sum.items()}
             floor["attention_core"] = f_core / n
-            floor["attention_proj"] = floor["attention"] - floor["attention_core"]
+            floor["attention_passes"] = f_passes / n
+            # the projection GEMMs alone (perf/floor_calibration.py reads their rate: the passes have no FLOPs)
+            floor["attention_proj"] = floor["attention"] - floor["attention_core"] - floor["attention_passes"]
             meas = {k: v / n for k, v in m_sum.items()}
             out[mode] = {"iterations": n, "floor_ms": floor, "measured_ms": meas,
                          "efficiency": {k: (floor[k] / meas[k] if meas[k] > 0 else None) for k in keys},

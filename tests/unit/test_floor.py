@@ -91,3 +91,21 @@ def test_bench_floor_on_the_real_engine(tmp_path, capsys):
             assert f["floor_ms"][k] > 0 and f["measured_ms"][k] > 0
             assert f["efficiency"][k] == pytest.approx(f["floor_ms"][k] / f["measured_ms"][k])
         assert {"all_to_all", "sync_wait", "prefetch_wait"} <= set(f["measured_ms"])  # the rest of the wall, same iterations
+
+
+def test_attention_passes_are_counted_and_grow_with_the_keys():
+    """The memory passes between the attention's stock kernels (RoPE, MLA's key assembly; o_proj's input
+    quantisation with FP8 linears on CUDA) are part of the attention floor and reported apart: attention =
+    projections + core + passes, and MLA's key assembly grows with the cached keys at the same queries."""
+    spec = get_model("tiny")  # MLA
+    t = FloorTimer(spec, torch.float32, "float32", torch.device("cpu"), warmup=1, reps=3)
+    rows = tuple((4,) * spec.num_experts for _ in range(spec.num_moe_layers))
+    layer = t.attention_layer_ms(((0, 64), (32, 64)))
+    assert layer["passes"] > 0
+    t.attention_layer_ms = lambda segments: {"projections": 1.0, "core": 2.0, "passes": 0.5}
+    f = t.iteration_ms(Batch(((0, 64), (32, 64)), rows))
+    assert f["attention_passes"] == pytest.approx(0.5 * spec.num_layers)
+    assert f["attention"] == pytest.approx(3.5 * spec.num_layers)
+    assert f["attention_core"] == pytest.approx(2.0 * spec.num_layers)
+    few, many = (min(t.attention_passes_ms(128, s) for _ in range(3)) for s in (128, 128 + 8192))
+    assert many > few
