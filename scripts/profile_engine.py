@@ -10,7 +10,12 @@ of a request with a cached prefix, a whole request, and the first chunk of a thi
 choice per chunk, prefix_as_causal), split (causal chunk + flash over the prefix + merge) or front (one causal call
 over prefix + chunk); the floor beside it always takes the faster way.
 
-Writes DIR/profile_<tag>.txt (kernel table) and DIR/profile_<tag>.json (phase times per iteration).
+Writes DIR/profile_<tag>.txt (kernel table) and DIR/profile_<tag>.json (phase times per iteration). On CUDA also
+where the GPU idles (the attention phase's excess over the floor, issue 25): the wall of forwards without the phase
+timer or the profiler, the host syncs of one forward (torch's sync debug mode), and one more profiled forward with
+the phases marked and Python stacks on, whose chrome trace (DIR/trace_<tag>.json.gz) scripts/trace_gaps.py reads:
+GPU idle per phase, host-late vs GPU-side, the largest gaps with the engine frame that launched the next kernel
+(DIR/gaps_<tag>.txt; printed).
 """
 from __future__ import annotations
 
@@ -147,6 +152,58 @@ def main() -> None:
     (out / f"profile_{tag}.json").write_text(json.dumps({"walls_ms": [w * 1e3 for w in walls], "phases_ms": phases, "floor_ms": floor,
                                                            "segments": [(s.start, s.length) for s in segs]}, indent=1))
     print(table[:6000])
+    idle_report(out, tag, fill_prefix, forward, sync, cuda=dev.type == "cuda")  # CPU: a smoke run of the code only
+
+
+class _Marks:
+    """A timer for model.forward that only marks each phase as a profiler range `phase:<name>:<layer>`."""
+
+    def phase(self, name: str, layer: int = -1):
+        return torch.profiler.record_function(f"phase:{name}:{layer}")
+
+
+def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = True) -> None:
+    """Where the GPU idles in a forward (module docstring): printed lines start with [tag]."""
+    import gzip
+    import sys
+    import warnings
+    from torch.profiler import ProfilerActivity, profile
+    walls = []
+    for _ in range(3):  # no phase timer, no profiler: the wall the kernels' sum compares with
+        fill_prefix()
+        t = time.perf_counter()
+        forward()
+        sync()
+        walls.append((time.perf_counter() - t) * 1e3)
+    print(f"[{tag}] wall ms per forward without timer or profiler: {[round(w, 1) for w in walls]} (compare: the GPU's "
+          f"busy ms below)")
+    if cuda:
+        fill_prefix()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                forward()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        sync()
+        sites = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+        print(f"[{tag}] host syncs in one forward (sync debug mode): {len(sites)} {sorted(set(sites))[:10]}")
+    fill_prefix()
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, with_stack=True) as prof:
+        forward(_Marks())
+        sync()
+    path = out / f"trace_{tag}.json"
+    prof.export_chrome_trace(str(path))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from trace_gaps import format_report, gap_report
+    trace = json.loads(path.read_text())
+    with gzip.open(str(path) + ".gz", "wt") as f:
+        json.dump(trace, f)
+    path.unlink()
+    text = format_report(gap_report(trace, top=20), tag)
+    (out / f"gaps_{tag}.txt").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
