@@ -98,11 +98,11 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       section attn
       timeout "${ATTN_TIMEOUT:-150}" python3 -m pytest -q -rs tests/gpu/test_engine_cuda.py tests/gpu/test_fp8_linear_cuda.py \
         -k "prefix or either_way or quant or in_place" > "$OUT/attn.log" 2>&1 || rc=1
-      for way in auto split; do
+      for way in ${ATTN_WAYS:-auto split}; do  # each run also reports where the GPU idles (gaps_*.txt, trace_*.json.gz)
         timeout "${ATTN_TIMEOUT:-150}" python3 scripts/profile_engine.py --out "$OUT/raw/attn" --isl 8192 --tokens 16384 --mix \
           --weight-dtype fp8 --gemm multi_buffer --prefix-way $way 2>&1 | grep -E "^\[|Self CUDA time" >> "$OUT/attn.log" || rc=1
       done
-      grep -E "passed|failed|FAILED|Error|phase ms|floor ms|wall ms|strides" "$OUT/attn.log" | tail -n 20 ;;
+      grep -E "passed|failed|FAILED|Error|phase ms|floor ms|wall ms|strides|host syncs|GPU in the|  phase " "$OUT/attn.log" | tail -n 30 ;;
     trtllm)  # issue 13: the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
       section trtllm
       DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1
