@@ -54,7 +54,7 @@ def _stack(frames: list[dict], starts: list[float], ts: float, depth: int = 3) -
 
 def gap_report(trace: dict, *, top: int = 15, min_gap_us: float = 5.0) -> dict:
     """{"span_ms", "busy_ms", "idle_ms", "host_late_ms", "gpu_side_ms", "per_phase": {phase: {"busy_ms",
-    "idle_ms", "host_late_ms"}}, "gaps": [the `top` largest: {"us", "phase", "host_late", "next", "launch",
+    "idle_ms", "host_late_ms"}}, "gaps": [the `top` largest: {"us", "phase", "host_late", "next", "prev", "launch",
     "frame"}]}. Gaps under min_gap_us count in the sums, not in the list."""
     ev = trace.get("traceEvents", trace if isinstance(trace, list) else [])
     gpu = _x(ev, GPU_CATS)
@@ -69,6 +69,7 @@ def gap_report(trace: dict, *, top: int = 15, min_gap_us: float = 5.0) -> dict:
         return out
     end = gpu[0]["ts"]
     gaps = []
+    prev = None
     for g in gpu:
         corr = g.get("args", {}).get("correlation")
         launch = launches.get(corr)
@@ -88,12 +89,14 @@ def gap_report(trace: dict, *, top: int = 15, min_gap_us: float = 5.0) -> dict:
             else:
                 out["gpu_side_ms"] += gap / 1e3
             if gap >= min_gap_us:
-                gaps.append((gap, g, launch, phase, late))
+                gaps.append((gap, g, launch, phase, late, prev))
         end = max(end, g["ts"] + g.get("dur", 0))
+        prev = g
     out["span_ms"] = (end - gpu[0]["ts"]) / 1e3
     gaps.sort(key=lambda x: -x[0])
-    for gap, g, launch, phase, late in gaps[:top]:
+    for gap, g, launch, phase, late, before in gaps[:top]:
         out["gaps"].append({"us": round(gap, 1), "phase": phase, "host_late": late, "next": str(g.get("name", ""))[:80],
+                            "prev": str(before.get("name", ""))[:60] if before else None,
                             "launch": launch.get("name") if launch else None,
                             "frame": _stack(frames, frame_ts, launch["ts"]) if launch else None})
     return out
@@ -109,7 +112,7 @@ def format_report(rep: dict, tag: str = "") -> str:
                      f"(host late {d['host_late_ms']:.2f})")
     for g in rep["gaps"]:
         lines.append(f"{p}  gap {g['us']:8.1f} us in {g['phase']} ({'host late' if g['host_late'] else 'GPU side'}) "
-                     f"before {g['next']} | {g['launch']} from {g['frame']}")
+                     f"after {g['prev']} before {g['next']} | {g['launch']} from {g['frame']}")
     return "\n".join(lines)
 
 

@@ -47,7 +47,7 @@ def test_gaps_split_into_host_late_and_gpu_side_and_charged_to_the_launching_pha
     assert (big["us"], big["phase"], big["next"], big["host_late"]) == (50, "other", "k4", True)
     assert (mid["us"], mid["phase"], mid["launch"]) == (10, "attention", "cuLaunchKernelEx")
     assert mid["frame"] == "engine/fp8_linear.py(5): linear < engine/layers.py(10): __call__"
-    assert (small["us"], small["host_late"]) == (2, False)
+    assert (small["us"], small["host_late"], small["prev"], small["next"]) == (2, False, "k1", "k2")
     assert "idle 0.1 ms" in trace_gaps.format_report(rep, "t")
 
 
