@@ -156,7 +156,8 @@ def main() -> None:
 
 
 class _Marks:
-    """A timer for model.forward that only marks each phase as a profiler range `phase:<name>:<layer>`."""
+    """A timer for model.forward (and layers.PART_TIMER) that only marks each phase as a profiler range
+    `phase:<name>:<layer>`."""
 
     def phase(self, name: str, layer: int = -1):
         return torch.profiler.record_function(f"phase:{name}:{layer}")
@@ -177,6 +178,20 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
         walls.append((time.perf_counter() - t) * 1e3)
     print(f"[{tag}] wall ms per forward without timer or profiler: {[round(w, 1) for w in walls]} (compare: the GPU's "
           f"busy ms below)")
+    from dwdp_trtllm.engine import layers
+    parts = PhaseTimer(torch.device("cuda") if cuda else torch.device("cpu"))
+    layers.PART_TIMER = parts  # MLA's parts timed with CUDA events (no profiler): attn.q / kv / core / o
+    try:
+        fill_prefix()
+        parts.start()
+        forward(parts)
+        sync()
+    finally:
+        layers.PART_TIMER = None
+    agg: dict[str, float] = {}
+    for name, _layer, t0, t1 in parts.collect():
+        agg[name] = agg.get(name, 0.0) + (t1 - t0) * 1e3
+    print(f"[{tag}] attention parts ms per iteration (events, all layers): { {k: round(v, 2) for k, v in agg.items()} }")
     if cuda:
         fill_prefix()
         with warnings.catch_warnings(record=True) as caught:
@@ -190,9 +205,14 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
         sites = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
         print(f"[{tag}] host syncs in one forward (sync debug mode): {len(sites)} {sorted(set(sites))[:10]}")
     fill_prefix()
-    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, with_stack=True) as prof:
-        forward(_Marks())
-        sync()
+    from dwdp_trtllm.engine import layers
+    layers.PART_TIMER = _Marks()  # the trace's ranges: the phases and MLA's parts
+    try:
+        with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, with_stack=True) as prof:
+            forward(_Marks())
+            sync()
+    finally:
+        layers.PART_TIMER = None
     path = out / f"trace_{tag}.json"
     prof.export_chrome_trace(str(path))
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -28,6 +28,12 @@ from .fused import _BODIES, fused, fused_enabled
 from .kv_cache import KVCache
 from .records import Segment
 from .rope import softmax_scale_factor
+from .timing import phase
+
+#: diagnostics only (scripts/profile_engine.py): a timer whose phase(name, layer) MLA's cuDNN path wraps its parts in:
+#: "attn.q" (x quantised, q_a, norm, q_b, RoPE), "attn.kv" (kv_a, norm, RoPE, latents, kv_b, key assembly),
+#: "attn.core" (the cuDNN calls), "attn.o" (o_proj's input and GEMM). None in every run (the bench times phases).
+PART_TIMER = None
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -221,9 +227,6 @@ class MLAAttention(_Attention):
                  kv_cache: KVCache | None) -> torch.Tensor:
         sp, w = self.spec, self.w
         T, N, Dn, R, Dv, C = x_TH.shape[0], sp.num_heads, sp.qk_nope_head_dim, sp.qk_rope_head_dim, sp.v_head_dim, sp.kv_lora_rank
-        x_in = prepare(x_TH, w["kv_a_proj_with_mqa.weight"])  # FP8 linears: x quantised once for q_a/q and kv_a
-        q_in, q_w = ((rms_norm(linear(x_in, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.latent_norm_eps), w["q_b_proj.weight"])
-                     if sp.q_lora_rank else (x_in, w["q_proj.weight"]))
         # cuDNN path: q/k/v live in buffers with BUCKET spare rows, so each chunk's causal call reads its bucketed
         # length in place (rows past the chunk are the next chunk's or zeros: only dropped queries see them)
         cudnn = bool(plan) and _cudnn_ok(x_TH.new_empty(1, N, 1), x_TH.new_empty(1, N, 1))
@@ -232,25 +235,38 @@ class MLAAttention(_Attention):
         # q_buf as dummy queries (attention_cuda.causal_over_prefix): `front` zero rows where earlier chunks are fewer
         front_of = self._front_chunks(plan, x_TH.device) if cudnn else {}
         front = max(front_of.values(), default=0)
-        # at least the FP8 kernel's padded rows, so its GEMM writes q_buf in place (no [Tp, N] output and copy)
-        q_buf = torch.empty(front + max(T + pad, padded_rows(T)), N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
-        linear(q_in, q_w, out=q_buf[front:])  # rows [front, front + T) (an FP8 kernel may write padding rows after)
-        if front:
-            q_buf[:front].zero_()
-        if pad:
-            q_buf[front + T:].zero_()
-        q_TNd = q_buf[front:front + T].view(T, N, Dn + R)
-        apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
-        kva_T = linear(x_in, w["kv_a_proj_with_mqa.weight"])
-        ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
-        krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
+        with phase(PART_TIMER, "attn.q", self.layer):
+            x_in = prepare(x_TH, w["kv_a_proj_with_mqa.weight"])  # FP8 linears: x quantised once for q_a/q and kv_a
+            q_in, q_w = ((rms_norm(linear(x_in, w["q_a_proj.weight"]), w["q_a_layernorm.weight"], sp.latent_norm_eps),
+                          w["q_b_proj.weight"]) if sp.q_lora_rank else (x_in, w["q_proj.weight"]))
+            # at least the FP8 kernel's padded rows, so its GEMM writes q_buf in place (no [Tp, N] output and copy)
+            q_buf = torch.empty(front + max(T + pad, padded_rows(T)), N * (Dn + R), device=x_TH.device, dtype=x_TH.dtype)
+            linear(q_in, q_w, out=q_buf[front:])  # rows [front, front + T) (an FP8 kernel may write padding rows after)
+            if front:
+                q_buf[:front].zero_()
+            if pad:
+                q_buf[front + T:].zero_()
+            q_TNd = q_buf[front:front + T].view(T, N, Dn + R)
+            apply_rope_(q_TNd[..., Dn:], *rope, interleaved=sp.rope_interleave)  # in place: no copy of the nope part
+        with phase(PART_TIMER, "attn.kv", self.layer):
+            kva_T = linear(x_in, w["kv_a_proj_with_mqa.weight"])
+            ckv_TC = rms_norm(kva_T[:, :C], w["kv_a_layernorm.weight"], sp.latent_norm_eps)
+            krope_TR = apply_rope_(kva_T[:, None, C:], *rope, interleaved=sp.rope_interleave)[:, 0]  # kva_T is ours: in place
+            if cudnn:
+                k_buf, v_buf, starts = self._cudnn_kv(ckv_TC, krope_TR, plan, kv_cache)
         kvb_w = w["kv_b_proj.weight"]
         if cudnn:
-            outs = self._cudnn_core(q_buf.view(q_buf.shape[0], N, Dn + R), front, set(front_of), ckv_TC, krope_TR, plan,
-                                    kv_cache)
+            q_buf_TNd = q_buf.view(q_buf.shape[0], N, Dn + R)
+            with phase(PART_TIMER, "attn.core", self.layer):
+                outs = [causal_over_prefix(q_buf_TNd[front + s.begin - s.prefix:], k_buf[o:], v_buf[o:], s.end - s.begin,
+                                           s.prefix, self.scale) if i in front_of else
+                        attend_bucketed(q_buf_TNd[front + s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix,
+                                        self.scale)
+                        for i, (s, o) in enumerate(zip(plan, starts))]
             # FP8 o_proj: each chunk's output quantised into its rows of o_proj's input (no [T, N*e] concatenation)
-            return linear(prepare_parts([o.reshape(o.shape[0], N * Dv) for o in outs], w["o_proj.weight"]),
-                          w["o_proj.weight"])
+            with phase(PART_TIMER, "attn.o", self.layer):
+                return linear(prepare_parts([o.reshape(o.shape[0], N * Dv) for o in outs], w["o_proj.weight"]),
+                              w["o_proj.weight"])
         k_list, v_list = [], []
         for ckv_SC, krope_SR in self.with_prefix(plan, kv_cache, ckv_TC, krope_TR):
             kv_SNe = linear(ckv_SC, kvb_w).reshape(-1, N, Dn + Dv)
@@ -311,11 +327,11 @@ class MLAAttention(_Attention):
             return ckv_TC, krope_TR, starts
         return torch.cat([a for a, _ in pieces]), torch.cat([b for _, b in pieces]), starts
 
-    def _cudnn_core(self, q_buf_TNd, front, front_chunks, ckv_TC, krope_TR, plan, kv_cache) -> list[torch.Tensor]:
-        """out_LNe of each segment, in plan order: k / v of all segments (cached prefix first) written once into buffers with
-        BUCKET spare rows; each chunk attends through attention_cuda.attend_bucketed on views (no padding copies),
-        or, for the segment indices in front_chunks, through causal_over_prefix with the prefix rows before the
-        chunk in q_buf_TNd (its first `front` rows are zeros, then this iteration's q, then spare rows).
+    def _cudnn_kv(self, ckv_TC, krope_TR, plan, kv_cache) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """(k_buf, v_buf, starts): k / v of all segments (cached prefix first) written once into buffers with BUCKET
+        spare rows (zeros), and the row where each segment's keys start. Each chunk then attends on views of them
+        (attention_cuda.attend_bucketed, or causal_over_prefix with the prefix rows before the chunk in MLA's q
+        buffer): no padding copies.
 
         All segments' latents go through one GEMM per output: V straight into v_buf, K's nope part into a
         temporary that one kernel (mla_cuda.py, with the rope key broadcast over heads) writes into k_buf."""
@@ -324,8 +340,8 @@ class MLAAttention(_Attention):
         ckv_SC, krope_SR, starts = self._latents(plan, kv_cache, ckv_TC, krope_TR)
         S_all = ckv_SC.shape[0]
         split = self._kv_b_split()
-        k_buf = torch.empty(S_all + BUCKET, N, Dn + R, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
-        v_buf = torch.empty(S_all + BUCKET, N, Dv, device=q_buf_TNd.device, dtype=q_buf_TNd.dtype)
+        k_buf = torch.empty(S_all + BUCKET, N, Dn + R, device=ckv_TC.device, dtype=krope_TR.dtype)
+        v_buf = torch.empty(S_all + BUCKET, N, Dv, device=ckv_TC.device, dtype=krope_TR.dtype)
         if split is not None:
             w_kn, w_v = split
             c_in = prepare(ckv_SC, w_v)  # FP8 linears: the latents quantised once for both GEMMs
@@ -341,10 +357,7 @@ class MLAAttention(_Attention):
             mla_cuda.mla_key_(k_buf[:S_all], k_nope, krope_SR)
         else:
             torch.cat([k_nope, krope_SR[:, None, :].expand(S_all, N, R)], dim=-1, out=k_buf[:S_all])
-        return [causal_over_prefix(q_buf_TNd[front + s.begin - s.prefix:], k_buf[o:], v_buf[o:], s.end - s.begin,
-                                   s.prefix, self.scale) if i in front_chunks else
-                attend_bucketed(q_buf_TNd[front + s.begin:], k_buf[o:], v_buf[o:], s.end - s.begin, s.prefix, self.scale)
-                for i, (s, o) in enumerate(zip(plan, starts))]
+        return k_buf, v_buf, starts
 
 
 class GQAAttention(_Attention):

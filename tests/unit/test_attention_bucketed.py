@@ -1,4 +1,5 @@
-"""The CUDA attention layout logic (engine/attention_cuda.py + MLAAttention._cudnn_core) checked on the CPU:
+"""The CUDA attention layout logic (engine/attention_cuda.py + MLAAttention._cudnn_kv and the per-chunk calls)
+checked on the CPU:
 cuDNN's and flash's calls are replaced by an exact math stand-in with the same contract (out, log-sum-exp),
 so what is tested is ours: bucketed lengths read in place from the q/k/v buffers with spare rows, the split of
 a chunk with a cached prefix into prefix keys + its own causal keys, and the log-sum-exp merge."""
@@ -72,6 +73,25 @@ def test_bucketed_cudnn_layout_equals_the_cpu_path(bucketed_path, monkeypatch, f
     want = _run(spec)
     for g_, w_ in zip(got, want):
         torch.testing.assert_close(g_, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_part_timer_times_the_parts_of_mla_and_changes_nothing(bucketed_path, monkeypatch):
+    """layers.PART_TIMER (diagnostics, scripts/profile_engine.py): every layer of the cuDNN path is timed as
+    attn.q, attn.kv, attn.core, attn.o, in that order, and the outputs are those of an untimed run."""
+    from dwdp_trtllm.engine.timing import PhaseTimer
+    spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12)
+    want = _run(spec)
+    timer = PhaseTimer(torch.device("cpu"))
+    monkeypatch.setattr(layers, "PART_TIMER", timer)
+    timer.start()
+    got = _run(spec)
+    spans = timer.collect()
+    for g_, w_ in zip(got, want):
+        torch.testing.assert_close(g_, w_, rtol=0, atol=0)
+    parts = ["attn.q", "attn.kv", "attn.core", "attn.o"]
+    assert [n for n, _, _, _ in spans] == parts * (2 * spec.num_layers)  # two forwards
+    assert [layer for _, layer, _, _ in spans[:8]] == [0] * 4 + [1] * 4
+    assert all(e >= s for _, _, s, e in spans)
 
 
 def test_prefix_as_causal_compares_the_work_of_both_ways(monkeypatch):
