@@ -135,8 +135,10 @@ def main() -> None:
     if dev.type == "cuda":  # the stock-kernel floor of this very batch (bench/floor.py), beside the measurement
         from dwdp_trtllm.bench.floor import Batch, FloorTimer
         ft = FloorTimer(spec, torch.bfloat16, args.weight_dtype, dev, fp8_linear=args.weight_dtype == "fp8")
-        floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
+        with GpuClocks() as clocks:  # kernels timed alone: the clock they run at, beside the engine's below
+            floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
         ft.release()
+        print(f"[{tag}] GPU while the floor was timed: {clocks.summary()}")
         ratio = {k: round(phases[-1].get(k, 0.0) / v, 3) for k, v in floor.items() if k in phases[-1] and v}
         ratio["total"] = round(walls[-1] * 1e3 / floor["total"], 3)
         print(f"[{tag}] floor ms: { {k: round(v, 1) for k, v in floor.items()} }  measured/floor: {ratio}")
@@ -155,6 +157,45 @@ def main() -> None:
     idle_report(out, tag, fill_prefix, forward, sync, cuda=dev.type == "cuda")  # CPU: a smoke run of the code only
 
 
+class GpuClocks:
+    """nvidia-smi's SM clock and power every 20 ms while the block runs (GPU 0; nothing
+    where nvidia-smi is absent): whether kernels timed alone (the floor) and back to back (the engine) ran at the
+    same clock."""
+
+    def __init__(self):
+        self.rows: list[tuple[float, float]] = []
+        self._proc = None
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+        if shutil.which("nvidia-smi"):
+            self._proc = subprocess.Popen(["nvidia-smi", "-i", "0", "--query-gpu=clocks.sm,power.draw",
+                                           "--format=csv,noheader,nounits", "-lms", "20"],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self._proc is not None:
+            self._proc.terminate()
+            text, _ = self._proc.communicate(timeout=10)
+            for line in text.splitlines():
+                parts = [x.strip() for x in line.split(",")]
+                try:
+                    self.rows.append((float(parts[0]), float(parts[1])))
+                except (ValueError, IndexError):
+                    continue
+        return False
+
+    def summary(self) -> str:
+        if not self.rows:
+            return "no samples"
+        import statistics
+        mhz, watts = [r[0] for r in self.rows], [r[1] for r in self.rows]
+        return (f"SM clock MHz median {statistics.median(mhz):.0f} (min {min(mhz):.0f}, max {max(mhz):.0f}), power W "
+                f"median {statistics.median(watts):.0f} (max {max(watts):.0f}), {len(self.rows)} samples")
+
+
 class _Marks:
     """A timer for model.forward (and layers.PART_TIMER) that only marks each phase as a profiler range
     `phase:<name>:<layer>`."""
@@ -170,14 +211,15 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
     import warnings
     from torch.profiler import ProfilerActivity, profile
     walls = []
-    for _ in range(3):  # no phase timer, no profiler: the wall the kernels' sum compares with
-        fill_prefix()
-        t = time.perf_counter()
-        forward()
-        sync()
-        walls.append((time.perf_counter() - t) * 1e3)
+    with GpuClocks() as clocks:
+        for _ in range(3):  # no phase timer, no profiler: the wall the kernels' sum compares with
+            fill_prefix()
+            t = time.perf_counter()
+            forward()
+            sync()
+            walls.append((time.perf_counter() - t) * 1e3)
     print(f"[{tag}] wall ms per forward without timer or profiler: {[round(w, 1) for w in walls]} (compare: the GPU's "
-          f"busy ms below)")
+          f"busy ms below); GPU during them: {clocks.summary()}")
     from dwdp_trtllm.engine import layers
     parts = PhaseTimer(torch.device("cuda") if cuda else torch.device("cpu"))
     layers.PART_TIMER = parts  # MLA's parts timed with CUDA events (no profiler): attn.q / kv / core / o
