@@ -20,6 +20,7 @@ GPU idle per phase, host-late vs GPU-side, the largest gaps with the engine fram
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import time
 from pathlib import Path
@@ -158,31 +159,45 @@ def main() -> None:
 
 
 class GpuClocks:
-    """nvidia-smi's SM clock and power every 20 ms while the block runs (GPU 0; nothing
-    where nvidia-smi is absent): whether kernels timed alone (the floor) and back to back (the engine) ran at the
-    same clock."""
+    """nvidia-smi's SM clock and power every 20 ms while the block runs (GPU 0; samples stamped outside the block,
+    e.g. while nvidia-smi starts on an idle GPU, are dropped; none where nvidia-smi is absent): whether kernels timed
+    alone (the floor) and back to back (the engine) ran at the same clock."""
 
     def __init__(self):
         self.rows: list[tuple[float, float]] = []
         self._proc = None
+        self._span = (None, None)
 
     def __enter__(self):
         import shutil
         import subprocess
         if shutil.which("nvidia-smi"):
-            self._proc = subprocess.Popen(["nvidia-smi", "-i", "0", "--query-gpu=clocks.sm,power.draw",
-                                           "--format=csv,noheader,nounits", "-lms", "20"],
+            # line-buffered (stdbuf) and stopped with SIGINT, as nvidia-smi's loop expects: no sample left in a buffer
+            cmd = ["nvidia-smi", "-i", "0", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                   "-lms", "20"]
+            self._proc = subprocess.Popen((["stdbuf", "-oL"] if shutil.which("stdbuf") else []) + cmd,
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            time.sleep(0.5)  # nvidia-smi's start; its samples before the block are dropped
+        self._span = (datetime.datetime.now(), None)
         return self
 
     def __exit__(self, *exc):
+        import signal
+        import subprocess
+        self._span = (self._span[0], datetime.datetime.now())
         if self._proc is not None:
-            self._proc.terminate()
-            text, _ = self._proc.communicate(timeout=10)
+            self._proc.send_signal(signal.SIGINT)
+            try:
+                text, _ = self._proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                text, _ = self._proc.communicate()
             for line in text.splitlines():
                 parts = [x.strip() for x in line.split(",")]
                 try:
-                    self.rows.append((float(parts[0]), float(parts[1])))
+                    when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f")
+                    if self._span[0] <= when <= self._span[1]:
+                        self.rows.append((float(parts[1]), float(parts[2])))
                 except (ValueError, IndexError):
                     continue
         return False
@@ -212,7 +227,7 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
     from torch.profiler import ProfilerActivity, profile
     walls = []
     with GpuClocks() as clocks:
-        for _ in range(3):  # no phase timer, no profiler: the wall the kernels' sum compares with
+        for _ in range(8):  # no phase timer, no profiler: the wall the kernels' sum compares with (8: > 1 s of clock samples)
             fill_prefix()
             t = time.perf_counter()
             forward()
