@@ -155,7 +155,13 @@ def main() -> None:
     (out / f"profile_{tag}.json").write_text(json.dumps({"walls_ms": [w * 1e3 for w in walls], "phases_ms": phases, "floor_ms": floor,
                                                            "segments": [(s.start, s.length) for s in segs]}, indent=1))
     print(table[:6000])
-    idle_report(out, tag, fill_prefix, forward, sync, cuda=dev.type == "cuda")  # CPU: a smoke run of the code only
+    try:  # CPU: a smoke run of the code only
+        idle_report(out, tag, fill_prefix, forward, sync, cuda=dev.type == "cuda")
+    except Exception as exc:  # noqa: BLE001 - the logs keep only "[tag]" lines: say it there, with where
+        import traceback
+        where = " < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__)[-3:]))
+        print(f"[{tag}] idle report failed: {type(exc).__name__}: {str(exc)[:200]} ({where})")
+        raise
 
 
 class GpuClocks:
