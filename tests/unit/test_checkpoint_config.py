@@ -68,23 +68,29 @@ def test_unmappable_config_keys_are_refused_naming_file_key_value(tmp_path, fami
         assert repr(value) in msg, msg
 
 
+#: DeepSeek-V3's config.json as released (also read by test_hf_config_cache)
+DEEPSEEK_V3_RELEASE = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
+    "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "vocab_size": 129280,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
+    "norm_topk_prob": True, "routed_scaling_factor": 2.5, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1, "hidden_act": "silu",
+    "attention_bias": False, "attention_dropout": 0.0, "max_position_embeddings": 163840, "ep_size": 1,
+    "num_nextn_predict_layers": 1, "aux_loss_alpha": 0.001, "seq_aux": True, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.46.3", "use_cache": True, "bos_token_id": 0,
+    "eos_token_id": 1, "initializer_range": 0.02, "pretraining_tp": 1,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]}
+}
+
+
 def test_release_style_config_maps_to_the_preset(tmp_path):
     """DeepSeek-V3's config.json as released (rope_scaling + rope_theta, FP8 quantization_config) gives the preset."""
-    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
-           "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
-           "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "vocab_size": 129280,
-           "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
-           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
-           "norm_topk_prob": True, "routed_scaling_factor": 2.5, "rms_norm_eps": 1e-6, "rope_theta": 10000,
-           "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
-                            "original_max_position_embeddings": 4096, "type": "yarn"},
-           "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1, "hidden_act": "silu",
-           "attention_bias": False, "attention_dropout": 0.0, "max_position_embeddings": 163840, "ep_size": 1,
-           "num_nextn_predict_layers": 1, "aux_loss_alpha": 0.001, "seq_aux": True, "tie_word_embeddings": False,
-           "torch_dtype": "bfloat16", "transformers_version": "4.46.3", "use_cache": True, "bos_token_id": 0,
-           "eos_token_id": 1, "initializer_range": 0.02, "pretraining_tp": 1,
-           "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                                   "weight_block_size": [128, 128]}}
+    cfg = DEEPSEEK_V3_RELEASE
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     spec = spec_from_hf_config(tmp_path, name="deepseek-v3")
     assert spec == get_model("deepseek-v3")

@@ -12,19 +12,7 @@ from dwdp_trtllm.config import ModelConfig
 from dwdp_trtllm.hf_config import spec_from_hf_config
 from dwdp_trtllm.schema import ConfigError
 
-#: DeepSeek-V3's config.json as released, less the keys that default (test_checkpoint_config has it whole)
-RELEASE = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
-    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
-    "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "vocab_size": 129280,
-    "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
-    "norm_topk_prob": True, "routed_scaling_factor": 2.5, "rms_norm_eps": 1e-6, "rope_theta": 10000,
-    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
-                     "original_max_position_embeddings": 4096, "type": "yarn"},
-    "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1, "hidden_act": "silu",
-    "attention_bias": False, "max_position_embeddings": 163840,
-}
+from test_checkpoint_config import DEEPSEEK_V3_RELEASE as RELEASE  # noqa: E402  (tests/unit is on sys.path)
 
 
 @pytest.fixture
