@@ -106,12 +106,9 @@ def test_mla_layer_chunked_prefill_either_way_matches_cpu_float32(monkeypatch, f
     import dataclasses
 
     from dwdp_trtllm.engine import layers
-    from dwdp_trtllm.engine.kv_cache import KVCache
-    from dwdp_trtllm.engine.layers import make_attention, plan_segments, positions_of
     from dwdp_trtllm.engine.records import Segment
-    from dwdp_trtllm.engine.rope import rope_cos_sin
-    from dwdp_trtllm.engine.weights import init_dense_weights
     from dwdp_trtllm.models import get_model
+    from test_fused_cuda import mla_outputs_cpu_and_cuda  # tests/gpu is on sys.path
 
     spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)
     g = torch.Generator().manual_seed(5)
@@ -125,16 +122,7 @@ def test_mla_layer_chunked_prefill_either_way_matches_cpu_float32(monkeypatch, f
         chosen.append(P > 0 and front)
         return P > 0 and front
     monkeypatch.setattr(layers, "prefix_as_causal", rule)
-    out = {}
-    for dev, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
-        w = {n: t.to(dev) for n, t in init_dense_weights(spec, 3, dtype, "cpu").items()}
-        attn, kv = make_attention(spec, w, 0), KVCache(spec.num_layers)
-        res = []
-        for x, segs in batches:
-            plan = plan_segments(segs, x.shape[0], kv)
-            rope = rope_cos_sin(positions_of(segs, torch.device(dev)), spec)
-            res.append(attn(x.to(dev, dtype), rope, plan, kv).float().cpu())
-        out[dev] = res
+    out = mla_outputs_cpu_and_cuda(spec, batches)
     assert any(chosen) == front
     for got, want in zip(out["cuda"], out["cpu"]):
         assert torch.isfinite(got).all()

@@ -221,24 +221,16 @@ def test_grouped_router_kernel_matches_the_eager_chain(monkeypatch, T, E, G, TG,
         torch.testing.assert_close(w, own, rtol=2e-6, atol=0)
 
 
-def test_mla_attention_on_cuda_matches_the_cpu_float32_path_with_chunked_prefill():
-    """One MLA attention layer's CUDA path (fused kernels, cuDNN on bucketed views of the q/k/v buffers, flash +
-    lse merge for a chunk with a cached prefix) against its CPU float32 path on the same weights and inputs:
-    two batches, the second continuing a request of the first from the KV cache. Attention only, so no routing
-    decision can flip between the two precisions."""
-    import dataclasses
 
+def mla_outputs_cpu_and_cuda(spec, batches) -> dict[str, list[torch.Tensor]]:
+    """One MLA attention layer (layer 0 of init_dense_weights(spec, 3, ...), seed-fixed weights) run over `batches`
+    ([(x [T, H], segments)], in order, one KV cache) on the CPU in float32 and on CUDA in bfloat16: {"cpu": [...],
+    "cuda": [...]} float32 outputs on the CPU, one [T, H] per batch (also read by test_engine_cuda)."""
     from dwdp_trtllm.engine.kv_cache import KVCache
     from dwdp_trtllm.engine.layers import make_attention, plan_segments, positions_of
-    from dwdp_trtllm.engine.records import Segment
     from dwdp_trtllm.engine.rope import rope_cos_sin
     from dwdp_trtllm.engine.weights import init_dense_weights
-    from dwdp_trtllm.models import get_model
 
-    spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)  # d 96, e 64
-    g = torch.Generator().manual_seed(11)
-    x1, x2 = torch.randn(700, spec.hidden_size, generator=g), torch.randn(300, spec.hidden_size, generator=g)
-    batches = [(x1, [Segment(0, 0, 300, True), Segment(1, 0, 400, False)]), (x2, [Segment(1, 400, 300, True)])]
     out = {}
     for dev, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
         w = {n: t.to(dev) for n, t in init_dense_weights(spec, 3, dtype, "cpu").items()}
@@ -249,6 +241,23 @@ def test_mla_attention_on_cuda_matches_the_cpu_float32_path_with_chunked_prefill
             rope = rope_cos_sin(positions_of(segs, torch.device(dev)), spec)
             res.append(attn(x.to(dev, dtype), rope, plan, kv).float().cpu())
         out[dev] = res
+    return out
+
+def test_mla_attention_on_cuda_matches_the_cpu_float32_path_with_chunked_prefill():
+    """One MLA attention layer's CUDA path (fused kernels, cuDNN on bucketed views of the q/k/v buffers, flash +
+    lse merge for a chunk with a cached prefix) against its CPU float32 path on the same weights and inputs:
+    two batches, the second continuing a request of the first from the KV cache. Attention only, so no routing
+    decision can flip between the two precisions."""
+    import dataclasses
+
+    from dwdp_trtllm.engine.records import Segment
+    from dwdp_trtllm.models import get_model
+
+    spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)  # d 96, e 64
+    g = torch.Generator().manual_seed(11)
+    x1, x2 = torch.randn(700, spec.hidden_size, generator=g), torch.randn(300, spec.hidden_size, generator=g)
+    batches = [(x1, [Segment(0, 0, 300, True), Segment(1, 0, 400, False)]), (x2, [Segment(1, 400, 300, True)])]
+    out = mla_outputs_cpu_and_cuda(spec, batches)
     for got, want in zip(out["cuda"], out["cpu"]):
         assert torch.isfinite(got).all()
         assert rel(got, want) < 2e-2
