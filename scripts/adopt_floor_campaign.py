@@ -3,6 +3,8 @@
 
     python3 scripts/adopt_floor_campaign.py SRC NAME      # SRC: gpu_check.sh calib's output (a directory or a .tar.gz)
     python3 scripts/adopt_floor_campaign.py --table AFTER_DIR   # only print the before/after table (nothing written)
+    python3 scripts/adopt_floor_campaign.py --before OLD SRC NAME   # the table's before: docs/bench_results/OLD, not
+        # the campaign shipped so far (e.g. the last one before a change, when the shipped one only re-measured it)
 
 SRC holds perf_check.sh's points as <point>/results.json (POINTS; tarballs inside SRC are unpacked first). Each file is
 checked before anything is written (one line naming the file and what was expected, exit 2): a floor run on one rank
@@ -17,7 +19,7 @@ Then run `python3 -m pytest -q tests/unit/test_perf_trtllm_target.py tests/unit/
 tests/unit/test_plan_recalibration.py` and commit those paths.
 
 The before/after table is `dwdp plan --target engine` (BEFORE_AFTER's commands) calibrated by the campaign shipped
-before (docs/bench_results/<old>) and by the new one: predictions from single-H200 floor measurements, not a
+before (docs/bench_results/<old>, or --before's) and by the new one: predictions from single-H200 floor measurements, not a
 multi-GPU measurement.
 """
 from __future__ import annotations
@@ -211,15 +213,24 @@ def replace_between(text: str, key: str, body: str, where: str) -> str:
     return head + a + "\n" + body.rstrip("\n") + "\n" + b + rest.split(b, 1)[1]
 
 
-def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True) -> list[Path]:
-    """Check, copy and rewrite (module docstring); returns the paths written. Nothing is written when refused."""
+def before_dir(repo: Path, before: str | None) -> Path:
+    """The table's before: docs/bench_results/<before>, or the shipped campaign's committed copy."""
+    name = before or shipped(repo).name
+    d = repo / "docs/bench_results" / name
+    if not d.is_dir():
+        raise Refused(f"docs/bench_results/{name}: " + ("--before: expected a committed campaign directory" if before
+                                                       else "the shipped campaign's committed copy is missing"))
+    return d
+
+
+def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True, before: str | None = None) -> list[Path]:
+    """Check, copy and rewrite (module docstring); returns the paths written. Nothing is written when refused.
+    `before`: the campaign (under docs/bench_results) the table compares with; default the one shipped so far."""
     old = shipped(repo)
     dest, pkg = repo / "docs/bench_results" / name, repo / "dwdp_trtllm/data/engine_calibration" / name
     if name == old.name or dest.exists():
         raise Refused(f"NAME {name}: already exists (docs/bench_results/{name} or the shipped campaign); choose a new one")
-    before = repo / "docs/bench_results" / old.name
-    if not before.is_dir():
-        raise Refused(f"docs/bench_results/{old.name}: the shipped campaign's committed copy is missing")
+    before_p = before_dir(repo, before)
     with tempfile.TemporaryDirectory() as t:
         found, log = find_points(src, Path(t))
         held = check(found)
@@ -228,8 +239,10 @@ def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True) 
         for p in POINTS:
             shutil.copyfile(found[p], stage / f"{p}.json")
         md = (repo / "docs/PLANNER.md").read_text(encoding="utf-8")
-        body = (f"Campaign {name} ({held}), adopted by `python3 scripts/adopt_floor_campaign.py`:\n\n"
-                + table(before, stage, name))
+        body = (f"Campaign {name} ({held}), adopted by `python3 scripts/adopt_floor_campaign.py`"
+                + (f" with `--before {before}`" if before else "") + f"; before: {before_p.name}"
+                + ("" if before_p.name == old.name else f" (shipped until now: {old.name})") + ":\n\n"
+                + table(before_p, stage, name))
         md = replace_between(md, "table", body, "docs/PLANNER.md")
         readme_p = repo / "dwdp_trtllm/data/engine_calibration/README.md"
         pin_p = repo / "tests/unit/test_perf_trtllm_target.py"
@@ -257,14 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("name", nargs="?", help="the campaign's name, e.g. engine_floor_2026-12-03d")
     ap.add_argument("--table", metavar="AFTER_DIR", help="only print the before/after table against AFTER_DIR")
     ap.add_argument("--no-matrix", action="store_true", help="leave docs/PLANNER.md section 4b's matrix as it is")
+    ap.add_argument("--before", metavar="NAME", help="the table's before: docs/bench_results/NAME (default: the "
+                                                     "campaign shipped so far)")
     a = ap.parse_args(argv)
     try:
         if a.table:
-            print(table(REPO / "docs/bench_results" / shipped(REPO).name, Path(a.table)))
+            print(table(before_dir(REPO, a.before), Path(a.table)))
             return 0
         if not (a.src and a.name):
             raise Refused("SRC NAME: both are needed (or --table AFTER_DIR)")
-        for p in adopt(Path(a.src), a.name, with_matrix=not a.no_matrix):
+        for p in adopt(Path(a.src), a.name, with_matrix=not a.no_matrix, before=a.before):
             print(f"{'wrote' if p.exists() else 'removed'} {p.relative_to(REPO) if p.is_relative_to(REPO) else p}")
     except Refused as e:
         print(f"adopt_floor_campaign: {e}", file=sys.stderr)

@@ -193,8 +193,8 @@ class FloorCalibration:
         """The engine's measured / floor time of `phase` (or "outside") at (tokens, isl); 1.0 without a point.
         expert_gemm: from the points of weight dtype `dtype`; other (its floor is the dense GEMMs, its excess the
         kernels around them): from those whose linear layers ran in `linear_dtype` (linear_points); attention and
-        outside: every point (attention's is the core's at long ISL: engine_floor_2026-12-03d measured 1.21 / 1.22,
-        1.23 / 1.26, 1.08 / 1.09 with BF16 / FP8 linear layers at ISL 8K / 2K / 32K, other 1.15-1.22 / 1.26-1.41)."""
+        outside: every point (attention's is the core's at long ISL: engine_floor_2026-12-03e measured 1.13 / 1.15,
+        1.16 / 1.21, 1.07 / 1.07 with BF16 / FP8 linear layers at ISL 8K / 2K / 32K, other 1.14-1.21 / 1.25-1.44)."""
         cand = (self._pts(dtype) if phase == "expert_gemm"
                 else self.linear_points(linear_dtype) if phase == "other" else self.points)
         pts = [p for p in cand if p.factor(phase) is not None]

@@ -24,18 +24,19 @@ def _script():
     return mod
 
 
-def _repo(tmp_path) -> Path:
-    """The files adoption reads and writes, with OLD (committed in docs/bench_results) as the shipped campaign,
-    whichever campaign this checkout ships."""
+def _repo(tmp_path, ship: str = OLD, committed: tuple[str, ...] = ()) -> Path:
+    """The files adoption reads and writes, with `ship` (default OLD; committed in docs/bench_results) as the shipped
+    campaign, whichever campaign this checkout ships, and `committed` campaigns in docs/bench_results besides."""
     r = tmp_path / "repo"
     pkg = r / "dwdp_trtllm/data/engine_calibration"
     for p in ("b2", "b8", "b32", "f2", "f8", "f32"):
-        for d in (pkg / OLD, r / "docs/bench_results" / OLD):
-            d.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(REPO / "docs/bench_results" / OLD / f"{p}.json", d / f"{p}.json")
-    (pkg / "README.md").write_text(f"a copy of docs/bench_results/{OLD}\n")
+        for name, dirs in ((ship, (pkg, r / "docs/bench_results")), *((c, (r / "docs/bench_results",)) for c in committed)):
+            for d in (x / name for x in dirs):
+                d.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(REPO / "docs/bench_results" / name / f"{p}.json", d / f"{p}.json")
+    (pkg / "README.md").write_text(f"a copy of docs/bench_results/{ship}\n")
     (r / "tests/unit").mkdir(parents=True)
-    (r / "tests/unit/test_perf_trtllm_target.py").write_text(f'SHIPPED_CAMPAIGN = "{OLD}"\n')
+    (r / "tests/unit/test_perf_trtllm_target.py").write_text(f'SHIPPED_CAMPAIGN = "{ship}"\n')
     shutil.copyfile(REPO / "docs/PLANNER.md", r / "docs/PLANNER.md")
     return r
 
@@ -124,3 +125,25 @@ def test_adopt_refuses_what_is_not_the_campaign_and_writes_nothing(tmp_path, cap
     assert mod.main([str(tmp_path / "nowhere"), "engine_floor_x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("adopt_floor_campaign: ") and "nowhere" in err[0]
+
+
+def test_adopt_compares_with_the_campaign_named_by_before_and_still_replaces_the_shipped_one(tmp_path, capsys):
+    """--before NAME: the table's before is docs/bench_results/NAME (e.g. the last campaign before FP8 linear layers
+    when the shipped one only re-measured the same engine with an older floor), not the campaign shipped so far; the
+    shipped one is replaced all the same. A --before that is not committed is refused, nothing written."""
+    mod, shipped = _script(), "engine_floor_2026-12-03d"
+    repo = _repo(tmp_path, ship=shipped, committed=(OLD,))
+    tree = _tree(repo)
+    with pytest.raises(mod.Refused, match="docs/bench_results/engine_floor_nowhere: --before: expected a committed"):
+        mod.adopt(_source(tmp_path), "engine_floor_test", repo, with_matrix=False, before="engine_floor_nowhere")
+    assert _tree(repo) == tree
+    mod.adopt(_source(tmp_path), "engine_floor_test", repo, with_matrix=False, before=OLD)
+    pkg = repo / "dwdp_trtllm/data/engine_calibration"
+    assert [p.name for p in pkg.iterdir() if p.is_dir()] == ["engine_floor_test"]  # the shipped 03d replaced
+    assert (repo / "docs/bench_results" / shipped).is_dir()  # its record stays
+    assert 'SHIPPED_CAMPAIGN = "engine_floor_test"' in (repo / "tests/unit/test_perf_trtllm_target.py").read_text()
+    body = (repo / "docs/PLANNER.md").read_text().split("<!-- recalibration:begin -->")[1].split("<!-- recalibration:end -->")[0]
+    assert f"before: {OLD} (shipped until now: {shipped})" in body.splitlines()[1]
+    rows = [ln.split(" | ") for ln in body.splitlines() if ln.startswith("| R1") or ln.startswith("| smoke")]
+    assert {r[2] for r in rows[::2]} == {f"before: {OLD}"} and {r[2] for r in rows[1::2]} == {"after: engine_floor_test"}
+    assert f"--bench-results docs/bench_results/{OLD}" in body
