@@ -57,6 +57,11 @@ def launched_by_mpi() -> bool:
     return "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
 
 
+def cuda_visible_devices() -> str | None:
+    """CUDA_VISIBLE_DEVICES as set (None: unset, every GPU visible); host_resources.visible_gpus reads it as CUDA does."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
 #: NVLink multicast must stay off on the lent multi-GPU machines (a program using it can take the host's GPUs down).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 

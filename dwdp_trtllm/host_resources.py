@@ -14,6 +14,7 @@ import os
 import resource
 from dataclasses import dataclass, field
 
+from . import env
 from .byte_units import fmt_bytes
 
 SHM_DIR = "/dev/shm"
@@ -141,7 +142,7 @@ def gpu_memory() -> tuple[tuple[int, ...], tuple[int, ...]] | None:
             free.append(int(mem.free))
             total.append(int(mem.total))
             uuids.append(uuid.value.decode(errors="replace"))
-        visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        visible = visible_gpus(env.cuda_visible_devices(), uuids)
         if visible is None:
             return None
         return tuple(free[i] for i in visible), tuple(total[i] for i in visible)

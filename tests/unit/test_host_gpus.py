@@ -67,3 +67,22 @@ def test_gpu_memory_is_read_for_the_gpus_cuda_shows(monkeypatch, spec, free):
         assert got is None
     else:  # was: every NVML GPU, so with CUDA_VISIBLE_DEVICES=2,3 rank 0 (on cuda:0 = GPU 2) was checked against GPU 0
         assert got == (tuple(f * 10 ** 9 for f in free), (100 * 10 ** 9,) * len(free))
+
+
+def test_cuda_visible_devices_is_read_through_env(monkeypatch):
+    """The house rule: environment variables are read in env.py only; gpu_memory asks env.cuda_visible_devices."""
+    from dwdp_trtllm import env
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: _FakeNvml())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(env, "cuda_visible_devices", lambda: "3")
+    assert host_resources.gpu_memory() == ((4 * 10 ** 9,), (100 * 10 ** 9,))
+
+
+def test_env_reads_cuda_visible_devices(monkeypatch):
+    from dwdp_trtllm import env
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert env.cuda_visible_devices() is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert env.cuda_visible_devices() == "1,0"
