@@ -55,7 +55,8 @@ OUR_OP_H200 = Measured(
 
 
 def default_gemm(weight_dtype: str) -> str:
-    """The gemm a dwdp_trtllm deployment asks for by default: multi_buffer for FP8 block-scale experts (on sm_90
+    """The gemm `dwdp gen-config` writes for a dwdp_trtllm deployment (an integration YAML without `gemm` gets
+    DwdpConfig's own default, merge): multi_buffer for FP8 block-scale experts (on sm_90
     our op beat the stock kernel the composite view feeds at every measured point, narrowly at 4K tokens uniform:
     fp8_sm90_reason), the composite view otherwise (BF16).
     adapter.choose_gemm falls back in order: multi_buffer -> composite view -> merge, or composite view ->
@@ -112,10 +113,11 @@ def trtllm_source() -> str:
 
 
 def moe_tflop(tokens: int) -> float:
-    """TFLOP of the routed experts at `tokens` tokens: 2 * T*K * (H*2I + I*H), the GEMMs only."""
+    """TFLOP of the routed experts at `tokens` tokens, the GEMMs only (perf.flops.routed_expert_flops, the planner's
+    count: 2 * T*K * (H*2I + I*H))."""
     from ..models import get_model
-    s = get_model(MODEL)
-    return 2.0 * tokens * s.top_k * 3 * s.hidden_size * s.moe_intermediate / 1e12
+    from ..perf.flops import routed_expert_flops
+    return float(routed_expert_flops(get_model(MODEL), tokens)) / 1e12
 
 
 def speedups(measured: Measured = OUR_OP_H200, routing: str = "uniform") -> dict[int, float]:
