@@ -6,11 +6,13 @@ allocates and loads only its own experts. After weight loading model_setup.py pr
 full [num_experts, ...] view (ep_size 1, slots 0..E), the way upstream's fixup_moe_backends does.
 
 This module owns the layout check (the rank's experts must be one contiguous id range: contiguous_range), once per
-MoE instance, in every era: the MoE.__init__ wrapper (patches._patch_moe_init) computes rank_layout before the
-original runs and hands it to override_layout after it. Where our HopperDwdpManager is upstream's registered manager,
-the wrapper also hands it the same layout, and the manager's num_experts_per_worker / start_expert_id are plain reads
-of it (no second check): upstream's MoE._init_dwdp_expert_layout would read them, but our wrap skips that method
-while our manager is registered, and require_layout_wrap refuses a TensorRT-LLM where the wrap is missing.
+MoE instance, in every era, through rank_layout. Where our HopperDwdpManager is upstream's registered manager (VA
+era), the MoE.__init__ wrapper (patches._patch_moe_init) computes it before the original runs (a wrapping placement
+is refused before upstream allocates anything), hands it to the manager and then to override_layout; the manager's
+num_experts_per_worker / start_expert_id are plain reads of it (no second check): upstream's
+MoE._init_dwdp_expert_layout would read them, but our wrap skips that method while our manager is registered, and
+require_layout_wrap refuses a TensorRT-LLM where the wrap is missing. Elsewhere (no manager of ours registered,
+nothing upstream reads) override_layout computes it after the original.
 """
 from __future__ import annotations
 
