@@ -82,6 +82,8 @@ def main() -> None:
     model = build_reference_model(spec, 0, torch.bfloat16, dev, gemm=args.gemm, weight_dtype=args.weight_dtype, on_device=True,
                                   fp8_linear=args.weight_dtype == "fp8")  # as `dwdp bench` (model.fp8_linear null)
     print(f"[{tag}] built in {time.perf_counter() - t0:.1f} s", flush=True)
+    if dev.type != "cuda":
+        print(f"[{tag}] {dev.type} run: a functional smoke of this script; its times are not performance results")
     g = torch.Generator(device=dev).manual_seed(1)
     ids = torch.randint(0, spec.vocab_size, (args.tokens,), device=dev, generator=g)
     from dwdp_trtllm.engine.kv_cache import KVCache
@@ -265,10 +267,10 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
             finally:
                 torch.cuda.set_sync_debug_mode(0)
         sync()
-        sites = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+        from dwdp_trtllm.engine.dwdp import is_sync_warning  # not torch's one-time "Synchronization debug mode" notice
+        sites = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if is_sync_warning(str(w.message))]
         print(f"[{tag}] host syncs in one forward (sync debug mode): {len(sites)} {sorted(set(sites))[:10]}")
     fill_prefix()
-    from dwdp_trtllm.engine import layers
     layers.PART_TIMER = _Marks()  # the trace's ranges: the phases and MLA's parts
     try:
         with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, with_stack=True) as prof:
