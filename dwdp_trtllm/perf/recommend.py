@@ -160,7 +160,7 @@ def _no_fit(spec, rows) -> Recommendation:
             (g, near.redundant_experts, near.slice_bytes)]
     lo = min(mine, key=lambda r: r.memory_per_rank_gb)
     hi = max(mine, key=lambda r: r.memory_per_rank_gb)
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in lo.memory_parts_gb.items())
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in lo.memory_parts_gb.items() if v)  # the parts memory.describe shows
     by_isl = tuple((r.isl, r.verdict) for r in mine)
     if not any(r.dep_fits for r in mine):  # DEP at that G does not fit either: no advice to use it
         one = len(mine) == 1 or bool(spec.mnt)  # at an MNT every ISL needs the same bytes

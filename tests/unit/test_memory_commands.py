@@ -165,3 +165,18 @@ def test_the_three_commands_default_to_one_group_size_that_fits(tmp_path, capsys
                                   "--out", str(tmp_path / "o"), "--json"])
     assert rc == 0, err
     assert gen["memory"]["context_dwdp"]["group_size"] == want and gen["memory"]["context_dwdp"]["fits"]
+
+
+def test_nothing_fits_lists_the_parts_the_other_commands_list(capsys):
+    """R1 FP8 on 4x H200: plan's "nothing fits" line names the DWDP rank's parts as plan-placement and gen-config do
+    (memory.RankMemory.describe: the non-zero parts; plan listed 'all-to-all buffers 0.0' for a DWDP rank)."""
+    import re
+
+    rc, plan, _ = _json(capsys, ["plan", "--dwdp-size", "4", "--isl", "8192", "--mnt", "16384", "--no-bench-results",
+                                 "--json"])
+    assert rc == 0
+    shown = re.search(r"DWDP4 needs [\d.]+ GB per rank \(([^)]*) GB at ISL", plan["recommendation"]["reason"]).group(1)
+    rc, place, err = _json(capsys, ["plan-placement", "--dwdp-size", "4", "--json"])
+    assert rc == 1
+    described = re.search(r"\(does NOT fit\): (.*?); change", err).group(1)
+    assert [p.rsplit(" ", 1)[0] for p in shown.split(", ")] == [p.rsplit(" ", 2)[0] for p in described.split(", ")]
