@@ -103,9 +103,10 @@ def attend_cudnn(q_LNd: torch.Tensor, k_SNd: torch.Tensor, v_SNe: torch.Tensor, 
 def prefix_as_causal(L: int, prefix: int, d: int, e: int, device_index: int = 0) -> bool:
     """Whether a chunk of L queries over `prefix` cached keys runs as one causal call over prefix + chunk
     (causal_over_prefix) rather than as the causal chunk + a flash call over the prefix + the merge (attend_bucketed).
-    What each computes beyond the chunk's own causal part, in FLOPs at cuDNN's rate: split 2 L P (d + d) x 2 /
-    FLASH_OVER_CUDNN (flash computes v at d), front ((P + L)^2 - L^2) (d + e) (the extra causal pairs, dummy rows
-    included); front when it is the smaller (about P < 3 L at MLA's 192 / 128). Never for a bucket above the rows
+    What each computes beyond the chunk's own causal part, in FLOPs at cuDNN's rate: split 2 L P (d + d) /
+    FLASH_OVER_CUDNN (L P pairs, 2 d FLOPs for q.k and 2 d for p.v: flash computes v at d), front
+    ((P + L)^2 - L^2) (d + e) (((P + L)^2 - L^2) / 2 extra causal pairs, dummy rows included, 2 (d + e) each);
+    front when it is the smaller (about P < 3 L at MLA's 192 / 128). Never for a bucket above the rows
     warm_plans built on this device (no plan built inside a measured iteration)."""
     if prefix <= 0:
         return False
