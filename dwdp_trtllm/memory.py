@@ -308,7 +308,7 @@ class DeploymentFit:
         return {k: gb(v) for k, v in self.dwdp.parts().items()}
 
     def smallest_line(self) -> str:
-        """'smallest that fits: DWDP G=8, DEP EP=8' (or 'none up to 64')."""
+        """'smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs' ('none up to 64 GPUs' for a mode none fits)."""
         def one(n):
             return f"{n} GPUs" if n else f"none up to {MAX_DWDP_SIZE} GPUs"
         return (f"smallest GPU count that fits: DWDP {one(self.smallest_fitting_dwdp_size)}, "
