@@ -50,7 +50,9 @@ class HopperDwdpManager:
     # dwdp_size and start_expert_id from whatever get_global_dwdp_manager() returns. Plain reads of the layout the
     # MoE.__init__ wrapper computed and checked (trtllm/moe_layout.py owns that check, in every era; the manager is
     # registered only in the VA era, and there our wrap skips upstream's method, so these are a fallback surface,
-    # not a second check): with them upstream's method would compute the very layout override_layout sets.
+    # not a second check): with them upstream's method would compute the slot range override_layout sets (it would
+    # also set initial_global_assignments round-robin over the DWDP ranks; override_layout leaves MoE.__init__'s
+    # sequential range(E) at moe_ep_size 1, and promotion sets the full range after loading).
     def use_layout(self, layout: dict) -> None:
         """The layout (moe_layout.layout_attrs) of the model now being built, set before each MoE.__init__ runs."""
         self._layout = layout
