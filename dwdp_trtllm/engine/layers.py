@@ -30,9 +30,10 @@ from .records import Segment
 from .rope import softmax_scale_factor
 from .timing import phase
 
-#: diagnostics only (scripts/profile_engine.py): a timer whose phase(name, layer) MLA's cuDNN path wraps its parts in:
-#: "attn.q" (x quantised, q_a, norm, q_b, RoPE), "attn.kv" (kv_a, norm, RoPE, latents, kv_b, key assembly),
-#: "attn.core" (the cuDNN calls), "attn.o" (o_proj's input and GEMM). None in every run (the bench times phases).
+#: diagnostics only (scripts/profile_engine.py): a timer whose phase(name, layer) MLA wraps its parts in:
+#: "attn.q" (x quantised, q_a, norm, q_b, RoPE), "attn.kv" (kv_a, norm, RoPE; on the cuDNN path also latents, kv_b,
+#: key assembly), and on the cuDNN path only "attn.core" (the cuDNN calls), "attn.o" (o_proj's input and GEMM).
+#: None in every run (the bench times phases).
 PART_TIMER = None
 
 
