@@ -150,8 +150,13 @@ def predicted_metrics(row, model, outside: float = 1.0) -> dict[str, float]:
     s = (row.t_dwdp_us - row.t_prefetch_wait_us) / c if c > 0 and row.dwdp_size > 1 else 1.0
     L, n, k = model.num_layers, model.num_moe_layers, model.first_k_dense
     other = row.t_other_us * n + row.t_dense_mlp_us * k
-    it = {"dep": {"attention": row.t_attention_us * L, "expert_gemm": row.t_experts_dep_us * n, "other": other,
-                  "all_to_all": row.t_all2all_us * n, "sync_wait": row.t_sync_us * n, "prefetch_wait": 0.0},
+    dep = {"attention": row.t_attention_us * L, "expert_gemm": row.t_experts_dep_us * n, "other": other,
+           "all_to_all": row.t_all2all_us * n, "prefetch_wait": 0.0}
+    # DEP waits for the slowest rank at each MoE layer's all-to-all, also for the dense layers before the first one
+    # (row.t_sync_us is the MoE layers' wait only): its wait is what the planner's whole iteration (DEP: the slowest
+    # rank's) leaves after the other phases, so the wall and tps_per_gpu below are one iteration time
+    dep["sync_wait"] = max(0.0, row.t_iteration_dep_us - sum(dep.values()))
+    it = {"dep": dep,
           "dwdp": {"attention": row.t_attention_us * (k + n * s), "expert_gemm": row.t_experts_dwdp_us * n * s,
                    "other": row.t_other_us * n * s + row.t_dense_mlp_us * k,
                    "all_to_all": 0.0, "sync_wait": 0.0, "prefetch_wait": row.t_prefetch_wait_us * n}}

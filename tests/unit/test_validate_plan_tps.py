@@ -46,3 +46,22 @@ def test_both_commands_call_the_one_function(monkeypatch):
     again = _row(4, 0.2)
     assert again.tps_per_gpu_dep == again.tps_per_gpu_dwdp == -1.0
     assert imbalance.tokens_per_s_per_gpu(16384, 200_000.0) == pytest.approx(81920.0)
+
+
+@pytest.mark.parametrize("g, cv", [(1, 0.0), (4, 0.0), (4, 0.2), (8, 0.2)])
+def test_the_predicted_wall_is_the_iteration_tps_per_gpu_divides(g, cv):
+    """One iteration time per mode: the phase split's wall (x outside) is the planner's whole iteration, whose tokens/s
+    per GPU validate-plan predicts. DEP's ranks wait for the slowest one at the first MoE layer also for the dense
+    layers before it (R1: 3 of 8 here); the split counted only the MoE layers' wait: 206 ms wall vs 223 ms behind
+    tps_per_gpu at G=8, CV 0.2."""
+    row = _row(g, cv)
+    for outside in (1.0, 1.25):
+        pred = validate_plan.predicted_metrics(row, R1_8, outside=outside)
+        for mode in ("dep", "dwdp"):
+            wall_us = pred[f"{mode}.iteration_ms.wall"] * 1e3
+            # DWDP: ranks free-run, the iteration is tokens over each rank's own rate (imbalance.compare), the split's
+            # phases are means: equal within 1e-5 here
+            assert wall_us == pytest.approx(getattr(row, f"t_iteration_{mode}_us") * outside, rel=1e-4), mode
+            assert pred[f"{mode}.tps_per_gpu"] == pytest.approx(row.tokens_per_rank / wall_us * 1e6, rel=1e-4)
+    if cv > 0 and g > 1:  # the wait the slowest rank's dense layers add is in sync_wait, not lost
+        assert pred["dep.iteration_ms.sync_wait"] * 1e3 > row.t_sync_us * R1_8.num_moe_layers * outside
