@@ -9,7 +9,9 @@
 SRC holds perf_check.sh's points as <point>/results.json (POINTS; tarballs inside SRC are unpacked first). Each file is
 checked before anything is written (one line naming the file and what was expected, exit 2): a floor run on one rank
 of an H200, BF16 experts for b*, FP8 experts with FP8 linear layers for f*, measured within MAX_SPAN_H of each other (one run), and
-together a complete campaign (perf/floor_calibration.complete). Then:
+together a complete campaign (perf/floor_calibration.complete); NAME and --before are plain directory names (exit 2
+otherwise). Then everything below is computed (the table and the matrix against the staged campaign), written beside
+its place and renamed into it last, so that a failure on the way leaves the repository as it was:
   - docs/bench_results/NAME/<point>.json: the files byte for byte (and bench.log when SRC has one);
   - dwdp_trtllm/data/engine_calibration/NAME/: the same bytes, replacing the campaign shipped so far (one campaign);
   - the campaign's name in data/engine_calibration/README.md and in tests/unit/test_perf_trtllm_target.py's pin;
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import shutil
 import sys
 import tarfile
@@ -195,13 +198,15 @@ def table(before: Path, after: Path, after_label: str | None = None) -> str:
     return "\n".join(out) + "\n\n```\n" + "\n".join(cmds) + "\n```\n"
 
 
-def matrix() -> str:
+def matrix(campaign: Path) -> str:
+    """Section 4b's deployment matrix with the engine target calibrated by `campaign` (the staged directory, before
+    anything is written)."""
     sys.path.insert(0, str(REPO / "scripts"))
     import plan_matrix
 
     buf = io.StringIO()
     with redirect_stdout(buf):
-        plan_matrix.main()
+        plan_matrix.main(bench_results=campaign)
     return buf.getvalue()
 
 
@@ -213,9 +218,33 @@ def replace_between(text: str, key: str, body: str, where: str) -> str:
     return head + a + "\n" + body.rstrip("\n") + "\n" + b + rest.split(b, 1)[1]
 
 
+def plain_name(name: str, what: str) -> str:
+    """`name` when it is one plain directory name (letters, digits, . _ -; not . or ..), else Refused: it becomes
+    docs/bench_results/<name> and dwdp_trtllm/data/engine_calibration/<name>, never a path elsewhere."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or ""):
+        raise Refused(f"{what} {name!r}: expected a plain directory name (letters, digits, '.', '_', '-'; "
+                      "no '/' and not starting with '.'), e.g. engine_floor_2026-12-03f")
+    return name
+
+
+def _write_text(path: Path, text: str) -> Path:
+    """`text` into a temporary beside `path` (renamed over it by _commit)."""
+    tmp = path.with_name(f".{path.name}.adopt-tmp")
+    tmp.write_text(text, encoding="utf-8")
+    return tmp
+
+
+def _commit(renames: list[tuple[Path, Path]], remove: Path) -> None:
+    """The last step, after everything is computed and staged beside its place: renames (same file system) and the
+    old campaign's removal."""
+    for tmp, path in renames:
+        tmp.replace(path)
+    shutil.rmtree(remove)
+
+
 def before_dir(repo: Path, before: str | None) -> Path:
     """The table's before: docs/bench_results/<before>, or the shipped campaign's committed copy."""
-    name = before or shipped(repo).name
+    name = plain_name(before, "--before") if before is not None else shipped(repo).name
     d = repo / "docs/bench_results" / name
     if not d.is_dir():
         raise Refused(f"docs/bench_results/{name}: " + ("--before: expected a committed campaign directory" if before
@@ -226,6 +255,7 @@ def before_dir(repo: Path, before: str | None) -> Path:
 def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True, before: str | None = None) -> list[Path]:
     """Check, copy and rewrite (module docstring); returns the paths written. Nothing is written when refused.
     `before`: the campaign (under docs/bench_results) the table compares with; default the one shipped so far."""
+    plain_name(name, "NAME")
     old = shipped(repo)
     dest, pkg = repo / "docs/bench_results" / name, repo / "dwdp_trtllm/data/engine_calibration" / name
     if name == old.name or dest.exists():
@@ -249,18 +279,27 @@ def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True, 
         readme, pin = readme_p.read_text(encoding="utf-8"), pin_p.read_text(encoding="utf-8")
         if old.name not in readme or f'SHIPPED_CAMPAIGN = "{old.name}"' not in pin:
             raise Refused(f"{readme_p.name} / {pin_p.name}: expected the shipped campaign's name {old.name}")
-        print(bench_table(found))  # for docs/BENCHMARKS.md (the lead's section): the measured points themselves
-        # everything checked: write
-        shutil.copytree(stage, dest)
+        if with_matrix:  # the staged campaign, as the shipped one will be: computed before anything is written
+            md = replace_between(md, "matrix", matrix(stage), "docs/PLANNER.md")
         if log is not None:
-            shutil.copyfile(log, dest / "bench.log")
-        shutil.rmtree(old)
-        shutil.copytree(stage, pkg)
-        readme_p.write_text(readme.replace(old.name, name), encoding="utf-8")
-        pin_p.write_text(pin.replace(f'SHIPPED_CAMPAIGN = "{old.name}"', f'SHIPPED_CAMPAIGN = "{name}"'), encoding="utf-8")
-        if with_matrix:  # after the package copy: the matrix's engine rows read the shipped campaign
-            md = replace_between(md, "matrix", matrix(), "docs/PLANNER.md")
-        (repo / "docs/PLANNER.md").write_text(md, encoding="utf-8")
+            shutil.copyfile(log, stage / "bench.log")
+        print(bench_table(found))  # for docs/BENCHMARKS.md (the lead's section): the measured points themselves
+        # everything computed: write beside each place, then rename (a failure before the renames leaves the repo as
+        # it was, but for temporaries that are removed)
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for tmp, path in ((dest.with_name(f".{name}.adopt-tmp"), dest), (pkg.with_name(f".{name}.adopt-tmp"), pkg)):
+                shutil.copytree(stage, tmp, ignore=None if path == dest else shutil.ignore_patterns("bench.log"))
+                staged.append((tmp, path))
+            for path, text in ((readme_p, readme.replace(old.name, name)),
+                               (pin_p, pin.replace(f'SHIPPED_CAMPAIGN = "{old.name}"', f'SHIPPED_CAMPAIGN = "{name}"')),
+                               (repo / "docs/PLANNER.md", md)):
+                staged.append((_write_text(path, text), path))
+        except BaseException:
+            for tmp, _ in staged:
+                shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+            raise
+        _commit(staged, old)
     return [dest, pkg, old, readme_p, pin_p, repo / "docs/PLANNER.md"]
 
 
@@ -277,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.table:
             print(table(before_dir(REPO, a.before), Path(a.table)))
             return 0
-        if not (a.src and a.name):
+        if a.src is None or a.name is None:
             raise Refused("SRC NAME: both are needed (or --table AFTER_DIR)")
         for p in adopt(Path(a.src), a.name, with_matrix=not a.no_matrix, before=a.before):
             print(f"{'wrote' if p.exists() else 'removed'} {p.relative_to(REPO) if p.is_relative_to(REPO) else p}")

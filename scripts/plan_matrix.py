@@ -5,13 +5,15 @@ Qwen3-235B-A22B FP8 on 8x and 4x H200, MNT 8K / 16K / 32K, ISL 4K-32K, both targ
 Every cell is what `dwdp plan --model M --gpu h200 --weight-dtype fp8 --dwdp-size G --mnt MNT
 --isl 4096,8192,16384,32768 --target T [--json]` prints (the same parser and build_spec); ISL fixed, balanced
 routing, no rank imbalance. The engine target reads the floor campaign shipped in dwdp_trtllm/data/engine_calibration
-(the output names it); the trtllm target reads only the shipped kernel tables.
+(the output names it; main(bench_results=DIR) reads DIR instead, as `--bench-results DIR` does: the campaign
+scripts/adopt_floor_campaign.py is about to ship); the trtllm target reads only the shipped kernel tables.
 
     python3 scripts/plan_matrix.py > /tmp/matrix.md
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from dwdp_trtllm.cli import build_parser
 from dwdp_trtllm.commands import plan as plan_cmd
@@ -24,9 +26,11 @@ ISLS = (4096, 8192, 16384, 32768)
 TARGETS = ("trtllm", "engine")
 
 
-def run(model: str, g: int, mnt: int, target: str):
+def run(model: str, g: int, mnt: int, target: str, bench_results: Path | None = None):
     argv = ["plan", "--model", model, "--gpu", "h200", "--weight-dtype", "fp8", "--dwdp-size", str(g), "--mnt",
             str(mnt), "--isl", ",".join(map(str, ISLS)), "--target", target]
+    if bench_results is not None and target == "engine":
+        argv += ["--bench-results", str(bench_results)]
     args = build_parser().parse_args(argv)
     spec = plan_cmd.build_spec(args)
     rows = plan(spec)
@@ -37,7 +41,8 @@ def _k(x: float) -> str:
     return "never" if x == float("inf") else f"{x / 1000:.1f}K"
 
 
-def main() -> int:
+def main(bench_results: Path | None = None) -> int:
+    """The matrix on stdout; `bench_results`: the engine target's floor campaign directory (default the shipped one)."""
     out = sys.stdout
     out.write("| model | GPUs | MNT | target | " + " | ".join(f"ISL {i // 1024}K" for i in ISLS) + " | recommendation |\n")
     out.write("|---|---|---|---|" + "---|" * len(ISLS) + "---|\n")
@@ -47,7 +52,7 @@ def main() -> int:
         for g in GROUPS:
             for mnt in MNTS:
                 for target in TARGETS:
-                    spec, rows, rec = run(model, g, mnt, target)
+                    spec, rows, rec = run(model, g, mnt, target, bench_results)
                     if target == "engine" and spec.calibration.floor.campaign:
                         campaign = spec.calibration.floor.campaign
                     if not rows[0].fits:

@@ -147,3 +147,61 @@ def test_adopt_compares_with_the_campaign_named_by_before_and_still_replaces_the
     rows = [ln.split(" | ") for ln in body.splitlines() if ln.startswith("| R1") or ln.startswith("| smoke")]
     assert {r[2] for r in rows[::2]} == {f"before: {OLD}"} and {r[2] for r in rows[1::2]} == {"after: engine_floor_test"}
     assert f"--bench-results docs/bench_results/{OLD}" in body
+
+
+def test_adopt_computes_the_matrix_against_the_staged_campaign_before_writing_anything(tmp_path, monkeypatch):
+    """The matrix (section 4b) is computed from the staged campaign before any file is written: a failure there leaves
+    the repository as it was (no half-adopted campaign, no temporaries); when it succeeds, its text is what
+    docs/PLANNER.md gets."""
+    mod, repo = _script(), _repo(tmp_path)
+    tree = _tree(repo)
+    seen = []
+
+    def broken(campaign=None):
+        seen.append(sorted(p.name for p in campaign.iterdir()) if campaign else None)
+        raise RuntimeError("matrix failed")
+
+    monkeypatch.setattr(mod, "matrix", broken)
+    with pytest.raises(RuntimeError, match="matrix failed"):
+        mod.adopt(_source(tmp_path), "engine_floor_test", repo)
+    assert _tree(repo) == tree
+    assert not [p for p in repo.rglob("*") if "adopt-tmp" in p.name]
+    assert seen == [sorted(f"{p}.json" for p in mod.POINTS)]  # called with the staged campaign's six points
+
+    monkeypatch.setattr(mod, "matrix", lambda campaign: f"the matrix of {campaign.name}\n")
+    mod.adopt(_source(tmp_path), "engine_floor_test", repo)
+    body = (repo / "docs/PLANNER.md").read_text().split("<!-- plan-matrix:begin -->")[1].split("<!-- plan-matrix:end -->")[0]
+    assert body == "\nthe matrix of engine_floor_test\n"
+    assert not [p for p in repo.rglob("*") if "adopt-tmp" in p.name]
+
+
+@pytest.mark.parametrize("argv", [["SRC", "../elsewhere"], ["SRC", "a/b"], ["SRC", ".."], ["SRC", ""],
+                                  ["--before", "../x", "SRC", "engine_floor_ok"], ["--before", "/tmp", "SRC", "ok"]])
+def test_adopt_refuses_a_name_that_is_not_a_plain_directory_name(tmp_path, capsys, argv):
+    argv = [str(tmp_path / "nowhere") if a == "SRC" else a for a in argv]
+    assert _script().main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "expected a plain directory name" in err[0]
+    assert err[0].startswith("adopt_floor_campaign: NAME" if "--before" not in argv else "adopt_floor_campaign: --before")
+
+
+def test_plan_matrix_reads_the_campaign_it_is_given(tmp_path):
+    """plan_matrix.main(bench_results=DIR): the engine rows calibrated by DIR (as `--bench-results DIR`), named by it;
+    the same campaign under another name gives the same matrix."""
+    import contextlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import plan_matrix
+
+    shipped = next(p for p in (REPO / "dwdp_trtllm/data/engine_calibration").iterdir() if p.is_dir())
+    copy = tmp_path / "engine_floor_copy"
+    shutil.copytree(shipped, copy)
+    outs = []
+    for d in (None, copy):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            plan_matrix.main(bench_results=d)
+        outs.append(buf.getvalue())
+    assert f"floor campaign {shipped.name} " in outs[0] and "floor campaign engine_floor_copy " in outs[1]
+    assert outs[1] == outs[0].replace(shipped.name, "engine_floor_copy")
