@@ -137,13 +137,13 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     except ConfigError as e:  # reported, not raised: this command describes what would happen
         engine, why = "error", str(e)
     rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
-                       "gemm": gemm_order(wd, cfg.dwdp.gemm if cfg else None) + GEMM_CHOICE_NOTE
+                       "gemm": gemm_order(wd, cfg.gemm_requested if cfg else None) + GEMM_CHOICE_NOTE
                        if engine == "dwdp_trtllm" else
                        "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}
     if engine == "dwdp_trtllm":
         row = next((t for t in rep["patch_targets"] if t["attribute"] == "CutlassFusedMoE.run_moe"), None)
         status = row["status"] if row else "unknown"
-        rep["our_mode"]["gemm_requested"] = cfg.dwdp.gemm if cfg else None
+        rep["our_mode"]["gemm_requested"] = cfg.gemm_requested if cfg else None
         rep["our_mode"]["multi_buffer"] = _multi_buffer_status(status)
     ready, line = verdict(rep)
     rep["verdict"] = {"ready": ready, "line": line}

@@ -39,6 +39,7 @@ from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
+from .moe_evidence import adapter_default_gemm
 from ..runtime import ExpertSources, expert_maps, local_slot_sources
 
 log = logging.getLogger("dwdp_trtllm.integration")
@@ -63,10 +64,11 @@ NO_UNIT = "no multi_buffer execution unit on this host"
 
 
 def _composite_blocker(want: str, device_type: str, transport_kind: str, placement: ExpertPlacement,
-                       rank: int) -> str | None:
-    """Why the composite view cannot be built here, or None."""
+                       rank: int, default: bool = False) -> str | None:
+    """Why the composite view cannot be built here, or None (off CUDA: only its test stand-in, for a request)."""
     if device_type != "cuda":
-        return None if want == "composite_view" else "composite_view needs CUDA VMM allocations; this device is cpu"
+        return None if want == "composite_view" and not default else \
+            "composite_view needs CUDA VMM allocations; this device is cpu"
     if transport_kind not in VMM_TRANSPORTS:
         return f"composite_view needs transport vmm_fd or vmm_fabric, got {transport_kind}"
     try:
@@ -86,7 +88,8 @@ def fp8_block_sm90(weight_dtype: torch.dtype, names: Sequence[str], device: torc
 
 
 def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: ExpertPlacement, rank: int,
-                blocker: str | None, composite_error: str | None = None, fp8_sm90: bool = False) -> tuple[str, str]:
+                blocker: str | None, composite_error: str | None = None, fp8_sm90: bool = False,
+                default: bool = False) -> tuple[str, str]:
     """(gemm, reason) for the TensorRT-LLM host; the reason goes to the log, `gemm_reason` and check output.
 
     `gemm: multi_buffer` (moe_evidence.default_gemm for FP8 block scales) asks for the multi_buffer unit (dwdp::grouped_gemm over
@@ -96,17 +99,20 @@ def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: 
     the host's multi_buffer unit can serve these owners, else why not. composite_error: the composite view was
     chosen but could not be built (why); the choice is made again without it, and the reason keeps everything said
     before. fp8_sm90: FP8 block-scale experts on sm_90 (fp8_block_sm90): a multi_buffer choice names the
-    measurement it rests on (moe_evidence.fp8_sm90_reason)."""
+    measurement it rests on (moe_evidence.fp8_sm90_reason). default: `want` is moe_evidence.adapter_default_gemm (the
+    integration config names no gemm), not a request; the reason says so and on CPU the stand-in is not used."""
+    asked = "default (the integration config names no gemm)" if default else "requested"
     if want == "merge":
-        return "merge", "gemm: merge requested"
+        return "merge", f"gemm: merge {asked}"
     if want == "multi_buffer" and blocker is None:
         if fp8_sm90:
             from .moe_evidence import fp8_sm90_reason
-            return "multi_buffer", f"gemm: multi_buffer requested; {fp8_sm90_reason()}; {MULTI_BUFFER_WHAT}"
-        return "multi_buffer", f"gemm: multi_buffer requested; {MULTI_BUFFER_WHAT}"
-    note = {"multi_buffer": f"gemm: multi_buffer requested but not possible ({blocker}); ",
-            "reference": "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "}.get(want, "")
-    why = composite_error or _composite_blocker(want, device_type, transport_kind, placement, rank)
+            return "multi_buffer", f"gemm: multi_buffer {asked}; {fp8_sm90_reason()}; {MULTI_BUFFER_WHAT}"
+        return "multi_buffer", f"gemm: multi_buffer {asked}; {MULTI_BUFFER_WHAT}"
+    note = {"multi_buffer": f"gemm: multi_buffer {asked} but not possible ({blocker}); ",
+            "reference": "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "}.get(
+        want, f"gemm: {want} {asked}; " if default else "")
+    why = composite_error or _composite_blocker(want, device_type, transport_kind, placement, rank, default)
     if why is None:
         if device_type != "cuda":  # requested explicitly: the test stand-in (composite_cpu.py)
             return "composite_view", note + ("cpu stand-in for tests: slot runs and copy plan of the composite view, "
@@ -123,10 +129,12 @@ def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: 
 class AdapterRuntime:
     def __init__(self, *, owners: Sequence[torch.nn.Module], names: Sequence[str], placement: ExpertPlacement,
                  dwdp_rank: int, cfg, transport, device: torch.device, timeout_s: float = 300.0,
-                 blocker: str | None = NO_UNIT):
+                 blocker: str | None = NO_UNIT, gemm_requested: bool = True):
         """owners[p]: the module holding MoE position p's expert tensors `names` ([n_local, ...] each).
         blocker: None when the host has an execution unit that can read [local, slot] for these owners (it reads
-        `bound_sources(p)`), else why not. Collective over the DWDP group (transport.open_peers); call on every
+        `bound_sources(p)`), else why not. gemm_requested False: the integration config names no gemm, so cfg.gemm
+        is DwdpConfig's default (merge), not asked for; the measured default for these weights
+        (moe_evidence.adapter_default_gemm) is tried first instead, then the usual fallbacks. Collective over the DWDP group (transport.open_peers); call on every
         rank in the same order."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
@@ -149,10 +157,11 @@ class AdapterRuntime:
             torch.cuda.synchronize(device)  # local experts are written before peers may read them
         transport.open_peers()
 
+        fp8_sm90 = fp8_block_sm90(next(self.shapes[n][1] for n in names if not is_scale(n)), names, device)
+        want = cfg.gemm if gemm_requested else adapter_default_gemm(fp8_sm90)
         choose = dict(device_type=device.type, transport_kind=getattr(transport, "kind", ""), placement=placement,
-                      rank=dwdp_rank, blocker=blocker,
-                      fp8_sm90=fp8_block_sm90(next(self.shapes[n][1] for n in names if not is_scale(n)), names, device))
-        self.gemm, self.reason = choose_gemm(cfg.gemm, **choose)
+                      rank=dwdp_rank, blocker=blocker, fp8_sm90=fp8_sm90, default=not gemm_requested)
+        self.gemm, self.reason = choose_gemm(want, **choose)
         plan = build_copy_plan(placement, self.layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
         full_ops = full_slot_ops(placement, self.layout, dwdp_rank, plan)
         self.composite = None
@@ -170,7 +179,7 @@ class AdapterRuntime:
                         placement=placement, rank=dwdp_rank, specs=specs, tensor_bytes=self.layout.tensor_bytes,
                         num_layers=L, num_slots=S, mapped=mapped, local_buffer=lambda m, t: exported[key(m, t)])
             except CompositeUnsupported as e:  # e.g. expert bytes off the VMM granularity
-                self.gemm, self.reason = choose_gemm(cfg.gemm, **choose, composite_error=str(e))
+                self.gemm, self.reason = choose_gemm(want, **choose, composite_error=str(e))
         n_fetch = len(placement.fetch_experts(dwdp_rank))
         if self.gemm == "composite_view":
             # weights: the plan's peer ops into the slot runs (fetched order); scales: full-slot ops
@@ -254,6 +263,11 @@ class AdapterRuntime:
         """Position pos's kernels are enqueued: the slot may be refilled after them (next forward wraps)."""
         self.prefetcher.release(pos)
         self._bound = None
+
+    @property
+    def closed(self) -> bool:
+        """close() ran (HopperDwdpManager.check_free lets a new runtime replace a closed one)."""
+        return self._closed
 
     def close(self) -> None:
         if self._closed:

@@ -89,8 +89,29 @@ class HopperDwdpManager:
             raise RuntimeError("HopperDwdpManager.setup: dwdp_trtllm sets the runtime up in ModelLoader.load; "
                                "the wrapped loader did not run (is the integration activated in this process?)")
 
+    def check_free(self) -> None:
+        """Refuse a second model's runtime while this manager holds an open one (attach; model_setup calls it before
+        allocating anything for the new model).
+
+        Refused rather than closing the first: the first runtime may still serve a live model (its executor not shut
+        down), and closing it under that model would break it at its next forward, far from the cause; replacing
+        it silently (as before) left its exported buffers, peer mappings and prefetcher open for the life of the
+        process (e.g. a retry after construction failed past ModelLoader.load, with no rollback exit of this manager)
+        and mixed two models' layers on one manager. A refusal allocates nothing and mixes nothing; whoever owns the
+        first model closes it (executor shutdown / __exit__ / cleanup()), after which attach is allowed again."""
+        rt = self._rt
+        if rt is not None and not getattr(rt, "closed", False):
+            raise RuntimeError(
+                f"HopperDwdpManager.attach: this process's DWDP manager still holds the open runtime of an earlier "
+                f"model ({rt.num_layers} MoE layers, gemm {getattr(rt, 'gemm', '?')}); a second one would leave its "
+                "exported buffers, peer mappings and prefetcher open, or run two models on one manager. Shut the first "
+                "executor down (or call cleanup() on this manager) before building another model; after a failed "
+                "construction, restart the process")
+
     def attach(self, runtime: AdapterRuntime, layer_ids: list[int], lifecycle: str) -> None:
-        """layer_ids[p]: the model layer index of MoE position p (what upstream passes as layer_idx)."""
+        """layer_ids[p]: the model layer index of MoE position p (what upstream passes as layer_idx). One open
+        runtime at a time: check_free."""
+        self.check_free()
         if len(set(layer_ids)) != len(layer_ids) or len(layer_ids) != runtime.num_layers:
             raise ValueError(f"layer ids {layer_ids} must be {runtime.num_layers} distinct values")
         self._rt, self._pos, self.lifecycle = runtime, {l: p for p, l in enumerate(layer_ids)}, lifecycle

@@ -56,12 +56,20 @@ OUR_OP_H200 = Measured(
 
 def default_gemm(weight_dtype: str) -> str:
     """The gemm `dwdp gen-config` writes for a dwdp_trtllm deployment (an integration YAML without `gemm` gets
-    DwdpConfig's own default, merge): multi_buffer for FP8 block-scale experts (on sm_90
+    adapter_default_gemm for the weights at hand): multi_buffer for FP8 block-scale experts (on sm_90
     our op beat the stock kernel the composite view feeds at every measured point, narrowly at 4K tokens uniform:
     fp8_sm90_reason), the composite view otherwise (BF16).
     adapter.choose_gemm falls back in order: multi_buffer -> composite view -> merge, or composite view ->
     multi_buffer -> merge."""
     return "multi_buffer" if weight_dtype == "fp8" else "composite_view"
+
+
+def adapter_default_gemm(fp8_block_sm90: bool) -> str:
+    """The gemm the TensorRT-LLM adapter tries first when the integration YAML names none (settings.IntegrationConfig
+    gemm_requested None), for the weights at hand (adapter.fp8_block_sm90): multi_buffer for FP8 block-scale experts
+    on sm_90, where fp8_sm90_reason's measurement applies; the composite view otherwise (BF16, or FP8 off sm_90: not
+    measured). Not DwdpConfig's default (merge, the bench engine's), which nobody asked for there."""
+    return default_gemm("fp8") if fp8_block_sm90 else default_gemm("bf16")
 
 
 #: what each path runs (check-trtllm's GEMM line)

@@ -38,6 +38,15 @@ class IntegrationConfig:
     engine: Engine
     dwdp: DwdpConfig
     path: str | None = None
+    #: the file's `gemm`, None when it names none: then dwdp.gemm is DwdpConfig's (the bench engine's) default, merge,
+    #: which nobody asked for here, and the adapter tries the measured default for the weights at hand instead
+    #: (moe_evidence.adapter_default_gemm)
+    gemm_requested: str | None = None
+
+
+def _given_gemm(section: Any, dwdp: DwdpConfig) -> str | None:
+    """The gemm the file's section names (validated, in dwdp), None when it names none."""
+    return dwdp.gemm if "gemm" in (section or {}) else None
 
 
 def load_integration_config(path: str | Path) -> IntegrationConfig:
@@ -54,9 +63,11 @@ def load_integration_config(path: str | Path) -> IntegrationConfig:
         if "dwdp_config" in data and "dwdp" in data:
             raise ConfigError(p, "dwdp", "give either dwdp_config or dwdp, not both")
         sec = "dwdp_config" if "dwdp_config" in data else "dwdp"
-        return IntegrationConfig(engine=engine, dwdp=from_dict(DwdpConfig, data[sec], file=p, prefix=sec), path=p)
+        dwdp = from_dict(DwdpConfig, data[sec], file=p, prefix=sec)
+        return IntegrationConfig(engine=engine, dwdp=dwdp, path=p, gemm_requested=_given_gemm(data[sec], dwdp))
     fields = {k: v for k, v in data.items() if k != "engine"}
-    return IntegrationConfig(engine=engine, dwdp=from_dict(DwdpConfig, fields, file=p), path=p)
+    dwdp = from_dict(DwdpConfig, fields, file=p)
+    return IntegrationConfig(engine=engine, dwdp=dwdp, path=p, gemm_requested=_given_gemm(fields, dwdp))
 
 
 def extras_of(cfg: DwdpConfig) -> dict[str, Any]:

@@ -23,10 +23,10 @@ from test_trtllm_fake_world import _env, era_tree  # noqa: E402
 FP8_NAMES = ("w3_w1_weight", "w2_weight", "w3_w1_weight_scaling_factor", "w2_weight_scaling_factor")
 
 
-def _choose(want, *, transport="vmm_fd", mb=None, fp8_sm90=True):
+def _choose(want, *, transport="vmm_fd", mb=None, fp8_sm90=True, default=False):
     cfg = DwdpConfig(dwdp_size=2)
     return choose_gemm(want, device_type="cuda", transport_kind=transport, placement=make_placement(cfg, 8), rank=1,
-                       blocker=mb, fp8_sm90=fp8_sm90)
+                       blocker=mb, fp8_sm90=fp8_sm90, default=default)
 
 
 def test_default_per_weight_dtype():
@@ -91,3 +91,48 @@ def test_check_trtllm_gemm_line_follows_the_config(tmp_path):
         lines[bool(args)] = json.loads(r.stdout)["our_mode"]["gemm"]
     assert lines[False].startswith("multi_buffer (") and "1.06-1.39x" in lines[False]
     assert lines[True].startswith("composite_view (") and "1.06-1.39x" not in lines[True]
+
+
+def test_integration_yaml_without_gemm_gets_the_measured_default(tmp_path):
+    """Review finding: an integration YAML without `gemm` ran DwdpConfig's default (merge, the bench engine's) and
+    the log / check-trtllm said "gemm: merge requested" though nothing was. Now the adapter tries the measured default
+    for the weights at hand (FP8 block scales on sm_90: multi_buffer; else the composite view), says it is the
+    default, and keeps the usual fallbacks; the bench engine's DwdpConfig default stays merge."""
+    from dwdp_trtllm.integration.moe_evidence import adapter_default_gemm
+    from dwdp_trtllm.integration.settings import load_integration_config
+    p = tmp_path / "dwdp.yaml"
+    p.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 2, "weight_dtype": "fp8"}}))
+    c = load_integration_config(p)
+    assert c.gemm_requested is None and c.dwdp.gemm == "merge" == DwdpConfig().gemm  # bench default unchanged
+    p2 = tmp_path / "given.yaml"
+    p2.write_text(yaml.safe_dump({"dwdp_size": 2, "gemm": "merge"}))
+    assert load_integration_config(p2).gemm_requested == "merge"
+    assert (adapter_default_gemm(True), adapter_default_gemm(False)) == ("multi_buffer", "composite_view")
+    g, why = _choose(adapter_default_gemm(True), default=True)
+    assert g == "multi_buffer" and why.startswith("gemm: multi_buffer default") and "requested" not in why
+    assert fp8_sm90_reason() in why
+    g, why = _choose(adapter_default_gemm(True), default=True, mb="w3_w1_bias is set")  # fallbacks as before
+    assert g == "composite_view" and "multi_buffer default (the integration config names no gemm) but not possible" in why
+    g, why = _choose(adapter_default_gemm(False), default=True, fp8_sm90=False)
+    assert g == "composite_view" and why.startswith("gemm: composite_view default") and "requested" not in why
+    tree = era_tree(tmp_path, "lifecycle")
+    import json
+    r = subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", "check-trtllm", "--json", "--dwdp", str(p)],
+                       env=_env(tree, tmp_path, {}), capture_output=True, text=True, timeout=120)
+    mode = json.loads(r.stdout)["our_mode"]
+    assert mode["gemm"].startswith("multi_buffer (") and mode["gemm_requested"] is None, mode
+
+
+def test_fake_world_without_gemm_does_not_run_merge(tmp_path):
+    """End to end on the fake TensorRT-LLM (CPU, BF16): no `gemm` in the YAML -> the default (composite view) cannot
+    be mapped on CPU and the stand-in is for explicit requests only, so the multi_buffer unit runs; before, merge ran
+    with the reason "gemm: merge requested". Outputs equal the reference."""
+    from test_trtllm_fake_world import run_world
+    outs, ref = run_world(tmp_path, "hooks", "bf16", dwdp={}, ref_gemm="multi_buffer")
+    for r, got in enumerate(outs):
+        assert got["gemm"] == "multi_buffer", got["gemm_reason"]
+        assert got["gemm_reason"].startswith("gemm: composite_view default (the integration config names no gemm); "
+                                             "composite view not possible"), got["gemm_reason"]
+        assert "requested" not in got["gemm_reason"]
+        for k, y in got["outs"].items():
+            assert torch.equal(y, ref[k]), f"rank {r} step {k[1]}"

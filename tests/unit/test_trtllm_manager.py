@@ -16,6 +16,10 @@ class _StubRuntime:
         self.owners, self.num_layers, self.calls = owners, len(owners), []
         self.prefetcher = type("P", (), {"n": 0})()
         self.bound_position = None  # AdapterRuntime: the position between wait_and_bind and release
+        self.closed = False  # AdapterRuntime.closed
+
+    def close(self):
+        self.closed = True
 
     def at_forward_start(self):
         return self.prefetcher.n % self.num_layers == 0
@@ -125,3 +129,23 @@ def test_layout_attributes_upstream_reads_come_from_our_placement():
     with pytest.raises(ValueError, match="not one contiguous range"):
         layout_attrs(make_placement(wrapping, 8), 2)
 
+
+
+def test_attach_refuses_a_second_runtime_while_the_first_is_open():
+    """Review finding: attach replaced a live runtime silently (e.g. a retry after construction failed past
+    ModelLoader.load), so the first one's exported buffers, peer mappings and prefetcher were never closed and two
+    models shared one manager. Now a second runtime is refused, the first stays attached and open; once the first is
+    closed (manager.cleanup(), or the runtime's own close()) a new one attaches."""
+    m, rt, owners = _manager()
+    rt2 = _StubRuntime([torch.nn.Linear(2, 2) for _ in range(3)])
+    with pytest.raises(RuntimeError, match="still holds the open runtime of an earlier model"):
+        m.attach(rt2, [3, 4, 5], "upstream")
+    assert m.runtime is rt and not rt.closed and not rt2.closed
+    m.cleanup()  # the first model's owner closes it
+    assert rt.closed
+    m.attach(rt2, [3, 4, 5], "upstream")
+    assert m.runtime is rt2
+    rt2.close()  # closed without the manager: replaceable too
+    rt3 = _StubRuntime([torch.nn.Linear(2, 2) for _ in range(3)])
+    m.attach(rt3, [3, 4, 5], "hooks")
+    assert m.runtime is rt3 and m.lifecycle == "hooks"

@@ -143,7 +143,8 @@ def _lifecycle(moes, manager) -> str:
 def setup_after_load(loader, model) -> None:
     if engine_for_process() != "dwdp_trtllm":
         return
-    cfg = integration_config().dwdp
+    icfg = integration_config()
+    cfg, gemm_requested = icfg.dwdp, icfg.gemm_requested is not None  # no gemm: the adapter's measured default
     moes = _moe_modules(model)
     if not moes:
         raise RuntimeError("dwdp_trtllm: no MoE layer received our layout (MoE.__init__ patch did not run?)")
@@ -157,26 +158,33 @@ def setup_after_load(loader, model) -> None:
     names = [n for n in WEIGHT_NAMES if getattr(owners[0], n, None) is not None]
     check_per_expert(owners, names, n_local)
 
+    manager = process_manager()
+    manager.check_free()  # an earlier model's runtime still open: refused before anything is allocated for this one
     group, tag = dwdp_process_group(cfg, global_rank())
     transport_kind = cfg.transport
-    if transport_kind == "auto" and device.type == "cuda" and cfg.gemm in ("composite_view", "multi_buffer"):
+    if transport_kind == "auto" and device.type == "cuda" and (
+            not gemm_requested or cfg.gemm in ("composite_view", "multi_buffer")):
         # local experts must be cuMem allocations to be mapped beside the slot: the composite view is the first
         # choice (composite_view) or the fallback where the multi_buffer unit is refused (adapter.choose_gemm)
         transport_kind = "vmm_fd"
     transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
-                        transport=transport, device=device, blocker=moe_unit.blocker(owners[0], names, device))
+                        transport=transport, device=device, blocker=moe_unit.blocker(owners[0], names, device),
+                        gemm_requested=gemm_requested)
     units = [moe_unit.install(o, lambda p=p: rt.bound_sources(p)) for p, o in enumerate(owners)] \
         if rt.gemm == "multi_buffer" else []
     promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E, backends=owners)
 
-    manager = process_manager()
     layer_ids = [getattr(m, "layer_idx", None) for m in moes]
     if None in layer_ids or len(set(layer_ids)) != len(layer_ids):
         layer_ids = list(range(len(moes)))  # hooks only: positions serve as ids
     lifecycle = _lifecycle(moes, manager)
-    manager.attach(rt, layer_ids, lifecycle)
+    try:
+        manager.attach(rt, layer_ids, lifecycle)
+    except BaseException:
+        rt.close()  # not attached: nobody else would close it
+        raise
     hooks = MoeHooks(manager, moes, owners, layer_ids).attach() if lifecycle == "hooks" else None
     model._dwdp_trtllm_runtime = {"transport": transport, "runtime": rt, "manager": manager, "hooks": hooks,
                                   "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason, "units": units,
