@@ -17,8 +17,6 @@ from .deploy_args import gpu_budget_bytes
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
 
-#: our measured results in a source checkout (docs/bench_results; `--bench-results` names it, no command defaults to it)
-DEFAULT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
 #: the engine calibration `dwdp plan --target engine` and `dwdp validate-plan` use by default (bench_dir): package
 #: data (a copy of one floor campaign, data/engine_calibration/README.md), so an installed command and a checkout's
 #: agree; --bench-results DIR overrides
@@ -241,7 +239,8 @@ def build_spec(args, *, gpu_name: str | None = None):
 def linear_layers_said(cal, weight_dtype: str):
     """The floor campaign's one line (`choice`) says so when none of its runs ran the linear layers in the dtype this
     plan prices them in (cost_model.DENSE_DTYPE_FOR: FP8 for FP8 / FP4 checkpoints): their floor rates are then the
-    other dtype's (FP8 linear layers, measured since issue 25, run 1.3-1.5x faster than BF16 ones)."""
+    other dtype's (FP8 linear layers, measured since issue 25, are faster than BF16 ones: docs/BENCHMARKS.md section 9,
+    one H200, 2026-12-03, an MoE layer's set 1.37-1.38x and a dense layer's 1.43-1.45x at 4K-16K tokens)."""
     from ..perf.cost_model import DENSE_DTYPE_FOR
 
     fc, dense = cal.floor, DENSE_DTYPE_FOR[weight_dtype]

@@ -132,7 +132,9 @@ class FloorCalibration:
         mine = tuple(p for p in pts if mine_(p))
         used = tuple(p for p in pts if not mine_(p) and not p.shared_gpu)
         rest = [c for c in camps if c != chosen]
-        choice = (f"floor campaign {show(chosen)} ({how}; {full[chosen][1]}): {len(used)} run(s) calibrate"
+        runs = len({(p.source, p.run) for p in used})  # a run measures one point per mode (e.g. auto and split)
+        choice = (f"floor campaign {show(chosen)} ({how}; {full[chosen][1]}): {runs} run(s) calibrate "
+                  f"({len(used)} point(s): run x mode)"
                   + (f"; {len(rest)} other campaign(s) not used, {sum(not full[c][0] for c in rest)} of them incomplete"
                      if rest else ""))
         notes = [f"floor calibration: campaign {show(chosen)} ({how}"
@@ -193,8 +195,10 @@ class FloorCalibration:
         """The engine's measured / floor time of `phase` (or "outside") at (tokens, isl); 1.0 without a point.
         expert_gemm: from the points of weight dtype `dtype`; other (its floor is the dense GEMMs, its excess the
         kernels around them): from those whose linear layers ran in `linear_dtype` (linear_points); attention and
-        outside: every point (attention's is the core's at long ISL: engine_floor_2026-12-03e measured 1.13 / 1.15,
-        1.16 / 1.21, 1.07 / 1.07 with BF16 / FP8 linear layers at ISL 8K / 2K / 32K, other 1.14-1.21 / 1.25-1.44)."""
+        outside: every point (attention's is the core's at long ISL). Each point's is FloorPoint.factor: the median over
+        iterations of measured / floor, the mean-based one only without a median; engine_floor_2026-12-03e's medians:
+        attention 1.14-1.15 / 1.10, 1.16 / 1.20, 1.08 / 1.06 with BF16 / FP8 linear layers at ISL 8K / 2K / 32K,
+        other 1.14-1.18 / 1.23-1.44."""
         cand = (self._pts(dtype) if phase == "expert_gemm"
                 else self.linear_points(linear_dtype) if phase == "other" else self.points)
         pts = [p for p in cand if p.factor(phase) is not None]

@@ -2,15 +2,18 @@
 repeatability and leave-one-out (synthetic runs whose work is rebuilt exactly, and the committed floors)."""
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dwdp_trtllm.commands.plan import DEFAULT_BENCH_DIR
 from dwdp_trtllm.commands.validate_plan import SUMMARY_PHASES, summary_rows, validate
 from dwdp_trtllm.perf.bench_work import floor_flops, rebuild, run_model
 from dwdp_trtllm.perf.floor_calibration import FloorCalibration, idw
 from dwdp_trtllm.perf.floor_points import REPEAT_TOLERANCE, mark_unrepeatable, points_from_bench
+
+#: the committed measurements of a source checkout (docs/bench_results)
+CHECKOUT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
 
 RATES = {"attention_proj": 700.0, "attention_core": 400.0, "expert_gemm": 500.0, "other": 650.0}
 
@@ -193,7 +196,7 @@ def test_clean_campaign_of_the_committed_floors_validates_every_phase(tmp_path):
     """The committed floors with measured means that are repeatable (floor x a smooth efficiency per ISL and dtype):
     every phase, attention and the wall included, is predicted leave-one-out within 15%, also at the shortest ISL
     (extrapolated: the core's per-call cost carries it)."""
-    camps = sorted(DEFAULT_BENCH_DIR.glob("engine_floor_*"))
+    camps = sorted(CHECKOUT_BENCH_DIR.glob("engine_floor_*"))
     assert camps
     camp = tmp_path / "engine_floor_clean"
     camp.mkdir()
@@ -272,16 +275,18 @@ def test_a_floor_campaign_is_recognised_by_its_content_not_by_recency(tmp_path, 
     old = "2026-12-02T10:00:00+00:00"
     for name, dt, isl, mnt in (("b8", "bf16", 8192, 16384), ("b32", "bf16", 32768, 32768),
                                ("f8", "fp8", 8192, 16384), ("f32", "fp8", 32768, 32768)):
-        _write(tmp_path / "engine_floor_a" / f"{name}.json", _run(isl=isl, mnt=mnt, dtype=dt, date=old))
+        modes = ("dep", "dwdp") if name == "f32" else ("dep",)  # one run, two points: the choice counts runs
+        _write(tmp_path / "engine_floor_a" / f"{name}.json", _run(isl=isl, mnt=mnt, dtype=dt, date=old, modes=modes))
     _write(tmp_path / "fp8_linear" / "run2" / "f32o" / "results.json", _run(isl=32768, mnt=32768, dtype="fp8"))
     _write(tmp_path / "engine_floor_b" / "b8.json", _run())  # newer, one dtype at one size
     pts = []
     for p in sorted(tmp_path.rglob("*.json")):
         pts += points_from_bench(json.loads(p.read_text()), file=str(p))[0]
     sel = FloorCalibration(tuple(pts)).select()
-    assert sel.campaign.endswith("engine_floor_a") and len(sel.points) == 4
+    assert sel.campaign.endswith("engine_floor_a") and len(sel.points) == 5
     assert sel.choice.startswith(f"floor campaign {sel.campaign} (the newest complete campaign; bf16 at 2 sizes; "
-                                 "fp8 at 2 sizes): 4 run(s) calibrate; 2 other campaign(s) not used, 2 of them incomplete")
+                                 "fp8 at 2 sizes): 4 run(s) calibrate (5 point(s): run x mode); 2 other campaign(s) not used, "
+                                 "2 of them incomplete")
     assert FloorCalibration(tuple(reversed(pts))).select().choice == sel.choice  # deterministic
     assert any("fp8_linear/run2/f32o (one campaign calibrates; fp8 at 1 size" in n for n in sel.notes)
     # no complete campaign: the most complete, said so

@@ -12,12 +12,15 @@ the routed-expert rate is calibrated per dtype, so leave-one-out has nothing to 
 import argparse
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from dwdp_trtllm.commands.plan import DEFAULT_BENCH_DIR
 from dwdp_trtllm.commands.validate_plan import SUMMARY_PHASES, summary_rows, validate
 from dwdp_trtllm.perf.bench_work import floor_flops, rebuild, run_model
+
+#: the committed measurements of a source checkout (docs/bench_results)
+CHECKOUT_BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench_results"
 
 TOLERANCE = 0.15
 _DEP_MEAN = {("dep", "mean", "attention"), ("dep", "mean", "wall")}
@@ -37,7 +40,7 @@ EXCLUDED = {
 
 def _single_rank_floor_files():
     out = []
-    for camp in sorted(DEFAULT_BENCH_DIR.glob("engine_floor_*")):
+    for camp in sorted(CHECKOUT_BENCH_DIR.glob("engine_floor_*")):
         for f in sorted(camp.glob("*.json")):
             runs = json.loads(f.read_text()).get("runs") or []
             if any(isinstance(r.get("floor"), dict) and (r.get("config") or {}).get("run", {}).get("ranks") == 1 for r in runs):
@@ -50,12 +53,12 @@ FILES = _single_rank_floor_files()
 
 def _args():
     # the checkout's results, so that each file's own campaign calibrates it (the default is the shipped campaign)
-    return argparse.Namespace(gpu="h200", calibration=None, bench_results=str(DEFAULT_BENCH_DIR), no_bench_results=False, interference=None,
+    return argparse.Namespace(gpu="h200", calibration=None, bench_results=str(CHECKOUT_BENCH_DIR), no_bench_results=False, interference=None,
                               a2a_dedup=False, samples=256, engine_efficiency=True)
 
 
 def test_committed_floor_runs_exist():
-    assert FILES, f"no single-rank floor runs under {DEFAULT_BENCH_DIR}/engine_floor_*"
+    assert FILES, f"no single-rank floor runs under {CHECKOUT_BENCH_DIR}/engine_floor_*"
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.name}" for p in FILES])

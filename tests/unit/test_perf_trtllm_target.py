@@ -118,10 +118,7 @@ def test_plan_is_the_same_with_or_without_a_checkout_docs_dir(tmp_path, monkeypa
     here = capsys.readouterr().out
     if target == "engine":  # calibrated by the shipped floor campaign
         assert f"{SHIPPED_CAMPAIGN}/b8.json" in here and str(plan_cmd.PACKAGE_CAL_DIR) not in here
-    monkeypatch.setattr(plan_cmd, "DEFAULT_BENCH_DIR", tmp_path / "missing")  # an installed package: no docs/
-    assert main(argv) == 0
-    assert capsys.readouterr().out == here
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # away from the checkout: the default is package data, not docs/bench_results
     assert main(argv) == 0
     assert capsys.readouterr().out == here
 
@@ -129,7 +126,7 @@ def test_plan_is_the_same_with_or_without_a_checkout_docs_dir(tmp_path, monkeypa
 def test_shipped_engine_calibration_is_a_copy_of_a_committed_campaign():
     shipped = sorted(plan_cmd.PACKAGE_CAL_DIR.glob("*/*.json"))
     assert shipped and {p.parent.name for p in shipped} == {SHIPPED_CAMPAIGN}  # one campaign, the pinned one
-    checkout = plan_cmd.DEFAULT_BENCH_DIR / shipped[0].parent.name
+    checkout = Path(__file__).resolve().parents[2] / "docs/bench_results" / shipped[0].parent.name
     if checkout.is_dir():  # a source checkout: byte-for-byte the committed files
         for p in shipped:
             assert p.read_bytes() == (checkout / p.name).read_bytes(), p.name
