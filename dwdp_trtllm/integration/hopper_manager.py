@@ -164,7 +164,8 @@ class HopperDwdpManager:
         self.runtime.release(pos)
 
     def cleanup(self) -> None:
-        """Close the runtime (prefetcher drained, transport closed); idempotent."""
+        """Close the runtime (prefetcher drained, copy scheduler and composite view closed); idempotent. The transport
+        stays open: its exported buffers hold the model's local experts (AdapterRuntime moved them there)."""
         if self._rt is not None:
             self._rt.close()
             self._rt = None

@@ -120,7 +120,8 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "_patch_upstream_manager", optional=True),
     PatchTarget(PY_EXECUTOR, "PyExecutor.shutdown",
                 "wrap (optional): after the original ran, exit our HopperDwdpManager (runtime closed: prefetcher "
-                "drained, transport closed; unregistered); upstream's shutdown exits only the executor's own manager",
+                "drained; the transport, which holds the model's local experts, stays open; unregistered); "
+                "upstream's shutdown exits only the executor's own manager",
                 "tensorrt_llm/_torch/pyexecutor/py_executor.py stored ids 54965565749, 67119085479, 57354091563 "
                 "(shutdown ends with `self.dwdp_manager.__exit__(None, None, None)`)",
                 "_patch_executor_shutdown", optional=True),
