@@ -5,15 +5,15 @@ bytes fetched per MoE layer and the rank's memory (memory.rank_memory, GB = 1e9 
 totals as `dwdp plan` and `dwdp gen-config`), DEP at the same size beside it and the smallest GPU count that
 fits per mode; then the per-source load (experts each rank serves per layer) under both source policies,
 lowest_rank (upstream) and balanced. Defaults as every command: deepseek-r1, fp8, h200's memory, 16384 tokens.
-Bad input raises ConfigError naming the flag or the file key (cli.main turns it into exit code 2).
-Exit code 1 when a DWDP rank does not fit the GPU.
+Bad input raises ConfigError naming the flag or the file key (cli.main turns it into exit code 2). A DWDP rank
+that does not fit the GPU is such bad input too (exit code 2, as `dwdp gen-config`): the report is printed, then one
+line naming the settings that shrink the rank as the user gives them (the flags, or the --config file's keys).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import sys
 from typing import Any
 
 from ..byte_units import fmt_bytes
@@ -134,9 +134,38 @@ def _load(args: argparse.Namespace, data: dict | None, *, weight_dtype: str = me
     return spec, cfg
 
 
+def _settings(args: argparse.Namespace, data: dict | None, spec: ModelSpec, cfg: DwdpConfig,
+              weight_dtype: str) -> tuple[list[str], str | None, str]:
+    """The settings that shrink a rank, each named where the user sets it: its flag when given, or when nothing set it
+    (a default is changed by its flag); the --config file's key when the file set it. With the file and key of the
+    group size (the error's subject, as gen-config's --dwdp-size)."""
+    section, prefix = _dwdp_section(data) if data is not None else ({}, "")
+    section = section if isinstance(section, dict) else {}
+    model = data.get("model") if data is not None else None
+    model = model if isinstance(model, dict) else {}
+
+    def key(name: str) -> str:
+        return f"{prefix}.{name}" if prefix else name
+
+    def one(flag: str, given: Any, file_key: str | None, value: Any) -> str:
+        return f"{flag} {value}" if given is not None or file_key is None else f"{file_key}={value} in {args.config}"
+
+    placement = "num_experts_per_worker" if cfg.upstream_placement else "redundant_experts"
+    out = [one(_FLAGS[n], getattr(args, n), key(n) if n in section else None, getattr(cfg, n))
+           for n in ("dwdp_size", placement, "prefetch_depth")]
+    out.append(one("--weight-dtype", args.weight_dtype, key("weight_dtype") if "weight_dtype" in section else None,
+                   weight_dtype))
+    out.append(one("--num-layers", args.num_layers, "model.num_layers" if "num_layers" in model else None,
+                   spec.num_layers))
+    out.append(f"--max-num-tokens {args.max_num_tokens}")  # a flag only (the file's workload section is not read)
+    size_in_file = args.dwdp_size is None and "dwdp_size" in section
+    return out, (args.config if size_in_file else None), (key("dwdp_size") if size_in_file else "--dwdp-size")
+
+
 def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
-                 gpu_memory_bytes: int) -> dict:
-    """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict)."""
+                 gpu_memory_bytes: int, settings: list[str] | None = None) -> dict:
+    """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict).
+    `settings`: what fit_error tells to change (run's _settings: flags or file keys); default the config keys."""
     placements = {pol: make_placement(dataclasses.replace(cfg, source_policy=pol), spec.num_experts)
                   for pol in ("lowest_rank", "balanced")}
     placement = placements[cfg.source_policy]
@@ -150,7 +179,7 @@ def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num
                          else f"dwdp.redundant_experts={cfg.redundant_experts}")
         keys = [f"dwdp.dwdp_size={cfg.dwdp_size}", placement_key, f"dwdp.prefetch_depth={cfg.prefetch_depth}",
                 f"dwdp.weight_dtype={wd}", f"model.num_layers={spec.num_layers}", f"workload.max_num_tokens={max_num_tokens}"]
-        fit_error = f"{mem.over_budget(fit.dwdp, keys).expected}; {fit.smallest_line()}"
+        fit_error = f"{mem.over_budget(fit.dwdp, settings or keys).expected}; {fit.smallest_line()}"
     expert_bytes = spec.expert_bytes(wd)
     ranks = []
     for r in range(cfg.dwdp_size):
@@ -227,12 +256,13 @@ def run(args: argparse.Namespace) -> int:
     data = load_yaml(args.config) if args.config else None  # the one read of the file
     wd = _weight_dtype(args, data) or mem.DEFAULT_WEIGHT_DTYPE
     spec, cfg = _load(args, data, weight_dtype=wd, gpu_bytes=gpu)
-    rep = build_report(spec, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu)
+    settings, file, key = _settings(args, data, spec, cfg, wd)
+    rep = build_report(spec, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu,
+                       settings=settings)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
         _print_tables(rep)
-    if not rep["fits"]:
-        print(f"dwdp plan-placement: does not fit: {rep['fit_error']}", file=sys.stderr)
-        return 1
+    if not rep["fits"]:  # after the report (where the memory goes), the one line and exit 2 of gen-config's misfit
+        raise ConfigError(file, key, f"does not fit: {rep['fit_error']}")
     return 0

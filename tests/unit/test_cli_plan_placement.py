@@ -33,7 +33,7 @@ def test_json_r1_g3_redundant(capsys):
     lo, bal = rep["source_load"]["lowest_rank"], rep["source_load"]["balanced"]
     assert lo == {"per_source": [172, 162, 154], "max": 172}
     assert bal["max"] == 163 < lo["max"] and sum(bal["per_source"]) == sum(lo["per_source"]) == 488
-    # the shared defaults: h200 (141 GB), 16384 tokens; G=3 does not fit, so the run exits 1 (run_json asserts 0)
+    # the shared defaults: h200 (141 GB), 16384 tokens; G=3 does not fit, so the run exits 2 (run_json asserts 0)
 
 
 def test_json_upstream_ranges(capsys):
@@ -55,15 +55,38 @@ def test_table_output(capsys):
         assert frag in out, (frag, out)
 
 
-def test_gpu_memory_does_not_fit_exits_1(capsys):
-    rc = cli.main(["plan-placement", "--model", "deepseek-r1", "--dwdp-size", "3", "--gpu-memory-gb", "141",
-                   "--max-num-tokens", "16384", "--json"])
+def test_gpu_memory_does_not_fit_exits_2_naming_the_flags_given(tmp_path, capsys):
+    """A rank over the GPU is bad input, as in gen-config (exit 2, one line): the report still comes (where the memory
+    goes), and the line names what to change as the user gave it: flags, not the config keys of another command."""
+    argv = ["plan-placement", "--model", "deepseek-r1", "--dwdp-size", "3", "--gpu-memory-gb", "141",
+            "--max-num-tokens", "16384"]
+    rc = cli.main([*argv, "--json"])
     cap = capsys.readouterr()
     rep = json.loads(cap.out)
-    assert rc == 1 and rep["fits"] is False and rep["gpu_memory_gb"] == 141
-    assert "does not fit" in cap.err and "dwdp.dwdp_size=3" in cap.err and "workload.max_num_tokens=16384" in cap.err
-    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in cap.err
+    assert rc == 2 and rep["fits"] is False and rep["gpu_memory_gb"] == 141
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dwdp plan-placement: config error: --dwdp-size: does not fit: DWDP3")
+    assert "change --dwdp-size 3, --redundant-experts 0, --prefetch-depth 1, --weight-dtype fp8, --num-layers 61, " \
+           "--max-num-tokens 16384 (" in err[0] and "dwdp.dwdp_size" not in err[0] and "workload." not in err[0]
+    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in err[0]
+    assert rep["fit_error"] in err[0]
     assert rep["ranks"][0]["memory"]["activations_gb"] > 0 and rep["memory"]["dwdp"]["unit"] == "GB"
+    # gen-config refuses the same misfit with the same exit code
+    assert cli.main(["gen-config", "--model", "deepseek-ai/DeepSeek-R1", "--preset", "deepseek-r1", "--engine",
+                     "dwdp_trtllm", "--weight-dtype", "fp8", "--dwdp-size", "3", "--gpu-memory-gb", "141",
+                     "--max-num-tokens", "16384", "--out", str(tmp_path / "out")]) == 2
+    assert "config error: --dwdp-size: a context server that fits h200 (141 GB): DWDP3 per rank 261.2 GB" \
+        in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_does_not_fit_names_the_config_files_keys_it_set(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text("dwdp:\n  dwdp_size: 3\n  prefetch_depth: 2\nmodel:\n  preset: deepseek-r1\n  num_layers: 40\n")
+    assert cli.main(["plan-placement", "--config", str(f), "--weight-dtype", "fp8", "--gpu-memory-gb", "141"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"dwdp plan-placement: config error: {f}: dwdp.dwdp_size: does not fit")
+    assert (f"change dwdp.dwdp_size=3 in {f}, --redundant-experts 0, dwdp.prefetch_depth=2 in {f}, --weight-dtype fp8, "
+            f"model.num_layers=40 in {f}, --max-num-tokens 16384 (") in err[0]
 
 
 def test_config_file_with_flag_override(tmp_path, capsys):
