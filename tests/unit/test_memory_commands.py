@@ -35,7 +35,7 @@ def _agree(tmp_path, capsys, wd, g, gpu, *, plan, place, gen, gpu_name=None):
     rc, placed, _ = _json(capsys, ["plan-placement", *place, "--weight-dtype", wd, "--dwdp-size", str(g),
                                    "--gpu", gpu, "--max-num-tokens", "16384", "--json"])
     dwdp, dep = placed["memory"]["dwdp"], placed["memory"]["dep"]
-    assert rc == (0 if dwdp["fits"] else 1) and dwdp["unit"] == dep["unit"] == "GB"
+    assert rc == (0 if dwdp["fits"] else 2) and dwdp["unit"] == dep["unit"] == "GB"  # a misfit: exit 2, as gen-config
     assert dwdp["gpu_gb"] == {"h100": 80, "h200": 141}[gpu_name]
 
     rc, planned, _ = _json(capsys, ["plan", *plan, "--weight-dtype", wd, "--dwdp-size", str(g), "--gpu", gpu_name,
@@ -136,7 +136,7 @@ def test_nothing_fits_4xh200_r1_fp8_names_the_gpu_count_per_mode(capsys):
     assert not row["fits"] and row["memory_dep_gb"] > 141
     assert (row["smallest_fitting_dwdp_size"], row["smallest_fitting_dep_size"]) == (7, 6)
     rc, place, err = _json(capsys, ["plan-placement", "--dwdp-size", "4", "--json"])
-    assert rc == 1 and place["memory"]["smallest_fitting"] == {"dwdp": 7, "dep": 6}
+    assert rc == 2 and place["memory"]["smallest_fitting"] == {"dwdp": 7, "dep": 6}
     assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in err
     assert cli.main(["plan", "--dwdp-size", "4", "--isl", "8192", "--mnt", "16384", "--no-bench-results"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the table wraps long lines
@@ -177,6 +177,6 @@ def test_nothing_fits_lists_the_parts_the_other_commands_list(capsys):
     assert rc == 0
     shown = re.search(r"DWDP4 needs [\d.]+ GB per rank \(([^)]*) GB at ISL", plan["recommendation"]["reason"]).group(1)
     rc, place, err = _json(capsys, ["plan-placement", "--dwdp-size", "4", "--json"])
-    assert rc == 1
+    assert rc == 2
     described = re.search(r"\(does NOT fit\): (.*?); change", err).group(1)
     assert [p.rsplit(" ", 1)[0] for p in shown.split(", ")] == [p.rsplit(" ", 2)[0] for p in described.split(", ")]
