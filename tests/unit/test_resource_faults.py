@@ -209,8 +209,11 @@ def test_a_real_small_tmpfs_refuses_a_segment_it_cannot_hold_and_reads_its_space
 
 def test_gpu_memory_reads_nvml_through_ctypes(monkeypatch):
     """NVML's C calls as host_resources makes them (nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
-    nvmlDeviceGetMemoryInfo, nvmlShutdown), against a fake library that fills the by-reference arguments."""
+    nvmlDeviceGetMemoryInfo, nvmlDeviceGetUUID, nvmlShutdown), against a fake library that fills the by-reference
+    arguments; every GPU visible (CUDA_VISIBLE_DEVICES unset)."""
     import ctypes
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     calls = []
 
@@ -230,6 +233,10 @@ def test_gpu_memory_reads_nvml_through_ctypes(monkeypatch):
         def nvmlDeviceGetMemoryInfo(self, handle, mem_ref):
             mem = mem_ref._obj
             mem.total, mem.free = 150_000_000_000, 140_000_000_000 - handle.value
+            return 0
+
+        def nvmlDeviceGetUUID(self, handle, buf, length):  # char* and its length, as NVML's C signature
+            buf.value = f"GPU-{handle.value:08x}-0000-0000-0000-000000000000".encode()[:length.value - 1]
             return 0
 
         def nvmlShutdown(self):
