@@ -177,12 +177,33 @@ class RankMemory:
         d["fits"] = self.fits
         return d
 
-    def describe(self) -> str:
+    def describe(self, *, worst: bool = False) -> str:
+        """'DWDP8 per rank 128.0 GB of 141.0 GB (fits): routed experts held 81.8 GB, ...' (the non-zero parts);
+        worst: 'per rank (worst)', for the group's largest rank. Every command's per-rank memory line is this one."""
         name = f"DWDP{self.group_size}" if self.mode == "dwdp" else f"DEP{self.group_size}"
-        parts = ", ".join(f"{k} {fmt_bytes(v, digits=1)}" for k, v in self.parts().items() if v)
         budget = ("" if self.gpu_bytes is None else
                   f" of {fmt_bytes(self.gpu_bytes, digits=1)} ({'fits' if self.fits else 'does NOT fit'})")
-        return f"{name} per rank {fmt_bytes(self.total, digits=1)}{budget}: {parts}"
+        return (f"{name} per rank{' (worst)' if worst else ''} {fmt_bytes(self.total, digits=1)}{budget}: "
+                f"{parts_text(self.parts())}")
+
+
+def parts_text(parts: dict[str, float]) -> str:
+    """'routed experts held 81.8 GB, prefetch slots 19.7 GB, ...': {label: bytes} (RankMemory.parts), zero parts
+    left out; the parts list of every per-rank memory line (RankMemory.describe, plan's 'nothing fits')."""
+    return ", ".join(f"{k} {fmt_bytes(v, digits=1)}" for k, v in parts.items() if v)
+
+
+def gpu_count_text(n: int | None) -> str:
+    """'7 GPUs', or 'none up to 64 GPUs' where no group size up to MAX_DWDP_SIZE fits (smallest_fitting's None)."""
+    return f"{n} GPUs" if n else f"none up to {MAX_DWDP_SIZE} GPUs"
+
+
+def smallest_line(dwdp: int | None | str, dep: int | None | str) -> str:
+    """'smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs', the one such line of every command. A count (or None)
+    is written by gpu_count_text; a str is a caller's per-ISL form of it ('7 GPUs at ISL 4096, 8 GPUs at ISL 32768')."""
+    def one(n):
+        return n if isinstance(n, str) else gpu_count_text(n)
+    return f"smallest GPU count that fits: DWDP {one(dwdp)}, DEP {one(dep)}"
 
 
 class MemoryBudgetError(ConfigError):
@@ -309,10 +330,7 @@ class DeploymentFit:
 
     def smallest_line(self) -> str:
         """'smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs' ('none up to 64 GPUs' for a mode none fits)."""
-        def one(n):
-            return f"{n} GPUs" if n else f"none up to {MAX_DWDP_SIZE} GPUs"
-        return (f"smallest GPU count that fits: DWDP {one(self.smallest_fitting_dwdp_size)}, "
-                f"DEP {one(self.smallest_fitting_dep_size)}")
+        return smallest_line(self.smallest_fitting_dwdp_size, self.smallest_fitting_dep_size)
 
 
 def fit_deployment(spec: ModelSpec, cfg: DwdpConfig, gpu_bytes: int, *, weight_dtype: str,
