@@ -138,7 +138,7 @@ def main() -> None:
     if dev.type == "cuda":  # the stock-kernel floor of this very batch (bench/floor.py), beside the measurement
         from dwdp_trtllm.bench.floor import Batch, FloorTimer
         ft = FloorTimer(spec, torch.bfloat16, args.weight_dtype, dev, fp8_linear=args.weight_dtype == "fp8")
-        with GpuClocks() as clocks:  # kernels timed alone: the clock they run at, beside the engine's below
+        with GpuClocks(dev) as clocks:  # kernels timed alone: the clock they run at, beside the engine's below
             floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
         ft.release()
         print(f"[{tag}] GPU while the floor was timed: {clocks.summary()}")
@@ -158,7 +158,7 @@ def main() -> None:
                                                            "segments": [(s.start, s.length) for s in segs]}, indent=1))
     print(table[:6000])
     try:  # CPU: a smoke run of the code only
-        idle_report(out, tag, fill_prefix, forward, sync, cuda=dev.type == "cuda")
+        idle_report(out, tag, fill_prefix, forward, sync, dev)
     except Exception as exc:  # noqa: BLE001 - the logs keep only "[tag]" lines: say it there, with where
         import traceback
         where = " < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__)[-3:]))
@@ -166,12 +166,50 @@ def main() -> None:
         raise
 
 
-class GpuClocks:
-    """nvidia-smi's SM clock and power every 20 ms while the block runs (GPU 0; samples stamped outside the block,
-    e.g. while nvidia-smi starts on an idle GPU, are dropped; none where nvidia-smi is absent): whether kernels timed
-    alone (the floor) and back to back (the engine) ran at the same clock."""
+def smi_gpu_id(cuda_index: int, smi_uuids: list[str], visible: str | None, torch_uuid: str | None = None) -> str | None:
+    """The nvidia-smi `-i` id (a 'GPU-...' UUID) of the GPU torch calls cuda:`cuda_index`, or None where it cannot
+    be told. smi_uuids: nvidia-smi's UUIDs in its index order (NVML's); visible: CUDA_VISIBLE_DEVICES (env.py, None
+    when unset); torch_uuid: torch's UUID of the device where torch reports one (str of get_device_properties().uuid,
+    with or without 'GPU-'). torch's UUID wins when nvidia-smi lists it (it names the device whatever CUDA's order);
+    else cuda_index goes through CUDA_VISIBLE_DEVICES as host_resources.visible_gpus reads it (indices or UUID
+    prefixes; MIG or ambiguous: None)."""
+    if torch_uuid:
+        u = torch_uuid if torch_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{torch_uuid}"
+        if u in smi_uuids:
+            return u
+    from dwdp_trtllm.host_resources import visible_gpus
+    order = visible_gpus(visible, smi_uuids)
+    if order is None or not 0 <= cuda_index < len(order):
+        return None
+    return smi_uuids[order[cuda_index]]
 
-    def __init__(self):
+
+def _smi_gpu_of(dev: torch.device) -> str | None:
+    """smi_gpu_id of the run's device, asking nvidia-smi and torch (None without nvidia-smi)."""
+    import subprocess
+    from dwdp_trtllm import env
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    try:
+        torch_uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except (AttributeError, RuntimeError):  # a torch without the UUID: CUDA_VISIBLE_DEVICES alone
+        torch_uuid = None
+    return smi_gpu_id(index, [t.strip() for t in text.splitlines() if t.strip()], env.cuda_visible_devices(), torch_uuid)
+
+
+class GpuClocks:
+    """nvidia-smi's SM clock and power every 20 ms while the block runs, of the GPU `device` is (smi_gpu_id:
+    cuda:N under CUDA_VISIBLE_DEVICES is not nvidia-smi's GPU N); samples stamped outside the block, e.g. while
+    nvidia-smi starts on an idle GPU, are dropped; none where nvidia-smi is absent or the GPU cannot be told:
+    whether kernels timed alone (the floor) and back to back (the engine) ran at the same clock."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.gpu: str | None = None
         self.rows: list[tuple[float, float]] = []
         self._proc = None
         self._span = (None, None)
@@ -179,10 +217,12 @@ class GpuClocks:
     def __enter__(self):
         import shutil
         import subprocess
-        if shutil.which("nvidia-smi"):
+        if shutil.which("nvidia-smi") and self.device.type == "cuda":
+            self.gpu = _smi_gpu_of(self.device)
+        if self.gpu is not None:
             # line-buffered (stdbuf) and stopped with SIGINT, as nvidia-smi's loop expects: no sample left in a buffer
-            cmd = ["nvidia-smi", "-i", "0", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                   "-lms", "20"]
+            cmd = ["nvidia-smi", "-i", self.gpu, "--query-gpu=timestamp,clocks.sm,power.draw",
+                   "--format=csv,noheader,nounits", "-lms", "20"]
             self._proc = subprocess.Popen((["stdbuf", "-oL"] if shutil.which("stdbuf") else []) + cmd,
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             time.sleep(0.5)  # nvidia-smi's start; its samples before the block are dropped
@@ -212,11 +252,11 @@ class GpuClocks:
 
     def summary(self) -> str:
         if not self.rows:
-            return "no samples"
+            return "no samples" + ("" if self.gpu else f" (no nvidia-smi GPU found for {self.device})")
         import statistics
         mhz, watts = [r[0] for r in self.rows], [r[1] for r in self.rows]
         return (f"SM clock MHz median {statistics.median(mhz):.0f} (min {min(mhz):.0f}, max {max(mhz):.0f}), power W "
-                f"median {statistics.median(watts):.0f} (max {max(watts):.0f}), {len(self.rows)} samples")
+                f"median {statistics.median(watts):.0f} (max {max(watts):.0f}), {len(self.rows)} samples of {self.gpu}")
 
 
 class _Marks:
@@ -227,14 +267,15 @@ class _Marks:
         return torch.profiler.record_function(f"phase:{name}:{layer}")
 
 
-def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = True) -> None:
+def idle_report(out: Path, tag: str, fill_prefix, forward, sync, dev: torch.device) -> None:
     """Where the GPU idles in a forward (module docstring): printed lines start with [tag]."""
     import gzip
     import sys
     import warnings
     from torch.profiler import ProfilerActivity, profile
+    cuda = dev.type == "cuda"
     walls = []
-    with GpuClocks() as clocks:
+    with GpuClocks(dev) as clocks:
         for _ in range(8):  # no phase timer, no profiler: the wall the kernels' sum compares with (8: > 1 s of clock samples)
             fill_prefix()
             t = time.perf_counter()
@@ -244,7 +285,7 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
     print(f"[{tag}] wall ms per forward without timer or profiler: {[round(w, 1) for w in walls]} (compare: the GPU's "
           f"busy ms below); GPU during them: {clocks.summary()}")
     from dwdp_trtllm.engine import layers
-    parts = PhaseTimer(torch.device("cuda") if cuda else torch.device("cpu"))
+    parts = PhaseTimer(dev)
     layers.PART_TIMER = parts  # MLA's parts timed with CUDA events (no profiler): attn.q / kv / core / o
     try:
         fill_prefix()
@@ -255,7 +296,8 @@ def idle_report(out: Path, tag: str, fill_prefix, forward, sync, cuda: bool = Tr
         layers.PART_TIMER = None
     agg: dict[str, float] = {}
     for name, _layer, t0, t1 in parts.collect():
-        agg[name] = agg.get(name, 0.0) + (t1 - t0) * 1e3
+        if name.startswith("attn."):  # the parts only: forward(parts) also times the phases (attention, other, ...)
+            agg[name] = agg.get(name, 0.0) + (t1 - t0) * 1e3
     print(f"[{tag}] attention parts ms per iteration (events, all layers): { {k: round(v, 2) for k, v in agg.items()} }")
     if cuda:
         fill_prefix()

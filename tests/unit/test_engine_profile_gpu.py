@@ -1,0 +1,42 @@
+"""scripts/profile_engine.py samples the clock of the GPU the run uses: smi_gpu_id maps torch's cuda:N to
+nvidia-smi's GPU (by UUID), through CUDA_VISIBLE_DEVICES where torch gives no UUID (was: always nvidia-smi -i 0)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("profile_engine", ROOT / "scripts" / "profile_engine.py")
+profile_engine = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(profile_engine)
+smi_gpu_id = profile_engine.smi_gpu_id
+
+UUIDS = ["GPU-aaaa0000-0000", "GPU-bbbb1111-1111", "GPU-cccc2222-2222", "GPU-dddd3333-3333"]
+
+
+def test_unset_visible_devices_maps_index_to_the_same_gpu():
+    assert [smi_gpu_id(i, UUIDS, None) for i in range(4)] == UUIDS
+
+
+def test_visible_devices_by_index_shift_the_gpu():
+    assert smi_gpu_id(0, UUIDS, "2,3") == UUIDS[2]
+    assert smi_gpu_id(1, UUIDS, "3,1") == UUIDS[1]
+    assert smi_gpu_id(2, UUIDS, "2,3") is None  # cuda:2 does not exist under "2,3"
+
+
+def test_visible_devices_by_uuid_prefix():
+    assert smi_gpu_id(0, UUIDS, "GPU-cccc") == UUIDS[2]
+    assert smi_gpu_id(1, UUIDS, "GPU-dddd,GPU-aaaa") == UUIDS[0]
+
+
+def test_torch_uuid_wins_over_the_index_mapping():
+    # CUDA's order can differ from nvidia-smi's (CUDA_DEVICE_ORDER): the UUID names the device whatever the order
+    assert smi_gpu_id(0, UUIDS, None, torch_uuid="dddd3333-3333") == UUIDS[3]
+    assert smi_gpu_id(0, UUIDS, "1", torch_uuid="GPU-cccc2222-2222") == UUIDS[2]
+    # a UUID nvidia-smi does not list: fall back to CUDA_VISIBLE_DEVICES
+    assert smi_gpu_id(0, UUIDS, "1", torch_uuid="eeee") == UUIDS[1]
+
+
+def test_mig_or_ambiguous_visible_devices_give_no_gpu():
+    assert smi_gpu_id(0, UUIDS, "MIG-1234") is None
+    assert smi_gpu_id(0, UUIDS, "1,1") is None
