@@ -46,10 +46,12 @@ def _finish(spec: ModelSpec, w_TK: torch.Tensor) -> torch.Tensor:
     return w_TK * spec.routed_scaling_factor
 
 
-def router_scores(spec: ModelSpec, logits_TE: torch.Tensor) -> torch.Tensor:
+def router_scores(spec: ModelSpec, logits_TE: torch.Tensor, *, router: str | None = None) -> torch.Tensor:
     """scores_TE float32: sigmoid (sigmoid_grouped) or softmax over all experts (softmax) of the logits; the one
-    [T, E] pass both the model's own selection and the skewed one read their weights from."""
-    return logits_TE.float().sigmoid() if spec.router == "sigmoid_grouped" else logits_TE.float().softmax(-1)
+    [T, E] pass both the model's own selection and the skewed one read their weights from. router: the kind
+    (default spec.router); a selection of one kind passes its own, whatever spec.router says."""
+    kind = spec.router if router is None else router
+    return logits_TE.float().sigmoid() if kind == "sigmoid_grouped" else logits_TE.float().softmax(-1)
 
 
 def select_grouped_sigmoid(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: torch.Tensor | None, *,
@@ -60,7 +62,7 @@ def select_grouped_sigmoid(spec: ModelSpec, logits_TE: torch.Tensor, bias_E: tor
     caller has them already."""
     T, E, G = logits_TE.shape[0], spec.num_experts, spec.n_group
     if scores_TE is None:
-        scores_TE = logits_TE.float().sigmoid()
+        scores_TE = router_scores(spec, logits_TE, router="sigmoid_grouped")
     if scores_TE.is_cuda and fused_enabled():
         from . import router_cuda
         if router_cuda.supported(E, G, spec.topk_group, spec.top_k):
@@ -81,7 +83,7 @@ def select_softmax(spec: ModelSpec, logits_TE: torch.Tensor, *,
                    scores_TE: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over all experts, top-k (normalising top-k probs == Mixtral's softmax over top-k logits).
     scores_TE: router_scores(spec, logits_TE) when the caller has them already."""
-    probs_TE = logits_TE.float().softmax(dim=-1) if scores_TE is None else scores_TE
+    probs_TE = router_scores(spec, logits_TE, router="softmax") if scores_TE is None else scores_TE
     w_TK, ids_TK = probs_TE.topk(spec.top_k, dim=-1)
     return ids_TK, _finish(spec, w_TK)
 

@@ -96,3 +96,28 @@ def test_router_logits_float32_and_bad_shape():
     assert router_logits(x, gate).dtype == torch.float32
     with pytest.raises(ValueError, match="logits_TE"):
         select_experts(spec, torch.randn(5, spec.num_experts + 1))
+
+
+def test_selections_without_scores_compute_them_with_router_scores(monkeypatch):
+    """select_grouped_sigmoid / select_softmax called without scores_TE (bench_moe_kernels, the CUDA router test)
+    compute them with router_scores, the one scores formula, of their own kind; the output is bit-identical to
+    passing router_scores' scores."""
+    from dwdp_trtllm.engine import router
+    g = torch.Generator().manual_seed(4)
+    grouped, soft = get_model("tiny"), get_model("olmoe-1b-7b")
+    lg, ls = torch.randn(24, grouped.num_experts, generator=g), torch.randn(24, soft.num_experts, generator=g)
+    bias = torch.randn(grouped.num_experts, generator=g) * 0.3
+    want_g = router.select_grouped_sigmoid(grouped, lg, bias, scores_TE=router.router_scores(grouped, lg))
+    want_s = router.select_softmax(soft, ls, scores_TE=router.router_scores(soft, ls))
+    kinds, real = [], router.router_scores
+
+    def spy(spec, logits_TE, **kw):
+        kinds.append(kw.get("router"))
+        return real(spec, logits_TE, **kw)
+    monkeypatch.setattr(router, "router_scores", spy)
+    got_g = router.select_grouped_sigmoid(grouped, lg, bias)
+    # a spec of the other kind: the selection still scores by its own kind
+    got_s = router.select_softmax(dataclasses.replace(soft, router="sigmoid_grouped"), ls)
+    assert kinds == ["sigmoid_grouped", "softmax"]
+    for got, want in ((got_g, want_g), (got_s, want_s)):
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
