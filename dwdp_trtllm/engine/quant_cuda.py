@@ -99,7 +99,14 @@ def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False, row
 def quant_1x128_parts(parts_AD: list[torch.Tensor], *, rows_to: int = 1,
                       scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """quant_1x128(torch.cat(parts_AD)) without the concatenation: one launch per part writes its rows of the shared
-    outputs (the last one also the padding rows). Parts: [A_i, D] row blocks with unit stride along D."""
+    outputs (the last one also the padding rows). Parts: [A_i, D] row blocks with unit stride along D, one D for all
+    (ValueError otherwise, before any launch)."""
+    if not parts_AD:
+        raise ValueError("quant_1x128_parts: expected at least one [A_i, D] part, got none")
+    widths = [tuple(p.shape[1:]) for p in parts_AD]
+    if any(len(w) != 1 for w in widths) or len(set(widths)) != 1:
+        raise ValueError(f"quant_1x128_parts: expected 2-D [A_i, D] parts of one width D, got shapes "
+                         f"{[tuple(p.shape) for p in parts_AD]}")
     A = sum(p.shape[0] for p in parts_AD)
     q, s = _outputs(A, parts_AD[0].shape[1], parts_AD[0].device, rows_to, scale_col_major)
     r = 0

@@ -208,3 +208,23 @@ def test_verify_with_fp8_linears_on_the_real_engine():
     rows, tol, ok = run_verify(load_bench_points(base)[1][0])
     assert set(rows) == {"dep", "dwdp"} and ok, rows
     assert all(0 <= r["hidden_rel"] <= tol for r in rows.values())
+
+
+def test_parts_of_no_part_or_of_different_widths_are_a_clear_error():
+    """quant_1x128_parts / prepare_parts: an empty list or parts of different widths is a ValueError that names
+    what was expected, raised before any kernel launch (was: an IndexError, or rows quantised at the first part's
+    width)."""
+    from dwdp_trtllm.engine.quant_cuda import quant_1x128_parts
+    a, b = torch.randn(3, 256, dtype=torch.bfloat16), torch.randn(2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"quant_1x128_parts: expected at least one \[A_i, D\] part"):
+        quant_1x128_parts([])
+    with pytest.raises(ValueError, match=r"one width D, got shapes \[\(3, 256\), \(2, 128\)\]"):
+        quant_1x128_parts([a, b])
+    with pytest.raises(ValueError, match=r"one width D"):
+        quant_1x128_parts([a, torch.randn(256, dtype=torch.bfloat16)])
+    with pytest.raises(ValueError, match=r"prepare_parts: expected at least one \[T_i, K\] part"):
+        fl.prepare_parts([], torch.randn(64, 256))
+    with pytest.raises(ValueError, match=r"prepare_parts: expected 2-D \[T_i, K\] parts of one width K"):
+        fl.prepare_parts([a, b], torch.randn(64, 256))
+    assert torch.equal(fl.prepare_parts([a, a[:1]], torch.randn(64, 256)), torch.cat([a, a[:1]]))
+    assert fl.prepare_parts([a], torch.randn(64, 256)) is a
