@@ -163,16 +163,18 @@ def _settings(args: argparse.Namespace, data: dict | None, spec: ModelSpec, cfg:
 
 
 def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
-                 gpu_memory_bytes: int, settings: list[str] | None = None) -> dict:
+                 gpu_memory_bytes: int, settings: list[str] | None = None,
+                 fit: mem.DeploymentFit | None = None) -> dict:
     """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict).
-    `settings`: what fit_error tells to change (run's _settings: flags or file keys); default the config keys."""
+    `settings`: what fit_error tells to change (run's _settings: flags or file keys); default the config keys.
+    `fit`: memory.fit_deployment's answer for these inputs when the caller has it (run: it prints its lines)."""
     placements = {pol: make_placement(dataclasses.replace(cfg, source_policy=pol), spec.num_experts)
                   for pol in ("lowest_rank", "balanced")}
     placement = placements[cfg.source_policy]
     wd = weight_dtype  # not cfg.weight_dtype: the engine's DwdpConfig knows no mxfp4 / nvfp4
     ranks_mem = mem.dwdp_ranks(spec, cfg, weight_dtype=wd, max_num_tokens=max_num_tokens, gpu_bytes=gpu_memory_bytes,
                                placement=placement)
-    fit = mem.fit_deployment(spec, cfg, gpu_memory_bytes, weight_dtype=wd, max_num_tokens=max_num_tokens)
+    fit = fit or mem.fit_deployment(spec, cfg, gpu_memory_bytes, weight_dtype=wd, max_num_tokens=max_num_tokens)
     fit_error = None
     if not fit.fits:
         placement_key = (f"dwdp.num_experts_per_worker={cfg.num_experts_per_worker}" if cfg.upstream_placement
@@ -203,7 +205,7 @@ def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num
     }
 
 
-def _print_tables(rep: dict) -> None:
+def _print_tables(rep: dict, fit: mem.DeploymentFit) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -228,16 +230,9 @@ def _print_tables(rep: dict) -> None:
     for pol, load in rep["source_load"].items():
         s.add_row(pol, *map(str, load["per_source"]), str(load["max"]))
     console.print(s)
-    m = rep["memory"]
-    for mode in ("dwdp", "dep"):
-        d = m[mode]
-        parts = ", ".join(f"{label} {d[f'{p}_gb']:.2f}" for p, label in mem.PARTS.items() if d[f"{p}_gb"])
-        name = f"{mode.upper()}{d['group_size']}"
-        console.print(f"{name} per rank (worst): {d['total_gb']:.2f} GB = {parts} GB; "
-                      f"GPU {d['gpu_gb']:.1f} GB: {'fits' if d['fits'] else 'does NOT fit'}")
-    sm = m["smallest_fitting"]
-    console.print(f"smallest GPU count that fits: DWDP {sm['dwdp'] or 'none up to %d' % mem.MAX_DWDP_SIZE}, "
-                  f"DEP {sm['dep'] or 'none up to %d' % mem.MAX_DWDP_SIZE}")
+    for rank in (fit.dwdp, fit.dep):  # memory's lines, as gen-config prints them
+        console.print(rank.describe(worst=True))
+    console.print(fit.smallest_line())
 
 
 def _weight_dtype(args: argparse.Namespace, data: dict | None) -> str | None:
@@ -257,12 +252,13 @@ def run(args: argparse.Namespace) -> int:
     wd = _weight_dtype(args, data) or mem.DEFAULT_WEIGHT_DTYPE
     spec, cfg = _load(args, data, weight_dtype=wd, gpu_bytes=gpu)
     settings, file, key = _settings(args, data, spec, cfg, wd)
+    fit = mem.fit_deployment(spec, cfg, gpu, weight_dtype=wd, max_num_tokens=args.max_num_tokens)
     rep = build_report(spec, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu,
-                       settings=settings)
+                       settings=settings, fit=fit)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
-        _print_tables(rep)
+        _print_tables(rep, fit)
     if not rep["fits"]:  # after the report (where the memory goes), the one line and exit 2 of gen-config's misfit
         raise ConfigError(file, key, f"does not fit: {rep['fit_error']}")
     return 0

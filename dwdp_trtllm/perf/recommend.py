@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..byte_units import fmt_bytes
-from ..memory import MAX_DWDP_SIZE
+from ..memory import GB, MAX_DWDP_SIZE, gpu_count_text, parts_text, smallest_line
 from .uncertainty import MEASURE
 
 
@@ -119,16 +119,13 @@ def _ranges(rows) -> str:
     return ", ".join(f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x" for r in rows)
 
 
-def _smallest(n) -> str:
-    return str(n) if n else f"none up to {MAX_DWDP_SIZE}"
-
-
 def _counts(lo, hi) -> str:
-    """The smallest GPU count per mode that fits, at the lightest row and (where it differs) the heaviest one."""
+    """memory.smallest_line: the smallest GPU count per mode that fits, at the lightest row and (where it differs) the
+    heaviest one."""
     def one(attr):
         a, b = getattr(lo, attr), getattr(hi, attr)
-        return _smallest(a) if a == b else f"{_smallest(a)} at ISL {lo.isl}, {_smallest(b)} at ISL {hi.isl}"
-    return f"smallest GPU count that fits: DWDP {one('smallest_fitting_dwdp_size')}, DEP {one('smallest_fitting_dep_size')}"
+        return gpu_count_text(a) if a == b else f"{gpu_count_text(a)} at ISL {lo.isl}, {gpu_count_text(b)} at ISL {hi.isl}"
+    return smallest_line(one("smallest_fitting_dwdp_size"), one("smallest_fitting_dep_size"))
 
 
 def _misfit(spec, g: int, rows) -> str:
@@ -160,14 +157,14 @@ def _no_fit(spec, rows) -> Recommendation:
             (g, near.redundant_experts, near.slice_bytes)]
     lo = min(mine, key=lambda r: r.memory_per_rank_gb)
     hi = max(mine, key=lambda r: r.memory_per_rank_gb)
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in lo.memory_parts_gb.items() if v)  # the parts memory.describe shows
+    parts = parts_text({k: v * GB for k, v in lo.memory_parts_gb.items()})  # memory.RankMemory.describe's parts
     by_isl = tuple((r.isl, r.verdict) for r in mine)
     if not any(r.dep_fits for r in mine):  # DEP at that G does not fit either: no advice to use it
         one = len(mine) == 1 or bool(spec.mnt)  # at an MNT every ISL needs the same bytes
         need = f"{lo.memory_per_rank_gb:.1f}" + ("" if one else f"-{hi.memory_per_rank_gb:.1f}")
         dep = f"{lo.memory_dep_gb:.1f}" + ("" if one else f"-{hi.memory_dep_gb:.1f}")
         return Recommendation(False, None, None, None, None, (
-            f"nothing fits {g} GPUs {_where(spec, mine)}: DWDP{g} needs {need} GB per rank ({parts} GB at "
+            f"nothing fits {g} GPUs {_where(spec, mine)}: DWDP{g} needs {need} GB per rank ({parts} at "
             f"ISL {lo.isl}), DEP{g} {dep} GB, budget "
             f"{spec.memory_budget_gb:.1f} GB; {_counts(lo, hi)}"), verdict="nothing fits", by_isl=by_isl)
     smallest = hi.smallest_fitting_dwdp_size

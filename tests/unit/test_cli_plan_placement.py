@@ -7,7 +7,7 @@ import pytest
 
 from dwdp_trtllm import cli
 from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.memory import GB
+from dwdp_trtllm.memory import DEFAULT_MAX_NUM_TOKENS, GB, fit_deployment
 from dwdp_trtllm.models import get_model
 from dwdp_trtllm.placement import make_placement
 
@@ -51,8 +51,15 @@ def test_table_output(capsys):
                      "--num-layers", "5", "--weight-dtype", "fp8", "--gpu-memory-gb", "141"]) == 0
     out = capsys.readouterr().out
     for frag in ("dwdp_rank", "0-117", "0-31,171-255", "lowest_rank", "balanced", "172", "139",
-                 "GPU 141.0 GB: fits", "(one expert 0.0441 GB)", "DEP3 per rank (worst)", "smallest GPU count that fits"):
+                 "(one expert 0.0441 GB)", "DEP3 per rank (worst)", "smallest GPU count that fits"):
         assert frag in out, (frag, out)
+    # the memory lines are memory's (RankMemory.describe, DeploymentFit.smallest_line), as gen-config prints them
+    fit = fit_deployment(get_model("deepseek-r1").truncated(5), DwdpConfig(dwdp_size=3, redundant_experts=32),
+                         int(141e9), weight_dtype="fp8", max_num_tokens=DEFAULT_MAX_NUM_TOKENS)
+    lines = out.splitlines()
+    for want in (fit.dwdp.describe(worst=True), fit.dep.describe(worst=True), fit.smallest_line()):
+        assert want in lines, (want, out)
+    assert fit.dwdp.describe(worst=True).startswith("DWDP3 per rank (worst) ") and fit.fits
 
 
 def test_gpu_memory_does_not_fit_exits_2_naming_the_flags_given(tmp_path, capsys):
