@@ -192,16 +192,18 @@ FLOOR_PHASES = (("attention", "attention"), ("expert_gemm", "experts"), ("other"
 
 
 def floor_table(run: dict) -> Table | None:
-    """Engine vs stock-kernel floor, ms per iteration, per mode: floor | measured | measured/floor."""
+    """Engine vs floor (bench/floor.py: its kernels timed alone), ms per iteration, per mode: floor | measured |
+    measured/floor."""
     fl = run.get("floor")
     modes = [m for m in ("dep", "dwdp", "reference") if fl and m in fl]
     if not modes:
         return None
-    table = Table(title=f"engine vs stock-kernel floor, ms per iteration (mean over measured iterations of every rank; "
+    table = Table(title=f"engine vs floor (kernels timed alone), ms per iteration (mean over measured iterations of every rank; "
                         f"{fl.get('device', '')})", title_justify="left",
                   caption="attention: all layers; experts: routed GEMMs of the MoE layers; other: dense MLP, router, "
                           "shared experts (+ norms, sort/gather/combine measured); iteration: wall. x floor = measured / "
-                          "floor (1.00 = stock kernels alone), median: the median over iterations of each "
+                          "floor (1.00 = the floor's kernels alone: stock GEMMs and attention, the engine's one-pass kernels for the "
+                          "attention passes, prefixed chunks all one way), median: the median over iterations of each "
                           "iteration's measured / floor; the floor has no communication",
                   caption_justify="left")
     table.add_column("phase")
