@@ -8,7 +8,8 @@
 of a request with a cached prefix, a whole request, and the first chunk of a third (kept in the KV cache).
 --prefix-way: how the engine attends a chunk with a cached prefix (engine/attention_cuda.py): auto (the engine's
 choice per chunk, prefix_as_causal), split (causal chunk + flash over the prefix + merge) or front (one causal call
-over prefix + chunk); the floor beside it always takes the faster way.
+over prefix + chunk); the floor beside it (bench/floor.py) takes one way for all prefixed chunks, the faster for the
+whole batch.
 
 Writes DIR/profile_<tag>.txt (kernel table) and DIR/profile_<tag>.json (phase times per iteration). On CUDA also
 where the GPU idles (the attention phase's excess over the floor, issue 25): the wall of forwards without the phase
@@ -135,7 +136,7 @@ def main() -> None:
     print(f"[{tag}] wall ms per iteration: {[round(w * 1e3, 1) for w in walls]}")
     print(f"[{tag}] phase ms per iteration (last): { {k: round(v, 1) for k, v in phases[-1].items()} }")
     floor = {}
-    if dev.type == "cuda":  # the stock-kernel floor of this very batch (bench/floor.py), beside the measurement
+    if dev.type == "cuda":  # the floor of this very batch (bench/floor.py: its kernels alone), beside the measurement
         from dwdp_trtllm.bench.floor import Batch, FloorTimer
         ft = FloorTimer(spec, torch.bfloat16, args.weight_dtype, dev, fp8_linear=args.weight_dtype == "fp8")
         with GpuClocks(dev) as clocks:  # kernels timed alone: the clock they run at, beside the engine's below

@@ -1,4 +1,7 @@
-"""The stock-kernel floor of the engine's work: what stock kernels take for the same per-layer work, on this machine.
+"""The floor of the engine's work: what its kernels take for the same per-layer work, each timed alone, on this
+machine. Stock kernels (torch's GEMMs, cuDNN / flash attention) where one does the work, called as the engine calls
+them; the engine's own one-pass kernels for the attention passes no stock kernel takes over (below). Historically
+called the "stock-kernel floor" (`dwdp bench --floor`'s messages, docs/BENCHMARKS.md section 7).
 
 `dwdp bench --floor` times it for the measured iterations of every rank and mode and reports the engine's
 efficiency (floor / measured) per phase beside the table (docs/BENCHMARKS.md, "Engine vs floor").
@@ -9,9 +12,12 @@ routing it produced per MoE layer), each timed alone with CUDA events (median of
   chunk keys, o; GQA: q, k, v, o), or, when the run's linear layers are FP8 (model.fp8_linear), the same GEMMs in
   the same FP8 block-scale recipe the engine runs (torch._scaled_mm, 1x128 activation / 128x128 weight scales,
   outer-dim-major; rows padded to 16 and out-features to 128 as engine/fp8_linear.py pads them) and the attention core over the actual sequence mix with the fastest stock
-  kernel of this torch (cuDNN SDPA per segment, v at its own head dim, a chunk with a cached prefix either as
-  the causal chunk + flash over the prefix or as one causal call over prefix + chunk, whichever is faster; flash
-  varlen with v padded to the qk head dim where cuDNN is not usable; SDPA per segment on the CPU);
+  kernel of this torch, through the engine's calls (cuDNN SDPA per segment via engine/attention_cuda.py, v at its
+  own head dim; the chunks with a cached prefix all one way, either all as the causal chunk + flash over the
+  prefix + merge or all as one causal call over prefix + chunk, whichever is faster for the whole batch: the engine
+  chooses per chunk (prefix_as_causal), so on a batch whose chunks favour different ways the engine can beat
+  this part of the floor; flash varlen with v padded to the qk head dim where it is faster or cuDNN is not usable;
+  SDPA per segment on the CPU);
 - routed experts, per MoE layer: the grouped GEMMs of that layer's routing (gate|up, then down) on one
   [E, N, K] buffer: torch._grouped_mm for BF16, torch._scaled_grouped_mm (rowwise scales) for FP8; the rows
   are those the rank's expert phase computes (DEP: the pairs its experts received from every rank);
@@ -27,8 +33,12 @@ routing it produced per MoE layer), each timed alone with CUDA events (median of
   less its core (projections + passes); attention_passes gives the passes apart.
 Not counted (taken as free, i.e. fusable into a neighbour by a production stack): norms and the quantisation of a
 normed input (fused into the norm), SwiGLU, top-k, the sort / gather / combine of routed rows, the other activation
-quantisations, embedding. The floor is therefore a lower bound of what any implementation of the same model and
-batch needs on this GPU with these stock kernels.
+quantisations, embedding. The floor is therefore what these kernels take alone for the counted work: a reference,
+not a strict lower bound. The engine can come in under it where it runs other kernels (FP8 routed experts: its
+CUTLASS blockwise op, not torch._scaled_grouped_mm), where kernels timed alone on random data run slower than inside
+the engine (docs/BENCHMARKS.md section 7: routed experts at 0.85-0.95 of the floor), and in the attention core of a
+batch whose prefixed chunks favour different ways (above); nor does it bound other implementations (other kernels,
+fused passes).
 
 Shape legend: T tokens of the iteration, H hidden, E experts, I intermediate, A routed rows.
 """
@@ -59,7 +69,8 @@ class Batch:
 
 
 class FloorTimer:
-    """Times stock kernels on one device; buffers are allocated once per shape and reused."""
+    """Times the floor's kernels (module docstring: stock ones and the engine's one-pass passes) alone on one device;
+    buffers are allocated once per shape and reused."""
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, weight_dtype: str, device: torch.device, *,
                  warmup: int = 2, reps: int = 5, fp8_linear: bool = False):
@@ -163,7 +174,8 @@ class FloorTimer:
                     attend(qs, ks, vs if e == d or self.device.type != "cuda" else F.pad(vs, (0, d - e)), p, scale)
                 qo, ko = qo + n, ko + p + n
         best = self.time_ms(lambda: per_segment(False))
-        if use_cudnn and P:  # the engine takes whichever way is cheaper per chunk: so does the floor
+        if use_cudnn and P:  # every prefixed chunk the other way: the floor keeps the faster way for the whole batch
+            # (the engine chooses per chunk: module docstring)
             best = min(best, self.time_ms(lambda: per_segment(True)))
         if self.device.type == "cuda" and e <= d:
             from ..engine.layers import _torch_varlen
