@@ -34,21 +34,42 @@ TARGETS = ("trtllm", "engine")
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
 #: GPUs on which TensorRT-LLM's CommunicationFactory.create_strategy picks NVLinkOneSided first: it needs
 #: MnnvlMemory.supports_mnnvl() (multi-node NVLink fabric memory: GB200 NVL72), else it falls through NVLinkTwoSided
-#: (also MNNVL) and DeepEP (opt-in: TRTLLM_CAN_USE_DEEP_EP=1, BF16 only) to AllGatherReduceScatter (upstream
-#: NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/communication/communication_factory.py @673f3412,
-#: nvlink_one_sided.py @439e0799 is_platform_supported). aiconfigurator prices one HGX node the same way.
+#: (also MNNVL) to DeepEP, then DeepEPLowLatency, then AllGatherReduceScatter. Which version: the kernel tables model
+#: TensorRT-LLM 1.3.0rc20 (June 2026; aiconfigurator's rows name its image, source commit 14efb6ac, not stored here).
+#: Its factory is not stored either; the versions that are: @673f3412 (2025: DeepEP opt-in, TRTLLM_CAN_USE_DEEP_EP
+#: default "0") and the 2026 ones (@03c36d62, stored ids 57522557456 / 54895098146: default "1", the model's
+#: torch_dtype BF16 -- an FP8 checkpoint's activations are BF16 too). The default became "1" with PR #11437
+#: (2026-02-11; its revert #11532 "DeepEP now disabled by default" was re-landed as #11648, 2026-02-24), before
+#: rc20; NcclEP (tried before DeepEP, PR #15597, July 2026) came after rc20 and refuses quantized MoE (FP8 / NVFP4
+#: experts) and non-BF16 activations, so on a newer TensorRT-LLM a BF16-expert model may run NcclEP instead (not
+#: priced here: no rows; --dep-comm names the path to price). DeepEP itself (deep_ep.py @0d2123af) runs only where
+#: _is_deepep_feasible: 2, 4 or 8 ranks in one node, or 2/4/8/16 nodes of 8 (else the factory falls through to
+#: AllGatherReduceScatter), and ConfigurableMoE falls back to AllGatherReduceScatter at run time when a forward is
+#: chunked (is_workload_feasible: num_chunks > 1).
 MNNVL_GPUS = ("gb200",)
+#: DEP group sizes DeepEP runs (deep_ep.py _is_deepep_feasible, one DEP group per node or 8 ranks per node)
+DEEPEP_INTRANODE = (2, 4, 8)
+DEEPEP_INTERNODE_NODES = (2, 4, 8, 16)
 #: all-to-all efficiency at the DEP-fast end of its range (uncertainty.ENGINE_A2A_EFF): the modelled paths'
 #: alternative and DeepEP's fallback where the tables have no rows
 A2A_FAST_EFF = ENGINE_A2A_EFF[0]
 
 
-def default_dep_comm(gpu_name: str, target: str) -> str:
-    """The DEP path a deployment runs when none is given: target trtllm follows TensorRT-LLM's auto-selection
-    (alltoall on an MNNVL GPU, else allgather_reducescatter); target engine is our engine's all-to-all."""
+def deepep_feasible(group: int) -> bool:
+    """DeepEP runs a DEP group of this size (deep_ep.py _is_deepep_feasible): 2, 4 or 8 ranks on one node, or 2, 4, 8
+    or 16 nodes of 8 ranks."""
+    return group in DEEPEP_INTRANODE or (group % 8 == 0 and group // 8 in DEEPEP_INTERNODE_NODES)
+
+
+def default_dep_comm(gpu_name: str, target: str, group: int | None = None) -> str:
+    """The DEP path a deployment runs when none is given: target trtllm follows TensorRT-LLM 1.3.0rc20's
+    auto-selection (MNNVL_GPUS above): alltoall on an MNNVL GPU, else deepep where DeepEP runs this group size
+    (`group` None: a size it runs), else allgather_reducescatter; target engine is our engine's all-to-all."""
     if target != "trtllm":
         return "alltoall"
-    return "alltoall" if gpu_name.lower() in MNNVL_GPUS else "allgather_reducescatter"
+    if gpu_name.lower() in MNNVL_GPUS:
+        return "alltoall"
+    return "deepep" if group is None or deepep_feasible(group) else "allgather_reducescatter"
 
 
 @dataclass(frozen=True)

@@ -68,11 +68,16 @@ class PlanSpec:
 
     @property
     def dep_comm_path(self) -> str:
-        """DEP's communication path as priced: the given one, else what TensorRT-LLM selects on this GPU (target
-        trtllm) or our engine's all-to-all (target engine, or trtllm without a table)."""
+        """DEP's communication path: the given one, else what TensorRT-LLM selects on this GPU for a group size DeepEP
+        runs (target trtllm) or our engine's all-to-all (target engine, or trtllm without a table); a row's own
+        path is dep_comm_for(its group size)."""
+        return self.dep_comm_for(None)
+
+    def dep_comm_for(self, group: int | None) -> str:
+        """DEP's communication path at this group size as priced (phases.default_dep_comm when none is given)."""
         if self.dep_comm is not None:
             return self.dep_comm
-        return default_dep_comm(self.gpu.name, "trtllm" if self.tables is not None else "engine")
+        return default_dep_comm(self.gpu.name, "trtllm" if self.tables is not None else "engine", group)
 
     @property
     def tables(self) -> ShapeTables | None:
@@ -216,7 +221,7 @@ def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
     st = skew_term(rs, num_moe_layers=max(m.num_moe_layers, 1), num_experts=m.num_experts, top_k=m.top_k,
                    ep_size=group, tokens_per_rank=max(1, int(tokens_per_rank)))
     # an all-gather moves every token regardless of the routing; an all-to-all follows it
-    a2a = 1.0 if spec.dep_comm_path == "allgather_reducescatter" else st.dep_a2a_factor
+    a2a = 1.0 if spec.dep_comm_for(group) == "allgather_reducescatter" else st.dep_a2a_factor
     return Skew(label=label, dep_expert=st.dep_expert_factor, dep_a2a=a2a, dwdp_gemm=st.dwdp_gemm_factor)
 
 
@@ -224,8 +229,8 @@ def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew
     """The layer's phases on every rank, priced for spec's target."""
     t = spec.tables
     if t is not None:
-        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, spec.dep_comm_path)
-    return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_path)
+        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, spec.dep_comm_for(group))
+    return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
 
 
 def _target(spec: PlanSpec) -> str:

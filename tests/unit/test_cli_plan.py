@@ -261,8 +261,9 @@ def test_mxfp4_experts_are_priced_with_their_scale_bytes_and_say_no_table(capsys
 
 
 def test_dep_comm_is_an_input_with_trtllm_s_per_gpu_default(capsys):
-    """--dep-comm (issue 24): TensorRT-LLM's CommunicationFactory picks NVLinkOneSided where MNNVL exists (GB200) and
-    falls back to AllGatherReduceScatter on one HGX node (H200); the path and its source are in --json and 'priced:'.
+    """--dep-comm (issue 24): TensorRT-LLM 1.3.0rc20's CommunicationFactory picks NVLinkOneSided where MNNVL exists
+    (GB200), else DeepEP where it runs the group size (H200 DEP8; TRTLLM_CAN_USE_DEEP_EP defaults to 1 since Feb 2026),
+    else AllGatherReduceScatter; the path and its source are in --json and 'priced:'.
     On GB200 at blog 19 Table 3's setup the NVLinkOneSided all-to-all (one copy per destination rank, NVFP4 dispatch)
     is about half the NCCL all-gather + reduce-scatter; DeepEP's rows are priced from the table."""
     gb = ["--model", "deepseek-r1", "--gpu", "gb200", "--weight-dtype", "nvfp4", "--dwdp-size", "4", "--isl", "8192",
@@ -277,7 +278,10 @@ def test_dep_comm_is_an_input_with_trtllm_s_per_gpu_default(capsys):
     de = _plan(capsys, gb + ["--dep-comm", "deepep"])
     assert "DeepEP high-throughput dispatch + combine rows (nvfp4 dispatch" in de["pricing"]
     h = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--no-bench-results"])
-    assert h["dep_comm"] == "allgather_reducescatter"
+    assert h["dep_comm"] == "deepep" and h["rows"][0]["dep_comm"].startswith("deepep: DeepEP high-throughput")
+    # a DEP size DeepEP does not run (deep_ep.py _is_deepep_feasible: 2, 4, 8 ranks a node): AllGatherReduceScatter
+    h3 = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "3", "--isl", "8192", "--mnt", "2048", "--no-bench-results"])
+    assert h3["rows"][0]["dep_comm"].startswith("allgather_reducescatter: ")
     eng = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--target", "engine",
                          "--no-bench-results"])
     eng_ag = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--target",

@@ -49,7 +49,8 @@ def test_tables_ship_with_the_package_and_record_their_source():
 
 def test_trtllm_target_prices_the_crosscheck_rows():
     """DEP8, ISL 4K x 4 per rank: aiconfigurator's per-op numbers (crosscheck section 2) come back from the tables."""
-    r = predict(_spec(), 8, 0, 2 << 20, 4096)
+    # aiconfigurator prices DEP8's communication as NCCL AG + RS: the crosscheck names that path (the default is DeepEP)
+    r = predict(_spec(dep_comm="allgather_reducescatter"), 8, 0, 2 << 20, 4096)
     assert r.target == "trtllm" and r.tokens_per_rank == 16384
     assert r.t_experts_dep_us / 1e3 == pytest.approx(19.99, rel=0.01)  # EP8 balanced 16K row x 8
     assert r.t_experts_dwdp_us / 1e3 == pytest.approx(22.03, rel=0.01)  # EP1 balanced 16K row
@@ -61,9 +62,11 @@ def test_trtllm_target_prices_the_crosscheck_rows():
 
 
 def test_extrapolated_cells_are_marked_and_widen_the_range(capsys):
-    far = predict(_spec(), 8, 0, 2 << 20, 4096)  # DEP8 MoE call = 131K tokens, the table stops at 16K
-    assert far.extrapolated["routed experts (DEP, EP8)"] == "8.0x the last row"
-    assert "DEP communication" in far.extrapolated
+    far = predict(_spec(dep_comm="allgather_reducescatter"), 8, 0, 2 << 20, 4096)  # DEP8 MoE call = 131K tokens,
+    assert far.extrapolated["routed experts (DEP, EP8)"] == "8.0x the last row"  # the table stops at 16K
+    assert "DEP communication" in far.extrapolated  # the NCCL rows stop at 268M elements (131K x 7168 = 940M)
+    # the default path on H200 (DeepEP): its rows go to 65,536 tokens per rank, past this 16,384
+    assert "DEP communication" not in predict(_spec(), 8, 0, 2 << 20, 4096).extrapolated
     near = predict(_spec(mnt=2048, isls=(2048,)), 8, 0, 2 << 20, 2048)  # 16K tokens per call: inside
     assert not any("DEP" in k for k in near.extrapolated)
     assert far.speedup_low < far.speedup < far.speedup_high
