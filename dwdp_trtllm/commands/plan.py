@@ -76,8 +76,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="DEP's dispatch/combine path (TensorRT-LLM's fused_moe/communication strategies): "
                         "allgather_reducescatter (AllGatherReduceScatter, NCCL), alltoall (NVLinkOneSided) or deepep (DeepEP "
                         "high-throughput). "
-                        "Default: what TensorRT-LLM auto-selects on the GPU (alltoall where MNNVL exists: gb200; "
-                        "else allgather_reducescatter), alltoall for --target engine (docs/PLANNER.md)")
+                        "Default: what TensorRT-LLM 1.3.0rc20 auto-selects on the GPU (alltoall where MNNVL exists: "
+                        "gb200; else deepep at DEP 2/4/8, allgather_reducescatter at other sizes), alltoall for "
+                        "--target engine (docs/PLANNER.md)")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")

@@ -14,9 +14,9 @@ Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
   grouped GEMM from 1.0 to the dense GEMMs' 1.07.
 - peer bandwidth achieved under many-to-one pulls beside compute: 0.75x to 1.0x the copy model's (375 GB/s
   one-way NVLink4 public p2p measurement x slice efficiency / contention model).
-- DEP communication: trtllm: TensorRT-LLM's default intra-node attention-DP path, NCCL all-gather +
-  reduce-scatter (aiconfigurator's choice for EP <= 8); low end the DeepEP high-throughput table where it has
-  rows (DEP faster). engine: all-to-all efficiency 0.77 of NVLink (DeepEP report), range 0.60-0.90.
+- DEP communication: trtllm: the --dep-comm path (default TensorRT-LLM 1.3.0rc20's, phases.default_dep_comm:
+  DeepEP on one HGX node); the range's DEP-fast end the other of NCCL all-gather + reduce-scatter (aiconfigurator's
+  choice for EP <= 8) and the DeepEP high-throughput table, when faster. engine: all-to-all efficiency 0.77 of NVLink (DeepEP report), range 0.60-0.90.
 - extrapolated table cells: +-5% per doubling past the table's last row (kernel_tables.EXTRAP_PER_DOUBLING).
 """
 from __future__ import annotations
