@@ -14,12 +14,16 @@ Routing: uniform (K distinct experts per token, uniformly at random) or power_la
 drawn for the token count, sampled as the engine's router does: engine/router.skew_select). Tokens: 4K / 8K / 16K
 (the table's rows end at 16384). Timing: triton.testing.do_bench median per call. The two paths' outputs are compared
 (the op reads each expert's rows alone, so they should be bit-equal: max_abs_diff).
-Writes <out>/moe_op_vs_trtllm.json and .md; prints the table.
+Writes <out>/moe_op_vs_trtllm.json and .md; prints the table. The commit recorded (commit_record) is DWDP_COMMIT when
+set (the caller's commit of the copied tree), else this copy's .git HEAD, said as such, with whether the working tree
+differs from it (a copied tree's .git can be stale).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,12 +64,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def commit_record(repo: Path, environ=os.environ, git=None) -> dict:
+    """What is knowable about the code that ran: DWDP_COMMIT when the caller sets it (the lead's commit of the copied
+    tree; a device copy's .git can be stale: the run of 2026-12-03 18:28 recorded e08b959 while the tree was
+    b3d9b1e), else this copy's `git rev-parse --short HEAD`; and whether the working tree differs from that commit
+    (`git status --porcelain`: 'differs (N paths)', 'clean', 'unknown'). git(args) -> stdout or None (tests)."""
+    def run_git(args):
+        try:
+            r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout if r.returncode == 0 else None
+    git = git or run_git
+    head = (git(["rev-parse", "--short", "HEAD"]) or "").strip() or "unknown"
+    status = git(["status", "--porcelain"])
+    tree = "unknown" if status is None else (
+        f"differs from {head} ({len(status.splitlines())} paths)" if status.strip() else "clean")
+    if environ.get("DWDP_COMMIT"):
+        return {"commit": environ["DWDP_COMMIT"], "commit_source": "DWDP_COMMIT (set by the caller)",
+                "git_head": head, "working_tree": tree}
+    return {"commit": head, "commit_source": "this copy's .git HEAD (may be stale on a copied tree)",
+            "git_head": head, "working_tree": tree}
+
+
 def report(timings: dict, meta: dict, out: Path) -> str:
     """Rows from the timings beside TensorRT-LLM's table; JSON + markdown written atomically under out."""
     from dwdp_trtllm.bench.report import write_atomic
     rows = moe_evidence.comparison_rows(timings)
     md = (f"# Our routed-expert op vs TensorRT-LLM's fp8_block MoE, {meta.get('device', '?')}, commit "
-          f"{meta.get('commit', '?')}, {meta.get('date', '?')}\n\n`{meta.get('command', '')}`\n\n"
+          f"{meta.get('commit', '?')} ({meta.get('commit_source', '?')}; working tree "
+          f"{meta.get('working_tree', '?')}), {meta.get('date', '?')}\n\n`{meta.get('command', '')}`\n\n"
           + moe_evidence.markdown(rows))
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "moe_op_vs_trtllm.json", json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -149,7 +177,8 @@ def main(argv=None) -> int:
     timings, diffs = measure(args, get_model(moe_evidence.MODEL), torch.device("cuda", 0),
                              lambda f: do_bench(f, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median"))
     env = env_info("cuda", device_name=torch.cuda.get_device_name(0))
-    meta = {"date": env["date"][:10], "commit": env["git_commit"], "device": env["device_name"], "torch": env["torch"],
+    meta = {"date": env["date"][:10], **commit_record(Path(__file__).resolve().parents[1]),
+            "device": env["device_name"], "torch": env["torch"],
             "command": env["argv"], "seconds": time.time() - t0, "local_experts": args.local,
             "max_abs_diff_multi_buffer_vs_contiguous": diffs}
     print(report(timings, meta, Path(args.out)))

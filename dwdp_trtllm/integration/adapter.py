@@ -55,6 +55,21 @@ def key(pos: int, t: int) -> str:
 
 
 VMM_TRANSPORTS = ("vmm_fd", "vmm_fabric")
+#: the gemms whose path (or first fallback) maps the local experts beside the slot: they need cuMem allocations
+VMM_GEMMS = ("composite_view", "multi_buffer")
+
+
+def transport_for(kind: str, *, device_type: str, gemm: str, gemm_requested: bool) -> str:
+    """The transport the TensorRT-LLM adapter opens for the config's `kind` (the one place this is decided).
+
+    `auto` on CUDA becomes vmm_fd when the gemm tried first is composite_view or multi_buffer, or when the config
+    names no gemm (gemm_requested False: the default, moe_evidence.adapter_default_gemm, is one of those two): the
+    composite view maps the local experts beside the slot, so they must be cuMem allocations, and it is multi_buffer's
+    fallback where the unit is refused (choose_gemm). Otherwise (`auto` off CUDA, or merge / reference requested)
+    `auto` is left to transport.make_transport; a named kind is always kept."""
+    if kind == "auto" and device_type == "cuda" and (not gemm_requested or gemm in VMM_GEMMS):
+        return "vmm_fd"
+    return kind
 MULTI_BUFFER_WHAT = "dwdp::grouped_gemm reads [local, slot] in place (no local copy)"
 MERGE_WHAT = "merge: local experts copied into a full [E, ...] slot every layer"
 
@@ -89,7 +104,7 @@ def fp8_block_sm90(weight_dtype: torch.dtype, names: Sequence[str], device: torc
 
 def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: ExpertPlacement, rank: int,
                 blocker: str | None, composite_error: str | None = None, fp8_sm90: bool = False,
-                default: bool = False) -> tuple[str, str]:
+                default: bool = False, device_name: str | None = None) -> tuple[str, str]:
     """(gemm, reason) for the TensorRT-LLM host; the reason goes to the log, `gemm_reason` and check output.
 
     `gemm: multi_buffer` (moe_evidence.default_gemm for FP8 block scales) asks for the multi_buffer unit (dwdp::grouped_gemm over
@@ -100,14 +115,16 @@ def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: 
     chosen but could not be built (why); the choice is made again without it, and the reason keeps everything said
     before. fp8_sm90: FP8 block-scale experts on sm_90 (fp8_block_sm90): a multi_buffer choice names the
     measurement it rests on (moe_evidence.fp8_sm90_reason). default: `want` is moe_evidence.adapter_default_gemm (the
-    integration config names no gemm), not a request; the reason says so and on CPU the stand-in is not used."""
+    integration config names no gemm), not a request; the reason says so and on CPU the stand-in is not used.
+    device_name: the GPU's name (torch.cuda.get_device_name): the FP8 reason says whether it is the GPU measured."""
     asked = "default (the integration config names no gemm)" if default else "requested"
     if want == "merge":
         return "merge", f"gemm: merge {asked}"
     if want == "multi_buffer" and blocker is None:
         if fp8_sm90:
             from .moe_evidence import fp8_sm90_reason
-            return "multi_buffer", f"gemm: multi_buffer {asked}; {fp8_sm90_reason()}; {MULTI_BUFFER_WHAT}"
+            why = fp8_sm90_reason(device_name=device_name)
+            return "multi_buffer", f"gemm: multi_buffer {asked}; {why}; {MULTI_BUFFER_WHAT}"
         return "multi_buffer", f"gemm: multi_buffer {asked}; {MULTI_BUFFER_WHAT}"
     note = {"multi_buffer": f"gemm: multi_buffer {asked} but not possible ({blocker}); ",
             "reference": "gemm: reference is the embedded engine's per-expert loop, not a TensorRT-LLM path; "}.get(
@@ -160,7 +177,8 @@ class AdapterRuntime:
         fp8_sm90 = fp8_block_sm90(next(self.shapes[n][1] for n in names if not is_scale(n)), names, device)
         want = cfg.gemm if gemm_requested else adapter_default_gemm(fp8_sm90)
         choose = dict(device_type=device.type, transport_kind=getattr(transport, "kind", ""), placement=placement,
-                      rank=dwdp_rank, blocker=blocker, fp8_sm90=fp8_sm90, default=not gemm_requested)
+                      rank=dwdp_rank, blocker=blocker, fp8_sm90=fp8_sm90, default=not gemm_requested,
+                      device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
         self.gemm, self.reason = choose_gemm(want, **choose)
         plan = build_copy_plan(placement, self.layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
         full_ops = full_slot_ops(placement, self.layout, dwdp_rank, plan)

@@ -32,11 +32,11 @@ TOKENS = (4096, 8192, 16384)
 
 @dataclass(frozen=True)
 class Measured:
-    """A measurement of our whole routed-expert op: ms per call {routing: {T tokens: ms}}, what ran, where it is
-    recorded."""
+    """A measurement of our whole routed-expert op: ms per call {routing: {T tokens: ms}}, the GPU it ran on (as
+    torch.cuda.get_device_name says it), where it is recorded."""
 
     ms: dict[str, dict[int, float]]
-    what: str
+    device: str
     source: str
 
 
@@ -49,9 +49,8 @@ RESULTS = "docs/bench_results/session6_2026-12-03/moeop/moe_op_vs_trtllm.json"
 OUR_OP_H200 = Measured(
     ms={"uniform": {4096: 5.104735851287842, 8192: 8.418208122253418, 16384: 15.883392333984375},
         "power_law": {4096: 5.242591857910156, 8192: 8.699456214904785, 16384: 15.67908763885498}},
-    what="dwdp_trtllm's routed-expert op (sort, gather + 1x128 quantisation, two FP8 grouped GEMMs, SwiGLU + "
-         "quantisation, combine), multi_buffer over [32 local | 224 slot], uniform and power-law routing",
-    source=f"measured on an NVIDIA H200, 2026-12-03, torch 2.11.0+cu130: docs/BENCHMARKS.md section 12, {RESULTS}")
+    device="NVIDIA H200",
+    source=f"2026-12-03, torch 2.11.0+cu130: docs/BENCHMARKS.md section 12, {RESULTS}")
 
 
 def default_gemm(weight_dtype: str) -> str:
@@ -79,7 +78,8 @@ VIEW = "the stock CUTLASS MoE over one [E, ...] VMM range (CUDA + vmm_fd; local 
 
 def gemm_order(weight_dtype: str, requested: str | None = None) -> str:
     """One line: the path the dwdp_trtllm engine tries first for `weight_dtype` experts (the config's `requested`
-    gemm, else default_gemm), its fallbacks, and for FP8 multi_buffer why."""
+    gemm, else default_gemm), its fallbacks, and for FP8 multi_buffer why (the GPU of the deployment is not known
+    here: the reason names the one measured, fp8_sm90_reason without a device name)."""
     want = requested or default_gemm(weight_dtype)
     if want == "merge":
         return "merge (requested; full-slot buffers, local experts copied every layer)"
@@ -138,9 +138,18 @@ def narrowest_margin(measured: Measured = OUR_OP_H200) -> tuple[float, str, int]
     return min((r, routing, T) for routing in measured.ms for T, r in speedups(measured, routing).items())
 
 
-def fp8_sm90_reason(measured: Measured = OUR_OP_H200) -> str:
+def measured_here(measured: Measured, device_name: str) -> bool:
+    """`device_name` (torch.cuda.get_device_name) is the GPU model `measured` ran on ('NVIDIA H200' also matches
+    'NVIDIA H200 NVL'-style names of the same chip)."""
+    return measured.device.lower() in device_name.lower()
+
+
+def fp8_sm90_reason(measured: Measured = OUR_OP_H200, device_name: str | None = None) -> str:
     """Why multi_buffer comes first for FP8 block scales on sm_90: the measurement (uniform routing's times, the
-    ratio range per routing, the narrowest margin) and its sources."""
+    ratio range per routing, the narrowest margin), the GPU it was measured on and its sources. device_name: the
+    GPU this runs on (torch.cuda.get_device_name), None when not known (gen-config, check-trtllm). On another sm_90
+    GPU (H100, H20, ...) the default stands (the same sm_90 kernels run) and the reason says the measurement was
+    made on `measured.device`, not on this device."""
     Ts = sorted(measured.ms["uniform"])
     k = " / ".join(f"{T // 1024}K" for T in Ts)
     ranges = "; ".join(f"{routing.replace('_', '-')} routing {min(s.values()):.2f}-{max(s.values()):.2f}x"
@@ -150,9 +159,16 @@ def fp8_sm90_reason(measured: Measured = OUR_OP_H200) -> str:
     margin = (f"ahead at every measured point, by as little as {r:.2f}x at {where}" if r > 1 else
               f"NOT ahead at every measured point: {r:.2f}x at {where}")
     ours = " / ".join(f"{measured.ms['uniform'][T]:.2f}" for T in Ts)
-    return (f"FP8 block scales on sm_90: multi_buffer first by measurement: our op {ours} ms at {k} tokens, uniform "
-            f"routing ({measured.source}) vs {' / '.join(f'{trtllm_ms(T):.2f}' for T in Ts)} ms for the stock kernel "
-            f"the composite view feeds ({trtllm_source()}): {ranges}; {margin} (docs/TRTLLM.md)")
+    if device_name is None:
+        here = ""
+    elif measured_here(measured, device_name):
+        here = f"; this device ({device_name}) is the GPU measured"
+    else:
+        here = (f"; measured on an {measured.device}, not this device ({device_name}): kept here because sm_90 "
+                "runs the same kernels, the margin on this device is not measured")
+    return (f"FP8 block scales on sm_90: multi_buffer first by measurement on an {measured.device}: our op {ours} ms "
+            f"at {k} tokens, uniform routing ({measured.source}) vs {' / '.join(f'{trtllm_ms(T):.2f}' for T in Ts)} "
+            f"ms for the stock kernel the composite view feeds ({trtllm_source()}): {ranges}; {margin}{here} (docs/TRTLLM.md)")
 
 
 def comparison_rows(timings: dict[tuple[str, str, int], float]) -> list[dict]:

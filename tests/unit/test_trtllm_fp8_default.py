@@ -13,7 +13,7 @@ import yaml
 
 from dwdp_trtllm.cli import main
 from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.integration.adapter import choose_gemm, fp8_block_sm90
+from dwdp_trtllm.integration.adapter import choose_gemm, fp8_block_sm90, transport_for
 from dwdp_trtllm.integration.moe_evidence import default_gemm, fp8_sm90_reason, gemm_order
 from dwdp_trtllm.placement import make_placement
 
@@ -136,3 +136,46 @@ def test_fake_world_without_gemm_does_not_run_merge(tmp_path):
         assert "requested" not in got["gemm_reason"]
         for k, y in got["outs"].items():
             assert torch.equal(y, ref[k]), f"rank {r} step {k[1]}"
+
+
+def test_transport_for_auto_picks_vmm_fd_where_the_gemm_maps_local_experts():
+    """Review finding: the `transport: auto` -> vmm_fd rule was inline in model_setup with no test. The rule, pinned:
+    on CUDA, auto becomes vmm_fd for composite_view and multi_buffer (its fallback is the composite view) and for no
+    gemm named (the adapter's default is one of those); merge / reference requested and every CPU case keep auto
+    (make_transport decides); a named transport is never changed."""
+    cases = {  # (kind, device, gemm, gemm_requested) -> transport
+        ("auto", "cuda", "composite_view", True): "vmm_fd",
+        ("auto", "cuda", "multi_buffer", True): "vmm_fd",
+        ("auto", "cuda", "merge", False): "vmm_fd",  # no gemm named: cfg.gemm is DwdpConfig's merge, not asked for
+        ("auto", "cuda", "merge", True): "auto",
+        ("auto", "cuda", "reference", True): "auto",
+        ("auto", "cpu", "composite_view", True): "auto",
+        ("auto", "cpu", "merge", False): "auto",
+        ("ipc", "cuda", "composite_view", True): "ipc",
+        ("vmm_fabric", "cuda", "multi_buffer", False): "vmm_fabric",
+    }
+    for (kind, dev, gemm, req), want in cases.items():
+        assert transport_for(kind, device_type=dev, gemm=gemm, gemm_requested=req) == want, (kind, dev, gemm, req)
+    from dwdp_trtllm.integration.moe_evidence import adapter_default_gemm
+    for fp8 in (True, False):  # every default the adapter may try first gets a transport its composite view can map
+        assert transport_for("auto", device_type="cuda", gemm=adapter_default_gemm(fp8), gemm_requested=True) == "vmm_fd"
+    src = (Path(__file__).resolve().parents[2] / "dwdp_trtllm/integration/trtllm/model_setup.py").read_text()
+    assert "transport_for(cfg.transport" in src and '"vmm_fd"' not in src  # the one place the rule lives
+
+
+def test_fp8_reason_names_the_gpu_measured_and_says_when_this_is_another():
+    """Review finding: the FP8 default's evidence is one H200 run, but its reason was given on any sm_90 GPU as if
+    measured there. The default stays (same sm_90 kernels); the reason names the NVIDIA H200 always, and on another
+    sm_90 GPU says the measurement was made on an H200, not on this device."""
+    assert "by measurement on an NVIDIA H200" in fp8_sm90_reason() and "this device" not in fp8_sm90_reason()
+    assert "by measurement on an NVIDIA H200" in gemm_order("fp8")  # check-trtllm: the GPU is not known there
+    cfg = DwdpConfig(dwdp_size=2)
+    kw = dict(device_type="cuda", transport_kind="vmm_fd", placement=make_placement(cfg, 8), rank=1, blocker=None,
+              fp8_sm90=True)
+    g, why = choose_gemm("multi_buffer", **kw, device_name="NVIDIA H100 80GB HBM3")
+    assert g == "multi_buffer"  # the default is kept on another sm_90 GPU
+    assert "measured on an NVIDIA H200, not this device (NVIDIA H100 80GB HBM3)" in why
+    g, why = choose_gemm("multi_buffer", **kw, device_name="NVIDIA H20")
+    assert g == "multi_buffer" and "not this device (NVIDIA H20)" in why
+    g, why = choose_gemm("multi_buffer", **kw, device_name="NVIDIA H200")
+    assert "this device (NVIDIA H200) is the GPU measured" in why and "not this device" not in why

@@ -112,8 +112,9 @@ def test_layout_attributes_upstream_reads_come_from_our_placement():
     """What upstream MoE._init_dwdp_expert_layout (interface.py stored id 57392471995) reads from the registered manager:
     num_experts_per_worker, start_expert_id, dwdp_size: plain reads of the layout moe_layout computed from our
     placement (each rank's contiguous range, overlapping ranges included: num_prefetch_experts <
-    num_experts_per_worker). The contiguity check is moe_layout's alone (contiguous_range); the manager does not
-    repeat it (it holds no placement)."""
+    num_experts_per_worker). The contiguity check is moe_layout's alone (contiguous_range); that the manager's reads
+    do not repeat it is asserted by behaviour in test_trtllm_lifecycle.test_layout_checked_once_per_moe_by_its_owner
+    (contiguous_range called once per MoE, not again by the manager's reads)."""
     from dwdp_trtllm.integration.trtllm.moe_layout import layout_attrs
     cfg = DwdpConfig(dwdp_size=3, num_experts_per_worker=4, num_prefetch_experts=2)
     placement = make_placement(cfg, 8)
@@ -124,7 +125,6 @@ def test_layout_attributes_upstream_reads_come_from_our_placement():
         m.use_layout(layout_attrs(placement, rank))
         assert (m.num_experts_per_worker, m.start_expert_id, m.dwdp_size) == (4, start, 3)
         assert list(placement.local_experts[rank]) == list(range(start, start + 4))
-    assert not hasattr(HopperDwdpManager, "use_placement")  # no second copy of the check
     wrapping = DwdpConfig(dwdp_size=3, redundant_experts=1)  # derived + redundancy: rank 2 wraps around to expert 0
     with pytest.raises(ValueError, match="not one contiguous range"):
         layout_attrs(make_placement(wrapping, 8), 2)

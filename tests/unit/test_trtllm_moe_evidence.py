@@ -69,7 +69,7 @@ def test_evidence_is_the_committed_run():
 
 def test_reason_says_when_the_measurement_is_not_ahead_everywhere():
     """A measurement behind the table at one point is said as such (the rule's reason never claims more)."""
-    slow = ev.Measured(ms={"uniform": {4096: 6.0, 8192: 8.0}, "power_law": {4096: 5.0}}, what="w", source="s")
+    slow = ev.Measured(ms={"uniform": {4096: 6.0, 8192: 8.0}, "power_law": {4096: 5.0}}, device="NVIDIA H200", source="s")
     r, routing, T = ev.narrowest_margin(slow)
     assert (routing, T) == ("uniform", 4096) and r == pytest.approx(5.3956 / 6.0)
     why = ev.fp8_sm90_reason(slow)
@@ -163,3 +163,30 @@ def test_bench_measure_loop_on_cpu():
     assert diffs == {f"{r}/{t}": 0.0 for r in ("uniform", "power_law") for t in (24, 40)}
     rows = ev.comparison_rows(timings)  # small token counts sit below the table's rows: its first-row floor
     assert len(rows) == 8 and all(r["trtllm_ms"] > 0 for r in rows)
+
+
+def test_commit_record_says_where_the_commit_comes_from_and_whether_the_tree_differs():
+    """Review finding: the results JSON recorded `commit` from the device copy's stale .git (e08b959 while the tree
+    was b3d9b1e). Now: DWDP_COMMIT when set, else HEAD said as this copy's .git; and the working tree's state."""
+    answers = {("rev-parse", "--short", "HEAD"): "e08b959\n", ("status", "--porcelain"): " M a.py\n?? b.py\n"}
+    git = lambda args: answers[tuple(args)]  # noqa: E731
+    rec = bench.commit_record(Path("."), environ={}, git=git)
+    assert rec["commit"] == "e08b959" and "this copy's .git HEAD" in rec["commit_source"]
+    assert rec["working_tree"] == "differs from e08b959 (2 paths)"
+    rec = bench.commit_record(Path("."), environ={"DWDP_COMMIT": "b3d9b1e"}, git=git)
+    assert (rec["commit"], rec["git_head"]) == ("b3d9b1e", "e08b959") and "DWDP_COMMIT" in rec["commit_source"]
+    answers[("status", "--porcelain")] = ""
+    assert bench.commit_record(Path("."), environ={}, git=git)["working_tree"] == "clean"
+    assert bench.commit_record(Path("."), environ={}, git=lambda a: None) == {
+        "commit": "unknown", "commit_source": "this copy's .git HEAD (may be stale on a copied tree)",
+        "git_head": "unknown", "working_tree": "unknown"}
+    rec = bench.commit_record(Path("."), environ={"DWDP_COMMIT": "b3d9b1e"}, git=git)
+    meta = {**rec, "device": "NVIDIA H200", "date": "2026-12-03", "command": "x"}
+    timings = {("multi_buffer", "uniform", 4096): 5.0}
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        bench.report(timings, meta, Path(d))
+        md = (Path(d) / "moe_op_vs_trtllm.md").read_text()
+        saved = json.loads((Path(d) / "moe_op_vs_trtllm.json").read_text())
+    assert "commit b3d9b1e (DWDP_COMMIT (set by the caller); working tree clean)" in md
+    assert json.dumps(saved).count("DWDP_COMMIT") == 1

@@ -21,7 +21,7 @@ import sys
 import torch
 
 from ...transport import make_transport
-from ..adapter import AdapterRuntime
+from ..adapter import AdapterRuntime, transport_for
 from ..group import dwdp_process_group
 from ..moe_hooks import MoeHooks
 from ..process_role import engine_for_process, global_rank, integration_config, process_manager
@@ -161,12 +161,8 @@ def setup_after_load(loader, model) -> None:
     manager = process_manager()
     manager.check_free()  # an earlier model's runtime still open: refused before anything is allocated for this one
     group, tag = dwdp_process_group(cfg, global_rank())
-    transport_kind = cfg.transport
-    if transport_kind == "auto" and device.type == "cuda" and (
-            not gemm_requested or cfg.gemm in ("composite_view", "multi_buffer")):
-        # local experts must be cuMem allocations to be mapped beside the slot: the composite view is the first
-        # choice (composite_view) or the fallback where the multi_buffer unit is refused (adapter.choose_gemm)
-        transport_kind = "vmm_fd"
+    transport_kind = transport_for(cfg.transport, device_type=device.type, gemm=cfg.gemm,
+                                   gemm_requested=gemm_requested)
     transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
