@@ -163,10 +163,10 @@ def _settings(args: argparse.Namespace, data: dict | None, spec: ModelSpec, cfg:
 
 
 def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
-                 gpu_memory_bytes: int, settings: list[str] | None = None,
+                 gpu_memory_bytes: int, settings: list[str],
                  fit: mem.DeploymentFit | None = None) -> dict:
     """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict).
-    `settings`: what fit_error tells to change (run's _settings: flags or file keys); default the config keys.
+    `settings`: what fit_error tells to change (run's _settings: flags or file keys).
     `fit`: memory.fit_deployment's answer for these inputs when the caller has it (run: it prints its lines)."""
     placements = {pol: make_placement(dataclasses.replace(cfg, source_policy=pol), spec.num_experts)
                   for pol in ("lowest_rank", "balanced")}
@@ -177,11 +177,7 @@ def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num
     fit = fit or mem.fit_deployment(spec, cfg, gpu_memory_bytes, weight_dtype=wd, max_num_tokens=max_num_tokens)
     fit_error = None
     if not fit.fits:
-        placement_key = (f"dwdp.num_experts_per_worker={cfg.num_experts_per_worker}" if cfg.upstream_placement
-                         else f"dwdp.redundant_experts={cfg.redundant_experts}")
-        keys = [f"dwdp.dwdp_size={cfg.dwdp_size}", placement_key, f"dwdp.prefetch_depth={cfg.prefetch_depth}",
-                f"dwdp.weight_dtype={wd}", f"model.num_layers={spec.num_layers}", f"workload.max_num_tokens={max_num_tokens}"]
-        fit_error = f"{mem.over_budget(fit.dwdp, settings or keys).expected}; {fit.smallest_line()}"
+        fit_error = f"{mem.over_budget(fit.dwdp, settings).expected}; {fit.smallest_line()}"
     expert_bytes = spec.expert_bytes(wd)
     ranks = []
     for r in range(cfg.dwdp_size):
