@@ -70,6 +70,8 @@ def transport_for(kind: str, *, device_type: str, gemm: str, gemm_requested: boo
     if kind == "auto" and device_type == "cuda" and (not gemm_requested or gemm in VMM_GEMMS):
         return "vmm_fd"
     return kind
+
+
 MULTI_BUFFER_WHAT = "dwdp::grouped_gemm reads [local, slot] in place (no local copy)"
 MERGE_WHAT = "merge: local experts copied into a full [E, ...] slot every layer"
 
