@@ -40,12 +40,19 @@ def rel_to_root(text: str, root: Path | None) -> str:
     return text
 
 
+def dep_comm_paths(spec, rows=()) -> list[str]:
+    """DEP's communication path(s) as the rows were priced (PlanSpec.dep_comm_for each row's group size), in row
+    order; without rows, the path at no particular size."""
+    return list(dict.fromkeys(spec.dep_comm_for(r.dwdp_size) for r in rows)) or [spec.dep_comm_path]
+
+
 def describe_pricing(spec, rows=()) -> str:
     """The target and its tables, then DEP's communication path as the rows priced it (--dep-comm)."""
     t = spec.tables
     head = f"trtllm: {t.describe(spec.weight_dtype)}; peer copy: the project's model" if t is not None else spec.priced_as
     comms = list(dict.fromkeys(r.dep_comm for r in rows if r.dep_comm))
-    return head + "".join(f"; DEP communication {c}" for c in comms) if comms else f"{head}; DEP communication {spec.dep_comm_path}"
+    return head + "".join(f"; DEP communication {c}" for c in comms) if comms else \
+        f"{head}; DEP communication {', '.join(dep_comm_paths(spec, rows))}"
 
 
 def interference_line(spec) -> str:
@@ -63,7 +70,7 @@ def calibration_notes(spec) -> tuple[str, ...]:
 
 def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
     from ..memory import UNIT
-    return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": spec.dep_comm_path, "memory_unit": UNIT,
+    return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
             "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],

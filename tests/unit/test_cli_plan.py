@@ -282,6 +282,7 @@ def test_dep_comm_is_an_input_with_trtllm_s_per_gpu_default(capsys):
     # a DEP size DeepEP does not run (deep_ep.py _is_deepep_feasible: 2, 4, 8 ranks a node): AllGatherReduceScatter
     h3 = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "3", "--isl", "8192", "--mnt", "2048", "--no-bench-results"])
     assert h3["rows"][0]["dep_comm"].startswith("allgather_reducescatter: ")
+    assert h3["dep_comm"] == "allgather_reducescatter"  # the path the rows were priced with, not the size-free default
     eng = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--target", "engine",
                          "--no-bench-results"])
     eng_ag = _plan(capsys, ["--gpu", "h200", "--dwdp-size", "8", "--isl", "8192", "--mnt", "16384", "--target",
