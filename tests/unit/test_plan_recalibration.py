@@ -127,6 +127,18 @@ def test_adopt_refuses_what_is_not_the_campaign_and_writes_nothing(tmp_path, cap
     assert len(err) == 1 and err[0].startswith("adopt_floor_campaign: ") and "nowhere" in err[0]
 
 
+def test_adopt_refuses_a_name_whose_package_copy_exists_and_writes_nothing(tmp_path):
+    """A leftover dwdp_trtllm/data/engine_calibration/NAME (no docs/bench_results/NAME) is refused before anything is
+    written (the rename into place would fail half-way): the package then holds two campaigns, which shipped() refuses."""
+    mod, repo = _script(), _repo(tmp_path)
+    (repo / "dwdp_trtllm/data/engine_calibration/engine_floor_test").mkdir()
+    (repo / "dwdp_trtllm/data/engine_calibration/engine_floor_test/f8.json").write_text("{}")
+    before = _tree(repo)
+    with pytest.raises(mod.Refused, match="expected one campaign directory, found 2"):
+        mod.adopt(_source(tmp_path), "engine_floor_test", repo, with_matrix=False)
+    assert _tree(repo) == before
+
+
 def test_adopt_compares_with_the_campaign_named_by_before_and_still_replaces_the_shipped_one(tmp_path, capsys):
     """--before NAME: the table's before is docs/bench_results/NAME (e.g. the last campaign before FP8 linear layers
     when the shipped one only re-measured the same engine with an older floor), not the campaign shipped so far; the
