@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped moeop verify calib bench (default: env plugin transport engine bench)
+#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop verify calib bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -119,6 +119,28 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       section grouped
       timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --no-knobs --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
       tail -n 20 "$OUT/grouped.log" ;;
+    deepgemm)  # issue 25: DeepGEMM's FP8 grouped GEMM vs ours (docs/BENCHMARKS.md section 13): build DeepGEMM from the
+               # .carry/deepgemm bundle (scripts/gpu/deepgemm_build.sh), time both on the same inputs
+               # (scripts/bench_deepgemm.py), its GPU tests; returns deepgemm_built.tgz (the built _C + the JIT cache:
+               # unpacked into .carry/deepgemm/deep_gemm and .carry/deepgemm_jit, a later call compiles nothing)
+      section deepgemm; mkdir -p "$OUT/raw/deepgemm"
+      export DWDP_DEEPGEMM_DIR=/tmp/deepgemm DG_JIT_CACHE_DIR=/tmp/deepgemm_jit DG_PRINT_CONFIGS=${DG_PRINT_CONFIGS:-1}
+      mkdir -p "$DG_JIT_CACHE_DIR"; [ -d .carry/deepgemm_jit ] && cp -r .carry/deepgemm_jit/. "$DG_JIT_CACHE_DIR/"
+      if timeout "${DEEPGEMM_BUILD_TIMEOUT:-400}" bash scripts/gpu/deepgemm_build.sh "$DWDP_DEEPGEMM_DIR" > "$OUT/deepgemm.log" 2>&1; then
+        pids=""  # DeepGEMM's JIT compiles one kernel per configuration at first call: all of them at once, one process each
+        for pair in fc1:idx fc1:psum fc2:idx fc2:psum; do
+          timeout "${DEEPGEMM_TIMEOUT:-420}" python3 scripts/bench_deepgemm.py --prewarm $pair ${DEEPGEMM_ARGS:-} >> "$OUT/deepgemm.log" 2>&1 & pids="$pids $!"
+        done
+        for p in $pids; do wait $p || echo "gpu_check: a DeepGEMM prewarm failed (the bench compiles what is missing)" >> "$OUT/deepgemm.log"; done
+        built() { tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
+        timeout "${DEEPGEMM_TIMEOUT:-420}" python3 scripts/bench_deepgemm.py --out "$OUT/raw/deepgemm" ${DEEPGEMM_ARGS:-} >> "$OUT/deepgemm.log" 2>&1 || rc=1
+        built  # again after the tests, which compile their own shapes: what is there comes back even if time runs out
+        timeout "${DEEPGEMM_TEST_TIMEOUT:-200}" python3 -m pytest -q -rs tests/gpu/test_deepgemm_cuda.py >> "$OUT/deepgemm.log" 2>&1 || rc=1
+        built
+      else
+        rc=1; echo "gpu_check: DeepGEMM did not build" >> "$OUT/deepgemm.log"
+      fi
+      grep -vE "^(\[|  )" "$OUT/deepgemm.log" | grep -E "^fc|^\| fc|deep_gemm|passed|failed|FAILED|rror|did not build" | tail -n 40 ;;
     moeop)  # issue 25: our whole routed-expert op (multi_buffer unit, and one [E, ...] buffer) at 4K/8K/16K tokens,
             # uniform + power-law routing, beside TensorRT-LLM's fp8_block MoE table (the adapter's FP8 default; ~1 min)
       section moeop
