@@ -21,13 +21,13 @@ GPU idle per phase, host-late vs GPU-side, the largest gaps with the engine fram
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import time
 from pathlib import Path
 
 import torch
 
+from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_text, gpu_index_of
 from dwdp_trtllm.engine.model import build_reference_model
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.timing import PhaseTimer
@@ -143,8 +143,10 @@ def main() -> None:
             floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
         ft.release()
         print(f"[{tag}] GPU while the floor was timed: {clocks.summary()}")
-        ratio = {k: round(phases[-1].get(k, 0.0) / v, 3) for k, v in floor.items() if k in phases[-1] and v}
-        ratio["total"] = round(walls[-1] * 1e3 / floor["total"], 3)
+        from dwdp_trtllm.bench.floor import over_floor
+        measured = {**phases[-1], "total": walls[-1] * 1e3}
+        ratio = {k: round(v, 3) for k, v in over_floor(measured, floor, [k for k in floor if k in measured]).items()
+                 if v is not None}
         print(f"[{tag}] floor ms: { {k: round(v, 1) for k, v in floor.items()} }  measured/floor: {ratio}")
     from torch.profiler import ProfilerActivity, profile
     fill_prefix()
@@ -169,95 +171,22 @@ def main() -> None:
 
 def smi_gpu_id(cuda_index: int, smi_uuids: list[str], visible: str | None, torch_uuid: str | None = None) -> str | None:
     """The nvidia-smi `-i` id (a 'GPU-...' UUID) of the GPU torch calls cuda:`cuda_index`, or None where it cannot
-    be told. smi_uuids: nvidia-smi's UUIDs in its index order (NVML's); visible: CUDA_VISIBLE_DEVICES (env.py, None
-    when unset); torch_uuid: torch's UUID of the device where torch reports one (str of get_device_properties().uuid,
-    with or without 'GPU-'). torch's UUID wins when nvidia-smi lists it (it names the device whatever CUDA's order);
-    else cuda_index goes through CUDA_VISIBLE_DEVICES as host_resources.visible_gpus reads it (indices or UUID
-    prefixes; MIG or ambiguous: None)."""
-    if torch_uuid:
-        u = torch_uuid if torch_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{torch_uuid}"
-        if u in smi_uuids:
-            return u
-    from dwdp_trtllm.host_resources import visible_gpus
-    order = visible_gpus(visible, smi_uuids)
-    if order is None or not 0 <= cuda_index < len(order):
-        return None
-    return smi_uuids[order[cuda_index]]
+    be told (bench/gpu_clocks.gpu_index_of: torch's UUID wins when listed, else CUDA_VISIBLE_DEVICES as
+    host_resources.visible_gpus reads it)."""
+    i = gpu_index_of(cuda_index, smi_uuids, visible, torch_uuid)
+    return None if i is None else smi_uuids[i]
 
 
-def _smi_gpu_of(dev: torch.device) -> str | None:
-    """smi_gpu_id of the run's device, asking nvidia-smi and torch (None without nvidia-smi)."""
-    import subprocess
-    from dwdp_trtllm import env
-    try:
-        text = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    try:
-        torch_uuid = str(torch.cuda.get_device_properties(index).uuid)
-    except (AttributeError, RuntimeError):  # a torch without the UUID: CUDA_VISIBLE_DEVICES alone
-        torch_uuid = None
-    return smi_gpu_id(index, [t.strip() for t in text.splitlines() if t.strip()], env.cuda_visible_devices(), torch_uuid)
-
-
-class GpuClocks:
-    """nvidia-smi's SM clock and power every 20 ms while the block runs, of the GPU `device` is (smi_gpu_id:
-    cuda:N under CUDA_VISIBLE_DEVICES is not nvidia-smi's GPU N); samples stamped outside the block, e.g. while
-    nvidia-smi starts on an idle GPU, are dropped; none where nvidia-smi is absent or the GPU cannot be told:
-    whether kernels timed alone (the floor) and back to back (the engine) ran at the same clock."""
+class GpuClocks(GpuSampler):
+    """The SM clock and power of the run's GPU while the block runs (bench/gpu_clocks.GpuSampler: NVML, else
+    nvidia-smi): whether kernels timed alone (the floor) and back to back (the engine) ran at the same clock."""
 
     def __init__(self, device: torch.device):
-        self.device = device
-        self.gpu: str | None = None
-        self.rows: list[tuple[float, float]] = []
-        self._proc = None
-        self._span = (None, None)
-
-    def __enter__(self):
-        import shutil
-        import subprocess
-        if shutil.which("nvidia-smi") and self.device.type == "cuda":
-            self.gpu = _smi_gpu_of(self.device)
-        if self.gpu is not None:
-            # line-buffered (stdbuf) and stopped with SIGINT, as nvidia-smi's loop expects: no sample left in a buffer
-            cmd = ["nvidia-smi", "-i", self.gpu, "--query-gpu=timestamp,clocks.sm,power.draw",
-                   "--format=csv,noheader,nounits", "-lms", "20"]
-            self._proc = subprocess.Popen((["stdbuf", "-oL"] if shutil.which("stdbuf") else []) + cmd,
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            time.sleep(0.5)  # nvidia-smi's start; its samples before the block are dropped
-        self._span = (datetime.datetime.now(), None)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-        import subprocess
-        self._span = (self._span[0], datetime.datetime.now())
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGINT)
-            try:
-                text, _ = self._proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                text, _ = self._proc.communicate()
-            for line in text.splitlines():
-                parts = [x.strip() for x in line.split(",")]
-                try:
-                    when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f")
-                    if self._span[0] <= when <= self._span[1]:
-                        self.rows.append((float(parts[1]), float(parts[2])))
-                except (ValueError, IndexError):
-                    continue
-        return False
+        super().__init__(device.index if device.index is not None else 0)
 
     def summary(self) -> str:
-        if not self.rows:
-            return "no samples" + ("" if self.gpu else f" (no nvidia-smi GPU found for {self.device})")
-        import statistics
-        mhz, watts = [r[0] for r in self.rows], [r[1] for r in self.rows]
-        return (f"SM clock MHz median {statistics.median(mhz):.0f} (min {min(mhz):.0f}, max {max(mhz):.0f}), power W "
-                f"median {statistics.median(watts):.0f} (max {max(watts):.0f}), {len(self.rows)} samples of {self.gpu}")
+        """gpu_clocks.clock_text of the samples, with their source."""
+        return clock_text(self.stats())
 
 
 class _Marks:

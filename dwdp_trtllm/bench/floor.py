@@ -79,6 +79,7 @@ class FloorTimer:
         self.fp8_linear = fp8_linear and device.type == "cuda" and hasattr(torch, "_scaled_mm")
         self.warmup, self.reps = warmup, reps
         self._bufs: dict[tuple, torch.Tensor] = {}
+        self._core_pick: dict[tuple, int] = {}  # segments -> index of attention_core_fns found fastest
         self._gen = torch.Generator(device=device).manual_seed(0)
 
     # ---- buffers and timing -------------------------------------------------------------------------
@@ -120,30 +121,68 @@ class FloorTimer:
                 samples.append((time.perf_counter() - t) * 1e3)
         return statistics.median(samples)
 
-    def gemm_ms(self, m: int, n: int, k: int) -> float:
+    def _timed(self, fn) -> float:
+        """time_ms of a kernel closure; 0 for no work (None)."""
+        return 0.0 if fn is None else self.time_ms(fn)
+
+    # Every timed piece is a closure (`*_fn`, None for no work) that `*_ms` times alone (the burst floor) and
+    # bench/floor_sustained.py replays back to back (the floor under sustained load): the same kernels in both.
+    def gemm_fn(self, m: int, n: int, k: int):
         """[m, k] @ [k, n] at the model dtype (nn.Linear layout: weight [n, k])."""
         if m == 0:
-            return 0.0
+            return None
         x, w = self._buf((m, k)), self._buf((n, k))
-        return self.time_ms(lambda: F.linear(x, w))
+        return lambda: F.linear(x, w)
 
-    def linear_ms(self, m: int, n: int, k: int) -> float:
-        """One linear layer an FP8 checkpoint quantises: gemm_ms, or with fp8_linear the block-scale recipe
+    def gemm_ms(self, m: int, n: int, k: int) -> float:
+        return self._timed(self.gemm_fn(m, n, k))
+
+    def linear_fn(self, m: int, n: int, k: int):
+        """One linear layer an FP8 checkpoint quantises: gemm_fn, or with fp8_linear the block-scale recipe
         (activation quantisation counted free, like every quantisation here)."""
         from ..engine.fp8_linear import ROWS_TO, kernel_takes_k
         if not self.fp8_linear or not kernel_takes_k(k):
-            return self.gemm_ms(m, n, k)
+            return self.gemm_fn(m, n, k)
         if m == 0:
-            return 0.0
+            return None
         f8 = torch.float8_e4m3fn
         mp, np_, kb = -(-m // ROWS_TO) * ROWS_TO, -(-n // 128) * 128, k // 128
         a, w = self._buf((mp, k), f8), self._buf((np_, k), f8)
         s_a = self._buf((kb, mp), torch.float32).abs().add_(1e-3).t()  # [mp, kb] outer-dim-major
         s_w = self._buf((np_ // 128, kb), torch.float32).abs().add_(1e-3).t()  # [kb, nb] outer-dim-major
-        return self.time_ms(lambda: torch._scaled_mm(a, w.t(), s_a, s_w, out_dtype=self.dtype))
+        return lambda: torch._scaled_mm(a, w.t(), s_a, s_w, out_dtype=self.dtype)
+
+    def linear_ms(self, m: int, n: int, k: int) -> float:
+        if not self.fp8_linear:
+            return self.gemm_ms(m, n, k)  # through the (memoised) gemm_ms, as before the closures
+        return self._timed(self.linear_fn(m, n, k))
+
+    def op_fn(self, op: str, m: int, n: int, k: int):
+        """The closure of one GEMM of a *_gemms list: op "gemm" (model dtype) or "linear" (FP8 with fp8_linear)."""
+        return (self.gemm_fn if op == "gemm" else self.linear_fn)(m, n, k)
+
+    def op_ms(self, op: str, m: int, n: int, k: int) -> float:
+        return (self.gemm_ms if op == "gemm" else self.linear_ms)(m, n, k)
 
     # ---- attention ----------------------------------------------------------------------------------
     def attention_core_ms(self, segments: tuple[tuple[int, int], ...]) -> float:
+        """The fastest of attention_core_fns timed alone; which one is kept for attention_core_fn."""
+        fns = self.attention_core_fns(segments)
+        times = [self.time_ms(fn) for fn in fns]
+        best = min(range(len(fns)), key=times.__getitem__)
+        self._core_pick[segments] = best
+        return times[best]
+
+    def attention_core_fn(self, segments: tuple[tuple[int, int], ...]):
+        """The closure attention_core_ms found fastest for these segments (timed first if it was not)."""
+        if segments not in self._core_pick:
+            self.attention_core_ms(segments)
+        return self.attention_core_fns(segments)[self._core_pick[segments]]
+
+    def attention_core_fns(self, segments: tuple[tuple[int, int], ...]) -> list:
+        """The ways this torch can run the attention core over `segments` (module docstring), in a fixed order:
+        per segment (cuDNN: prefixed chunks split), prefixed chunks as one causal call (cuDNN, with a prefix),
+        flash varlen (v padded; CUDA, bf16/fp16)."""
         sp = self.spec
         if sp.attention == "mla":
             N, d, e = sp.num_heads, sp.qk_nope_head_dim + sp.qk_rope_head_dim, sp.v_head_dim
@@ -173,10 +212,10 @@ class FloorTimer:
                     from ..engine.layers import attend
                     attend(qs, ks, vs if e == d or self.device.type != "cuda" else F.pad(vs, (0, d - e)), p, scale)
                 qo, ko = qo + n, ko + p + n
-        best = self.time_ms(lambda: per_segment(False))
+        fns = [lambda: per_segment(False)]
         if use_cudnn and P:  # every prefixed chunk the other way: the floor keeps the faster way for the whole batch
             # (the engine chooses per chunk: module docstring)
-            best = min(best, self.time_ms(lambda: per_segment(True)))
+            fns.append(lambda: per_segment(True))
         if self.device.type == "cuda" and e <= d:
             from ..engine.layers import _torch_varlen
             varlen = _torch_varlen()
@@ -187,16 +226,18 @@ class FloorTimer:
                 cu_k = torch.tensor([0] + [sum(p + n for p, n in segments[:i + 1]) for i in range(len(segments))],
                                     dtype=torch.int32, device=self.device)
                 mq, mk = max(n for _, n in segments), max(p + n for p, n in segments)
-                best = min(best, self.time_ms(lambda: varlen(q[:T], k[:S], vp[:S], cu_q, cu_k, mq, mk, scale=scale,
-                                                             window_size=(-1, 0))))
-        return best
+                fns.append(lambda: varlen(q[:T], k[:S], vp[:S], cu_q, cu_k, mq, mk, scale=scale, window_size=(-1, 0)))
+        return fns
 
     def attention_passes_ms(self, T: int, S: int) -> float:
-        """ms of one layer's attention passes (module docstring) for T queries over S keys (cached prefixes included):
+        return self._timed(self.attention_passes_fn(T, S))
+
+    def attention_passes_fn(self, T: int, S: int):
+        """One layer's attention passes (module docstring) for T queries over S keys (cached prefixes included):
         RoPE in place, MLA's key assembly, and with FP8 linears the quantisation of o_proj's input. On CUDA the
         engine's one-pass kernels, elsewhere their eager references (functional only)."""
         if T == 0:
-            return 0.0
+            return None
         sp = self.spec
         from ..engine.fp8_linear import ROWS_TO, kernel_takes_k
         from ..engine.fused import fused_enabled
@@ -233,31 +274,37 @@ class FloorTimer:
             if o is not None:
                 from ..engine.quant_cuda import quant_1x128
                 quant_1x128(o, rows_to=ROWS_TO, scale_col_major=True)
-        return self.time_ms(run)
+        return run
 
-    def attention_layer_ms(self, segments: tuple[tuple[int, int], ...]) -> dict[str, float]:
+    def attention_proj_gemms(self, T: int, S: int) -> list[tuple[str, int, int, int]]:
+        """(op, m, n, k) of one attention layer's projection GEMMs for T queries over S keys (op_fn / op_ms)."""
         sp = self.spec
-        T, S = sum(n for _, n in segments), sum(p + n for p, n in segments)
         H, N = sp.hidden_size, sp.num_heads
         if sp.attention == "mla":
             qd = N * (sp.qk_nope_head_dim + sp.qk_rope_head_dim)
-            proj = (self.linear_ms(T, sp.q_lora_rank, H) + self.linear_ms(T, qd, sp.q_lora_rank) if sp.q_lora_rank
-                    else self.linear_ms(T, qd, H))
-            proj += self.linear_ms(T, sp.kv_lora_rank + sp.qk_rope_head_dim, H)
-            proj += self.linear_ms(S, N * (sp.qk_nope_head_dim + sp.v_head_dim), sp.kv_lora_rank)
-            proj += self.linear_ms(T, H, N * sp.v_head_dim)
-        else:
-            G, d = sp.num_kv_heads, sp.head_dim
-            proj = self.linear_ms(T, N * d, H) + 2 * self.linear_ms(T, G * d, H) + self.linear_ms(T, H, N * d)
+            out = ([("linear", T, sp.q_lora_rank, H), ("linear", T, qd, sp.q_lora_rank)] if sp.q_lora_rank
+                   else [("linear", T, qd, H)])
+            return out + [("linear", T, sp.kv_lora_rank + sp.qk_rope_head_dim, H),
+                          ("linear", S, N * (sp.qk_nope_head_dim + sp.v_head_dim), sp.kv_lora_rank),
+                          ("linear", T, H, N * sp.v_head_dim)]
+        G, d = sp.num_kv_heads, sp.head_dim
+        return [("linear", T, N * d, H), ("linear", T, G * d, H), ("linear", T, G * d, H), ("linear", T, H, N * d)]
+
+    def attention_layer_ms(self, segments: tuple[tuple[int, int], ...]) -> dict[str, float]:
+        T, S = sum(n for _, n in segments), sum(p + n for p, n in segments)
+        proj = sum(self.op_ms(*g) for g in self.attention_proj_gemms(T, S))
         return {"projections": proj, "core": self.attention_core_ms(segments), "passes": self.attention_passes_ms(T, S)}
 
     # ---- experts ------------------------------------------------------------------------------------
     def grouped_ms(self, rows_per_expert: tuple[int, ...]) -> float:
+        return self._timed(self.grouped_fn(rows_per_expert))
+
+    def grouped_fn(self, rows_per_expert: tuple[int, ...]):
         """gate|up then down grouped GEMMs of one MoE layer with these rows per expert."""
         sp = self.spec
         A = sum(rows_per_expert)
         if A == 0:
-            return 0.0
+            return None
         E, H, I = len(rows_per_expert), sp.hidden_size, sp.moe_intermediate
         offs = torch.tensor(rows_per_expert, device=self.device).cumsum(0).to(torch.int32)
         fp8 = self.weight_dtype == "fp8" and self.device.type == "cuda" and hasattr(torch, "_scaled_grouped_mm")
@@ -271,15 +318,16 @@ class FloorTimer:
             def run():
                 torch._scaled_grouped_mm(a1, w13.transpose(1, 2), s_a1, s_w13, offs=offs, out_dtype=torch.bfloat16)
                 torch._scaled_grouped_mm(a2, w2.transpose(1, 2), s_a2, s_w2, offs=offs, out_dtype=torch.bfloat16)
-            return self.time_ms(run)
+            return run
         a1, a2 = self._buf((A, H)), self._buf((A, I))
         w13, w2 = self._buf((E, 2 * I, H)), self._buf((E, H, I))
         if hasattr(torch, "_grouped_mm") and (self.device.type != "cuda" or self.dtype == torch.bfloat16):
+            def run():
+                torch._grouped_mm(a1, w13.transpose(1, 2), offs=offs)
+                torch._grouped_mm(a2, w2.transpose(1, 2), offs=offs)
             try:
-                def run():
-                    torch._grouped_mm(a1, w13.transpose(1, 2), offs=offs)
-                    torch._grouped_mm(a2, w2.transpose(1, 2), offs=offs)
-                return self.time_ms(run)
+                run()  # this torch / device / dtype runs it? (else the loop below)
+                return run
             except (RuntimeError, NotImplementedError):
                 pass
         ends = offs.tolist()
@@ -291,26 +339,34 @@ class FloorTimer:
                     F.linear(a1[b:end], w13[e])
                     F.linear(a2[b:end], w2[e])
                 b = end
-        return self.time_ms(loop)
+        return loop
 
-    def moe_other_ms(self, T: int) -> float:
+    def moe_other_gemms(self, T: int) -> list[tuple[str, int, int, int]]:
+        """(op, m, n, k) of one MoE layer's router and shared-expert GEMMs."""
         sp = self.spec
-        ms = self.gemm_ms(T, sp.num_experts, sp.hidden_size)  # router (never quantised)
+        out = [("gemm", T, sp.num_experts, sp.hidden_size)]  # router (never quantised)
         if sp.num_shared_experts:
             Is = sp.moe_intermediate * sp.num_shared_experts
-            ms += self._gate_up_ms(T, Is) + self.linear_ms(T, sp.hidden_size, Is)
-        return ms
+            out += self._gate_up_gemms(T, Is) + [("linear", T, sp.hidden_size, Is)]
+        return out
 
-    def _gate_up_ms(self, T: int, inter: int) -> float:
+    def moe_other_ms(self, T: int) -> float:
+        return sum(self.op_ms(*g) for g in self.moe_other_gemms(T))
+
+    def _gate_up_gemms(self, T: int, inter: int) -> list[tuple[str, int, int, int]]:
         """gate and up of a SwiGLU MLP: two GEMMs at the model dtype, one [2I] FP8 GEMM with FP8 linears (the engine
         runs gate | up as one weight when I is a multiple of 128)."""
         if self.fp8_linear and inter % 128 == 0 and self.spec.hidden_size % 128 == 0:
-            return self.linear_ms(T, 2 * inter, self.spec.hidden_size)
-        return 2 * self.linear_ms(T, inter, self.spec.hidden_size)
+            return [("linear", T, 2 * inter, self.spec.hidden_size)]
+        return [("linear", T, inter, self.spec.hidden_size)] * 2
+
+    def dense_mlp_gemms(self, T: int) -> list[tuple[str, int, int, int]]:
+        """(op, m, n, k) of one dense MLP layer's GEMMs."""
+        sp = self.spec
+        return self._gate_up_gemms(T, sp.dense_intermediate) + [("linear", T, sp.hidden_size, sp.dense_intermediate)]
 
     def dense_mlp_ms(self, T: int) -> float:
-        sp = self.spec
-        return self._gate_up_ms(T, sp.dense_intermediate) + self.linear_ms(T, sp.hidden_size, sp.dense_intermediate)
+        return sum(self.op_ms(*g) for g in self.dense_mlp_gemms(T))
 
     # ---- one iteration ------------------------------------------------------------------------------
     def iteration_ms(self, batch: Batch) -> dict[str, float]:
@@ -400,11 +456,47 @@ def _measured(it) -> dict[str, float]:
     return {**d, "total": d["wall"]}
 
 
-def floor_report(cfg, by_mode: dict) -> dict:
+#: the phases a floor is given for (ms per iteration), "total" the iteration
+FLOOR_KEYS = ("attention", "expert_gemm", "other", "total")
+
+
+def over_floor(measured: dict, floor: dict, keys=FLOOR_KEYS) -> dict:
+    """{phase: measured / floor} (None where the floor is 0): the engine over a floor, burst or sustained; the one
+    place this ratio is computed for `dwdp bench --floor` and scripts/profile_engine.py."""
+    return {k: (measured[k] / floor[k] if floor.get(k) and k in measured else None) for k in keys}
+
+
+class _NoSampler:
+    """Samples nothing (a CPU floor): stats() is None."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+    def stats(self, t0=None, t1=None) -> None:
+        return None
+
+
+def _sampler(device: torch.device):
+    """A GpuSampler of the floor's device (cuda), else _NoSampler."""
+    from .gpu_clocks import GpuSampler
+    return GpuSampler(device.index or 0) if device.type == "cuda" else _NoSampler()
+
+
+def floor_report(cfg, by_mode: dict, *, sustained=None, engine_clocks: dict | None = None,
+                 engine_windows: dict | None = None) -> dict:
     """{mode: {"floor_ms", "measured_ms", "efficiency"}}: per-iteration means over the measured iterations
     that processed tokens of every rank (phases: attention, expert_gemm, other, total = iteration wall; measured_ms
     also all_to_all, sync_wait, prefetch_wait over the same iterations); efficiency = floor / measured.
-    Also "method" and "device". Runs in this process on the run's device (cuda:0 or cpu)."""
+    Also "method" and "device". Runs in this process on the run's device (cuda:0 or cpu).
+
+    sustained (floor_sustained.SustainedSettings): also the floor under sustained load per mode, "sustained":
+    {"floor_ms", "measured_over_floor", "passes_timed", "warmup_s", "warmup_end", ...}, timed for as long as the
+    mode's measured iterations ran (engine_windows[mode]: (t0, t1) on perf_counter). "clock" per mode (CUDA):
+    {"floor_burst", "floor_sustained", "engine"}: gpu_clocks.clock_stats of the SM clock and power while each ran
+    (engine: engine_clocks[mode], sampled by the caller during the measured iterations)."""
     spec = cfg.model.spec()
     dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[cfg.model.dtype]
     device = torch.device("cuda", 0) if cfg.run.device == "cuda" else torch.device("cpu")
@@ -422,26 +514,28 @@ def floor_report(cfg, by_mode: dict) -> dict:
         for mode, rows in rank_batches(by_mode, spec).items():
             if not rows:
                 continue
-            keys = ("attention", "expert_gemm", "other", "total")
+            keys = FLOOR_KEYS
             f_sum = dict.fromkeys(keys, 0.0)
             m_sum = dict.fromkeys((*keys, *COMM_PHASES), 0.0)
             flops = dict.fromkeys((*keys[:3], "attention_proj", "attention_core"), 0.0)
             f_core = f_passes = 0.0
             per_iter: dict[str, list[float]] = {k: [] for k in keys}
-            for _rank, it, batch in rows:
-                f = timer.iteration_ms(batch)
-                f_core += f["attention_core"]
-                f_passes += f["attention_passes"]
-                m = _measured(it)
-                for k in keys:
-                    if f[k] > 0:
-                        per_iter[k].append(m[k] / f[k])
-                for k in keys:
-                    f_sum[k] += f[k]
-                for k in m_sum:
-                    m_sum[k] += m[k]
-                for k, v in timer.iteration_flops(batch).items():
-                    flops[k] += v
+            burst = _sampler(device)  # the clock while the burst floor's kernels run
+            with burst:
+                for _rank, it, batch in rows:
+                    f = timer.iteration_ms(batch)
+                    f_core += f["attention_core"]
+                    f_passes += f["attention_passes"]
+                    m = _measured(it)
+                    for k in keys:
+                        if f[k] > 0:
+                            per_iter[k].append(m[k] / f[k])
+                    for k in keys:
+                        f_sum[k] += f[k]
+                    for k in m_sum:
+                        m_sum[k] += m[k]
+                    for k, v in timer.iteration_flops(batch).items():
+                        flops[k] += v
             n = len(rows)
             floor = {k: v / n for k, v in f_sum.items()}
             floor["attention_core"] = f_core / n
@@ -453,7 +547,7 @@ def floor_report(cfg, by_mode: dict) -> dict:
             meas = {k: v / n for k, v in m_sum.items()}
             out[mode] = {"iterations": n, "floor_ms": floor, "measured_ms": meas,
                          "efficiency": {k: (floor[k] / meas[k] if meas[k] > 0 else None) for k in keys},
-                         "measured_over_floor": {k: (meas[k] / floor[k] if floor[k] > 0 else None) for k in keys},
+                         "measured_over_floor": over_floor(meas, floor),
                          # per iteration measured / floor, median over iterations: one-time costs inside a measured
                          # iteration (a kernel compiled there, say) move the mean ratio above, not this one
                          "measured_over_floor_median": {k: (statistics.median(v) if v else None)
@@ -462,6 +556,28 @@ def floor_report(cfg, by_mode: dict) -> dict:
                          "floor_tflops": {k: (flops[k] / n / (floor[k] * 1e-3) / 1e12 if floor[k] > 0 else None) for k in flops},
                          "engine_tflops": {k: (flops[k] / n / (meas[k] * 1e-3) / 1e12 if meas.get(k, 0) > 0 else None)
                                            for k in keys[:3]}}
+            clock = {"floor_burst": burst.stats(),
+                     "engine": (engine_clocks or {}).get(mode)}
+            if sustained is not None:
+                out[mode]["sustained"], clock["floor_sustained"] = _sustained(timer, rows, meas, device, sustained,
+                                                                             (engine_windows or {}).get(mode))
+            if any(v is not None for v in clock.values()):  # sampled (CUDA): a CPU floor has no clock to show
+                out[mode]["clock"] = clock
     finally:
         timer.release()
     return out
+
+
+def _sustained(timer: FloorTimer, rows, meas: dict, device: torch.device, settings, window) -> tuple[dict, dict | None]:
+    """floor_report's "sustained" entry of one mode and the clock while its timed passes ran."""
+    from .floor_sustained import sustained_floor
+    measure_s = (window[1] - window[0]) if window else None
+    sampler = _sampler(device)
+    with sampler:
+        res = sustained_floor(timer, [batch for _rank, _it, batch in rows], measure_s, settings)
+    win = res.pop("window")
+    res["measured_over_floor"] = over_floor(meas, res["floor_ms"])
+    res["engine_span_s"] = measure_s
+    res["method"] = ("the floor's kernels replayed back to back, every measured iteration in order, after a warm-up "
+                     "to a steady pass time (bench/floor_sustained.py)")
+    return res, sampler.stats(*win)

@@ -207,9 +207,13 @@ def floor_table(run: dict) -> Table | None:
                           "iteration's measured / floor; the floor has no communication",
                   caption_justify="left")
     table.add_column("phase")
+    sustained = any("sustained" in fl[m] for m in modes)
     for m in modes:
-        for col in ("floor", "ms", "x floor", "median"):
+        for col in ("floor", "ms", "x floor", "median") + (("sustained floor", "x sustained") if sustained else ()):
             table.add_column(f"{MODE_TITLES[m]} {col}", justify="right")
+    if sustained:
+        table.caption += ("; sustained floor: the same kernels replayed back to back as long as the engine's measured "
+                          "iterations ran, after a warm-up (bench/floor_sustained.py); x sustained = measured / it")
     for key, label in FLOOR_PHASES:
         cells = []
         for m in modes:
@@ -217,8 +221,32 @@ def floor_table(run: dict) -> Table | None:
             med = f.get("measured_over_floor_median", {}).get(key)
             cells += [_fmt(f["floor_ms"][key], 1), _fmt(f["measured_ms"][key], 1), _fmt(f["measured_over_floor"][key], 2),
                       _fmt(med, 2)]
+            if sustained:
+                su = f.get("sustained") or {}
+                cells += [_fmt((su.get("floor_ms") or {}).get(key), 1), _fmt((su.get("measured_over_floor") or {}).get(key), 2)]
         table.add_row(label, *cells)
     return table
+
+
+#: the clocks a floor run reports per mode (bench/floor.py "clock"), in the order shown
+CLOCK_RUNS = (("floor_burst", "floor (burst)"), ("floor_sustained", "floor (sustained)"), ("engine", "engine"))
+
+
+def floor_clock_lines(run: dict) -> list[str]:
+    """One line per mode and run of the GPU's SM clock and power (bench/gpu_clocks.clock_text of floor.py's
+    "clock"): the burst floor, the sustained floor, the engine's measured iterations."""
+    from .gpu_clocks import clock_text
+
+    fl = run.get("floor") or {}
+    lines = []
+    for m in ("dep", "dwdp", "reference"):
+        clock = (fl.get(m) or {}).get("clock") if isinstance(fl.get(m), dict) else None
+        if not clock:
+            continue
+        for key, label in CLOCK_RUNS:
+            if key in clock:
+                lines.append(f"{MODE_TITLES[m]} GPU during the {label}: {clock_text(clock[key])}")
+    return lines
 
 
 def print_point(console: Console, run: dict) -> None:
@@ -226,6 +254,8 @@ def print_point(console: Console, run: dict) -> None:
     ft = floor_table(run)
     if ft is not None:
         console.print(ft)
+        for line in floor_clock_lines(run):
+            console.print(line, soft_wrap=True)
     et = expert_load_table(run)  # bench/expert_load.py: only when the workload has a routing skew
     if et is not None:
         console.print(et)

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import BenchConfig
 from ..engine.records import RankResult, Request
+from .floor_sustained import measured_window
 from .metrics import compute_metrics, consistency
 from .preflight import preflight
 from .repeats import merge_repeats
@@ -128,13 +129,17 @@ def num_gpus(cfg: BenchConfig) -> int | None:
     return max(1, min(cfg.run.ranks, count)) if count else None
 
 
-def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: bool = False) -> dict:
+def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: bool = False,
+              floor_sustained=None) -> dict:
     """Run every mode of one point on the same generated requests; the report "run" dict. floor: also time the
-    stock-kernel floor of every measured iteration (bench/floor.py) after the modes, in this process."""
+    stock-kernel floor of every measured iteration (bench/floor.py) after the modes, in this process, with the GPU's
+    clock and power sampled during each mode's measured iterations (bench/gpu_clocks.py, cuda:0: rank 0's GPU);
+    floor_sustained (floor_sustained.SustainedSettings): also the floor under sustained load."""
     cfg: BenchConfig = point.config
     queues: list[list[Request]] = generate_requests(cfg.workload, cfg.run.ranks)
     target = point.popularity_LE()  # the routing skew's table: the ranks steer to it, the report compares with it
     by_mode: dict[str, list[RankResult]] = {}
+    clocks, windows = {}, {}  # per mode: the GPU's clock during the measured iterations, their (t0, t1)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         for mode in cfg.run.modes:
@@ -146,7 +151,11 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
                 done[rank] = n_done
                 progress.update(task, completed=sum(done.values()))
 
-            results = run_mode(cfg, mode, queues, progress=on_progress, **skew_kwargs(target))
+            sampler = _engine_sampler(cfg, floor)
+            with sampler or contextlib.nullcontext():
+                results = run_mode(cfg, mode, queues, progress=on_progress, **skew_kwargs(target))
+            if sampler is not None and (win := measured_window(results)) is not None:
+                clocks[mode], windows[mode] = sampler.stats(*win), win
             if len(results) != cfg.run.ranks:
                 raise RuntimeError(f"run_mode({mode!r}) returned {len(results)} rank results for {cfg.run.ranks} ranks")
             by_mode[mode] = sorted(results, key=lambda r: r.rank)
@@ -163,18 +172,27 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
     if floor:
         from .floor import floor_report
         console.print("timing the stock-kernel floor of the measured iterations ...")
-        run["floor"] = floor_report(cfg, by_mode)
+        run["floor"] = floor_report(cfg, by_mode, sustained=floor_sustained, engine_clocks=clocks, engine_windows=windows)
     return run
 
 
-def run_repeated(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: bool = False) -> dict:
+def _engine_sampler(cfg: BenchConfig, floor: bool):
+    """A GpuSampler of cuda:0 (rank 0's GPU) for a --floor run on CUDA, else None (used as an empty `with`)."""
+    if not floor or cfg.run.device != "cuda":
+        return None
+    from .gpu_clocks import GpuSampler
+    return GpuSampler(0)
+
+
+def run_repeated(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: bool = False,
+                 floor_sustained=None) -> dict:
     """run_point run.repeat times on the same requests; one report run with the spread (bench/repeats.py)."""
     n = point.config.run.repeat
     runs = []
     for i in range(n):
         if n > 1:
             console.print(f"repeat {i + 1}/{n}")
-        runs.append(run_point(point, run_mode, console, floor=floor))
+        runs.append(run_point(point, run_mode, console, floor=floor, floor_sustained=floor_sustained))
     return merge_repeats(runs)
 
 
@@ -182,9 +200,10 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
               ranks: int | None = None, out_dir: str | Path | None = None, run_mode: RunMode | None = None,
               plots: bool = True, console: Console | None = None, floor: bool = False,
               max_points: int = MAX_SWEEP_POINTS, force: bool = False, repeat: int | None = None,
-              check_points: Callable[[list[SweepPoint]], None] | None = None) -> dict:
+              check_points: Callable[[list[SweepPoint]], None] | None = None, floor_sustained=None) -> dict:
     """Run (or resume) a bench sweep; returns {"runs": [...], "swept": [...], "files": {...}}. force: run every
     point again, finished ones included (their files are replaced when each finishes). repeat: override run.repeat.
+    floor_sustained (bench/floor_sustained.SustainedSettings, with floor): also the floor under sustained load.
     check_points: a command's own refusals of the loaded points (`dwdp bench --floor` on a CPU), run first, on the
     points loaded here (the sweep is loaded once).
 
@@ -202,10 +221,12 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     todo = [p for p in points if force or not (out / "points" / f"{p.key}.json").is_file()]
     preflight(todo, file=str(config_path), resources=run_mode is None)
     with out_lock(out):
-        return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor, force)
+        return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor, force,
+                                 floor_sustained)
 
 
-def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, console, floor, force=False) -> dict:
+def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, console, floor, force=False,
+                      floor_sustained=None) -> dict:
     points_dir = out / "points"
     finished = {} if force else {p.key: run for p in points
                                  if (run := _load_point(points_dir / f"{p.key}.json", console)) is not None}
@@ -222,7 +243,7 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
     for i, p in enumerate(todo):
         desc = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "single point"
         console.rule(f"point {i + 1}/{len(todo)}: {desc}")
-        run = run_repeated(p, run_mode, console, floor=floor)  # type: ignore[arg-type]
+        run = run_repeated(p, run_mode, console, floor=floor, floor_sustained=floor_sustained)  # type: ignore[arg-type]
         text = json.dumps(json_ready(run), allow_nan=False)
         _write_atomic(points_dir / f"{p.key}.json", text)
         finished[p.key] = json.loads(text)  # the same form a resumed sweep reads back

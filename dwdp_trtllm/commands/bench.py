@@ -26,6 +26,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "core, grouped expert GEMMs of the routing produced, shared expert, router, dense MLP) and "
                         "report engine efficiency = floor / measured per phase (docs/BENCHMARKS.md); cuda only: on "
                         "a CPU the ranks share the cores the floor is timed on, so the ratio means nothing")
+    p.add_argument("--floor-sustained", action="store_true",
+                   help="with --floor: also time the floor under sustained load (its kernels replayed back to back, "
+                        "every measured iteration in order, for as long as the engine's measured iterations ran, after "
+                        "a warm-up to a steady pass time) and report the SM clock / power of the burst floor, the "
+                        "sustained floor and the engine; engine / floor(sustained) separates engine overhead from "
+                        "clock (bench/floor_sustained.py)")
+    p.add_argument("--floor-warmup-s", default=None, metavar="S",
+                   help="with --floor-sustained: seconds of replays before timing (default 3; 0.5-60; the warm-up "
+                        "goes on until the pass time settles, at most 4x this)")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="run every point N times (every mode, the same requests) and report the median and min-max "
                         "of every rate, TTFT and gain; overrides run.repeat (default 1; the quickstart sets 3)")
@@ -57,16 +66,34 @@ def _max_points(args) -> int:
     return args.max_points
 
 
+def floor_sustained(args: argparse.Namespace):
+    """--floor-sustained / --floor-warmup-s as SustainedSettings (None without --floor-sustained); ConfigError naming
+    the flag (exit 2) for one without the flag it needs or a bad number, before anything runs."""
+    from ..bench.floor_sustained import SustainedSettings, check_warmup_s
+    from ..schema import ConfigError
+
+    if args.floor_warmup_s is not None and not args.floor_sustained:
+        raise ConfigError(None, "--floor-warmup-s", "needs --floor-sustained")
+    if not args.floor_sustained:
+        return None
+    if not args.floor:
+        raise ConfigError(None, "--floor-sustained", "needs --floor (the sustained floor is timed beside it)")
+    if args.floor_warmup_s is None:
+        return SustainedSettings()
+    return SustainedSettings(warmup_s=check_warmup_s(args.floor_warmup_s))
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import env
     from ..bench.runner import follow_bench, run_bench
 
+    sustained = floor_sustained(args)
     check = _check_floor_device if args.floor else None
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,
                            plots=not args.no_plots, floor=args.floor, max_points=_max_points(args), force=args.force,
-                           repeat=args.repeat, check_points=check)
+                           repeat=args.repeat, check_points=check, floor_sustained=sustained)
         return 0 if result["consistent"] else 1
     # Under torchrun / mpirun every process is one rank: rank 0 reports, the others follow the same points.
     from ..engine.launcher import run_in_process
@@ -81,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = run_bench(args.config, args.overrides, device=args.device, ranks=ranks, out_dir=args.out,
                            plots=not args.no_plots, floor=args.floor, force=args.force, repeat=args.repeat,
-                           check_points=check,
+                           check_points=check, floor_sustained=sustained,
                            run_mode=lambda cfg, mode, queues, progress=None, **kw: run_in_process(cfg, mode, queues, **kw))
         code = 0 if result["consistent"] else 1
     # On success only (an error propagates and the launcher ends the others): a gloo group still alive at
