@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop verify calib bench (default: env plugin transport engine bench)
+#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop verify calib floorsust bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -158,6 +158,19 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       OUT="$OUT/raw/calib" BENCH_TIMEOUT="${CALIB_TIMEOUT:-120}" bash scripts/gpu/perf_check.sh f8 b8 f2 b2 f32 b32 \
         > "$OUT/calib.log" 2>&1 || rc=1
       grep -E "^===|^│ (attention|experts|other|iteration) |wrote|rror" "$OUT/calib.log" | tail -n 50 ;;
+    floorsust)  # issue 25 (helper E): calib's FP8 R1 points (one rank, DeepSeek-R1 width, FP8 experts on multi_buffer, FP8
+                # linears) with `--floor --floor-sustained`: the burst floor, the floor under sustained load and the engine in
+                # one run, with the SM clock / power of each; $OUT/raw/floorsust/<point>/results.json + summary.jsonl (~2 min)
+      section floorsust; mkdir -p "$OUT/raw/floorsust"
+      for pt in ${FLOORSUST_POINTS:-f8 f2}; do
+        case $pt in f2) p=(--set workload.isl=2048 --set workload.tokens_per_rank=81920) ;; f8) p=(--set workload.isl=8192 --set workload.tokens_per_rank=81920) ;;
+          f32) p=(--set workload.isl=32768 --set workload.max_num_tokens=32768 --set workload.tokens_per_rank=163840) ;; *) echo "floorsust: unknown point $pt"; rc=2; continue ;; esac
+        timeout "${FLOORSUST_TIMEOUT:-120}" python3 -m dwdp_trtllm.cli bench configs/bench/h200_smoke.yaml --device cuda --floor --floor-sustained \
+          --no-plots --out "$OUT/raw/floorsust/$pt" --set run.ranks=1 --set dwdp.dwdp_size=1 --set workload.imbalance_cv=0 --set 'run.modes=[dep]' \
+          --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer "${p[@]}" >> "$OUT/floorsust.log" 2>&1 || rc=1
+        python3 -m dwdp_trtllm.bench.floor_sustained "$OUT/raw/floorsust/$pt/results.json" >> "$OUT/raw/floorsust/summary.jsonl" 2>> "$OUT/floorsust.log" || rc=1
+      done
+      grep -E "GPU during|^│ (attention|experts|other|iteration) |rror" "$OUT/floorsust.log" | tail -n 30; cat "$OUT/raw/floorsust/summary.jsonl" ;;
     bench)
       section bench
       for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do

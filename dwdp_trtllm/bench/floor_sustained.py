@@ -179,3 +179,38 @@ def sustained_floor(timer, batches: list, measure_s: float | None, st: Sustained
     floor = {k: statistics.fmean(d[k] for d in per_iter) for k in (*PHASES, "total")}
     return {"floor_ms": floor, "passes_timed": n, "pass_ms": [total(p) for p in passes], "warmup_passes": len(warm),
             "warmup_s": warmup_s, "warmup_end": end, "window": (t0, t1)}
+
+
+def summary(run: dict, mode: str = "dep") -> dict:
+    """The numbers a reader compares, read (not recomputed) from one results.json run with a sustained floor: ms per
+    iteration of the burst floor, the sustained floor and the engine (mean over measured iterations), engine / each
+    floor (floor.over_floor, as written), and the SM clock (MHz) and power (W) medians of each (gpu_clocks.clock_stats,
+    as written). Missing entries are None."""
+    f = (run.get("floor") or {}).get(mode) or {}
+    su, clock = f.get("sustained") or {}, f.get("clock") or {}
+
+    def med(key: str, what: str):
+        return ((clock.get(key) or {}).get(what) or {}).get("median")
+    out = {"point": run.get("point"), "mode": mode, "device": (run.get("floor") or {}).get("device"),
+           "unit": "ms per iteration; MHz; W",
+           "engine_ms": f.get("measured_ms", {}).get("total"),
+           "floor_burst_ms": f.get("floor_ms", {}).get("total"),
+           "floor_sustained_ms": (su.get("floor_ms") or {}).get("total"),
+           "engine_over_floor_burst": (f.get("measured_over_floor") or {}).get("total"),
+           "engine_over_floor_sustained": (su.get("measured_over_floor") or {}).get("total"),
+           "phases_over_floor_sustained": su.get("measured_over_floor"),
+           "passes_timed": su.get("passes_timed"), "warmup_s": su.get("warmup_s"), "warmup_end": su.get("warmup_end")}
+    for key in ("floor_burst", "floor_sustained", "engine"):
+        out[f"{key}_sm_clock_mhz"] = med(key, "sm_clock_mhz")
+        out[f"{key}_power_w"] = med(key, "power_w")
+    return out
+
+
+if __name__ == "__main__":  # python3 -m dwdp_trtllm.bench.floor_sustained RESULTS.json: one summary line per run
+    import json
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 -m dwdp_trtllm.bench.floor_sustained RESULTS.json")
+    for r in json.loads(open(sys.argv[1]).read())["runs"]:
+        print(json.dumps(summary(r)))

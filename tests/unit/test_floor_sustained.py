@@ -17,8 +17,8 @@ from dwdp_trtllm import cli
 from dwdp_trtllm.bench import floor as floor_mod
 from dwdp_trtllm.bench.floor import Batch, FloorTimer, floor_report, over_floor
 from dwdp_trtllm.bench.floor_sustained import (MAX_WARMUP_FACTOR, SustainedSettings, iteration_pieces,
-                                               measured_window, sustained_floor, tail_steady, timed_passes,
-                                               warmup_done)
+                                               measured_window, summary, sustained_floor, tail_steady,
+                                               timed_passes, warmup_done)
 from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_stats, clock_text, parse_smi
 from dwdp_trtllm.bench.report import floor_clock_lines, floor_table
 from dwdp_trtllm.engine.records import IterationRecord, RankResult, Segment
@@ -148,6 +148,13 @@ def test_floor_report_gives_the_sustained_floor_its_ratio_and_the_clocks(monkeyp
     assert d["clock"]["floor_burst"]["sm_clock_mhz"]["median"] == 1980.0
     assert d["clock"]["floor_sustained"]["sm_clock_mhz"]["median"] == 1550.0
     assert d["clock"]["engine"] is engine
+    # the summary gpu_check.sh's floorsust prints reads these fields, computes nothing
+    sm = summary({"floor": rep, "point": {"isl": 8192}})
+    assert sm["engine_over_floor_sustained"] == su["measured_over_floor"]["total"]
+    assert sm["engine_over_floor_burst"] == d["measured_over_floor"]["total"]
+    assert (sm["floor_burst_sm_clock_mhz"], sm["floor_sustained_sm_clock_mhz"], sm["engine_sm_clock_mhz"]) == (1980, 1550, 1500)
+    assert (sm["engine_ms"], sm["floor_sustained_ms"]) == (d["measured_ms"]["total"], su["floor_ms"]["total"])
+    assert sm["engine_power_w"] == 690.0 and sm["point"] == {"isl": 8192}
 
 
 def test_over_floor_names_no_ratio_without_a_floor():
