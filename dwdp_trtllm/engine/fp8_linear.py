@@ -134,15 +134,11 @@ def prepare_parts(parts_TK: list[torch.Tensor], w) -> "torch.Tensor | Fp8Act":
     """prepare(torch.cat(parts_TK), w) without the concatenation where `w` runs the kernel: each part quantised into
     its rows of one Fp8Act (quant_cuda.quant_1x128_parts; e.g. the attention output of every chunk read by o_proj).
     Otherwise the concatenation (the part itself when there is one). parts_TK: at least one [T_i, K] part, one K
-    for all (ValueError otherwise)."""
-    if not parts_TK:
-        raise ValueError("prepare_parts: expected at least one [T_i, K] part, got none")
-    if len({tuple(p.shape[1:]) for p in parts_TK}) != 1 or parts_TK[0].dim() != 2:
-        raise ValueError(f"prepare_parts: expected 2-D [T_i, K] parts of one width K, got shapes "
-                         f"{[tuple(p.shape) for p in parts_TK]}")
+    for all (ValueError otherwise, on every path: quant_cuda.check_row_parts)."""
+    from .quant_cuda import check_row_parts, quant_1x128_parts
+    check_row_parts(parts_TK, "prepare_parts: parts_TK")
     T = sum(p.shape[0] for p in parts_TK)
     if isinstance(w, Fp8Linear) and T and kernel_usable(parts_TK[0], w):
-        from .quant_cuda import quant_1x128_parts
         q, s = quant_1x128_parts(parts_TK, rows_to=ROWS_TO, scale_col_major=True)
         return Fp8Act(q, s, T, parts_TK[0].dtype)
     return torch.cat(parts_TK) if len(parts_TK) > 1 else parts_TK[0]

@@ -96,17 +96,25 @@ def _launch(x: torch.Tensor, width: int, silu: bool, up_first: bool = False, row
     return q, s
 
 
+def check_row_parts(parts: list[torch.Tensor], name: str) -> int:
+    """The width D of `parts`, row blocks [A_i, D] of one D to be read as their row concatenation; ValueError naming
+    `name` (the caller and its argument), the expected shape and the shapes given otherwise (no part, a part not 2-D,
+    widths that differ). The one check of quant_1x128_parts and fp8_linear.prepare_parts."""
+    if not parts:
+        raise ValueError(f"{name}: expected at least one 2-D [rows, D] part, got none")
+    shapes = [tuple(p.shape) for p in parts]
+    d = shapes[0][1] if len(shapes[0]) == 2 else "D"
+    if any(len(sh) != 2 for sh in shapes) or len({sh[1] for sh in shapes}) != 1:
+        raise ValueError(f"{name}: expected 2-D [rows_i, {d}] parts, one width for all, got shapes {shapes}")
+    return shapes[0][1]
+
+
 def quant_1x128_parts(parts_AD: list[torch.Tensor], *, rows_to: int = 1,
                       scale_col_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """quant_1x128(torch.cat(parts_AD)) without the concatenation: one launch per part writes its rows of the shared
     outputs (the last one also the padding rows). Parts: [A_i, D] row blocks with unit stride along D, one D for all
-    (ValueError otherwise, before any launch)."""
-    if not parts_AD:
-        raise ValueError("quant_1x128_parts: expected at least one [A_i, D] part, got none")
-    widths = [tuple(p.shape[1:]) for p in parts_AD]
-    if any(len(w) != 1 for w in widths) or len(set(widths)) != 1:
-        raise ValueError(f"quant_1x128_parts: expected 2-D [A_i, D] parts of one width D, got shapes "
-                         f"{[tuple(p.shape) for p in parts_AD]}")
+    (ValueError otherwise, before any launch: check_row_parts)."""
+    check_row_parts(parts_AD, "quant_1x128_parts: parts_AD")
     A = sum(p.shape[0] for p in parts_AD)
     q, s = _outputs(A, parts_AD[0].shape[1], parts_AD[0].device, rows_to, scale_col_major)
     r = 0

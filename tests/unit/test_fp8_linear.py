@@ -210,21 +210,31 @@ def test_verify_with_fp8_linears_on_the_real_engine():
     assert all(0 <= r["hidden_rel"] <= tol for r in rows.values())
 
 
-def test_parts_of_no_part_or_of_different_widths_are_a_clear_error():
-    """quant_1x128_parts / prepare_parts: an empty list or parts of different widths is a ValueError that names
-    what was expected, raised before any kernel launch (was: an IndexError, or rows quantised at the first part's
-    width)."""
-    from dwdp_trtllm.engine.quant_cuda import quant_1x128_parts
+@pytest.mark.parametrize("entry", ["quant_1x128_parts", "prepare_parts"])
+def test_parts_of_no_part_or_of_different_widths_are_a_clear_error(entry):
+    """quant_1x128_parts / prepare_parts: an empty list, a part not 2-D or parts of different widths is a ValueError
+    naming the function and its argument, the expected [rows_i, D] shape and the shapes given, raised before any
+    kernel launch (was: an IndexError, or rows quantised at the first part's width). One check for both
+    (quant_cuda.check_row_parts): each entry's error is that function's, under its own name."""
+    from dwdp_trtllm.engine.quant_cuda import check_row_parts, quant_1x128_parts
+    call, name = {"quant_1x128_parts": (quant_1x128_parts, "quant_1x128_parts: parts_AD"),
+                  "prepare_parts": (lambda parts: fl.prepare_parts(parts, torch.randn(64, 256)),
+                                    "prepare_parts: parts_TK")}[entry]
     a, b = torch.randn(3, 256, dtype=torch.bfloat16), torch.randn(2, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"quant_1x128_parts: expected at least one \[A_i, D\] part"):
-        quant_1x128_parts([])
-    with pytest.raises(ValueError, match=r"one width D, got shapes \[\(3, 256\), \(2, 128\)\]"):
-        quant_1x128_parts([a, b])
-    with pytest.raises(ValueError, match=r"one width D"):
-        quant_1x128_parts([a, torch.randn(256, dtype=torch.bfloat16)])
-    with pytest.raises(ValueError, match=r"prepare_parts: expected at least one \[T_i, K\] part"):
-        fl.prepare_parts([], torch.randn(64, 256))
-    with pytest.raises(ValueError, match=r"prepare_parts: expected 2-D \[T_i, K\] parts of one width K"):
-        fl.prepare_parts([a, b], torch.randn(64, 256))
+    for parts, want in (([], "expected at least one 2-D [rows, D] part, got none"),
+                        ([a, b], "expected 2-D [rows_i, 256] parts, one width for all, got shapes [(3, 256), (2, 128)]"),
+                        ([a, torch.randn(256, dtype=torch.bfloat16)],
+                         "expected 2-D [rows_i, 256] parts, one width for all, got shapes [(3, 256), (256,)]")):
+        with pytest.raises(ValueError) as got:
+            call(parts)
+        assert str(got.value) == f"{name}: {want}"
+        with pytest.raises(ValueError) as shared:
+            check_row_parts(parts, name)
+        assert str(shared.value) == str(got.value)
+    assert check_row_parts([a, a[:1]], "x") == 256
+
+
+def test_prepare_parts_without_the_kernel_concatenates():
+    a = torch.randn(3, 256, dtype=torch.bfloat16)
     assert torch.equal(fl.prepare_parts([a, a[:1]], torch.randn(64, 256)), torch.cat([a, a[:1]]))
     assert fl.prepare_parts([a], torch.randn(64, 256)) is a
