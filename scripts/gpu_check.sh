@@ -105,7 +105,9 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       grep -E "passed|failed|FAILED|Error|phase ms|floor ms|wall ms|strides|host syncs|GPU in the|  phase " "$OUT/attn.log" | tail -n 30 ;;
     trtllm)  # issue 13: the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
       section trtllm
-      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py > "$OUT/trtllm.log" 2>&1 || rc=1
+      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py -k "not shutdown" > "$OUT/trtllm.log" 2>&1 || rc=1
+      # executor shutdown frees the exported buffers after the DWDP group's barrier (3 worlds, ~1 min; shutdown_*.json)
+      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_SHUTDOWN_TIMEOUT:-150}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py -k shutdown >> "$OUT/trtllm.log" 2>&1 || rc=1
       timeout "${TRTLLM_TIMEOUT:-200}" python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
       grep -E "passed|failed|Error|host|ms" "$OUT/trtllm.log" | tail -n 25 ;;
     fp8)  # issue 25: FP8 block-scale linear layers: GPU tests (kernel vs the recipe's reference, model vs its
