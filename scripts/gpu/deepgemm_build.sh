@@ -20,11 +20,17 @@ rm -rf "$dest"; mkdir -p "$dest"; cp -r "$src"/. "$dest"/
 mkdir -p "$dest/third-party/cutlass"
 ln -sfn "$cut" "$dest/third-party/cutlass/include"
 ln -sfn "$cut/cute" "$dest/deep_gemm/include/cute"; ln -sfn "$cut/cutlass" "$dest/deep_gemm/include/cutlass"
+# DEEPGEMM_BUILD=setup: DeepGEMM's own setup.py (plain setuptools build_ext: no torch BuildExtension flags);
+# torch (default): the same extension (sources, include dirs, flags, libraries of its setup.py) through
+# torch.utils.cpp_extension.load, which adds torch's pybind11 ABI flags. A prebuilt _C of the other kind is dropped.
+how=${DEEPGEMM_BUILD:-torch}
+if [ -f "$src/deep_gemm/BUILT_WITH" ] && [ "$(cat "$src/deep_gemm/BUILT_WITH")" != "$how" ]; then rm -f "$dest"/deep_gemm/_C*.so; fi
 if ! ls "$dest"/deep_gemm/_C*.so >/dev/null 2>&1; then
-  # DeepGEMM's own setup.py first; if it cannot run here (its imports: wheel.bdist_wheel), the same extension
-  # (sources, include dirs, flags, libraries of its setup.py) through torch.utils.cpp_extension.load
-  (cd "$dest" && DG_USE_LOCAL_VERSION=0 MAX_JOBS=${MAX_JOBS:-16} python3 setup.py build_ext --inplace) || \
-  (cd "$dest" && echo "deepgemm_build: setup.py failed; building _C with torch.utils.cpp_extension.load" && python3 - <<'PY'
+  echo "$how" > "$dest/deep_gemm/BUILT_WITH"
+  if [ "$how" = setup ]; then
+    (cd "$dest" && DG_USE_LOCAL_VERSION=0 MAX_JOBS=${MAX_JOBS:-16} python3 setup.py build_ext --inplace)
+  else
+  (cd "$dest" && echo "deepgemm_build: building _C with torch.utils.cpp_extension.load" && python3 - <<'PY'
 import shutil, torch
 from torch.utils.cpp_extension import CUDA_HOME, load
 cxx = ["-std=c++17", "-O3", "-fPIC", "-Wno-psabi", "-Wno-deprecated-declarations",
@@ -37,6 +43,7 @@ load(name="_C", sources=["csrc/python_api.cpp"], extra_include_paths=inc, extra_
 shutil.copy("build_C/_C.so", "deep_gemm/_C.so")
 PY
   )
+  fi
 fi
 ls "$dest"/deep_gemm/_C*.so
 (cd "$dest" && python3 -c "import deep_gemm; print('deep_gemm', deep_gemm.__version__, 'imported from', deep_gemm.__file__)")
