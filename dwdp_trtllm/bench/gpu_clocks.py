@@ -178,6 +178,11 @@ class GpuSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            try:  # nvmlInit is counted: one shutdown per init
+                import pynvml
+                pynvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001 - a sampler must never fail the run it watches
+                pass
         if self._proc is not None:
             self._stop_smi()
         return False

@@ -207,13 +207,9 @@ def floor_table(run: dict) -> Table | None:
                           "iteration's measured / floor; the floor has no communication",
                   caption_justify="left")
     table.add_column("phase")
-    sustained = any("sustained" in fl[m] for m in modes)
     for m in modes:
-        for col in ("floor", "ms", "x floor", "median") + (("sustained floor", "x sustained") if sustained else ()):
+        for col in ("floor", "ms", "x floor", "median"):
             table.add_column(f"{MODE_TITLES[m]} {col}", justify="right")
-    if sustained:
-        table.caption += ("; sustained floor: the same kernels replayed back to back as long as the engine's measured "
-                          "iterations ran, after a warm-up (bench/floor_sustained.py); x sustained = measured / it")
     for key, label in FLOOR_PHASES:
         cells = []
         for m in modes:
@@ -221,10 +217,33 @@ def floor_table(run: dict) -> Table | None:
             med = f.get("measured_over_floor_median", {}).get(key)
             cells += [_fmt(f["floor_ms"][key], 1), _fmt(f["measured_ms"][key], 1), _fmt(f["measured_over_floor"][key], 2),
                       _fmt(med, 2)]
-            if sustained:
-                su = f.get("sustained") or {}
-                cells += [_fmt((su.get("floor_ms") or {}).get(key), 1), _fmt((su.get("measured_over_floor") or {}).get(key), 2)]
         table.add_row(label, *cells)
+    return table
+
+
+def sustained_table(run: dict, mode: str) -> Table | None:
+    """One mode's engine against both floors (bench/floor.py "sustained", `--floor-sustained`), ms per iteration,
+    with the median SM clock and power while each ran (floor.py "clock": gpu_clocks.clock_stats); None without a
+    sustained floor."""
+    f = (run.get("floor") or {}).get(mode)
+    su = f.get("sustained") if isinstance(f, dict) else None
+    if not su:
+        return None
+    clock = f.get("clock") or {}
+    table = Table(title=f"{MODE_TITLES.get(mode, mode)}: engine vs the floor burst and sustained, ms per iteration",
+                  title_justify="left", caption_justify="left",
+                  caption="burst: each kernel timed alone (the floor above); sustained: the same kernels replayed back "
+                          "to back, every measured iteration in order, after a warm-up, for as long as the engine's "
+                          f"measured iterations ran ({su.get('passes_timed')} passes, warm-up {_fmt(su.get('warmup_s'), 1)} s, "
+                          f"{su.get('warmup_end')}); x = engine / floor; clock and power: medians while each ran")
+    for col in ("phase", "floor burst", "floor sustained", "engine", "x burst", "x sustained"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for key, label in FLOOR_PHASES:
+        table.add_row(label, _fmt(f["floor_ms"][key], 1), _fmt(su["floor_ms"][key], 1), _fmt(f["measured_ms"][key], 1),
+                      _fmt(f["measured_over_floor"][key], 2), _fmt(su["measured_over_floor"][key], 2))
+    for what, label in (("sm_clock_mhz", "SM clock MHz"), ("power_w", "power W")):
+        med = [((clock.get(k) or {}).get(what) or {}).get("median") for k, _ in CLOCK_RUNS]
+        table.add_row(label, *(_fmt(v, 0) for v in med), "", "")
     return table
 
 
@@ -254,6 +273,10 @@ def print_point(console: Console, run: dict) -> None:
     ft = floor_table(run)
     if ft is not None:
         console.print(ft)
+        for m in ("dep", "dwdp", "reference"):
+            st = sustained_table(run, m)
+            if st is not None:
+                console.print(st)
         for line in floor_clock_lines(run):
             console.print(line, soft_wrap=True)
     et = expert_load_table(run)  # bench/expert_load.py: only when the workload has a routing skew

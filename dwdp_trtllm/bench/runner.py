@@ -154,8 +154,10 @@ def run_point(point: SweepPoint, run_mode: RunMode, console: Console, *, floor: 
             sampler = _engine_sampler(cfg, floor)
             with sampler or contextlib.nullcontext():
                 results = run_mode(cfg, mode, queues, progress=on_progress, **skew_kwargs(target))
-            if sampler is not None and (win := measured_window(results)) is not None:
-                clocks[mode], windows[mode] = sampler.stats(*win), win
+            if floor and (win := measured_window(results)) is not None:
+                windows[mode] = win  # how long the sustained floor replays
+                if sampler is not None:
+                    clocks[mode] = sampler.stats(*win)
             if len(results) != cfg.run.ranks:
                 raise RuntimeError(f"run_mode({mode!r}) returned {len(results)} rank results for {cfg.run.ranks} ranks")
             by_mode[mode] = sorted(results, key=lambda r: r.rank)

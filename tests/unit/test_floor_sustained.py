@@ -20,7 +20,7 @@ from dwdp_trtllm.bench.floor_sustained import (MAX_WARMUP_FACTOR, SustainedSetti
                                                measured_window, summary, sustained_floor, tail_steady,
                                                timed_passes, warmup_done)
 from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_stats, clock_text, parse_smi
-from dwdp_trtllm.bench.report import floor_clock_lines, floor_table
+from dwdp_trtllm.bench.report import floor_clock_lines, floor_table, sustained_table
 from dwdp_trtllm.engine.records import IterationRecord, RankResult, Segment
 from dwdp_trtllm.models import get_model
 
@@ -175,12 +175,20 @@ def test_the_table_and_the_clock_lines_show_both_floors_and_the_three_clocks():
         "floor_ms": fl, "measured_ms": ms, "measured_over_floor": over_floor(ms, fl),
         "measured_over_floor_median": over_floor(ms, fl),
         "sustained": {"floor_ms": sfl, "measured_over_floor": over_floor(ms, sfl)}, "clock": clock}}}
-    con = Console(width=250, record=True)
-    con.print(floor_table(run))
+    run["floor"]["dep"]["sustained"].update(passes_timed=6, warmup_s=3.2, warmup_end="steady")
+    con = Console(width=80, record=True)  # fits a terminal of 80 columns
+    con.print(sustained_table(run, "dep"))
     text = con.export_text()
-    assert "DEP sustained floor" in text and "DEP x sustained" in text
-    row = next(ln for ln in text.splitlines() if ln.lstrip("│ ").startswith("iteration"))
-    assert "86.5" in row and f"{89.0 / 86.5:.2f}" in row and f"{89.0 / 80.8:.2f}" in row
+    assert "floor burst" in text and "x sustained" in text and "6 passes" in text
+
+    def row(label):
+        return next(ln for ln in text.splitlines() if ln.lstrip("│ ").startswith(label)).replace("│", " ").split()
+    assert row("iteration")[1:] == ["80.8", "86.5", "89.0", f"{89.0 / 80.8:.2f}", f"{89.0 / 86.5:.2f}"]
+    assert row("SM clock")[3:] == ["1,980", "1,580", "1,552"] and row("power")[2:] == ["124", "695", "417"]
+    assert sustained_table({"floor": {"dep": {k: v for k, v in run["floor"]["dep"].items() if k != "sustained"}}},
+                           "dep") is None
+    con.print(floor_table(run))  # the burst table as before, no sustained columns
+    assert "sustained" not in con.export_text()
     lines = floor_clock_lines(run)
     assert lines == [f"DEP GPU during the floor (burst): {clock_text(clock['floor_burst'])}",
                      f"DEP GPU during the floor (sustained): {clock_text(clock['floor_sustained'])}",
@@ -251,7 +259,7 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
         NVMLError=NVMLError, NVML_CLOCK_SM=1, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 3,
         nvmlDeviceGetHandleByIndex=lambda i: handles[i], nvmlDeviceGetUUID=lambda h: f"GPU-{h}".encode(),
         nvmlDeviceGetClockInfo=lambda h, kind: {"h0": 100, "h1": 200, "h2": 1552}[h] if kind == 1 else 0,
-        nvmlDeviceGetPowerUsage=lambda h: 417_000)
+        nvmlDeviceGetPowerUsage=lambda h: 417_000, nvmlShutdown=lambda: None)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     t0 = time.perf_counter()
@@ -266,3 +274,30 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
     with GpuSampler(0) as s2:
         pass
     assert s2.samples == [] and ("cuda:0" in s2.source or s2.source == "nvidia-smi")
+
+
+@pytest.mark.slow  # the real engine, the burst floor and the sustained floor: ~20 s on 2 cores
+@pytest.mark.timeout(300)
+def test_bench_floor_sustained_on_the_real_engine(tmp_path, capsys):
+    """run_bench's plumbing (the CLI refuses --floor on a CPU; run_bench still runs it for this check): every mode
+    gets its sustained floor and ratio in results.json, and the table shows both floors."""
+    from pathlib import Path
+
+    from dwdp_trtllm.bench.runner import run_bench
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "bench"
+    st = SustainedSettings(warmup_s=0.05, min_timed=2, max_timed=3)
+    assert run_bench(root / "configs/bench/ci_smoke.yaml", out_dir=out, floor=True, floor_sustained=st, plots=False,
+                     console=None)["consistent"]
+    import json
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    for mode in ("dep", "dwdp"):
+        f = run["floor"][mode]
+        su = f["sustained"]
+        assert 2 <= su["passes_timed"] <= 3 and su["engine_span_s"] > 0
+        for k in ("attention", "expert_gemm", "other", "total"):
+            assert su["floor_ms"][k] > 0
+            assert su["measured_over_floor"][k] == pytest.approx(f["measured_ms"][k] / su["floor_ms"][k])
+        assert "clock" not in f  # a CPU run samples no GPU
+    assert "engine vs the floor burst and sustained" in capsys.readouterr().out.replace("\n", " ")
