@@ -164,6 +164,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
                 # linears) with `--floor --floor-sustained`: the burst floor, the floor under sustained load and the engine in
                 # one run, with the SM clock / power of each; $OUT/raw/floorsust/<point>/results.json + summary.jsonl (~2 min)
       section floorsust; mkdir -p "$OUT/raw/floorsust"
+      timeout 120 python3 -m pytest -q -s -rs tests/gpu/test_floor_sustained_cuda.py > "$OUT/floorsust.log" 2>&1 || rc=1
       for pt in ${FLOORSUST_POINTS:-f8 f2}; do
         case $pt in f2) p=(--set workload.isl=2048 --set workload.tokens_per_rank=81920) ;; f8) p=(--set workload.isl=8192 --set workload.tokens_per_rank=81920) ;;
           f32) p=(--set workload.isl=32768 --set workload.max_num_tokens=32768 --set workload.tokens_per_rank=163840) ;; *) echo "floorsust: unknown point $pt"; rc=2; continue ;; esac
@@ -172,7 +173,8 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
           --set dwdp.weight_dtype=fp8 --set dwdp.gemm=multi_buffer "${p[@]}" >> "$OUT/floorsust.log" 2>&1 || rc=1
         python3 -m dwdp_trtllm.bench.floor_sustained "$OUT/raw/floorsust/$pt/results.json" >> "$OUT/raw/floorsust/summary.jsonl" 2>> "$OUT/floorsust.log" || rc=1
       done
-      grep -E "GPU during|^│ (attention|experts|other|iteration) |rror" "$OUT/floorsust.log" | tail -n 30; cat "$OUT/raw/floorsust/summary.jsonl" ;;
+      grep -E "passed|failed|sampler:|burst |GPU during|^│ (attention|experts|other|iteration|SM clock|power) |rror" "$OUT/floorsust.log" | tail -n 40
+      cat "$OUT/raw/floorsust/summary.jsonl" ;;
     bench)
       section bench
       for cfg in ${DWDP_BENCH_CONFIGS:-configs/bench/h200_smoke.yaml}; do
