@@ -40,6 +40,12 @@ the engine (docs/BENCHMARKS.md section 7: routed experts at 0.85-0.95 of the flo
 batch whose prefixed chunks favour different ways (above); nor does it bound other implementations (other kernels,
 fused passes).
 
+Clock: kernels timed alone run at the card's boost clock, the engine's back-to-back forwards at what its power limit
+allows (docs/BENCHMARKS.md section 12). floor_report samples the SM clock and power while the floor is timed
+(bench/gpu_clocks.py; the engine's during its measured iterations, by the caller), and with `--floor-sustained`
+also times the floor under sustained load: these same kernels (every `*_ms` here times a `*_fn` closure) replayed
+back to back (bench/floor_sustained.py). over_floor is every engine / floor ratio, burst or sustained.
+
 Shape legend: T tokens of the iteration, H hidden, E experts, I intermediate, A routed rows.
 """
 from __future__ import annotations
