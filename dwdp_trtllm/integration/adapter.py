@@ -27,6 +27,7 @@ Streams: copies on the scheduler's copy stream; waits and release events on the 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Sequence
 
 import torch
@@ -40,7 +41,9 @@ from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
 from .moe_evidence import adapter_default_gemm
+from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
 from ..runtime import ExpertSources, expert_maps, local_slot_sources
+from ..transport.close_barrier import close_barrier
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -59,15 +62,16 @@ VMM_TRANSPORTS = ("vmm_fd", "vmm_fabric")
 VMM_GEMMS = ("composite_view", "multi_buffer")
 
 
-def transport_for(kind: str, *, device_type: str, gemm: str, gemm_requested: bool) -> str:
+def transport_for(kind: str, *, device_type: str, gemm_requested: str | None) -> str:
     """The transport the TensorRT-LLM adapter opens for the config's `kind` (the one place this is decided).
 
-    `auto` on CUDA becomes vmm_fd when the gemm tried first is composite_view or multi_buffer, or when the config
-    names no gemm (gemm_requested False: the default, moe_evidence.adapter_default_gemm, is one of those two): the
-    composite view maps the local experts beside the slot, so they must be cuMem allocations, and it is multi_buffer's
-    fallback where the unit is refused (choose_gemm). Otherwise (`auto` off CUDA, or merge / reference requested)
-    `auto` is left to transport.make_transport; a named kind is always kept."""
-    if kind == "auto" and device_type == "cuda" and (not gemm_requested or gemm in VMM_GEMMS):
+    gemm_requested: the gemm the integration config names (settings.IntegrationConfig.gemm_requested), None when it
+    names none. `auto` on CUDA becomes vmm_fd when the gemm tried first is composite_view or multi_buffer, or when
+    the config names no gemm (the default, moe_evidence.adapter_default_gemm, is one of those two): the composite view
+    maps the local experts beside the slot, so they must be cuMem allocations, and it is multi_buffer's fallback where
+    the unit is refused (choose_gemm). Otherwise (`auto` off CUDA, or merge / reference named) `auto` is left to
+    transport.make_transport; a named kind is always kept."""
+    if kind == "auto" and device_type == "cuda" and (gemm_requested is None or gemm_requested in VMM_GEMMS):
         return "vmm_fd"
     return kind
 
@@ -148,15 +152,20 @@ def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: 
 class AdapterRuntime:
     def __init__(self, *, owners: Sequence[torch.nn.Module], names: Sequence[str], placement: ExpertPlacement,
                  dwdp_rank: int, cfg, transport, device: torch.device, timeout_s: float = 300.0,
-                 blocker: str | None = NO_UNIT, gemm_requested: bool = True):
+                 blocker: str | None = NO_UNIT, gemm_requested: str | None = None,
+                 close_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S, group_label: str = "DWDP group"):
         """owners[p]: the module holding MoE position p's expert tensors `names` ([n_local, ...] each).
         blocker: None when the host has an execution unit that can read [local, slot] for these owners (it reads
-        `bound_sources(p)`), else why not. gemm_requested False: the integration config names no gemm, so cfg.gemm
-        is DwdpConfig's default (merge), not asked for; the measured default for these weights
+        `bound_sources(p)`), else why not. gemm_requested: the gemm the integration config names
+        (settings.IntegrationConfig.gemm_requested), tried first; None when it names none (cfg.gemm is then
+        DwdpConfig's default, merge, which nobody asked for): the measured default for these weights
         (moe_evidence.adapter_default_gemm) is tried first instead, then the usual fallbacks. Collective over the DWDP group (transport.open_peers); call on every
-        rank in the same order."""
+        rank in the same order. The runtime owns `transport` from here on: close() releases it after the shutdown
+        barrier (at most close_timeout_s; group_label names the group in its log lines)."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
+        self.close_timeout_s, self.group_label = close_timeout_s, group_label
+        self.close_info: dict | None = None  # close(): the barrier's result and when the transport was released
         E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
         L = len(self.owners)
         S = prefetch_slot_count(cfg, L)  # the count runtime.DwdpRuntime allocates and memory.rank_memory prices
@@ -177,9 +186,9 @@ class AdapterRuntime:
         transport.open_peers()
 
         fp8_sm90 = fp8_block_sm90(next(self.shapes[n][1] for n in names if not is_scale(n)), names, device)
-        want = cfg.gemm if gemm_requested else adapter_default_gemm(fp8_sm90)
+        want = gemm_requested if gemm_requested is not None else adapter_default_gemm(fp8_sm90)
         choose = dict(device_type=device.type, transport_kind=getattr(transport, "kind", ""), placement=placement,
-                      rank=dwdp_rank, blocker=blocker, fp8_sm90=fp8_sm90, default=not gemm_requested,
+                      rank=dwdp_rank, blocker=blocker, fp8_sm90=fp8_sm90, default=gemm_requested is None,
                       device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
         self.gemm, self.reason = choose_gemm(want, **choose)
         plan = build_copy_plan(placement, self.layout, dwdp_rank, sliced=cfg.contention_opt, slice_bytes=cfg.slice_bytes)
@@ -290,14 +299,60 @@ class AdapterRuntime:
         return self._closed
 
     def close(self) -> None:
+        """Executor shutdown (HopperDwdpManager.cleanup); collective over the DWDP group, every wait bounded.
+
+        Order, as upstream's DWDPWeightManager.release (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269,
+        stored id 57555330583: synchronize, peer views dropped, WeightBuffer released, then DWDPTransport.release,
+        whose _cleanup_resources unmaps peer ranges and releases imported handles before the local ones, stored id
+        60490080739), plus the barrier upstream leaves to VMM reference counting:
+         1. our prefetcher drained, the device synchronized: we read nothing of our peers any more;
+         2. the shutdown barrier (transport.close_barrier, on the group the transport exchanged handles on), at most
+            close_timeout_s: every peer has drained its copies from our exported buffers. A peer that does not come
+            is named in a warning (group, dwdp and global rank, why) and this rank releases anyway;
+         3. the copy scheduler and the composite view (slot mappings) closed; the owners' expert tensors, which point
+            into the exported buffers (their own storage since setup) or slot views, rebound to empty tensors, so
+            nothing of the model points at released memory (a forward after shutdown fails on shapes instead);
+         4. the transport closed: peer mappings unmapped and imported handles released, then our exported buffers
+            (VMM handles / IPC memory / shm mappings; shm names were unlinked at setup already).
+        If step 1 fails, steps 2-3 still run (peers are not held up) but the transport is left open, named in an
+        error: copies of ours may still be reading peers' memory, and unmapping it under them is worse than a leak.
+        `close_info` records the barrier's result and when the transport was released (time.time())."""
         if self._closed:
             return
         self._closed = True
+        drained = False
         try:
             self.prefetcher.drain()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            drained = True
         finally:
-            self.scheduler.close()
-            if self.composite is not None:
-                self.composite.close()
+            barrier = close_barrier(getattr(self.transport, "group", None), self.close_timeout_s)
+            if barrier.ok:
+                log.info("dwdp_trtllm: %s", barrier.describe(self.group_label, self.close_timeout_s))
+            else:
+                log.warning("dwdp_trtllm: %s", barrier.describe(self.group_label, self.close_timeout_s))
+            self.close_info = {"barrier": barrier, "released_at": None}
+            try:
+                self.scheduler.close()
+            finally:
+                if self.composite is not None:
+                    self.composite.close()
+                self._unbind_owners()
+                if drained:
+                    self.transport.close()
+                    self.close_info["released_at"] = time.time()
+                else:
+                    log.error("dwdp_trtllm: %s: this rank's copies did not finish; its transport (exported buffers, "
+                              "peer mappings) stays open until the process exits", self.group_label)
+
+    def _unbind_owners(self) -> None:
+        """Owners' expert tensors -> empty [0, ...] tensors of their dtype; the prebuilt views and sources dropped."""
+        for o in self.owners:
+            for n in self.names:
+                shape, dtype = self.shapes[n]
+                getattr(o, n).data = torch.empty((0, *shape), dtype=dtype, device=self.device)
+        self.views.clear()
+        self.sources.clear()
+        self.slots = []
+        self._bound = None

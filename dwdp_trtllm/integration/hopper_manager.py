@@ -164,8 +164,10 @@ class HopperDwdpManager:
         self.runtime.release(pos)
 
     def cleanup(self) -> None:
-        """Close the runtime (prefetcher drained, copy scheduler and composite view closed); idempotent. The transport
-        stays open: its exported buffers hold the model's local experts (AdapterRuntime moved them there)."""
+        """Close the runtime (AdapterRuntime.close: prefetcher drained, the DWDP group's shutdown barrier, bounded by
+        the integration YAML's shutdown_timeout_s, then copy scheduler, composite view and the transport released:
+        exported buffers, peer mappings); idempotent. Collective over the DWDP group: every rank's executor shutdown
+        calls it; a rank that never does delays its peers' release by the timeout, named in their warning."""
         if self._rt is not None:
             self._rt.close()
             self._rt = None

@@ -2,6 +2,8 @@
 
 File layout (YAML):
     engine: auto | upstream | dwdp_trtllm     # optional, default auto
+    shutdown_timeout_s: 60                    # optional: executor shutdown waits at most this long for the DWDP
+                                              # group's other ranks before releasing the transport (adapter.close)
     dwdp_config:                              # upstream key; `dwdp:` is accepted too
       dwdp_size: 4
       num_experts_per_worker: 64              # upstream fields first, then ours (DwdpConfig)
@@ -28,7 +30,9 @@ UPSTREAM_FIELDS = ("dwdp_size", "num_groups", "num_experts_per_worker", "num_pre
 UPSTREAM_CONTENTION_OPT_DEFAULT = False
 Engine = Literal["auto", "upstream", "dwdp_trtllm"]
 ENGINES = ("auto", "upstream", "dwdp_trtllm")
-_TOP_KEYS = ("engine", "dwdp_config", "dwdp")
+_TOP_KEYS = ("engine", "shutdown_timeout_s", "dwdp_config", "dwdp")
+#: shutdown_timeout_s: its default and bound (seconds; above 0, at most an hour: a shutdown that waits longer is a hang)
+DEFAULT_SHUTDOWN_TIMEOUT_S, SHUTDOWN_TIMEOUT_MAX_S = 60.0, 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,8 @@ class IntegrationConfig:
     #: which nobody asked for here, and the adapter tries the measured default for the weights at hand instead
     #: (moe_evidence.adapter_default_gemm)
     gemm_requested: str | None = None
+    #: seconds executor shutdown waits at the barrier for the DWDP group's other ranks before releasing the transport
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
 
 
 def _given_gemm(section: Any, dwdp: DwdpConfig) -> str | None:
@@ -56,6 +62,7 @@ def load_integration_config(path: str | Path) -> IntegrationConfig:
     engine = data.get("engine", "auto")
     if engine not in ENGINES:
         raise ConfigError(p, "engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
+    timeout = _shutdown_timeout(p, data.get("shutdown_timeout_s", DEFAULT_SHUTDOWN_TIMEOUT_S))
     if "dwdp_config" in data or "dwdp" in data:
         extra = sorted(k for k in data if k not in _TOP_KEYS)
         if extra:
@@ -64,10 +71,21 @@ def load_integration_config(path: str | Path) -> IntegrationConfig:
             raise ConfigError(p, "dwdp", "give either dwdp_config or dwdp, not both")
         sec = "dwdp_config" if "dwdp_config" in data else "dwdp"
         dwdp = from_dict(DwdpConfig, data[sec], file=p, prefix=sec)
-        return IntegrationConfig(engine=engine, dwdp=dwdp, path=p, gemm_requested=_given_gemm(data[sec], dwdp))
-    fields = {k: v for k, v in data.items() if k != "engine"}
+        return IntegrationConfig(engine=engine, dwdp=dwdp, path=p, gemm_requested=_given_gemm(data[sec], dwdp),
+                                 shutdown_timeout_s=timeout)
+    fields = {k: v for k, v in data.items() if k not in ("engine", "shutdown_timeout_s")}
     dwdp = from_dict(DwdpConfig, fields, file=p)
-    return IntegrationConfig(engine=engine, dwdp=dwdp, path=p, gemm_requested=_given_gemm(fields, dwdp))
+    return IntegrationConfig(engine=engine, dwdp=dwdp, path=p, gemm_requested=_given_gemm(fields, dwdp),
+                             shutdown_timeout_s=timeout)
+
+
+def _shutdown_timeout(path: str, value: Any) -> float:
+    """The file's shutdown_timeout_s as float seconds; ConfigError naming the key unless a number in
+    (0, SHUTDOWN_TIMEOUT_MAX_S]."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= SHUTDOWN_TIMEOUT_MAX_S
+    if not ok:  # NaN fails the comparison too
+        raise ConfigError(path, "shutdown_timeout_s", f"expected seconds in (0, {SHUTDOWN_TIMEOUT_MAX_S:g}], got {value!r}")
+    return float(value)
 
 
 def extras_of(cfg: DwdpConfig) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """One rank of a fake disaggregated TensorRT-LLM world (or the single-process reference).
 
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
-fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_MODELS (world: models built one after the other in each context
+fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
+their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
+{"died_before_shutdown": True}), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
+context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MODELS (world: models built one after the other in each context
 process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
 generation ranks leave without any DWDP call; context ranks build the model through ModelLoader.load (our
@@ -9,8 +12,11 @@ activation wraps it when DWDP_TRTLLM_CONFIG is set) and run FAKE_STEPS forwards 
 model_engine -> model.forward(...) directly, saving outputs to OUT_DIR/out_{rank}.pt. reference: no DWDP,
 every context rank's inputs through one full-expert model, saved to OUT_DIR/ref.pt.
 """
+import glob
+import logging
 import os
 import sys
+import time
 from types import SimpleNamespace
 
 import torch
@@ -59,6 +65,43 @@ if rank >= ctx:
     sys.exit(0)  # generation server: never calls into DWDP
 
 
+LOG: list[str] = []  # the integration's log lines of level INFO and above, "LEVEL: message"
+
+
+class _Keep(logging.Handler):
+    def emit(self, record):
+        LOG.append(f"{record.levelname}: {record.getMessage()}")
+
+
+logging.getLogger("dwdp_trtllm").addHandler(_Keep(logging.INFO))
+logging.getLogger("dwdp_trtllm").setLevel(logging.INFO)
+
+
+def shm_state(tag):
+    """What of the transport `tag` is left: /proc/self/maps lines mapping its /dev/shm segments, files of it there."""
+    with open("/proc/self/maps") as f:
+        maps = [ln.split(None, 5)[-1].strip() for ln in f if f"/dev/shm/{tag}_" in ln]
+    return {"maps": maps, "files": sorted(glob.glob(f"/dev/shm/{tag}_*"))}
+
+
+_ctx: list = []
+
+
+def ctx_barrier():
+    """Barrier of the context ranks (fake MPI communicator of world ranks 0..ctx-1, made on first use by all)."""
+    if not _ctx:
+        _ctx.append(MPI.COMM_WORLD.Create_group(MPI.COMM_WORLD.group.Incl(list(range(ctx)))))
+    _ctx[0].barrier()
+
+
+def exported_bytes(transport):
+    """Device bytes this rank's transport allocated for its exported buffers (vmm: cuMemCreate's padded sizes; ipc:
+    cudaMalloc's sizes)."""
+    if transport.kind.startswith("vmm"):
+        return sum(padded for _, _, padded in transport._own.values())
+    return sum(max(n, 1) for n in transport._sizes.values())
+
+
 def serve_one():
     """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
     model, ex = build()
@@ -70,9 +113,39 @@ def serve_one():
         reload_refused = None
     except RuntimeError as e:
         reload_refused = str(e)
-    ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed, unregistered
+    tag = info["transport"].tag
+    shm_before = shm_state(tag)
+    delay = dict(tuple(map(float, d.split(":"))) for d in os.environ.get("FAKE_SHUTDOWN_DELAY", "").split(",") if d)
+    if rank in delay:  # a slow (or, past shutdown_timeout_s, an absent) peer: its shutdown comes late
+        time.sleep(delay[rank])
+    if str(rank) == os.environ.get("FAKE_SHUTDOWN_DIE"):  # a dead peer: gone before its executor shuts down
+        torch.save({"died_before_shutdown": True}, f"{out_dir}/out_{rank}.pt")
+        os._exit(0)
+    memory = None
+    if os.environ.get("FAKE_MEASURE_MEMORY") == "1":  # CUDA: device memory around every context rank's shutdown
+        torch.cuda.synchronize()
+        ctx_barrier()  # every rank done computing: nobody frees anything between here and the next barrier
+        memory = {"kind": info["transport"].kind, "exported_bytes": exported_bytes(info["transport"]),
+                  "free_before": torch.cuda.mem_get_info()[0]}
+        ctx_barrier()
+    shutdown_called_at = time.time()
+    ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed (transport too), unregistered
+    if memory is not None:
+        ctx_barrier()  # every rank shut down: imported VMM handles (which keep an exporter's pages) released too
+        memory["free_after"] = torch.cuda.mem_get_info()[0]
+    rt = info["runtime"]
+    close_info = getattr(rt, "close_info", None)  # None: a runtime that records no close (before the barrier)
+    barrier = close_info["barrier"] if close_info else None
     dwdp = sys.modules.get("tensorrt_llm._torch.pyexecutor.dwdp")
     return info["manager"], {
+        "shm_before_shutdown": shm_before, "shm_after_shutdown": shm_state(tag),
+        "transport_buffers_after": len(info["transport"].local) + len(getattr(info["transport"], "_peer_maps", [])),
+        "expert_numel_after": [getattr(o, n).numel() for o in rt.owners for n in rt.names],
+        "shutdown_called_at": shutdown_called_at,
+        "released_at": close_info["released_at"] if close_info else None,
+        "barrier_missing": None if barrier is None else dict(barrier.missing),
+        "barrier_waited_s": None if barrier is None else barrier.waited_s,
+        "log": list(LOG), "memory": memory,
         "outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
         "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,

@@ -63,3 +63,34 @@ def test_adapter_on_cuda_matches_reference(tmp_path, era, quant, gemm, want):
             # the FP8 default on sm_90 names the measurement it rests on (integration/moe_evidence.py)
             assert "multi_buffer first by measurement" in rr["gemm_reason"], rr
         assert rr["bit_exact"], rr
+
+
+@pytest.mark.parametrize("quant,gemm,transport", [("bf16", "merge", "vmm_fd"), ("fp8_block_scales", "multi_buffer", "vmm_fd"),
+                                                  ("bf16", "merge", "ipc")])
+def test_shutdown_frees_the_exported_buffers(tmp_path, quant, gemm, transport):
+    """Executor shutdown on both context ranks (processes sharing the GPU) releases the transport after the DWDP
+    group's barrier (adapter.close): the device's free memory (cuMemGetInfo through torch.cuda.mem_get_info, measured
+    with the context ranks in step, nothing else running on the GPU) grows back by at least the bytes the ranks'
+    transports had allocated for their exported buffers (cuMemCreate / cudaMalloc: outside torch's cache, so the
+    freed slots, which go back to that cache, do not count). Before, the transport lived until the process exited:
+    free memory did not move. gemm merge / multi_buffer: no composite view, whose own VMM ranges close() always
+    released."""
+    outs, _ = run_world(tmp_path, "lifecycle", quant, dwdp={"gemm": gemm, "transport": transport, "slice_bytes": 2 << 20},
+                        env_extra={**DIMS, "FAKE_MEASURE_MEMORY": "1"}, reference=False)
+    mem = [got["memory"] for got in outs]
+    exported = sum(m["exported_bytes"] for m in mem)
+    freed = [m["free_after"] - m["free_before"] for m in mem]
+    result = {"quant": quant, "gemm": gemm, "transport": transport, "exported_bytes_all_ranks": exported,
+              "device_free_gain_bytes_per_rank_view": freed, "barrier_missing": [got["barrier_missing"] for got in outs],
+              "gemm_used": [got["gemm"] for got in outs]}
+    out_dir = os.environ.get("DWDP_TRTLLM_GPU_RESULTS")
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / f"shutdown_{quant}_{gemm}_{transport}.json").write_text(json.dumps(result, indent=2))
+    assert all(m["kind"] == transport for m in mem), mem
+    assert exported >= 2 * 3 * 4 * (4 << 20), result  # 2 ranks x 3 layers x 4 local experts x >= 4 MiB: well above noise
+    for got in outs:
+        assert got["barrier_missing"] == {} and got["released_at"] is not None, got["log"][-3:]
+        assert set(got["expert_numel_after"]) == {0}
+    for f in freed:  # what the driver got back once both ranks closed: at least the exported buffers
+        assert f >= 0.95 * exported, result

@@ -74,15 +74,17 @@ def _env(tree: Path, tmp: Path, extra: dict) -> dict:
 
 
 def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3,
-              env_extra: dict | None = None, ref_gemm: str | None = None):
+              env_extra: dict | None = None, ref_gemm: str | None = None, cfg_extra: dict | None = None,
+              reference: bool = True):
     """Runs the world and the reference; returns (per context rank: saved dict, reference outputs). With gemm
     multi_buffer (or ref_gemm multi_buffer: the ranks are expected to fall back to it) the reference computes
-    through the same unit on the full expert set (FAKE_REF_GEMM)."""
+    through the same unit on the full expert set (FAKE_REF_GEMM). cfg_extra: top-level keys of the integration YAML
+    besides engine and dwdp_config (shutdown_timeout_s). reference False: no reference process (outputs None)."""
     tree = era_tree(tmp, era)
     if "multi_buffer" in ((dwdp or {}).get("gemm"), ref_gemm):
         env_extra = {"FAKE_REF_GEMM": "multi_buffer", **(env_extra or {})}
     cfg = tmp / "dwdp.yaml"
-    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {
+    cfg.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", **(cfg_extra or {}), "dwdp_config": {
         "dwdp_size": ctx, "contention_opt": True, "slice_bytes": 8192, **(dwdp or {})}}))
     common = {"FAKE_CTX_RANKS": str(ctx), "FAKE_GEN_RANKS": str(gen), "FAKE_QUANT": quant, "FAKE_STEPS": str(steps),
               **(env_extra or {})}
@@ -92,14 +94,25 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
                                "OMPI_COMM_WORLD_SIZE": str(ctx + gen)})
         procs.append(subprocess.Popen([sys.executable, str(tree / "trtllm_worker.py"), str(tmp), "world"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    ref = subprocess.run([sys.executable, str(tree / "trtllm_worker.py"), str(tmp), "reference"],
-                         env=_env(tree, tmp, common), capture_output=True, text=True, timeout=180)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    if reference:
+        ref = subprocess.run([sys.executable, str(tree / "trtllm_worker.py"), str(tmp), "reference"],
+                             env=_env(tree, tmp, common), capture_output=True, text=True, timeout=180)
+        assert ref.returncode == 0, ref.stderr[-3000:]
     for r, p in enumerate(procs):
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, f"rank {r}: {err[-3000:]}"
-    ref_out = torch.load(tmp / "ref.pt")
+    ref_out = torch.load(tmp / "ref.pt") if reference else None
     return [torch.load(tmp / f"out_{r}.pt") for r in range(ctx)], ref_out
+
+
+def assert_transport_released(got: dict, r: int) -> None:
+    """After executor shutdown the rank's transport is closed (adapter.close, after the group's shutdown barrier, which
+    every peer reached): no /dev/shm segment of it mapped any more (the peers' read-only maps and its own; they were
+    mapped before), no file of it in /dev/shm, no buffer left in the transport, the owners' expert tensors empty."""
+    assert got["shm_before_shutdown"]["maps"], f"rank {r}: the check needs the segments mapped before shutdown"
+    assert got["shm_after_shutdown"] == {"maps": [], "files": []}, f"rank {r}: {got['shm_after_shutdown']}"
+    assert got["transport_buffers_after"] == 0 and set(got["expert_numel_after"]) == {0}, got["expert_numel_after"]
+    assert got["barrier_missing"] == {} and got["released_at"] is not None, (got["barrier_missing"], got["log"][-3:])
 
 
 @pytest.mark.slow  # a multi-process fake world per case: 2-17 s each, ~70 s in all on 2 cores
@@ -130,6 +143,7 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
             assert got["trace"][:4] == [("wait", 0), ("release", 0), ("wait", 1), ("release", 1)]
         # PyExecutor.shutdown (upstream exits only its own manager) closed ours and unregistered it (audit N3)
         assert got["closed_at_shutdown"]
+        assert_transport_released(got, r)
         assert "ModelLoader.reload refused" in (got["reload_refused"] or "")  # audit N5: would write moved Parameters
         assert got["global_after_shutdown"] == (None if era == "hooks" else "None")
 
@@ -147,6 +161,8 @@ def test_second_model_in_a_process_gets_a_fresh_registered_manager(tmp_path):
         (second,) = got["later_models"]
         assert second["lifecycle"] == "upstream", f"rank {r}: second model on {second['lifecycle']}"
         assert second["new_manager"] and second["closed_at_shutdown"] and second["global_after_shutdown"] == "None"
+        assert_transport_released(got, r)  # the first model's transport was gone before the second one attached
+        assert_transport_released(second, r)
         for key, y in second["outs"].items():
             assert torch.equal(y, ref[key]), f"rank {r} second model step {key[1]}"
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -143,24 +144,29 @@ def test_transport_for_auto_picks_vmm_fd_where_the_gemm_maps_local_experts():
     on CUDA, auto becomes vmm_fd for composite_view and multi_buffer (its fallback is the composite view) and for no
     gemm named (the adapter's default is one of those); merge / reference requested and every CPU case keep auto
     (make_transport decides); a named transport is never changed."""
-    cases = {  # (kind, device, gemm, gemm_requested) -> transport
-        ("auto", "cuda", "composite_view", True): "vmm_fd",
-        ("auto", "cuda", "multi_buffer", True): "vmm_fd",
-        ("auto", "cuda", "merge", False): "vmm_fd",  # no gemm named: cfg.gemm is DwdpConfig's merge, not asked for
-        ("auto", "cuda", "merge", True): "auto",
-        ("auto", "cuda", "reference", True): "auto",
-        ("auto", "cpu", "composite_view", True): "auto",
-        ("auto", "cpu", "merge", False): "auto",
-        ("ipc", "cuda", "composite_view", True): "ipc",
-        ("vmm_fabric", "cuda", "multi_buffer", False): "vmm_fabric",
+    cases = {  # (kind, device, gemm the config names or None) -> transport
+        ("auto", "cuda", "composite_view"): "vmm_fd",
+        ("auto", "cuda", "multi_buffer"): "vmm_fd",
+        ("auto", "cuda", None): "vmm_fd",  # no gemm named: cfg.gemm is DwdpConfig's merge, not asked for
+        ("auto", "cuda", "merge"): "auto",
+        ("auto", "cuda", "reference"): "auto",
+        ("auto", "cpu", "composite_view"): "auto",
+        ("auto", "cpu", None): "auto",
+        ("ipc", "cuda", "composite_view"): "ipc",
+        ("vmm_fabric", "cuda", None): "vmm_fabric",
     }
-    for (kind, dev, gemm, req), want in cases.items():
-        assert transport_for(kind, device_type=dev, gemm=gemm, gemm_requested=req) == want, (kind, dev, gemm, req)
+    for (kind, dev, req), want in cases.items():
+        assert transport_for(kind, device_type=dev, gemm_requested=req) == want, (kind, dev, req)
     from dwdp_trtllm.integration.moe_evidence import adapter_default_gemm
     for fp8 in (True, False):  # every default the adapter may try first gets a transport its composite view can map
-        assert transport_for("auto", device_type="cuda", gemm=adapter_default_gemm(fp8), gemm_requested=True) == "vmm_fd"
+        assert transport_for("auto", device_type="cuda", gemm_requested=adapter_default_gemm(fp8)) == "vmm_fd"
     src = (Path(__file__).resolve().parents[2] / "dwdp_trtllm/integration/trtllm/model_setup.py").read_text()
     assert "transport_for(cfg.transport" in src and '"vmm_fd"' not in src  # the one place the rule lives
+    # one type, one meaning end to end: the integration config's gemm_requested (str | None) reaches transport_for and
+    # AdapterRuntime as it is (it was turned into a bool for them while settings kept the str)
+    assert src.count("gemm_requested=icfg.gemm_requested") == 2 and "gemm_requested is not None" not in src
+    with pytest.raises(TypeError):  # the old bool form is gone
+        transport_for("auto", device_type="cuda", gemm="merge", gemm_requested=True)
 
 
 def test_fp8_reason_names_the_gpu_measured_and_says_when_this_is_another():

@@ -78,3 +78,21 @@ def test_choose_engine():
 def test_extras_cover_every_non_upstream_field():
     names = {f.name for f in dataclasses.fields(DwdpConfig)}
     assert set(extras_of(DwdpConfig())) == names - set(UPSTREAM_FIELDS)
+
+
+def test_shutdown_timeout_is_read_and_checked(tmp_path):
+    """shutdown_timeout_s (top level, beside engine): how long executor shutdown waits at the DWDP group's barrier
+    before releasing the transport (adapter.close); both file layouts; bad values name the file and key."""
+    from dwdp_trtllm.integration.settings import DEFAULT_SHUTDOWN_TIMEOUT_S
+    p = tmp_path / "d.yaml"
+    p.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "shutdown_timeout_s": 5, "dwdp_config": {"dwdp_size": 2}}))
+    assert load_integration_config(p).shutdown_timeout_s == 5.0
+    p.write_text(yaml.safe_dump({"shutdown_timeout_s": 2.5, "dwdp_size": 2}))  # flat layout: not a DwdpConfig field
+    c = load_integration_config(p)
+    assert c.shutdown_timeout_s == 2.5 and c.dwdp.dwdp_size == 2
+    p.write_text(yaml.safe_dump({"dwdp_config": {"dwdp_size": 2}}))
+    assert load_integration_config(p).shutdown_timeout_s == DEFAULT_SHUTDOWN_TIMEOUT_S == 60.0
+    for bad in (0, -1, 3601, "60", True, float("nan")):
+        p.write_text(yaml.safe_dump({"shutdown_timeout_s": bad, "dwdp_config": {"dwdp_size": 2}}))
+        with pytest.raises(ConfigError, match=r"d\.yaml: shutdown_timeout_s: expected seconds in \(0, 3600\]"):
+            load_integration_config(p)

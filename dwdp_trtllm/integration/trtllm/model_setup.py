@@ -144,7 +144,7 @@ def setup_after_load(loader, model) -> None:
     if engine_for_process() != "dwdp_trtllm":
         return
     icfg = integration_config()
-    cfg, gemm_requested = icfg.dwdp, icfg.gemm_requested is not None  # no gemm: the adapter's measured default
+    cfg = icfg.dwdp
     moes = _moe_modules(model)
     if not moes:
         raise RuntimeError("dwdp_trtllm: no MoE layer received our layout (MoE.__init__ patch did not run?)")
@@ -161,13 +161,14 @@ def setup_after_load(loader, model) -> None:
     manager = process_manager()
     manager.check_free()  # an earlier model's runtime still open: refused before anything is allocated for this one
     group, tag = dwdp_process_group(cfg, global_rank())
-    transport_kind = transport_for(cfg.transport, device_type=device.type, gemm=cfg.gemm,
-                                   gemm_requested=gemm_requested)
+    # the gemm the integration YAML names, None when it names none (then the adapter's measured default decides)
+    transport_kind = transport_for(cfg.transport, device_type=device.type, gemm_requested=icfg.gemm_requested)
     transport = make_transport(transport_kind, group=group, dwdp_rank=dwdp_rank, dwdp_size=cfg.dwdp_size,
                                device=device, tag=tag)
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
                         transport=transport, device=device, blocker=moe_unit.blocker(owners[0], names, device),
-                        gemm_requested=gemm_requested)
+                        gemm_requested=icfg.gemm_requested, close_timeout_s=icfg.shutdown_timeout_s,
+                        group_label=f"DWDP group {global_rank() // cfg.dwdp_size} ({tag})")
     units = [moe_unit.install(o, lambda p=p: rt.bound_sources(p)) for p, o in enumerate(owners)] \
         if rt.gemm == "multi_buffer" else []
     promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E, backends=owners)

@@ -1,0 +1,107 @@
+"""The barrier before a rank releases its transport: every peer of the DWDP group has stopped reading our buffers.
+
+A peer copies from our exported buffers until its own prefetcher is drained; releasing them earlier frees memory a
+peer is still reading (CUDA IPC: undefined behaviour once the exporter frees; shm / VMM keep the pages until the
+peer unmaps, but a copy that outlives the owner's release reads a buffer nobody owns any more). So every rank, after
+draining its own copies, waits until every peer has drained too, then releases.
+
+The wait is bounded: each rank sends one token to every peer and waits for every peer's token until one deadline
+(gloo point-to-point on the DWDP group, the group the transport exchanged handles on; a dedicated tag keeps it apart
+from other traffic). A peer whose token does not come (alive but not shutting down) is reported after `timeout_s`;
+a peer whose process is gone (the connection closed) as soon as that is known. The caller then releases anyway with a
+warning that names the group and the missing ranks: shutdown must not hang on a dead peer. Nothing here raises for a
+missing peer.
+
+Shape legend: none (one 1-byte token per peer).
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+#: gloo tag of the close tokens (any constant other traffic of the group does not use; its collectives use none)
+CLOSE_TAG = 0x5D7C
+
+
+@dataclass(frozen=True)
+class BarrierResult:
+    """What close_barrier saw: the group's global ranks, this rank's index in it, the seconds it waited and the
+    peers (dwdp rank -> why) that did not arrive. ok: every peer arrived."""
+
+    ranks: tuple[int, ...]
+    me: int
+    waited_s: float
+    missing: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+    def describe(self, label: str, timeout_s: float) -> str:
+        """One line for the log: the group, who was missing and why (or that all arrived), in how long."""
+        where = f"{label} (global ranks {list(self.ranks)}, this rank dwdp {self.me})"
+        if self.ok:
+            return f"{where}: all {len(self.ranks)} ranks reached the shutdown barrier in {self.waited_s:.2f} s"
+        who = "; ".join(f"dwdp rank {p} (global rank {self.ranks[p]}): {why}" for p, why in sorted(self.missing.items()))
+        return (f"{where}: {len(self.missing)} of {len(self.ranks) - 1} peers did not reach the shutdown barrier within "
+                f"{timeout_s:g} s ({who}); releasing this rank's buffers anyway after {self.waited_s:.2f} s (a peer still "
+                "copying from them would read released memory)")
+
+
+def _short(e: BaseException) -> str:
+    """Why a peer's token did not come, from gloo's error: timed out, or its connection lost (with gloo's words,
+    its source location and advice cut)."""
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "Timed out" in msg:
+        return "did not arrive (timed out)"
+    msg = re.sub(r"^\[[^\]]*\]\s*", "", msg).split(". This is typically")[0][:160]
+    if "closed" in msg or "reset" in msg or "Broken pipe" in msg:
+        return f"connection lost, its process gone? ({msg})"
+    return f"{type(e).__name__}: {msg}"
+
+
+def close_barrier(group, timeout_s: float) -> BarrierResult:
+    """Wait (at most timeout_s seconds in all) until every other rank of `group` (a gloo ProcessGroup over the DWDP
+    group's ranks, in dwdp rank order) called close_barrier too. Never raises for a missing peer: the result says who.
+    No group (None, or torch.distributed not initialised) or a group of one: nothing to wait for."""
+    if group is None or not dist.is_initialized():
+        return BarrierResult((), 0, 0.0)
+    ranks = tuple(dist.get_process_group_ranks(group))
+    me = dist.get_rank(group)
+    if len(ranks) <= 1:
+        return BarrierResult(ranks, me, 0.0)
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    token = torch.ones(1, dtype=torch.uint8)
+    sends, recvs, missing = {}, {}, {}
+    for p, global_rank in enumerate(ranks):
+        if p == me:
+            continue
+        try:
+            sends[p] = dist.isend(token, global_rank, group=group, tag=CLOSE_TAG)
+            recvs[p] = dist.irecv(torch.zeros(1, dtype=torch.uint8), global_rank, group=group, tag=CLOSE_TAG)
+        except Exception as e:  # noqa: BLE001 - a peer whose connection is gone is reported, not raised
+            missing[p] = _short(e)
+
+    def wait(work) -> str | None:
+        try:
+            work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            return None
+        except Exception as e:  # noqa: BLE001 - reported
+            return _short(e)
+
+    for p, work in recvs.items():  # the peer's token: it drained its copies from us
+        why = wait(work)
+        if why is not None:
+            missing.setdefault(p, why)
+    for p, work in sends.items():  # ours written out before we go on (a peer told nothing would wait its timeout)
+        if p not in missing:
+            why = wait(work)
+            if why is not None:
+                missing[p] = why
+    return BarrierResult(ranks, me, time.monotonic() - t0, missing)

@@ -1,0 +1,68 @@
+"""Executor shutdown releases the adapter's transport only after the DWDP group's shutdown barrier (adapter.close,
+transport/close_barrier.py), on CPU: the fake disaggregated world of test_trtllm_fake_world (2 context ranks + 1
+generation rank, shm transport, gloo group), every context rank's PyExecutor.shutdown (py_executor.py stored ids
+54965565749, 67119085479, 57354091563) exiting our manager.
+
+Upstream (dwdp.py VA era, stored id 56230681187: __exit__ = cleanup() + unregister; cleanup drops the
+DWDPWeightManager, whose release, weight_manager.py stored id 57555330583, synchronizes, releases the composite VA, then
+the transport, transport.py stored id 60490080739) has no barrier: VMM reference counting keeps an exporter's pages
+alive while a peer maps them. Ours closes CUDA IPC memory and shm mappings too and must not release what a peer still
+copies, so a rank waits for every peer's token, at most shutdown_timeout_s.
+The released state (no /dev/shm map left, expert tensors empty) is asserted for every world in
+test_trtllm_fake_world (assert_transport_released).
+"""
+import pytest
+
+from test_trtllm_fake_world import assert_transport_released, run_world
+
+pytestmark = pytest.mark.slow  # a multi-process fake world per case, ~10-20 s each on 2 cores
+
+
+def test_fast_rank_waits_for_the_slow_one_before_releasing(tmp_path):
+    """Rank 1 shuts down 3 s late; rank 0 (shut down at once) releases its transport only after rank 1 reached the
+    barrier. Today's code never released: released_at was missing."""
+    outs, _ = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, reference=False,
+                        env_extra={"FAKE_SHUTDOWN_DELAY": "1:3"})
+    fast, slow = outs
+    for r, got in enumerate(outs):
+        assert_transport_released(got, r)
+    assert fast["released_at"] >= slow["shutdown_called_at"], (fast["released_at"], slow["shutdown_called_at"])
+    assert fast["barrier_waited_s"] >= 2.0, fast["barrier_waited_s"]  # it did wait (3 s late, minus setup skew)
+    assert any("all 2 ranks reached the shutdown barrier" in ln for ln in fast["log"]), fast["log"][-3:]
+
+
+def _barrier_warnings(got):
+    return [ln for ln in got["log"] if ln.startswith("WARNING") and "shutdown barrier" in ln]
+
+
+def test_absent_peer_releases_after_the_timeout_with_a_warning(tmp_path):
+    """Rank 1 is alive but shuts down 6 s late, past shutdown_timeout_s 2: rank 0 releases after ~2 s, with a warning
+    naming the group and the missing rank. Rank 1, released late, finds rank 0's token and releases too."""
+    outs, _ = run_world(tmp_path, "hooks", "bf16", dwdp={"gemm": "merge"}, reference=False,
+                        env_extra={"FAKE_SHUTDOWN_DELAY": "1:6"}, cfg_extra={"shutdown_timeout_s": 2})
+    r0 = outs[0]
+    assert_transport_released_despite_missing(r0, missing=1)
+    assert 1.9 <= r0["barrier_waited_s"] < 5.0, r0["barrier_waited_s"]
+    (warn,) = _barrier_warnings(r0)
+    assert "DWDP group 0 (dwdp_trtllm_" in warn and "global ranks [0, 1]" in warn, warn
+    assert "dwdp rank 1 (global rank 1): did not arrive (timed out)" in warn and "within 2 s" in warn, warn
+    assert r0["released_at"] < outs[1]["shutdown_called_at"]  # released before the late peer came: no hang
+
+
+def test_dead_peer_releases_with_a_warning(tmp_path):
+    """Rank 1's process exits before its executor shuts down: rank 0 releases (the lost connection is seen at once,
+    within the timeout at the latest), warning that rank 1 did not reach the barrier."""
+    outs, _ = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, reference=False,
+                        env_extra={"FAKE_SHUTDOWN_DIE": "1"}, cfg_extra={"shutdown_timeout_s": 20})
+    assert outs[1] == {"died_before_shutdown": True}
+    r0 = outs[0]
+    assert_transport_released_despite_missing(r0, missing=1)
+    assert r0["barrier_waited_s"] < 20.5, r0["barrier_waited_s"]
+    (warn,) = _barrier_warnings(r0)
+    assert "dwdp rank 1 (global rank 1)" in warn and "releasing this rank's buffers anyway" in warn, warn
+
+
+def assert_transport_released_despite_missing(got, missing: int):
+    assert list(got["barrier_missing"]) == [missing], got["barrier_missing"]
+    assert got["shm_before_shutdown"]["maps"] and got["shm_after_shutdown"] == {"maps": [], "files": []}
+    assert got["released_at"] is not None and set(got["expert_numel_after"]) == {0}
