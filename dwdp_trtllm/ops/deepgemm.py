@@ -100,6 +100,17 @@ def module():
     root = os.environ.get("DWDP_DEEPGEMM_DIR")
     if root and root not in sys.path:
         sys.path.insert(0, root)
+    if "deep_gemm" not in sys.modules and sys.platform.startswith("linux"):
+        # On the H200 image (gcc 13, CUDA 13.0, torch 2.11) deep_gemm._C segfaulted in its first std::regex
+        # (IncludeParser, at the first JIT call): the locale facet it fetched was another class's (a codecvt's
+        # do_unshift ran for collate::transform), i.e. libstdc++'s facet ids resolved to a second copy, which a
+        # library loaded beside _C (libnvrtc is linked right after cudart) can carry. libstdc++ made global first
+        # puts its own symbols ahead of every such copy.
+        import ctypes  # noqa: PLC0415
+        try:
+            ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass
     try:
         import deep_gemm  # noqa: PLC0415 - optional dependency, never needed on CPU
     except Exception as e:  # ImportError, or its _C failing to load / to init CUDA
