@@ -137,7 +137,7 @@ def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> di
     except ConfigError as e:  # reported, not raised: this command describes what would happen
         engine, why = "error", str(e)
     rep["our_mode"] = {"engine": engine, "reason": why, "weight_dtype": wd,
-                       "gemm": gemm_order(wd, cfg.gemm_requested if cfg else None) + GEMM_CHOICE_NOTE
+                       "gemm": gemm_order(wd, cfg.gemm_requested if cfg else None, sm) + GEMM_CHOICE_NOTE
                        if engine == "dwdp_trtllm" else
                        "upstream CuteDSL NVFP4" if engine == "upstream" else "-"}
     if engine == "dwdp_trtllm":

@@ -22,7 +22,6 @@ import re
 from .. import memory as mem
 from ..byte_units import fmt_bytes
 from ..config import DwdpConfig
-from ..integration.moe_evidence import default_gemm
 from ..models import PRESETS, ModelSpec
 from ..node_layout import layout
 from ..out_path import check_out_dir
@@ -217,9 +216,10 @@ def run(args) -> int:
     if engine == "dwdp_trtllm":
         if args.weight_dtype == "nvfp4":
             raise ConfigError(None, "--weight-dtype", "nvfp4 runs on the upstream engine only; use bf16 or fp8 with dwdp_trtllm")
-        # the engine's default path for these weights (FP8: multi_buffer, by measurement; BF16: the composite view);
-        # the runtime falls back (integration/adapter.py choose_gemm) and logs why
-        dwdp_kw.update(weight_dtype=args.weight_dtype, gemm=default_gemm(args.weight_dtype))
+        # no gemm: the engine's default path is decided on the GPU it runs on (integration/moe_evidence.default_gemm:
+        # FP8 block scales on sm_90 multi_buffer, by measurement, else the composite view); the runtime falls back
+        # (integration/adapter.py choose_gemm) and logs why
+        dwdp_kw.update(weight_dtype=args.weight_dtype)
     try:
         dwdp = DwdpConfig(**dwdp_kw)
         dwdp.validate_for(num_experts, None, prefix="")

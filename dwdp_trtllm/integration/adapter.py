@@ -9,7 +9,7 @@ per weight name. AdapterRuntime:
     - composite_view (CUDA + VMM transport): weights are one [E, ...] virtual range [run | local | run]
       (composite_slots.py): the local experts are mapped, never copied; the small FP8 block scales
       live in a full [E, ...] plain slot filled with local + peer copies;
-    - multi_buffer (requested: moe_evidence.default_gemm for FP8 block scales; else where the composite view cannot be built):
+    - multi_buffer (first for FP8 block scales on sm_90: moe_evidence.default_gemm; else where the composite view cannot be built):
       the slot holds only the fetched experts [n_fetch, ...] (the copy plan's ops as they are); the owner's tensors
       keep the local experts and are never rebound; the host's execution unit (TensorRT-LLM:
       integration/trtllm/moe_unit.py, installed as the backend's run_moe) reads [local, slot] in place through
@@ -40,7 +40,7 @@ from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
-from .moe_evidence import adapter_default_gemm
+from .moe_evidence import default_gemm, measured_case
 from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
 from ..runtime import ExpertSources, expert_maps, local_slot_sources
 from ..transport.close_barrier import close_barrier
@@ -67,7 +67,7 @@ def transport_for(kind: str, *, device_type: str, gemm_requested: str | None) ->
 
     gemm_requested: the gemm the integration config names (settings.IntegrationConfig.gemm_requested), None when it
     names none. `auto` on CUDA becomes vmm_fd when the gemm tried first is composite_view or multi_buffer, or when
-    the config names no gemm (the default, moe_evidence.adapter_default_gemm, is one of those two): the composite view
+    the config names no gemm (the default, moe_evidence.default_gemm, is one of those two): the composite view
     maps the local experts beside the slot, so they must be cuMem allocations, and it is multi_buffer's fallback where
     the unit is refused (choose_gemm). Otherwise (`auto` off CUDA, or merge / reference named) `auto` is left to
     transport.make_transport; a named kind is always kept."""
@@ -99,13 +99,18 @@ def _composite_blocker(want: str, device_type: str, transport_kind: str, placeme
     return None
 
 
-def fp8_block_sm90(weight_dtype: torch.dtype, names: Sequence[str], device: torch.device,
-                   capability: tuple[int, int] | None = None) -> bool:
-    """The experts are FP8 with block scales (e4m3 weights, *_scaling_factor tensors) on an sm_90 GPU: where the
-    measurement behind moe_evidence.default_gemm applies. capability: the device's (major, minor); read from CUDA when None."""
-    if weight_dtype != torch.float8_e4m3fn or not any(is_scale(n) for n in names) or device.type != "cuda":
-        return False
-    return (capability or torch.cuda.get_device_capability(device))[0] == 9
+def expert_weight_dtype(weight_dtype: torch.dtype, names: Sequence[str]) -> str:
+    """The experts' DwdpConfig weight_dtype: 'fp8' for e4m3 weights with block scales (*_scaling_factor tensors),
+    else 'bf16' (moe_evidence.default_gemm's terms)."""
+    return "fp8" if weight_dtype == torch.float8_e4m3fn and any(is_scale(n) for n in names) else "bf16"
+
+
+def device_sm(device: torch.device, capability: tuple[int, int] | None = None) -> int | None:
+    """The device's compute capability as major * 10 + minor (capability: given, else read from CUDA); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    major, minor = capability or torch.cuda.get_device_capability(device)
+    return major * 10 + minor
 
 
 def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: ExpertPlacement, rank: int,
@@ -113,14 +118,14 @@ def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: 
                 default: bool = False, device_name: str | None = None) -> tuple[str, str]:
     """(gemm, reason) for the TensorRT-LLM host; the reason goes to the log, `gemm_reason` and check output.
 
-    `gemm: multi_buffer` (moe_evidence.default_gemm for FP8 block scales) asks for the multi_buffer unit (dwdp::grouped_gemm over
+    `gemm: multi_buffer` (moe_evidence.default_gemm for FP8 block scales on sm_90) asks for the multi_buffer unit (dwdp::grouped_gemm over
     [local, slot]) first, then the composite view, then merge; any other request (composite_view, BF16's default)
     the composite view (stock kernel, nothing copied locally) first, then the unit, then merge; `gemm: merge` merge.
     On CPU the composite view exists only as the test stand-in, used when requested explicitly. blocker: None when
     the host's multi_buffer unit can serve these owners, else why not. composite_error: the composite view was
     chosen but could not be built (why); the choice is made again without it, and the reason keeps everything said
-    before. fp8_sm90: FP8 block-scale experts on sm_90 (fp8_block_sm90): a multi_buffer choice names the
-    measurement it rests on (moe_evidence.fp8_sm90_reason). default: `want` is moe_evidence.adapter_default_gemm (the
+    before. fp8_sm90: FP8 block-scale experts on sm_90 (moe_evidence.measured_case): a multi_buffer choice names the
+    measurement it rests on (moe_evidence.fp8_sm90_reason). default: `want` is moe_evidence.default_gemm (the
     integration config names no gemm), not a request; the reason says so and on CPU the stand-in is not used.
     device_name: the GPU's name (torch.cuda.get_device_name): the FP8 reason says whether it is the GPU measured."""
     asked = "default (the integration config names no gemm)" if default else "requested"
@@ -159,7 +164,7 @@ class AdapterRuntime:
         `bound_sources(p)`), else why not. gemm_requested: the gemm the integration config names
         (settings.IntegrationConfig.gemm_requested), tried first; None when it names none (cfg.gemm is then
         DwdpConfig's default, merge, which nobody asked for): the measured default for these weights
-        (moe_evidence.adapter_default_gemm) is tried first instead, then the usual fallbacks. Collective over the DWDP group (transport.open_peers); call on every
+        (moe_evidence.default_gemm) is tried first instead, then the usual fallbacks. Collective over the DWDP group (transport.open_peers); call on every
         rank in the same order. The runtime owns `transport` from here on: close() releases it after the shutdown
         barrier (at most close_timeout_s; group_label names the group in its log lines)."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
@@ -185,8 +190,9 @@ class AdapterRuntime:
             torch.cuda.synchronize(device)  # local experts are written before peers may read them
         transport.open_peers()
 
-        fp8_sm90 = fp8_block_sm90(next(self.shapes[n][1] for n in names if not is_scale(n)), names, device)
-        want = gemm_requested if gemm_requested is not None else adapter_default_gemm(fp8_sm90)
+        wd, sm = expert_weight_dtype(next(self.shapes[n][1] for n in names if not is_scale(n)), names), device_sm(device)
+        fp8_sm90 = measured_case(wd, sm)
+        want = gemm_requested if gemm_requested is not None else default_gemm(wd, sm)
         choose = dict(device_type=device.type, transport_kind=getattr(transport, "kind", ""), placement=placement,
                       rank=dwdp_rank, blocker=blocker, fp8_sm90=fp8_sm90, default=gemm_requested is None,
                       device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)

@@ -1,5 +1,6 @@
-"""The dwdp_trtllm engine's default expert path per weight dtype (default_gemm: what `dwdp gen-config` writes,
-gemm_order: what `dwdp check-trtllm` prints), and the measurement the FP8 default rests on: our routed-expert op
+"""The dwdp_trtllm engine's default expert path per weight dtype and GPU (default_gemm: what the adapter tries
+first when the integration YAML names no gemm; gen-config writes none; gemm_order: what `dwdp check-trtllm` prints),
+and the measurement the FP8 default rests on: our routed-expert op
 against TensorRT-LLM's Hopper FP8 block-scale MoE (the reason adapter.choose_gemm logs, the comparison table
 scripts/bench_moe_op_vs_trtllm.py prints). Pure: no torch, no tensorrt_llm.
 
@@ -53,22 +54,24 @@ OUR_OP_H200 = Measured(
     source=f"2026-12-03, torch 2.11.0+cu130: docs/BENCHMARKS.md section 12, {RESULTS}")
 
 
-def default_gemm(weight_dtype: str) -> str:
-    """The gemm `dwdp gen-config` writes for a dwdp_trtllm deployment (an integration YAML without `gemm` gets
-    adapter_default_gemm for the weights at hand): multi_buffer for FP8 block-scale experts (on sm_90
-    our op beat the stock kernel the composite view feeds at every measured point, narrowly at 4K tokens uniform:
-    fp8_sm90_reason), the composite view otherwise (BF16).
+def measured_case(weight_dtype: str, sm: int | None) -> bool:
+    """FP8 block-scale experts (DwdpConfig weight_dtype 'fp8') on an sm_90 GPU (compute capability 9.x, `sm` as
+    major * 10 + minor; None: not known): where OUR_OP_H200's comparison applies (AdapterRuntime asks it for
+    the tensors and device at hand)."""
+    return weight_dtype == "fp8" and sm is not None and sm // 10 == 9
+
+
+def default_gemm(weight_dtype: str, sm: int | None) -> str:
+    """The gemm the dwdp_trtllm engine tries first when the integration YAML names none (settings.IntegrationConfig
+    gemm_requested None); the one place this is decided. multi_buffer for FP8 block-scale experts on sm_90, where
+    our op beat the stock kernel the composite view feeds at every measured point (narrowly at 4K tokens uniform:
+    fp8_sm90_reason); the composite view otherwise (BF16, or FP8 off sm_90: not measured). Not DwdpConfig's default
+    (merge, the bench engine's), which nobody asked for there.
+    Asked by the adapter for the weights and GPU it runs on (AdapterRuntime), and by `dwdp check-trtllm` for this
+    machine's GPU (gemm_order); `dwdp gen-config` writes no gemm, so the GPU the deployment runs on decides.
     adapter.choose_gemm falls back in order: multi_buffer -> composite view -> merge, or composite view ->
     multi_buffer -> merge."""
-    return "multi_buffer" if weight_dtype == "fp8" else "composite_view"
-
-
-def adapter_default_gemm(fp8_block_sm90: bool) -> str:
-    """The gemm the TensorRT-LLM adapter tries first when the integration YAML names none (settings.IntegrationConfig
-    gemm_requested None), for the weights at hand (adapter.fp8_block_sm90): multi_buffer for FP8 block-scale experts
-    on sm_90, where fp8_sm90_reason's measurement applies; the composite view otherwise (BF16, or FP8 off sm_90: not
-    measured). Not DwdpConfig's default (merge, the bench engine's), which nobody asked for there."""
-    return default_gemm("fp8") if fp8_block_sm90 else default_gemm("bf16")
+    return "multi_buffer" if measured_case(weight_dtype, sm) else "composite_view"
 
 
 #: what each path runs (check-trtllm's GEMM line)
@@ -76,19 +79,29 @@ UNIT = "our execution unit replaces CutlassFusedMoE.run_moe on DWDP layers: dwdp
 VIEW = "the stock CUTLASS MoE over one [E, ...] VMM range (CUDA + vmm_fd; local experts mapped, not copied)"
 
 
-def gemm_order(weight_dtype: str, requested: str | None = None) -> str:
-    """One line: the path the dwdp_trtllm engine tries first for `weight_dtype` experts (the config's `requested`
-    gemm, else default_gemm), its fallbacks, and for FP8 multi_buffer why (the GPU of the deployment is not known
-    here: the reason names the one measured, fp8_sm90_reason without a device name)."""
-    want = requested or default_gemm(weight_dtype)
+def gemm_order(weight_dtype: str, requested: str | None = None, sm: int | None = None) -> str:
+    """One line (`dwdp check-trtllm`'s GEMM line): the path the dwdp_trtllm engine tries first for `weight_dtype`
+    experts, its fallbacks, and for FP8 multi_buffer why. requested: the integration config's gemm (None: it names
+    none, default_gemm decides); sm: the GPU's compute capability (major * 10 + minor), None when this machine has
+    no GPU: then an FP8 default is given for both cases, sm_90 and other GPUs."""
+    if requested is None and sm is None and weight_dtype == "fp8":
+        return (f"{_order('multi_buffer', False, 'default on sm_90 GPUs')} On other GPUs: "
+                f"{_order('composite_view', False, 'default: FP8 off sm_90 is not measured')} No GPU here: the GPU "
+                f"the engine runs on decides (moe_evidence.default_gemm). Why on sm_90: {fp8_sm90_reason()}")
+    want = requested or default_gemm(weight_dtype, sm)
+    how = "requested" if requested else f"default on sm_{sm}" if sm is not None else "default"
+    return _order(want, want == "multi_buffer" and weight_dtype == "fp8" and (sm is None or measured_case(weight_dtype, sm)),
+                  how)
+
+
+def _order(want: str, measured: bool, how: str) -> str:
+    """The line for `want` tried first (how: requested / default ...); measured: append the FP8 measurement."""
     if want == "merge":
-        return "merge (requested; full-slot buffers, local experts copied every layer)"
+        return f"merge ({how}; full-slot buffers, local experts copied every layer)"
     if want == "multi_buffer":
-        why = f" Why: {fp8_sm90_reason()}" if weight_dtype == "fp8" else ""
-        return (f"multi_buffer ({UNIT}); where the unit cannot run composite_view ({VIEW}); else merge "
-                f"(full-slot buffers).{why}")
-    return (f"composite_view ({VIEW}); where that view cannot be built multi_buffer ({UNIT}); else merge "
-            "(full-slot buffers)")
+        why = f" Why: {fp8_sm90_reason()}" if measured else ""
+        return f"multi_buffer ({UNIT}); where the unit cannot run composite_view ({VIEW}); else merge [{how}].{why}"
+    return f"composite_view ({VIEW}); where that view cannot be built multi_buffer ({UNIT}); else merge [{how}]."
 
 
 def _tables():

@@ -44,7 +44,7 @@ class IntegrationConfig:
     path: str | None = None
     #: the file's `gemm`, None when it names none: then dwdp.gemm is DwdpConfig's (the bench engine's) default, merge,
     #: which nobody asked for here, and the adapter tries the measured default for the weights at hand instead
-    #: (moe_evidence.adapter_default_gemm)
+    #: (moe_evidence.default_gemm)
     gemm_requested: str | None = None
     #: seconds executor shutdown waits at the barrier for the DWDP group's other ranks before releasing the transport
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S

@@ -14,8 +14,8 @@ import yaml
 
 from dwdp_trtllm.cli import main
 from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.integration.adapter import choose_gemm, fp8_block_sm90, transport_for
-from dwdp_trtllm.integration.moe_evidence import default_gemm, fp8_sm90_reason, gemm_order
+from dwdp_trtllm.integration.adapter import choose_gemm, device_sm, expert_weight_dtype, transport_for
+from dwdp_trtllm.integration.moe_evidence import default_gemm, fp8_sm90_reason, gemm_order, measured_case
 from dwdp_trtllm.placement import make_placement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,26 +30,43 @@ def _choose(want, *, transport="vmm_fd", mb=None, fp8_sm90=True, default=False):
                        blocker=mb, fp8_sm90=fp8_sm90, default=default)
 
 
-def test_default_per_weight_dtype():
-    assert default_gemm("fp8") == "multi_buffer"
-    assert default_gemm("bf16") == "composite_view"
+def test_default_per_weight_dtype_and_gpu():
+    """multi_buffer for FP8 block scales on sm_90 only (what was measured); the composite view for BF16 and for FP8
+    on another GPU or none known (the adapter's choice there since the review: one function now says it)."""
+    assert default_gemm("fp8", 90) == "multi_buffer"
+    assert default_gemm("bf16", 90) == "composite_view"
+    assert default_gemm("fp8", 100) == default_gemm("fp8", None) == "composite_view"
+
+
+def test_check_trtllm_line_says_what_the_adapter_does_on_that_gpu():
+    """Review finding: gemm_order said multi_buffer for FP8 block scales on any GPU while the adapter's default off
+    sm_90 is the composite view. Now the line follows default_gemm for the GPU check-trtllm sees; with none, it gives
+    both cases."""
+    assert gemm_order("fp8", sm=90).startswith("multi_buffer (") and "[default on sm_90]" in gemm_order("fp8", sm=90)
+    blackwell = gemm_order("fp8", sm=100)
+    assert blackwell.startswith("composite_view (") and "[default on sm_100]" in blackwell and "Why" not in blackwell
+    none = gemm_order("fp8")
+    assert none.startswith("multi_buffer (") and "[default on sm_90 GPUs]" in none, none
+    assert "On other GPUs: composite_view (" in none and fp8_sm90_reason() in none
+    assert gemm_order("fp8", "multi_buffer", sm=100).endswith("[requested].")  # a request: no measurement claimed
+    assert gemm_order("bf16", sm=90).startswith("composite_view (")
 
 
 def test_fp8_default_order_multi_buffer_then_composite_then_merge():
-    g, why = _choose(default_gemm("fp8"))
+    g, why = _choose(default_gemm("fp8", 90))
     assert g == "multi_buffer"
     assert fp8_sm90_reason() in why  # the measurement and both sources, in the log and gemm_reason
     assert "5.10 / 8.42 / 15.88 ms" in why and "h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet" in why
-    g, why = _choose(default_gemm("fp8"), mb="w3_w1_bias is set")  # unit refused: the composite view
+    g, why = _choose(default_gemm("fp8", 90), mb="w3_w1_bias is set")  # unit refused: the composite view
     assert g == "composite_view" and "multi_buffer requested but not possible (w3_w1_bias is set)" in why
-    g, why = _choose(default_gemm("fp8"), transport="ipc", mb="w3_w1_bias is set")  # neither: merge
+    g, why = _choose(default_gemm("fp8", 90), transport="ipc", mb="w3_w1_bias is set")  # neither: merge
     assert g == "merge" and "composite view not possible" in why
 
 
 def test_bf16_and_explicit_requests_unchanged():
     """BF16 (fp8_sm90 False) keeps the composite view first with today's reason; an explicit composite_view request
     for FP8 is honoured; a multi_buffer choice off sm_90 or for BF16 names no FP8 measurement."""
-    assert _choose(default_gemm("bf16"), fp8_sm90=False) == \
+    assert _choose(default_gemm("bf16", 90), fp8_sm90=False) == \
         ("composite_view", "local experts mapped beside the slot (no local copy)")
     assert _choose("composite_view")[0] == "composite_view"
     g, why = _choose("multi_buffer", fp8_sm90=False)
@@ -59,21 +76,30 @@ def test_bf16_and_explicit_requests_unchanged():
 def test_fp8_block_sm90_needs_e4m3_block_scales_on_sm90():
     cuda = torch.device("cuda", 0)
     f8 = torch.float8_e4m3fn
+    def fp8_block_sm90(dtype, names, device, capability=None):  # what AdapterRuntime asks (fp8_sm90)
+        return measured_case(expert_weight_dtype(dtype, names), device_sm(device, capability))
     assert fp8_block_sm90(f8, FP8_NAMES, cuda, capability=(9, 0))
     assert not fp8_block_sm90(f8, FP8_NAMES, cuda, capability=(10, 0))  # Blackwell: not what was measured
     assert not fp8_block_sm90(torch.bfloat16, FP8_NAMES[:2], cuda, capability=(9, 0))
     assert not fp8_block_sm90(f8, FP8_NAMES[:2], cuda, capability=(9, 0))  # FP8 without block scales
     assert not fp8_block_sm90(f8, FP8_NAMES, torch.device("cpu"))
+    assert device_sm(cuda, capability=(9, 0)) == 90 and device_sm(torch.device("cpu")) is None
 
 
-def test_gen_config_writes_the_default_per_dtype(tmp_path):
-    """FP8 -> multi_buffer (it wrote composite_view before), BF16 -> composite_view."""
-    for dtype, want in (("fp8", "multi_buffer"), ("bf16", "composite_view")):
+def test_gen_config_leaves_the_gemm_to_the_gpu_it_runs_on(tmp_path):
+    """Review finding: gen-config wrote `gemm: multi_buffer` for FP8 whatever the GPU (a request, so the adapter ran it
+    off sm_90 too, where its own default is the composite view). Now it writes no gemm: the loaded file requests
+    none and the adapter's default_gemm decides on the deployed GPU; the file's header says so."""
+    from dwdp_trtllm.integration.settings import load_integration_config
+    for dtype in ("fp8", "bf16"):
         out = tmp_path / dtype
         assert main(["gen-config", "--model", "/ckpt/m", "--out", str(out), "--mode", "disaggregated", "--preset",
                      "deepseek-r1", "--gen-tp", "4", "--dwdp-size", "4", "--gpu-memory-gb", "800",
                      "--weight-dtype", dtype]) == 0
-        assert yaml.safe_load((out / "dwdp.yaml").read_text())["dwdp_config"]["gemm"] == want, dtype
+        text = (out / "dwdp.yaml").read_text()
+        assert "gemm" not in yaml.safe_load(text)["dwdp_config"], dtype
+        assert load_integration_config(out / "dwdp.yaml").gemm_requested is None
+        assert "# no gemm: the engine picks it on the GPU it runs on" in text
 
 
 def test_check_trtllm_gemm_line_follows_the_config(tmp_path):
@@ -99,7 +125,6 @@ def test_integration_yaml_without_gemm_gets_the_measured_default(tmp_path):
     the log / check-trtllm said "gemm: merge requested" though nothing was. Now the adapter tries the measured default
     for the weights at hand (FP8 block scales on sm_90: multi_buffer; else the composite view), says it is the
     default, and keeps the usual fallbacks; the bench engine's DwdpConfig default stays merge."""
-    from dwdp_trtllm.integration.moe_evidence import adapter_default_gemm
     from dwdp_trtllm.integration.settings import load_integration_config
     p = tmp_path / "dwdp.yaml"
     p.write_text(yaml.safe_dump({"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": 2, "weight_dtype": "fp8"}}))
@@ -108,13 +133,12 @@ def test_integration_yaml_without_gemm_gets_the_measured_default(tmp_path):
     p2 = tmp_path / "given.yaml"
     p2.write_text(yaml.safe_dump({"dwdp_size": 2, "gemm": "merge"}))
     assert load_integration_config(p2).gemm_requested == "merge"
-    assert (adapter_default_gemm(True), adapter_default_gemm(False)) == ("multi_buffer", "composite_view")
-    g, why = _choose(adapter_default_gemm(True), default=True)
+    g, why = _choose(default_gemm("fp8", 90), default=True)
     assert g == "multi_buffer" and why.startswith("gemm: multi_buffer default") and "requested" not in why
     assert fp8_sm90_reason() in why
-    g, why = _choose(adapter_default_gemm(True), default=True, mb="w3_w1_bias is set")  # fallbacks as before
+    g, why = _choose(default_gemm("fp8", 90), default=True, mb="w3_w1_bias is set")  # fallbacks as before
     assert g == "composite_view" and "multi_buffer default (the integration config names no gemm) but not possible" in why
-    g, why = _choose(adapter_default_gemm(False), default=True, fp8_sm90=False)
+    g, why = _choose(default_gemm("fp8", 100), default=True, fp8_sm90=False)
     assert g == "composite_view" and why.startswith("gemm: composite_view default") and "requested" not in why
     tree = era_tree(tmp_path, "lifecycle")
     import json
@@ -157,9 +181,8 @@ def test_transport_for_auto_picks_vmm_fd_where_the_gemm_maps_local_experts():
     }
     for (kind, dev, req), want in cases.items():
         assert transport_for(kind, device_type=dev, gemm_requested=req) == want, (kind, dev, req)
-    from dwdp_trtllm.integration.moe_evidence import adapter_default_gemm
-    for fp8 in (True, False):  # every default the adapter may try first gets a transport its composite view can map
-        assert transport_for("auto", device_type="cuda", gemm_requested=adapter_default_gemm(fp8)) == "vmm_fd"
+    for wd, sm in (("fp8", 90), ("fp8", 100), ("bf16", 90)):  # every default the adapter may try first, named:
+        assert transport_for("auto", device_type="cuda", gemm_requested=default_gemm(wd, sm)) == "vmm_fd"  # mappable
     src = (Path(__file__).resolve().parents[2] / "dwdp_trtllm/integration/trtllm/model_setup.py").read_text()
     assert "transport_for(cfg.transport" in src and '"vmm_fd"' not in src  # the one place the rule lives
     # one type, one meaning end to end: the integration config's gemm_requested (str | None) reaches transport_for and
