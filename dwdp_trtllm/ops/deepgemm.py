@@ -103,9 +103,10 @@ def module():
     if "deep_gemm" not in sys.modules and sys.platform.startswith("linux"):
         # On the H200 image (gcc 13, CUDA 13.0, torch 2.11) deep_gemm._C segfaulted in its first std::regex
         # (IncludeParser, at the first JIT call): the locale facet it fetched was another class's (a codecvt's
-        # do_unshift ran for collate::transform), i.e. libstdc++'s facet ids resolved to a second copy, which a
-        # library loaded beside _C (libnvrtc is linked right after cudart) can carry. libstdc++ made global first
-        # puts its own symbols ahead of every such copy.
+        # do_unshift ran for collate::transform): its facet id resolved to a copy other than libstdc++'s own (which
+        # library exports it was not established; _C links cudart and nvrtc ahead of libstdc++). libstdc++ made
+        # global first puts its own symbols ahead of every such copy: with it the same _C ran every test and the
+        # benchmark (docs/BENCHMARKS.md section 13).
         import ctypes  # noqa: PLC0415
         try:
             ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)

@@ -9,7 +9,7 @@
 # tar -x -C .carry/deepgemm; git --git-dir=<fmt mirror> archive 553ec11 include LICENSE | tar -x -C .carry/deepgemm/third-party/fmt.
 # Builds deep_gemm._C (csrc/python_api.cpp, a torch extension linked with cudart + nvrtc) in place; the kernels are
 # JIT-compiled with nvcc at their first call into DG_JIT_CACHE_DIR. A prebuilt _C (deep_gemm/_C*.so in the bundle,
-# from an earlier build on the same image) is reused. Exit 2 if the bundle or CUTLASS is missing.
+# from an earlier build on the same image, BUILT_WITH naming how) is reused. Exit 2 if the bundle or CUTLASS is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$PWD/.carry/deepgemm; dest=${1:-/tmp/deepgemm}
@@ -20,10 +20,12 @@ rm -rf "$dest"; mkdir -p "$dest"; cp -r "$src"/. "$dest"/
 mkdir -p "$dest/third-party/cutlass"
 ln -sfn "$cut" "$dest/third-party/cutlass/include"
 ln -sfn "$cut/cute" "$dest/deep_gemm/include/cute"; ln -sfn "$cut/cutlass" "$dest/deep_gemm/include/cutlass"
-# DEEPGEMM_BUILD=setup: DeepGEMM's own setup.py (plain setuptools build_ext: no torch BuildExtension flags);
-# torch (default): the same extension (sources, include dirs, flags, libraries of its setup.py) through
-# torch.utils.cpp_extension.load, which adds torch's pybind11 ABI flags. A prebuilt _C of the other kind is dropped.
-how=${DEEPGEMM_BUILD:-torch}
+# DEEPGEMM_BUILD=setup (default; the build measured in docs/BENCHMARKS.md section 13): DeepGEMM's own setup.py
+# (plain setuptools build_ext); torch: the same extension (sources, include dirs, flags, libraries of its setup.py)
+# through torch.utils.cpp_extension.load (torch's pybind11 ABI flags). A prebuilt _C of the other kind is dropped.
+# Either one's _C segfaults in std::regex at its first JIT call on the H200 image unless libstdc++ is made global
+# first: dwdp_trtllm/ops/deepgemm.py module() does that (python code importing deep_gemm directly must too).
+how=${DEEPGEMM_BUILD:-setup}
 if [ -f "$src/deep_gemm/BUILT_WITH" ] && [ "$(cat "$src/deep_gemm/BUILT_WITH")" != "$how" ]; then rm -f "$dest"/deep_gemm/_C*.so; fi
 if ! ls "$dest"/deep_gemm/_C*.so >/dev/null 2>&1; then
   echo "$how" > "$dest/deep_gemm/BUILT_WITH"
