@@ -80,18 +80,31 @@ def padded_layout(offs_E: torch.Tensor, rows: int | None = None, rows_padded: in
                         psum_E=(pstart_E + counts_E).to(torch.int32), rows_padded=rows_padded)
 
 
+def _as_words(t: torch.Tensor) -> torch.Tensor:
+    """Rows of a contiguous 2-D tensor as the widest integers that tile a row (int64 when its bytes allow): the row
+    copies move 8 bytes per element instead of one (index_copy_ has no float8 kernel, and byte-wide copies of FP8
+    rows ran at ~0.7 TB/s on the H200, docs/BENCHMARKS.md section 13)."""
+    if t.dim() != 2 or not t.is_contiguous():
+        return t.view(torch.uint8) if t.dtype.itemsize == 1 and t.is_floating_point() else t
+    row_bytes = t.shape[1] * t.dtype.itemsize
+    for dt in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        if row_bytes % dt.itemsize == 0:
+            return t.view(torch.uint8).view(dt) if t.dtype.itemsize == 1 else t.view(dt)
+    return t  # not reached: uint8 tiles every row
+
+
 def pad_rows(x_R: torch.Tensor, layout: PaddedLayout, out_M: torch.Tensor | None = None) -> torch.Tensor:
     """x_R's rows at their padded positions; padding rows are zero in a fresh buffer (out_M keeps whatever it held)."""
     if out_M is None:
         out_M = torch.zeros((layout.rows_padded, *x_R.shape[1:]), dtype=x_R.dtype, device=x_R.device)
-    # index_copy_ has no float8 kernel: move fp8 rows as bytes
-    view = (lambda t: t.view(torch.uint8)) if x_R.dtype.itemsize == 1 and x_R.is_floating_point() else (lambda t: t)
-    view(out_M).index_copy_(0, layout.dest_R, view(x_R))
+    _as_words(out_M).index_copy_(0, layout.dest_R, _as_words(x_R.contiguous()))
     return out_M
 
 
 def unpad_rows(y_M: torch.Tensor, layout: PaddedLayout) -> torch.Tensor:
     """The source rows of a padded result, in the original (expert-sorted) order."""
+    if y_M.dim() == 2 and y_M.is_contiguous():
+        return _as_words(y_M).index_select(0, layout.dest_R).view(y_M.dtype)
     return y_M.index_select(0, layout.dest_R)
 
 

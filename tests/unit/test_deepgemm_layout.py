@@ -112,3 +112,19 @@ def test_layout_with_rows_and_height_given_reads_nothing_back(monkeypatch):
     lay = dgl.padded_layout(offs, rows=140, rows_padded=dgl.padded_rows_bound(140, 3))
     assert calls == []
     assert lay.dest_R.tolist() == dgl.padded_layout(torch.tensor([3, 3, 140])).dest_R.tolist()
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.float8_e4m3fn, 7168), (torch.float8_e4m3fn, 3), (torch.bfloat16, 6),
+                                         (torch.float32, 56), (torch.float32, 3)])
+def test_rows_move_as_words_whatever_the_width(dtype, width):
+    """pad/unpad move rows as the widest integer tiling a row: dtype, shape and bits come back unchanged."""
+    g = torch.Generator().manual_seed(3)
+    counts = [2, 0, 129]
+    offs = torch.tensor(counts).cumsum(0)
+    x = (torch.randn(sum(counts), width, generator=g) * 8).to(dtype)
+    lay = dgl.padded_layout(offs)
+    x_pad = dgl.pad_rows(x, lay)
+    assert x_pad.dtype == dtype and x_pad.shape == (lay.rows_padded, width)
+    back = dgl.unpad_rows(x_pad, lay)
+    assert back.dtype == dtype and back.shape == x.shape
+    assert torch.equal(back.view(torch.uint8) if dtype.itemsize == 1 else back, x.view(torch.uint8) if dtype.itemsize == 1 else x)
