@@ -20,7 +20,7 @@ import re
 
 
 #: how the dwdp_trtllm engine runs the routed experts on TensorRT-LLM: moe_evidence.gemm_order (the order
-#: integration/adapter.py choose_gemm applies); the log and model._dwdp_trtllm_runtime['gemm_reason'] say which and why
+#: integration/gemm_choice.py choose_gemm applies); the log and model._dwdp_trtllm_runtime['gemm_reason'] say which and why
 GEMM_CHOICE_NOTE = "; the log and model._dwdp_trtllm_runtime['gemm_reason'] say which ran and why"
 
 

@@ -218,7 +218,7 @@ def run(args) -> int:
             raise ConfigError(None, "--weight-dtype", "nvfp4 runs on the upstream engine only; use bf16 or fp8 with dwdp_trtllm")
         # no gemm: the engine's default path is decided on the GPU it runs on (integration/moe_evidence.default_gemm:
         # FP8 block scales on sm_90 multi_buffer, by measurement, else the composite view); the runtime falls back
-        # (integration/adapter.py choose_gemm) and logs why
+        # (integration/gemm_choice.py choose_gemm) and logs why
         dwdp_kw.update(weight_dtype=args.weight_dtype)
     try:
         dwdp = DwdpConfig(**dwdp_kw)

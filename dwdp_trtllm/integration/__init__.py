@@ -7,11 +7,13 @@ Host-neutral (no tensorrt_llm import):
   settings.py       the integration config file; translation to/from upstream's dwdp_config
   gen_config.py     YAML generators for trtllm-serve / disaggregated deployments
   group.py          the DWDP group of the context ranks (Create_group, as upstream)
-  adapter.py        AdapterRuntime: TensorRT-LLM's expert tensors on the core's transport / CopyScheduler / Prefetcher
+  adapter.py        AdapterRuntime: TensorRT-LLM's expert tensors on the core's transport / CopyScheduler / Prefetcher;
+                    its close(): shutdown barrier, then everything released
+  gemm_choice.py    which expert path (choose_gemm) and transport (transport_for) the adapter uses, and why
   full_slot.py, composite_cpu.py   merge-path copy ops; CPU stand-in of the composite view
   hopper_manager.py HopperDwdpManager: upstream's DwdpManager interface (lifecycle calls, layout attributes)
   moe_hooks.py      MoE forward hooks driving it where upstream's lifecycle is absent
-  moe_evidence.py   the default expert path per weight dtype and the measurement behind the FP8 one
+  moe_evidence.py   the default expert path per weight dtype and GPU, and the measurement behind the FP8 one
 trtllm/ is the only place that touches tensorrt_llm, and only after TensorRT-LLM imported the target modules.
 Imports run one way: boot -> hook, trtllm/patches -> process_role, trtllm/* -> the modules above -> the core.
 """

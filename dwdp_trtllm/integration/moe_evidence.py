@@ -1,7 +1,7 @@
 """The dwdp_trtllm engine's default expert path per weight dtype and GPU (default_gemm: what the adapter tries
 first when the integration YAML names no gemm; gen-config writes none; gemm_order: what `dwdp check-trtllm` prints),
 and the measurement the FP8 default rests on: our routed-expert op
-against TensorRT-LLM's Hopper FP8 block-scale MoE (the reason adapter.choose_gemm logs, the comparison table
+against TensorRT-LLM's Hopper FP8 block-scale MoE (the reason gemm_choice.choose_gemm logs, the comparison table
 scripts/bench_moe_op_vs_trtllm.py prints). Pure: no torch, no tensorrt_llm.
 
 Theirs (never run here: no tensorrt_llm wheel runs on our machines): TensorRT-LLM's fp8_block CUTLASS fused MoE
@@ -69,7 +69,7 @@ def default_gemm(weight_dtype: str, sm: int | None) -> str:
     (merge, the bench engine's), which nobody asked for there.
     Asked by the adapter for the weights and GPU it runs on (AdapterRuntime), and by `dwdp check-trtllm` for this
     machine's GPU (gemm_order); `dwdp gen-config` writes no gemm, so the GPU the deployment runs on decides.
-    adapter.choose_gemm falls back in order: multi_buffer -> composite view -> merge, or composite view ->
+    gemm_choice.choose_gemm falls back in order: multi_buffer -> composite view -> merge, or composite view ->
     multi_buffer -> merge."""
     return "multi_buffer" if measured_case(weight_dtype, sm) else "composite_view"
 

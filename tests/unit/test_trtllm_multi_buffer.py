@@ -1,5 +1,5 @@
 """gemm multi_buffer on the TensorRT-LLM host: the execution unit (integration/trtllm/moe_unit.py) that replaces
-CutlassFusedMoE.run_moe on DWDP layers, and the adapter's path choice (integration/adapter.py choose_gemm).
+CutlassFusedMoE.run_moe on DWDP layers, and the adapter's path choice (integration/gemm_choice.py choose_gemm).
 
 The world runs (both lifecycles, BF16 / FP8 block scales, bit-exact over three forwards) are in
 test_trtllm_fake_world.py; here: the unit computes what the stock kernel computes (the fake tree's stand-in for
@@ -20,7 +20,7 @@ import torch
 
 from dwdp_trtllm.config import DwdpConfig
 from dwdp_trtllm.engine.moe_compute import identity_map
-from dwdp_trtllm.integration.adapter import NO_UNIT, choose_gemm
+from dwdp_trtllm.integration.gemm_choice import NO_UNIT, choose_gemm
 from dwdp_trtllm.integration.trtllm import moe_unit
 from dwdp_trtllm.placement import make_placement
 from dwdp_trtllm.runtime import expert_maps, local_slot_sources

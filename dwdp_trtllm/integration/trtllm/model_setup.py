@@ -4,7 +4,7 @@ Steps (every context rank of a DWDP group runs them in the same order):
  1. checks: no upstream dwdp_config at the same time, overlap scheduler off, CUTLASS backend
     (llm_args, or pytorch_backend_config in ModelLoader versions without llm_args: @ b51992a3);
  2. group: only the context ranks form it (integration/group.py, Create_group like upstream);
- 3. AdapterRuntime (integration/adapter.py): transport, composite view / multi_buffer / merge slots (choose_gemm
+ 3. AdapterRuntime (integration/adapter.py): transport, composite view / multi_buffer / merge slots (gemm_choice.choose_gemm
     logs which and why), CopyScheduler, Prefetcher: the DWDP core the embedded engine uses; with multi_buffer each
     DWDP backend's run_moe becomes our execution unit (moe_unit.py: dwdp::grouped_gemm over [local, slot]);
  4. promotion of the ConfigurableMoE wrapper AND its backend to the full expert range, like upstream
@@ -21,7 +21,8 @@ import sys
 import torch
 
 from ...transport import make_transport
-from ..adapter import AdapterRuntime, transport_for
+from ..adapter import AdapterRuntime
+from ..gemm_choice import transport_for
 from ..group import dwdp_process_group
 from ..moe_hooks import MoeHooks
 from ..process_role import engine_for_process, global_rank, integration_config, process_manager
