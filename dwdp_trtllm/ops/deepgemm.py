@@ -108,6 +108,17 @@ def unpad_rows(y_M: torch.Tensor, layout: PaddedLayout) -> torch.Tensor:
     return y_M.index_select(0, layout.dest_R)
 
 
+def padded_source_rows(rows_A: torch.Tensor, layout: PaddedLayout) -> torch.Tensor:
+    """The gather index that builds the padded layout in ONE pass: x_TH.index_select(0, result) equals
+    pad_rows(x_TH.index_select(0, rows_A), layout) on every real row (padding rows read row 0 instead of zeros;
+    their outputs are never read). rows_A = the token row of each expert-sorted pair (the engine's gather index).
+    With it the routed-expert op's gather writes DeepGEMM's layout directly and no separate pad pass exists; the
+    combine then reads padded row layout.dest_R[a] for sorted pair a."""
+    src_M = torch.zeros(layout.rows_padded, dtype=rows_A.dtype, device=rows_A.device)
+    src_M.index_copy_(0, layout.dest_R, rows_A)
+    return src_M
+
+
 def module():
     """The deep_gemm module (imported on first use). DWDP_DEEPGEMM_DIR names a built source tree to put on sys.path."""
     root = os.environ.get("DWDP_DEEPGEMM_DIR")

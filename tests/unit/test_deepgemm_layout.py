@@ -128,3 +128,21 @@ def test_rows_move_as_words_whatever_the_width(dtype, width):
     back = dgl.unpad_rows(x_pad, lay)
     assert back.dtype == dtype and back.shape == x.shape
     assert torch.equal(back.view(torch.uint8) if dtype.itemsize == 1 else back, x.view(torch.uint8) if dtype.itemsize == 1 else x)
+
+
+def test_one_gather_builds_the_padded_layout():
+    """The engine's gather with padded_source_rows equals gather-then-pad on every real row."""
+    g = torch.Generator().manual_seed(4)
+    T, K, E, H = 50, 4, 6, 256
+    ids = torch.randint(0, E, (T, K), generator=g)
+    perm = torch.sort(ids.reshape(-1), stable=True).indices
+    rows_A = torch.div(perm, K, rounding_mode="floor")
+    offs = torch.bincount(ids.reshape(-1), minlength=E).cumsum(0)
+    x = torch.randn(T, H, generator=g)
+    lay = dgl.padded_layout(offs)
+    one_pass = x.index_select(0, dgl.padded_source_rows(rows_A, lay))
+    two_pass = dgl.pad_rows(x.index_select(0, rows_A), lay)
+    real = lay.m_indices_M >= 0
+    assert one_pass.shape == two_pass.shape
+    assert torch.equal(one_pass[real], two_pass[real])
+    assert torch.equal(dgl.unpad_rows(one_pass, lay), x.index_select(0, rows_A))
