@@ -11,10 +11,10 @@ Layers never see the process group: everything distributed lives here.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from .config import DwdpConfig
 from .copy_plan import build_copy_plan
@@ -24,6 +24,9 @@ from .models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher
 from .transport import make_transport
+from .transport.close_barrier import close_barrier
+
+log = logging.getLogger("dwdp_trtllm.runtime")
 
 @dataclass(frozen=True)
 class ExpertSources:
@@ -152,7 +155,8 @@ class DwdpRuntime:
                                   self.expert_maps)
 
     def close(self) -> None:
-        """Collective: finish copies, wait until no peer reads our buffers, release everything."""
+        """Collective: finish copies, wait until no peer reads our buffers (transport.close_barrier, at most
+        timeout_s), release everything."""
         if self._closed:
             return
         self._closed = True
@@ -161,8 +165,11 @@ class DwdpRuntime:
                 self.prefetcher.drain()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            if self.group is not None and dist.is_initialized():
-                dist.barrier(group=self.group)  # peers may still be pulling from us
+            # peers may still be pulling from us: wait for all of them, at most timeout_s (the TensorRT-LLM adapter's
+            # shutdown barrier too); a missing peer is named in a warning and released anyway, never waited for longer
+            barrier = close_barrier(self.group, self.timeout_s)
+            if not barrier.ok:
+                log.warning("dwdp_trtllm: %s", barrier.describe(f"DWDP group ({self.transport.tag})", self.timeout_s))
         finally:
             if self.scheduler is not None:
                 self.scheduler.close()

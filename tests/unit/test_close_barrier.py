@@ -1,0 +1,89 @@
+"""transport/close_barrier.py on real gloo processes (3 ranks, CPU): the barrier before a rank releases its buffers,
+used by the TensorRT-LLM adapter's shutdown and by DwdpRuntime.close. Every peer present: all pass together; a late
+peer is waited for; an absent one is reported after the timeout, a dead one as soon as its connection is gone, and
+close_barrier returns (it never raises for them)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dwdp_trtllm.transport.close_barrier import BarrierResult, close_barrier
+
+WORKER = r"""
+import json, os, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+from dwdp_trtllm.transport.close_barrier import close_barrier
+rank, world, scenario, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method="file://" + out + "/rdv", rank=rank, world_size=world,
+                        timeout=timedelta(seconds=60))
+group = dist.new_group(list(range(world)))
+dist.barrier(group=group)  # everyone up before the scenario starts
+if rank == 1 and scenario == "late":
+    time.sleep(2)
+if rank == 1 and scenario == "absent":
+    time.sleep(6)  # past the others' timeout; alive
+if rank == 1 and scenario == "dead":
+    os._exit(0)
+t0 = time.time()
+r = close_barrier(group, 3.0)
+with open(f"{out}/r{rank}.json", "w") as f:
+    json.dump({"missing": {str(k): v for k, v in r.missing.items()}, "waited_s": r.waited_s, "entered": t0,
+               "left": time.time(), "ranks": list(r.ranks), "me": r.me,
+               "line": r.describe("DWDP group 0 (test)", 3.0)}, f)
+"""
+
+
+def _run(tmp_path, scenario, world=3):
+    script = tmp_path / "w.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(os.getcwd()), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), scenario, str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+    for r, p in enumerate(procs):
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, f"rank {r}: {err[-2000:]}"
+    return {r: json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(world)
+            if (tmp_path / f"r{r}.json").exists()}
+
+
+def test_no_group_or_a_group_of_one_waits_for_nothing():
+    r = close_barrier(None, 1.0)
+    assert isinstance(r, BarrierResult) and r.ok and r.waited_s == 0.0
+
+
+@pytest.mark.slow  # 3 gloo processes per case, 2-8 s each
+def test_all_present_and_a_late_peer_is_waited_for(tmp_path):
+    (tmp_path / "ok").mkdir()
+    got = _run(tmp_path / "ok", "ok")
+    assert all(g["missing"] == {} for g in got.values()) and got[0]["ranks"] == [0, 1, 2]
+    assert "all 3 ranks reached the shutdown barrier" in got[2]["line"]
+    (tmp_path / "late").mkdir()
+    got = _run(tmp_path / "late", "late")
+    assert all(g["missing"] == {} for g in got.values())
+    for r in (0, 2):  # nobody left before the late rank entered
+        assert got[r]["left"] >= got[1]["entered"], (got[r], got[1])
+
+
+@pytest.mark.slow
+def test_an_absent_peer_is_reported_after_the_timeout(tmp_path):
+    got = _run(tmp_path, "absent")
+    for r in (0, 2):
+        assert got[r]["missing"] == {"1": "did not arrive (timed out)"}, got[r]
+        assert 2.9 <= got[r]["waited_s"] < 5.5, got[r]["waited_s"]
+        assert "dwdp rank 1 (global rank 1): did not arrive (timed out)" in got[r]["line"]
+        assert "1 of 2 peers did not reach the shutdown barrier within 3 s" in got[r]["line"]
+
+
+@pytest.mark.slow
+def test_a_dead_peer_is_reported_without_waiting_the_timeout(tmp_path):
+    t0 = time.monotonic()
+    got = _run(tmp_path, "dead")
+    assert 1 not in got
+    for r in (0, 2):
+        assert list(got[r]["missing"]) == ["1"] and "connection lost" in got[r]["missing"]["1"], got[r]
+        assert got[r]["waited_s"] < 3.0, got[r]["waited_s"]
+    assert time.monotonic() - t0 < 30
