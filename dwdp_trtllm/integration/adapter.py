@@ -19,7 +19,9 @@ per weight name. AdapterRuntime:
     - on CPU (tests), composite_view runs as a stand-in (composite_cpu.py): same slot runs and copy plan, the
       [E, ...] tensor assembled by concatenation at bind time;
  3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) and
-    Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine.
+    Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine;
+ 4. at executor shutdown (close) waits at the DWDP group's shutdown barrier (transport/close_barrier.py, bounded
+    by the integration YAML's shutdown_timeout_s), then releases everything it built and the transport.
 Per-layer host work on the forward thread: wait (one stream wait_event), bind (param.data = prebuilt
 view, one assignment per tensor; multi_buffer: one tuple store), release (one event record + one scheduler issue).
 Streams: copies on the scheduler's copy stream; waits and release events on the current (compute) stream.
@@ -219,8 +221,9 @@ class AdapterRuntime:
             nothing of the model points at released memory (a forward after shutdown fails on shapes instead);
          4. the transport closed: peer mappings unmapped and imported handles released, then our exported buffers
             (VMM handles / IPC memory / shm mappings; shm names were unlinked at setup already).
-        If step 1 fails, steps 2-3 still run (peers are not held up) but the transport is left open, named in an
-        error: copies of ours may still be reading peers' memory, and unmapping it under them is worse than a leak.
+        If step 1 fails, the barrier still runs (peers are not held up) and the scheduler is closed, but the composite
+        view and the transport stay mapped, named in an error: copies of ours may still be reading peers' memory or
+        writing our slot ranges, and unmapping them under those copies is worse than a leak.
         `close_info` records the barrier's result and when the transport was released (time.time())."""
         if self._closed:
             return
@@ -241,15 +244,15 @@ class AdapterRuntime:
             try:
                 self.scheduler.close()
             finally:
-                if self.composite is not None:
-                    self.composite.close()
                 self._unbind_owners()
                 if drained:
+                    if self.composite is not None:
+                        self.composite.close()
                     self.transport.close()
                     self.close_info["released_at"] = time.time()
                 else:
-                    log.error("dwdp_trtllm: %s: this rank's copies did not finish; its transport (exported buffers, "
-                              "peer mappings) stays open until the process exits", self.group_label)
+                    log.error("dwdp_trtllm: %s: this rank's copies did not finish; its composite view and transport "
+                              "(exported buffers, peer mappings) stay mapped until the process exits", self.group_label)
 
     def _unbind_owners(self) -> None:
         """Owners' expert tensors -> empty [0, ...] tensors of their dtype; the prebuilt views and sources dropped."""
