@@ -8,7 +8,7 @@ of one token and reads its K rows with 16-byte coalesced loads, accumulating in 
 
 Contract: combine_cuda(y_sorted_AH, inv_A, w_TK, out_dtype) -> y_TH [T, H] in out_dtype, T = A / K. inv_A[t*K + k]
 is the row of y_sorted holding token t's k-th routed copy (moe_compute.inverse_permutation of sort_by_expert's
-perm). Inputs on one CUDA device; y_sorted rows contiguous; w float32 or y's dtype. No host sync.
+perm, or its padded row: y_sorted may be a padded GEMM output whose other rows are never read). Inputs on one CUDA device; y_sorted rows contiguous; w float32 or y's dtype. No host sync.
 The reference beside it is moe_compute.combine's CPU path (index_add_ in expert order, float32).
 """
 from __future__ import annotations
@@ -49,9 +49,9 @@ def combine_cuda(y_sorted_AH: torch.Tensor, inv_A: torch.Tensor, w_TK: torch.Ten
                  out_dtype: torch.dtype = torch.float32, *, block_h: int = 0, num_warps: int = 0) -> torch.Tensor:
     """block_h / num_warps: tile overrides for scripts/gpu/bench_moe_kernels.py (0: the module's choice)."""
     T, K = w_TK.shape
-    A, H = y_sorted_AH.shape
-    if A != T * K:
-        raise ValueError(f"combine_cuda: y_sorted has {A} rows, expected T*K = {T}*{K}")
+    H = y_sorted_AH.shape[1]
+    if inv_A.numel() != T * K:  # y_sorted may hold more rows (a padded GEMM output): only inv_A's are read
+        raise ValueError(f"combine_cuda: inv_A has {inv_A.numel()} entries, expected T*K = {T}*{K}")
     if y_sorted_AH.stride(1) != 1:
         y_sorted_AH = y_sorted_AH.contiguous()
     out_TH = torch.empty(T, H, device=y_sorted_AH.device, dtype=out_dtype)

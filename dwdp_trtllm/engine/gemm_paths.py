@@ -1,6 +1,7 @@
 """Plugin GEMM paths for the engine's MoE: 'multi_buffer' = the dwdp::grouped_gemm op (ops/);
 'composite_view' = a stock grouped GEMM (torch._grouped_mm) on one [E, N, K] VMM view of local +
-prefetched experts (composite_slots.py), the op with that single buffer for fp8 block scales.
+prefetched experts (composite_slots.py), the op with that single buffer for fp8 block scales; 'deepgemm' =
+DeepGEMM on one FP8 [E, N, K] buffer (engine/moe_deepgemm.py, opt-in).
 
 Registered into moe_compute.GEMM_PATHS on first use of such a name (moe_compute imports PLUGINS lazily;
 this module imports nothing of moe_compute),
@@ -16,6 +17,7 @@ import torch
 
 from ..ops import grouped_gemm
 from .fp8_rows import Fp8Rows, quantize_act_1x128
+from .moe_deepgemm import deepgemm_gemm, padded_mlp
 
 def _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     buf_idx_E, row_E, offs_E = buf_idx_E.to(torch.int32), row_E.to(torch.int32), offs_E.to(torch.int32)
@@ -35,5 +37,7 @@ def _composite_view(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     return torch._grouped_mm(a_AD, weights[0].transpose(1, 2), offs=offs_E.to(torch.int32))
 
 
-#: name -> (fn, supports_fp8, fp8_activations), registered by moe_compute.gemm_path on first lookup
-PLUGINS = {"multi_buffer": (_multi_buffer, True, True), "composite_view": (_composite_view, True, True)}
+#: name -> (fn, supports_fp8, fp8_activations, padded_mlp), registered by moe_compute.gemm_path on first lookup;
+#: deepgemm (opt-in; engine/moe_deepgemm.py) imports deep_gemm only when it computes
+PLUGINS = {"multi_buffer": (_multi_buffer, True, True, None), "composite_view": (_composite_view, True, True, None),
+           "deepgemm": (deepgemm_gemm, True, True, padded_mlp)}

@@ -12,7 +12,8 @@ expert_row_E, scales=None) -> out_AN with out[rows of group e] = a[rows] @ W_e^T
 cumulative group ends (offs_E[-1] == A); the maps are int32 or int64 tensors on a's device.
 'reference' loops over experts (float32 accumulate, host sync: tests only); 'merge' gathers all
 experts into one [E, N, D] tensor (each buffer read once, no host sync) and runs torch._grouped_mm.
-'multi_buffer' and 'composite_view' (the C++ op, engine/gemm_paths.py) register on first lookup (gemm_path).
+'multi_buffer' and 'composite_view' (the C++ op, engine/gemm_paths.py) and 'deepgemm' (DeepGEMM on one FP8
+[E, N, K] buffer, opt-in, engine/moe_deepgemm.py) register on first lookup (gemm_path).
 A path registered with fp8_activations=True also takes `Fp8Rows` for a_AD when its weights are fp8 (activations
 quantised by the caller: once per token before the gather, and fused with the SwiGLU); the others get bf16 rows.
 """
@@ -36,6 +37,10 @@ class GemmPath:
     fn: GemmFn
     supports_fp8: bool  # fn accepts fp8 buffers with `scales` (128x128 block scales per buffer)
     fp8_activations: bool = False  # with fp8 buffers, fn takes Fp8Rows (activations quantised 1x128 by the caller)
+    # the expert MLP on the GEMM's own padded row layout (routed_experts_forward's one gather writes it, combine reads
+    # it through the index): padded_mlp(x_TH, rows_A, offs_E, w13, w2, buf_idx_E, row_E, *, w13_scale_sources,
+    # w2_scale_sources, up_first, act, identity) -> (y_MH, dest_A: the padded row of each sorted pair); None: unpadded
+    padded_mlp: Callable | None = None
 
 
 def silu_mul(h_A2I: torch.Tensor, up_first: bool = False) -> torch.Tensor:
@@ -43,36 +48,38 @@ def silu_mul(h_A2I: torch.Tensor, up_first: bool = False) -> torch.Tensor:
     return (fused("silu_mul", h_A2I) or _silu_mul)(h_A2I, up_first)
 
 
-def silu_mul_quant(h_A2I: torch.Tensor, up_first: bool = False) -> Fp8Rows:
-    """silu_mul then 1x128 FP8 quantisation: one Triton pass on CUDA (the FP8 down projection's input)."""
+def silu_mul_quant(h_A2I: torch.Tensor, up_first: bool = False, *, scale_col_major: bool = False) -> Fp8Rows:
+    """silu_mul then 1x128 FP8 quantisation: one Triton pass on CUDA (the FP8 down projection's input).
+    scale_col_major: scales stored outer-dim-major (DeepGEMM's layout; the same values)."""
     if h_A2I.is_cuda and (h_A2I.shape[1] // 2) % FP8_GROUP == 0 and fused_enabled():
         from .quant_cuda import silu_mul_quant as fused_silu_mul_quant
-        return Fp8Rows(*fused_silu_mul_quant(h_A2I, up_first))
-    return quantize_act_1x128(silu_mul(h_A2I, up_first))
+        return Fp8Rows(*fused_silu_mul_quant(h_A2I, up_first, scale_col_major=scale_col_major))
+    return quantize_act_1x128(silu_mul(h_A2I, up_first), scale_col_major=scale_col_major)
 
 
 GEMM_PATHS: dict[str, GemmPath] = {}
 
 
 def register_gemm(name: str, fn: GemmFn, *, supports_fp8: bool = False, fp8_activations: bool = False,
-                  overwrite: bool = False) -> None:
+                  padded_mlp: Callable | None = None, overwrite: bool = False) -> None:
     """Make `fn` selectable as gemm=`name` (see the module docstring for its contract)."""
     if name in GEMM_PATHS and not overwrite:
         raise ValueError(f"gemm path {name!r} already registered")
-    GEMM_PATHS[name] = GemmPath(fn, supports_fp8, fp8_activations)
+    GEMM_PATHS[name] = GemmPath(fn, supports_fp8, fp8_activations, padded_mlp)
 
 
-#: paths that engine/gemm_paths.py defines, registered here on first use (they load the C++/CUDA op)
-PLUGIN_PATHS = ("multi_buffer", "composite_view")
+#: paths that engine/gemm_paths.py defines, registered here on first use (they load the C++/CUDA op or DeepGEMM)
+PLUGIN_PATHS = ("multi_buffer", "composite_view", "deepgemm")
 
 
 def gemm_path(name: str) -> GemmPath:
     """GEMM_PATHS[name], registering the plugin paths on first use; ValueError naming the choices."""
     if name in PLUGIN_PATHS and name not in GEMM_PATHS:
         from .gemm_paths import PLUGINS  # gemm_paths imports nothing of this module: no circle
-        for plugin, (fn, supports_fp8, fp8_activations) in PLUGINS.items():
+        for plugin, (fn, supports_fp8, fp8_activations, padded_mlp) in PLUGINS.items():
             if plugin not in GEMM_PATHS:
-                register_gemm(plugin, fn, supports_fp8=supports_fp8, fp8_activations=fp8_activations)
+                register_gemm(plugin, fn, supports_fp8=supports_fp8, fp8_activations=fp8_activations,
+                              padded_mlp=padded_mlp)
     try:
         return GEMM_PATHS[name]
     except KeyError:
@@ -119,18 +126,25 @@ def wants_fp8_rows(gemm: str, fp8_weights: bool) -> bool:
 
 
 def combine(y_sorted_AH: torch.Tensor, perm_A: torch.Tensor, topk_weights_TK: torch.Tensor, num_tokens: int,
-            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            out_dtype: torch.dtype = torch.float32, *, y_rows_A: torch.Tensor | None = None) -> torch.Tensor:
     """y_TH = sum_k w[t,k] * y[pair (t,k)], accumulated in float32, returned in out_dtype. On CUDA one Triton
     kernel (engine/combine_cuda.py: each token's K rows gathered, weighted and summed in routing order);
     elsewhere index_add_ in expert order:
 
     Rows go in chunks of COMBINE_CHUNK_BYTES of float32 temporary, in order (the same sums as one call on
-    the CPU): at DeepSeek-R1 width and 16K tokens x top-8 one unchunked temporary is 3.5 GiB."""
+    the CPU): at DeepSeek-R1 width and 16K tokens x top-8 one unchunked temporary is 3.5 GiB.
+    y_rows_A: sorted pair a's row of y_sorted (a padded GEMM output, GemmPath.padded_mlp's dest_A; its other rows
+    are never read); None: row a. On CUDA the kernel reads through it (no unpad pass)."""
     K = topk_weights_TK.shape[1]
-    A, H = y_sorted_AH.shape
+    A = perm_A.shape[0]
     if y_sorted_AH.is_cuda and A == num_tokens * K and fused_enabled():
         from .combine_cuda import combine_cuda
-        return combine_cuda(y_sorted_AH, inverse_permutation(perm_A), topk_weights_TK, out_dtype)
+        inv_A = inverse_permutation(perm_A)
+        return combine_cuda(y_sorted_AH, inv_A if y_rows_A is None else y_rows_A.index_select(0, inv_A),
+                            topk_weights_TK, out_dtype)
+    if y_rows_A is not None:
+        y_sorted_AH = y_sorted_AH.index_select(0, y_rows_A)
+    H = y_sorted_AH.shape[1]
     w_A = topk_weights_TK.reshape(-1).float().index_select(0, perm_A)
     tok_A = torch.div(perm_A, K, rounding_mode="floor")
     y_TH = torch.zeros(num_tokens, H, dtype=torch.float32, device=y_sorted_AH.device)
@@ -299,7 +313,18 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
                            expert_buffer_idx_E: torch.Tensor, expert_row_E: torch.Tensor, *, gemm: str = "reference",
                            w13_scale_sources: list[torch.Tensor] | None = None,
                            w2_scale_sources: list[torch.Tensor] | None = None, up_first: bool = False) -> torch.Tensor:
-    """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine."""
+    """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine.
+    A path with padded_mlp (gemm: deepgemm) runs the MLP on its padded rows: its gather writes them, the combine
+    reads them through dest_A."""
+    path = gemm_path(gemm)
+    if path.padded_mlp is not None and _is_fp8(w13_sources):
+        perm_A, offs_E, _ = sort_by_expert(topk_ids_TK, expert_buffer_idx_E.shape[0])
+        rows_A = torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor")
+        y_MH, dest_A = path.padded_mlp(x_TH, rows_A, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E,
+                                       w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources,
+                                       up_first=up_first, act=silu_mul_quant,
+                                       identity=_is_identity(expert_buffer_idx_E, expert_row_E) or None)
+        return combine(y_MH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype, y_rows_A=dest_A)
     x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0],
                                                    fp8_rows=wants_fp8_rows(gemm, _is_fp8(w13_sources)))
     y_sorted_AH = expert_mlp(x_sorted_AH, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm,

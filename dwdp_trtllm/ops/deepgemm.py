@@ -47,6 +47,13 @@ def padded_rows_bound(rows: int, experts: int, align: int = ALIGN_M) -> int:
     return rows + experts * (align - 1)
 
 
+def padded_height(rows: int, experts: int, align: int = ALIGN_M) -> int:
+    """The padded tensor height the routed-expert op allocates (no host sync): padded_rows_bound rounded up to a
+    multiple of align, so MN-major [M, K/128] FP32 scales are TMA-aligned as they stand (M % 4 == 0) and DeepGEMM
+    reads them without its transpose (get_mn_major_tma_aligned_tensor returns such a tensor as is)."""
+    return -(-padded_rows_bound(rows, experts, align) // align) * align
+
+
 def padded_layout(offs_E: torch.Tensor, rows: int | None = None, rows_padded: int | None = None,
                   align: int = ALIGN_M) -> PaddedLayout:
     """DeepGEMM's padded row layout of the expert-sorted rows whose cumulative ends are offs_E (on offs_E's device).
