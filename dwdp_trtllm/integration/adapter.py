@@ -224,7 +224,8 @@ class AdapterRuntime:
         If step 1 fails, the barrier still runs (peers are not held up) and the scheduler is closed, but the composite
         view and the transport stay mapped, named in an error: copies of ours may still be reading peers' memory or
         writing our slot ranges, and unmapping them under those copies is worse than a leak.
-        `close_info` records the barrier's result and when the transport was released (time.time())."""
+        `close_info` records the barrier's result, when this rank entered it and when the transport was released
+        (time.time())."""
         if self._closed:
             return
         self._closed = True
@@ -235,12 +236,13 @@ class AdapterRuntime:
                 torch.cuda.synchronize(self.device)
             drained = True
         finally:
+            entered_at = time.time()
             barrier = close_barrier(getattr(self.transport, "group", None), self.close_timeout_s)
             if barrier.ok:
                 log.info("dwdp_trtllm: %s", barrier.describe(self.group_label, self.close_timeout_s))
             else:
                 log.warning("dwdp_trtllm: %s", barrier.describe(self.group_label, self.close_timeout_s))
-            self.close_info = {"barrier": barrier, "released_at": None}
+            self.close_info = {"barrier": barrier, "entered_at": entered_at, "released_at": None}
             try:
                 self.scheduler.close()
             finally:

@@ -143,6 +143,7 @@ def serve_one():
         "expert_numel_after": [getattr(o, n).numel() for o in rt.owners for n in rt.names],
         "shutdown_called_at": shutdown_called_at,
         "released_at": close_info["released_at"] if close_info else None,
+        "barrier_entered_at": close_info["entered_at"] if close_info else None,
         "barrier_missing": None if barrier is None else dict(barrier.missing),
         "barrier_waited_s": None if barrier is None else barrier.waited_s,
         "log": list(LOG), "memory": memory,
