@@ -8,12 +8,17 @@ TensorRT-LLM's weight layout (w3_w1_weight [E, 2I, H] up | gate, w2_weight [E, H
 activations in, bf16 out, all E = 256 experts on the one GPU:
   multi_buffer  experts in two allocations [LOCAL local | E - LOCAL slot] (a DWDP rank's split; the adapter's path)
   contiguous    the same unit over one [E, ...] buffer (identity map): the single-range layout the composite view gives
+  deepgemm      the engine's op with gemm: deepgemm (engine/moe_deepgemm.py: DeepGEMM's grouped GEMM on that one buffer,
+                the gather writing its padded rows, the combine reading them; no pad/unpad pass), added when deep_gemm
+                imports (--deepgemm auto; DWDP_DEEPGEMM_DIR names the built tree) or on request (--deepgemm on)
 Theirs, not run (no tensorrt_llm wheel runs on our machines): aiconfigurator's H200 table, TensorRT-LLM 1.3.0rc20,
 read through integration/moe_evidence.py (balanced row for uniform routing, power_law_1.01 for power-law routing).
 Routing: uniform (K distinct experts per token, uniformly at random) or power_law (routing_skew power_law, alpha 1.01,
 drawn for the token count, sampled as the engine's router does: engine/router.skew_select). Tokens: 4K / 8K / 16K
-(the table's rows end at 16384). Timing: triton.testing.do_bench median per call. The two paths' outputs are compared
-(the op reads each expert's rows alone, so they should be bit-equal: max_abs_diff).
+(the table's rows end at 16384). Timing: triton.testing.do_bench median per call, in --rounds interleaved rounds per point (every path once per
+round, the same inputs); a time is the median of its rounds. The paths' outputs are compared with multi_buffer's
+(the op reads each expert's rows alone, so they should be bit-equal: max_abs_diff); deepgemm's first call per point
+(DeepGEMM JIT-compiles a kernel configuration it has not cached) is timed as first_call_s.
 Writes <out>/moe_op_vs_trtllm.json and .md; prints the table. The commit recorded (commit_record) is DWDP_COMMIT when
 set (the caller's commit of the copied tree), else this copy's .git HEAD, said as such, with whether the working tree
 differs from it (a copied tree's .git can be stale).
@@ -33,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dwdp_trtllm.integration import moe_evidence  # noqa: E402
 
-PATHS = ("multi_buffer", "contiguous")
+PATHS = ("multi_buffer", "contiguous", "deepgemm")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,7 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tokens", default=",".join(str(t) for t in moe_evidence.TOKENS),
                     help="comma-separated token counts, each at most 16384 (the table's last row)")
     ap.add_argument("--routings", default="uniform,power_law", help=f"of {', '.join(moe_evidence.TABLE_ROUTING)}")
-    ap.add_argument("--paths", default=",".join(PATHS), help=f"of {', '.join(PATHS)}")
+    ap.add_argument("--paths", default="multi_buffer,contiguous", help=f"of {', '.join(PATHS)}")
+    ap.add_argument("--deepgemm", choices=("auto", "on", "off"), default="auto",
+                    help="add the deepgemm path: auto = when deep_gemm imports (CUDA), on = required (exit 2 without)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved timing rounds per point")
     ap.add_argument("--local", type=int, default=32, help="multi_buffer: experts in the local buffer (rest: slot)")
     ap.add_argument("--warmup-ms", type=float, default=50)
     ap.add_argument("--rep-ms", type=float, default=300)
@@ -59,6 +67,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for t in args.tokens:
         if not 1 <= t <= moe_evidence.TOKENS[-1]:
             ap.error(f"--tokens: {t} is outside 1..{moe_evidence.TOKENS[-1]} (TensorRT-LLM's measured rows)")
+    if args.rounds < 1:
+        ap.error(f"--rounds: expected >= 1, got {args.rounds}")
     if not 0 < args.local < 256:
         ap.error(f"--local: expected 1..255 experts, got {args.local}")
     return args
@@ -138,27 +148,75 @@ def _routing(spec, T, routing, dev, g):
     return ids_TK.to(torch.int32), (w_TK / w_TK.sum(-1, keepdim=True)).float()
 
 
-def measure(args, spec, dev, time_fn) -> tuple[dict, dict]:
+def _engine_forward(gemm: str, x_TH, ids_TK, w_TK, src):
+    """moe_unit.routed_forward's call of the engine's op with another gemm (the same arguments: bf16 activations,
+    int64 ids, float32 scales, up_first, bf16 out)."""
+    from dwdp_trtllm.engine.moe_compute import routed_experts_forward
+    from dwdp_trtllm.integration.trtllm.moe_unit import UP_FIRST, W13, W13_SCALE, W2, W2_SCALE
+    b = src.buffers
+    return routed_experts_forward(x_TH, ids_TK.long(), w_TK, b[W13], b[W2], src.expert_buffer_idx_E, src.expert_row_E,
+                                  gemm=gemm, w13_scale_sources=b[W13_SCALE], w2_scale_sources=b[W2_SCALE],
+                                  up_first=UP_FIRST)
+
+
+def measure(args, spec, dev, time_fn, notes: dict | None = None) -> tuple[dict, dict]:
     """({(path, routing, tokens): ms}, {routing/tokens: max |multi_buffer - contiguous|}) of the unit's computation
-    (moe_unit.routed_forward) on spec's shapes; time_fn(fn) -> ms (do_bench on the GPU)."""
+    (moe_unit.routed_forward; deepgemm: the engine's op with gemm deepgemm on the one buffer) on spec's shapes;
+    time_fn(fn) -> ms (do_bench on the GPU), called once per path per round, rounds interleaved. notes (when given)
+    collects per point deepgemm's first-call seconds, its max |deepgemm - multi_buffer| and whether they are equal."""
     from dwdp_trtllm.integration.trtllm.moe_unit import routed_forward
     g = torch.Generator(device=dev).manual_seed(0)
     sources = expert_sources(spec.num_experts, spec.hidden_size, spec.moe_intermediate, args.local, dev, g)
+    sources["deepgemm"] = sources["contiguous"]
     timings, diffs = {}, {}
     for routing in args.routings:
         for T in args.tokens:
             x_TH = torch.randn(T, spec.hidden_size, device=dev, generator=g).to(torch.bfloat16)
             ids_TK, w_TK = _routing(spec, T, routing, dev, g)
-            outs = {}
+            outs, runs = {}, {}
             for path in args.paths:
                 src = sources[path]
-                run = lambda: routed_forward(x_TH, ids_TK, w_TK, src, torch.bfloat16)  # noqa: E731
-                outs[path] = run()
-                timings[(path, routing, T)] = time_fn(run)
-                print(f"{routing:9s} T={T:6d} {path:12s} {timings[(path, routing, T)]:7.3f} ms", flush=True)
-            if len(outs) == 2:
+                runs[path] = ((lambda src=src: _engine_forward("deepgemm", x_TH, ids_TK, w_TK, src)) if path == "deepgemm"
+                              else (lambda src=src: routed_forward(x_TH, ids_TK, w_TK, src, torch.bfloat16)))
+                t0 = time.time()
+                outs[path] = runs[path]()
+                if path == "deepgemm" and notes is not None:
+                    if dev.type == "cuda":
+                        torch.cuda.synchronize(dev)
+                    notes.setdefault("first_call_s", {})[f"{routing}/{T}"] = time.time() - t0
+            per: dict[str, list[float]] = {path: [] for path in args.paths}
+            for _ in range(args.rounds):
+                for path in args.paths:
+                    per[path].append(time_fn(runs[path]))
+            for path in args.paths:
+                timings[(path, routing, T)] = sorted(per[path])[len(per[path]) // 2]
+                print(f"{routing:9s} T={T:6d} {path:12s} {timings[(path, routing, T)]:7.3f} ms "
+                      f"(rounds {', '.join(f'{v:.3f}' for v in per[path])})", flush=True)
+            if "multi_buffer" in outs and "contiguous" in outs:
                 diffs[f"{routing}/{T}"] = float((outs["multi_buffer"].float() - outs["contiguous"].float()).abs().max())
+            if "multi_buffer" in outs and "deepgemm" in outs and notes is not None:
+                d = (outs["deepgemm"].float() - outs["multi_buffer"].float())
+                notes.setdefault("deepgemm_vs_multi_buffer_max_abs", {})[f"{routing}/{T}"] = float(d.abs().max())
+                notes.setdefault("deepgemm_vs_multi_buffer_rel", {})[f"{routing}/{T}"] = float(
+                    d.norm() / outs["multi_buffer"].float().norm())
+                notes.setdefault("deepgemm_equals_multi_buffer", {})[f"{routing}/{T}"] = bool(
+                    torch.equal(outs["deepgemm"], outs["multi_buffer"]))
+            del outs, runs
     return timings, diffs
+
+
+def deepgemm_wanted(mode: str, paths: list[str]) -> tuple[bool, str]:
+    """(add or keep the deepgemm path, why): --deepgemm auto adds it when deep_gemm imports, on requires it."""
+    from dwdp_trtllm.ops import deepgemm as dgl
+    if mode == "off" and "deepgemm" not in paths:
+        return False, "--deepgemm off"
+    try:
+        dg = dgl.module()
+    except dgl.DeepGEMMUnavailable as e:
+        if mode == "on" or "deepgemm" in paths:
+            raise SystemExit(f"bench_moe_op_vs_trtllm: the deepgemm path was asked for: {e}") from None
+        return False, f"deep_gemm not importable ({e})"
+    return True, f"deep_gemm {getattr(dg, '__version__', '?')} from {Path(dg.__file__).parent}"
 
 
 def main(argv=None) -> int:
@@ -173,16 +231,26 @@ def main(argv=None) -> int:
     from dwdp_trtllm.ops.build import load
 
     load(cuda=True)
-    t0 = time.time()
+    try:
+        use_dg, dg_why = deepgemm_wanted(args.deepgemm, args.paths)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    if use_dg and "deepgemm" not in args.paths:
+        args.paths.append("deepgemm")
+    print(f"paths: {', '.join(args.paths)} (deepgemm: {dg_why})", flush=True)
+    t0, notes = time.time(), {}
     timings, diffs = measure(args, get_model(moe_evidence.MODEL), torch.device("cuda", 0),
-                             lambda f: do_bench(f, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median"))
+                             lambda f: do_bench(f, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median"), notes)
     env = env_info("cuda", device_name=torch.cuda.get_device_name(0))
     meta = {"date": env["date"][:10], **commit_record(Path(__file__).resolve().parents[1]),
             "device": env["device_name"], "torch": env["torch"],
             "command": env["argv"], "seconds": time.time() - t0, "local_experts": args.local,
-            "max_abs_diff_multi_buffer_vs_contiguous": diffs}
+            "max_abs_diff_multi_buffer_vs_contiguous": diffs, "rounds": args.rounds, "deepgemm": dg_why, **notes}
     print(report(timings, meta, Path(args.out)))
     print("max |multi_buffer - contiguous|:", diffs)
+    for k, v in notes.items():
+        print(f"{k}:", v)
     return 0
 
 

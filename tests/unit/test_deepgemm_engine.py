@@ -234,3 +234,34 @@ def test_col_major_scales_survive_the_gather():
     h = torch.randn(9, 256, generator=g).to(torch.bfloat16)
     r, c = mc.silu_mul_quant(h), mc.silu_mul_quant(h, scale_col_major=True)
     assert c.scale_col_major and torch.equal(r.scale, c.scale)
+
+
+@pytest.mark.slow  # loads the CPU dwdp::grouped_gemm for the multi_buffer path
+def test_moe_op_bench_times_deepgemm_beside_multi_buffer_interleaved(fake_dg):
+    """scripts/bench_moe_op_vs_trtllm.py measure() with the deepgemm path (the stand-in here): every path once per
+    round, rounds interleaved, the same inputs; deepgemm's first call, its difference to multi_buffer noted."""
+    from pathlib import Path
+    from types import SimpleNamespace
+    from dwdp_trtllm import ops
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import bench_moe_op_vs_trtllm as bench
+    if not ops.available():
+        pytest.fail(f"dwdp::grouped_gemm CPU build unavailable: {ops.why_unavailable()}")
+    spec = SimpleNamespace(num_experts=16, top_k=8, hidden_size=256, moe_intermediate=256, router="sigmoid_grouped",
+                           norm_topk_prob=True, routed_scaling_factor=2.5)
+    args = bench.parse_args(["--out", "x", "--tokens", "24", "--routings", "power_law", "--rounds", "2",
+                             "--paths", "multi_buffer,deepgemm", "--local", "5"])
+    order, notes = [], {}
+
+    def time_fn(f):
+        order.append(f)
+        f()
+        return float(len(order))
+    timings, _ = bench.measure(args, spec, torch.device("cpu"), time_fn, notes)
+    assert sorted(timings) == [("deepgemm", "power_law", 24), ("multi_buffer", "power_law", 24)]
+    assert order[0] is order[2] and order[1] is order[3] and order[0] is not order[1]  # interleaved rounds
+    assert timings[("multi_buffer", "power_law", 24)] == 3.0  # median (upper) of its rounds 1.0, 3.0
+    assert set(notes) == {"first_call_s", "deepgemm_vs_multi_buffer_max_abs", "deepgemm_vs_multi_buffer_rel",
+                          "deepgemm_equals_multi_buffer"}
+    assert notes["deepgemm_vs_multi_buffer_rel"]["power_law/24"] < 1e-2
+    assert len(fake_dg.calls) == 2 * 3  # fc1 + fc2 per op call: the first call, then one per round
