@@ -43,7 +43,7 @@ PATHS = ("multi_buffer", "contiguous", "deepgemm")
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="directory for moe_op_vs_trtllm.json / .md")
+    ap.add_argument("--out", help="directory for moe_op_vs_trtllm.json / .md (required unless --prewarm-deepgemm)")
     ap.add_argument("--tokens", default=",".join(str(t) for t in moe_evidence.TOKENS),
                     help="comma-separated token counts, each at most 16384 (the table's last row)")
     ap.add_argument("--routings", default="uniform,power_law", help=f"of {', '.join(moe_evidence.TABLE_ROUTING)}")
@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--deepgemm", choices=("auto", "on", "off"), default="auto",
                     help="add the deepgemm path: auto = when deep_gemm imports (CUDA), on = required (exit 2 without)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved timing rounds per point")
+    ap.add_argument("--prewarm-deepgemm", default="", metavar="fc1|fc2",
+                    help="only JIT-compile DeepGEMM's kernel for this GEMM of the op at every --tokens height, on "
+                         "unset data, then exit (gpu_check.sh runs one process per GEMM and token count in parallel)")
     ap.add_argument("--local", type=int, default=32, help="multi_buffer: experts in the local buffer (rest: slot)")
     ap.add_argument("--warmup-ms", type=float, default=50)
     ap.add_argument("--rep-ms", type=float, default=300)
@@ -59,6 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.tokens = [int(t) for t in args.tokens.split(",")]
     except ValueError:
         ap.error(f"--tokens: expected comma-separated integers, got {args.tokens!r}")
+    if not args.out and not args.prewarm_deepgemm:
+        ap.error("--out: required (a directory for the results)")
+    if args.prewarm_deepgemm not in ("", "fc1", "fc2"):
+        ap.error(f"--prewarm-deepgemm: expected fc1 or fc2, got {args.prewarm_deepgemm!r}")
     args.routings, args.paths = args.routings.split(","), args.paths.split(",")
     for name, vals, allowed in (("--routings", args.routings, moe_evidence.TABLE_ROUTING), ("--paths", args.paths, PATHS)):
         bad = [v for v in vals if v not in allowed]
@@ -219,11 +226,42 @@ def deepgemm_wanted(mode: str, paths: list[str]) -> tuple[bool, str]:
     return True, f"deep_gemm {getattr(dg, '__version__', '?')} from {Path(dg.__file__).parent}"
 
 
+def prewarm_deepgemm(args, spec) -> int:
+    """DeepGEMM compiles a kernel per configuration at its first call (nvcc, seconds each) and picks the configuration
+    from M, N, K and the expert count, not from the data: one call per --tokens height (padded_height(T * top_k, E),
+    what gemm: deepgemm allocates) of this GEMM's shape, every row marked -1 (nothing computed), compiles exactly what
+    measure() will call."""
+    from dwdp_trtllm.engine import moe_deepgemm
+    from dwdp_trtllm.ops import deepgemm as dgl
+    E, H, I = spec.num_experts, spec.hidden_size, spec.moe_intermediate
+    N, Kd = (2 * I, H) if args.prewarm_deepgemm == "fc1" else (H, I)
+    dg, dev, t0 = dgl.module(), torch.device("cuda", 0), time.time()
+    w = torch.empty(E, N, Kd, device=dev, dtype=torch.float8_e4m3fn)
+    ws = torch.ones(E, N // 128, Kd // 128, device=dev)
+    for T in args.tokens:
+        M = dgl.padded_height(T * spec.top_k, E)
+        a = torch.empty(M, Kd, device=dev, dtype=torch.float8_e4m3fn)
+        sa = torch.ones(Kd // 128, M, device=dev).t()  # MN-major, as the op passes them
+        d = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        lay = torch.full((E,), 0, dtype=torch.int32, device=dev) if moe_deepgemm.USE_PSUM else \
+            torch.full((M,), -1, dtype=torch.int32, device=dev)
+        t1 = time.time()
+        dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (w, ws), d, lay, use_psum_layout=moe_deepgemm.USE_PSUM)
+        torch.cuda.synchronize()
+        print(f"prewarm deepgemm {args.prewarm_deepgemm} T={T} M={M} N={N} K={Kd}: {time.time() - t1:.1f} s", flush=True)
+        del a, sa, d, lay
+    print(f"prewarm deepgemm {args.prewarm_deepgemm}: {time.time() - t0:.1f} s in all", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_moe_op_vs_trtllm: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.prewarm_deepgemm:
+        from dwdp_trtllm.models import get_model
+        return prewarm_deepgemm(args, get_model(moe_evidence.MODEL))
     from triton.testing import do_bench
 
     from dwdp_trtllm.bench.report import env_info

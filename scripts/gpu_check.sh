@@ -143,11 +143,30 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
         rc=1; echo "gpu_check: DeepGEMM did not build" >> "$OUT/deepgemm.log"
       fi
       grep -vE "^(\[|  )" "$OUT/deepgemm.log" | grep -E "^fc|^\| fc|deep_gemm|passed|failed|FAILED|rror|did not build" | tail -n 40 ;;
-    moeop)  # issue 25: our whole routed-expert op (multi_buffer unit, and one [E, ...] buffer) at 4K/8K/16K tokens,
-            # uniform + power-law routing, beside TensorRT-LLM's fp8_block MoE table (the adapter's FP8 default; ~1 min)
-      section moeop
-      timeout "${MOEOP_TIMEOUT:-240}" python3 scripts/bench_moe_op_vs_trtllm.py --out "$OUT/raw/moeop" > "$OUT/moeop.log" 2>&1 || rc=1
-      tail -n 24 "$OUT/moeop.log" ;;
+    moeop)  # issue 25: our whole routed-expert op (multi_buffer unit, one [E, ...] buffer, and gemm: deepgemm on that
+            # buffer when DeepGEMM is there) at 4K/8K/16K tokens, uniform + power-law routing, 3 interleaved rounds,
+            # beside TensorRT-LLM's fp8_block MoE table (the adapter's FP8 default). DeepGEMM set up as the deepgemm
+            # section does (its /tmp tree if that section ran, else deepgemm_build.sh reusing the carried _C;
+            # .carry/deepgemm_jit); kernels not in the cache are compiled first, one process per GEMM and token count
+            # (seconds in the log, and the op's first call per point in the JSON); returns deepgemm_built.tgz (~2-3 min)
+      section moeop; mkdir -p "$OUT/raw/moeop"; : > "$OUT/moeop.log"
+      export DWDP_DEEPGEMM_DIR=/tmp/deepgemm DG_JIT_CACHE_DIR=/tmp/deepgemm_jit DG_PRINT_CONFIGS=${DG_PRINT_CONFIGS:-1}
+      mkdir -p "$DG_JIT_CACHE_DIR"; [ -d .carry/deepgemm_jit ] && cp -r .carry/deepgemm_jit/. "$DG_JIT_CACHE_DIR/"
+      dg=off
+      if ls "$DWDP_DEEPGEMM_DIR"/deep_gemm/_C*.so >/dev/null 2>&1 \
+         || timeout "${DEEPGEMM_BUILD_TIMEOUT:-120}" bash scripts/gpu/deepgemm_build.sh "$DWDP_DEEPGEMM_DIR" >> "$OUT/moeop.log" 2>&1; then
+        dg=auto; t0=$(date +%s); pids=""
+        for gemm in fc1 fc2; do for T in 4096 8192 16384; do
+          timeout "${MOEOP_PREWARM_TIMEOUT:-120}" python3 scripts/bench_moe_op_vs_trtllm.py --prewarm-deepgemm $gemm --tokens $T >> "$OUT/moeop.log" 2>&1 & pids="$pids $!"
+        done; done
+        for p in $pids; do wait $p || echo "gpu_check: a DeepGEMM prewarm failed (the bench compiles what is missing)" >> "$OUT/moeop.log"; done
+        echo "gpu_check: DeepGEMM prewarm took $(( $(date +%s) - t0 )) s" >> "$OUT/moeop.log"
+      else
+        echo "gpu_check: DeepGEMM did not build: moeop runs without the deepgemm path" >> "$OUT/moeop.log"
+      fi
+      timeout "${MOEOP_TIMEOUT:-240}" python3 scripts/bench_moe_op_vs_trtllm.py --out "$OUT/raw/moeop" --rounds 3 --deepgemm $dg >> "$OUT/moeop.log" 2>&1 || rc=1
+      [ $dg = auto ] && tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null
+      grep -E "^paths|prewarm|did not build|rror" "$OUT/moeop.log" | tail -n 12; tail -n 24 "$OUT/moeop.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1

@@ -75,3 +75,67 @@ def test_padding_rows_do_not_leak_into_neighbours():
     assert torch.isfinite(y).all()
     clean = dgl.grouped_gemm_fp8(a, offs, w, sa, sw)
     assert torch.equal(y, clean)
+
+
+def _op_case(routing, seed, E=16, H=7168, I=2048, T=600, K=8):
+    """Random FP8 experts (e4m3 codes N(0,1)*64, never zeros; 128x128 scales), bf16 tokens, K distinct experts per
+    token: uniform, or skewed (popularity ~ 1/(e+1)^1.5 with experts 3 and 11 never routed: ragged and empty)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    f8 = torch.float8_e4m3fn
+    w13 = (torch.randn(E, 2 * I, H, device="cuda", generator=g) * 64).to(f8)
+    s13 = torch.rand(E, 2 * I // 128, H // 128, device="cuda", generator=g) * 1e-3 + 2e-4
+    w2 = (torch.randn(E, H, I, device="cuda", generator=g) * 64).to(f8)
+    s2 = torch.rand(E, H // 128, I // 128, device="cuda", generator=g) * 1e-3 + 2e-4
+    x = torch.randn(T, H, device="cuda", generator=g).to(torch.bfloat16)
+    p = torch.ones(E, device="cuda") if routing == "uniform" else 1.0 / torch.arange(1, E + 1, device="cuda") ** 1.5
+    if routing == "skewed":
+        p[[3, 11]] = 0
+    ids = torch.multinomial(p.expand(T, E), K, replacement=False, generator=g)
+    w = torch.rand(T, K, device="cuda", generator=g)
+    return w13, s13, w2, s2, x, ids, w / w.sum(-1, keepdim=True)
+
+
+def _both(routing, up_first, seed):
+    """(deepgemm on one buffer, multi_buffer over [4 local | E - 4 slot]) of the engine's whole routed-expert op."""
+    from dwdp_trtllm.engine import moe_compute as mc
+    w13, s13, w2, s2, x, ids, w = _op_case(routing, seed)
+    E, L = w13.shape[0], 4
+    y_dg = mc.routed_experts_forward(x, ids, w, [w13], [w2], *mc.identity_map(E, "cuda"), gemm="deepgemm",
+                                     w13_scale_sources=[s13], w2_scale_sources=[s2], up_first=up_first)
+    split = lambda t: [t[:L].clone(), t[L:].clone()]  # noqa: E731
+    bidx = torch.tensor([0] * L + [1] * (E - L), dtype=torch.int32, device="cuda")
+    row = torch.tensor(list(range(L)) + list(range(E - L)), dtype=torch.int32, device="cuda")
+    y_mb = mc.routed_experts_forward(x, ids, w, split(w13), split(w2), bidx, row, gemm="multi_buffer",
+                                     w13_scale_sources=split(s13), w2_scale_sources=split(s2), up_first=up_first)
+    counts = torch.bincount(ids.flatten(), minlength=E)
+    return y_dg, y_mb, counts
+
+
+@pytest.mark.parametrize("routing,up_first", [("uniform", False), ("skewed", True)])
+def test_routed_op_deepgemm_matches_multi_buffer(routing, up_first):
+    """The whole op (one gather to DeepGEMM's padded rows, fc1, SwiGLU + quant, fc2, combine through the padded
+    index) against gemm=multi_buffer on the same inputs: within 1e-2 relative (the bound that holds whatever the
+    kernels' accumulation order); bit-equality is the next test's claim."""
+    y_dg, y_mb, counts = _both(routing, up_first, seed=11)
+    if routing == "skewed":
+        assert (counts == 0).sum() == 2 and counts.max() > 128  # empty experts and multi-block ones
+    assert y_dg.dtype == torch.bfloat16 and torch.isfinite(y_dg).all() and y_mb.abs().max() > 0
+    assert rel(y_dg, y_mb) <= 1e-2
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed"])
+def test_routed_op_deepgemm_is_bit_identical_to_multi_buffer(routing):
+    """docs/BENCHMARKS.md section 13: DeepGEMM's GEMM output equals ours bit for bit on R1 shapes; the rest of the
+    op is the same kernels on the same real rows, so the whole op should be bit-identical."""
+    y_dg, y_mb, _ = _both(routing, False, seed=12)
+    assert torch.equal(y_dg, y_mb), f"max |dg - mb| = {float((y_dg.float() - y_mb.float()).abs().max())}, rel {rel(y_dg, y_mb):.2e}"
+
+
+def test_routed_op_deepgemm_refuses_split_buffers():
+    from dwdp_trtllm.engine import moe_compute as mc
+    w13, s13, w2, s2, x, ids, w = _op_case("uniform", 13, E=4, H=256, I=128, T=8, K=2)
+    bidx = torch.tensor([0, 0, 1, 1], device="cuda")
+    row = torch.tensor([0, 1, 0, 1], device="cuda")
+    with pytest.raises(ValueError, match=r"gemm='deepgemm' \(w13\) takes one \[E, N, K\] buffer, got 2"):
+        mc.routed_experts_forward(x, ids, w, [w13[:2], w13[2:]], [w2[:2], w2[2:]], bidx, row, gemm="deepgemm",
+                                  w13_scale_sources=[s13[:2], s13[2:]], w2_scale_sources=[s2[:2], s2[2:]])
