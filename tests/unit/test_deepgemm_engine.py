@@ -265,3 +265,41 @@ def test_moe_op_bench_times_deepgemm_beside_multi_buffer_interleaved(fake_dg):
                           "deepgemm_equals_multi_buffer"}
     assert notes["deepgemm_vs_multi_buffer_rel"]["power_law/24"] < 1e-2
     assert len(fake_dg.calls) == 2 * 3  # fc1 + fc2 per op call: the first call, then one per round
+
+
+def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch):
+    """With identity known (routed_experts_forward passes it for identity_map's tensors) nothing between the sort and
+    the combine reads a device value: the height is padded_height, the layout comes from offs on the device. The
+    stand-in's own reads (it loops on the host) are not counted."""
+    T = 33
+    q13, s13, q2, s2 = _experts(8)
+    x = torch.randn(T, H).to(torch.bfloat16)
+    ids, w = _routing(T, True, 10)
+    bidx, row = mc.identity_map(E, "cpu")
+    perm, offs, _ = mc.sort_by_expert(ids, E)
+    rows_A = torch.div(perm, K, rounding_mode="floor")
+    reads, inside = [], []
+    real_gemm = fake_dg.m_grouped_fp8_gemm_nt_contiguous
+
+    def gemm(*a, **k):
+        inside.append(1)
+        try:
+            return real_gemm(*a, **k)
+        finally:
+            inside.pop()
+    monkeypatch.setattr(fake_dg, "m_grouped_fp8_gemm_nt_contiguous", gemm)
+    def counting(name):
+        real = getattr(torch.Tensor, name)
+
+        def read(t, *a):
+            if not inside:
+                reads.append(name)
+            return real(t, *a)
+        return read
+    for name in ("item", "tolist", "__int__", "__bool__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    y_MH, dest_A = mdg.padded_mlp(x, rows_A, offs, [q13], [q2], bidx, row, w13_scale_sources=[s13],
+                                  w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant, identity=True)
+    monkeypatch.undo()
+    assert reads == [], reads
+    assert y_MH.shape == (dgl.padded_height(T * K, E), H) and dest_A.shape == (T * K,)
