@@ -166,7 +166,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       fi
       timeout "${MOEOP_TIMEOUT:-240}" python3 scripts/bench_moe_op_vs_trtllm.py --out "$OUT/raw/moeop" --rounds 3 --deepgemm $dg >> "$OUT/moeop.log" 2>&1 || rc=1
       [ $dg = auto ] && tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null
-      grep -E "^paths|prewarm|did not build|rror" "$OUT/moeop.log" | tail -n 12; tail -n 24 "$OUT/moeop.log" ;;
+      grep -E "^paths|prewarm|did not build|rror" "$OUT/moeop.log" | tail -n 12; tail -n 34 "$OUT/moeop.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
