@@ -303,3 +303,21 @@ def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch)
     monkeypatch.undo()
     assert reads == [], reads
     assert y_MH.shape == (dgl.padded_height(T * K, E), H) and dest_A.shape == (T * K,)
+
+
+def test_moe_op_bench_adds_deepgemm_only_when_it_imports(monkeypatch, tmp_path):
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import bench_moe_op_vs_trtllm as bench
+    monkeypatch.setenv("DWDP_DEEPGEMM_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "deep_gemm", None)
+    use, why = bench.deepgemm_wanted("auto", ["multi_buffer", "contiguous"])
+    assert not use and "not importable" in why
+    assert bench.deepgemm_wanted("off", ["multi_buffer"]) == (False, "--deepgemm off")
+    for mode, paths in (("on", ["multi_buffer"]), ("auto", ["multi_buffer", "deepgemm"])):
+        with pytest.raises(SystemExit, match="deepgemm path was asked for.*deepgemm_build.sh"):
+            bench.deepgemm_wanted(mode, paths)
+    monkeypatch.setitem(sys.modules, "deep_gemm", FakeDeepGEMM())
+    monkeypatch.setattr(FakeDeepGEMM, "__file__", str(tmp_path / "deep_gemm" / "__init__.py"), raising=False)
+    use, why = bench.deepgemm_wanted("auto", ["multi_buffer"])
+    assert use and why.startswith("deep_gemm stand-in from")
