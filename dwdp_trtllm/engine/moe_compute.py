@@ -317,7 +317,7 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
     A path with padded_mlp (gemm: deepgemm) runs the MLP on its padded rows: its gather writes them, the combine
     reads them through dest_A."""
     path = gemm_path(gemm)
-    if path.padded_mlp is not None and _is_fp8(w13_sources):
+    if path.padded_mlp is not None and _is_fp8(w13_sources) and topk_ids_TK.numel():  # no rows: the path below
         perm_A, offs_E, _ = sort_by_expert(topk_ids_TK, expert_buffer_idx_E.shape[0])
         rows_A = torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor")
         y_MH, dest_A = path.padded_mlp(x_TH, rows_A, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E,

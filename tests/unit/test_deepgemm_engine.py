@@ -321,3 +321,12 @@ def test_moe_op_bench_adds_deepgemm_only_when_it_imports(monkeypatch, tmp_path):
     monkeypatch.setattr(FakeDeepGEMM, "__file__", str(tmp_path / "deep_gemm" / "__init__.py"), raising=False)
     use, why = bench.deepgemm_wanted("auto", ["multi_buffer"])
     assert use and why.startswith("deep_gemm stand-in from")
+
+
+def test_no_tokens_gives_an_empty_result_without_a_gemm(fake_dg):
+    q13, s13, q2, s2 = _experts(11)
+    bidx, row = mc.identity_map(E, "cpu")
+    y = mc.routed_experts_forward(torch.zeros(0, H).to(torch.bfloat16), torch.zeros(0, K, dtype=torch.long),
+                                  torch.zeros(0, K), [q13], [q2], bidx, row, gemm="deepgemm",
+                                  w13_scale_sources=[s13], w2_scale_sources=[s2])
+    assert y.shape == (0, H) and y.dtype == torch.bfloat16 and fake_dg.calls == []
