@@ -5,6 +5,10 @@ Needs deep_gemm built (scripts/gpu/deepgemm_build.sh; DWDP_DEEPGEMM_DIR names th
 missing DeepGEMM FAILS here, it is not skipped. Tolerance: ||out - ref|| / ||ref|| <= 1e-2 against float64 products of
 the same e4m3 values and scales (accumulation order, FP32 promotion per 128-deep K block and the BF16 output rounding
 differ); DeepGEMM vs our op <= 1e-2 likewise (not bit-exact: two kernels, two accumulation orders).
+The engine's whole routed-expert op with gemm=deepgemm (engine/moe_deepgemm.py: one gather to the padded rows, the
+combine through the padded index) against gemm=multi_buffer: <= 1e-2 relative, and bit-identical as a separate claim
+(docs/BENCHMARKS.md section 13 found DeepGEMM's GEMM output bit-identical to ours on R1 shapes). Its first run
+JIT-compiles two kernels (16 experts: fc1 and fc2 shapes).
 """
 from __future__ import annotations
 
