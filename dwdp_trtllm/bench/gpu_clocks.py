@@ -62,6 +62,15 @@ def clock_text(stats: dict | None) -> str:
             f"(max {p['max']:.0f} W), {stats['samples']} samples" + (f" ({src})" if src else ""))
 
 
+def _nvml_shutdown() -> None:
+    """pynvml.nvmlShutdown, never raising: a sampler must never fail the run it watches."""
+    try:
+        import pynvml
+        pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - pynvml.NVMLError and friends
+        pass
+
+
 def _uuid_text(u) -> str:
     return u.decode(errors="replace") if isinstance(u, bytes) else str(u)
 
@@ -100,13 +109,22 @@ class GpuSampler:
 
     # ---- NVML ---------------------------------------------------------------------------------------------
     def _nvml_handle(self):
+        """The NVML handle of cuda:`cuda_index`, NVML left initialised (__exit__ shuts it down); None, or an
+        exception, with NVML shut down again (nvmlInit is counted: one shutdown per init)."""
         import pynvml
         pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        uuids = [_uuid_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
-        from .. import env
-        i = gpu_index_of(self.cuda_index, uuids, env.cuda_visible_devices(), _torch_uuid(self.cuda_index))
-        return None if i is None else handles[i]
+        try:
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            uuids = [_uuid_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+            from .. import env
+            i = gpu_index_of(self.cuda_index, uuids, env.cuda_visible_devices(), _torch_uuid(self.cuda_index))
+        except BaseException:
+            _nvml_shutdown()
+            raise
+        if i is None:
+            _nvml_shutdown()
+            return None
+        return handles[i]
 
     def _poll_nvml(self, handle) -> None:
         import pynvml
@@ -178,11 +196,7 @@ class GpuSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-            try:  # nvmlInit is counted: one shutdown per init
-                import pynvml
-                pynvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - a sampler must never fail the run it watches
-                pass
+            _nvml_shutdown()  # nvmlInit is counted: one shutdown per init
         if self._proc is not None:
             self._stop_smi()
         return False

@@ -255,11 +255,12 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
     class NVMLError(Exception):
         pass
     handles = ["h0", "h1", "h2"]
+    inits = []  # +1 per nvmlInit, -1 per nvmlShutdown: NVML counts them, every init needs its shutdown
     fake = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_CLOCK_SM=1, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 3,
+        NVMLError=NVMLError, NVML_CLOCK_SM=1, nvmlInit=lambda: inits.append(1), nvmlDeviceGetCount=lambda: 3,
         nvmlDeviceGetHandleByIndex=lambda i: handles[i], nvmlDeviceGetUUID=lambda h: f"GPU-{h}".encode(),
         nvmlDeviceGetClockInfo=lambda h, kind: {"h0": 100, "h1": 200, "h2": 1552}[h] if kind == 1 else 0,
-        nvmlDeviceGetPowerUsage=lambda h: 417_000, nvmlShutdown=lambda: None)
+        nvmlDeviceGetPowerUsage=lambda h: 417_000, nvmlShutdown=lambda: inits.append(-1))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     t0 = time.perf_counter()
@@ -270,10 +271,12 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
     assert {(mhz, w) for _, mhz, w in s.samples} == {(1552.0, 417.0)}
     assert all(t0 <= t <= t1 for t, _, _ in s.samples)
     assert s.window(t1, None) == [] and s.stats()["sm_clock_mhz"]["median"] == 1552.0
+    assert inits == [1, -1]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,1")  # cannot be told: no samples, said why
     with GpuSampler(0) as s2:
         pass
     assert s2.samples == [] and ("cuda:0" in s2.source or s2.source == "nvidia-smi")
+    assert sum(inits) == 0  # NVML shut down again although no GPU was sampled
 
 
 @pytest.mark.slow  # the real engine, the burst floor and the sustained floor: ~20 s on 2 cores
