@@ -191,7 +191,9 @@ def summary(run: dict, mode: str = "dep") -> dict:
 
     def med(key: str, what: str):
         return ((clock.get(key) or {}).get(what) or {}).get("median")
-    out = {"point": run.get("point"), "mode": mode, "device": (run.get("floor") or {}).get("device"),
+    out = {"point": run.get("point"), "isl": ((run.get("config") or {}).get("workload") or {}).get("isl"),
+           # the point's ISL from its config: a point set with --set has no swept values ("point": {})
+           "mode": mode, "device": (run.get("floor") or {}).get("device"),
            "unit": "ms per iteration; MHz; W",
            "engine_ms": f.get("measured_ms", {}).get("total"),
            "floor_burst_ms": f.get("floor_ms", {}).get("total"),

@@ -154,7 +154,9 @@ def test_floor_report_gives_the_sustained_floor_its_ratio_and_the_clocks(monkeyp
     assert sm["engine_over_floor_burst"] == d["measured_over_floor"]["total"]
     assert (sm["floor_burst_sm_clock_mhz"], sm["floor_sustained_sm_clock_mhz"], sm["engine_sm_clock_mhz"]) == (1980, 1550, 1500)
     assert (sm["engine_ms"], sm["floor_sustained_ms"]) == (d["measured_ms"]["total"], su["floor_ms"]["total"])
-    assert sm["engine_power_w"] == 690.0 and sm["point"] == {"isl": 8192}
+    assert sm["engine_power_w"] == 690.0 and sm["point"] == {"isl": 8192} and sm["isl"] is None
+    # a point set with --set (gpu_check floorsust) has no swept values: its ISL comes from the run's config
+    assert summary({"floor": rep, "point": {}, "config": {"workload": {"isl": 2048}}})["isl"] == 2048
 
 
 def test_over_floor_names_no_ratio_without_a_floor():
