@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_text, gpu_index_of
+from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_text
 from dwdp_trtllm.engine.model import build_reference_model
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.timing import PhaseTimer
@@ -167,14 +167,6 @@ def main() -> None:
         where = " < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__)[-3:]))
         print(f"[{tag}] idle report failed: {type(exc).__name__}: {str(exc)[:200]} ({where})")
         raise
-
-
-def smi_gpu_id(cuda_index: int, smi_uuids: list[str], visible: str | None, torch_uuid: str | None = None) -> str | None:
-    """The nvidia-smi `-i` id (a 'GPU-...' UUID) of the GPU torch calls cuda:`cuda_index`, or None where it cannot
-    be told (bench/gpu_clocks.gpu_index_of: torch's UUID wins when listed, else CUDA_VISIBLE_DEVICES as
-    host_resources.visible_gpus reads it)."""
-    i = gpu_index_of(cuda_index, smi_uuids, visible, torch_uuid)
-    return None if i is None else smi_uuids[i]
 
 
 class GpuClocks(GpuSampler):

@@ -1,15 +1,16 @@
-"""scripts/profile_engine.py samples the clock of the GPU the run uses: smi_gpu_id maps torch's cuda:N to
-nvidia-smi's GPU (by UUID), through CUDA_VISIBLE_DEVICES where torch gives no UUID (was: always nvidia-smi -i 0)."""
+"""The clock sampler (bench/gpu_clocks.py; scripts/profile_engine.py and `dwdp bench --floor`) samples the GPU the run
+uses: gpu_index_of maps torch's cuda:N to NVML's / nvidia-smi's GPU (by UUID), through CUDA_VISIBLE_DEVICES where
+torch gives no UUID (was: always nvidia-smi -i 0)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from dwdp_trtllm.bench.gpu_clocks import gpu_index_of
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("profile_engine", ROOT / "scripts" / "profile_engine.py")
-profile_engine = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(profile_engine)
-smi_gpu_id = profile_engine.smi_gpu_id
+
+def smi_gpu_id(cuda_index, uuids, visible, torch_uuid=None):
+    """The UUID of the GPU gpu_index_of names, None where it cannot be told."""
+    i = gpu_index_of(cuda_index, uuids, visible, torch_uuid)
+    return None if i is None else uuids[i]
+
 
 UUIDS = ["GPU-aaaa0000-0000", "GPU-bbbb1111-1111", "GPU-cccc2222-2222", "GPU-dddd3333-3333"]
 
