@@ -499,8 +499,9 @@ def floor_report(cfg, by_mode: dict, *, sustained=None, engine_clocks: dict | No
     Also "method" and "device". Runs in this process on the run's device (cuda:0 or cpu).
 
     sustained (floor_sustained.SustainedSettings): also the floor under sustained load per mode, "sustained":
-    {"floor_ms", "measured_over_floor", "passes_timed", "warmup_s", "warmup_end", ...}, timed for as long as the
-    mode's measured iterations ran (engine_windows[mode]: (t0, t1) on perf_counter). "clock" per mode (CUDA):
+    {"floor_ms", "measured_over_floor", "passes_timed", "warmup_s", "warmup_end", ...}, timed at least as long as
+    the mode's measured iterations ran, in min_timed to max_timed passes (engine_windows[mode]: (t0, t1) on
+    perf_counter). "clock" per mode (CUDA):
     {"floor_burst", "floor_sustained", "engine"}: gpu_clocks.clock_stats of the SM clock and power while each ran
     (engine: engine_clocks[mode], sampled by the caller during the measured iterations)."""
     spec = cfg.model.spec()

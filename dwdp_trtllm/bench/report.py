@@ -233,7 +233,7 @@ def sustained_table(run: dict, mode: str) -> Table | None:
     table = Table(title=f"{MODE_TITLES.get(mode, mode)}: engine vs the floor burst and sustained, ms per iteration",
                   title_justify="left", caption_justify="left",
                   caption="burst: each kernel timed alone (the floor above); sustained: the same kernels replayed back "
-                          "to back, every measured iteration in order, after a warm-up, for as long as the engine's "
+                          "to back, every measured iteration in order, after a warm-up, at least as long as the engine's "
                           f"measured iterations ran ({su.get('passes_timed')} passes, warm-up {_fmt(su.get('warmup_s'), 1)} s, "
                           f"{su.get('warmup_end')}); x = engine / floor; clock and power: medians while each ran")
     for col in ("phase", "floor burst", "floor sustained", "engine", "x burst", "x sustained"):

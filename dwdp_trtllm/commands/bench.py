@@ -28,7 +28,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "a CPU the ranks share the cores the floor is timed on, so the ratio means nothing")
     p.add_argument("--floor-sustained", action="store_true",
                    help="with --floor: also time the floor under sustained load (its kernels replayed back to back, "
-                        "every measured iteration in order, for as long as the engine's measured iterations ran, after "
+                        "every measured iteration in order, at least as long as the engine's measured iterations ran (5-60 "
+                        "passes), after "
                         "a warm-up to a steady pass time) and report the SM clock / power of the burst floor, the "
                         "sustained floor and the engine; engine / floor(sustained) separates engine overhead from "
                         "clock (bench/floor_sustained.py)")
