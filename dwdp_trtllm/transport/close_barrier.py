@@ -12,6 +12,12 @@ a peer whose process is gone (the connection closed) as soon as that is known. T
 warning that names the group and the missing ranks: shutdown must not hang on a dead peer. Nothing here raises for a
 missing peer.
 
+A gloo wait that times out closes that peer's connection ("Application timeout caused pair closure"): the late peer,
+once it arrives, finds the connection closed and leaves at once (it does not wait its own timeout), naming the rank
+that stopped waiting; and the group carries no more traffic between those two ranks. Its callers use the group for
+nothing after close (DwdpRuntime.close, AdapterRuntime.close; a second TensorRT-LLM model gets new groups from
+integration/group.py), so the barrier runs once per group.
+
 Shape legend: none (one 1-byte token per peer).
 """
 from __future__ import annotations
@@ -48,20 +54,21 @@ class BarrierResult:
         if self.ok:
             return f"{where}: all {len(self.ranks)} ranks reached the shutdown barrier in {self.waited_s:.2f} s"
         who = "; ".join(f"dwdp rank {p} (global rank {self.ranks[p]}): {why}" for p, why in sorted(self.missing.items()))
-        return (f"{where}: {len(self.missing)} of {len(self.ranks) - 1} peers did not reach the shutdown barrier within "
+        return (f"{where}: {len(self.missing)} of {len(self.ranks) - 1} peers not seen at the shutdown barrier within "
                 f"{timeout_s:g} s ({who}); releasing this rank's buffers anyway after {self.waited_s:.2f} s (a peer still "
                 "copying from them would read released memory)")
 
 
 def _short(e: BaseException) -> str:
     """Why a peer's token did not come, from gloo's error: timed out, or its connection lost (with gloo's words,
-    its source location and advice cut)."""
+    its source location and advice cut). A lost connection means the peer's process is gone OR the peer reached the
+    barrier earlier and stopped waiting at its own timeout (gloo closes the connection then): both are said."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     if "Timed out" in msg:
         return "did not arrive (timed out)"
     msg = re.sub(r"^\[[^\]]*\]\s*", "", msg).split(". This is typically")[0][:160]
     if "closed" in msg or "reset" in msg or "Broken pipe" in msg:
-        return f"connection lost, its process gone? ({msg})"
+        return f"connection lost: its process exited, or it stopped waiting at its own timeout ({msg})"
     return f"{type(e).__name__}: {msg}"
 
 
