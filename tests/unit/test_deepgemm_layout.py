@@ -10,14 +10,13 @@ from dwdp_trtllm.ops import deepgemm as dgl
 
 def loop_layout(counts, align=128):
     """The layout DeepGEMM's tests build (tests/generators.py generate_m_grouped_contiguous at 54e2261), by loop."""
-    dest, m_idx, psum, start, src = [], [], [], 0, 0
+    dest, m_idx, psum, start = [], [], [], 0
     for e, c in enumerate(counts):
         aligned = (c + align - 1) // align * align
         dest += list(range(start, start + c))
         m_idx += [e] * c + [-1] * (aligned - c)
         psum.append(start + c)
         start += aligned
-        src += c
     return dest, m_idx, psum, start
 
 
