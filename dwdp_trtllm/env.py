@@ -19,6 +19,13 @@ DWDP_OPS_EXCLUDE = "DWDP_OPS_EXCLUDE"
 DWDP_CHECK_SYNC = "DWDP_CHECK_SYNC"
 #: "1": run the engine's elementwise chains eagerly on CUDA instead of its Triton kernels (engine/fused.py).
 DWDP_NO_FUSE = "DWDP_NO_FUSE"
+#: A built DeepGEMM source tree (scripts/gpu/deepgemm_build.sh's DEST) put on sys.path before `import deep_gemm`
+#: (ops/deepgemm.py).
+DWDP_DEEPGEMM_DIR = "DWDP_DEEPGEMM_DIR"
+#: Which DeepGEMM source scripts/bench_deepgemm.py records beside its numbers (default DEEPGEMM_SOURCE_DEFAULT).
+DWDP_DEEPGEMM_SOURCE = "DWDP_DEEPGEMM_SOURCE"
+#: the DeepGEMM commit scripts/gpu/deepgemm_build.sh builds by default
+DEEPGEMM_SOURCE_DEFAULT = "deepseek-ai/DeepGEMM 54e2261"
 
 
 def get(name: str, default: str | None = None) -> str | None:
@@ -35,6 +42,16 @@ def check_sync() -> bool:
 
 def no_fuse() -> bool:
     return os.environ.get(DWDP_NO_FUSE) == "1"
+
+
+def deepgemm_dir() -> str | None:
+    """DWDP_DEEPGEMM_DIR as set (None or empty: unset)."""
+    return os.environ.get(DWDP_DEEPGEMM_DIR) or None
+
+
+def deepgemm_source() -> str:
+    """DWDP_DEEPGEMM_SOURCE, else DEEPGEMM_SOURCE_DEFAULT."""
+    return os.environ.get(DWDP_DEEPGEMM_SOURCE) or DEEPGEMM_SOURCE_DEFAULT
 
 
 def launch_env() -> dict[str, int] | None:

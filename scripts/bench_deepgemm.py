@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fp8_grouped import E, SHAPES, make_point, time_ms  # noqa: E402
 from bench_grouped_gemm import counts_for  # noqa: E402
+from dwdp_trtllm import env as dwdp_env  # noqa: E402
 from dwdp_trtllm.bench.report import env_info, write_atomic  # noqa: E402
 from dwdp_trtllm.ops import deepgemm as dgl  # noqa: E402
 from dwdp_trtllm.ops.build import load  # noqa: E402
@@ -111,7 +111,7 @@ def main() -> int:
     env = env_info("cuda", device_name=torch.cuda.get_device_name(0))
     meta = dict(date=env["date"][:10], commit=env["git_commit"], device=env["device_name"], torch=env["torch"],
                 command=env["argv"], seconds=time.time() - t0, deep_gemm=getattr(dg, "__version__", "?"),
-                deep_gemm_source=os.environ.get("DWDP_DEEPGEMM_SOURCE", "deepseek-ai/DeepGEMM 54e2261"),
+                deep_gemm_source=dwdp_env.deepgemm_source(),
                 rounds=args.rounds, target_ms=args.target_ms, tol=args.tol)
     outd = Path(args.out)
     outd.mkdir(parents=True, exist_ok=True)

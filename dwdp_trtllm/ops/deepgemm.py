@@ -19,7 +19,6 @@ source on a CUDA machine). Legend: R rows (sum of counts), M padded rows, E expe
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 
@@ -128,7 +127,8 @@ def padded_source_rows(rows_A: torch.Tensor, layout: PaddedLayout) -> torch.Tens
 
 def module():
     """The deep_gemm module (imported on first use). DWDP_DEEPGEMM_DIR names a built source tree to put on sys.path."""
-    root = os.environ.get("DWDP_DEEPGEMM_DIR")
+    from .. import env  # noqa: PLC0415 - every environment variable is read there
+    root = env.deepgemm_dir()
     if root and root not in sys.path:
         sys.path.insert(0, root)
     if "deep_gemm" not in sys.modules and sys.platform.startswith("linux"):

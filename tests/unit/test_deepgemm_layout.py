@@ -145,3 +145,26 @@ def test_one_gather_builds_the_padded_layout():
     assert one_pass.shape == two_pass.shape
     assert torch.equal(one_pass[real], two_pass[real])
     assert torch.equal(dgl.unpad_rows(one_pass, lay), x.index_select(0, rows_A))
+
+
+def test_deepgemm_variables_are_read_in_the_env_module(monkeypatch, tmp_path):
+    """DWDP_DEEPGEMM_DIR / DWDP_DEEPGEMM_SOURCE go through dwdp_trtllm/env.py (DESIGN: environment variables are read
+    in one module): module() puts env.deepgemm_dir() on sys.path, and neither ops/deepgemm.py nor
+    scripts/bench_deepgemm.py reads os.environ itself."""
+    from pathlib import Path
+
+    from dwdp_trtllm import env
+    root = str(tmp_path / "dg_tree")
+    monkeypatch.setattr(env, "deepgemm_dir", lambda: root)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "deep_gemm", None)
+    assert not dgl.available()
+    assert root in sys.path
+    repo = Path(__file__).resolve().parents[2]
+    for rel in ("dwdp_trtllm/ops/deepgemm.py", "scripts/bench_deepgemm.py"):
+        text = (repo / rel).read_text()
+        assert "os.environ" not in text and "getenv" not in text, rel
+    monkeypatch.delenv(env.DWDP_DEEPGEMM_SOURCE, raising=False)
+    assert env.deepgemm_source() == env.DEEPGEMM_SOURCE_DEFAULT
+    monkeypatch.setenv(env.DWDP_DEEPGEMM_SOURCE, "deepseek-ai/DeepGEMM abc1234")
+    assert env.deepgemm_source() == "deepseek-ai/DeepGEMM abc1234"
