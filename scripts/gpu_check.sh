@@ -134,7 +134,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
           timeout "${DEEPGEMM_TIMEOUT:-420}" python3 scripts/bench_deepgemm.py --prewarm $pair ${DEEPGEMM_ARGS:-} >> "$OUT/deepgemm.log" 2>&1 & pids="$pids $!"
         done
         for p in $pids; do wait $p || echo "gpu_check: a DeepGEMM prewarm failed (the bench compiles what is missing)" >> "$OUT/deepgemm.log"; done
-        built() { tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
+        built() { tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/BUILT_WITH" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
         timeout "${DEEPGEMM_TIMEOUT:-420}" python3 scripts/bench_deepgemm.py --out "$OUT/raw/deepgemm" ${DEEPGEMM_ARGS:-} >> "$OUT/deepgemm.log" 2>&1 || rc=1
         built  # again after the tests, which compile their own shapes: what is there comes back even if time runs out
         timeout "${DEEPGEMM_TEST_TIMEOUT:-200}" python3 -m pytest -q -rs tests/gpu/test_deepgemm_cuda.py >> "$OUT/deepgemm.log" 2>&1 || rc=1
@@ -165,7 +165,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
         echo "gpu_check: DeepGEMM did not build: moeop runs without the deepgemm path" >> "$OUT/moeop.log"
       fi
       timeout "${MOEOP_TIMEOUT:-240}" python3 scripts/bench_moe_op_vs_trtllm.py --out "$OUT/raw/moeop" --rounds 3 --deepgemm $dg >> "$OUT/moeop.log" 2>&1 || rc=1
-      [ $dg = auto ] && tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null
+      [ $dg = auto ] && tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/BUILT_WITH" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null
       grep -E "^paths|prewarm|did not build|rror" "$OUT/moeop.log" | tail -n 12; tail -n 34 "$OUT/moeop.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify

@@ -9,7 +9,9 @@
 # tar -x -C .carry/deepgemm; git --git-dir=<fmt mirror> archive 553ec11 include LICENSE | tar -x -C .carry/deepgemm/third-party/fmt.
 # Builds deep_gemm._C (csrc/python_api.cpp, a torch extension linked with cudart + nvrtc) in place; the kernels are
 # JIT-compiled with nvcc at their first call into DG_JIT_CACHE_DIR. A prebuilt _C (deep_gemm/_C*.so in the bundle,
-# from an earlier build on the same image, BUILT_WITH naming how) is reused. Exit 2 if the bundle or CUTLASS is missing.
+# from an earlier build on the same image) is reused unless the bundle's deep_gemm/BUILT_WITH names another
+# DEEPGEMM_BUILD (below); a _C without BUILT_WITH is reused whatever DEEPGEMM_BUILD asks (the script says so).
+# gpu_check.sh's deepgemm_built.tgz carries BUILT_WITH beside _C. Exit 2 if the bundle or CUTLASS is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$PWD/.carry/deepgemm; dest=${1:-/tmp/deepgemm}
@@ -27,6 +29,9 @@ ln -sfn "$cut/cute" "$dest/deep_gemm/include/cute"; ln -sfn "$cut/cutlass" "$des
 # first: dwdp_trtllm/ops/deepgemm.py module() does that (python code importing deep_gemm directly must too).
 how=${DEEPGEMM_BUILD:-setup}
 if [ -f "$src/deep_gemm/BUILT_WITH" ] && [ "$(cat "$src/deep_gemm/BUILT_WITH")" != "$how" ]; then rm -f "$dest"/deep_gemm/_C*.so; fi
+if ls "$dest"/deep_gemm/_C*.so >/dev/null 2>&1 && [ ! -f "$src/deep_gemm/BUILT_WITH" ]; then
+  echo "deepgemm_build: reusing the bundle's prebuilt _C; it has no BUILT_WITH, so how it was built is not known (DEEPGEMM_BUILD=$how not checked)"
+fi
 if ! ls "$dest"/deep_gemm/_C*.so >/dev/null 2>&1; then
   echo "$how" > "$dest/deep_gemm/BUILT_WITH"
   if [ "$how" = setup ]; then
