@@ -89,7 +89,8 @@ def _torch_uuid(cuda_index: int) -> str | None:
 class GpuSampler:
     """Samples (perf_counter s, SM MHz, W) of the GPU torch calls cuda:`cuda_index` while the `with` block runs.
     `source` says where they came from ("nvml", "nvidia-smi") or why there are none; `window(t0, t1)` the samples
-    stamped in [t0, t1]; `stats(t0, t1)` their clock_stats with the source."""
+    stamped in [t0, t1]; `stats(t0, t1)` their clock_stats with the source. Only samples stamped inside the block
+    are kept, whatever the source (nvidia-smi's, stamped by it, can fall before its start or after its end)."""
 
     def __init__(self, cuda_index: int = 0, period_s: float = PERIOD_S):
         self.cuda_index, self.period_s = cuda_index, period_s
@@ -99,6 +100,8 @@ class GpuSampler:
         self._thread: threading.Thread | None = None
         self._proc = None
         self._smi_epoch: tuple[datetime.datetime, float] | None = None
+        #: (enter, exit) of the block on perf_counter
+        self.block: tuple[float, float | None] | None = None
 
     # ---- the window ---------------------------------------------------------------------------------------
     def window(self, t0: float | None = None, t1: float | None = None) -> list[tuple[float, float, float]]:
@@ -172,7 +175,10 @@ class GpuSampler:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             text, _ = self._proc.communicate()
-        self.samples += parse_smi(text, self._smi_epoch)
+        t0, t1 = self.block
+        # the NVML thread samples only inside the block; nvidia-smi's own stamps can fall outside it (its start on
+        # an idle GPU, its last line after SIGINT): the same rule for both
+        self.samples += [s for s in parse_smi(text, self._smi_epoch) if t0 <= s[0] <= t1]
 
     # ---- the block ----------------------------------------------------------------------------------------
     def __enter__(self) -> "GpuSampler":
@@ -190,9 +196,11 @@ class GpuSampler:
             self._thread.start()
         elif not self._start_smi() and self.source.startswith("pynvml"):
             self.source += "; no nvidia-smi"
+        self.block = (time.perf_counter(), None)
         return self
 
     def __exit__(self, *exc) -> bool:
+        self.block = (self.block[0] if self.block else time.perf_counter(), time.perf_counter())
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

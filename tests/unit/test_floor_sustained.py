@@ -306,3 +306,32 @@ def test_bench_floor_sustained_on_the_real_engine(tmp_path, capsys):
             assert su["measured_over_floor"][k] == pytest.approx(f["measured_ms"][k] / su["floor_ms"][k])
         assert "clock" not in f  # a CPU run samples no GPU
     assert "engine vs the floor burst and sustained" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_smi_sampler_keeps_only_samples_inside_the_block(monkeypatch):
+    """Without NVML the sampler reads nvidia-smi, whose own stamps can fall before the block (its start) or after
+    it (its last line): stats() with no window counts only those inside, as the NVML thread's are."""
+    import datetime
+    import shutil
+    import subprocess
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError: the nvidia-smi path
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name if name == "nvidia-smi" else None)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: types.SimpleNamespace(stdout="GPU-a\n"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    class Proc:
+        def send_signal(self, sig):
+            pass
+
+        def communicate(self, timeout=None):
+            now = datetime.datetime.now()
+            line = lambda dt, mhz: f"{(now + datetime.timedelta(seconds=dt)).strftime('%Y/%m/%d %H:%M:%S.%f')}, {mhz}, 300"  # noqa: E731
+            # before the block (nvidia-smi starting on an idle GPU), inside it, after it
+            return "\n".join([line(-30.0, 345), line(-0.1, 1980), line(-0.05, 1970), line(+30.0, 1755)]), ""
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: Proc())
+    with GpuSampler(0) as s:
+        time.sleep(0.3)
+    assert s.source == "nvidia-smi"
+    assert [mhz for _, mhz, _ in s.samples] == [1980.0, 1970.0]
+    assert s.stats()["samples"] == 2 and s.stats()["sm_clock_mhz"]["min"] == 1970.0
