@@ -8,7 +8,8 @@ Parts of one rank (`PARTS`, bytes):
 - routed experts held: DWDP: the rank's local experts of every MoE layer (placement.py, redundancy
   included); DEP: its ceil(E/G) experts of every MoE layer. Scales included (weight_formats.py).
 - prefetch slots (DWDP only): `prefetch_slot_count` slots (min(prefetch_depth + 1, MoE layers), at least 2),
-  each holding the largest per-layer fetch of the rank.
+  each holding the largest per-layer fetch of the rank, or every expert of the layer on the TensorRT-LLM
+  adapter's merge path (`slot_experts`: the path is an input, `gemm`; RankMemory.gemm says which was priced).
 - all-to-all buffers (DEP only): ESTIMATE, dispatch send + combine receive buffers of max_num_tokens x top_k
   hidden vectors in bf16 (the received / expert-output copies are counted in the activations).
 - dense weights: every replicated parameter (`dense_param_groups`) as the deployment stores it
@@ -153,6 +154,8 @@ class RankMemory:
     activations: int
     kv_cache_floor: int
     gpu_bytes: int | None = None
+    #: the adapter path whose prefetch slots are priced (slot_experts); None: the embedded engine's (fetched experts)
+    gemm: str | None = None
 
     @property
     def total(self) -> int:
@@ -170,7 +173,8 @@ class RankMemory:
         """The JSON every command prints: GB, rounded to 1 kB, the unit in each key."""
         d = {"unit": UNIT, "mode": self.mode, "group_size": self.group_size, "rank": self.rank,
              "weight_dtype": self.weight_dtype, "max_num_tokens": self.max_num_tokens,
-             "num_experts_held": self.num_experts_held, "num_fetched_experts": self.num_fetched_experts}
+             "num_experts_held": self.num_experts_held, "num_fetched_experts": self.num_fetched_experts,
+             "gemm": self.gemm}
         d.update({f"{p}_gb": round(gb(getattr(self, p)), 6) for p in PARTS})
         d["total_gb"] = round(gb(self.total), 6)
         d["gpu_gb"] = None if self.gpu_bytes is None else round(gb(self.gpu_bytes), 6)
@@ -226,10 +230,27 @@ def prefetch_slot_count(cfg: DwdpConfig, num_moe_layers: int) -> int:
     return max(2, min(cfg.num_slots, num_moe_layers))
 
 
+#: the TensorRT-LLM adapter's expert paths (integration/gemm_choice.choose_gemm's results) a slot is priced for
+ADAPTER_GEMMS = ("multi_buffer", "composite_view", "merge")
+
+
+def slot_experts(gemm: str | None, n_fetch: int, num_experts: int) -> int:
+    """Experts one prefetch slot holds per expert tensor: the one count the adapter allocates and rank_memory prices.
+
+    gemm: the TensorRT-LLM adapter's path (AdapterRuntime.gemm), None for the embedded engine (runtime.DwdpRuntime,
+    whose slots hold the fetched experts whatever cfg.gemm). merge: every expert of the layer in a full [E, ...] slot
+    (integration/full_slot.py: local experts copied in every layer); multi_buffer: the fetched experts [n_fetch, ...];
+    composite_view: the fetched experts' weights in VMM runs (its block-scale tensors sit in full [E] slots: a few
+    kB per expert, not priced)."""
+    if gemm is not None and gemm not in ADAPTER_GEMMS:
+        raise ValueError(f"gemm {gemm!r}: expected one of {ADAPTER_GEMMS} or None (the embedded engine)")
+    return num_experts if gemm == "merge" else n_fetch
+
+
 def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
                gpu_bytes: int | None = None, placement: ExpertPlacement | None = None,
-               engine_dense: bool = False) -> list[RankMemory]:
-    """rank_memory of every dwdp_rank of `cfg`'s group."""
+               engine_dense: bool = False, gemm: str | None = None) -> list[RankMemory]:
+    """rank_memory of every dwdp_rank of `cfg`'s group; gemm: the path whose slots are priced (slot_experts)."""
     p = placement or make_placement(cfg, spec.num_experts)
     if p.num_experts != spec.num_experts:
         raise ValueError(f"placement is for {p.num_experts} experts, model {spec.name} has {spec.num_experts} experts")
@@ -239,8 +260,9 @@ def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_t
     for r in range(p.dwdp_size):
         n_local, n_fetch = len(p.local_experts[r]), len(p.fetch_experts(r))
         out.append(RankMemory("dwdp", p.dwdp_size, r, weight_dtype, max_num_tokens, n_local, n_fetch, slots,
-                              routed_experts=n_local * layers * eb, prefetch_slots=slots * n_fetch * eb, all_to_all=0,
-                              gpu_bytes=gpu_bytes, **shared))
+                              routed_experts=n_local * layers * eb,
+                              prefetch_slots=slots * slot_experts(gemm, n_fetch, p.num_experts) * eb, all_to_all=0,
+                              gpu_bytes=gpu_bytes, gemm=gemm, **shared))
     return out
 
 
@@ -258,8 +280,11 @@ def _shared_parts(spec: ModelSpec, weight_dtype: str, max_num_tokens: int, engin
 
 def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens: int, group_size: int | None = None,
                 dwdp: DwdpConfig | None = None, gpu_bytes: int | None = None, kv_tokens: int | None = None,
-                engine_dense: bool = False) -> RankMemory:
+                engine_dense: bool = False, gemm: str | None = None) -> RankMemory:
     """THE price of one rank of a deployment (module docstring: the parts).
+
+    gemm (DWDP): the TensorRT-LLM adapter's expert path whose prefetch slots are priced (slot_experts: merge holds
+    [E, ...] slots, multi_buffer and composite_view the fetched experts); None: the embedded engine's slots.
 
     DWDP: the worst rank of `dwdp` (default: a derived placement of `group_size` ranks, prefetch depth 1).
     DEP: expert parallelism over `group_size` ranks (default dwdp.dwdp_size); with attention DP this is also a
@@ -273,7 +298,7 @@ def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens
     if mode == "dwdp":
         cfg = dwdp if dwdp is not None else DwdpConfig(dwdp_size=group_size)
         ranks = dwdp_ranks(spec, cfg, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gpu_bytes=gpu_bytes,
-                           engine_dense=engine_dense)
+                           engine_dense=engine_dense, gemm=gemm)
         return max(ranks, key=lambda m: (m.total, -m.rank))
     g = group_size if group_size is not None else dwdp.dwdp_size
     if g < 1:
@@ -286,26 +311,27 @@ def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens
 
 
 def smallest_fitting(spec: ModelSpec, mode: str, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,
-                     prefetch_depth: int = 1, max_size: int = MAX_DWDP_SIZE) -> int | None:
-    """Smallest group size (DWDP: derived placement, no redundancy; DEP: EP size) whose ranks fit `gpu_bytes`;
-    None when none up to `max_size` (DWDP: also at most the expert count) does."""
+                     prefetch_depth: int = 1, max_size: int = MAX_DWDP_SIZE, gemm: str | None = None) -> int | None:
+    """Smallest group size (DWDP: derived placement, no redundancy, slots of `gemm` as rank_memory; DEP: EP size)
+    whose ranks fit `gpu_bytes`; None when none up to `max_size` (DWDP: also at most the expert count) does."""
     top = min(max_size, spec.num_experts) if mode == "dwdp" else max_size
     for g in range(1, top + 1):
         dw = DwdpConfig(dwdp_size=g, prefetch_depth=min(prefetch_depth, max(spec.num_moe_layers, 1))) if mode == "dwdp" else None
         m = rank_memory(spec, mode, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, group_size=g, dwdp=dw,
-                        gpu_bytes=gpu_bytes)
+                        gpu_bytes=gpu_bytes, gemm=gemm if mode == "dwdp" else None)
         if m.fits:
             return g
     return None
 
 
 
-def default_dwdp_size(spec: ModelSpec, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int) -> int:
+def default_dwdp_size(spec: ModelSpec, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,
+                      gemm: str | None = None) -> int:
     """The group size every deployment command takes when none is given (`dwdp plan --dwdp-size auto`,
     `plan-placement` and `gen-config` without --dwdp-size): the smallest power of two >= 2 whose DWDP ranks fit
     `gpu_bytes` (the smallest fitting size itself where that power of two exceeds the expert count); 8 when no
     size up to MAX_DWDP_SIZE fits (the command then says nothing fits and names the smallest counts)."""
-    g = smallest_fitting(spec, "dwdp", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens)
+    g = smallest_fitting(spec, "dwdp", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gemm=gemm)
     if g is None:
         return 8
     p = max(2, 1 << (g - 1).bit_length())
@@ -334,12 +360,14 @@ class DeploymentFit:
 
 
 def fit_deployment(spec: ModelSpec, cfg: DwdpConfig, gpu_bytes: int, *, weight_dtype: str,
-                   max_num_tokens: int) -> DeploymentFit:
-    """rank_memory for DWDP (`cfg`'s worst rank) and DEP (EP = cfg.dwdp_size), and the smallest size per mode."""
+                   max_num_tokens: int, gemm: str | None = None) -> DeploymentFit:
+    """rank_memory for DWDP (`cfg`'s worst rank, slots of `gemm`) and DEP (EP = cfg.dwdp_size), and the smallest
+    size per mode."""
     kw = dict(weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gpu_bytes=gpu_bytes)
-    return DeploymentFit(rank_memory(spec, "dwdp", dwdp=cfg, **kw), rank_memory(spec, "dep", group_size=cfg.dwdp_size, **kw),
+    return DeploymentFit(rank_memory(spec, "dwdp", dwdp=cfg, gemm=gemm, **kw),
+                         rank_memory(spec, "dep", group_size=cfg.dwdp_size, **kw),
                          smallest_fitting(spec, "dwdp", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens,
-                                          prefetch_depth=cfg.prefetch_depth),
+                                          prefetch_depth=cfg.prefetch_depth, gemm=gemm),
                          smallest_fitting(spec, "dep", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens))
 
 

@@ -136,12 +136,23 @@ class Sizing:
     context: mem.DeploymentFit | None
     gen_tp: int
     generation: mem.RankMemory | None
+    #: how the context rank's expert path was chosen for pricing (moe_evidence.priced_gemm); None: upstream's engine
+    gemm_how: str | None = None
+    #: the same rank on the adapter's merge fallback ([E, ...] slots), priced by memory.rank_memory too
+    merge: mem.RankMemory | None = None
 
     def lines(self) -> list[str]:
         if self.context is None:
             return ["memory: not checked (--num-experts gives no model dims; pass --preset, a preset or a config.json)"]
         out = [f"context server (one DWDP rank): {self.context.dwdp.describe()}",
                f"  (DEP at the same size: {self.context.dep.describe()}; {self.context.smallest_line()})"]
+        if self.gemm_how is not None:
+            out.append(f"  (prefetch slots priced for gemm {self.context.dwdp.gemm}: {self.gemm_how}")
+            if self.merge is not None:
+                out[-1] += (f"; on the merge fallback, where the composite view and multi_buffer are both refused, "
+                            f"every slot holds all experts: {self.merge.describe()})")
+            else:
+                out[-1] += ")"
         if self.generation is not None:
             out.append(f"generation server ({self.gen_tp} GPUs, attention DP + EP): {self.generation.describe()}")
         return out
@@ -150,12 +161,15 @@ class Sizing:
         c = self.context
         return {"unit": mem.UNIT, "gpu": self.gpu, "gpu_gb": self.gpu_bytes / mem.GB,
                 "context_dwdp": c and c.dwdp.to_dict(), "context_dep_alternative": c and c.dep.to_dict(),
+                "context_dwdp_merge_fallback": self.merge and self.merge.to_dict(), "gemm_priced_how": self.gemm_how,
                 "smallest_fitting": c and {"dwdp": c.smallest_fitting_dwdp_size, "dep": c.smallest_fitting_dep_size},
                 "generation": self.generation and self.generation.to_dict()}
 
 
-def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
-    """Price every server with memory.rank_memory; ConfigError naming the argument and the numbers if one does not fit."""
+def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None, engine: str = "dwdp_trtllm") -> Sizing:
+    """Price every server with memory.rank_memory; ConfigError naming the argument and the numbers if one does not fit.
+    engine dwdp_trtllm: the context rank's slots are priced for the path the adapter takes first on --gpu
+    (moe_evidence.priced_gemm), its merge fallback beside it (shown, not refused: the fallback is not chosen here)."""
     gpu_bytes, name = gpu_budget_bytes(args.gpu, args.gpu_memory_gb), gpu_label(args.gpu)
     disagg = args.mode == "disaggregated"
     if spec is None:
@@ -164,12 +178,19 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
                                                 "give --gen-tp (GPUs per generation server) or --preset")
         return Sizing(name, gpu_bytes, None, args.gen_tp or 1, None)
     wd, mnt = args.weight_dtype, args.max_num_tokens
-    fit = mem.fit_deployment(spec, dwdp, gpu_bytes, weight_dtype=wd, max_num_tokens=mnt)
+    gemm, how, merge = None, None, None
+    if engine == "dwdp_trtllm":
+        from ..integration.moe_evidence import priced_gemm
+        gemm, how = priced_gemm(wd, args.gpu)
+        merge = mem.rank_memory(spec, "dwdp", dwdp=dwdp, weight_dtype=wd, max_num_tokens=mnt, gpu_bytes=gpu_bytes,
+                                gemm="merge")
+    fit = mem.fit_deployment(spec, dwdp, gpu_bytes, weight_dtype=wd, max_num_tokens=mnt, gemm=gemm)
+    extra = dict(gemm_how=how, merge=merge)
     if not fit.fits:
         raise ConfigError(None, "--dwdp-size", f"a context server that fits {name} ({fmt_bytes(gpu_bytes, digits=None)}): "
                                                f"{fit.dwdp.describe()}; {fit.smallest_line()}")
     if not disagg:
-        return Sizing(name, gpu_bytes, fit, 0, None)
+        return Sizing(name, gpu_bytes, fit, 0, None, **extra)
     gen_mnt = args.gen_max_num_tokens or TRTLLM_DEFAULT_MAX_NUM_TOKENS
 
     def gen(tp: int) -> mem.RankMemory:
@@ -182,9 +203,9 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None) -> Sizing:
             raise ConfigError(None, "--gen-tp", f"a generation server whose ranks fit {name} "
                                                 f"({fmt_bytes(gpu_bytes, digits=None)}): {g.describe()}; "
                               + (f"--gen-tp {smallest.group_size} fits" if smallest else "no --gen-tp up to 64 fits"))
-        return Sizing(name, gpu_bytes, fit, args.gen_tp, g)
+        return Sizing(name, gpu_bytes, fit, args.gen_tp, g, **extra)
     if smallest is not None:
-        return Sizing(name, gpu_bytes, fit, smallest.group_size, smallest)
+        return Sizing(name, gpu_bytes, fit, smallest.group_size, smallest, **extra)
     raise ConfigError(None, "--gen-tp", f"a generation server that fits {name}: {gen(GEN_TPS[-1]).describe()}, "
                                         "and no smaller power of two fits either")
 
@@ -231,7 +252,7 @@ def run(args) -> int:
     early = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, weight_dtype=args.weight_dtype)
     if args.mode != "disaggregated":
         gc.aggregated(early, args.mode)
-    sizing = size_servers(args, dwdp, spec)
+    sizing = size_servers(args, dwdp, spec, engine)
     ctx_servers = args.ctx_servers or dwdp.world_size
     if args.mode == "disaggregated":
         servers = [("context", 1)] * ctx_servers + [("generation", sizing.gen_tp)] * args.gen_servers

@@ -37,7 +37,8 @@ import torch
 from ..composite_slots import CompositeSlots, CompositeUnsupported
 from ..copy_plan import CopyPlan, ExpertLayout, build_copy_plan
 from ..copy_scheduler import CopyScheduler
-from ..memory import prefetch_slot_count
+from ..byte_units import fmt_bytes
+from ..memory import prefetch_slot_count, slot_experts
 from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
@@ -129,7 +130,14 @@ class AdapterRuntime:
             ops = full_ops
         log.info("dwdp_trtllm: expert weights via %s (%s)", self.gemm, self.reason)
         self.plan = CopyPlan(dwdp_rank, ops, plan.sliced)
-        slot_rows = n_fetch if self.gemm == "multi_buffer" else E
+        # rows of each plain slot tensor: memory.slot_experts, the count rank_memory prices for this path (the
+        # composite view's plain slots are its block scales, kept full [E, ...])
+        slot_rows = E if self.gemm == "composite_view" else slot_experts(self.gemm, n_fetch, E)
+        if self.gemm == "merge":  # deployments are priced for the default paths' fetched-expert slots
+            extra = S * (E - n_fetch) * sum(per_expert)
+            log.warning("dwdp_trtllm: merge holds every expert in each of its %d prefetch slots: %s per rank more than "
+                        "the fetched-expert slots of multi_buffer / composite_view (memory.rank_memory gemm=merge "
+                        "prices it)", S, fmt_bytes(extra, digits=1))
         self.slots = [[self.composite.slot_tensor.get((s, t), torch.empty(1, dtype=torch.uint8, device=device))
                        if t in mapped else torch.empty(max(slot_rows * nb, 1), dtype=torch.uint8, device=device)
                        for t, nb in enumerate(per_expert)] for s in range(S)]

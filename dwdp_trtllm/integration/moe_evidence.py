@@ -74,6 +74,22 @@ def default_gemm(weight_dtype: str, sm: int | None) -> str:
     return "multi_buffer" if measured_case(weight_dtype, sm) else "composite_view"
 
 
+#: compute capability (major * 10 + minor) of the shipped `--gpu` names, for default_gemm where the GPU is named, not
+#: at hand (gen-config's memory line); a spec file or another name: not known
+NAMED_GPU_SM = {"h100": 90, "h200": 90, "b200": 100, "gb200": 100}
+
+
+def priced_gemm(weight_dtype: str, gpu: str | None) -> tuple[str, str]:
+    """(gemm, how): the path a dwdp_trtllm deployment on `gpu` (a shipped name, else unknown) takes first,
+    default_gemm's, for memory.rank_memory to price, and how it was chosen, for the line that shows the price."""
+    sm = NAMED_GPU_SM.get(str(gpu).lower()) if gpu is not None else None
+    g = default_gemm(weight_dtype, sm)
+    if sm is None:
+        return g, (f"moe_evidence.default_gemm for {weight_dtype} with the GPU's sm not known ({gpu}); "
+                   "multi_buffer, the sm_90 FP8 default, prices the same fetched-expert slots")
+    return g, f"moe_evidence.default_gemm for {weight_dtype} on {gpu} (sm_{sm})"
+
+
 #: what each path runs (check-trtllm's GEMM line)
 UNIT = "our execution unit replaces CutlassFusedMoE.run_moe on DWDP layers: dwdp::grouped_gemm over [local, slot]"
 VIEW = "the stock CUTLASS MoE over one [E, ...] VMM range (CUDA + vmm_fd; local experts mapped, not copied)"

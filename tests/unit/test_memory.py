@@ -143,3 +143,28 @@ def test_over_budget_error_and_bad_arguments():
     with pytest.raises(ValueError, match="16 experts"):
         dwdp_ranks(get_model("tiny"), DwdpConfig(dwdp_size=2), weight_dtype="bf16", max_num_tokens=0,
                    placement=make_placement(DwdpConfig(dwdp_size=2), 256))
+
+
+def test_prefetch_slots_are_priced_for_the_path_that_runs():
+    """The adapter's merge fallback holds every expert in each slot ([E, ...], integration/full_slot.py), the other
+    paths (and the embedded engine, gemm None) only the fetched ones: R1 FP8 at DWDP8 (32 local, 224 fetched, 2 slots)
+    is 2 x 32 experts = 2.82 GB more per rank on merge; every other number is unchanged. Before: no gemm input, every
+    path priced at the fetched experts."""
+    from dwdp_trtllm.memory import slot_experts
+    cfg = DwdpConfig(dwdp_size=8)
+    base = rank_memory(R1, "dwdp", dwdp=cfg, weight_dtype="fp8", max_num_tokens=16384)
+    for g in ("multi_buffer", "composite_view"):
+        m = rank_memory(R1, "dwdp", dwdp=cfg, weight_dtype="fp8", max_num_tokens=16384, gemm=g)
+        assert m.prefetch_slots == base.prefetch_slots == 2 * 224 * R1_EXPERT_FP8 and m.gemm == g
+    merge = rank_memory(R1, "dwdp", dwdp=cfg, weight_dtype="fp8", max_num_tokens=16384, gemm="merge")
+    assert merge.prefetch_slots == 2 * 256 * R1_EXPERT_FP8
+    assert merge.total - base.total == 2 * 32 * R1_EXPERT_FP8 and round((merge.total - base.total) / GB, 2) == 2.82
+    assert merge.to_dict()["gemm"] == "merge" and base.to_dict()["gemm"] is None
+    assert slot_experts("merge", 224, 256) == 256 and slot_experts("multi_buffer", 224, 256) == 224
+    assert slot_experts(None, 224, 256) == 224
+    with pytest.raises(ValueError, match="gemm 'fused'"):
+        slot_experts("fused", 224, 256)
+    # the fit and the smallest size follow the priced path (a budget between the two totals)
+    budget = (base.total + merge.total) // 2
+    assert fit_deployment(R1, cfg, budget, weight_dtype="fp8", max_num_tokens=16384).fits
+    assert not fit_deployment(R1, cfg, budget, weight_dtype="fp8", max_num_tokens=16384, gemm="merge").fits

@@ -137,6 +137,9 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
         assert got["unit_calls"] == ([3, 3, 3] if gemm == "multi_buffer" else [])
         if gemm == "multi_buffer":
             assert got["gemm_reason"].startswith("gemm: multi_buffer requested"), got["gemm_reason"]
+        # merge's [E, ...] slots (memory.slot_experts) are more than the deployment was priced for: said, with bytes
+        merge_warn = [ln for ln in got["log"] if "merge holds every expert" in ln]
+        assert len(merge_warn) == (gemm == "merge") and all(ln.startswith("WARNING") for ln in merge_warn), got["log"]
         for key, y in got["outs"].items():
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
         if era != "lifecycle":

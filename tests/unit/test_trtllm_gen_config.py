@@ -233,3 +233,30 @@ def test_aggregated_server_spanning_nodes_unevenly_names_its_size_flag(tmp_path,
     err = capsys.readouterr().err
     assert "--dwdp-size" in err and "--gen-tp" not in err and "an aggregated server of 24 GPUs" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_gen_config_names_the_priced_path_and_the_merge_fallback(tmp_path, capsys):
+    """The context rank's slots are priced for default_gemm's path on --gpu (FP8 on h200: multi_buffer), and the
+    merge fallback's [E, ...] slots beside it, by memory.rank_memory (R1 FP8 DWDP8: 2.82 GB more per rank)."""
+    from dwdp_trtllm import memory as mem
+    from dwdp_trtllm.config import DwdpConfig
+    from dwdp_trtllm.models import PRESETS
+    R1_SPEC = PRESETS["deepseek-r1"]
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
+                 "--out", str(tmp_path / "o"), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["memory"]
+    assert m["context_dwdp"]["gemm"] == "multi_buffer" and "sm_90" in m["gemm_priced_how"]
+    merge = mem.rank_memory(R1_SPEC, "dwdp", dwdp=DwdpConfig(dwdp_size=8), weight_dtype="fp8", max_num_tokens=16384,
+                            gpu_bytes=141 * mem.GB, gemm="merge")
+    assert m["context_dwdp_merge_fallback"] == merge.to_dict()
+    assert round(m["context_dwdp_merge_fallback"]["total_gb"] - m["context_dwdp"]["total_gb"], 2) == 2.82
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
+                 "--gpu", "b200", "--gpu-memory-gb", "1000", "--weight-dtype", "bf16", "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "prefetch slots priced for gemm composite_view: moe_evidence.default_gemm for bf16 on b200 (sm_100)" in out
+    assert "on the merge fallback, where the composite view and multi_buffer are both refused" in out
+    # upstream's engine (NVFP4) is not priced for our paths
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
+                 "--weight-dtype", "nvfp4", "--out", str(tmp_path / "q"), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["memory"]
+    assert m["context_dwdp"]["gemm"] is None and m["context_dwdp_merge_fallback"] is None
