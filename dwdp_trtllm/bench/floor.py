@@ -42,7 +42,8 @@ fused passes).
 
 Clock: kernels timed alone run at the card's boost clock, the engine's back-to-back forwards at what its power limit
 allows (docs/BENCHMARKS.md section 12). floor_report samples the SM clock and power while the floor is timed
-(bench/gpu_clocks.py; the engine's during its measured iterations, by the caller), and with `--floor-sustained`
+(bench/gpu_clocks.py; the burst floor's cut to its timed calls, FloorTimer.windows; the engine's during its measured
+iterations, by the caller), and with `--floor-sustained`
 also times the floor under sustained load: these same kernels (every `*_ms` here times a `*_fn` closure) replayed
 back to back (bench/floor_sustained.py). over_floor is every engine / floor ratio, burst or sustained.
 
@@ -87,6 +88,9 @@ class FloorTimer:
         self._bufs: dict[tuple, torch.Tensor] = {}
         self._core_pick: dict[tuple, int] = {}  # segments -> index of attention_core_fns found fastest
         self._gen = torch.Generator(device=device).manual_seed(0)
+        #: (start, end) on perf_counter of every timed call group of time_ms (its warm-up excluded): the clock
+        #: samples of the burst floor are cut to these (gpu_clocks.clock_stats windows)
+        self.windows: list[tuple[float, float]] = []
 
     # ---- buffers and timing -------------------------------------------------------------------------
     def _buf(self, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -108,11 +112,15 @@ class FloorTimer:
         return have[:rows]
 
     def time_ms(self, fn) -> float:
-        """Median milliseconds of fn() (CUDA events on GPU, perf_counter on CPU)."""
+        """Median milliseconds of fn() (CUDA events on GPU, perf_counter on CPU); the timed calls' host span is
+        appended to `windows`."""
         cuda = self.device.type == "cuda"
         for _ in range(self.warmup):
             fn()
+        if cuda:  # the warm-up done: the window holds the timed calls only (events time them as before)
+            torch.cuda.synchronize(self.device)
         samples = []
+        t_start = time.perf_counter()
         for _ in range(self.reps):
             if cuda:
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -125,6 +133,7 @@ class FloorTimer:
                 t = time.perf_counter()
                 fn()
                 samples.append((time.perf_counter() - t) * 1e3)
+        self.windows.append((t_start, time.perf_counter()))  # on CUDA each rep ends synchronised: its kernels ran inside
         return statistics.median(samples)
 
     def _timed(self, fn) -> float:
@@ -481,7 +490,7 @@ class _NoSampler:
     def __exit__(self, *exc) -> bool:
         return False
 
-    def stats(self, t0=None, t1=None) -> None:
+    def stats(self, t0=None, t1=None, windows=None) -> None:
         return None
 
 
@@ -503,7 +512,8 @@ def floor_report(cfg, by_mode: dict, *, sustained=None, engine_clocks: dict | No
     the mode's measured iterations ran, in min_timed to max_timed passes (engine_windows[mode]: (t0, t1) on
     perf_counter). "clock" per mode (CUDA):
     {"floor_burst", "floor_sustained", "engine"}: gpu_clocks.clock_stats of the SM clock and power while each ran
-    (engine: engine_clocks[mode], sampled by the caller during the measured iterations)."""
+    (floor_burst: the samples inside FloorTimer.windows, its timed calls, with how many fell inside; engine:
+    engine_clocks[mode], sampled by the caller during the measured iterations)."""
     spec = cfg.model.spec()
     dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[cfg.model.dtype]
     device = torch.device("cuda", 0) if cfg.run.device == "cuda" else torch.device("cpu")
@@ -563,7 +573,8 @@ def floor_report(cfg, by_mode: dict, *, sustained=None, engine_clocks: dict | No
                          "floor_tflops": {k: (flops[k] / n / (floor[k] * 1e-3) / 1e12 if floor[k] > 0 else None) for k in flops},
                          "engine_tflops": {k: (flops[k] / n / (meas[k] * 1e-3) / 1e12 if meas.get(k, 0) > 0 else None)
                                            for k in keys[:3]}}
-            clock = {"floor_burst": burst.stats(),
+            # the burst floor's clock: only samples inside its timed calls (not buffer fills, host work, gaps)
+            clock = {"floor_burst": burst.stats(windows=timer.windows),
                      "engine": (engine_clocks or {}).get(mode)}
             if sustained is not None:
                 out[mode]["sustained"], clock["floor_sustained"] = _sustained(timer, rows, meas, device, sustained,

@@ -15,6 +15,7 @@ engine/records.py), so a window of them can be cut to the measured iterations of
 """
 from __future__ import annotations
 
+import bisect
 import datetime
 import statistics
 import threading
@@ -40,26 +41,53 @@ def gpu_index_of(cuda_index: int, uuids: list[str], visible: str | None, torch_u
     return order[cuda_index]
 
 
-def clock_stats(samples) -> dict:
+def in_windows(samples, windows) -> list:
+    """The (t, MHz, W) samples stamped inside one of the (t0, t1) windows (same clock: perf_counter)."""
+    merged: list[list[float]] = []  # overlapping windows merged, in order
+    for a, b in sorted(windows):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    starts = [a for a, _ in merged]
+    out = []
+    for s in samples:
+        i = bisect.bisect_right(starts, s[0]) - 1
+        if i >= 0 and s[0] <= merged[i][1]:
+            out.append(s)
+    return out
+
+
+def clock_stats(samples, windows=None) -> dict:
     """{"sm_clock_mhz": {"median", "min", "max"}, "power_w": {"median", "max"}, "samples": n} of (sm MHz, W) pairs
-    (or (t, MHz, W) triples); {"samples": 0} when there are none. The one place these medians are computed."""
+    (or (t, MHz, W) triples); {"samples": 0} when there are none. The one place these medians are computed.
+    windows: [(t0, t1)] on the samples' clock: only (t, MHz, W) samples stamped inside one count (e.g. the burst
+    floor's timed calls, not its buffer fills, host work and the gaps between them); then also "windows" (how many)
+    and "samples_in_block" (all samples given, inside or not)."""
+    extra = {}
+    if windows is not None:
+        extra = {"windows": len(windows), "samples_in_block": len(samples)}
+        samples = in_windows(samples, windows)
     rows = [s[-2:] for s in samples]
     if not rows:
-        return {"samples": 0}
+        return {"samples": 0, **extra}
     mhz, watts = [float(r[0]) for r in rows], [float(r[1]) for r in rows]
     return {"sm_clock_mhz": {"median": statistics.median(mhz), "min": min(mhz), "max": max(mhz)},
-            "power_w": {"median": statistics.median(watts), "max": max(watts)}, "samples": len(rows)}
+            "power_w": {"median": statistics.median(watts), "max": max(watts)}, "samples": len(rows), **extra}
 
 
 def clock_text(stats: dict | None) -> str:
     """One line of clock_stats (with GpuSampler.stats' source where given): 'SM clock median 1552 MHz (1365-1980),
     power median 417 W (max 700 W), 40 samples (nvml)'; 'no clock samples (why)' without samples."""
     src = (stats or {}).get("source")
+    inside = ""
+    if stats and "windows" in stats:  # clock_stats cut to timed windows: how many samples fell inside
+        inside = f" inside {stats['windows']} timed windows (of {stats['samples_in_block']} in the block)"
     if not stats or not stats.get("samples"):
-        return "no clock samples" + (f" ({src})" if src else "")
+        return "no clock samples" + inside + (f" ({src})" if src else "")
     c, p = stats["sm_clock_mhz"], stats["power_w"]
     return (f"SM clock median {c['median']:.0f} MHz ({c['min']:.0f}-{c['max']:.0f}), power median {p['median']:.0f} W "
-            f"(max {p['max']:.0f} W), {stats['samples']} samples" + (f" ({src})" if src else ""))
+            f"(max {p['max']:.0f} W), {stats['samples']} samples" + inside + (f" ({src})" if src else ""))
 
 
 def _nvml_shutdown() -> None:
@@ -89,7 +117,7 @@ def _torch_uuid(cuda_index: int) -> str | None:
 class GpuSampler:
     """Samples (perf_counter s, SM MHz, W) of the GPU torch calls cuda:`cuda_index` while the `with` block runs.
     `source` says where they came from ("nvml", "nvidia-smi") or why there are none; `window(t0, t1)` the samples
-    stamped in [t0, t1]; `stats(t0, t1)` their clock_stats with the source. Only samples stamped inside the block
+    stamped in [t0, t1]; `stats(t0, t1, windows)` their clock_stats with the source. Only samples stamped inside the block
     are kept, whatever the source (nvidia-smi's, stamped by it, can fall before its start or after its end)."""
 
     def __init__(self, cuda_index: int = 0, period_s: float = PERIOD_S):
@@ -107,8 +135,9 @@ class GpuSampler:
     def window(self, t0: float | None = None, t1: float | None = None) -> list[tuple[float, float, float]]:
         return [s for s in self.samples if (t0 is None or s[0] >= t0) and (t1 is None or s[0] <= t1)]
 
-    def stats(self, t0: float | None = None, t1: float | None = None) -> dict:
-        return {**clock_stats(self.window(t0, t1)), "source": self.source}
+    def stats(self, t0: float | None = None, t1: float | None = None, windows=None) -> dict:
+        """clock_stats of the samples in [t0, t1] (cut to `windows` where given), with the source."""
+        return {**clock_stats(self.window(t0, t1), windows), "source": self.source}
 
     # ---- NVML ---------------------------------------------------------------------------------------------
     def _nvml_handle(self):

@@ -125,7 +125,8 @@ class _FakeSampler:
     def __exit__(self, *exc):
         return False
 
-    def stats(self, t0=None, t1=None):
+    def stats(self, t0=None, t1=None, windows=None):
+        self.windows = windows
         return {**clock_stats([(self.mhz, 500.0)]), "source": "fake"}
 
 
@@ -135,7 +136,8 @@ def test_floor_report_gives_the_sustained_floor_its_ratio_and_the_clocks(monkeyp
     plain = floor_report(_Cfg(spec), _by_mode(spec))
     assert "sustained" not in plain["dep"] and "clock" not in plain["dep"]  # CPU, no --floor-sustained: as before
     mhz = iter([1980.0, 1550.0])
-    monkeypatch.setattr(floor_mod, "_sampler", lambda device: _FakeSampler(next(mhz)))
+    made = []
+    monkeypatch.setattr(floor_mod, "_sampler", lambda device: made.append(_FakeSampler(next(mhz))) or made[-1])
     engine = {**clock_stats([(1500.0, 690.0)]), "source": "fake"}
     rep = floor_report(_Cfg(spec), _by_mode(spec), sustained=SustainedSettings(warmup_s=0.02, min_timed=3),
                        engine_clocks={"dep": engine}, engine_windows={"dep": (1.0, 2.05)})
@@ -148,6 +150,10 @@ def test_floor_report_gives_the_sustained_floor_its_ratio_and_the_clocks(monkeyp
     assert d["clock"]["floor_burst"]["sm_clock_mhz"]["median"] == 1980.0
     assert d["clock"]["floor_sustained"]["sm_clock_mhz"]["median"] == 1550.0
     assert d["clock"]["engine"] is engine
+    # the burst floor's clock is cut to its timed calls: the windows FloorTimer.time_ms recorded, one per timing
+    burst_windows = made[0].windows
+    assert burst_windows and all(a < b for a, b in burst_windows)
+    assert made[1].windows is None  # the sustained floor's: its own (t0, t1) of the timed passes
     # the summary gpu_check.sh's floorsust prints reads these fields, computes nothing
     sm = summary({"floor": rep, "point": {"isl": 8192}})
     assert sm["engine_over_floor_sustained"] == su["measured_over_floor"]["total"]
@@ -335,3 +341,50 @@ def test_smi_sampler_keeps_only_samples_inside_the_block(monkeypatch):
     assert s.source == "nvidia-smi"
     assert [mhz for _, mhz, _ in s.samples] == [1980.0, 1970.0]
     assert s.stats()["samples"] == 2 and s.stats()["sm_clock_mhz"]["min"] == 1970.0
+
+
+def test_burst_clock_counts_only_samples_inside_the_timed_calls(monkeypatch):
+    """A fake sampler timeline (1 sample per fake second, perf_counter faked): the timed calls of time_ms run at
+    1500 MHz, their warm-up and the host work between timings (buffer fills, gaps) at 1980 MHz. The stats cut to
+    FloorTimer.windows see only the 1500 MHz samples and say how many fell inside; the whole block's do not."""
+    now = [0.0]
+    monkeypatch.setattr(floor_mod.time, "perf_counter", lambda: now[0])
+    timer = FloorTimer(get_model("tiny"), torch.float32, "float32", torch.device("cpu"), warmup=2, reps=3)
+    timeline = []  # (t, MHz, W) as a sampler would have stamped it
+
+    def host(seconds):
+        for _ in range(seconds):
+            timeline.append((now[0] + 0.5, 1980.0, 300.0))
+            now[0] += 1.0
+    timed_calls = []
+
+    def kernel():  # 4 fake seconds of work; a warm-up call looks the same to the GPU, only time_ms knows
+        for _ in range(4):
+            timeline.append((now[0] + 0.5, 1500.0 if timer_state["timed"] else 1980.0, 650.0))
+            now[0] += 1.0
+        timed_calls.append(timer_state["timed"])
+    timer_state = {"timed": False}
+    real_time_ms = FloorTimer.time_ms
+
+    def time_ms(self, fn):
+        calls = []
+
+        def counted():
+            calls.append(1)
+            timer_state["timed"] = len(calls) > self.warmup
+            fn()
+        return real_time_ms(self, counted)
+    monkeypatch.setattr(FloorTimer, "time_ms", time_ms)
+    host(10)  # before the first timing: buffer fills
+    timer.time_ms(kernel)
+    host(7)   # between timings: host work
+    timer.time_ms(kernel)
+    host(5)
+    assert len(timer.windows) == 2 and timed_calls.count(True) == 6
+    s = GpuSampler(0)
+    s.samples, s.source = list(timeline), "fake"
+    burst = s.stats(windows=timer.windows)
+    assert burst["sm_clock_mhz"] == {"median": 1500.0, "min": 1500.0, "max": 1500.0}
+    assert burst["samples"] == 24 and burst["samples_in_block"] == len(timeline) and burst["windows"] == 2
+    assert s.stats()["sm_clock_mhz"]["max"] == 1980.0  # the whole block mixes in the host work
+    assert "24 samples inside 2 timed windows (of 62 in the block)" in clock_text(burst)
