@@ -14,8 +14,9 @@ router + shared experts + routed grouped GEMMs), repeated:
    `min_timed`, at most `max_timed`; each piece timed with CUDA events between its kernels (no sync inside a pass).
 Per iteration and phase the median over the timed passes; the floor is their mean over iterations, as the burst
 floor's. Engine / sustained floor (floor.over_floor) then compares the engine with its own kernels at a like clock.
-Pure parts (tail_steady, warmup_done, timed_passes, measured_window, check_warmup_s) are CPU-tested; torch is
-imported only where a pass runs.
+Every rank's iterations are replayed on cuda:0, one after another: `dwdp bench --floor-sustained` refuses more than
+MAX_RANKS ranks (check_ranks). Pure parts (tail_steady, warmup_done, timed_passes, measured_window, check_warmup_s,
+check_ranks) are CPU-tested; torch is imported only where a pass runs.
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ from dataclasses import dataclass
 MAX_WARMUP_FACTOR = 4.0
 #: --floor-warmup-s accepted range, seconds
 WARMUP_S_RANGE = (0.5, 60.0)
+#: --floor-sustained is refused above this many ranks: every rank's measured iterations are replayed back to back on
+#: cuda:0 (at least min_timed passes after the warm-up), so a pass takes about ranks x the engine's measured span
+MAX_RANKS = 2
 PHASES = ("attention", "expert_gemm", "other")
 
 
@@ -54,6 +58,19 @@ def check_warmup_s(value) -> float:
     if not (math.isfinite(v) and lo <= v <= hi):
         raise ConfigError(None, "--floor-warmup-s", f"expected seconds in [{lo:g}, {hi:g}], got {value!r}")
     return v
+
+
+def check_ranks(points) -> None:
+    """--floor-sustained on sweep points (SweepPoint: .config.run.ranks): ConfigError naming the flag (exit 2) for
+    a point of more than MAX_RANKS ranks (why: MAX_RANKS), before any rank starts."""
+    from ..schema import ConfigError
+
+    many = sorted({p.config.run.ranks for p in points if p.config.run.ranks > MAX_RANKS})
+    if many:
+        raise ConfigError(None, "--floor-sustained", f"takes at most {MAX_RANKS} ranks (run.ranks), got "
+                          f"{', '.join(map(str, many))}: it replays every rank's measured iterations back to back on "
+                          f"cuda:0, at least {SustainedSettings.min_timed} passes, each about ranks x the engine's "
+                          "measured span; run it with fewer ranks")
 
 
 def tail_steady(pass_ms: list[float], window: int, rel_tol: float) -> bool:

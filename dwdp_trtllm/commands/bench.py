@@ -6,6 +6,8 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from ..bench.floor_sustained import MAX_RANKS  # pure (no torch): the limit --help states
+
     p = subparsers.add_parser(
         "bench", help="benchmark DWDP against DEP on the embedded engine (config-driven, sweeps, resumable)",
         description="Run every point of a bench config (list-valued keys are swept as a cross product) for each "
@@ -32,7 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "passes), after "
                         "a warm-up to a steady pass time) and report the SM clock / power of the burst floor, the "
                         "sustained floor and the engine; engine / floor(sustained) separates engine overhead from "
-                        "clock (bench/floor_sustained.py)")
+                        f"clock (bench/floor_sustained.py); at most {MAX_RANKS} ranks: every rank's iterations are "
+                        "replayed on cuda:0, so a pass takes about ranks x the engine's span")
     p.add_argument("--floor-warmup-s", default=None, metavar="S",
                    help="with --floor-sustained: seconds of replays before timing (default 3; 0.5-60; the warm-up "
                         "goes on until the pass time settles, at most 4x this)")
@@ -55,6 +58,17 @@ def _check_floor_device(points) -> None:
     if cpu:
         raise ConfigError(None, "--floor", f"needs run.device: cuda, got {', '.join(cpu)} (on a CPU the floor is timed "
                                            "on the cores the ranks share: the ratio would mean nothing)")
+
+
+def _floor_checks(sustained):
+    """run_bench's check_points for --floor: the device, and with --floor-sustained the ranks
+    (floor_sustained.check_ranks)."""
+    def check(points) -> None:
+        _check_floor_device(points)
+        if sustained is not None:
+            from ..bench.floor_sustained import check_ranks
+            check_ranks(points)
+    return check
 
 
 def _max_points(args) -> int:
@@ -89,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.runner import follow_bench, run_bench
 
     sustained = floor_sustained(args)
-    check = _check_floor_device if args.floor else None
+    check = _floor_checks(sustained) if args.floor else None
     launched = env.launch_env()
     if launched is None:  # the usual case: this process spawns the ranks itself
         result = run_bench(args.config, args.overrides, device=args.device, ranks=args.ranks, out_dir=args.out,

@@ -230,6 +230,28 @@ def test_bad_sustained_flags_exit_2_naming_the_flag_before_anything_runs(tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+def test_sustained_floor_refuses_more_ranks_than_it_replays_on_one_gpu(tmp_path, capsys, monkeypatch):
+    """Every rank's iterations are replayed back to back on cuda:0: above MAX_RANKS ranks --floor-sustained is
+    refused (exit 2, one line naming the flag and the limit) before any rank starts; --floor alone is not."""
+    from dwdp_trtllm.bench import floor_sustained, runner
+    from dwdp_trtllm.schema import ConfigError
+
+    pts = lambda *ranks: [types.SimpleNamespace(config=types.SimpleNamespace(run=types.SimpleNamespace(ranks=r)))  # noqa: E731
+                          for r in ranks]
+    floor_sustained.check_ranks(pts(1, floor_sustained.MAX_RANKS))
+    with pytest.raises(ConfigError, match="--floor-sustained.*at most 2 ranks.*got 4, 8"):
+        floor_sustained.check_ranks(pts(1, 8, 4))
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(yaml.safe_dump({**CFG, "run": {**CFG["run"], "ranks": 4}}))
+    monkeypatch.setattr(runner, "check_device_present", lambda *a, **kw: pytest.fail("got past the checks"))
+    code = cli.main(["bench", str(cfg), "--out", str(tmp_path / "o"), "--floor", "--floor-sustained"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1 and "--floor-sustained" in err[0] and "at most 2 ranks" in err[0], err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(BaseException, match="got past the checks"):  # --floor alone: no rank limit
+        cli.main(["bench", str(cfg), "--out", str(tmp_path / "o"), "--floor"])
+
+
 def test_good_sustained_flags_reach_the_run(tmp_path, monkeypatch):
     from dwdp_trtllm.bench import runner
 
