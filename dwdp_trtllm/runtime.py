@@ -24,7 +24,7 @@ from .models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher
 from .transport import make_transport
-from .transport.close_barrier import close_barrier
+from .close_sequence import close_in_order
 
 log = logging.getLogger("dwdp_trtllm.runtime")
 
@@ -114,6 +114,7 @@ class DwdpRuntime:
         self.prefetcher: Prefetcher | None = None
         self.scheduler = None
         self._closed = False
+        self.close_result = None  # close(): close_sequence.CloseResult
 
     @staticmethod
     def _key(moe_idx: int, tensor_idx: int) -> str:
@@ -155,27 +156,26 @@ class DwdpRuntime:
                                   self.expert_maps)
 
     def close(self) -> None:
-        """Collective: finish copies, wait until no peer reads our buffers (transport.close_barrier, at most
-        timeout_s), release everything."""
+        """Collective: finish copies, wait until no peer reads our buffers (transport.close_barrier), release
+        everything, all within timeout_s: close_sequence.close_in_order, the TensorRT-LLM adapter's policy too (the
+        barrier runs even when our copies did not drain; then the composite view and transport stay mapped)."""
         if self._closed:
             return
         self._closed = True
-        try:
-            if self.prefetcher is not None:
-                self.prefetcher.drain()
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            # peers may still be pulling from us: wait for all of them, at most timeout_s (the TensorRT-LLM adapter's
-            # shutdown barrier too); a missing peer is named in a warning and released anyway, never waited for longer
-            barrier = close_barrier(self.group, self.timeout_s)
-            if not barrier.ok:
-                log.warning("dwdp_trtllm: %s", barrier.describe(f"DWDP group ({self.transport.tag})", self.timeout_s))
-        finally:
+
+        def release_local():
             if self.scheduler is not None:
                 self.scheduler.close()
+
+        def release_shared():
             if self.composite is not None:
                 self.composite.close()
             self.transport.close()
+
+        self.close_result = close_in_order(
+            prefetcher=self.prefetcher, device=self.device, group=self.group, timeout_s=self.timeout_s,
+            label=f"DWDP group ({self.transport.tag})", log=log, release_local=release_local,
+            release_shared=release_shared)
 
     def abort(self) -> None:
         """Release local resources without any collective (error path; peers are being torn down)."""

@@ -29,7 +29,6 @@ Streams: copies on the scheduler's copy stream; waits and release events on the 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Sequence
 
 import torch
@@ -47,7 +46,7 @@ from .gemm_choice import NO_UNIT, choose_gemm, device_sm, expert_weight_dtype, i
 from .moe_evidence import default_gemm, measured_case
 from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
 from ..runtime import ExpertSources, expert_maps, local_slot_sources
-from ..transport.close_barrier import close_barrier
+from ..close_sequence import close_in_order
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -224,45 +223,37 @@ class AdapterRuntime:
          2. the shutdown barrier (transport.close_barrier, on the group the transport exchanged handles on), at most
             close_timeout_s: every peer has drained its copies from our exported buffers. A peer that does not come
             is named in a warning (group, dwdp and global rank, why) and this rank releases anyway;
-         3. the copy scheduler and the composite view (slot mappings) closed; the owners' expert tensors, which point
-            into the exported buffers (their own storage since setup) or slot views, rebound to empty tensors, so
-            nothing of the model points at released memory (a forward after shutdown fails on shapes instead);
-         4. the transport closed: peer mappings unmapped and imported handles released, then our exported buffers
+         3. the copy scheduler closed; the owners' expert tensors, which point into the exported buffers (their own
+            storage since setup) or slot views, rebound to empty tensors, so nothing of the model points at released
+            memory (a forward after shutdown fails on shapes instead);
+         4. the composite view (slot mappings) and the transport closed: peer mappings unmapped and imported handles released, then our exported buffers
             (VMM handles / IPC memory / shm mappings; shm names were unlinked at setup already).
         If step 1 fails, the barrier still runs (peers are not held up) and the scheduler is closed, but the composite
         view and the transport stay mapped, named in an error: copies of ours may still be reading peers' memory or
         writing our slot ranges, and unmapping them under those copies is worse than a leak.
         `close_info` records the barrier's result, when this rank entered it and when the transport was released
-        (time.time())."""
+        (time.time(); None: left mapped), whether the drain finished and if not why. The policy is
+        close_sequence.close_in_order, the one DwdpRuntime.close follows too."""
         if self._closed:
             return
         self._closed = True
-        drained = False
-        try:
-            self.prefetcher.drain()
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            drained = True
-        finally:
-            entered_at = time.time()
-            barrier = close_barrier(getattr(self.transport, "group", None), self.close_timeout_s)
-            if barrier.ok:
-                log.info("dwdp_trtllm: %s", barrier.describe(self.group_label, self.close_timeout_s))
-            else:
-                log.warning("dwdp_trtllm: %s", barrier.describe(self.group_label, self.close_timeout_s))
-            self.close_info = {"barrier": barrier, "entered_at": entered_at, "released_at": None}
+
+        def release_shared():
+            if self.composite is not None:
+                self.composite.close()
+            self.transport.close()
+
+        def release_local():
             try:
                 self.scheduler.close()
             finally:
                 self._unbind_owners()
-                if drained:
-                    if self.composite is not None:
-                        self.composite.close()
-                    self.transport.close()
-                    self.close_info["released_at"] = time.time()
-                else:
-                    log.error("dwdp_trtllm: %s: this rank's copies did not finish; its composite view and transport "
-                              "(exported buffers, peer mappings) stay mapped until the process exits", self.group_label)
+
+        res = close_in_order(prefetcher=self.prefetcher, device=self.device,
+                             group=getattr(self.transport, "group", None), timeout_s=self.close_timeout_s,
+                             label=self.group_label, log=log, release_local=release_local,
+                             release_shared=release_shared)
+        self.close_info = res.as_info()
 
     def _unbind_owners(self) -> None:
         """Owners' expert tensors -> empty [0, ...] tensors of their dtype; the prebuilt views and sources dropped."""

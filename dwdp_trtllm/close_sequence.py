@@ -1,0 +1,109 @@
+"""The one close policy of a DWDP rank: DwdpRuntime.close (embedded engine) and AdapterRuntime.close (TensorRT-LLM).
+
+Order, every wait inside ONE deadline (timeout_s from the call):
+ 1. drain: our prefetcher's copies in flight (Prefetcher.drain with the deadline), then the device (a CUDA
+    synchronize, waited for at most what is left of the deadline); we read nothing of our peers any more;
+ 2. the shutdown barrier (transport/close_barrier.py) on the group the transport exchanged handles on, with what is
+    left of the deadline: every peer has drained its copies from our exported buffers. It runs even when step 1
+    failed, so that peers are not held up for their whole timeout;
+ 3. release_local(): what only this rank uses (the copy scheduler; the adapter's owner tensors rebound to empty);
+ 4. only when step 1 finished: release_shared() (the composite view's slot mappings, then the transport: peer
+    mappings and our exported buffers). When it did not, those stay mapped until the process exits, named in an
+    error: copies of ours may still read peers' memory or write our slot ranges, and unmapping under them is worse
+    than a leak;
+ 5. after_barrier() (the adapter: the DWDP group's process groups destroyed): the group carries nothing more.
+Nothing here raises for a failed drain or a missing peer (both are said in the log and in CloseResult); a failure
+of a release step propagates after the later steps ran.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .transport.close_barrier import BarrierResult, close_barrier
+
+
+@dataclass
+class CloseResult:
+    """What a close did: drained (step 1 finished), why not (what was still in flight), the barrier's result, when
+    this rank entered the barrier and when the transport was released (time.time(); None: left mapped)."""
+
+    drained: bool
+    not_drained: str | None
+    barrier: BarrierResult
+    entered_at: float
+    released_at: float | None = None
+
+    def as_info(self) -> dict:
+        """AdapterRuntime.close_info's dict (barrier, entered_at, released_at, drained, not_drained)."""
+        return {"barrier": self.barrier, "entered_at": self.entered_at, "released_at": self.released_at,
+                "drained": self.drained, "not_drained": self.not_drained}
+
+
+def device_synchronize(device: torch.device, timeout_s: float) -> bool:
+    """torch.cuda.synchronize(device), waited for at most timeout_s (True: done). The call itself cannot be
+    interrupted: past the deadline it is left blocking in a daemon thread and the caller goes on."""
+    if device.type != "cuda":
+        return True
+    done = threading.Event()
+    err: list[BaseException] = []
+
+    def run():
+        try:
+            torch.cuda.synchronize(device)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            err.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="dwdp-close-sync", daemon=True).start()
+    if not done.wait(max(timeout_s, 0.0)):
+        return False
+    if err:
+        raise err[0]
+    return True
+
+
+def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout_s: float, label: str,
+                   log: logging.Logger, release_local: Callable[[], None], release_shared: Callable[[], None],
+                   after_barrier: Callable[[], None] | None = None) -> CloseResult:
+    """Close one DWDP rank (module docstring: the order), all of it within timeout_s seconds. prefetcher: None when
+    none was started; label: the group as the log names it."""
+    deadline = time.monotonic() + timeout_s
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    not_drained = None
+    try:
+        if prefetcher is not None:
+            prefetcher.drain()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001 - said, and the barrier still runs
+        not_drained = f"{type(e).__name__}: {e}"
+    if not_drained is not None:
+        log.warning("dwdp_trtllm: %s: this rank's copies did not finish before its shutdown barrier (%s)", label,
+                    not_drained)
+    entered_at = time.time()
+    barrier = close_barrier(group, timeout_s)
+    line = barrier.describe(label, timeout_s)
+    (log.info if barrier.ok else log.warning)("dwdp_trtllm: %s", line)
+    result = CloseResult(not_drained is None, not_drained, barrier, entered_at)
+    try:
+        release_local()
+        if result.drained:
+            release_shared()
+            result.released_at = time.time()
+        else:
+            log.error("dwdp_trtllm: %s: this rank's copies did not finish; its composite view and transport "
+                      "(exported buffers, peer mappings) stay mapped until the process exits", label)
+    finally:
+        if after_barrier is not None:
+            after_barrier()
+    return result

@@ -1,0 +1,104 @@
+"""close_sequence.close_in_order: the one close policy of DwdpRuntime.close and AdapterRuntime.close (CPU).
+
+Before it, on a drain failure DwdpRuntime.close skipped the shutdown barrier (its peers waited their whole timeout)
+and unmapped its buffers under copies that may still run, while AdapterRuntime.close ran the barrier and left them
+mapped. Now both: the barrier runs, the scheduler is closed, the composite view and the transport stay mapped."""
+from __future__ import annotations
+
+import logging
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dwdp_trtllm import close_sequence
+from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.models import get_model
+from dwdp_trtllm.runtime import DwdpRuntime
+from dwdp_trtllm.transport.close_barrier import BarrierResult
+
+
+class Calls:
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def barrier(self, group, timeout_s):
+        self.seen.append("barrier")
+        return BarrierResult((0, 1), 0, 0.0)
+
+
+class StuckPrefetcher:
+    """A prefetcher whose copies do not finish: drain raises as Prefetcher.drain does at its timeout."""
+
+    def drain(self, **kw):
+        raise TimeoutError("copies of layer 3 into slot 1 not done after 0.1 s")
+
+
+class Recorder:
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def close(self):
+        self.calls.seen.append(self.name)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    c = Calls()
+    monkeypatch.setattr(close_sequence, "close_barrier", c.barrier)
+    return c
+
+
+def test_runtime_close_runs_the_barrier_and_keeps_its_buffers_mapped_when_copies_did_not_drain(calls, caplog):
+    spec = get_model("tiny", 3, 1)
+    cfg = DwdpConfig(dwdp_size=2, transport="shm", weight_dtype="float32")
+    rt = DwdpRuntime(cfg, spec, group=None, dwdp_rank=0, device=torch.device("cpu"), tag=f"closeseq{os.getpid()}")
+    transport = rt.transport
+    try:
+        rt.prefetcher, rt.scheduler = StuckPrefetcher(), Recorder(calls, "scheduler")
+        rt.transport = Recorder(calls, "transport")
+        rt.transport.tag = transport.tag
+        with caplog.at_level(logging.INFO, logger="dwdp_trtllm.runtime"):
+            rt.close()
+        assert calls.seen == ["barrier", "scheduler"], calls.seen  # barrier ran; transport not unmapped
+        assert not rt.close_result.drained and "layer 3 into slot 1" in rt.close_result.not_drained
+        assert rt.close_result.released_at is None
+        assert any("stay mapped" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    finally:
+        transport.close()
+
+
+def test_runtime_close_releases_after_the_barrier_when_drained(calls):
+    spec = get_model("tiny", 3, 1)
+    cfg = DwdpConfig(dwdp_size=2, transport="shm", weight_dtype="float32")
+    rt = DwdpRuntime(cfg, spec, group=None, dwdp_rank=0, device=torch.device("cpu"), tag=f"closeseq2{os.getpid()}")
+    real = rt.transport
+    rt.prefetcher = SimpleNamespace(drain=lambda **kw: calls.seen.append("drain"))
+    rt.scheduler = Recorder(calls, "scheduler")
+    real_close = real.close
+    real.close = lambda: (calls.seen.append("transport"), real_close())
+    rt.close()
+    assert calls.seen == ["drain", "barrier", "scheduler", "transport"], calls.seen
+    assert rt.close_result.drained and rt.close_result.released_at is not None
+
+
+def test_adapter_close_follows_the_same_policy(calls):
+    """AdapterRuntime.close is close_in_order too: same order, the owners' tensors emptied either way."""
+    from dwdp_trtllm.integration.adapter import AdapterRuntime
+    for stuck in (True, False):
+        calls.seen.clear()
+        rt = object.__new__(AdapterRuntime)
+        owner = torch.nn.Module()
+        owner.w = torch.nn.Parameter(torch.ones(2, 3), requires_grad=False)
+        rt.owners, rt.names, rt.shapes = [owner], ("w",), {"w": ((3,), torch.float32)}
+        rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
+        rt.device, rt.close_timeout_s, rt.group_label = torch.device("cpu"), 5.0, "DWDP group 0 (t)"
+        rt.prefetcher = StuckPrefetcher() if stuck else SimpleNamespace(drain=lambda **kw: calls.seen.append("drain"))
+        rt.scheduler, rt.composite = Recorder(calls, "scheduler"), Recorder(calls, "composite")
+        rt.transport = Recorder(calls, "transport")
+        rt.close()
+        want = ["barrier", "scheduler"] if stuck else ["drain", "barrier", "scheduler", "composite", "transport"]
+        assert calls.seen == want, (stuck, calls.seen)
+        assert owner.w.numel() == 0 and rt.close_info["drained"] is (not stuck)
+        assert (rt.close_info["released_at"] is None) is stuck
