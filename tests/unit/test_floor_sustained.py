@@ -370,7 +370,8 @@ def test_burst_clock_counts_only_samples_inside_the_timed_calls(monkeypatch):
     1500 MHz, their warm-up and the host work between timings (buffer fills, gaps) at 1980 MHz. The stats cut to
     FloorTimer.windows see only the 1500 MHz samples and say how many fell inside; the whole block's do not."""
     now = [0.0]
-    monkeypatch.setattr(floor_mod.time, "perf_counter", lambda: now[0])
+    from dwdp_trtllm.bench import floor_timer
+    monkeypatch.setattr(floor_timer.time, "perf_counter", lambda: now[0])
     timer = FloorTimer(get_model("tiny"), torch.float32, "float32", torch.device("cpu"), warmup=2, reps=3)
     timeline = []  # (t, MHz, W) as a sampler would have stamped it
 
