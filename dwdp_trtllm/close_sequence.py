@@ -82,17 +82,18 @@ def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout
     not_drained = None
     try:
         if prefetcher is not None:
-            prefetcher.drain()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+            prefetcher.drain(deadline=deadline)
+        if not device_synchronize(device, left()):
+            not_drained = f"the device did not synchronize within the {timeout_s:g} s shutdown timeout"
     except Exception as e:  # noqa: BLE001 - said, and the barrier still runs
         not_drained = f"{type(e).__name__}: {e}"
     if not_drained is not None:
-        log.warning("dwdp_trtllm: %s: this rank's copies did not finish before its shutdown barrier (%s)", label,
-                    not_drained)
+        log.warning("dwdp_trtllm: %s: this rank's copies did not finish within the %g s shutdown timeout before its "
+                    "shutdown barrier (%s)", label, timeout_s, not_drained)
     entered_at = time.time()
-    barrier = close_barrier(group, timeout_s)
-    line = barrier.describe(label, timeout_s)
+    budget = left()  # what the drain left of the one deadline (at least a moment: close_barrier's floor)
+    barrier = close_barrier(group, budget)
+    line = barrier.describe(label, timeout_s)  # the whole close, barrier included, stayed within it
     (log.info if barrier.ok else log.warning)("dwdp_trtllm: %s", line)
     result = CloseResult(not_drained is None, not_drained, barrier, entered_at)
     try:

@@ -118,9 +118,18 @@ class Prefetcher:
                     timer.mark("copy", moe_idx, handle.t_start, handle.t_end)
         self._finished.clear()
 
-    def drain(self) -> None:
-        """Wait (host) for every copy in flight; call before peers may unmap our buffers."""
+    def drain(self, deadline: float | None = None) -> None:
+        """Wait (host) for every copy in flight; call before peers may unmap our buffers. deadline: the
+        time.monotonic() by which all must be done (a shutdown's one deadline, close_sequence.py), TimeoutError naming
+        every copy still in flight past it; None: each copy waits up to timeout_s."""
         self._flush_pending()
         for handle in self.handles.values():
-            handle.synchronize(timeout_s=self.timeout_s)
+            if deadline is None:
+                handle.synchronize(timeout_s=self.timeout_s)
+                continue
+            try:
+                handle.synchronize(timeout_s=max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                busy = [f"layer {h.layer} into slot {h.slot}" for h in self.handles.values() if not h.done()]
+                raise TimeoutError(f"{len(busy)} copies still in flight at the deadline: {', '.join(busy)}") from None
         self.handles.clear()

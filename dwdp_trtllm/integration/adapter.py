@@ -67,7 +67,7 @@ class AdapterRuntime:
         DwdpConfig's default, merge, which nobody asked for): the measured default for these weights
         (moe_evidence.default_gemm) is tried first instead, then the usual fallbacks. Collective over the DWDP group (transport.open_peers); call on every
         rank in the same order. The runtime owns `transport` from here on: close() releases it after the shutdown
-        barrier (at most close_timeout_s; group_label names the group in its log lines)."""
+        barrier, the whole close within close_timeout_s (group_label names the group in its log lines)."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
         self.close_timeout_s, self.group_label = close_timeout_s, group_label
@@ -213,7 +213,8 @@ class AdapterRuntime:
         return self._closed
 
     def close(self) -> None:
-        """Executor shutdown (HopperDwdpManager.cleanup); collective over the DWDP group, every wait bounded.
+        """Executor shutdown (HopperDwdpManager.cleanup); collective over the DWDP group, all of it (drain included)
+        within close_timeout_s, one deadline.
 
         Order, as upstream's DWDPWeightManager.release (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269,
         stored id 57555330583: synchronize, peer views dropped, WeightBuffer released, then DWDPTransport.release,
@@ -221,7 +222,7 @@ class AdapterRuntime:
         60490080739), plus the barrier upstream leaves to VMM reference counting:
          1. our prefetcher drained, the device synchronized: we read nothing of our peers any more;
          2. the shutdown barrier (transport.close_barrier, on the group the transport exchanged handles on), at most
-            close_timeout_s: every peer has drained its copies from our exported buffers. A peer that does not come
+            what step 1 left of close_timeout_s: every peer has drained its copies from our exported buffers. A peer that does not come
             is named in a warning (group, dwdp and global rank, why) and this rank releases anyway;
          3. the copy scheduler closed; the owners' expert tensors, which point into the exported buffers (their own
             storage since setup) or slot views, rebound to empty tensors, so nothing of the model points at released

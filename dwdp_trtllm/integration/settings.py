@@ -2,8 +2,8 @@
 
 File layout (YAML):
     engine: auto | upstream | dwdp_trtllm     # optional, default auto
-    shutdown_timeout_s: 60                    # optional: executor shutdown waits at most this long for the DWDP
-                                              # group's other ranks before releasing the transport (adapter.close)
+    shutdown_timeout_s: 60                    # optional: executor shutdown (adapter.close: drain, the DWDP group's
+                                              # barrier, release) takes at most this long in all
     dwdp_config:                              # upstream key; `dwdp:` is accepted too
       dwdp_size: 4
       num_experts_per_worker: 64              # upstream fields first, then ours (DwdpConfig)

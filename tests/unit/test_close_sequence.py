@@ -102,3 +102,59 @@ def test_adapter_close_follows_the_same_policy(calls):
         assert calls.seen == want, (stuck, calls.seen)
         assert owner.w.numel() == 0 and rt.close_info["drained"] is (not stuck)
         assert (rt.close_info["released_at"] is None) is stuck
+
+
+class NeverDone:
+    """A copy that never finishes (CpuCopyHandle's synchronize contract: TimeoutError after timeout_s)."""
+
+    def __init__(self, layer, slot):
+        self.layer, self.slot = layer, slot
+
+    def synchronize(self, timeout_s):
+        import threading
+        if not threading.Event().wait(timeout_s):
+            raise TimeoutError(f"copies of layer {self.layer} into slot {self.slot} not done after {timeout_s} s")
+
+    def done(self):
+        return False
+
+
+def test_the_whole_close_is_bounded_by_its_timeout_and_says_what_was_in_flight(monkeypatch, caplog):
+    """Before: Prefetcher.drain waited up to the prefetcher's own timeout_s (300 s in the adapter) per copy in flight,
+    then an unbounded synchronize, and only then the barrier got shutdown_timeout_s of its own. Now one deadline:
+    two stuck copies and a 0.6 s timeout close in ~0.6 s, the barrier gets what is left, the warning names both."""
+    import time
+    from dwdp_trtllm.prefetcher import Prefetcher
+    budgets = []
+    monkeypatch.setattr(close_sequence, "close_barrier",
+                        lambda g, t: budgets.append(t) or BarrierResult((), 0, 0.0))
+    pf = Prefetcher(SimpleNamespace(issue=lambda layer, slot, after=None: NeverDone(layer, slot)), num_layers=3,
+                    num_slots=2, device=torch.device("cpu"), timeout_s=300.0)
+    pf.start()
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="t"):
+        res = close_sequence.close_in_order(prefetcher=pf, device=torch.device("cpu"), group=None, timeout_s=0.6,
+                                            label="g", log=logging.getLogger("t"), release_local=lambda: None,
+                                            release_shared=lambda: None)
+    took = time.monotonic() - t0
+    assert 0.55 <= took < 1.5, took
+    assert budgets and budgets[0] < 0.1, budgets  # the drain used the deadline up; the barrier got the rest
+    assert not res.drained and res.released_at is None
+    assert "2 copies still in flight at the deadline: layer 0 into slot 0, layer 1 into slot 1" in res.not_drained
+    (warn,) = [r.getMessage() for r in caplog.records if "did not finish within the 0.6 s shutdown timeout" in r.getMessage()]
+    assert "layer 1 into slot 1" in warn
+
+
+def test_device_synchronize_is_bounded(monkeypatch):
+    """A CUDA synchronize that does not return (a stuck kernel) is waited for at most the time left."""
+    import threading
+    import time
+    release = threading.Event()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: release.wait(5))
+    t0 = time.monotonic()
+    assert close_sequence.device_synchronize(torch.device("cuda", 0), 0.3) is False
+    assert time.monotonic() - t0 < 1.0
+    release.set()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    assert close_sequence.device_synchronize(torch.device("cuda", 0), 0.3) is True
+    assert close_sequence.device_synchronize(torch.device("cpu"), 0.0) is True
