@@ -94,7 +94,9 @@ def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout
     budget = left()  # what the drain left of the one deadline (at least a moment: close_barrier's floor)
     barrier = close_barrier(group, budget)
     line = barrier.describe(label, timeout_s)  # the whole close, barrier included, stayed within it
-    (log.info if barrier.ok else log.warning)("dwdp_trtllm: %s", line)
+    # a missing peer, or a barrier skipped although there was a group (torch.distributed torn down), is a warning
+    quiet = barrier.ok and (barrier.skipped is None or group is None or len(barrier.ranks) == 1)
+    (log.info if quiet else log.warning)("dwdp_trtllm: %s", line)
     result = CloseResult(not_drained is None, not_drained, barrier, entered_at)
     try:
         release_local()

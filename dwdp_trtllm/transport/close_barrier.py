@@ -37,12 +37,14 @@ CLOSE_TAG = 0x5D7C
 @dataclass(frozen=True)
 class BarrierResult:
     """What close_barrier saw: the group's global ranks, this rank's index in it, the seconds it waited and the
-    peers (dwdp rank -> why) that did not arrive. ok: every peer arrived."""
+    peers (dwdp rank -> why) that did not arrive. ok: no peer is missing; skipped: why no barrier ran at all (no
+    group, torch.distributed torn down, no peer), None when it ran."""
 
     ranks: tuple[int, ...]
     me: int
     waited_s: float
     missing: dict[int, str] = field(default_factory=dict)
+    skipped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -50,6 +52,8 @@ class BarrierResult:
 
     def describe(self, label: str, timeout_s: float) -> str:
         """One line for the log: the group, who was missing and why (or that all arrived), in how long."""
+        if self.skipped is not None:
+            return f"{label}: shutdown barrier skipped ({self.skipped})"
         where = f"{label} (global ranks {list(self.ranks)}, this rank dwdp {self.me})"
         if self.ok:
             return f"{where}: all {len(self.ranks)} ranks reached the shutdown barrier in {self.waited_s:.2f} s"
@@ -75,13 +79,17 @@ def _short(e: BaseException) -> str:
 def close_barrier(group, timeout_s: float) -> BarrierResult:
     """Wait (at most timeout_s seconds in all) until every other rank of `group` (a gloo ProcessGroup over the DWDP
     group's ranks, in dwdp rank order) called close_barrier too. Never raises for a missing peer: the result says who.
-    No group (None, or torch.distributed not initialised) or a group of one: nothing to wait for."""
-    if group is None or not dist.is_initialized():
-        return BarrierResult((), 0, 0.0)
+    No group (None), torch.distributed not initialised (or torn down already) or a group of one: nothing is waited
+    for, and the result says so (skipped), never that every rank arrived."""
+    if group is None:
+        return BarrierResult((), 0, 0.0, skipped="no process group: a single rank, or none was given")
+    if not dist.is_initialized():
+        return BarrierResult((), 0, 0.0, skipped="torch.distributed is not initialised (torn down already?): peers "
+                                                 "that still copy from this rank are not waited for")
     ranks = tuple(dist.get_process_group_ranks(group))
     me = dist.get_rank(group)
     if len(ranks) <= 1:
-        return BarrierResult(ranks, me, 0.0)
+        return BarrierResult(ranks, me, 0.0, skipped="a group of one rank: no peer")
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     token = torch.ones(1, dtype=torch.uint8)

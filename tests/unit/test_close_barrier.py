@@ -58,6 +58,17 @@ def test_no_group_or_a_group_of_one_waits_for_nothing():
     assert isinstance(r, BarrierResult) and r.ok and r.waited_s == 0.0
 
 
+def test_a_skipped_barrier_is_said_as_skipped_not_as_success():
+    """No group, or torch.distributed torn down: the line said 'all 0 ranks reached the shutdown barrier'."""
+    import torch.distributed as dist
+    assert not dist.is_initialized()
+    line = close_barrier(None, 1.0).describe("DWDP group 0 (t)", 1.0)
+    assert line == "DWDP group 0 (t): shutdown barrier skipped (no process group: a single rank, or none was given)"
+    r = close_barrier(object(), 1.0)  # a group handle, but torch.distributed is gone
+    assert r.skipped.startswith("torch.distributed is not initialised (torn down already?)")
+    assert "reached" not in r.describe("g", 1.0) and "skipped" in r.describe("g", 1.0)
+
+
 @pytest.mark.slow  # 3 gloo processes per case, 2-8 s each
 def test_all_present_and_a_late_peer_is_waited_for(tmp_path):
     (tmp_path / "ok").mkdir()

@@ -158,3 +158,15 @@ def test_device_synchronize_is_bounded(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     assert close_sequence.device_synchronize(torch.device("cuda", 0), 0.3) is True
     assert close_sequence.device_synchronize(torch.device("cpu"), 0.0) is True
+
+
+def test_a_skipped_barrier_with_a_group_is_a_warning(monkeypatch, caplog):
+    """torch.distributed torn down before close: the barrier could not run although peers exist: WARNING, 'skipped'."""
+    with caplog.at_level(logging.INFO, logger="t2"):
+        res = close_sequence.close_in_order(prefetcher=None, device=torch.device("cpu"), group=object(), timeout_s=1.0,
+                                            label="DWDP group 0 (t)", log=logging.getLogger("t2"),
+                                            release_local=lambda: None, release_shared=lambda: None)
+    assert res.barrier.skipped and res.released_at is not None
+    (rec,) = [r for r in caplog.records if "shutdown barrier" in r.getMessage()]
+    assert rec.levelno == logging.WARNING and "shutdown barrier skipped (torch.distributed" in rec.getMessage()
+    assert "ranks reached" not in rec.getMessage()
