@@ -5,7 +5,8 @@ E experts, B number of weight buffers, R_b experts (rows) held by buffer b, N ou
 
 Expert e's weights are row expert_row_E[e] of buffer weights[expert_buffer_idx_E[e]]; a buffer is
 [R_b, N, D] (nn.Linear out x in, models.py layout). DWDP passes [local buffer, prefetch slot];
-the single-process reference passes one [E, ...] buffer.
+the single-process reference passes one [E, ...] buffer. engine/expert_maps.py turns such maps into one [E, ...]
+tensor (gather_experts; identity_map: one buffer already in expert order, used in place).
 
 GEMM paths (GEMM_PATHS; the key is `gemm=`): fn(a_AD, offs_E, weights, expert_buffer_idx_E,
 expert_row_E, scales=None) -> out_AN with out[rows of group e] = a[rows] @ W_e^T. offs_E are int32
@@ -25,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from .expert_maps import gather_experts, identity_map, is_identity  # noqa: F401 - imported from here too
 from .fp8_rows import FP8_GROUP, Fp8Rows, quantize_act_1x128
 from .fused import _silu_mul, fused, fused_enabled, inverse_permutation
 from .weights import FP8_DTYPE, dequantize_fp8_blockwise
@@ -173,76 +175,6 @@ def _gemm_reference(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     return out_AN
 
 
-_IDENTITY: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def identity_map(num_experts: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(expert_buffer_idx_E, expert_row_E) for one buffer already in expert order (int32, cached per device).
-
-    Holders of such a buffer (reference, DEP, the composite view) pass these exact tensors; gather_experts
-    recognises them by identity (no host sync) and uses the buffer in place instead of copying it.
-    """
-    key = (num_experts, str(torch.device(device)))
-    if key not in _IDENTITY:
-        _IDENTITY[key] = (torch.zeros(num_experts, dtype=torch.int32, device=device),
-                          torch.arange(num_experts, dtype=torch.int32, device=device))
-    return _IDENTITY[key]
-
-
-def _is_identity(buf_idx_E: torch.Tensor, row_E: torch.Tensor) -> bool:
-    ident = _IDENTITY.get((buf_idx_E.shape[0], str(buf_idx_E.device)))
-    return ident is not None and buf_idx_E is ident[0] and row_E is ident[1]
-
-
-def gather_experts(buffers: list[torch.Tensor], buf_idx_E: torch.Tensor, row_E: torch.Tensor) -> torch.Tensor:
-    """[E, ...] with expert e = buffers[buf_idx_E[e]][row_E[e]]: device-side maps, no host sync, every
-    buffer read once. Rows a buffer holds but no expert uses (redundant copies) land in a scratch row E.
-    The identity map of one expert-ordered buffer (identity_map) returns that buffer itself, no copy."""
-    if len(buffers) == 1 and _is_identity(buf_idx_E, row_E) and buffers[0].shape[0] == buf_idx_E.shape[0]:
-        return buffers[0]
-    if buffers[0].dtype == FP8_DTYPE:  # index_copy_/index_select lack fp8 kernels on some devices: move bytes
-        return gather_experts([b.view(torch.uint8) for b in buffers], buf_idx_E, row_E).view(FP8_DTYPE)
-    if len(buffers) == 1:
-        return buffers[0].index_select(0, row_E)
-    E = buf_idx_E.shape[0]
-    out = torch.empty((E + 1, *buffers[0].shape[1:]), dtype=buffers[0].dtype, device=buffers[0].device)
-    for buf, dst_R in zip(buffers, _gather_rows(buf_idx_E, row_E, tuple(b.shape[0] for b in buffers))):
-        if dst_R is not None:
-            out.index_copy_(0, dst_R, buf)
-    return out[:E]
-
-
-# (id(buf_idx_E), id(row_E), rows per buffer) -> (buf_idx_E, row_E, their versions, destinations): the maps
-# of a run are built once (DwdpRuntime), so the destination rows are too; the tensors are held so the ids stay
-# theirs, and an in-place change of a map (a new _version) recomputes
-_GATHER_ROWS: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor, tuple[int, int], list]] = {}
-_GATHER_ROWS_MAX = 64
-
-
-def _gather_rows(buf_idx_E: torch.Tensor, row_E: torch.Tensor, rows: tuple[int, ...]) -> list[torch.Tensor | None]:
-    """Per buffer b: dst_R[r] = the expert stored at row r of buffer b (E when none: the scratch row),
-    None for an empty buffer. Device tensors, computed on the device (no host sync), cached per map."""
-    key = (id(buf_idx_E), id(row_E), rows)
-    version = (buf_idx_E._version, row_E._version)
-    hit = _GATHER_ROWS.get(key)
-    if hit is not None and hit[0] is buf_idx_E and hit[1] is row_E and hit[2] == version:
-        return hit[3]
-    E, dev = buf_idx_E.shape[0], buf_idx_E.device
-    e_E = torch.arange(E, device=dev)
-    dsts: list[torch.Tensor | None] = []
-    for b, R in enumerate(rows):
-        if R == 0:
-            dsts.append(None)
-            continue
-        dst_R = torch.full((R + 1,), E, dtype=torch.int64, device=dev)  # row R absorbs the other buffers' experts
-        dst_R.scatter_(0, torch.where(buf_idx_E == b, row_E.long(), R), e_E)
-        dsts.append(dst_R[:R])
-    if len(_GATHER_ROWS) >= _GATHER_ROWS_MAX:
-        _GATHER_ROWS.clear()
-    _GATHER_ROWS[key] = (buf_idx_E, row_E, version, dsts)
-    return dsts
-
-
 def _grouped_mm_or_none(a_AD: torch.Tensor, w_END: torch.Tensor, offs_E: torch.Tensor) -> torch.Tensor | None:
     if not hasattr(torch, "_grouped_mm"):
         _warn_once("no_grouped_mm", "gemm='merge': torch._grouped_mm missing in this torch; looping over experts")
@@ -323,7 +255,7 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
         y_MH, dest_A = path.padded_mlp(x_TH, rows_A, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E,
                                        w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources,
                                        up_first=up_first, act=silu_mul_quant,
-                                       identity=_is_identity(expert_buffer_idx_E, expert_row_E) or None)
+                                       identity=is_identity(expert_buffer_idx_E, expert_row_E) or None)
         return combine(y_MH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype, y_rows_A=dest_A)
     x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0],
                                                    fp8_rows=wants_fp8_rows(gemm, _is_fp8(w13_sources)))
