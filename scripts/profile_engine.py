@@ -142,7 +142,8 @@ def main() -> None:
         with GpuClocks(dev) as clocks:  # kernels timed alone: the clock they run at, beside the engine's below
             floor = ft.iteration_ms(Batch(tuple((s.start, s.length) for s in segs), tuple(tuple(c) for c in counts)))
         ft.release()
-        print(f"[{tag}] GPU while the floor was timed: {clocks.summary()}")
+        # only the samples inside its timed calls (FloorTimer.windows), as `dwdp bench --floor` reports them
+        print(f"[{tag}] GPU while the floor was timed: {clocks.summary(ft.windows)}")
         from dwdp_trtllm.bench.floor import over_floor
         measured = {**phases[-1], "total": walls[-1] * 1e3}
         ratio = {k: round(v, 3) for k, v in over_floor(measured, floor, [k for k in floor if k in measured]).items()
@@ -176,9 +177,9 @@ class GpuClocks(GpuSampler):
     def __init__(self, device: torch.device):
         super().__init__(device.index if device.index is not None else 0)
 
-    def summary(self) -> str:
-        """gpu_clocks.clock_text of the samples, with their source."""
-        return clock_text(self.stats())
+    def summary(self, windows=None) -> str:
+        """gpu_clocks.clock_text of the samples (cut to `windows` where given), with their source."""
+        return clock_text(self.stats(windows=windows))
 
 
 class _Marks:

@@ -41,3 +41,26 @@ def test_torch_uuid_wins_over_the_index_mapping():
 def test_mig_or_ambiguous_visible_devices_give_no_gpu():
     assert smi_gpu_id(0, UUIDS, "MIG-1234") is None
     assert smi_gpu_id(0, UUIDS, "1,1") is None
+
+
+def test_profile_engine_floor_clock_is_cut_to_the_timed_windows():
+    """scripts/profile_engine.py prints the floor's clock from the samples inside FloorTimer.windows only, as
+    `dwdp bench --floor` does (the host work between timings is not the clock the kernels ran at)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import torch
+    path = Path(__file__).resolve().parents[2] / "scripts" / "profile_engine.py"
+    spec = importlib.util.spec_from_file_location("profile_engine_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.modules.pop(spec.name, None)
+    clocks = mod.GpuClocks(torch.device("cuda", 0))
+    clocks.samples, clocks.source = [(0.5, 1980.0, 200.0), (1.5, 1500.0, 650.0), (2.5, 1980.0, 200.0)], "fake"
+    text = clocks.summary([(1.0, 2.0)])
+    assert "SM clock median 1500 MHz" in text and "1 samples inside 1 timed windows (of 3 in the block)" in text
+    assert "SM clock median 1980 MHz" in clocks.summary()  # the whole block, without windows
