@@ -42,6 +42,7 @@ from ..placement import ExpertPlacement
 from ..prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
+from .group import destroy_group
 from .gemm_choice import NO_UNIT, choose_gemm, device_sm, expert_weight_dtype, is_scale
 from .moe_evidence import default_gemm, measured_case
 from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
@@ -59,7 +60,8 @@ class AdapterRuntime:
     def __init__(self, *, owners: Sequence[torch.nn.Module], names: Sequence[str], placement: ExpertPlacement,
                  dwdp_rank: int, cfg, transport, device: torch.device, timeout_s: float = 300.0,
                  blocker: str | None = NO_UNIT, gemm_requested: str | None = None,
-                 close_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S, group_label: str = "DWDP group"):
+                 close_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S, group_label: str = "DWDP group",
+                 owns_group: bool = False):
         """owners[p]: the module holding MoE position p's expert tensors `names` ([n_local, ...] each).
         blocker: None when the host has an execution unit that can read [local, slot] for these owners (it reads
         `bound_sources(p)`), else why not. gemm_requested: the gemm the integration config names
@@ -67,10 +69,12 @@ class AdapterRuntime:
         DwdpConfig's default, merge, which nobody asked for): the measured default for these weights
         (moe_evidence.default_gemm) is tried first instead, then the usual fallbacks. Collective over the DWDP group (transport.open_peers); call on every
         rank in the same order. The runtime owns `transport` from here on: close() releases it after the shutdown
-        barrier, the whole close within close_timeout_s (group_label names the group in its log lines)."""
+        barrier, the whole close within close_timeout_s (group_label names the group in its log lines). owns_group:
+        the transport's process group was made for this model (group.dwdp_process_group): close() destroys it after
+        the barrier."""
         self.owners, self.names, self.placement, self.dwdp_rank = list(owners), tuple(names), placement, dwdp_rank
         self.cfg, self.transport, self.device = cfg, transport, device
-        self.close_timeout_s, self.group_label = close_timeout_s, group_label
+        self.close_timeout_s, self.group_label, self.owns_group = close_timeout_s, group_label, owns_group
         self.close_info: dict | None = None  # close(): the barrier's result and when the transport was released
         E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
         L = len(self.owners)
@@ -222,13 +226,14 @@ class AdapterRuntime:
         60490080739), plus the barrier upstream leaves to VMM reference counting:
          1. our prefetcher drained, the device synchronized: we read nothing of our peers any more;
          2. the shutdown barrier (transport.close_barrier, on the group the transport exchanged handles on), at most
-            what step 1 left of close_timeout_s: every peer has drained its copies from our exported buffers. A peer that does not come
-            is named in a warning (group, dwdp and global rank, why) and this rank releases anyway;
+            what step 1 left of close_timeout_s: every peer has drained its copies from our exported buffers. A peer
+            that does not come is named in a warning (group, dwdp and global rank, why) and this rank releases anyway;
          3. the copy scheduler closed; the owners' expert tensors, which point into the exported buffers (their own
             storage since setup) or slot views, rebound to empty tensors, so nothing of the model points at released
             memory (a forward after shutdown fails on shapes instead);
-         4. the composite view (slot mappings) and the transport closed: peer mappings unmapped and imported handles released, then our exported buffers
-            (VMM handles / IPC memory / shm mappings; shm names were unlinked at setup already).
+         4. the composite view (slot mappings) and the transport closed: peer mappings unmapped and imported handles
+            released, then our exported buffers (VMM handles / IPC memory / shm mappings; shm names were unlinked at setup already);
+         5. owns_group: the model's process group destroyed (group.destroy_group; upstream frees its communicator).
         If step 1 fails, the barrier still runs (peers are not held up) and the scheduler is closed, but the composite
         view and the transport stay mapped, named in an error: copies of ours may still be reading peers' memory or
         writing our slot ranges, and unmapping them under those copies is worse than a leak.
@@ -250,10 +255,16 @@ class AdapterRuntime:
             finally:
                 self._unbind_owners()
 
-        res = close_in_order(prefetcher=self.prefetcher, device=self.device,
-                             group=getattr(self.transport, "group", None), timeout_s=self.close_timeout_s,
-                             label=self.group_label, log=log, release_local=release_local,
-                             release_shared=release_shared)
+        group = getattr(self.transport, "group", None)
+
+        def destroy():  # the model's gloo group, after the barrier and the release (upstream: dwdp_group.Free())
+            why = destroy_group(group) if self.owns_group else None
+            if why is not None:
+                log.warning("dwdp_trtllm: %s: its process group could not be destroyed (%s)", self.group_label, why)
+
+        res = close_in_order(prefetcher=self.prefetcher, device=self.device, group=group,
+                             timeout_s=self.close_timeout_s, label=self.group_label, log=log,
+                             release_local=release_local, release_shared=release_shared, after_barrier=destroy)
         self.close_info = res.as_info()
 
     def _unbind_owners(self) -> None:

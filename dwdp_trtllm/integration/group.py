@@ -61,3 +61,19 @@ def dwdp_process_group(cfg, rank: int, *, comm_world=None, timeout_s: float = 30
     groups = [dist.new_group(list(range(g * cfg.dwdp_size, (g + 1) * cfg.dwdp_size)))
               for g in range(cfg.num_groups)]
     return groups[rank // cfg.dwdp_size], f"dwdp_trtllm_{info[1]}"
+
+
+def destroy_group(group) -> str | None:
+    """Destroy this rank's DWDP process group at the model's close, after the shutdown barrier (the group carries
+    nothing more then: transport/close_barrier.py), as upstream's DwdpManager.cleanup frees its DWDP communicator
+    (`self.dwdp_group.Free()`, tensorrt_llm/_torch/pyexecutor/dwdp.py, stored id 56230681187). Without it every model
+    of a process leaves its gloo group (and its connections) behind. None: destroyed, or nothing to destroy (no group,
+    torch.distributed gone); else why it could not be (the caller logs it)."""
+    import torch.distributed as dist
+    if group is None or not dist.is_initialized():
+        return None
+    try:
+        dist.destroy_process_group(group)
+    except Exception as e:  # noqa: BLE001 - said by the caller; shutdown goes on
+        return f"{type(e).__name__}: {e}"
+    return None

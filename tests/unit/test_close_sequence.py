@@ -94,6 +94,7 @@ def test_adapter_close_follows_the_same_policy(calls):
         rt.owners, rt.names, rt.shapes = [owner], ("w",), {"w": ((3,), torch.float32)}
         rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
         rt.device, rt.close_timeout_s, rt.group_label = torch.device("cpu"), 5.0, "DWDP group 0 (t)"
+        rt.owns_group = False
         rt.prefetcher = StuckPrefetcher() if stuck else SimpleNamespace(drain=lambda **kw: calls.seen.append("drain"))
         rt.scheduler, rt.composite = Recorder(calls, "scheduler"), Recorder(calls, "composite")
         rt.transport = Recorder(calls, "transport")
@@ -170,3 +171,33 @@ def test_a_skipped_barrier_with_a_group_is_a_warning(monkeypatch, caplog):
     (rec,) = [r for r in caplog.records if "shutdown barrier" in r.getMessage()]
     assert rec.levelno == logging.WARNING and "shutdown barrier skipped (torch.distributed" in rec.getMessage()
     assert "ranks reached" not in rec.getMessage()
+
+
+def test_adapter_close_destroys_the_models_process_group_after_the_barrier(tmp_path):
+    """integration/group.py made one gloo group per model and nothing destroyed it (a process serving several models
+    kept every one); upstream's DwdpManager.cleanup frees its DWDP communicator (dwdp.py stored id 56230681187).
+    Now AdapterRuntime.close destroys the group it owns, after the barrier and the release; one it does not own stays."""
+    import torch.distributed as dist
+    from dwdp_trtllm.integration.adapter import AdapterRuntime
+    from dwdp_trtllm.transport.close_barrier import close_barrier
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    try:
+        order = []
+        for owns in (True, False):
+            group = dist.new_group([0])
+            rt = object.__new__(AdapterRuntime)
+            rt.owners, rt.names, rt.shapes = [], (), {}
+            rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
+            rt.device, rt.close_timeout_s, rt.group_label, rt.owns_group = torch.device("cpu"), 5.0, "g", owns
+            rt.prefetcher, rt.composite = None, None
+            rt.scheduler = SimpleNamespace(close=lambda: order.append("scheduler"))
+            rt.transport = SimpleNamespace(group=group, close=lambda: order.append(
+                ("transport", dist.get_process_group_ranks(group))))  # the group still alive at the release
+            rt.close()
+            assert rt.close_info["barrier"].skipped == "a group of one rank: no peer"
+            alive = group in dist.distributed_c10d._world.pg_map
+            assert alive is (not owns), owns
+        assert order == ["scheduler", ("transport", [0])] * 2
+    finally:
+        dist.destroy_process_group()

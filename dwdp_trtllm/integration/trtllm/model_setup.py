@@ -169,7 +169,7 @@ def setup_after_load(loader, model) -> None:
     rt = AdapterRuntime(owners=owners, names=names, placement=placement, dwdp_rank=dwdp_rank, cfg=cfg,
                         transport=transport, device=device, blocker=moe_unit.blocker(owners[0], names, device),
                         gemm_requested=icfg.gemm_requested, close_timeout_s=icfg.shutdown_timeout_s,
-                        group_label=f"DWDP group {global_rank() // cfg.dwdp_size} ({tag})")
+                        group_label=f"DWDP group {global_rank() // cfg.dwdp_size} ({tag})", owns_group=True)
     units = [moe_unit.install(o, lambda p=p: rt.bound_sources(p)) for p, o in enumerate(owners)] \
         if rt.gemm == "multi_buffer" else []
     promote([m for pair in zip(moes, owners) for m in dict.fromkeys(pair)], E, backends=owners)
