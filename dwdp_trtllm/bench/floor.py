@@ -186,6 +186,7 @@ def floor_report(cfg, by_mode: dict, *, sustained=None, engine_clocks: dict | No
             f_core = f_passes = 0.0
             per_iter: dict[str, list[float]] = {k: [] for k in keys}
             burst = _sampler(device)  # the clock while the burst floor's kernels run
+            first_window = len(timer.windows)  # this mode's timings (shapes timed for an earlier mode are memoised)
             with burst:
                 for _rank, it, batch in rows:
                     f = timer.iteration_ms(batch)
@@ -222,7 +223,7 @@ def floor_report(cfg, by_mode: dict, *, sustained=None, engine_clocks: dict | No
                          "engine_tflops": {k: (flops[k] / n / (meas[k] * 1e-3) / 1e12 if meas.get(k, 0) > 0 else None)
                                            for k in keys[:3]}}
             # the burst floor's clock: only samples inside its timed calls (not buffer fills, host work, gaps)
-            clock = {"floor_burst": burst.stats(windows=timer.windows),
+            clock = {"floor_burst": burst.stats(windows=timer.windows[first_window:]),
                      "engine": (engine_clocks or {}).get(mode)}
             if sustained is not None:
                 out[mode]["sustained"], clock["floor_sustained"] = _sustained(timer, rows, meas, device, sustained,

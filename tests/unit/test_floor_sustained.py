@@ -120,6 +120,7 @@ class _FakeSampler:
         self.mhz = mhz
 
     def __enter__(self):
+        self.entered = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
@@ -154,6 +155,15 @@ def test_floor_report_gives_the_sustained_floor_its_ratio_and_the_clocks(monkeyp
     burst_windows = made[0].windows
     assert burst_windows and all(a < b for a, b in burst_windows)
     assert made[1].windows is None  # the sustained floor's: its own (t0, t1) of the timed passes
+    # a second mode on the same shapes: its burst floor is memoised (timed in the first mode's block), so no timed
+    # window of its own; the first mode's windows are not counted again
+    by2 = _by_mode(spec)
+    by2["dwdp"] = [RankResult(0, "dwdp", "cpu", 0.0, [], by2["dep"][0].iterations, {}, {})]
+    made.clear()
+    mhz = iter([1980.0, 1980.0])
+    floor_report(_Cfg(spec), by2)
+    assert made[0].windows and all(a >= made[0].entered for a, _ in made[0].windows)
+    assert made[1].windows == []
     # the summary gpu_check.sh's floorsust prints reads these fields, computes nothing
     sm = summary({"floor": rep, "point": {"isl": 8192}})
     assert sm["engine_over_floor_sustained"] == su["measured_over_floor"]["total"]
