@@ -80,8 +80,9 @@ def _gpu() -> dict:
         import torch
         if not torch.cuda.is_available():
             return {"available": False, "reason": "torch.cuda.is_available() is False"}
-        major, minor = torch.cuda.get_device_capability()
-        return {"available": True, "name": torch.cuda.get_device_name(), "sm": major * 10 + minor}
+        from ..integration.gemm_choice import device_sm  # the sm the adapter asks default_gemm with
+        dev = torch.device("cuda", torch.cuda.current_device())
+        return {"available": True, "name": torch.cuda.get_device_name(dev), "sm": device_sm(dev)}
     except Exception as e:  # noqa: BLE001 - reported
         return {"available": False, "reason": f"{type(e).__name__}: {e}"}
 

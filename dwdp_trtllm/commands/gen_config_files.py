@@ -97,10 +97,10 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
         # no gemm: the adapter picks it on the GPU it runs on (integration/moe_evidence.default_gemm), and a gemm
         # written here would be a request; DwdpConfig's own default (merge) is the bench engine's
         dwdp_cfg = {k: v for k, v in dataclasses.asdict(d.dwdp).items() if k != "gemm"}
+        from ..integration.moe_evidence import default_gemm_note
         docs["dwdp.yaml"] = _yaml({"engine": "dwdp_trtllm", "dwdp_config": dwdp_cfg},
                                   "dwdp_trtllm settings (DWDP_TRTLLM_CONFIG); not a TensorRT-LLM file\n"
-                                  "# no gemm: the engine picks it on the GPU it runs on (FP8 block scales on sm_90: "
-                                  "multi_buffer, by measurement; else composite_view); add `gemm:` to force one")
+                                  f"# {default_gemm_note(d.weight_dtype)}")
         docs["launch.env"] = f"DWDP_TRTLLM_CONFIG={shlex.quote(str(out / 'dwdp.yaml'))}\n"
         hook = "dwdp serve --install-hook"
         if multi and args.mode == "disaggregated":  # every node's interpreter needs the .pth: one process per node

@@ -74,6 +74,15 @@ def default_gemm(weight_dtype: str, sm: int | None) -> str:
     return "multi_buffer" if measured_case(weight_dtype, sm) else "composite_view"
 
 
+def default_gemm_note(weight_dtype: str) -> str:
+    """What gen-config's dwdp.yaml header says of the gemm it does not write: default_gemm's choice for these weights,
+    asked of default_gemm itself (sm_90, and sm_100 standing for any other GPU), so the rule is stated in one place."""
+    hopper, other = default_gemm(weight_dtype, 90), default_gemm(weight_dtype, 100)
+    where = f"{hopper} on sm_90 GPUs, {other} on others" if hopper != other else f"{hopper} on every GPU"
+    return (f"no gemm: the engine picks it on the GPU it runs on (moe_evidence.default_gemm; {weight_dtype} experts: "
+            f"{where}); add `gemm:` to force one")
+
+
 #: compute capability (major * 10 + minor) of the shipped `--gpu` names, for default_gemm where the GPU is named, not
 #: at hand (gen-config's memory line); a spec file or another name: not known
 NAMED_GPU_SM = {"h100": 90, "h200": 90, "b200": 100, "gb200": 100}

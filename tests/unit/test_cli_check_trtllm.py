@@ -59,3 +59,19 @@ def test_exit_code_follows_the_verdict(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         cli.main(["check-trtllm", "--help"])
     assert "0 when the verdict is READY, 1 when it is NOT READY" in " ".join(capsys.readouterr().out.split())
+
+
+def test_gpu_sm_is_the_adapters_device_sm(monkeypatch):
+    """check-trtllm reports the GPU's sm through gemm_choice.device_sm, the function the adapter asks default_gemm
+    with (it computed major * 10 + minor itself)."""
+    import torch
+    from dwdp_trtllm.commands import check_trtllm
+    from dwdp_trtllm.integration import gemm_choice
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    asked = []
+    monkeypatch.setattr(gemm_choice, "device_sm", lambda dev, capability=None: asked.append(dev) or 90)
+    assert check_trtllm._gpu() == {"available": True, "name": "NVIDIA H200", "sm": 90}
+    assert asked == [torch.device("cuda", 0)]
+

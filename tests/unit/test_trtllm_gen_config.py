@@ -260,3 +260,15 @@ def test_gen_config_names_the_priced_path_and_the_merge_fallback(tmp_path, capsy
                  "--weight-dtype", "nvfp4", "--out", str(tmp_path / "q"), "--json"]) == 0
     m = json.loads(capsys.readouterr().out)["memory"]
     assert m["context_dwdp"]["gemm"] is None and m["context_dwdp_merge_fallback"] is None
+
+
+def test_dwdp_yaml_header_states_default_gemm_from_default_gemm(monkeypatch, tmp_path):
+    """gen-config's dwdp.yaml header is written from moe_evidence.default_gemm, not restated: change the rule and the
+    header follows."""
+    from dwdp_trtllm.integration import moe_evidence
+    monkeypatch.setattr(moe_evidence, "default_gemm", lambda wd, sm: "composite_view")
+    assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
+                 "--out", str(tmp_path / "o")]) == 0
+    head = (tmp_path / "o" / "dwdp.yaml").read_text().splitlines()[1]
+    assert head == ("# no gemm: the engine picks it on the GPU it runs on (moe_evidence.default_gemm; fp8 experts: "
+                    "composite_view on every GPU); add `gemm:` to force one"), head
