@@ -63,7 +63,9 @@ class DwdpConfig:
     gemm: GemmPath = doc(
         "How the MoE reads local + fetched experts: multi_buffer (dwdp::grouped_gemm op, per-expert pointers), "
         "composite_view (CUDA VMM maps both into one [E,...] range), merge (copy into one tensor, then torch._grouped_mm), "
-        "reference (per-expert loop).", "merge")
+        "reference (per-expert loop). The default merge is the bench engine's; an integration YAML "
+        "(DWDP_TRTLLM_CONFIG) without gemm means moe_evidence.default_gemm: multi_buffer for fp8 block-scale experts "
+        "on sm_90, else composite_view.", "merge")
     transport: TransportKind = doc(
         "How peers' expert weights become addressable: ipc (cudaIpc handles), vmm_fd (cuMem + POSIX fd, x86 H100/H200), "
         "vmm_fabric (fabric handles, NVL72), shm (CPU shared memory), auto (shm on CPU, ipc on CUDA).", "auto")
