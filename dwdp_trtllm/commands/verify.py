@@ -9,7 +9,9 @@ mode is over the tolerance, 2 on a config error.
 DWDP must fetch: without a dwdp.dwdp_size in the file or --set, verify uses dwdp_size 2 (the engine's default is 1,
 where every rank holds every expert and DWDP copies nothing); a configuration in which no rank fetches an expert
 (dwdp_size 1, one rank, or redundancy that makes every expert local) is refused (exit 2) before any rank starts.
-The first line names the experts each rank fetches per MoE layer.
+The first line names the experts each rank fetches per MoE layer, the second the gemm DWDP runs and whether it is
+the path a TensorRT-LLM deployment without gemm takes first (moe_evidence.default_gemm), with the --set that
+verifies that one (gemm_line).
 
 Errors of one request over its [isl, H] (or [isl, V]) tensor: max abs = max|x - x_ref|, rel = ||x - x_ref|| /
 ||x_ref|| (Frobenius, as tests/unit/test_engine_equivalence.py: one token routed to another expert by a bf16
@@ -112,11 +114,31 @@ def format_rows(rows: dict, tol: float) -> str:
     return "\n".join(lines)
 
 
-def _dwdp_size_given(data: dict, overrides: list[str]) -> bool:
-    """Whether the file's dwdp: section (a bench config has no other: config.BenchConfig) or a --set names dwdp_size.
+def _dwdp_size_given(data: dict, overrides: list[str], key: str = "dwdp_size") -> bool:
+    """Whether the file's dwdp: section (a bench config has no other: config.BenchConfig) or a --set names `key`.
     data: the file's mapping, as load_point read it."""
-    in_file = isinstance(data.get("dwdp"), dict) and "dwdp_size" in data["dwdp"]
-    return in_file or any(o.split("=", 1)[0].strip().endswith(".dwdp_size") for o in overrides)
+    in_file = isinstance(data.get("dwdp"), dict) and key in data["dwdp"]
+    return in_file or any(o.split("=", 1)[0].strip().endswith(f".{key}") for o in overrides)
+
+
+def gemm_line(cfg_gemm: str, given: bool, weight_dtype: str, device: str, sm: int | None) -> str:
+    """What verify's second line says of the gemm DWDP runs: the config's (given: the file or --set names dwdp.gemm;
+    else DwdpConfig's default, merge, the bench engine's and no deployment's), and whether it is the path a
+    TensorRT-LLM deployment without gemm takes first (moe_evidence.default_gemm: for this GPU's sm on CUDA, the rule
+    across GPUs on cpu), with the --set that verifies that path. verify does not switch to it by itself: the
+    embedded engine has no fallback chain (a composite view its sizes cannot map fails the run, where the adapter
+    would fall back), so a silent default could turn a passing verify into a failing one."""
+    from ..integration.moe_evidence import default_gemm, default_gemm_where
+    whose = "the config's" if given else "DwdpConfig's default"
+    if device == "cuda" and sm is not None:
+        g = default_gemm(weight_dtype, sm)
+        if g == cfg_gemm:
+            return f"gemm {cfg_gemm} ({whose}; the path a deployment without gemm takes first on this GPU, sm_{sm})"
+        return (f"gemm {cfg_gemm} ({whose}; NOT the deployed path: a deployment without gemm takes {g} first on this "
+                f"GPU, sm_{sm}, moe_evidence.default_gemm: verify it with --set dwdp.gemm={g})")
+    return (f"gemm {cfg_gemm} ({whose}; a deployment without gemm takes moe_evidence.default_gemm's path, for "
+            f"{weight_dtype} {default_gemm_where(weight_dtype)}: verify it on that GPU with --device cuda "
+            "--set dwdp.gemm=<path>)")
 
 
 def fetched_per_rank(cfg) -> list[int]:
@@ -149,6 +171,13 @@ def load_point(args: argparse.Namespace):
         except ConfigError as e:
             raise ConfigError(str(args.config), e.key, f"{e.expected} (dwdp_size {size} is verify's default: set "
                                                        "dwdp.dwdp_size)") from None
+    sm = None
+    if cfg.run.device == "cuda":
+        import torch
+
+        from ..integration.gemm_choice import device_sm
+        sm = device_sm(torch.device("cuda", torch.cuda.current_device()))
+    line = gemm_line(cfg.dwdp.gemm, _dwdp_size_given(data, overrides, "gemm"), cfg.dwdp.weight_dtype, cfg.run.device, sm)
     fetched = fetched_per_rank(cfg)
     if max(fetched) == 0:
         raise ConfigError(str(args.config), "dwdp.dwdp_size",
@@ -157,7 +186,7 @@ def load_point(args: argparse.Namespace):
                           "verify would not test DWDP: use dwdp_size >= 2 and run.ranks >= 2 with fewer redundant experts")
     from ..bench.preflight import preflight  # /dev/shm and memory of the three modes it runs, before any rank starts
     preflight([cfg], file=str(args.config), modes=MODES, warmup=False)
-    return cfg, fetched
+    return cfg, fetched, line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tol is not None and not args.tol > 0:
         raise ConfigError(None, "--tol", f"expected a number > 0, got {args.tol}")
-    cfg, fetched = load_point(args)
+    cfg, fetched, line = load_point(args)
     spec = cfg.model.spec()
     src = cfg.model.checkpoint or f"seeded weights (seed {cfg.model.seed})"
     lo, hi = min(fetched), max(fetched)
@@ -173,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
           f"{cfg.run.ranks} ranks on {cfg.run.device}, dwdp_size {cfg.dwdp.dwdp_size} (each rank fetches "
           f"{lo if lo == hi else f'{lo}-{hi}'} of {spec.num_experts} experts per MoE layer), weights "
           f"{cfg.dwdp.weight_dtype}, dtype {cfg.model.dtype}")
+    print(f"dwdp verify: DWDP runs {line}")
     rows, tol, ok = run_verify(cfg, args.tol)
     print(format_rows(rows, tol))
     print("dwdp verify: " + ("DEP and DWDP match the reference" if ok else "FAILED: a mode is over the tolerance"))

@@ -74,13 +74,18 @@ def default_gemm(weight_dtype: str, sm: int | None) -> str:
     return "multi_buffer" if measured_case(weight_dtype, sm) else "composite_view"
 
 
-def default_gemm_note(weight_dtype: str) -> str:
-    """What gen-config's dwdp.yaml header says of the gemm it does not write: default_gemm's choice for these weights,
-    asked of default_gemm itself (sm_90, and sm_100 standing for any other GPU), so the rule is stated in one place."""
+def default_gemm_where(weight_dtype: str) -> str:
+    """default_gemm's choice for these weights across GPUs, asked of default_gemm itself (sm_90, and sm_100 standing
+    for any other GPU): 'multi_buffer on sm_90 GPUs, composite_view on others' or 'composite_view on every GPU'."""
     hopper, other = default_gemm(weight_dtype, 90), default_gemm(weight_dtype, 100)
-    where = f"{hopper} on sm_90 GPUs, {other} on others" if hopper != other else f"{hopper} on every GPU"
+    return f"{hopper} on sm_90 GPUs, {other} on others" if hopper != other else f"{hopper} on every GPU"
+
+
+def default_gemm_note(weight_dtype: str) -> str:
+    """What gen-config's dwdp.yaml header says of the gemm it does not write (default_gemm_where: the rule is stated
+    in one place)."""
     return (f"no gemm: the engine picks it on the GPU it runs on (moe_evidence.default_gemm; {weight_dtype} experts: "
-            f"{where}); add `gemm:` to force one")
+            f"{default_gemm_where(weight_dtype)}); add `gemm:` to force one")
 
 
 #: compute capability (major * 10 + minor) of the shipped `--gpu` names, for default_gemm where the GPU is named, not

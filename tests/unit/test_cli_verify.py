@@ -81,3 +81,25 @@ def test_default_size_that_does_not_divide_the_ranks_names_the_file_and_the_defa
     assert cli.main(["verify", f, "--ranks", "3"]) == 2
     err = capsys.readouterr().err
     assert f"{f}: dwdp.dwdp_size:" in err and "verify's default" in err and "--set" not in err, err
+
+
+def test_verify_says_which_gemm_it_runs_and_how_to_verify_the_deployed_one(tmp_path, capsys, captured):
+    """verify ran DwdpConfig's default (merge), a path no deployment without gemm takes, and did not say so. Now its
+    second line names the gemm, whether it is moe_evidence.default_gemm's for these weights and GPU, and the --set
+    that verifies the deployed one."""
+    line = verify.gemm_line("merge", False, "fp8", "cuda", 90)
+    assert line == ("gemm merge (DwdpConfig's default; NOT the deployed path: a deployment without gemm takes "
+                    "multi_buffer first on this GPU, sm_90, moe_evidence.default_gemm: verify it with "
+                    "--set dwdp.gemm=multi_buffer)")
+    assert "--set dwdp.gemm=composite_view" in verify.gemm_line("merge", False, "bf16", "cuda", 90)
+    assert "--set dwdp.gemm=composite_view" in verify.gemm_line("merge", False, "fp8", "cuda", 100)
+    assert verify.gemm_line("multi_buffer", True, "fp8", "cuda", 90) == (
+        "gemm multi_buffer (the config's; the path a deployment without gemm takes first on this GPU, sm_90)")
+    assert cli.main(["verify", _yaml(tmp_path, "")]) == 0
+    out = capsys.readouterr().out
+    assert captured["cfg"].dwdp.gemm == "merge"
+    assert ("dwdp verify: DWDP runs gemm merge (DwdpConfig's default; a deployment without gemm takes "
+            "moe_evidence.default_gemm's path, for bf16 composite_view on every GPU: verify it on that GPU with "
+            "--device cuda --set dwdp.gemm=<path>)") in out, out
+    assert cli.main(["verify", _yaml(tmp_path, ""), "--set", "dwdp.gemm=reference"]) == 0
+    assert "DWDP runs gemm reference (the config's; " in capsys.readouterr().out
