@@ -162,19 +162,35 @@ def _settings(args: argparse.Namespace, data: dict | None, spec: ModelSpec, cfg:
     return out, (args.config if size_in_file else None), (key("dwdp_size") if size_in_file else "--dwdp-size")
 
 
+def priced_gemm(data: dict | None, weight_dtype: str, gpu: str) -> tuple[str, str]:
+    """(gemm, how): the TensorRT-LLM adapter path whose prefetch slots are priced (memory.slot_experts): the config
+    file's gemm when it names one the adapter runs (merge holds [E, ...] slots; a `dwdp bench` config's gemm is the
+    embedded engine's, whose slots hold the fetched experts on every path: not taken), else the path the adapter
+    takes first on --gpu (moe_evidence.priced_gemm), as gen-config prices it."""
+    bench = bool(data) and bool(data.keys() & {"model", "workload", "run"})
+    section = _dwdp_section(data)[0] if data and not bench else {}
+    g = section.get("gemm") if isinstance(section, dict) else None
+    if g in mem.ADAPTER_GEMMS:
+        return g, "the config file's gemm"
+    from ..integration.moe_evidence import priced_gemm as default_path
+    return default_path(weight_dtype, gpu)
+
+
 def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
                  gpu_memory_bytes: int, settings: list[str],
-                 fit: mem.DeploymentFit | None = None) -> dict:
+                 fit: mem.DeploymentFit | None = None, gemm: tuple[str, str] | None = None) -> dict:
     """Everything the command prints, as plain data (the --json output); memory in GB (memory.RankMemory.to_dict).
     `settings`: what fit_error tells to change (run's _settings: flags or file keys).
-    `fit`: memory.fit_deployment's answer for these inputs when the caller has it (run: it prints its lines)."""
+    `fit`: memory.fit_deployment's answer for these inputs when the caller has it (run: it prints its lines).
+    `gemm`: (path, how) whose slots are priced (priced_gemm); None: the embedded engine's fetched-expert slots."""
+    g = gemm[0] if gemm else None
     placements = {pol: make_placement(dataclasses.replace(cfg, source_policy=pol), spec.num_experts)
                   for pol in ("lowest_rank", "balanced")}
     placement = placements[cfg.source_policy]
     wd = weight_dtype  # not cfg.weight_dtype: the engine's DwdpConfig knows no mxfp4 / nvfp4
     ranks_mem = mem.dwdp_ranks(spec, cfg, weight_dtype=wd, max_num_tokens=max_num_tokens, gpu_bytes=gpu_memory_bytes,
-                               placement=placement)
-    fit = fit or mem.fit_deployment(spec, cfg, gpu_memory_bytes, weight_dtype=wd, max_num_tokens=max_num_tokens)
+                               placement=placement, gemm=g)
+    fit = fit or mem.fit_deployment(spec, cfg, gpu_memory_bytes, weight_dtype=wd, max_num_tokens=max_num_tokens, gemm=g)
     fit_error = None
     if not fit.fits:
         fit_error = f"{mem.over_budget(fit.dwdp, settings).expected}; {fit.smallest_line()}"
@@ -196,6 +212,7 @@ def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num
         "expert_bytes": expert_bytes, "source_policy": cfg.source_policy, "max_num_tokens": max_num_tokens,
         "ranks": ranks, "source_load": loads,
         "memory": {"unit": mem.UNIT, "dwdp": fit.dwdp.to_dict(), "dep": fit.dep.to_dict(),
+                   "gemm_priced_how": gemm[1] if gemm else None,
                    "smallest_fitting": {"dwdp": fit.smallest_fitting_dwdp_size, "dep": fit.smallest_fitting_dep_size}},
         "gpu_memory_gb": gpu_memory_bytes / mem.GB, "fits": fit.fits, "fit_error": fit_error,
     }
@@ -228,6 +245,8 @@ def _print_tables(rep: dict, fit: mem.DeploymentFit) -> None:
     console.print(s)
     for rank in (fit.dwdp, fit.dep):  # memory's lines, as gen-config prints them
         console.print(rank.describe(worst=True))
+    if rep["memory"]["gemm_priced_how"]:
+        console.print(f"  (prefetch slots priced for gemm {fit.dwdp.gemm}: {rep['memory']['gemm_priced_how']})")
     console.print(fit.smallest_line())
 
 
@@ -248,9 +267,10 @@ def run(args: argparse.Namespace) -> int:
     wd = _weight_dtype(args, data) or mem.DEFAULT_WEIGHT_DTYPE
     spec, cfg = _load(args, data, weight_dtype=wd, gpu_bytes=gpu)
     settings, file, key = _settings(args, data, spec, cfg, wd)
-    fit = mem.fit_deployment(spec, cfg, gpu, weight_dtype=wd, max_num_tokens=args.max_num_tokens)
+    gemm = priced_gemm(data, wd, args.gpu)
+    fit = mem.fit_deployment(spec, cfg, gpu, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gemm=gemm[0])
     rep = build_report(spec, cfg, weight_dtype=wd, max_num_tokens=args.max_num_tokens, gpu_memory_bytes=gpu,
-                       settings=settings, fit=fit)
+                       settings=settings, fit=fit, gemm=gemm)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:

@@ -180,3 +180,24 @@ def test_nothing_fits_lists_the_parts_the_other_commands_list(capsys):
     assert rc == 2
     described = re.search(r"\(does NOT fit\): (.*?); change", err).group(1)
     assert shown == described  # memory.parts_text in both: the labels, the GB and the unit alike
+
+
+def test_plan_placement_prices_the_path_the_adapter_runs(tmp_path, capsys):
+    """plan-placement prices prefetch slots as gen-config does (memory.rank_memory with the adapter's path): the
+    default path on --gpu (fetched experts; says which), an integration YAML's `gemm: merge` at [E, ...] slots
+    (R1 FP8 DWDP8: 2.82 GB more per rank); a `dwdp bench` config's gemm is the embedded engine's and not taken."""
+    import json as _json
+    from dwdp_trtllm.cli import main as _main
+    assert _main(["plan-placement", "--dwdp-size", "8", "--json"]) == 0
+    base = _json.loads(capsys.readouterr().out)["memory"]
+    assert base["dwdp"]["gemm"] == "multi_buffer" and "sm_90" in base["gemm_priced_how"]
+    f = tmp_path / "dwdp.yaml"
+    f.write_text("engine: dwdp_trtllm\ndwdp_config:\n  dwdp_size: 8\n  weight_dtype: fp8\n  gemm: merge\n")
+    assert _main(["plan-placement", "--config", str(f), "--json"]) == 0
+    merge = _json.loads(capsys.readouterr().out)["memory"]
+    assert merge["dwdp"]["gemm"] == "merge" and merge["gemm_priced_how"] == "the config file's gemm"
+    assert round(merge["dwdp"]["prefetch_slots_gb"] - base["dwdp"]["prefetch_slots_gb"], 2) == 2.82
+    b = tmp_path / "bench.yaml"
+    b.write_text("model:\n  preset: deepseek-r1\ndwdp:\n  dwdp_size: 8\n  weight_dtype: fp8\n  gemm: merge\n")
+    assert _main(["plan-placement", "--config", str(b), "--json"]) == 0
+    assert _json.loads(capsys.readouterr().out)["memory"]["dwdp"]["gemm"] == "multi_buffer"
