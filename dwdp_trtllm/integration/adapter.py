@@ -20,8 +20,9 @@ per weight name. AdapterRuntime:
       [E, ...] tensor assembled by concatenation at bind time;
  3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) and
     Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine;
- 4. at executor shutdown (close) waits at the DWDP group's shutdown barrier (transport/close_barrier.py, bounded
-    by the integration YAML's shutdown_timeout_s), then releases everything it built and the transport.
+ 4. at executor shutdown (close, close_sequence.close_in_order: the whole of it bounded by the integration YAML's
+    shutdown_timeout_s) drains, waits at the DWDP group's shutdown barrier (transport/close_barrier.py), releases
+    everything it built and the transport, then destroys the model's process group.
 Per-layer host work on the forward thread: wait (one stream wait_event), bind (param.data = prebuilt
 view, one assignment per tensor; multi_buffer: one tuple store), release (one event record + one scheduler issue).
 Streams: copies on the scheduler's copy stream; waits and release events on the current (compute) stream.
