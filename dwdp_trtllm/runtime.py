@@ -43,7 +43,7 @@ class ExpertSources:
 
 def expert_maps(placement, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(expert_buffer_idx_E, expert_row_E) of buffers [local, slot] for `rank` (placement.expert_location), int32
-    on the device. Built once per run: the engine caches work per map object (moe_compute._gather_rows)."""
+    on the device. Built once per run: the engine caches work per map object (expert_maps._gather_rows)."""
     loc = placement.expert_location(rank)
     return (torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device),
             torch.tensor([r for _, r in loc], dtype=torch.int32, device=device))
