@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from .expert_maps import gather_experts, identity_map, is_identity  # noqa: F401 - imported from here too
+from .expert_maps import gather_experts, identity_map  # noqa: F401 - imported from here too
 from .fp8_rows import FP8_GROUP, Fp8Rows, quantize_act_1x128
 from .fused import _silu_mul, fused, fused_enabled, inverse_permutation
 from .weights import FP8_DTYPE, dequantize_fp8_blockwise
@@ -254,8 +254,7 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
         rows_A = torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor")
         y_MH, dest_A = path.padded_mlp(x_TH, rows_A, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E,
                                        w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources,
-                                       up_first=up_first, act=silu_mul_quant,
-                                       identity=is_identity(expert_buffer_idx_E, expert_row_E) or None)
+                                       up_first=up_first, act=silu_mul_quant)
         return combine(y_MH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype, y_rows_A=dest_A)
     x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0],
                                                    fp8_rows=wants_fp8_rows(gemm, _is_fp8(w13_sources)))

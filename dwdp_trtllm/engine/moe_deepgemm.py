@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 
 from ..ops import deepgemm as dgl
+from .expert_maps import is_identity
 from .fp8_rows import Fp8Rows, quantize_act_1x128
 
 FP8 = torch.float8_e4m3fn
@@ -39,8 +40,8 @@ USE_PSUM = False
 def check_one_buffer(what: str, weights: list[torch.Tensor], scales: list[torch.Tensor] | None,
                      buf_idx_E: torch.Tensor, row_E: torch.Tensor, identity: bool | None = None) -> None:
     """ValueError naming gemm='deepgemm', `what` and why, unless weights are one FP8 [E, N, K] buffer with scales
-    and expert e at row e. identity: the caller knows the map is identity_map's (no host sync); None: compare the
-    values (a host sync; only when the buffer is not used by routed_experts_forward's hot path)."""
+    and expert e at row e. identity: the caller knows whether the map is the identity; None: identity_map's own
+    tensors are recognised (expert_maps.is_identity, no host sync), other maps are compared by value (a host sync)."""
     if len(weights) != 1:
         raise ValueError(f"gemm='deepgemm' ({what}) takes one [E, N, K] buffer, got {len(weights)}: DeepGEMM's grouped "
                          "GEMM reads one weight tensor, not per-expert pointers; use gemm='multi_buffer' for a "
@@ -51,7 +52,8 @@ def check_one_buffer(what: str, weights: list[torch.Tensor], scales: list[torch.
                          f"scale tensor), got {w.dtype} with {0 if not scales else len(scales)} scale tensors")
     E = buf_idx_E.shape[0]
     if identity is None:
-        identity = bool((buf_idx_E == 0).all()) and torch.equal(row_E.long().cpu(), torch.arange(E))
+        identity = is_identity(buf_idx_E, row_E) or (bool((buf_idx_E == 0).all())
+                                                     and torch.equal(row_E.long().cpu(), torch.arange(E)))
     if w.shape[0] != E or not identity:
         raise ValueError(f"gemm='deepgemm' ({what}) needs expert e at row e of the one buffer (identity_map): the "
                          f"buffer holds {w.shape[0]} rows for {E} experts, identity map: {identity}")
@@ -70,7 +72,7 @@ def padded_mlp(x_TH: torch.Tensor, rows_A: torch.Tensor, offs_E: torch.Tensor, w
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(y_MH bf16 padded, dest_A int64: the padded row of sorted pair a). rows_A: token row of each expert-sorted pair;
     offs_E: int32 cumulative ends; act: moe_compute.silu_mul_quant (passed in: this module imports nothing of
-    moe_compute). No host sync when identity is given (routed_experts_forward passes it)."""
+    moe_compute). No host sync when identity is given or the maps are identity_map's tensors (check_one_buffer)."""
     check_one_buffer("w13", w13_sources, w13_scale_sources, buf_idx_E, row_E, identity)
     check_one_buffer("w2", w2_sources, w2_scale_sources, buf_idx_E, row_E, True)  # the same map: checked once
     A, E = rows_A.shape[0], buf_idx_E.shape[0]
