@@ -267,8 +267,10 @@ def test_moe_op_bench_times_deepgemm_beside_multi_buffer_interleaved(fake_dg):
     assert len(fake_dg.calls) == 2 * 3  # fc1 + fc2 per op call: the first call, then one per round
 
 
-def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch):
-    """With identity known (routed_experts_forward passes it for identity_map's tensors) nothing between the sort and
+@pytest.mark.parametrize("identity", [True, None])
+def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch, identity):
+    """With identity known (given, or None with identity_map's tensors: check_one_buffer recognises them, as in
+    routed_experts_forward) nothing between the sort and
     the combine reads a device value: the height is padded_height, the layout comes from offs on the device. The
     stand-in's own reads (it loops on the host) are not counted."""
     T = 33
@@ -299,7 +301,7 @@ def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch)
     for name in ("item", "tolist", "__int__", "__bool__", "__float__"):
         monkeypatch.setattr(torch.Tensor, name, counting(name))
     y_MH, dest_A = mdg.padded_mlp(x, rows_A, offs, [q13], [q2], bidx, row, w13_scale_sources=[s13],
-                                  w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant, identity=True)
+                                  w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant, identity=identity)
     monkeypatch.undo()
     assert reads == [], reads
     assert y_MH.shape == (dgl.padded_height(T * K, E), H) and dest_A.shape == (T * K,)
