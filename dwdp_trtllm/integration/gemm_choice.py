@@ -13,6 +13,7 @@ import torch
 
 from ..composite_slots import CompositeUnsupported, local_run
 from ..placement import ExpertPlacement
+from .moe_evidence import fp8_sm90_reason
 
 
 def is_scale(name: str) -> bool:
@@ -96,7 +97,6 @@ def choose_gemm(want: str, *, device_type: str, transport_kind: str, placement: 
         return "merge", f"gemm: merge {asked}"
     if want == "multi_buffer" and blocker is None:
         if fp8_sm90:
-            from .moe_evidence import fp8_sm90_reason
             why = fp8_sm90_reason(device_name=device_name)
             return "multi_buffer", f"gemm: multi_buffer {asked}; {why}; {MULTI_BUFFER_WHAT}"
         return "multi_buffer", f"gemm: multi_buffer {asked}; {MULTI_BUFFER_WHAT}"
