@@ -114,9 +114,9 @@ def quant_1x128_parts(parts_AD: list[torch.Tensor], *, rows_to: int = 1,
     """quant_1x128(torch.cat(parts_AD)) without the concatenation: one launch per part writes its rows of the shared
     outputs (the last one also the padding rows). Parts: [A_i, D] row blocks with unit stride along D, one D for all
     (ValueError otherwise, before any launch: check_row_parts)."""
-    check_row_parts(parts_AD, "quant_1x128_parts: parts_AD")
+    D = check_row_parts(parts_AD, "quant_1x128_parts: parts_AD")
     A = sum(p.shape[0] for p in parts_AD)
-    q, s = _outputs(A, parts_AD[0].shape[1], parts_AD[0].device, rows_to, scale_col_major)
+    q, s = _outputs(A, D, parts_AD[0].device, rows_to, scale_col_major)
     r = 0
     for i, x in enumerate(parts_AD):
         last = i == len(parts_AD) - 1
