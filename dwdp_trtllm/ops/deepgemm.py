@@ -42,8 +42,9 @@ class PaddedLayout:
 
 
 def padded_rows_bound(rows: int, experts: int, align: int = ALIGN_M) -> int:
-    """An upper bound of the padded row count that needs no device-to-host sync: every expert wastes < align rows."""
-    return rows + experts * (align - 1)
+    """An upper bound of the padded row count that needs no device-to-host sync: every non-empty expert (at most
+    min(experts, rows) of them; an empty one pads to 0 rows) wastes < align rows."""
+    return rows + min(experts, rows) * (align - 1)
 
 
 def padded_height(rows: int, experts: int, align: int = ALIGN_M) -> int:

@@ -102,6 +102,17 @@ def test_missing_deep_gemm_is_one_clear_error(monkeypatch, tmp_path):
                              torch.ones(1, 1, 1))
 
 
+def test_bound_holds_with_fewer_rows_than_experts():
+    """Fewer rows than experts (decode): at most `rows` experts are non-empty, so the bound is rows * ALIGN_M at
+    most, not E * 127 rows more; it still covers the exact height when every row has its own expert."""
+    E, rows = 256, 8
+    offs = torch.arange(1, E + 1).clamp(max=rows)  # experts 0..7 one row each, the rest empty
+    exact = dgl.padded_layout(offs)
+    assert exact.rows_padded == rows * dgl.ALIGN_M == dgl.padded_rows_bound(rows, E)
+    assert dgl.padded_height(rows, E) == rows * dgl.ALIGN_M
+    assert dgl.padded_rows_bound(4096, E) == 4096 + E * (dgl.ALIGN_M - 1)
+
+
 def test_layout_with_rows_and_height_given_reads_nothing_back(monkeypatch):
     """The hot path (rows and rows_padded given) must not read a device value: int() of a tensor would sync."""
     offs = torch.tensor([3, 3, 140])
