@@ -138,7 +138,7 @@ class AdapterRuntime:
         # composite view's plain slots are its block scales, kept full [E, ...])
         slot_rows = E if self.gemm == "composite_view" else slot_experts(self.gemm, n_fetch, E)
         if self.gemm == "merge":  # deployments are priced for the default paths' fetched-expert slots
-            extra = S * (E - n_fetch) * sum(per_expert)
+            extra = S * (slot_rows - slot_experts("multi_buffer", n_fetch, E)) * sum(per_expert)
             log.warning("dwdp_trtllm: merge holds every expert in each of its %d prefetch slots: %s per rank more than "
                         "the fetched-expert slots of multi_buffer / composite_view (memory.rank_memory gemm=merge "
                         "prices it)", S, fmt_bytes(extra, digits=1))
