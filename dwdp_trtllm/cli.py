@@ -11,7 +11,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .schema import ConfigError
+from .spec.schema import ConfigError
 
 #: subcommand module names (commands/<module>.py); a module that is missing is not offered
 COMMANDS = ("bench", "verify", "plan", "plan_placement", "validate_plan", "build_ops", "check_trtllm", "gen_config", "serve")

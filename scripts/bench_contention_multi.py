@@ -28,10 +28,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
-from dwdp_trtllm.config import DwdpConfig  # noqa: E402
-from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
-from dwdp_trtllm.copy_scheduler import CopyScheduler  # noqa: E402
-from dwdp_trtllm.placement import make_placement  # noqa: E402
+from dwdp_trtllm.spec.config import DwdpConfig  # noqa: E402
+from dwdp_trtllm.core.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler  # noqa: E402
+from dwdp_trtllm.core.placement import make_placement  # noqa: E402
 
 MiB, GiB = 1 << 20, 1 << 30
 CLOCK_HZ = 1.98e9
@@ -122,8 +122,8 @@ def many_to_one(n: int, nbytes: int, reps: int) -> list[dict]:
 
 
 def full_group(n: int, reps: int) -> list[dict]:
-    from dwdp_trtllm.expert_buffers import expert_layout
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.core.expert_buffers import expert_layout
+    from dwdp_trtllm.spec.models import get_model
     layout = expert_layout(get_model("deepseek-r1"), "fp8")
     placement = make_placement(DwdpConfig(dwdp_size=n), 256)
     src = {(p, t): torch.randint(0, 256, (len(placement.local_experts[p]) * nb,), dtype=torch.uint8, device=f"cuda:{p}")

@@ -26,13 +26,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
-from dwdp_trtllm.config import DwdpConfig  # noqa: E402
-from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
-from dwdp_trtllm.copy_scheduler import CopyScheduler  # noqa: E402
-from dwdp_trtllm.expert_buffers import expert_layout  # noqa: E402
-from dwdp_trtllm.memcpy import BatchMemcpy, per_op_memcpy  # noqa: E402
-from dwdp_trtllm.models import get_model  # noqa: E402
-from dwdp_trtllm.placement import make_placement  # noqa: E402
+from dwdp_trtllm.spec.config import DwdpConfig  # noqa: E402
+from dwdp_trtllm.core.copy_plan import CopyOp, CopyPlan, build_copy_plan  # noqa: E402
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler  # noqa: E402
+from dwdp_trtllm.core.expert_buffers import expert_layout  # noqa: E402
+from dwdp_trtllm.core.memcpy import BatchMemcpy, per_op_memcpy  # noqa: E402
+from dwdp_trtllm.spec.models import get_model  # noqa: E402
+from dwdp_trtllm.core.placement import make_placement  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 CLOCK_HZ = 1.98e9  # H200 boost clock, only to size the spin kernel
@@ -84,7 +84,7 @@ def sliced(dev, nbytes: int, slice_sizes, reps: int, bulk_GBps: float) -> list[d
     src, dst = rand_bytes(nbytes, dev), torch.empty(nbytes, dtype=torch.uint8, device=dev)
     s = torch.cuda.Stream(dev)
     batch = BatchMemcpy()
-    from dwdp_trtllm.cuda_utils import cuda_bindings
+    from dwdp_trtllm.core.cuda_utils import cuda_bindings
     runtime, _ = cuda_bindings()
     rows, graphs, streams = [], [], {}
     for sz in slice_sizes:

@@ -26,7 +26,7 @@ from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
 from dwdp_trtllm.ops import merge_experts  # noqa: E402
 from dwdp_trtllm.ops import grouped_gemm as _  # noqa: E402,F401  (loads the op)
 from dwdp_trtllm.ops.build import load  # noqa: E402
-from dwdp_trtllm.ops.composite_view import CompositeView, VmmAllocation  # noqa: E402
+from dwdp_trtllm.core.composite_view import CompositeView, VmmAllocation  # noqa: E402
 from dwdp_trtllm.bench.report import env_info  # noqa: E402
 
 SHAPES = {"fc1": (7168, 4096), "fc2": (2048, 7168)}  # name -> (K, N)

@@ -131,7 +131,7 @@ def expert_sources(E: int, H: int, I: int, L: int, dev, g) -> dict:
     buffer, identity map) and multi_buffer (copies of experts 0..L-1 in a local buffer, the rest in a slot)."""
     from dwdp_trtllm.engine.moe_compute import identity_map
     from dwdp_trtllm.integration.trtllm.moe_unit import W13, W13_SCALE, W2, W2_SCALE
-    from dwdp_trtllm.runtime import ExpertSources
+    from dwdp_trtllm.core.runtime import ExpertSources
     full = {}
     full[W13], full[W13_SCALE] = _fp8_experts(E, 2 * I, H, dev, g)
     full[W2], full[W2_SCALE] = _fp8_experts(E, H, I, dev, g)
@@ -144,7 +144,7 @@ def expert_sources(E: int, H: int, I: int, L: int, dev, g) -> dict:
 def _routing(spec, T, routing, dev, g):
     """(ids_TK int32 as TensorRT-LLM routes, scales_TK float32)."""
     from dwdp_trtllm.engine.router import SkewTable, skew_select
-    from dwdp_trtllm.routing_skew import RoutingSkewConfig, popularity
+    from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig, popularity
     E, K = spec.num_experts, spec.top_k
     logits_TE = torch.randn(T, E, device=dev, generator=g)
     ids_TK = torch.rand(T, E, device=dev, generator=g).topk(K, dim=-1).indices
@@ -260,12 +260,12 @@ def main(argv=None) -> int:
         print("bench_moe_op_vs_trtllm: needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.prewarm_deepgemm:
-        from dwdp_trtllm.models import get_model
+        from dwdp_trtllm.spec.models import get_model
         return prewarm_deepgemm(args, get_model(moe_evidence.MODEL))
     from triton.testing import do_bench
 
     from dwdp_trtllm.bench.report import env_info
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
     from dwdp_trtllm.ops.build import load
 
     load(cuda=True)

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import CopyPlan, build_copy_plan
-from dwdp_trtllm.copy_scheduler import CopyScheduler
-from dwdp_trtllm.expert_buffers import expert_layout
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import CopyPlan, build_copy_plan
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler
+from dwdp_trtllm.core.expert_buffers import expert_layout
 from dwdp_trtllm.integration.full_slot import full_slot_ops
-from dwdp_trtllm.models import PRESETS
-from dwdp_trtllm.placement import make_placement
-from dwdp_trtllm.prefetcher import Prefetcher
+from dwdp_trtllm.spec.models import PRESETS
+from dwdp_trtllm.core.placement import make_placement
+from dwdp_trtllm.core.prefetcher import Prefetcher
 
 
 def main() -> int:

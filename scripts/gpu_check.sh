@@ -37,7 +37,7 @@ for s in $sections; do
         ( if [ "$vis" = unset ]; then unset CUDA_VISIBLE_DEVICES; else export CUDA_VISIBLE_DEVICES="$vis"; fi
           python3 -c "
 import json, os, torch
-from dwdp_trtllm.host_resources import gpu_memory
+from dwdp_trtllm.deploy.host_resources import gpu_memory
 g = gpu_memory(); nv = list(g[1]) if g else None
 t = [torch.cuda.mem_get_info(i)[1] for i in range(torch.cuda.device_count())]
 ok = nv is not None and len(nv) == len(t) and all(abs(a - b) <= 0.02 * b for a, b in zip(nv, t))

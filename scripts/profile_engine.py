@@ -31,7 +31,7 @@ from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_text
 from dwdp_trtllm.engine.model import build_reference_model
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.timing import PhaseTimer
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 
 def segments_for(tokens: int, isl: int) -> list[Segment]:

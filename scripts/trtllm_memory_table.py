@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dwdp_trtllm import cli  # noqa: E402
-from dwdp_trtllm.memory import PARTS  # noqa: E402
+from dwdp_trtllm.deploy.memory import PARTS  # noqa: E402
 
 DOC = ROOT / "docs" / "TRTLLM.md"
 START, END = "<!-- memory-table:start (scripts/trtllm_memory_table.py) -->", "<!-- memory-table:end -->"

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from ..engine.records import RankResult
-from ..routing_skew import contiguous_placement, counts_per_rank, max_over_mean
+from ..spec.routing_skew import contiguous_placement, counts_per_rank, max_over_mean
 
 
 def _mean(xs) -> float:
@@ -87,7 +87,7 @@ def mode_expert_load(results: list[RankResult], mode: str, num_experts: int, num
     if mode == "dwdp":
         out["prefetch_wait_us_per_layer"] = per_layer("prefetch_wait")
     if target_LE is not None:
-        from ..routing_skew import expected_max_over_mean
+        from ..spec.routing_skew import expected_max_over_mean
         out["target_max_over_mean_per_layer"] = [expected_max_over_mean(p, ep) for p in target_LE]
     for key in [k for k in out if k.endswith("_per_layer")]:
         out[key[: -len("_per_layer")]] = _mean(out[key])

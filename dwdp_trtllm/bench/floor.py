@@ -59,7 +59,7 @@ import statistics
 
 import torch
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from .floor_timer import Batch, FloorTimer  # noqa: F401 - Batch and FloorTimer are imported from here too
 from .metrics import phase_ms
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 
 
 class FloorKernels:

@@ -48,7 +48,7 @@ class SustainedSettings:
 
 def check_warmup_s(value) -> float:
     """--floor-warmup-s as given: a number of seconds in WARMUP_S_RANGE, else ConfigError naming the flag (exit 2)."""
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
 
     lo, hi = WARMUP_S_RANGE
     try:
@@ -63,7 +63,7 @@ def check_warmup_s(value) -> float:
 def check_ranks(points) -> None:
     """--floor-sustained on sweep points (SweepPoint: .config.run.ranks): ConfigError naming the flag (exit 2) for
     a point of more than MAX_RANKS ranks (why: MAX_RANKS), before any rank starts."""
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
 
     many = sorted({p.config.run.ranks for p in points if p.config.run.ranks > MAX_RANKS})
     if many:

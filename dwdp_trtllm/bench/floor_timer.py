@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from ..perf.flops import attention_proj_flops, core_flops, dense_mlp_flops, expert_rows_flops, shared_and_router_flops
 from .floor_kernels import FloorKernels
 

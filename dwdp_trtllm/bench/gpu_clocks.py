@@ -34,7 +34,7 @@ def gpu_index_of(cuda_index: int, uuids: list[str], visible: str | None, torch_u
         u = torch_uuid if torch_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{torch_uuid}"
         if u in uuids:
             return uuids.index(u)
-    from ..host_resources import visible_gpus
+    from ..deploy.host_resources import visible_gpus
     order = visible_gpus(visible, uuids)
     if order is None or not 0 <= cuda_index < len(order):
         return None

@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import host_resources
-from ..config import BenchConfig
+from ..deploy import host_resources
+from ..spec.config import BenchConfig
 from ..engine.records import Request
 from ..byte_units import fmt_bytes
-from ..host_resources import FreeResources
-from ..memory import dwdp_ranks, rank_memory
-from ..schema import ConfigError
+from ..deploy.host_resources import FreeResources
+from ..deploy.memory import dwdp_ranks, rank_memory
+from ..spec.schema import ConfigError
 
 
 class PreflightError(ConfigError):
@@ -144,7 +144,7 @@ def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None,
             best = (top, mode)
     attention: tuple[int, ...] = ()
     if cfg.run.device == "cpu":
-        from .workload import generate_requests
+        from ..spec.workload import generate_requests
 
         spec = cfg.model.spec()
         queues = queues if queues is not None else generate_requests(cfg.workload, cfg.run.ranks)
@@ -238,7 +238,7 @@ def preflight(points, *, file: str | None = None, probe: Callable[..., FreeResou
     """Every check of every sweep point (SweepPoints or BenchConfigs) before the first point starts; raises
     PreflightError (exit 2). modes: the modes that will run (default each point's run.modes). probe: the machine's
     reading (default host_resources.read_free, looked up at call time so that tests replace it there)."""
-    from .workload import generate_requests
+    from ..spec.workload import generate_requests
 
     probe = probe or host_resources.read_free
     free: dict[str, FreeResources] = {}  # one reading per device kind

@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..byte_units import fmt_bytes
-from ..config import BenchConfig
+from ..spec.config import BenchConfig
 from ..engine.records import PHASES
 from .expert_load import expert_load_rows, expert_load_table
 

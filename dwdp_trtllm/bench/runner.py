@@ -20,18 +20,18 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..config import BenchConfig
+from ..spec.config import BenchConfig
 from ..engine.records import RankResult, Request
 from .floor_sustained import measured_window
 from .metrics import compute_metrics, consistency
 from .preflight import preflight
 from .repeats import merge_repeats
-from ..out_path import check_out_dir
-from ..schema import MAX_SWEEP_POINTS, ConfigError
+from ..deploy.out_path import check_out_dir
+from ..spec.schema import MAX_SWEEP_POINTS, ConfigError
 from .report import env_info, json_ready, print_point, write_atomic, write_results
 from .sweep import SweepPoint, check_device_present, load_sweep
 from .timeline import steady_timeline
-from .workload import generate_requests
+from ..spec.workload import generate_requests
 
 RunMode = Callable[..., list[RankResult]]
 

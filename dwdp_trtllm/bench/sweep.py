@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import BenchConfig, load_bench_points
-from ..routing_skew import load_counts_file, popularity_table
-from ..schema import MAX_SWEEP_POINTS, ConfigError, apply_override, load_yaml, parse_override
+from ..spec.config import BenchConfig, load_bench_points
+from ..spec.routing_skew import load_counts_file, popularity_table
+from ..spec.schema import MAX_SWEEP_POINTS, ConfigError, apply_override, load_yaml, parse_override
 from .report import config_dict, point_hash
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..config import BenchConfig
+from ..spec.config import BenchConfig
 from ..engine.records import IterationRecord, RankResult, Request, Segment
-from ..batching import RankScheduler
+from ..spec.batching import RankScheduler
 
 ATTN_S, OTHER_S, GEMM_S, A2A_S, COPY_S = 2e-9, 2e-7, 1e-6, 3e-7, 1.2e-4
 T0 = 1000.0  # an arbitrary shared-clock origin, so consumers cannot assume t0 == 0

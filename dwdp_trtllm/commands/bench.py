@@ -52,7 +52,7 @@ def _check_floor_device(points) -> None:
     """--floor times stock kernels against the engine on the same device; on a CPU the ranks and the floor share
     the same few cores (a floor 3-40x slower than the engine it bounds was seen): refused, exit 2. Run by run_bench
     on the points it loads (bench/runner.py check_points), so the sweep is loaded once."""
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
 
     cpu = sorted({p.config.run.device for p in points} - {"cuda"})
     if cpu:
@@ -72,7 +72,7 @@ def _floor_checks(sustained):
 
 
 def _max_points(args) -> int:
-    from ..schema import MAX_SWEEP_POINTS, ConfigError
+    from ..spec.schema import MAX_SWEEP_POINTS, ConfigError
 
     if args.max_points is None:
         return MAX_SWEEP_POINTS
@@ -85,7 +85,7 @@ def floor_sustained(args: argparse.Namespace):
     """--floor-sustained / --floor-warmup-s as SustainedSettings (None without --floor-sustained); ConfigError naming
     the flag (exit 2) for one without the flag it needs or a bad number, before anything runs."""
     from ..bench.floor_sustained import SustainedSettings, check_warmup_s
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
 
     if args.floor_warmup_s is not None and not args.floor_sustained:
         raise ConfigError(None, "--floor-warmup-s", "needs --floor-sustained")

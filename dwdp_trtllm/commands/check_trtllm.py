@@ -107,7 +107,7 @@ def _multi_buffer_status(run_moe_status: str) -> str:
 def collect(dwdp_path: str | None = None, weight_dtype: str | None = None) -> dict:
     from ..integration.moe_evidence import gemm_order
     from ..integration.settings import choose_engine, load_integration_config, upstream_supported
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
     from ..integration.trtllm import targets
 
     rep: dict = {"tensorrt_llm": None, "patch_targets": [], "upstream_dwdp": None, "gpu": _gpu()}

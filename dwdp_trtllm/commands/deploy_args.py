@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from .. import memory as mem
-from ..schema import ConfigError
+from ..deploy import memory as mem
+from ..spec.schema import ConfigError
 
 
 def add_gpu_args(p, *, what: str = "every rank") -> None:

@@ -19,13 +19,13 @@ import dataclasses
 import json
 import re
 
-from .. import memory as mem
+from ..deploy import memory as mem
 from ..byte_units import fmt_bytes
-from ..config import DwdpConfig
-from ..models import PRESETS, ModelSpec
-from ..node_layout import layout
-from ..out_path import check_out_dir
-from ..schema import ConfigError
+from ..spec.config import DwdpConfig
+from ..spec.models import PRESETS, ModelSpec
+from ..deploy.node_layout import layout
+from ..deploy.out_path import check_out_dir
+from ..spec.schema import ConfigError
 from . import gen_config_files as files
 from .deploy_args import add_gpu_args, gpu_budget_bytes, gpu_label
 
@@ -45,7 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "(a config.json file is written as its directory)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--num-experts", type=int, help="routed experts per MoE layer (no model dims: give --gen-tp)")
-    g.add_argument("--preset", help=f"the model's dims (size every server's memory): a dwdp_trtllm.models preset "
+    g.add_argument("--preset", help=f"the model's dims (size every server's memory): a dwdp_trtllm.spec.models preset "
                                     f"({', '.join(sorted(PRESETS))}) or a config.json / checkpoint directory, dims "
                                     "only (model_dims.py, as `dwdp plan --model`), any MoE family")
     p.add_argument("--engine", choices=("upstream", "dwdp_trtllm"), default=None,
@@ -91,7 +91,7 @@ def model_spec(args) -> ModelSpec | None:
     checkpoint directory or config.json; None with --num-experts (no dims). Errors name the flag or the file key."""
     from pathlib import Path
 
-    from ..model_dims import dims_from_config_json, is_config_path
+    from ..spec.model_dims import dims_from_config_json, is_config_path
 
     if args.preset is not None:
         if args.preset in PRESETS:
@@ -213,7 +213,7 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None, engine: str = "
 def run(args) -> int:
     from ..integration import gen_config as gc
 
-    from ..model_dims import dims_only_reason
+    from ..spec.model_dims import dims_only_reason
 
     spec = model_spec(args)
     num_experts = args.num_experts if spec is None else spec.num_experts

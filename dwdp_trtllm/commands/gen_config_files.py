@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from ..node_layout import PLACEHOLDER, NodeLayout
-from ..schema import ConfigError
+from ..deploy.node_layout import PLACEHOLDER, NodeLayout
+from ..spec.schema import ConfigError
 
 
 def _yaml(doc: dict, header: str) -> str:

@@ -8,10 +8,10 @@ import json
 import re
 from pathlib import Path
 
-from .. import memory as mem
-from ..config import MAX_SLICE_BYTES, MAX_TOKENS
-from ..models import PRESETS
-from ..schema import ConfigError
+from ..deploy import memory as mem
+from ..spec.config import MAX_SLICE_BYTES, MAX_TOKENS
+from ..spec.models import PRESETS
+from ..spec.schema import ConfigError
 from .deploy_args import gpu_budget_bytes
 
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
@@ -178,7 +178,7 @@ def build_spec(args, *, gpu_name: str | None = None):
     from ..perf.hardware import GPUS, get_gpu
     from ..perf.planner import PlanSpec, check_candidates
 
-    from ..model_dims import dims_from_config_json, is_config_path
+    from ..spec.model_dims import dims_from_config_json, is_config_path
     from ..perf.hardware import is_spec_path, load_gpu_spec
 
     gpu_name = gpu_name or args.gpu
@@ -263,7 +263,7 @@ def auto_dwdp_size(args, model, gpu, isls) -> tuple[int, ...]:
 
 def parse_skew(text: str):
     """--routing-skew: none | power_law_<alpha> | zipf_<alpha> | a counts file -> RoutingSkewConfig (or None)."""
-    from ..routing_skew import RoutingSkewConfig
+    from ..spec.routing_skew import RoutingSkewConfig
 
     t = str(text).strip()
     if t in ("", "none", "balanced"):
@@ -305,7 +305,7 @@ def _check_draws(args, sizes: tuple[int, ...], isls: tuple[int, ...]) -> None:
 
 def check_plot_path(path: str) -> Path:
     """--plot names an image file (.png, .pdf, .svg) whose directory exists or can be made; checked before planning."""
-    from ..out_path import check_out_file  # empty, loops, dangling links, too long, a file in the way
+    from ..deploy.out_path import check_out_file  # empty, loops, dangling links, too long, a file in the way
 
     return check_out_file(path, "--plot", suffixes=(".png", ".pdf", ".svg"))
 

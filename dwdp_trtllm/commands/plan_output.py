@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..schema import ConfigError
+from ..spec.schema import ConfigError
 
 
 def _ms(x: float) -> str:
@@ -69,7 +69,7 @@ def calibration_notes(spec) -> tuple[str, ...]:
 
 
 def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
-    from ..memory import UNIT
+    from ..deploy.memory import UNIT
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
             "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],

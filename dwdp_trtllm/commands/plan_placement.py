@@ -17,11 +17,11 @@ import json
 from typing import Any
 
 from ..byte_units import fmt_bytes
-from ..config import MAX_TOKENS, DwdpConfig, ModelConfig
-from .. import memory as mem
-from ..models import PRESETS, ModelSpec
-from ..placement import compact_ranges, make_placement
-from ..schema import ConfigError, from_dict, load_yaml
+from ..spec.config import MAX_TOKENS, DwdpConfig, ModelConfig
+from ..deploy import memory as mem
+from ..spec.models import PRESETS, ModelSpec
+from ..core.placement import compact_ranges, make_placement
+from ..spec.schema import ConfigError, from_dict, load_yaml
 from .deploy_args import add_gpu_args, gpu_budget_bytes
 
 #: DwdpConfig field -> flag that sets it (errors from the dataclass name the flag)
@@ -66,7 +66,7 @@ def _dwdp_section(data: dict) -> tuple[Any, str]:
 def _dims_only(args: argparse.Namespace) -> ModelSpec | None:
     """--model as a config.json path: the dims-only spec (model_dims.py, the reader `dwdp plan` uses), truncated by
     --num-layers; None for a preset. An unknown name is refused naming --model."""
-    from ..model_dims import dims_from_config_json, is_config_path
+    from ..spec.model_dims import dims_from_config_json, is_config_path
 
     if args.model is None or args.model in PRESETS:
         return None

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..schema import ConfigError, load_yaml
+from ..spec.schema import ConfigError, load_yaml
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "validation" / "published.yaml"
 #: the DEP phases a per-phase row can name (dep_share:<phase>); "others" is what the planner does not price
@@ -122,7 +122,7 @@ def load_rows(path: str | Path = DATA_FILE) -> list[Row]:
 
 def load_yaml_list(path: str | Path) -> list:
     """The data file is a YAML list; schema.load_yaml reads mappings, so wrap it."""
-    from ..yaml_safe import safe_load
+    from ..spec.yaml_safe import safe_load
 
     p = Path(path)
     if not p.is_file():

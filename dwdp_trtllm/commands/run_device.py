@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..perf.bench_work import get as _get
-from ..schema import ConfigError
+from ..spec.schema import ConfigError
 
 
 def measured_on(run: dict) -> str:

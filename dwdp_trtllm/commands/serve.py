@@ -39,7 +39,7 @@ def _extract_dwdp(rest: list[str]) -> tuple[str | None, list[str]]:
         a = rest[i]
         if a == "--dwdp":
             if i + 1 >= len(rest) or rest[i + 1].startswith("-"):
-                from ..schema import ConfigError
+                from ..spec.schema import ConfigError
                 raise ConfigError(None, "--dwdp", "needs a path: dwdp serve --dwdp CONFIG.yaml MODEL [trtllm-serve arguments]")
             path, i = rest[i + 1], i + 2
             continue

@@ -30,7 +30,7 @@ import numpy as np
 from ..perf.bench_work import get as _get
 from ..perf.floor_points import TIMED_PHASES, run_linear_dtype
 from ..perf.imbalance import tokens_per_s_per_gpu
-from ..schema import ConfigError
+from ..spec.schema import ConfigError
 from .plan_output import console, rel_to_root
 from .run_device import gpu_for, measured_on
 

@@ -93,7 +93,7 @@ def compare(outputs: dict, lm_head_VH=None) -> dict[str, dict[str, float]]:
 
 def run_verify(cfg, tol: float | None = None) -> tuple[dict, float, bool]:
     """(compare() rows, tolerance used, all within tolerance) for one BenchConfig."""
-    from ..bench.workload import generate_requests
+    from ..spec.workload import generate_requests
     from ..engine.launcher import run_modes
 
     tol = DEFAULT_TOL[cfg.model.dtype] if tol is None else tol
@@ -143,7 +143,7 @@ def gemm_line(cfg_gemm: str, given: bool, weight_dtype: str, device: str, sm: in
 
 def fetched_per_rank(cfg) -> list[int]:
     """Experts each dwdp_rank fetches per MoE layer under the config's placement."""
-    from ..placement import make_placement
+    from ..core.placement import make_placement
 
     p = make_placement(cfg.dwdp, cfg.model.spec().num_experts)
     return [len(p.fetch_experts(r)) for r in range(p.dwdp_size)]
@@ -155,7 +155,7 @@ def load_point(args: argparse.Namespace):
     import dataclasses
 
     from ..bench.sweep import check_device_present, load_sweep
-    from ..schema import ConfigError, load_yaml
+    from ..spec.schema import ConfigError, load_yaml
 
     overrides = list(args.overrides)
     data = load_yaml(args.config)  # the one read of the file: load_sweep builds the point from this mapping
@@ -190,7 +190,7 @@ def load_point(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
 
     if args.tol is not None and not args.tol > 0:
         raise ConfigError(None, "--tol", f"expected a number > 0, got {args.tol}")

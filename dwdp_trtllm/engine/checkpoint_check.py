@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..models import ModelSpec
-from ..schema import ConfigError
+from ..spec.models import ModelSpec
+from ..spec.schema import ConfigError
 from .loader import INDEX_NAME, hf_dense_name, hf_expert_names, read_index  # noqa: F401 - read_index re-exported
 from .weights import dense_weight_shapes
 

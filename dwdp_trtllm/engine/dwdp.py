@@ -17,7 +17,7 @@ import torch
 
 from .. import env
 
-from ..runtime import DwdpRuntime
+from ..core.runtime import DwdpRuntime
 from .moe_compute import combine, expert_mlp, gather_experts, gather_sorted, identity_map, wants_fp8_rows
 from .timing import PhaseTimer, phase
 

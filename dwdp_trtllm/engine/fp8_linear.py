@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..expert_buffers import FP8_DTYPE as FP8
-from ..models import ModelSpec
+from ..core.expert_buffers import FP8_DTYPE as FP8
+from ..spec.models import ModelSpec
 from ..ops.reference import dequantize_fp8_blockwise, quantize_fp8_blockwise
-from ..weight_formats import FP8_BLOCK as BLOCK  # 128x128 weight blocks, 1x128 activation groups
+from ..spec.weight_formats import FP8_BLOCK as BLOCK  # 128x128 weight blocks, 1x128 activation groups
 from .fused import _BODIES, fused, fused_enabled
 #: activation rows are padded to a multiple of this for the CUDA kernel (the outer-dim-major scale stride is M)
 ROWS_TO = 16

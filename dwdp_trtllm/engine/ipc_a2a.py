@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..memcpy import per_op_memcpy
-from ..transport import make_transport
+from ..core.memcpy import per_op_memcpy
+from ..core.transport import make_transport
 
 
 class IpcAllToAll:

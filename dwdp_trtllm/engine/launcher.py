@@ -31,9 +31,10 @@ import torch.multiprocessing as mp
 from multiprocessing import resource_tracker
 from multiprocessing.connection import wait as wait_any
 
-from .. import env, host_resources
-from ..config import BenchConfig
-from ..schema import ConfigError
+from .. import env
+from ..deploy import host_resources
+from ..spec.config import BenchConfig
+from ..spec.schema import ConfigError
 from .rank_entry import main as rank_main
 from .records import RankResult, Request
 
@@ -303,7 +304,7 @@ def skew_popularity(cfg: BenchConfig, popularity_LE=None):
     skew = cfg.workload.routing_skew
     if skew.off or popularity_LE is not None:
         return None if skew.off else popularity_LE
-    from ..routing_skew import popularity_table
+    from ..spec.routing_skew import popularity_table
 
     spec = cfg.model.spec()
     return popularity_table(skew, spec.num_moe_layers, spec.num_experts, spec.top_k)

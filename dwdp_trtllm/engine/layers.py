@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from . import mla_cuda
 from .attention_cuda import BUCKET, attend_bucketed, attend_cudnn, causal_over_prefix, cudnn_attention_usable, prefix_as_causal
 from .fp8_linear import BLOCK as FP8_BLOCK, Fp8Linear, linear, padded_rows, prepare, prepare_parts, swiglu as fp8_swiglu

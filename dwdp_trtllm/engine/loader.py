@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ..errors import ConfigError
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from .weights import FP8_DTYPE, dense_dtype, dense_weight_shapes, dequantize_fp8_blockwise
 
 ExpertLoader = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]

@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from .moe_compute import gemm_path, identity_map, routed_experts_forward
 from .weights import EXPERT_DTYPES, stack_experts, stacked_expert_tensors
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from .experts import ExpertBackend
 from .fp8_linear import Fp8Linear, dequantize_linears, to_fp8_linears
 from .kv_cache import KVCache

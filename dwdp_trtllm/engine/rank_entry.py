@@ -50,7 +50,7 @@ def run_child(rank: int, world: int, port: int, cfg, modes: list[str], requests:
     import torch.distributed as dist
 
     from .. import env
-    from ..schema import ConfigError
+    from ..spec.schema import ConfigError
     from .worker import run_rank
 
     env.set_multicast_off()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..batching import Request, Segment  # noqa: F401  the core's (batching.py batches them); re-exported here
+from ..spec.batching import Request, Segment  # noqa: F401  the core's (batching.py batches them); re-exported here
 
 #: phase names used in IterationRecord.phases
 PHASES = ("attention", "expert_gemm", "other", "all_to_all", "sync_wait", "prefetch_wait", "copy")

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ..models import ModelSpec, YarnScaling
+from ..spec.models import ModelSpec, YarnScaling
 
 
 def rope_dim(spec: ModelSpec) -> int:

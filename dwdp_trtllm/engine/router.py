@@ -6,7 +6,7 @@ Vectorised over tokens, no host syncs; on CUDA the grouped sigmoid selection is 
 (engine/router_cuda.py, this file's eager code its reference). Returns (topk_ids_TK int64, topk_weights_TK float32); the
 weights are final (normalised if spec.norm_topk_prob, times spec.routed_scaling_factor).
 
-Routing skew (workload.routing_skew, dwdp_trtllm/routing_skew.py): with a SkewTable the model's own choice is
+Routing skew (workload.routing_skew, dwdp_trtllm/spec/routing_skew.py): with a SkewTable the model's own choice is
 replaced by systematic probability-proportional-to-size sampling of top_k distinct experts from the layer's target
 popularity (Madow's systematic sampling: points (u + j) / K, j < K, on the popularity CDF; every expert's share is
 below 1/K, so each interval holds at most one point and expert e is chosen with probability exactly K * share_e).
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from .fused import fused_enabled
 
 

@@ -17,10 +17,10 @@ from typing import Callable
 
 import torch
 
-from ..expert_buffers import (EXPERT_DTYPES, FP8_DTYPE, check_weight_dtype, expert_layout,  # noqa: F401 - re-exported
+from ..core.expert_buffers import (EXPERT_DTYPES, FP8_DTYPE, check_weight_dtype, expert_layout,  # noqa: F401 - re-exported
                               expert_tensor_names, expert_tensor_specs)
 from ..ops import reference as _ops_ref
-from ..models import FP8_BLOCK, ModelSpec
+from ..spec.models import FP8_BLOCK, ModelSpec
 
 def _generator(seed: int, *keys: object, device: torch.device | str = "cpu") -> torch.Generator:
     digest = hashlib.blake2b(repr((int(seed),) + keys).encode(), digest_size=8).digest()

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from ..config import BenchConfig
+from ..spec.config import BenchConfig
 from .records import IterationRecord, RankResult, Request, Segment
 from .timing import PhaseTimer
 
@@ -123,7 +123,7 @@ def build_backend(cfg: BenchConfig, mode: str, spec, *, rank: int, world: int, d
                              device=device, gemm=gemm, tag=f"{tag}_dep")
         return backend, sum(_tensor_bytes(w.values()) for w in weights), 0, {"dep_a2a": backend.a2a.kind}
     if mode == "dwdp":
-        from ..runtime import DwdpRuntime
+        from ..core.runtime import DwdpRuntime
         from .dwdp import DwdpExperts
         G = cfg.dwdp.dwdp_size
         groups = [dist.new_group(list(range(g * G, (g + 1) * G)), backend="gloo") for g in range(world // G)]
@@ -156,7 +156,7 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
     """
     from .kv_cache import KVCache
     from .model import MoETransformer
-    from ..batching import RankScheduler
+    from ..spec.batching import RankScheduler
     device = rank_device(rank, cfg.run.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -1,6 +1,6 @@
 """TensorRT-LLM's MoE weights on the DWDP core: transport, CopyScheduler and Prefetcher (no tensorrt_llm import).
 
-Legend: L MoE layers in forward order (position p), S slots (memory.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2), E experts, t tensor index.
+Legend: L MoE layers in forward order (position p), S slots (prefetcher.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2), E experts, t tensor index.
 
 The backend module of each MoE layer ("owner": CutlassFusedMoE) holds its local experts [n_local, ...]
 per weight name. AdapterRuntime:
@@ -34,21 +34,22 @@ from typing import Sequence
 
 import torch
 
-from ..composite_slots import CompositeSlots, CompositeUnsupported
-from ..copy_plan import CopyPlan, ExpertLayout, build_copy_plan
-from ..copy_scheduler import CopyScheduler
+from ..core.composite_slots import CompositeSlots, CompositeUnsupported
+from ..core.copy_plan import CopyPlan, ExpertLayout, build_copy_plan
+from ..core.copy_scheduler import CopyScheduler
 from ..byte_units import fmt_bytes
-from ..memory import prefetch_slot_count, slot_experts
-from ..placement import ExpertPlacement
-from ..prefetcher import Prefetcher
+from ..core.prefetcher import prefetch_slot_count
+from ..deploy.memory import slot_experts
+from ..core.placement import ExpertPlacement
+from ..core.prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
 from .group import destroy_group
 from .gemm_choice import NO_UNIT, choose_gemm, device_sm, expert_weight_dtype, is_scale
 from .moe_evidence import default_gemm, measured_case
 from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
-from ..runtime import ExpertSources, expert_maps, local_slot_sources
-from ..close_sequence import close_in_order
+from ..core.runtime import ExpertSources, expert_maps, local_slot_sources
+from ..core.close_sequence import close_in_order
 
 log = logging.getLogger("dwdp_trtllm.integration")
 

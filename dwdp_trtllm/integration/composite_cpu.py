@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..composite_slots import local_run
-from ..placement import ExpertPlacement
+from ..core.composite_slots import local_run
+from ..core.placement import ExpertPlacement
 
 
 class CpuCompositeStandIn:

@@ -9,8 +9,8 @@ crosses an expert boundary whose destinations are not adjacent, and adds the loc
 """
 from __future__ import annotations
 
-from ..copy_plan import CopyOp, CopyPlan, ExpertLayout, merge_adjacent
-from ..placement import ExpertPlacement
+from ..core.copy_plan import CopyOp, CopyPlan, ExpertLayout, merge_adjacent
+from ..core.placement import ExpertPlacement
 
 
 def full_slot_ops(placement: ExpertPlacement, layout: ExpertLayout, rank: int, plan: CopyPlan) -> tuple[CopyOp, ...]:

@@ -11,8 +11,8 @@ from typing import Sequence
 
 import torch
 
-from ..composite_slots import CompositeUnsupported, local_run
-from ..placement import ExpertPlacement
+from ..core.composite_slots import CompositeUnsupported, local_run
+from ..core.placement import ExpertPlacement
 from .moe_evidence import fp8_sm90_reason
 
 

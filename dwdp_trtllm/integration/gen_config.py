@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import DwdpConfig
-from ..schema import ConfigError
+from ..spec.config import DwdpConfig
+from ..spec.schema import ConfigError
 from .settings import to_upstream
 
 _LLM_ARGS = "tensorrt_llm/llmapi/llm_args.py"

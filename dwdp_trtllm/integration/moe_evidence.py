@@ -135,7 +135,7 @@ def _order(want: str, measured: bool, how: str) -> str:
 
 
 def _tables():
-    from ..models import get_model
+    from ..spec.models import get_model
     from ..perf.kernel_tables import shape_tables
     t = shape_tables(get_model(MODEL), GPU)
     if t is None or TABLE_DTYPE not in t.data["moe"]:
@@ -166,7 +166,7 @@ def trtllm_source() -> str:
 def moe_tflop(tokens: int) -> float:
     """TFLOP of the routed experts at `tokens` tokens, the GEMMs only (perf.flops.routed_expert_flops, the planner's
     count: 2 * T*K * (H*2I + I*H))."""
-    from ..models import get_model
+    from ..spec.models import get_model
     from ..perf.flops import routed_expert_flops
     return float(routed_expert_flops(get_model(MODEL), tokens)) / 1e12
 

@@ -71,7 +71,7 @@ def placement_for(num_experts: int):
         if cfg is None:
             raise RuntimeError("dwdp_trtllm engine active without DWDP_TRTLLM_CONFIG: set it to the integration YAML "
                                "(dwdp serve does this) or use engine: upstream")
-        from ..placement import make_placement
+        from ..core.placement import make_placement
         cfg.dwdp.validate_for(num_experts, None, file=cfg.path, prefix="dwdp_config")
         _cache[key] = (cfg.dwdp, make_placement(cfg.dwdp, num_experts))
     return _cache[key]

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import DwdpConfig
-from ..schema import ConfigError, from_dict, load_yaml
+from ..spec.config import DwdpConfig
+from ..spec.schema import ConfigError, from_dict, load_yaml
 
 #: Fields of upstream TensorRT-LLM's DwdpConfig (tensorrt_llm/llmapi/llm_args.py), in its order.
 UPSTREAM_FIELDS = ("dwdp_size", "num_groups", "num_experts_per_worker", "num_prefetch_experts", "contention_opt")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import PRESETS, ModelSpec, get_model
+from ..spec.models import PRESETS, ModelSpec, get_model
 from .flops import attention_proj_flops, core_flops, dense_mlp_flops, routed_expert_flops, shared_and_router_flops
 
 
@@ -42,7 +42,7 @@ def run_model(cfg: dict) -> ModelSpec:
     """The ModelSpec a bench run's config built (preset, num_layers, first_k_dense; checkpoint: its config.json)."""
     m = cfg.get("model") or {}
     if m.get("checkpoint"):
-        from ..config import ModelConfig
+        from ..spec.config import ModelConfig
         return ModelConfig(checkpoint=m["checkpoint"], num_layers=m.get("num_layers"),
                            first_k_dense=m.get("first_k_dense")).spec()
     preset = m.get("preset") or "tiny"  # null: ModelConfig's default
@@ -54,10 +54,10 @@ def run_model(cfg: dict) -> ModelSpec:
 def rebuild(cfg: dict, spec: ModelSpec) -> tuple[IterationLoad | None, str]:
     """The measured iterations of a bench run with config `cfg` (a results.json run's "config"), or
     (None, why) where they cannot be rebuilt (Poisson arrivals depend on timing; unreadable workload)."""
-    from ..batching import RankScheduler
-    from ..bench.workload import generate_requests
-    from ..config import WorkloadConfig
-    from ..schema import ConfigError, from_dict
+    from ..spec.batching import RankScheduler
+    from ..spec.workload import generate_requests
+    from ..spec.config import WorkloadConfig
+    from ..spec.schema import ConfigError, from_dict
 
     run = cfg.get("run") or {}
     try:

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ..schema import ConfigError
+from ..spec.schema import ConfigError
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..models import ModelSpec
-from ..placement import ExpertPlacement
+from ..spec.models import ModelSpec
+from ..core.placement import ExpertPlacement
 from .calibration import Calibration, interp_log
 from .floor_calibration import expert_overhead
 from .flops import (attention_proj_flops, core_flops, dense_mlp_flops, routed_expert_flops,  # noqa: F401 (re-exported)

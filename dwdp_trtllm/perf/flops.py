@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 
 
 def attention_proj_flops(spec: ModelSpec, tokens, kv_tokens=None):

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import ConfigError, load_yaml
+from ..spec.schema import ConfigError, load_yaml
 
 #: matmul dtype names the planner knows; "nvfp4" runs on FP4 tensor cores
 MATMUL_DTYPES = ("bf16", "fp8", "nvfp4")

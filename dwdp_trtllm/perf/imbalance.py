@@ -145,7 +145,7 @@ def compare(tokens_SR, dep_own_us_SR, dwdp_us_SR, dep_shared_us_S=0.0) -> Imbala
                            t_sync_us=float(wait_SR.mean()))
 
 
-# ---- routing skew (expert-popularity imbalance; dwdp_trtllm/routing_skew.py is the workload side) ----
+# ---- routing skew (expert-popularity imbalance; dwdp_trtllm/spec/routing_skew.py is the workload side) ----
 
 #: rows per grouped-GEMM tile in the DWDP skew model: with 64 the tile-padding model gives aiconfigurator's EP1
 #: fp8_block power_law/balanced ratios at DeepSeek shapes within 0.05 at 4K-16K tokens (1.29 / 1.15 / 1.08 vs
@@ -187,7 +187,7 @@ def skew_term(spec, *, num_moe_layers: int, num_experts: int, top_k: int, ep_siz
     tokens_per_rank tokens per rank per iteration (DEP's experts see ep_size x that many tokens' rows).
 
     placement: DEP's experts per EP rank (default: contiguous blocks, the engine's and TensorRT-LLM's layout)."""
-    from .. import routing_skew as rs
+    from ..spec import routing_skew as rs
     if tokens_per_rank < 1 or num_moe_layers < 1:
         raise ValueError(f"tokens_per_rank ({tokens_per_rank}) and num_moe_layers ({num_moe_layers}) must be >= 1")
     pl = placement if placement is not None else rs.contiguous_placement(num_experts, ep_size)

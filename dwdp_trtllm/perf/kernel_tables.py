@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ModelSpec
-from ..schema import ConfigError
+from ..spec.models import ModelSpec
+from ..spec.schema import ConfigError
 
 FORMAT = "dwdp-kernel-tables/1"
 #: planner weight dtype -> the table's dtype for dense GEMMs / the attention core's KV cache

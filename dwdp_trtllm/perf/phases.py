@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..models import ModelSpec
+from ..spec.models import ModelSpec
 from . import cost_model as cm
 from .bench_work import IterationLoad
 from .hardware import get_gpu

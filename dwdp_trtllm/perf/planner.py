@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..config import DwdpConfig
-from ..models import ModelSpec
-from ..memory import fit_deployment
-from ..placement import make_placement
-from ..schema import ConfigError
+from ..spec.config import DwdpConfig
+from ..spec.models import ModelSpec
+from ..deploy.memory import fit_deployment
+from ..core.placement import make_placement
+from ..spec.schema import ConfigError
 from . import cost_model as cm
 from .bench_work import IterationLoad
 from .calibration import Calibration

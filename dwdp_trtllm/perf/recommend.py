@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..byte_units import fmt_bytes
-from ..memory import GB, MAX_DWDP_SIZE, gpu_count_text, parts_text, smallest_line
+from ..deploy.memory import GB, MAX_DWDP_SIZE, gpu_count_text, parts_text, smallest_line
 from .uncertainty import MEASURE
 
 
@@ -29,9 +29,9 @@ def more_redundant_experts(spec, group: int, redundant: int, headroom_bytes: flo
     """How many redundant experts per rank beyond `redundant` fit in `headroom_bytes`, priced by memory.rank_memory (the
     one model of per-rank bytes: the worst DWDP rank holds each added expert in every MoE layer and pulls one fewer
     into its prefetch slots); at most what the placement allows (every expert on every rank)."""
-    from ..config import DwdpConfig
-    from ..memory import rank_memory
-    from ..schema import ConfigError
+    from ..spec.config import DwdpConfig
+    from ..deploy.memory import rank_memory
+    from ..spec.schema import ConfigError
 
     def total(r: int) -> int:  # activations and the KV floor do not depend on r: priced at 0 tokens
         cfg = DwdpConfig(dwdp_size=group, redundant_experts=r, source_policy=spec.source_policy)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.spec.config import DwdpConfig
 
 rank, ctx = MPI.COMM_WORLD.Get_rank(), int(os.environ["FAKE_CTX_RANKS"])
 dwdp_size = int(os.environ["FAKE_DWDP_SIZE"])

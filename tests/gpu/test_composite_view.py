@@ -7,7 +7,7 @@ import torch
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from dwdp_trtllm.ops import grouped_gemm_reference, merge_experts  # noqa: E402
-from dwdp_trtllm.ops.composite_view import CompositeView, VmmAllocation, granularity  # noqa: E402
+from dwdp_trtllm.core.composite_view import CompositeView, VmmAllocation, granularity  # noqa: E402
 
 
 def test_view_aliases_the_allocations_and_feeds_grouped_mm():

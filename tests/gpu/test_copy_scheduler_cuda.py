@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
-from dwdp_trtllm.copy_scheduler import CopyScheduler, resolve_method
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import ExpertLayout, build_copy_plan
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler, resolve_method
+from dwdp_trtllm.core.placement import make_placement
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(180),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
@@ -95,7 +95,7 @@ def test_after_event_orders_copy_behind_compute_and_timeout():
 
 
 def test_auto_picks_graph_on_cuda():
-    from dwdp_trtllm.memcpy import batch_memcpy_available
+    from dwdp_trtllm.core.memcpy import batch_memcpy_available
     dev = torch.device("cuda", torch.cuda.current_device())
     assert resolve_method("auto", dev) == "graph"
     assert batch_memcpy_available(), "driver lacks cuMemcpyBatchAsync (needs >= 570 / CUDA 12.8)"

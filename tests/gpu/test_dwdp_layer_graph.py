@@ -17,7 +17,7 @@ import torch
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device)")]
 
 from dwdp_trtllm.engine.dwdp import DwdpExperts  # noqa: E402
-from dwdp_trtllm.runtime import ExpertSources  # noqa: E402
+from dwdp_trtllm.core.runtime import ExpertSources  # noqa: E402
 from dwdp_trtllm.ops.reference import quantize_fp8_blockwise  # noqa: E402
 
 E, H, I, K, T = 8, 256, 256, 2, 96

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dwdp_trtllm.config import load_bench_points
+from dwdp_trtllm.spec.config import load_bench_points
 from dwdp_trtllm.engine.launcher import run_modes
 from dwdp_trtllm.engine.records import Request
 
@@ -107,7 +107,7 @@ def test_mla_layer_chunked_prefill_either_way_matches_cpu_float32(monkeypatch, f
 
     from dwdp_trtllm.engine import layers
     from dwdp_trtllm.engine.records import Segment
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
     from test_fused_cuda import mla_outputs_cpu_and_cuda  # tests/gpu is on sys.path
 
     spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)

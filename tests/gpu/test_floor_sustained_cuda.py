@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
 from dwdp_trtllm.bench.floor import Batch, FloorTimer  # noqa: E402
 from dwdp_trtllm.bench.floor_sustained import SustainedSettings, sustained_floor  # noqa: E402
 from dwdp_trtllm.bench.gpu_clocks import GpuSampler  # noqa: E402
-from dwdp_trtllm.models import get_model  # noqa: E402
+from dwdp_trtllm.spec.models import get_model  # noqa: E402
 
 
 def test_sampler_reads_this_gpus_clock_while_kernels_run():

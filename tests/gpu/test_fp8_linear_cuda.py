@@ -20,7 +20,7 @@ from dwdp_trtllm.engine.model import MoETransformer  # noqa: E402
 from dwdp_trtllm.engine.quant_cuda import quant_1x128  # noqa: E402
 from dwdp_trtllm.engine.records import Segment  # noqa: E402
 from dwdp_trtllm.engine.weights import init_dense_weights  # noqa: E402
-from dwdp_trtllm.models import get_model  # noqa: E402
+from dwdp_trtllm.spec.models import get_model  # noqa: E402
 from dwdp_trtllm.ops.reference import quantize_fp8_blockwise  # noqa: E402
 
 DEV = "cuda"

@@ -251,7 +251,7 @@ def test_mla_attention_on_cuda_matches_the_cpu_float32_path_with_chunked_prefill
     import dataclasses
 
     from dwdp_trtllm.engine.records import Segment
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
 
     spec = dataclasses.replace(get_model("tiny"), qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)  # d 96, e 64
     g = torch.Generator().manual_seed(11)

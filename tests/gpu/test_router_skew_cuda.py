@@ -11,8 +11,8 @@ if not torch.cuda.is_available():
                 allow_module_level=True)
 
 from dwdp_trtllm.engine.router import SkewTable, select_experts, skew_select  # noqa: E402
-from dwdp_trtllm.models import get_model  # noqa: E402
-from dwdp_trtllm.routing_skew import RoutingSkewConfig, popularity_table  # noqa: E402
+from dwdp_trtllm.spec.models import get_model  # noqa: E402
+from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig, popularity_table  # noqa: E402
 
 
 @pytest.mark.parametrize("T", [1, 37, 16384])

@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
-from dwdp_trtllm.copy_scheduler import CopyScheduler
-from dwdp_trtllm.cuda_utils import tensor_from_ptr
-from dwdp_trtllm.placement import make_placement
-from dwdp_trtllm.transport import make_transport
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import ExpertLayout, build_copy_plan
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler
+from dwdp_trtllm.core.cuda_utils import tensor_from_ptr
+from dwdp_trtllm.core.placement import make_placement
+from dwdp_trtllm.core.transport import make_transport
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
@@ -84,7 +84,7 @@ def _worker(rank: int, G: int, store_path: str, kind: str) -> None:
 
 def _check_ipc_offset_export(rank: int, G: int, group) -> None:
     """A pointer inside a torch caching-allocator block: handle of the allocation + offset."""
-    from dwdp_trtllm.transport.cuda_ipc import close_handle, export_handle, open_handle
+    from dwdp_trtllm.core.transport.cuda_ipc import close_handle, export_handle, open_handle
     x = _bytes(777 + rank, 3 << 20)
     raw, offset = export_handle(x[12345:].data_ptr())
     table: list = [None] * G
@@ -102,7 +102,7 @@ def _check_ipc_offset_export(rank: int, G: int, group) -> None:
 
 def _pidfd_reason() -> str:
     """'' when this process may pidfd_getfd a child's fd (what vmm_fd needs), else the precise reason."""
-    from dwdp_trtllm.transport.pidfd import getfd_permitted
+    from dwdp_trtllm.core.transport.pidfd import getfd_permitted
     code = "import os,sys; r,w=os.pipe(); print(r, flush=True); sys.stdin.read()"
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

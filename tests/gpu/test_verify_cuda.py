@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dwdp_trtllm.commands.verify import run_verify
-from dwdp_trtllm.config import load_bench_points
+from dwdp_trtllm.spec.config import load_bench_points
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device)")]
 

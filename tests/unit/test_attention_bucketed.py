@@ -14,7 +14,7 @@ from dwdp_trtllm.engine import attention_cuda, layers
 from dwdp_trtllm.engine.kv_cache import KVCache
 from dwdp_trtllm.engine.model import build_reference_model
 from dwdp_trtllm.engine.records import Segment
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 
 def _math(q, k, v, *, causal: bool, scale: float):

@@ -11,7 +11,7 @@ from dwdp_trtllm.bench import runner
 from dwdp_trtllm.bench.plots import plot_ratios
 from dwdp_trtllm.bench.sweep import load_sweep
 from dwdp_trtllm.bench.synthetic import synthetic_run_mode
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
@@ -125,9 +125,9 @@ def test_single_point_plot_and_categorical_sweep(cfg_file, tmp_path, engine):
 
 
 def test_synthetic_dep_runs_lockstep_iterations():
-    from dwdp_trtllm.bench.workload import generate_requests
-    from dwdp_trtllm.config import BenchConfig
-    from dwdp_trtllm.schema import from_dict
+    from dwdp_trtllm.spec.workload import generate_requests
+    from dwdp_trtllm.spec.config import BenchConfig
+    from dwdp_trtllm.spec.schema import from_dict
 
     cfg = from_dict(BenchConfig, {**CFG, "workload": {**CFG["workload"], "imbalance_cv": 0.3}})
     queues = generate_requests(cfg.workload, 2)
@@ -147,8 +147,8 @@ def _merge_transient(cfg) -> int:
 @pytest.mark.parametrize("name", ["quickstart", "ci_smoke", "h200_smoke", "h200_r1_g2", "h200_r1_g3_fp8",
                                   "h200_r1_g4_fp8"])
 def test_shipped_configs_load_and_gpu_ones_fit_one_h200(name):
-    from dwdp_trtllm.memory import estimate_group_memory
-    from dwdp_trtllm.placement import make_placement
+    from dwdp_trtllm.deploy.memory import estimate_group_memory
+    from dwdp_trtllm.core.placement import make_placement
 
     _, points = load_sweep(REPO / "configs" / "bench" / f"{name}.yaml")
     assert points

@@ -12,7 +12,7 @@ import yaml
 from dwdp_trtllm import cli
 from dwdp_trtllm.bench import runner
 from dwdp_trtllm.bench.sweep import load_sweep
-from dwdp_trtllm.routing_skew import RoutingSkewConfig, load_counts_file, popularity_table
+from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig, load_counts_file, popularity_table
 
 E = 16  # the tiny preset's experts
 

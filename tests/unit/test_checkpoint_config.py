@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hf_tiny import FAMILIES, make_checkpoint  # noqa: E402
 
 from dwdp_trtllm.cli import main  # noqa: E402
-from dwdp_trtllm.config import ModelConfig  # noqa: E402
-from dwdp_trtllm.hf_config import spec_from_hf_config  # noqa: E402
-from dwdp_trtllm.models import get_model  # noqa: E402
-from dwdp_trtllm.schema import ConfigError  # noqa: E402
+from dwdp_trtllm.spec.config import ModelConfig  # noqa: E402
+from dwdp_trtllm.spec.hf_config import spec_from_hf_config  # noqa: E402
+from dwdp_trtllm.spec.models import get_model  # noqa: E402
+from dwdp_trtllm.spec.schema import ConfigError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -160,8 +160,8 @@ def test_validate_plan_bad_inputs(capsys, tmp_path):
 def test_auto_group_size_is_the_one_every_deployment_command_takes(capsys, tmp_path):
     """--dwdp-size auto is memory.default_dwdp_size: with 6 experts and a budget where DWDP6 is the smallest fit, 6
     (plan's own copy of the rule rounded up to the power of two 8 and refused it: "each G must be in [1, 6]")."""
-    from dwdp_trtllm.memory import default_dwdp_size, smallest_fitting
-    from dwdp_trtllm.model_dims import dims_from_config_json
+    from dwdp_trtllm.deploy.memory import default_dwdp_size, smallest_fitting
+    from dwdp_trtllm.spec.model_dims import dims_from_config_json
 
     cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
            "num_hidden_layers": 61, "first_k_dense_replace": 3, "n_routed_experts": 6, "n_shared_experts": 1,
@@ -192,9 +192,9 @@ def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsy
     assert rec["dwdp_size"] == 8 and rec["by_isl"]["32768"] == "DEP"
     assert "DWDP8 does not fit at ISL 32768 (135.5 GB per rank > 130.0 GB): DEP8 there" in rec["reason"]
     # the GB shown is memory.fit_deployment's for one 32K request per rank (the bytes gen-config checks), not plan's own
-    from dwdp_trtllm.config import DwdpConfig
-    from dwdp_trtllm.memory import fit_deployment
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.config import DwdpConfig
+    from dwdp_trtllm.deploy.memory import fit_deployment
+    from dwdp_trtllm.spec.models import get_model
     fit = fit_deployment(get_model("deepseek-r1"), DwdpConfig(dwdp_size=8), int(130e9), weight_dtype="fp8",
                          max_num_tokens=32768)
     assert f"({fit.total / 1e9:.1f} GB per rank > 130.0 GB)" in rec["reason"] and not fit.fits
@@ -244,7 +244,7 @@ def test_mxfp4_experts_are_priced_with_their_scale_bytes_and_say_no_table(capsys
     """--weight-dtype mxfp4 (issue 24: E8M0 scale per 32 elements, weight_formats.py): the pulled bytes are the
     mxfp4 expert's (0.5 + 1/32 B per element, below nvfp4's 0.5 + 1/16), the FP4 tensor-core rate prices its GEMM,
     and with no TensorRT-LLM mxfp4 MoE rows the output says the rows are priced as the engine."""
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
 
     argv = ["--model", "deepseek-r1", "--gpu", "b200", "--dwdp-size", "4", "--isl", "8192", "--mnt", "16384",
             "--no-bench-results"]

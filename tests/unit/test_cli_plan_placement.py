@@ -6,10 +6,10 @@ import json
 import pytest
 
 from dwdp_trtllm import cli
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.memory import DEFAULT_MAX_NUM_TOKENS, GB, fit_deployment
-from dwdp_trtllm.models import get_model
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.deploy.memory import DEFAULT_MAX_NUM_TOKENS, GB, fit_deployment
+from dwdp_trtllm.spec.models import get_model
+from dwdp_trtllm.core.placement import make_placement
 
 R1_EXPERT_FP8 = 3 * 7168 * 2048 + 4 * (32 * 56 + 56 * 16)
 

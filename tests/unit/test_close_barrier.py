@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from dwdp_trtllm.transport.close_barrier import BarrierResult, close_barrier
+from dwdp_trtllm.core.transport.close_barrier import BarrierResult, close_barrier
 
 WORKER = r"""
 import json, os, sys, time
 from datetime import timedelta
 import torch.distributed as dist
-from dwdp_trtllm.transport.close_barrier import close_barrier
+from dwdp_trtllm.core.transport.close_barrier import close_barrier
 rank, world, scenario, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method="file://" + out + "/rdv", rank=rank, world_size=world,
                         timeout=timedelta(seconds=60))

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dwdp_trtllm import close_sequence
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.models import get_model
-from dwdp_trtllm.runtime import DwdpRuntime
-from dwdp_trtllm.transport.close_barrier import BarrierResult
+from dwdp_trtllm.core import close_sequence
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.spec.models import get_model
+from dwdp_trtllm.core.runtime import DwdpRuntime
+from dwdp_trtllm.core.transport.close_barrier import BarrierResult
 
 
 class Calls:
@@ -59,7 +59,7 @@ def test_runtime_close_runs_the_barrier_and_keeps_its_buffers_mapped_when_copies
         rt.prefetcher, rt.scheduler = StuckPrefetcher(), Recorder(calls, "scheduler")
         rt.transport = Recorder(calls, "transport")
         rt.transport.tag = transport.tag
-        with caplog.at_level(logging.INFO, logger="dwdp_trtllm.runtime"):
+        with caplog.at_level(logging.INFO, logger="dwdp_trtllm.core.runtime"):
             rt.close()
         assert calls.seen == ["barrier", "scheduler"], calls.seen  # barrier ran; transport not unmapped
         assert not rt.close_result.drained and "layer 3 into slot 1" in rt.close_result.not_drained
@@ -125,7 +125,7 @@ def test_the_whole_close_is_bounded_by_its_timeout_and_says_what_was_in_flight(m
     then an unbounded synchronize, and only then the barrier got shutdown_timeout_s of its own. Now one deadline:
     two stuck copies and a 0.6 s timeout close in ~0.6 s, the barrier gets what is left, the warning names both."""
     import time
-    from dwdp_trtllm.prefetcher import Prefetcher
+    from dwdp_trtllm.core.prefetcher import Prefetcher
     budgets = []
     monkeypatch.setattr(close_sequence, "close_barrier",
                         lambda g, t: budgets.append(t) or BarrierResult((), 0, 0.0))
@@ -179,7 +179,7 @@ def test_adapter_close_destroys_the_models_process_group_after_the_barrier(tmp_p
     Now AdapterRuntime.close destroys the group it owns, after the barrier and the release; one it does not own stays."""
     import torch.distributed as dist
     from dwdp_trtllm.integration.adapter import AdapterRuntime
-    from dwdp_trtllm.transport.close_barrier import close_barrier
+    from dwdp_trtllm.core.transport.close_barrier import close_barrier
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     try:

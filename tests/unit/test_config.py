@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from dwdp_trtllm import cli
-from dwdp_trtllm.config import BenchConfig, DwdpConfig, load_bench_points, load_dwdp_config
-from dwdp_trtllm.schema import ConfigError, apply_override, from_dict, load_yaml, parse_override
+from dwdp_trtllm.spec.config import BenchConfig, DwdpConfig, load_bench_points, load_dwdp_config
+from dwdp_trtllm.spec.schema import ConfigError, apply_override, from_dict, load_yaml, parse_override
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ transformers = pytest.importorskip("transformers", reason="builds HF config.json
 sys.path.insert(0, str(Path(__file__).parent))
 from hf_tiny import FAMILIES  # noqa: E402
 
-from dwdp_trtllm.hf_config import JSON_FIELDS, spec_from_hf_config  # noqa: E402
-from dwdp_trtllm.models import FIELD_BOUNDS, ModelSpec, get_model  # noqa: E402
-from dwdp_trtllm.schema import ConfigError  # noqa: E402
+from dwdp_trtllm.spec.hf_config import JSON_FIELDS, spec_from_hf_config  # noqa: E402
+from dwdp_trtllm.spec.models import FIELD_BOUNDS, ModelSpec, get_model  # noqa: E402
+from dwdp_trtllm.spec.schema import ConfigError  # noqa: E402
 
 
 def _config_json(tmp_path: Path, family: str, **changes) -> Path:

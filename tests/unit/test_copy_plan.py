@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import CopyOp, CopyPlan, ExpertLayout, build_copy_plan, split_batches
-from dwdp_trtllm.models import get_model
-from dwdp_trtllm.placement import ExpertPlacement, make_placement
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import CopyOp, CopyPlan, ExpertLayout, build_copy_plan, split_batches
+from dwdp_trtllm.spec.models import get_model
+from dwdp_trtllm.core.placement import ExpertPlacement, make_placement
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -7,10 +7,10 @@ import time
 import pytest
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
-from dwdp_trtllm.copy_scheduler import CopyScheduler
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import ExpertLayout, build_copy_plan
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler
+from dwdp_trtllm.core.placement import make_placement
 
 pytestmark = pytest.mark.timeout(120)
 

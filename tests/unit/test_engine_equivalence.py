@@ -11,12 +11,12 @@ import os
 import pytest
 import torch
 
-from dwdp_trtllm.config import load_bench_points
-from dwdp_trtllm.copy_plan import build_copy_plan
+from dwdp_trtllm.spec.config import load_bench_points
+from dwdp_trtllm.core.copy_plan import build_copy_plan
 from dwdp_trtllm.engine.launcher import RankFailed, run_modes
 from dwdp_trtllm.engine.records import Request
 from dwdp_trtllm.engine.weights import expert_layout
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.core.placement import make_placement
 
 pytestmark = pytest.mark.slow  # multi-process engine runs: 6-28 s each on 2 cores
 
@@ -106,7 +106,7 @@ def test_multi_buffer_op_path():
 
 
 def test_composite_view_needs_cuda_and_vmm():
-    from dwdp_trtllm.schema import ConfigError
+    from dwdp_trtllm.spec.schema import ConfigError
     with pytest.raises(ConfigError, match="dwdp.gemm: composite_view maps CUDA VMM allocations"):
         _cfg(2, {"dwdp_size": 2, "gemm": "composite_view"})
 

@@ -1,5 +1,5 @@
 """The prefetch slots a DWDP rank allocates (runtime.DwdpRuntime) are the ones memory.rank_memory prices: one count,
-memory.prefetch_slot_count, called by both. The runtime used prefetch_depth + 1 where memory.py said
+prefetcher.prefetch_slot_count, called by both. The runtime used prefetch_depth + 1 where memory.py said
 min(prefetch_depth + 1, MoE layers): one slot more than priced when prefetch_depth equals the MoE layers."""
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import os
 import pytest
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.memory import prefetch_slot_count, rank_memory
-from dwdp_trtllm.models import get_model
-from dwdp_trtllm.runtime import DwdpRuntime
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.prefetcher import prefetch_slot_count
+from dwdp_trtllm.deploy.memory import rank_memory
+from dwdp_trtllm.spec.models import get_model
+from dwdp_trtllm.core.runtime import DwdpRuntime
 
 
 @pytest.mark.parametrize("num_layers, depth", [(4, 1), (4, 2), (4, 3), (3, 2), (3, 1), (2, 1)])

@@ -426,8 +426,8 @@ def test_every_size_key_documents_its_range():
     """Every number in a bench config has a documented range (docs/CONFIG.md is generated from these docs)."""
     import typing
 
-    from dwdp_trtllm.config import BenchConfig
-    from dwdp_trtllm.schema import field_docs
+    from dwdp_trtllm.spec.config import BenchConfig
+    from dwdp_trtllm.spec.schema import field_docs
     for section, cls in typing.get_type_hints(BenchConfig).items():
         for name, tp, _default, text in field_docs(cls):
             if tp.split(" or ")[0] in ("int", "float"):

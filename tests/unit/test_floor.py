@@ -10,7 +10,7 @@ import torch
 
 from dwdp_trtllm.bench.floor import Batch, FloorTimer, rank_batches
 from dwdp_trtllm.engine.records import IterationRecord, RankResult, Segment
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from dwdp_trtllm.bench.floor_sustained import (MAX_WARMUP_FACTOR, SustainedSetti
 from dwdp_trtllm.bench.gpu_clocks import GpuSampler, clock_stats, clock_text, parse_smi
 from dwdp_trtllm.bench.report import floor_clock_lines, floor_table, sustained_table
 from dwdp_trtllm.engine.records import IterationRecord, RankResult, Segment
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 
 # ---- when the warm-up ends, how many passes are timed ---------------------------------------------------------
@@ -244,7 +244,7 @@ def test_sustained_floor_refuses_more_ranks_than_it_replays_on_one_gpu(tmp_path,
     """Every rank's iterations are replayed back to back on cuda:0: above MAX_RANKS ranks --floor-sustained is
     refused (exit 2, one line naming the flag and the limit) before any rank starts; --floor alone is not."""
     from dwdp_trtllm.bench import floor_sustained, runner
-    from dwdp_trtllm.schema import ConfigError
+    from dwdp_trtllm.spec.schema import ConfigError
 
     pts = lambda *ranks: [types.SimpleNamespace(config=types.SimpleNamespace(run=types.SimpleNamespace(ranks=r)))  # noqa: E731
                           for r in ranks]

@@ -15,7 +15,7 @@ from dwdp_trtllm.engine.local_experts import LocalExperts
 from dwdp_trtllm.engine.model import MoETransformer
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.weights import init_dense_weights
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 #: ||engine - dequantised reference|| / ||reference|| of the hidden states of a 1 dense + 1 MoE layer model with FP8
 #: linears (the 1x128 activation quantisation of ~6 chained GEMMs per layer is the only difference, ~2.5% RMS per
@@ -165,7 +165,7 @@ def _fp8_checkpoint(tmp_path, spec, name):
 
 
 def test_checkpoint_fp8_codes_reach_the_model_unchanged(tmp_path):
-    from dwdp_trtllm.config import load_bench_points
+    from dwdp_trtllm.spec.config import load_bench_points
     from dwdp_trtllm.engine.loader import load_checkpoint
     from dwdp_trtllm.engine.worker import load_weights
     spec = get_model("tiny")
@@ -186,7 +186,7 @@ def test_checkpoint_fp8_codes_reach_the_model_unchanged(tmp_path):
 
 
 def test_fp8_linear_follows_the_expert_dtype_unless_set():
-    from dwdp_trtllm.config import load_bench_points
+    from dwdp_trtllm.spec.config import load_bench_points
     pts = lambda m, d: load_bench_points({"model": {"preset": "tiny", **m}, "dwdp": {"weight_dtype": d},  # noqa: E731
                                           "run": {"device": "cuda" if d == "fp8" else "cpu"}})[1][0]
     assert fl.fp8_linear_on(pts({}, "fp8")) and not fl.fp8_linear_on(pts({}, "bf16"))
@@ -200,7 +200,7 @@ def test_verify_with_fp8_linears_on_the_real_engine():
     DEP and DWDP against the reference mode within the float32 tolerance (the worker builds the model with
     model.fp8_linear: test_checkpoint_fp8_codes_reach_the_model_unchanged)."""
     from dwdp_trtllm.commands.verify import run_verify
-    from dwdp_trtllm.config import load_bench_points
+    from dwdp_trtllm.spec.config import load_bench_points
     base = {"model": {"preset": "tiny", "dtype": "float32", "fp8_linear": True},
             "dwdp": {"dwdp_size": 2, "weight_dtype": "float32", "gemm": "reference"},
             "workload": {"isl": 40, "requests_per_rank": 2, "max_num_tokens": 48},

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from dwdp_trtllm.perf.hardware import GPUS, SPEC_DIR, get_gpu, load_gpu_spec
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 SHIPPED = ("h100", "h200", "b200", "gb200", "mi355x")
 
@@ -114,10 +114,10 @@ def test_unknown_name_lists_the_shipped_and_the_file_option():
 def test_planner_prices_mesh_pulls_per_group():
     """A mesh GPU's prefetch and all-to-all use one link per peer: at G=4 on MI355X (3 links) a pulled byte costs
     7/3 of its G=8 price (7 links); on a switch (H200) the per-byte price does not depend on G."""
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
     from dwdp_trtllm.perf import cost_model as cm
-    from dwdp_trtllm.placement import make_placement
-    from dwdp_trtllm.config import DwdpConfig
+    from dwdp_trtllm.core.placement import make_placement
+    from dwdp_trtllm.spec.config import DwdpConfig
 
     m = get_model("deepseek-r1")
     per_byte = {}

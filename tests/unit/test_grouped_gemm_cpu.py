@@ -11,7 +11,7 @@ import importlib
 
 from dwdp_trtllm.ops import build
 from dwdp_trtllm.ops import grouped_gemm, grouped_gemm_reference, merge_experts, quantize_fp8_blockwise
-from dwdp_trtllm.ops.composite_view import check_chunks
+from dwdp_trtllm.core.composite_view import check_chunks
 from dwdp_trtllm.ops.merge import copy_runs
 
 # the package re-exports the function under the module's name: fetch the module itself

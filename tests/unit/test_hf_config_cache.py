@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dwdp_trtllm.config import ModelConfig
-from dwdp_trtllm.hf_config import spec_from_hf_config
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.config import ModelConfig
+from dwdp_trtllm.spec.hf_config import spec_from_hf_config
+from dwdp_trtllm.spec.schema import ConfigError
 
 from test_checkpoint_config import DEEPSEEK_V3_RELEASE as RELEASE  # noqa: E402  (tests/unit is on sys.path)
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dwdp_trtllm.hf_config import spec_from_hf_config
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.hf_config import spec_from_hf_config
+from dwdp_trtllm.spec.schema import ConfigError
 
 transformers = pytest.importorskip("transformers")  # the [dev] extra: the reference the checks below read
 

@@ -19,14 +19,14 @@ transformers = pytest.importorskip("transformers", reason="HF parity tests need 
 sys.path.insert(0, str(Path(__file__).parent))
 from hf_tiny import FAMILIES, hf_hidden, make_checkpoint  # noqa: E402
 
-from dwdp_trtllm.config import load_bench_points  # noqa: E402
+from dwdp_trtllm.spec.config import load_bench_points  # noqa: E402
 from dwdp_trtllm.engine.launcher import run_modes  # noqa: E402
 from dwdp_trtllm.engine.loader import load_checkpoint  # noqa: E402
 from dwdp_trtllm.engine.local_experts import LocalExperts  # noqa: E402
 from dwdp_trtllm.engine.model import MoETransformer  # noqa: E402
 from dwdp_trtllm.engine.records import Request, Segment  # noqa: E402
 from dwdp_trtllm.engine.worker import request_token_ids  # noqa: E402
-from dwdp_trtllm.hf_config import spec_from_hf_config  # noqa: E402
+from dwdp_trtllm.spec.hf_config import spec_from_hf_config  # noqa: E402
 
 #: fp32 on the CPU: max|x - x_hf| / max|x_hf| of the final hidden states
 REL_TOL = 1e-5

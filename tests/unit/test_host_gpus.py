@@ -7,8 +7,8 @@ import ctypes
 
 import pytest
 
-from dwdp_trtllm import host_resources
-from dwdp_trtllm.host_resources import visible_gpus
+from dwdp_trtllm.deploy import host_resources
+from dwdp_trtllm.deploy.host_resources import visible_gpus
 
 UUIDS = ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-bbbc3333", "GPU-dddd4444"]
 

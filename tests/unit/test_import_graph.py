@@ -32,12 +32,12 @@ PKG = "dwdp_trtllm"
 ROOT = Path(__file__).resolve().parents[2] / PKG
 
 #: the core: modules that any host (embedded engine, TensorRT-LLM) uses and that use no host
-CORE = ["dwdp_trtllm.config", "dwdp_trtllm.schema", "dwdp_trtllm.yaml_safe", "dwdp_trtllm.models",
-        "dwdp_trtllm.hf_config", "dwdp_trtllm.placement", "dwdp_trtllm.copy_plan", "dwdp_trtllm.expert_buffers",
-        "dwdp_trtllm.transport", "dwdp_trtllm.transport.shm", "dwdp_trtllm.transport.cuda_ipc",
-        "dwdp_trtllm.transport.vmm", "dwdp_trtllm.copy_scheduler", "dwdp_trtllm.prefetcher",
-        "dwdp_trtllm.errors", "dwdp_trtllm.runtime", "dwdp_trtllm.memory", "dwdp_trtllm.composite_slots",
-        "dwdp_trtllm.memcpy", "dwdp_trtllm.batching", "dwdp_trtllm.perf"]
+CORE = ["dwdp_trtllm.spec.config", "dwdp_trtllm.spec.schema", "dwdp_trtllm.spec.yaml_safe", "dwdp_trtllm.spec.models",
+        "dwdp_trtllm.spec.hf_config", "dwdp_trtllm.core.placement", "dwdp_trtllm.core.copy_plan", "dwdp_trtllm.core.expert_buffers",
+        "dwdp_trtllm.core.transport", "dwdp_trtllm.core.transport.shm", "dwdp_trtllm.core.transport.cuda_ipc",
+        "dwdp_trtllm.core.transport.vmm", "dwdp_trtllm.core.copy_scheduler", "dwdp_trtllm.core.prefetcher",
+        "dwdp_trtllm.errors", "dwdp_trtllm.core.runtime", "dwdp_trtllm.deploy.memory", "dwdp_trtllm.core.composite_slots",
+        "dwdp_trtllm.core.memcpy", "dwdp_trtllm.spec.batching", "dwdp_trtllm.perf"]
 
 
 def _modules() -> dict[str, Path]:
@@ -155,9 +155,9 @@ def function_level_cycles() -> list[list[str]]:
 def test_graph_sees_known_edges():
     """The parser finds edges it must find (a broken parser would pass the cycle test vacuously)."""
     mod_edges, fn_edges = import_graph()
-    assert "dwdp_trtllm.placement" in mod_edges["dwdp_trtllm.copy_plan"]
-    assert "dwdp_trtllm.config" in mod_edges["dwdp_trtllm"]
-    assert "dwdp_trtllm.copy_scheduler" in fn_edges["dwdp_trtllm.runtime"]
+    assert "dwdp_trtllm.core.placement" in mod_edges["dwdp_trtllm.core.copy_plan"]
+    assert "dwdp_trtllm.spec.config" in mod_edges["dwdp_trtllm"]
+    assert "dwdp_trtllm.core.copy_scheduler" in fn_edges["dwdp_trtllm.core.runtime"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -172,6 +172,49 @@ def test_no_import_cycle_even_through_function_imports():
     boot / activation / layout / patches / runtime circle included); none may come back."""
     found = function_level_cycles()
     assert found == [], f"import cycles (function-level imports counted): {found}"
+
+
+#: the package's layers, bottom up: a module may import its own folder and any folder of a lower layer, never one of a
+#: higher layer (module-level and function-level imports alike). The tree is the architecture: see docs/ARCHITECTURE.md.
+LAYERS = {
+    "errors": 0, "byte_units": 0, "env": 0,   # the root's utilities
+    "spec": 1,                                 # what the user configures and what a model is
+    "core": 2, "ops": 2,                       # DWDP itself; the grouped-GEMM op
+    "deploy": 3,                               # memory per rank, node layout, this machine's resources, output paths
+    "perf": 4, "engine": 4,                    # the planner; the embedded engine
+    "bench": 5, "integration": 5,              # the engine's benchmark; the TensorRT-LLM host
+    "commands": 6, "cli": 6, "__main__": 7, "": 7,   # the `dwdp` front door and the package's own __init__
+}
+#: what may sit at the package root: the utilities above, the front door and the folders
+ROOT_FILES = {"__init__.py", "__main__.py", "cli.py", "env.py", "errors.py", "byte_units.py"}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_package_root_holds_only_utilities_and_folders():
+    """The modules of DWDP itself, the user's configuration and the deployment facts live in folders (core/, spec/,
+    deploy/): 27 modules once sat flat at the root."""
+    flat = sorted(p.name for p in ROOT.glob("*.py"))
+    assert set(flat) <= ROOT_FILES, sorted(set(flat) - ROOT_FILES)
+    folders = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists())
+    assert set(folders) <= set(LAYERS), sorted(set(folders) - set(LAYERS))
+
+
+def test_every_import_points_down_the_layers():
+    """An edge from one folder to another goes to a lower layer (LAYERS): no folder imports one above it, at module
+    level or inside a function."""
+    mod, fn = import_graph()
+    up = []
+    for graph in (mod, fn):
+        for a, bs in graph.items():
+            for b in bs:
+                fa, fb = _folder(a), _folder(b)
+                if fa != fb and LAYERS[fa] <= LAYERS[fb] and not (LAYERS[fa] == LAYERS[fb] == 6):
+                    up.append(f"{a} -> {b}")
+    assert not up, up
 
 
 def test_core_imports_no_host_statically():

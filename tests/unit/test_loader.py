@@ -11,7 +11,7 @@ from dwdp_trtllm.engine.local_experts import LocalExperts
 from dwdp_trtllm.engine.model import MoETransformer, build_reference_model
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.weights import dequantize_fp8_blockwise, init_dense_weights, init_expert, quantize_fp8_blockwise
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 
 

@@ -5,14 +5,14 @@ import math
 
 import pytest
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.memory import (GB, PARTS, MemoryBudgetError, activation_bytes, all_to_all_bytes, dense_param_groups,
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.deploy.memory import (GB, PARTS, MemoryBudgetError, activation_bytes, all_to_all_bytes, dense_param_groups,
                                 dense_weight_bytes, dwdp_ranks, estimate_group_memory, fit_deployment,
                                 kv_cache_floor_bytes, over_budget, rank_memory, smallest_fitting)
-from dwdp_trtllm.models import PRESETS, get_model
-from dwdp_trtllm.placement import make_placement
-from dwdp_trtllm.schema import ConfigError
-from dwdp_trtllm.weight_formats import linear_bytes
+from dwdp_trtllm.spec.models import PRESETS, get_model
+from dwdp_trtllm.core.placement import make_placement
+from dwdp_trtllm.spec.schema import ConfigError
+from dwdp_trtllm.spec.weight_formats import linear_bytes
 
 H, I, V = 7168, 2048, 129280
 # DeepSeek-R1, one routed expert in fp8: 3*7168*2048 e4m3 bytes + fp32 128x128 block scales
@@ -150,7 +150,7 @@ def test_prefetch_slots_are_priced_for_the_path_that_runs():
     paths (and the embedded engine, gemm None) only the fetched ones: R1 FP8 at DWDP8 (32 local, 224 fetched, 2 slots)
     is 2 x 32 experts = 2.82 GB more per rank on merge; every other number is unchanged. Before: no gemm input, every
     path priced at the fetched experts."""
-    from dwdp_trtllm.memory import slot_experts
+    from dwdp_trtllm.deploy.memory import slot_experts
     cfg = DwdpConfig(dwdp_size=8)
     base = rank_memory(R1, "dwdp", dwdp=cfg, weight_dtype="fp8", max_num_tokens=16384)
     for g in ("multi_buffer", "composite_view"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dwdp_trtllm import cli
-from dwdp_trtllm.memory import PARTS
+from dwdp_trtllm.deploy.memory import PARTS
 
 MODELS = ("deepseek-r1", "deepseek-v3", "qwen3-235b-a22b")
 CASES = [(m, wd, g, gpu) for m in MODELS for wd in ("bf16", "fp8") for g in (4, 8) for gpu in ("h100", "h200")]
@@ -149,8 +149,8 @@ def test_nothing_fits_4xh200_r1_fp8_names_the_gpu_count_per_mode(capsys):
 def test_the_three_commands_default_to_one_group_size_that_fits(tmp_path, capsys, model, wd, gpu):
     """Without --dwdp-size, plan (auto), plan-placement and gen-config pick one group size: memory.default_dwdp_size
     (plan-placement took the config default 1 and gen-config 4: R1 FP8 on H200 did not fit in either)."""
-    from dwdp_trtllm.memory import default_dwdp_size, smallest_fitting
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.deploy.memory import default_dwdp_size, smallest_fitting
+    from dwdp_trtllm.spec.models import get_model
 
     spec, budget = get_model(model), {"h100": 80, "h200": 141}[gpu] * 10 ** 9
     want = default_dwdp_size(spec, budget, weight_dtype=wd, max_num_tokens=16384)

@@ -8,7 +8,7 @@ from dwdp_trtllm.engine.model import MoETransformer, build_reference_model
 from dwdp_trtllm.engine.records import Segment
 from dwdp_trtllm.engine.timing import PhaseTimer
 from dwdp_trtllm.engine.weights import init_dense_weights
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 
 PRESETS = ["tiny", "tiny-gqa"]

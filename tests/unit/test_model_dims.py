@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from dwdp_trtllm.cli import main
-from dwdp_trtllm.model_dims import dims_from_config, dims_from_config_json, dims_only_reason, weight_dtype_of
-from dwdp_trtllm.models import PRESETS
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.model_dims import dims_from_config, dims_from_config_json, dims_only_reason, weight_dtype_of
+from dwdp_trtllm.spec.models import PRESETS
+from dwdp_trtllm.spec.schema import ConfigError
 
 DATA = Path(__file__).resolve().parents[2] / "dwdp_trtllm" / "data"
 GPT_OSS = DATA / "models" / "gpt-oss-120b.json"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from dwdp_trtllm.engine import moe_compute as mc
 from dwdp_trtllm.engine.weights import (dequantize_fp8_blockwise, expert_layout, expert_tensors, init_expert,
                                         quantize_fp8_blockwise, stacked_expert_tensors)
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.ops.reference import quantize_fp8_blockwise as ref_quant
 
 

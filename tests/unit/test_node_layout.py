@@ -1,7 +1,7 @@
 """node_layout: servers packed over nodes in MPI rank order, never straddling a node unless a whole multiple."""
 import pytest
 
-from dwdp_trtllm.node_layout import layout
+from dwdp_trtllm.deploy.node_layout import layout
 
 
 def test_context_then_generation_on_two_nodes():

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dwdp_trtllm import cli, out_path
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm import cli
+
+from dwdp_trtllm.deploy import out_path
+from dwdp_trtllm.spec.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs/bench/ci_smoke.yaml")

@@ -5,7 +5,7 @@ import pytest
 
 from dwdp_trtllm.perf.calibration import (Calibration, device_matches, interp_log, load_bench_results,
                                           load_calibration)
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 GOOD = {
     "gpu": "h200",
@@ -121,7 +121,7 @@ def test_strict_floor_rates_and_engine_factors_drive_the_cost_model(tmp_path):
     """A calibration file's floor_tflops / engine_over_floor are the same at every size (and win over floor runs)."""
     from dwdp_trtllm.perf import cost_model as cm
     from dwdp_trtllm.perf.hardware import get_gpu
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
 
     cal = load_calibration(_write(tmp_path, {
         "floor_tflops": {"attention_proj": 600.0, "attention_core": 450.0, "expert_gemm_fp8": 800.0, "other": 700.0},

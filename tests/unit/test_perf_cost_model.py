@@ -4,13 +4,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf import cost_model as cm
 from dwdp_trtllm.perf.calibration import Calibration
 from dwdp_trtllm.perf.contention import expected_slowdown
 from dwdp_trtllm.perf.hardware import get_gpu
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.core.placement import make_placement
 
 V3 = get_model("deepseek-v3")
 

@@ -82,7 +82,7 @@ def test_plan_refuses_the_draws_sample_requests_would_make():
 
     from dwdp_trtllm.commands.plan import MAX_DRAWS, _check_draws
     from dwdp_trtllm.perf.imbalance import requests_per_iteration
-    from dwdp_trtllm.schema import ConfigError
+    from dwdp_trtllm.spec.schema import ConfigError
 
     K = requests_per_iteration(16384, 1024, "uniform_ratio", 0.8)
     assert K == 42 and requests_per_iteration(16384, 1024, "fixed", 1.0) == 34  # ceil(2 mnt / shortest ISL) + 2

@@ -3,11 +3,11 @@ import dataclasses
 
 import pytest
 
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf.calibration import Calibration
 from dwdp_trtllm.perf.hardware import get_gpu
 from dwdp_trtllm.perf.planner import PlanSpec, check_candidates, plan, recommend
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 R1 = get_model("deepseek-r1")
 
@@ -113,8 +113,8 @@ def test_plan_memory_is_the_deployment_fit_of_gen_config():
     """`dwdp plan` prices memory with memory.fit_deployment (what `dwdp gen-config` refuses on): DeepSeek-R1 FP8 at
     DWDP4 on an H200 does not fit (163.5 GB of experts alone), the reason names the parts and the smallest
     dwdp_size that fits; DWDP8 fits."""
-    from dwdp_trtllm.config import DwdpConfig
-    from dwdp_trtllm.memory import fit_deployment
+    from dwdp_trtllm.spec.config import DwdpConfig
+    from dwdp_trtllm.deploy.memory import fit_deployment
     spec = _spec(gpu=get_gpu("h200"), weight_dtype="fp8", dwdp_sizes=(4,), isls=(8192,), mnt=16384, batch=None)
     (row,) = plan(spec)
     want = fit_deployment(R1, DwdpConfig(dwdp_size=4), int(141e9), weight_dtype="fp8", max_num_tokens=16384)

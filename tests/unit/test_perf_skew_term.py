@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dwdp_trtllm.perf.imbalance import skew_term
-from dwdp_trtllm.routing_skew import RoutingSkewConfig
+from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
 
 R1 = dict(num_moe_layers=58, num_experts=256, top_k=8, ep_size=8)
 

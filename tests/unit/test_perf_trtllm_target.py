@@ -13,11 +13,11 @@ import pytest
 
 from dwdp_trtllm.cli import main
 from dwdp_trtllm.commands import plan as plan_cmd
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf import kernel_tables as kt
 from dwdp_trtllm.perf.hardware import get_gpu
 from dwdp_trtllm.perf.planner import PlanSpec, break_even_tokens, plan, predict, recommend
-from dwdp_trtllm.routing_skew import RoutingSkewConfig
+from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
 
 R1 = get_model("deepseek-r1")
 #: the floor campaign shipped in dwdp_trtllm/data/engine_calibration (scripts/adopt_floor_campaign.py rewrites this pin)

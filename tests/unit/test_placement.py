@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.placement import compact_ranges, group_of, make_placement
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.placement import compact_ranges, group_of, make_placement
 
 SETTINGS = settings(max_examples=80, deadline=None)
 EXPERTS = st.one_of(st.sampled_from([1, 2, 3, 7, 8, 9, 31, 64, 127, 128, 255, 256]), st.integers(1, 300))

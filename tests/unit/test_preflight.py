@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from dwdp_trtllm import host_resources
+from dwdp_trtllm.deploy import host_resources
 from dwdp_trtllm.bench import runner
 from dwdp_trtllm.bench.preflight import PreflightError, check_resources, check_warmup, max_iterations, run_needs
 from dwdp_trtllm.bench.sweep import load_sweep
-from dwdp_trtllm.bench.workload import generate_requests
-from dwdp_trtllm.config import BenchConfig
+from dwdp_trtllm.spec.workload import generate_requests
+from dwdp_trtllm.spec.config import BenchConfig
 from dwdp_trtllm.engine.records import Request
-from dwdp_trtllm.host_resources import FreeResources
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.deploy.host_resources import FreeResources
+from dwdp_trtllm.spec.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs/bench/ci_smoke.yaml")
@@ -105,7 +105,7 @@ def test_the_run_that_fits_reads_the_machine_once_and_runs(tmp_path, capsys, mon
 
 
 def test_needs_are_memory_py_parts_per_mode():
-    from dwdp_trtllm.memory import dense_weight_bytes, dwdp_ranks, rank_memory
+    from dwdp_trtllm.deploy.memory import dense_weight_bytes, dwdp_ranks, rank_memory
 
     cfg = _smoke_cfg(**{"run.modes": "[reference, dep, dwdp]"})
     spec, kw = cfg.model.spec(), dict(weight_dtype="float32", max_num_tokens=192)
@@ -180,7 +180,7 @@ def test_verify_checks_the_three_modes_it_runs_before_any_rank(capsys, monkeypat
 
 
 def test_max_iterations_matches_the_scheduler_offline():
-    from dwdp_trtllm.batching import RankScheduler
+    from dwdp_trtllm.spec.batching import RankScheduler
 
     queue = [Request(request_id=i, rank=0, isl=37 + 13 * i, arrival_s=0.0) for i in range(9)]
     for mnt in (16, 64, 100, 1000):
@@ -235,7 +235,7 @@ def test_cpu_attention_scores_of_long_mla_requests_are_refused_before_any_rank(t
     fail in a rank after ~30 s with "can't allocate memory: you tried to allocate 493833669289 bytes" (the 702,733^2
     mask of rank 0's first request); with 64 GB free it is refused first, naming the scores and workload.isl."""
     from dwdp_trtllm.bench.preflight import cpu_attention_bytes
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
 
     tiny = get_model("tiny")
     assert cpu_attention_bytes(tiny, 10, 20) == 10 * 20 * (1 + 2 * tiny.num_heads * 4)

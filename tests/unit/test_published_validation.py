@@ -9,7 +9,7 @@ import json
 import pytest
 
 from dwdp_trtllm.commands.published import DATA_FILE, Row, _merge, error_of, load_rows, markdown, validate
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 PINS = DATA_FILE.parent / "pinned_errors.json"
 #: how far an error may move from its pin before the table must be regenerated

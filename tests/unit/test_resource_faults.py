@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dwdp_trtllm import host_resources
+from dwdp_trtllm.deploy import host_resources
 from dwdp_trtllm.engine.launcher import describe_failure
 
 
@@ -71,7 +71,7 @@ def test_the_shm_transport_registers_a_name_before_the_file_exists_and_forgets_i
     import torch
     from multiprocessing import resource_tracker
 
-    from dwdp_trtllm.transport.shm import ShmTransport
+    from dwdp_trtllm.core.transport.shm import ShmTransport
 
     path = f"/dev/shm/dwdp_test_{os.getpid()}_0_w"
     calls = []
@@ -115,8 +115,8 @@ def test_a_dev_shm_too_small_for_a_segment_is_a_transport_error_naming_it(monkey
 
     import torch
 
-    from dwdp_trtllm.transport.base import TransportError
-    from dwdp_trtllm.transport.shm import ShmTransport
+    from dwdp_trtllm.core.transport.base import TransportError
+    from dwdp_trtllm.core.transport.shm import ShmTransport
 
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -153,7 +153,7 @@ def test_a_rank_out_of_host_memory_is_named_with_the_memory_left(tmp_path):
     script.write_text(
         "import resource\n"
         "from dwdp_trtllm.bench.sweep import load_sweep\n"
-        "from dwdp_trtllm.bench.workload import generate_requests\n"
+        "from dwdp_trtllm.spec.workload import generate_requests\n"
         "from dwdp_trtllm.engine.launcher import RankFailed, run_mode\n"
         "if __name__ == '__main__':\n"
         f"    _, pts = load_sweep({str(Path(__file__).resolve().parents[2] / 'configs/bench/ci_smoke.yaml')!r}, "
@@ -191,8 +191,8 @@ def small_tmpfs(tmp_path):
 def test_a_real_small_tmpfs_refuses_a_segment_it_cannot_hold_and_reads_its_space(small_tmpfs, monkeypatch):
     import torch
 
-    from dwdp_trtllm.transport import shm
-    from dwdp_trtllm.transport.base import TransportError
+    from dwdp_trtllm.core.transport import shm
+    from dwdp_trtllm.core.transport.base import TransportError
 
     free, total = host_resources.shm_space(str(small_tmpfs))
     assert total == 1 << 20 and 0 < free <= total

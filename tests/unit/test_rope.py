@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dwdp_trtllm.engine.rope import attention_factor, inv_freq, rope_cos_sin, softmax_scale_factor
-from dwdp_trtllm.models import YarnScaling, get_model
+from dwdp_trtllm.spec.models import YarnScaling, get_model
 
 transformers = pytest.importorskip("transformers", reason="rope reference tests need transformers (pip install -e .[dev])")
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402

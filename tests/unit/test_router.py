@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dwdp_trtllm.engine.router import router_logits, select_experts
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 
 
 

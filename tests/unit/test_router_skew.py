@@ -7,8 +7,8 @@ import torch
 from test_router import _assert_same, _loop_grouped  # the independent reference of the router
 
 from dwdp_trtllm.engine.router import SkewTable, router_logits, select_experts, skew_uniforms
-from dwdp_trtllm.models import get_model
-from dwdp_trtllm.routing_skew import RoutingSkewConfig, expected_max_over_mean, popularity_table
+from dwdp_trtllm.spec.models import get_model
+from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig, expected_max_over_mean, popularity_table
 
 
 @pytest.mark.parametrize("name, kind, alpha", [("deepseek-v3", "power_law", 1.2), ("deepseek-v3", "zipf", 1.01),

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from dwdp_trtllm.routing_skew import (RoutingSkewConfig, cap_shares, contiguous_placement, dep_expert_skew,
+from dwdp_trtllm.spec.routing_skew import (RoutingSkewConfig, cap_shares, contiguous_placement, dep_expert_skew,
                                       expected_max_over_mean, load_counts_file, popularity, popularity_table,
                                       rank_shares, rank_token_split, split_counts)
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 
 def test_none_is_uniform():
@@ -134,7 +134,7 @@ def test_bench_config_sweeps_and_refuses_a_bad_counts_file(tmp_path, capsys):
     import yaml
 
     from dwdp_trtllm import cli
-    from dwdp_trtllm.config import load_bench_points
+    from dwdp_trtllm.spec.config import load_bench_points
 
     keys, points = load_bench_points({"workload": {"routing_skew": {"kind": ["none", "zipf"], "alpha": 1.2}}})
     assert [p.workload.routing_skew.kind for p in points] == ["none", "zipf"]

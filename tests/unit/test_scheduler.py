@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dwdp_trtllm.engine.records import Request, Segment
-from dwdp_trtllm.batching import RankScheduler
+from dwdp_trtllm.spec.batching import RankScheduler
 
 
 def req(i, isl, arrival=0.0):

@@ -12,8 +12,8 @@ import torch
 
 from dwdp_trtllm.engine.dwdp import DwdpExperts
 from dwdp_trtllm.engine.moe_compute import GEMM_PATHS, register_gemm, routed_experts_forward, identity_map
-from dwdp_trtllm.models import get_model
-from dwdp_trtllm.runtime import ExpertSources
+from dwdp_trtllm.spec.models import get_model
+from dwdp_trtllm.core.runtime import ExpertSources
 
 from test_engine_equivalence import _cfg, _check, _requests  # noqa: E402  (tests/unit is on sys.path)
 from dwdp_trtllm.engine.launcher import run_modes

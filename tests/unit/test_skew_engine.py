@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from dwdp_trtllm.bench.metrics import compute_metrics
-from dwdp_trtllm.config import load_bench_points
+from dwdp_trtllm.spec.config import load_bench_points
 from dwdp_trtllm.engine.launcher import run_modes
 from dwdp_trtllm.engine.records import Request
-from dwdp_trtllm.routing_skew import RoutingSkewConfig, dep_expert_skew, popularity_table
+from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig, dep_expert_skew, popularity_table
 
 REL_TOL_FP32 = 1e-5
 #: aiconfigurator's heavier power-law shape; with seed 0 both MoE layers of tiny-vmm at EP2 have a busiest rank

@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-from dwdp_trtllm.transport import TransportError, make_transport
-from dwdp_trtllm.transport.base import resolve_kind
-from dwdp_trtllm.transport.pidfd import PidfdError, getfd_from, getfd_permitted, remedy
-from dwdp_trtllm.transport.shm import ShmTransport, segment_name
-from dwdp_trtllm.transport.vmm import choose_handle_type, round_up
+from dwdp_trtllm.core.transport import TransportError, make_transport
+from dwdp_trtllm.core.transport.base import resolve_kind
+from dwdp_trtllm.core.transport.pidfd import PidfdError, getfd_from, getfd_permitted, remedy
+from dwdp_trtllm.core.transport.shm import ShmTransport, segment_name
+from dwdp_trtllm.core.transport.vmm import choose_handle_type, round_up
 
 pytestmark = pytest.mark.timeout(120)
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
@@ -63,8 +63,8 @@ def test_round_up_to_granularity():
 
 
 def test_cuda_backends_refuse_cpu_devices():
-    from dwdp_trtllm.transport.cuda_ipc import CudaIpcTransport
-    from dwdp_trtllm.transport.vmm import VmmTransport
+    from dwdp_trtllm.core.transport.cuda_ipc import CudaIpcTransport
+    from dwdp_trtllm.core.transport.vmm import VmmTransport
     with pytest.raises(TransportError, match="ipc transport needs a cuda device"):
         CudaIpcTransport(group=None, dwdp_rank=0, dwdp_size=1, device=CPU)
     with pytest.raises(TransportError, match="vmm_fd transport needs a cuda device"):

@@ -13,12 +13,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
-from dwdp_trtllm.copy_scheduler import CopyScheduler
-from dwdp_trtllm.placement import make_placement
-from dwdp_trtllm.transport import TransportError, make_transport
-from dwdp_trtllm.transport.shm import ShmTransport, segment_name
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import ExpertLayout, build_copy_plan
+from dwdp_trtllm.core.copy_scheduler import CopyScheduler
+from dwdp_trtllm.core.placement import make_placement
+from dwdp_trtllm.core.transport import TransportError, make_transport
+from dwdp_trtllm.core.transport.shm import ShmTransport, segment_name
 
 pytestmark = pytest.mark.timeout(120)
 

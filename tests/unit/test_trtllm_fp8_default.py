@@ -13,10 +13,10 @@ import torch
 import yaml
 
 from dwdp_trtllm.cli import main
-from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.spec.config import DwdpConfig
 from dwdp_trtllm.integration.gemm_choice import choose_gemm, device_sm, expert_weight_dtype, transport_for
 from dwdp_trtllm.integration.moe_evidence import default_gemm, fp8_sm90_reason, gemm_order, measured_case
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.core.placement import make_placement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_trtllm_fake_world import _env, era_tree  # noqa: E402

@@ -6,11 +6,11 @@ import types
 import pytest
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
-from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
+from dwdp_trtllm.spec.config import DwdpConfig
+from dwdp_trtllm.core.copy_plan import ExpertLayout, build_copy_plan
 from dwdp_trtllm.integration.full_slot import full_slot_ops
 from dwdp_trtllm.integration.trtllm.moe_layout import layout_attrs
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.core.placement import make_placement
 
 CASES = [(DwdpConfig(dwdp_size=4), 16), (DwdpConfig(dwdp_size=3, num_experts_per_worker=8, num_prefetch_experts=4), 16),
          (DwdpConfig(dwdp_size=3, redundant_experts=2), 10), (DwdpConfig(dwdp_size=5), 13)]

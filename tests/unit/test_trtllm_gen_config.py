@@ -238,9 +238,9 @@ def test_aggregated_server_spanning_nodes_unevenly_names_its_size_flag(tmp_path,
 def test_gen_config_names_the_priced_path_and_the_merge_fallback(tmp_path, capsys):
     """The context rank's slots are priced for default_gemm's path on --gpu (FP8 on h200: multi_buffer), and the
     merge fallback's [E, ...] slots beside it, by memory.rank_memory (R1 FP8 DWDP8: 2.82 GB more per rank)."""
-    from dwdp_trtllm import memory as mem
-    from dwdp_trtllm.config import DwdpConfig
-    from dwdp_trtllm.models import PRESETS
+    from dwdp_trtllm.deploy import memory as mem
+    from dwdp_trtllm.spec.config import DwdpConfig
+    from dwdp_trtllm.spec.models import PRESETS
     R1_SPEC = PRESETS["deepseek-r1"]
     assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
                  "--out", str(tmp_path / "o"), "--json"]) == 0

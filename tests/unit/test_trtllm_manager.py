@@ -6,9 +6,9 @@ add_layer ignores duplicates like upstream (dwdp.py, stored id 56230681187)."""
 import pytest
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.spec.config import DwdpConfig
 from dwdp_trtllm.integration.hopper_manager import DwdpOrderError, HopperDwdpManager
-from dwdp_trtllm.placement import make_placement
+from dwdp_trtllm.core.placement import make_placement
 
 
 class _StubRuntime:

@@ -122,7 +122,7 @@ def test_bench_report_writes_json_and_markdown(tmp_path):
 def test_bench_routing_draw_on_cpu():
     """The ids / scales the bench feeds the op: K distinct experts per token, int32 as TensorRT-LLM routes, scales
     summing to 1; power_law concentrates the load (aiconfigurator's shape) where uniform does not."""
-    from dwdp_trtllm.models import get_model
+    from dwdp_trtllm.spec.models import get_model
     spec = get_model("deepseek-r1")
     loads = {}
     for routing in ("uniform", "power_law"):

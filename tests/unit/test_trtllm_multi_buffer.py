@@ -18,12 +18,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.spec.config import DwdpConfig
 from dwdp_trtllm.engine.moe_compute import identity_map
 from dwdp_trtllm.integration.gemm_choice import NO_UNIT, choose_gemm
 from dwdp_trtllm.integration.trtllm import moe_unit
-from dwdp_trtllm.placement import make_placement
-from dwdp_trtllm.runtime import expert_maps, local_slot_sources
+from dwdp_trtllm.core.placement import make_placement
+from dwdp_trtllm.core.runtime import expert_maps, local_slot_sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_trtllm_fake_world import FAKES, _env, era_tree  # noqa: E402

@@ -4,10 +4,10 @@ import dataclasses
 import pytest
 import yaml
 
-from dwdp_trtllm.config import DwdpConfig
+from dwdp_trtllm.spec.config import DwdpConfig
 from dwdp_trtllm.integration.settings import (UPSTREAM_FIELDS, choose_engine, extras_of, from_upstream,
                                                load_integration_config, to_upstream)
-from dwdp_trtllm.schema import ConfigError
+from dwdp_trtllm.spec.schema import ConfigError
 
 
 def test_roundtrip_upstream_placement_keeps_fields_and_reports_extras():

@@ -4,7 +4,7 @@ rank every iteration) and with G > 1 (DWDP's dense layers prefetch nothing, so t
 import pytest
 
 from dwdp_trtllm.commands import validate_plan
-from dwdp_trtllm.models import get_model
+from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf import imbalance
 from dwdp_trtllm.perf.hardware import get_gpu
 from dwdp_trtllm.perf.planner import PlanSpec, plan

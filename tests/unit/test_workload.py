@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from dwdp_trtllm.bench.workload import describe, generate_requests, imbalance_factors
-from dwdp_trtllm.config import WorkloadConfig
+from dwdp_trtllm.spec.workload import describe, generate_requests, imbalance_factors
+from dwdp_trtllm.spec.config import WorkloadConfig
 
 
 def isls(q):

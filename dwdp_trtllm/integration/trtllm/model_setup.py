@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from ...transport import make_transport
+from ...core.transport import make_transport
 from ..adapter import AdapterRuntime
 from ..gemm_choice import transport_for
 from ..group import dwdp_process_group

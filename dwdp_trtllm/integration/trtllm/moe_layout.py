@@ -1,5 +1,5 @@
 """MoE expert-layout override: which routed experts this rank stores (our counterpart of upstream's
-MoE._init_dwdp_expert_layout), computed from dwdp_trtllm.placement.make_placement.
+MoE._init_dwdp_expert_layout), computed from dwdp_trtllm.core.placement.make_placement.
 
 Runs right after MoE.__init__ (before create_weights allocates per-partition storage), so each rank
 allocates and loads only its own experts. After weight loading model_setup.py promotes the backend to the
@@ -16,7 +16,7 @@ nothing upstream reads) override_layout computes it after the original.
 """
 from __future__ import annotations
 
-from ...placement import ExpertPlacement
+from ...core.placement import ExpertPlacement
 from ..process_role import dwdp_rank, placement_for
 from .targets import MOE_INTERFACE, PatchTargetMissing, trtllm_version
 

@@ -47,7 +47,7 @@ import torch
 
 from ...engine.moe_compute import identity_map, routed_experts_forward
 from ...engine.weights import FP8_DTYPE
-from ...runtime import ExpertSources  # the core's [local, slot] + expert map (as DwdpRuntime.expert_sources)
+from ...core.runtime import ExpertSources  # the core's [local, slot] + expert map (as DwdpRuntime.expert_sources)
 
 GEMM = "multi_buffer"
 #: TensorRT-LLM routed-expert tensor names by role (quantization.py, stored id 55069560202)

@@ -67,7 +67,7 @@ class PatchTarget:
 PATCH_TARGETS: tuple[PatchTarget, ...] = (
     PatchTarget(MOE_INTERFACE, "MoE.__init__",
                 "wrap: after the original runs, override expert_size_per_partition, num_slots, slot_start/slot_end "
-                "and initial_local_expert_ids from dwdp_trtllm.placement (like upstream _init_dwdp_expert_layout)",
+                "and initial_local_expert_ids from dwdp_trtllm.core.placement (like upstream _init_dwdp_expert_layout)",
                 "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored (with _init_dwdp_expert_layout)",
                 "_patch_moe_init"),
     PatchTarget(MOE_INTERFACE, "MoE._init_load_balancer",

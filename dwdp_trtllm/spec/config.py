@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .byte_units import MiB
+from ..byte_units import MiB
 from .models import PRESETS, ModelSpec, get_model
 from .routing_skew import RoutingSkewConfig
 from .schema import MAX_SWEEP_POINTS, ConfigError, doc, expand_sweep, from_dict, load_yaml
@@ -69,7 +69,7 @@ class DwdpConfig:
     transport: TransportKind = doc(
         "How peers' expert weights become addressable: ipc (cudaIpc handles), vmm_fd (cuMem + POSIX fd, x86 H100/H200), "
         "vmm_fabric (fabric handles, NVL72), shm (CPU shared memory), auto (shm on CPU, ipc on CUDA).", "auto")
-    prefetch_depth: int = doc("Layers prefetched ahead of the one computing; slots = min(prefetch_depth + 1, MoE layers), at least 2 (memory.prefetch_slot_count). In [1, the model's MoE layers].",
+    prefetch_depth: int = doc("Layers prefetched ahead of the one computing; slots = min(prefetch_depth + 1, MoE layers), at least 2 (prefetcher.prefetch_slot_count). In [1, the model's MoE layers].",
                               1)
     source_policy: SourcePolicy = doc(
         "Which owner serves a replicated expert: balanced (minimise the largest per-source load) or lowest_rank (upstream).", "balanced")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .config import DwdpConfig
+from ..spec.config import DwdpConfig
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .byte_units import GB, fmt_bytes
-from .config import DwdpConfig
-from .models import ModelSpec
-from .placement import ExpertPlacement, make_placement
-from .schema import ConfigError
-from .weight_formats import DEPLOY_FORMATS, check_format, linear_bytes
+from ..byte_units import GB, fmt_bytes
+from ..spec.config import DwdpConfig
+from ..spec.models import ModelSpec
+from ..core.placement import ExpertPlacement, make_placement
+from ..core.prefetcher import prefetch_slot_count
+from ..spec.schema import ConfigError
+from ..spec.weight_formats import DEPLOY_FORMATS, check_format, linear_bytes
 
 UNIT = "GB"  # byte_units.GB = 1e9 bytes
 #: shared defaults of every command that prices a deployment (plan, plan-placement, gen-config)
@@ -218,16 +219,6 @@ def over_budget(m: RankMemory, keys: list[str], *, file: str | None = None, key:
     """The error for a rank over its budget: its parts in GB, the budget and the settings (`keys`) that shrink it."""
     return MemoryBudgetError(file, key, f"{m.describe()}; change {', '.join(keys)} (a larger group, fewer redundant "
                                         "experts, a smaller weight dtype, fewer layers or tokens) to fit")
-
-
-def prefetch_slot_count(cfg: DwdpConfig, num_moe_layers: int) -> int:
-    """Prefetch slots one DWDP rank allocates: the one count runtime.DwdpRuntime allocates and rank_memory prices.
-
-    min(prefetch_depth + 1, MoE layers): slot n % S serves MoE execution n, so with S = L every layer already has
-    its own slot and the copy of its next use starts as soon as its GEMM has read it; an (L + 1)-th slot would only
-    hold a copy no layer waits for. At least 2: the prefetcher's ring needs two (prefetcher.Prefetcher), so a model
-    with one MoE layer holds two."""
-    return max(2, min(cfg.num_slots, num_moe_layers))
 
 
 #: the TensorRT-LLM adapter's expert paths (integration/gemm_choice.choose_gemm's results) a slot is priced for

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from ..byte_units import fmt_bytes
-from ..cuda_utils import check, cuda_bindings, tensor_from_ptr
+from .cuda_utils import check, cuda_bindings, tensor_from_ptr
 
 
 def _driver():

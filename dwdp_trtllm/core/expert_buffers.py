@@ -9,7 +9,7 @@ import math
 import torch
 
 from .copy_plan import ExpertLayout
-from .models import ModelSpec
+from ..spec.models import ModelSpec
 
 FP8_DTYPE = torch.float8_e4m3fn
 

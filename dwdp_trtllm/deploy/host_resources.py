@@ -14,8 +14,8 @@ import os
 import resource
 from dataclasses import dataclass, field
 
-from . import env
-from .byte_units import fmt_bytes
+from .. import env
+from ..byte_units import fmt_bytes
 
 SHM_DIR = "/dev/shm"
 _CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2

@@ -1,7 +1,7 @@
 """Slot ring state machine of the DWDP prefetch: issue(n + S) -> acquire(n) -> release(n).
 
 Every MoE-layer execution gets a sequence number n (iteration * L + moe_idx for L MoE layers);
-execution n reads slot n % S (S = memory.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2). Timeline with S = 2:
+execution n reads slot n % S (S = prefetcher.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2). Timeline with S = 2:
 
     compute stream : attn(l) | MoE(l) reads slot l%2 | attn(l+1) | MoE(l+1) reads slot (l+1)%2 | ...
     copy stream    :   pull(l+1) -> slot (l+1)%2  |  pull(l+2) -> slot l%2 (after MoE(l) released it)
@@ -17,9 +17,22 @@ layers of iteration i, as upstream's prefetch_first_layers does.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from ..spec.config import DwdpConfig
+
+
+def prefetch_slot_count(cfg: DwdpConfig, num_moe_layers: int) -> int:
+    """Prefetch slots one DWDP rank allocates: the one count runtime.DwdpRuntime allocates and deploy/memory.rank_memory prices.
+
+    min(prefetch_depth + 1, MoE layers): slot n % S serves MoE execution n, so with S = L every layer already has
+    its own slot and the copy of its next use starts as soon as its GEMM has read it; an (L + 1)-th slot would only
+    hold a copy no layer waits for. At least 2: the prefetcher's ring needs two (Prefetcher below), so a model
+    with one MoE layer holds two."""
+    return max(2, min(cfg.num_slots, num_moe_layers))
 
 
 class SpanSink(Protocol):

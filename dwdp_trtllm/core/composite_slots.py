@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import torch
 
-from .byte_units import fmt_bytes
-from .ops.composite_view import CompositeView, VmmAllocation, granularity
+from ..byte_units import fmt_bytes
+from .composite_view import CompositeView, VmmAllocation, granularity
 from .placement import ExpertPlacement
 
 

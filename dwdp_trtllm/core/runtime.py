@@ -16,17 +16,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import DwdpConfig
+from ..spec.config import DwdpConfig
 from .copy_plan import build_copy_plan
 from .expert_buffers import expert_layout, expert_tensor_specs
-from .memory import prefetch_slot_count
-from .models import ModelSpec
+from .prefetcher import prefetch_slot_count
+from ..spec.models import ModelSpec
 from .placement import make_placement
 from .prefetcher import Prefetcher
 from .transport import make_transport
 from .close_sequence import close_in_order
 
-log = logging.getLogger("dwdp_trtllm.runtime")
+log = logging.getLogger("dwdp_trtllm.core.runtime")
 
 @dataclass(frozen=True)
 class ExpertSources:

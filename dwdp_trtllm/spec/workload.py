@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from ..config import WorkloadConfig
-from ..batching import Request
+from .config import WorkloadConfig
+from .batching import Request
 
 MIN_FACTOR = 0.1
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: the most nodes a config may expand to through its aliases (a real config has hundreds)
 MAX_NODES = 1_000_000

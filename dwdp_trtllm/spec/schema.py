@@ -15,7 +15,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-from .errors import ConfigError  # noqa: F401 - re-exported: every caller imports it from here
+from ..errors import ConfigError  # noqa: F401 - re-exported: every caller imports it from here
 from .yaml_safe import safe_load
 
 

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from .schema import ConfigError
+from ..spec.schema import ConfigError
 
 #: Linux limits (limits.h): bytes of one name, bytes of a whole path
 NAME_MAX = 255

@@ -1,0 +1,1 @@
+"""Deployment facts: memory per rank, node layout, this machine's free resources, output paths."""
