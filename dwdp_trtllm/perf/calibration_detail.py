@@ -38,7 +38,7 @@ FUNCTIONAL = "CPU: functional, not a calibration"
 CALIBRATION = "calibration"
 #: the interference phases; the same names as perf/uncertainty.PRIORS
 PHASES = ("attention_core", "gemm", "memory_bound", "grouped_gemm")
-DEP_BACKENDS = ("nccl", "deepep")
+DEP_BACKENDS = ("nccl", "deepep", "gloo")  # gloo: the CPU functional check only
 MACHINE_KEYS = {"host": str, "at": str, "device": str, "purpose": str, "gpu_name": str, "gpu_count": int,
                 "driver": str, "torch": str, "cuda": str, "topology": str}
 DETAIL_KEYS = ("schema_version", "measured_on", "provenance", "peer_pairs", "slice_gbps", "many_to_one", "group_pull",
