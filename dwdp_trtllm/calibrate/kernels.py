@@ -14,7 +14,6 @@ TensorRT-LLM's own kernels are not timed here (tensorrt_llm is imported only und
 from __future__ import annotations
 
 from ..perf.flops import attention_proj_flops, expert_rows_flops, shared_and_router_flops
-from .interference import MEMORY_BOUND_BYTES, memory_bound_fn
 
 #: rows per expert x this = the grouped_gemm_tflops key's tokens (perf/cost_model._CAL_TOKENS_PER_ROW_PER_EXPERT)
 TOKENS_PER_ROW_PER_EXPERT = 32
@@ -51,6 +50,6 @@ def floor_rates(ft, tokens: int) -> dict[str, float]:
             "other": float(shared_and_router_flops(sp, tokens)) / other_ms / 1e9}
 
 
-def hbm_tbps(ft, nbytes: int = MEMORY_BOUND_BYTES) -> float:
-    """Bytes read and written per second by an elementwise add of two `nbytes` operands, in TB/s."""
-    return 3 * nbytes / ft.time_ms(memory_bound_fn(ft.device, nbytes)) / 1e9
+def hbm_tbps(ft, add, nbytes: int) -> float:
+    """TB/s read and written by `add` (calibrate/interference.memory_bound_fn: two `nbytes` operands in, one out)."""
+    return 3 * nbytes / ft.time_ms(add) / 1e9

@@ -33,17 +33,19 @@ class Shapes:
     isls: tuple[int, ...]  # one request's length (attention)
     slice_sizes: tuple[int, ...]  # copy slice sizes, 0 = one op per run (unsliced)
     pull_bytes: int  # bytes of one pair / many-to-one / interference pull
+    memory_bytes: int  # bytes of each operand of the memory-bound kernel (HBM, interference)
     group_experts: int  # routed experts of the group pull's layer
     reps: int
 
 
 def shapes_for(device: str, quick: bool, spec: ModelSpec) -> Shapes:
     if device == "cpu":  # a functional check: tiny sizes, the same code paths
-        return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, spec.num_experts, 2)
+        return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, 1 * MiB, spec.num_experts, 2)
     if quick:
-        return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, min(spec.num_experts, 64), 3)
+        return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, interference.MEMORY_BOUND_BYTES,
+                      min(spec.num_experts, 64), 3)
     return Shapes((4096, 8192, 16384), (2048, 4096, 8192, 16384), (0, 512 * KiB, 2 * MiB, 8 * MiB), 1 * GiB,
-                  spec.num_experts, 5)
+                  interference.MEMORY_BOUND_BYTES, spec.num_experts, 5)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Tools:
     a2a_timer: object  # calibrate.dep_comm.A2aTimer
     machine: Callable[[], dict]  # -> measured_on
     deepep: bool = False  # deep_ep importable
+    memory_bound: Callable = interference.memory_bound_fn  # (device, bytes) -> the memory-bound kernel's closure
 
 
 def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
@@ -103,7 +106,9 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
                 out = {"grouped_gemm_tflops": {wd: kernels.grouped_points(ft, shapes.tokens)}}
                 if wd == "bf16":
                     out.update(attention_us_by_isl=kernels.attention_points(ft, shapes.isls),
-                               floor_tflops=kernels.floor_rates(ft, max(shapes.tokens)), hbm_tbps=kernels.hbm_tbps(ft))
+                               floor_tflops=kernels.floor_rates(ft, max(shapes.tokens)),
+                               hbm_tbps=kernels.hbm_tbps(ft, tools.memory_bound(ft.device, shapes.memory_bytes),
+                                                         shapes.memory_bytes))
                 return out
             finally:
                 ft.release()
@@ -146,7 +151,7 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
             T, I = max(shapes.tokens), spec.dense_intermediate or spec.moe_intermediate
             phases = {"attention_core": ft.attention_core_fn(((0, max(shapes.isls)),)),
                       "gemm": ft.op_fn("gemm", T, spec.hidden_size, I),
-                      "memory_bound": interference.memory_bound_fn(ft.device, shapes.pull_bytes // 4),
+                      "memory_bound": tools.memory_bound(ft.device, shapes.memory_bytes),
                       "grouped_gemm": ft.grouped_fn(kernels.even_rows(spec, T))}
             comp, copy = interference.interference_by_phase(timer(), phases, shapes.pull_bytes, peer.PLANNER_SLICE)
             return {"interference_by_phase": comp, "copy_slowdown_by_phase": copy}

@@ -210,7 +210,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     for k in data:
         if k not in _KEYS:
             raise ConfigError(file, str(k), f"unknown key; expected one of {', '.join(_KEYS)}")
-    kw: dict[str, Any] = {"sources": (file,), **parse_detail(data, file, _KEYS, _points)}
+    kw: dict[str, Any] = {"sources": (file,), **parse_detail(data, file, _KEYS)}
     if "gpu" in data:
         if not isinstance(data["gpu"], str):
             raise ConfigError(file, "gpu", f"expected a string, got {data['gpu']!r}")

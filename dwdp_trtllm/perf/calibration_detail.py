@@ -76,6 +76,20 @@ def _records(file: str, key: str, v: Any, fields: dict[str, tuple[bool, bool]]) 
     return tuple(out)
 
 
+def _slice_points(file: str, v: Any) -> tuple[tuple[int, float], ...]:
+    """[[slice_bytes (0: one op), gbps], ...], distinct sizes, sorted."""
+    if not isinstance(v, list) or not v:
+        raise ConfigError(file, "slice_gbps", f"expected a non-empty list of [slice_bytes, gbps] pairs, got {v!r}")
+    out = []
+    for i, p in enumerate(v):
+        if not isinstance(p, list) or len(p) != 2:
+            raise ConfigError(file, f"slice_gbps[{i}]", f"expected a pair [slice_bytes, gbps], got {p!r}")
+        out.append((_pos(file, f"slice_gbps[{i}][0]", p[0], integer=True, zero=True), _pos(file, f"slice_gbps[{i}][1]", p[1])))
+    if len({s for s, _ in out}) != len(out):
+        raise ConfigError(file, "slice_gbps", f"slice sizes must be distinct, got {[s for s, _ in out]}")
+    return tuple(sorted(out))
+
+
 def schema_version(data: dict, file: str) -> int:
     """The file's schema_version (1 when absent); a newer one than this package reads is refused."""
     v = data.get("schema_version", 1)
@@ -87,9 +101,8 @@ def schema_version(data: dict, file: str) -> int:
     return v
 
 
-def parse_detail(data: dict, file: str, known: tuple[str, ...], points) -> dict:
-    """Calibration fields of the schema-2 keys in `data` (already checked to be among `known`); `points` is
-    calibration.py's check of an [[x, y], ...] list."""
+def parse_detail(data: dict, file: str, known: tuple[str, ...]) -> dict:
+    """Calibration fields of the schema-2 keys in `data` (already checked to be among `known`)."""
     kw: dict[str, Any] = {"schema_version": schema_version(data, file)}
     if kw["schema_version"] < 2:
         extra = [k for k in data if k in DETAIL_KEYS and k != "schema_version"]
@@ -115,7 +128,7 @@ def parse_detail(data: dict, file: str, known: tuple[str, ...], points) -> dict:
             if r["src"] == r["dst"]:
                 raise ConfigError(file, f"peer_pairs[{i}]", f"src and dst must differ, got {r['src']} twice")
     if "slice_gbps" in data:
-        kw["slice_gbps"] = points(file, "slice_gbps", data["slice_gbps"])
+        kw["slice_gbps"] = _slice_points(file, data["slice_gbps"])
     if "many_to_one" in data:
         kw["many_to_one"] = _records(file, "many_to_one", data["many_to_one"], {
             "slice_bytes": (True, True), "destinations": (True, False), "alone_gbps": (False, False),

@@ -1,0 +1,213 @@
+"""`dwdp calibrate` end to end on the CPU with fake tools for an 8-GPU node (tests/fakes/calibrate_fakes.py): the file
+is written whole or not at all, validates strictly, marks priors, shows progress, and changes `dwdp plan` exactly in
+the inputs it sets."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+
+from dwdp_trtllm.calibrate import pipeline
+from dwdp_trtllm.cli import main
+from dwdp_trtllm.models import PRESETS
+from dwdp_trtllm.perf.calibration import load_calibration
+from dwdp_trtllm.perf.calibration_detail import FUNCTIONAL, SCHEMA_VERSION
+from dwdp_trtllm.schema import ConfigError
+
+_spec = importlib.util.spec_from_file_location("calibrate_fakes", Path(__file__).parents[1] / "fakes" / "calibrate_fakes.py")
+fakes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fakes)  # loaded by path: tests/fakes on sys.path would expose its fake tensorrt_llm
+
+R1 = PRESETS["deepseek-r1"]
+PEER = ("peer_copy_gbps", "slice_efficiency", "contention_slowdown", "peer_pairs", "slice_gbps", "many_to_one",
+        "group_pull", "interference_by_phase", "copy_slowdown_by_phase", "all_to_all_gbps", "dep_comm")
+
+
+@pytest.fixture
+def node(monkeypatch):
+    """A node of 8 CUDA devices as `dwdp calibrate` sees it; its tools are the fakes (kwargs: set["copy"])."""
+    import torch
+
+    opts = {"copy": {}}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(pipeline, "real_tools", lambda device, gpus, spec, reps: fakes.fake_tools(spec, gpus, **opts["copy"]))
+    return opts
+
+
+def _calibrate(capsys, tmp_path, *argv, name="cal.json"):
+    out = tmp_path / name
+    rc = main(["calibrate", "--out", str(out), *argv])
+    return rc, out, capsys.readouterr()
+
+
+def test_eight_gpus_every_input_measured_with_provenance_and_progress(node, capsys, tmp_path):
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick")
+    assert rc == 0, cap.err
+    for i in range(1, 7):
+        assert f"[{i}/6]" in cap.out
+    assert f"wrote {out}" in cap.out
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION and data["measured_on"]["host"] == "fake-node"
+    cal = load_calibration(out)  # strict: every key known, provenance consistent
+    for k in PEER + ("grouped_gemm_tflops", "attention_us_by_isl", "floor_tflops", "hbm_tbps"):
+        assert data["provenance"][k] == {"measured": "fake-node", "at": fakes.MACHINE["at"],
+                                         "how": data["provenance"][k]["how"]}, k
+        assert cal.measured(k), k
+    assert "prior" in data["provenance"]["interference"] and not cal.measured("interference")
+    # each number is the measurement function's reading of the fake's model
+    n = pipeline.shapes_for("cuda", True, R1).pull_bytes
+    one_op = n / (n / (fakes.LINK_GBPS * 1e6) + fakes.OP_US * 1e-3) / 1e6
+    assert cal.peer_copy_gbps == pytest.approx(one_op)
+    assert len(cal.peer_pairs) == 8 * 7
+    m2o = {r["slice_bytes"]: r for r in cal.many_to_one}
+    t1 = n / (fakes.LINK_GBPS * 1e6)  # one source shared by 7 pullers: each gets 1/7 of its link
+    assert m2o[0]["destinations"] == 7 and m2o[0]["slowdown"] == pytest.approx((7 * t1 + fakes.OP_US * 1e-3) / (t1 + fakes.OP_US * 1e-3))
+    assert cal.contention_slowdown["unsliced"] > cal.contention_slowdown["sliced"] >= 1.0
+    assert cal.interference_by_phase == pytest.approx(fakes.SLOWDOWN)
+    assert cal.copy_slowdown_by_phase == pytest.approx(fakes.COPY_SLOWDOWN)
+    assert cal.gemm_tflops("bf16", 8192) == pytest.approx(fakes.RATES["grouped_bf16"])
+    assert cal.gemm_tflops("fp8", 8192) == pytest.approx(fakes.RATES["grouped_fp8"])
+    assert cal.floor_tflops["attention_proj"] == pytest.approx(fakes.RATES["gemm"])
+    assert cal.hbm_tbps == pytest.approx(fakes.HBM_TBPS)
+    assert cal.all_to_all_gbps == pytest.approx(fakes.A2A_GBPS) == cal.dep_comm["nccl"]["gbps"]
+
+
+def test_one_gpu_keeps_every_peer_input_a_prior_and_says_why(node, capsys, tmp_path):
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1")
+    assert rc == 0, cap.err
+    data = json.loads(out.read_text())
+    for k in PEER:
+        assert k not in data and "one GPU" in data["provenance"][k]["why"], k
+    assert "prior: peer_copy_gbps (one GPU: no peer to copy from" in cap.out
+    cal = load_calibration(out)
+    assert cal.peer_copy_gbps is None and cal.measured("grouped_gemm_tflops")
+
+
+def test_a_failing_measurement_writes_nothing_and_keeps_the_old_file(node, capsys, tmp_path):
+    (tmp_path / "cal.json").write_text("old")
+    node["copy"] = {"fail_on": "group"}
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick")
+    assert rc == 1
+    assert "measurement failed in step many-to-one and whole-group pulls" in cap.out and "not bit-exact" in cap.out
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["cal.json"]
+
+
+def test_ctrl_c_writes_nothing(node, capsys, tmp_path):
+    node["copy"] = {"interrupt": True}
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick")
+    assert rc == 130 and "interrupted" in cap.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_interrupted_midway_leaves_no_file(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(pipeline.json, "dump", boom)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.write_atomic(tmp_path / "c.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--gpus", "0"], "--gpus"), (["--gpus", "9"], "--gpus"), (["--device", "tpu"], "--device"),
+    (["--model", "gpt-5"], "--model"), (["--out", "cal.txt"], "--out"),
+])
+def test_bad_arguments_are_refused_naming_the_flag(node, capsys, tmp_path, argv, flag):
+    assert main(["calibrate", "--out", str(tmp_path / "c.json"), *argv]) == 2
+    assert f"{flag}:" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_cuda_without_a_gpu_and_more_gpus_than_visible_are_refused(monkeypatch, capsys, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["calibrate", "--out", str(tmp_path / "c.json")]) == 2
+    assert "--device: cuda: no CUDA device is visible" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert main(["calibrate", "--gpus", "4", "--out", str(tmp_path / "c.json")]) == 2
+    assert "--gpus: 4 GPUs asked, 2 visible" in capsys.readouterr().err
+
+
+def _file(tmp_path, gpus=8) -> tuple[Path, dict]:
+    data = pipeline.run_calibration(fakes.fake_tools(R1, gpus), R1, pipeline.shapes_for("cuda", True, R1), "cuda", gpus,
+                                    lambda *a: None)
+    path = tmp_path / "cal.json"
+    pipeline.write_atomic(path, data)
+    return path, data
+
+
+def test_round_trip_and_strict_errors_name_file_and_key(tmp_path):
+    path, data = _file(tmp_path)
+    cal = load_calibration(path)
+    assert cal.schema_version == 2 and cal.measured_on == data["measured_on"] and cal.provenance == data["provenance"]
+    assert [dict(r) for r in cal.group_pull] == pytest.approx(data["group_pull"])
+    assert [list(p) for p in cal.slice_gbps] == sorted(data["slice_gbps"])
+    bad = [({"schema_version": 3}, "schema_version", "newer than this dwdp_trtllm reads"),
+           ({"peer_pairz": []}, "peer_pairz", "unknown key"),
+           ({"many_to_one": [{**data["many_to_one"][0], "extra": 1}]}, "many_to_one[0].extra", "unknown key"),
+           ({"interference_by_phase": {"attention": 1.1}}, "interference_by_phase.attention", "unknown key"),
+           ({"provenance": {**data["provenance"], "interference": {"measured": "x", "at": "t", "how": "h"}}},
+            "provenance.interference", "does not set interference"),
+           ({"peer_copy_gbps": 1.0, "provenance": {"peer_copy_gbps": {"prior": "p", "why": "w"}}},
+            "provenance.peer_copy_gbps", "says prior")]
+    for change, key, words in bad:
+        p = tmp_path / "bad.json"
+        p.write_text(json.dumps({**data, **change}))
+        with pytest.raises(ConfigError) as e:
+            load_calibration(p)
+        assert (e.value.file, e.value.key) == (str(p), key) and words in str(e.value), key
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps({"peer_copy_gbps": 300, "group_pull": data["group_pull"]}))
+    with pytest.raises(ConfigError, match="schema_version 2 key in a schema_version 1 file"):
+        load_calibration(old)
+
+
+def _plan(argv) -> dict:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["plan", "--isl", "8192", "--no-bench-results", "--json", *argv]) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_the_file_changes_the_plan_exactly_in_the_inputs_it_sets(tmp_path):
+    path, data = _file(tmp_path)
+    base, cal = _plan([])["rows"][0], _plan(["--calibration", str(path)])["rows"][0]
+    changed = {k for k in base if base[k] != cal[k]}
+    # the peer inputs price DWDP's prefetch; TensorRT-LLM's kernel tables price compute and DEP (kernel keys unused)
+    assert changed and changed <= {"t_prefetch_us", "t_prefetch_wait_us", "t_dwdp_us", "speedup", "speedup_low",
+                                   "speedup_high", "compute_over_prefetch", "contention_slowdown", "tps_per_gpu_dwdp",
+                                   "t_dwdp_us_range", "break_even_tokens", "break_even_range", "t_iteration_dwdp_us",
+                                   "prefetch_hidden", "verdict", "depends_on"}
+    eff = dict(data["slice_efficiency"])[2 << 20]
+    want = cal["fetch_gb"] * 1e9 / (data["peer_copy_gbps"] * 1e9 * eff) * data["contention_slowdown"]["sliced"] * 1e6
+    assert cal["t_prefetch_us"] == pytest.approx(want, rel=1e-5) and cal["contention_slowdown"] == pytest.approx(
+        data["contention_slowdown"]["sliced"], rel=1e-5)
+
+
+def test_kernel_keys_alone_change_only_compute_for_the_engine_target(tmp_path):
+    _, data = _file(tmp_path)
+    kept = {k: data[k] for k in ("schema_version", "measured_on", "grouped_gemm_tflops")}
+    kept["provenance"] = {"grouped_gemm_tflops": data["provenance"]["grouped_gemm_tflops"]}
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps(kept))
+    base, cal = (_plan(["--target", "engine", *a])["rows"][0] for a in ([], ["--calibration", str(path)]))
+    assert base["t_experts_dwdp_us"] != cal["t_experts_dwdp_us"]
+    assert base["t_prefetch_us"] == cal["t_prefetch_us"] and base["t_attention_us"] == cal["t_attention_us"]
+
+
+@pytest.mark.slow
+def test_cpu_functional_check_runs_the_real_pipeline_and_the_planner_refuses_its_file(capsys, tmp_path):
+    rc, out, cap = _calibrate(capsys, tmp_path, "--device", "cpu")
+    assert rc == 0, cap.err
+    assert FUNCTIONAL in cap.out and "[5/5]" in cap.out
+    data = json.loads(out.read_text())
+    assert data["measured_on"]["purpose"] == FUNCTIONAL and "gpu" not in data
+    assert load_calibration(out, functional_ok=True).dep_comm["gloo"]["ranks"] == 2
+    assert main(["plan", "--no-bench-results", "--calibration", str(out)]) == 2
+    assert "measured_on.purpose: CPU: functional, not a calibration" in capsys.readouterr().err
