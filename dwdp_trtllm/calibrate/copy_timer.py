@@ -111,10 +111,10 @@ class SchedulerCopyTimer:
                         with torch.cuda.device(dest), torch.cuda.stream(s.stream):
                             torch.cuda._sleep(int(SPIN_S * 2e9))
                 handles = [s.issue(0, 0) for s in scheds]
-                if compute is not None:
-                    comp_ms.append(self._compute_ms(jobs[0][0], compute, calls))
+                if compute is not None:  # behind the same spin as the copies: both start together
+                    comp_ms.append(self._compute_ms(jobs[0][0], compute, calls, spin=cuda))
                 for k, h in enumerate(handles):
-                    h.synchronize(WAIT_S)
+                    h.synchronize(timeout_s=WAIT_S)
                     if rep:
                         copy_ms[k].append(h.elapsed_ms())
             self._check(jobs)
@@ -123,7 +123,8 @@ class SchedulerCopyTimer:
                 s.close()
         return [statistics.median(t) for t in copy_ms], (statistics.median(comp_ms[1:]) if comp_ms else 0.0)
 
-    def _compute_ms(self, rank: int, compute: Callable[[], None], calls: int) -> float:
+    def _compute_ms(self, rank: int, compute: Callable[[], None], calls: int, spin: bool = False) -> float:
+        """ms of `calls` compute calls on `rank`'s current stream (CUDA events; after a SPIN_S spin when `spin`)."""
         if self.device != "cuda":
             t = time.perf_counter()
             for _ in range(calls):
@@ -131,6 +132,8 @@ class SchedulerCopyTimer:
             return (time.perf_counter() - t) * 1e3
         with torch.cuda.device(rank):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if spin:
+                torch.cuda._sleep(int(SPIN_S * 2e9))
             a.record()
             for _ in range(calls):
                 compute()

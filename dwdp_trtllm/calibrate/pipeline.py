@@ -53,7 +53,8 @@ class Tools:
     """What the steps measure with; fakes in the tests (tests/unit/test_calibrate.py)."""
 
     copy_timer: Callable[[], object]  # -> calibrate.copy_timer.CopyTimer on the run's ranks
-    floor_timer: Callable[[str], object]  # weight dtype -> bench.floor_timer.FloorTimer on rank 0
+    floor_timer: Callable[[str], object]  # weight dtype -> bench.floor_timer.FloorTimer on rank 0 (FP8 linear layers
+    #                                       with fp8: the planned checkpoint's projections)
     a2a_timer: object  # calibrate.dep_comm.A2aTimer
     machine: Callable[[], dict]  # -> measured_on
     deepep: bool = False  # deep_ep importable
@@ -69,7 +70,7 @@ def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
 
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
     return Tools(copy_timer=lambda: SchedulerCopyTimer(device, gpus, reps=reps),
-                 floor_timer=lambda wd: FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps),
+                 floor_timer=lambda wd: FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps, fp8_linear=wd == "fp8"),
                  a2a_timer=dep_comm.SpawnA2aTimer(device, reps=reps),
                  machine=lambda: read_machine(device, gpus), deepep=dep_comm.deepep_installed())
 
@@ -97,6 +98,7 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
     steps, priors = [], {}
     one, many = ("one GPU", f"{gpus} GPUs") if device == "cuda" else ("the CPU", f"{gpus} logical ranks on the CPU")
     wdts = ("bf16", "fp8") if device == "cuda" else ("bf16",)
+    main = wdts[-1]  # the planned dtype (dwdp plan's default --weight-dtype fp8); the CPU has no FP8 kernels
     state: dict = {}
 
     def kernels_step(wd):
@@ -104,7 +106,7 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
             ft = tools.floor_timer(wd)
             try:
                 out = {"grouped_gemm_tflops": {wd: kernels.grouped_points(ft, shapes.tokens)}}
-                if wd == "bf16":
+                if wd == main:
                     out.update(attention_us_by_isl=kernels.attention_points(ft, shapes.isls),
                                floor_tflops=kernels.floor_rates(ft, max(shapes.tokens)),
                                hbm_tbps=kernels.hbm_tbps(ft, tools.memory_bound(ft.device, shapes.memory_bytes),
@@ -114,9 +116,10 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
                 ft.release()
         return run
     for wd in wdts:
-        steps.append(Step(f"routed-expert GEMMs {wd}" + (", attention, dense GEMMs, HBM" if wd == "bf16" else ""),
+        steps.append(Step(f"routed-expert GEMMs {wd}" + (", attention, dense GEMMs, HBM" if wd == main else ""),
                           f"bench/floor_timer.FloorTimer on {one} at tokens {list(shapes.tokens)}, ISLs "
-                          f"{list(shapes.isls)} ({spec.name} shapes)", kernels_step(wd)))
+                          f"{list(shapes.isls)} ({spec.name} shapes, {wd} experts"
+                          + (", FP8 block-scale linear layers)" if wd == "fp8" else ")"), kernels_step(wd)))
     if gpus < 2:
         why = "one GPU: no peer to copy from (a same-device copy is not a peer copy)"
         priors.update({k: {"prior": PRIOR.get(k, "none: not used by the planner"), "why": why}

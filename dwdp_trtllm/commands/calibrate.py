@@ -73,13 +73,23 @@ def run(args, tools=None) -> int:
     con.print(f"dwdp calibrate: {what}; {spec.name} shapes, {'quick' if args.quick else 'full'} "
               f"(tokens {list(shapes.tokens)}, ISLs {list(shapes.isls)}, slices {list(shapes.slice_sizes)} B)")
 
+    live = []  # the running step's spinner (a terminal only; piped output gets the lines alone)
+
     def progress(i: int, n: int, name: str, seconds: float | None) -> None:
+        while live:
+            live.pop().stop()
         con.print(f"[{i}/{n}] {name} ..." if seconds is None else f"[{i}/{n}] {name}: done in {seconds:.1f} s")
+        if seconds is None and con.is_terminal:
+            live.append(con.status(f"measuring: {name}"))
+            live[-1].start()
     try:
         data = run_calibration(tools, spec, shapes, device, gpus, progress)
     except StepFailed as e:
         con.print(f"dwdp calibrate: measurement failed in step {e}; nothing written to {out}")
         return 1
+    finally:
+        while live:
+            live.pop().stop()
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, data)
     prov = data["provenance"]

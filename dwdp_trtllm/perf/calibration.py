@@ -163,7 +163,8 @@ class Calibration:
             elif f.name == "measured_on":  # one machine's record, never a mix of two
                 kw[f.name] = b or a
             elif f.name == "provenance":  # a key's provenance follows the value that wins
-                kw[f.name] = {**a, **b, **{k: v for k, v in a.items() if k not in b and other.measured(k)}}
+                kw[f.name] = {k: (b[k] if k in b and other.measured(k) else a[k] if k in a and self.measured(k)
+                                  else b.get(k, a.get(k))) for k in {**a, **b}}
             elif isinstance(a, dict):
                 kw[f.name] = {**a, **b}
             elif f.name == "floor":  # floor runs are pooled; FloorCalibration.select picks one campaign

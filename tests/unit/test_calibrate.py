@@ -211,3 +211,35 @@ def test_cpu_functional_check_runs_the_real_pipeline_and_the_planner_refuses_its
     assert load_calibration(out, functional_ok=True).dep_comm["gloo"]["ranks"] == 2
     assert main(["plan", "--no-bench-results", "--calibration", str(out)]) == 2
     assert "measured_on.purpose: CPU: functional, not a calibration" in capsys.readouterr().err
+
+
+def test_machine_record_bounds_and_reports_nvidia_smi_failures(monkeypatch):
+    import subprocess
+
+    from dwdp_trtllm.calibrate import machine
+
+    def missing(*a, **k):
+        raise FileNotFoundError("nvidia-smi")
+
+    def hangs(cmd, **k):
+        assert k["timeout"] == machine.SMI_TIMEOUT_S
+        raise subprocess.TimeoutExpired(cmd, k["timeout"])
+    assert machine._smi(["topo", "-m"], missing) == "not available: nvidia-smi not found"
+    assert "took over" in machine._smi(["topo", "-m"], hangs)
+    fails = lambda cmd, **k: subprocess.CompletedProcess(cmd, 9, "", "NVML: driver not loaded")  # noqa: E731
+    assert machine._smi(["topo", "-m"], fails) == "not available: nvidia-smi topo -m exited 9: NVML: driver not loaded"
+    cpu = machine.read_machine("cpu", 2, run=missing, at="2026-12-05T07:00:00Z")
+    assert cpu["purpose"] == FUNCTIONAL and cpu["gpu_count"] == 2 and cpu["at"] == "2026-12-05T07:00:00Z"
+
+
+def test_merged_files_keep_each_value_with_its_provenance(tmp_path):
+    path, data = _file(tmp_path)
+    kernels_only = tmp_path / "k.json"
+    kernels_only.write_text(json.dumps({"schema_version": 2, "hbm_tbps": 3.5, "provenance": {
+        "hbm_tbps": {"measured": "other-node", "at": "t", "how": "h"},
+        "peer_copy_gbps": {"prior": "p", "why": "w"}}}))
+    cal = load_calibration(path).merged(load_calibration(kernels_only))
+    assert cal.hbm_tbps == 3.5 and cal.provenance["hbm_tbps"]["measured"] == "other-node"
+    # the second file's prior does not hide the first file's measurement
+    assert cal.peer_copy_gbps == data["peer_copy_gbps"] and cal.provenance["peer_copy_gbps"]["measured"] == "fake-node"
+    assert cal.measured("peer_copy_gbps") and cal.schema_version == 2
