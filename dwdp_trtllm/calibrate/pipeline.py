@@ -84,7 +84,10 @@ class Step:
 
 PEER_KEYS = ("peer_copy_gbps", "slice_efficiency", "contention_slowdown", "peer_pairs", "slice_gbps", "many_to_one",
              "group_pull")
+#: the prior of a key that only records a measurement (the planner reads the summary keys derived from it)
+RECORD = "none: a measurement record, not a planner input"
 PRIOR = {  # where the planner's value comes from when the file does not set the key
+    "interference": "the per-phase priors (perf/uncertainty.PRIORS)",
     "peer_copy_gbps": "the GPU spec's NVLink bandwidth x efficiency (dwdp_trtllm/data/gpus/<gpu>.yaml, peer)",
     "slice_efficiency": "1.0: slices as fast as one bulk copy (perf/cost_model.prefetch_us)",
     "contention_slowdown": "the many-to-one model (perf/contention.expected_slowdown)",
@@ -121,10 +124,11 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
                           f"{list(shapes.isls)} ({spec.name} shapes, {wd} experts"
                           + (", FP8 block-scale linear layers)" if wd == "fp8" else ")"), kernels_step(wd)))
     if gpus < 2:
-        why = "one GPU: no peer to copy from (a same-device copy is not a peer copy)"
-        priors.update({k: {"prior": PRIOR.get(k, "none: not used by the planner"), "why": why}
-                       for k in PEER_KEYS + ("interference_by_phase", "copy_slowdown_by_phase")})
-        priors.update({k: {"prior": PRIOR.get(k, "none: not used by the planner"), "why": "one GPU: no all-to-all"}
+        alone = "one GPU" if device == "cuda" else "one rank"
+        why = f"{alone}: no peer to copy from (a same-device copy is not a peer copy)"
+        priors.update({k: {"prior": PRIOR.get(k, RECORD), "why": why}
+                       for k in PEER_KEYS + ("interference", "interference_by_phase", "copy_slowdown_by_phase")})
+        priors.update({k: {"prior": PRIOR.get(k, RECORD), "why": f"{alone}: no all-to-all"}
                        for k in ("all_to_all_gbps", "dep_comm")})
         return steps, priors
 
@@ -167,15 +171,15 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
 
     steps += [Step("peer bandwidth per pair, sliced and unsliced", f"calibrate/peer.py pair_bandwidth + slice_sweep: "
                    f"{shapes.pull_bytes} B pulls through copy_scheduler.CopyScheduler on {many}", pairs_step),
-              Step(f"many-to-one and whole-group pulls ({gpus - 1} concurrent sources)", "calibrate/peer.py many_to_one "
+              Step(f"many-to-one and whole-group pulls ({gpus - 1} peer(s) at once)", "calibrate/peer.py many_to_one "
                    f"+ group_pull: a {shapes.group_experts}-expert {spec.name} layer over {many}", contention_step),
               Step("copies under compute, per phase", "calibrate/interference.py: rank 0 computes each phase while it "
                    f"pulls {shapes.pull_bytes} B from rank 1", interference_step),
               Step(f"DEP dispatch all-to-all ({tools.a2a_timer.backend})", "calibrate/dep_comm.py: all_to_all_single "
                    f"of the dispatch of {max(shapes.tokens)} tokens per rank on {gpus} ranks ({tools.a2a_timer.backend}); "
                    + ("DeepEP installed but not timed by this version" if tools.deepep else "DeepEP not installed"), dep_step)]
-    priors["interference"] = {"prior": "the per-phase priors (perf/uncertainty.PRIORS)", "why": "measured per phase: "
-                              "interference_by_phase; the one-number key is not set"}
+    priors["interference"] = {"prior": PRIOR["interference"], "why": "measured per phase: interference_by_phase; "
+                              "the one-number key is not set"}
     return steps, priors
 
 
