@@ -41,6 +41,10 @@ class CopyTimer(Protocol):
 
     def time_compute(self, rank: int, compute: Callable[[], None], calls: int) -> float: ...
 
+    def release(self) -> None:
+        """Free the pull buffers (the next call allocates what it needs)."""
+        ...
+
 
 def pull_plan(nbytes: int, source: int, slice_bytes: int, dest: int = 0) -> CopyPlan:
     """`nbytes` from `source`'s buffer to offset 0 of the destination's, in slices of `slice_bytes` (0: one op)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..expert_buffers import expert_layout
 from ..models import ModelSpec
 from ..perf.calibration_detail import FUNCTIONAL, SCHEMA_VERSION
 from ..perf.uncertainty import PRIOR_SOURCES
@@ -147,9 +148,9 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
         t, sl = timer(), dict(state["slices"])
         m2o = peer.many_to_one(t, shapes.pull_bytes, shapes.slice_sizes)
         pair = peer.summary_keys(state["pairs"], [], [])["peer_copy_gbps"]
-        from ..expert_buffers import expert_layout
         groups = peer.group_pull(t, expert_layout(spec, "fp8" if device == "cuda" else "bf16"), shapes.group_experts,
                                  shapes.slice_sizes, pair, {s: sl[s] * pair / sl[0] for s in sl if s})
+        t.release()  # the whole layer's slots (GBs per GPU) are not needed by the later steps
         return {"many_to_one": m2o, "group_pull": groups, **peer.summary_keys(state["pairs"], state["slices"], groups)}
 
     def interference_step():

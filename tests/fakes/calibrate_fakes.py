@@ -65,6 +65,9 @@ class FakeCopyTimer:
     def time_compute(self, rank, compute, calls):
         return compute.ms * calls
 
+    def release(self):
+        self.calls.append(("release", 0))
+
     def time_with_compute(self, jobs, compute, calls):
         return [t * COPY_SLOWDOWN[compute.phase] for t in copy_ms(jobs)], compute.ms * calls * SLOWDOWN[compute.phase]
 
