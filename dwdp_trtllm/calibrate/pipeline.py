@@ -142,7 +142,8 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
         t = timer()
         state["pairs"] = peer.pair_bandwidth(t, shapes.pull_bytes)
         state["slices"] = peer.slice_sweep(t, shapes.pull_bytes, shapes.slice_sizes)
-        return {"peer_pairs": state["pairs"], "slice_gbps": [list(p) for p in state["slices"]]}
+        return {"peer_pairs": state["pairs"], "slice_gbps": [list(p) for p in state["slices"]],
+                **peer.summary_keys(state["pairs"], state["slices"], [])}  # peer_copy_gbps, slice_efficiency
 
     def contention_step():
         t, sl = timer(), dict(state["slices"])
@@ -151,7 +152,8 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
         groups = peer.group_pull(t, expert_layout(spec, "fp8" if device == "cuda" else "bf16"), shapes.group_experts,
                                  shapes.slice_sizes, pair, {s: sl[s] * pair / sl[0] for s in sl if s})
         t.release()  # the whole layer's slots (GBs per GPU) are not needed by the later steps
-        return {"many_to_one": m2o, "group_pull": groups, **peer.summary_keys(state["pairs"], state["slices"], groups)}
+        return {"many_to_one": m2o, "group_pull": groups,
+                "contention_slowdown": peer.summary_keys([], [], groups)["contention_slowdown"]}
 
     def interference_step():
         ft = tools.floor_timer("bf16")
