@@ -243,3 +243,18 @@ def test_merged_files_keep_each_value_with_its_provenance(tmp_path):
     # the second file's prior does not hide the first file's measurement
     assert cal.peer_copy_gbps == data["peer_copy_gbps"] and cal.provenance["peer_copy_gbps"]["measured"] == "fake-node"
     assert cal.measured("peer_copy_gbps") and cal.schema_version == 2
+
+
+def test_bad_out_paths_are_refused_before_anything_runs(node, capsys, tmp_path):
+    (tmp_path / "loop_a.json").symlink_to("loop_b.json")
+    (tmp_path / "loop_b.json").symlink_to("loop_a.json")
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "elsewhere" / "c.json")
+    (tmp_path / "FILE").write_text("x")
+    (tmp_path / "dir.json").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, words in (("loop_a.json", "symbolic link loop"), ("dangling.json", "dangling symbolic link"),
+                        ("FILE/c.json", "is a file, not a directory"), ("dir.json", "directory")):
+        assert main(["calibrate", "--quick", "--out", str(tmp_path / name)]) == 2
+        cap = capsys.readouterr()
+        assert "--out: " in cap.err and words in cap.err and "[1/" not in cap.out, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not (tmp_path / "elsewhere").exists()
