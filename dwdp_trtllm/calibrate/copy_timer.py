@@ -6,6 +6,9 @@ The CopyTimer protocol is what the measurements (calibrate/peer.py, calibrate/in
 multi-GPU logic is tested on CPU with a fake timer (tests/unit/test_calibrate.py). Every pull is checked bit-exact
 after timing (sampled ops; a wrong copy raises, it is never timed into the file).
 
+A one-source plan (pair, slice sweep, many-to-one) runs on the G-1 parallel copy chains a rank of a G-group runs
+(`lanes`), so a sliced pull's efficiency is the engine's, not that of one chain.
+
 Legend: rank r is device r of this process (cuda:r; on CPU, a logical rank whose buffers are host tensors).
 """
 from __future__ import annotations
@@ -90,7 +93,16 @@ class SchedulerCopyTimer:
             for s in {op.source_rank for op in plan.ops}:
                 self._buf(self._src, s, _need(plan, True), True)
         return [CopyScheduler(plan, src_buffer=lambda p, layer, t: self._src[p], dst_buffer=lambda s, t, d=dest: self._dst[d],
-                              layers=[0], num_slots=1, device=self._dev(dest), timeout_s=WAIT_S) for dest, plan in jobs]
+                              layers=[0], num_slots=1, device=self._dev(dest), timeout_s=WAIT_S, lanes=self.lanes(plan))
+                for dest, plan in jobs]
+
+    def lanes(self, plan: CopyPlan) -> int:
+        """Graph chains of a plan: one per source (the engine's copy_lanes 0) when it pulls from several; a one-source
+        plan on the G-1 chains a rank of this group runs, so its slices overlap their per-copy cost as the engine's do
+        (at most one chain per op)."""
+        if len({op.source_rank for op in plan.ops}) > 1:
+            return 0
+        return max(1, min(self.ranks - 1, len(plan.ops)))
 
     def _check(self, jobs: Sequence[Job]) -> None:
         for dest, plan in jobs:

@@ -258,3 +258,18 @@ def test_bad_out_paths_are_refused_before_anything_runs(node, capsys, tmp_path):
         cap = capsys.readouterr()
         assert "--out: " in cap.err and words in cap.err and "[1/" not in cap.out, name
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_real_copy_timer_pulls_through_the_scheduler_and_refuses_a_wrong_copy():
+    from dwdp_trtllm.calibrate.copy_timer import SchedulerCopyTimer, pull_plan
+    from dwdp_trtllm.copy_plan import CopyOp, CopyPlan
+
+    timer = SchedulerCopyTimer("cpu", 4, reps=1)
+    two = CopyPlan(0, (CopyOp(1, 0, 0, 0, 4096), CopyOp(2, 0, 4096, 4096, 4096)), sliced=True)
+    assert (timer.lanes(pull_plan(1 << 16, 1, 0)), timer.lanes(pull_plan(1 << 16, 1, 1 << 12)), timer.lanes(two)) == (1, 3, 0)
+    jobs = [(0, two), (3, pull_plan(1 << 16, 1, 1 << 12, 3))]
+    assert all(t > 0 for t in timer.time_pulls(jobs))
+    assert timer._dst[3][: 1 << 16].equal(timer._src[1][: 1 << 16])
+    timer._dst[0][5000] ^= 1  # one flipped byte in the second op's range
+    with pytest.raises(RuntimeError, match="into rank 0 from rank 2 is not bit-exact"):
+        timer._check(jobs)
