@@ -7,9 +7,8 @@ fails, or Ctrl-C, stops the run before anything is written: the file appears who
 """
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +58,7 @@ class Tools:
     a2a_timer: object  # calibrate.dep_comm.A2aTimer
     machine: Callable[[], dict]  # -> measured_on
     deepep: bool = False  # deep_ep importable
+    trtllm: bool = False  # tensorrt_llm importable (found, not imported: only integration/trtllm/ imports it)
     memory_bound: Callable = interference.memory_bound_fn  # (device, bytes) -> the memory-bound kernel's closure
 
 
@@ -73,7 +73,8 @@ def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
     return Tools(copy_timer=lambda: SchedulerCopyTimer(device, gpus, reps=reps),
                  floor_timer=lambda wd: FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps, fp8_linear=wd == "fp8"),
                  a2a_timer=dep_comm.SpawnA2aTimer(device, reps=reps),
-                 machine=lambda: read_machine(device, gpus), deepep=dep_comm.deepep_installed())
+                 machine=lambda: read_machine(device, gpus), deepep=dep_comm.deepep_installed(),
+                 trtllm=importlib.util.find_spec("tensorrt_llm") is not None)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,9 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
         steps.append(Step(f"routed-expert GEMMs {wd}" + (", attention, dense GEMMs, HBM" if wd == main else ""),
                           f"bench/floor_timer.FloorTimer on {one} at tokens {list(shapes.tokens)}, ISLs "
                           f"{list(shapes.isls)} ({spec.name} shapes, {wd} experts"
-                          + (", FP8 block-scale linear layers)" if wd == "fp8" else ")"), kernels_step(wd)))
+                          + (", FP8 block-scale linear layers)" if wd == "fp8" else ")") + "; TensorRT-LLM's kernels "
+                          + ("not timed by this version" if tools.trtllm else "not timed: tensorrt_llm not installed"),
+                          kernels_step(wd)))
     if gpus < 2:
         alone = "one GPU" if device == "cuda" else "one rank"
         why = f"{alone}: no peer to copy from (a same-device copy is not a peer copy)"
@@ -218,16 +221,8 @@ def run_calibration(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, 
     return data
 
 
-def write_atomic(path: Path, data: dict) -> None:
-    """The file whole or not at all: written beside `path`, flushed, then renamed over it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_file(path: Path, data: dict) -> None:
+    """The file whole or not at all (bench/report.write_atomic: a temporary beside `path`, flushed, renamed over it)."""
+    from ..bench.report import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=1) + "\n")

@@ -60,7 +60,7 @@ def run(args, tools=None) -> int:
     """tools: calibrate.pipeline.Tools (the tests' fakes); None = the real devices."""
     from rich.console import Console
 
-    from ..calibrate.pipeline import StepFailed, real_tools, run_calibration, shapes_for, write_atomic
+    from ..calibrate.pipeline import StepFailed, real_tools, run_calibration, shapes_for, write_file
     from ..out_path import check_out_file
     from ..perf.calibration_detail import FUNCTIONAL
 
@@ -91,7 +91,7 @@ def run(args, tools=None) -> int:
         while live:
             live.pop().stop()
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, data)
+    write_file(out, data)
     prov = data["provenance"]
     measured = sorted(k for k, v in prov.items() if "measured" in v)
     priors = sorted(k for k, v in prov.items() if "prior" in v)

@@ -105,11 +105,13 @@ def test_ctrl_c_writes_nothing(node, capsys, tmp_path):
 
 
 def test_write_interrupted_midway_leaves_no_file(tmp_path, monkeypatch):
-    def boom(*a, **k):
+    from dwdp_trtllm.bench import report
+
+    def boom(fd):
         raise KeyboardInterrupt
-    monkeypatch.setattr(pipeline.json, "dump", boom)
+    monkeypatch.setattr(report.os, "fsync", boom)  # the text written, not yet flushed to disk
     with pytest.raises(KeyboardInterrupt):
-        pipeline.write_atomic(tmp_path / "c.json", {"a": 1})
+        pipeline.write_file(tmp_path / "c.json", {"a": 1})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -138,7 +140,7 @@ def _file(tmp_path, gpus=8) -> tuple[Path, dict]:
     data = pipeline.run_calibration(fakes.fake_tools(R1, gpus), R1, pipeline.shapes_for("cuda", True, R1), "cuda", gpus,
                                     lambda *a: None)
     path = tmp_path / "cal.json"
-    pipeline.write_atomic(path, data)
+    pipeline.write_file(path, data)
     return path, data
 
 
