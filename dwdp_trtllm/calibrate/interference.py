@@ -3,8 +3,8 @@ real peer copy: a same-device copy never counts, perf/uncertainty.py), against e
 
 Phases (perf/calibration_detail.PHASES, the planner's interference phases): attention_core (the floor's causal
 attention kernel), gemm (a dense MLP's down projection), memory_bound (an elementwise add over buffers far larger
-than L2), grouped_gemm (the routed experts' grouped GEMMs). The compute is repeated until it lasts about as long as
-the pull alone, so the two overlap for most of either; interference = compute time beside the pull / alone, and
+than L2), grouped_gemm (the routed experts' grouped GEMMs). A short kernel is repeated, and a long one gets a longer
+pull, until compute and pull alone last about as long, so the two overlap for most of either; interference = compute time beside the pull / alone, and
 copy slowdown = pull time beside the compute / alone.
 """
 from __future__ import annotations
@@ -18,6 +18,8 @@ from .copy_timer import CopyTimer, pull_plan
 
 #: bytes of each operand of the memory-bound phase (three of them: far beyond any L2)
 MEMORY_BOUND_BYTES = 256 << 20
+#: the longest pull put beside one compute call
+MAX_PULL_BYTES = 8 << 30
 
 
 def memory_bound_fn(device: torch.device, nbytes: int = MEMORY_BOUND_BYTES) -> Callable[[], None]:
@@ -30,11 +32,17 @@ def memory_bound_fn(device: torch.device, nbytes: int = MEMORY_BOUND_BYTES) -> C
 
 
 def phase_interference(timer: CopyTimer, compute: Callable[[], None], pull_bytes: int, slice_bytes: int) -> tuple[float, float]:
-    """(compute slowdown, copy slowdown) of `compute` on rank 0 beside rank 0 pulling `pull_bytes` from rank 1."""
+    """(compute slowdown, copy slowdown) of `compute` on rank 0 beside rank 0 pulling from rank 1: at least
+    `pull_bytes`, more (up to MAX_PULL_BYTES) when one compute call outlasts that pull, so the two overlap."""
     job = [(0, pull_plan(pull_bytes, 1, slice_bytes, 0))]
     copy_alone = timer.time_pulls(job)[0]
     one = timer.time_compute(0, compute, 1)
-    calls = max(1, math.ceil(copy_alone / max(one, 1e-6)))
+    if one > copy_alone:  # a long kernel: a longer pull beside it, in whole slices
+        step = slice_bytes or pull_bytes
+        nbytes = min(MAX_PULL_BYTES, math.ceil(pull_bytes * one / copy_alone / step) * step)
+        job = [(0, pull_plan(nbytes, 1, slice_bytes, 0))]
+        copy_alone = timer.time_pulls(job)[0]
+    calls = max(1, round(copy_alone / max(one, 1e-6)))
     compute_alone = timer.time_compute(0, compute, calls)
     copy_ms, compute_ms = timer.time_with_compute(job, compute, calls)
     return compute_ms / compute_alone, copy_ms[0] / copy_alone

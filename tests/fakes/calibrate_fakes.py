@@ -55,7 +55,7 @@ class FakeCopyTimer:
         self.ranks, self.fail_on, self.interrupt, self.calls = ranks, fail_on, interrupt, []
 
     def time_pulls(self, jobs):
-        self.calls.append(("pulls", len(jobs)))
+        self.calls.append(("pulls", len(jobs), sum(plan.total_bytes for _, plan in jobs)))
         if self.interrupt:
             raise KeyboardInterrupt
         if self.fail_on == "group" and len(jobs) == self.ranks:
