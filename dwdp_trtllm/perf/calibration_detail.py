@@ -65,15 +65,17 @@ def _mapping(file: str, key: str, v: Any, fields: dict[str, type] | tuple[str, .
     return v
 
 
+def _record(file: str, key: str, r: Any, fields: dict[str, tuple[bool, bool]]) -> dict:
+    """A mapping with exactly `fields` (name -> (integer, zero allowed)), every value a number >= or > 0."""
+    _mapping(file, key, r, tuple(fields), need=tuple(fields))
+    return {k: _pos(file, f"{key}.{k}", r[k], integer=a, zero=z) for k, (a, z) in fields.items()}
+
+
 def _records(file: str, key: str, v: Any, fields: dict[str, tuple[bool, bool]]) -> tuple[dict, ...]:
-    """A non-empty list of mappings with exactly `fields` (name -> (integer, zero allowed))."""
+    """A non-empty list of _record mappings."""
     if not isinstance(v, list) or not v:
         raise ConfigError(file, key, f"expected a non-empty list of records, got {v!r}")
-    out = []
-    for i, r in enumerate(v):
-        _mapping(file, f"{key}[{i}]", r, tuple(fields), need=tuple(fields))
-        out.append({k: _pos(file, f"{key}[{i}].{k}", r[k], integer=a, zero=z) for k, (a, z) in fields.items()})
-    return tuple(out)
+    return tuple(_record(file, f"{key}[{i}]", r, fields) for i, r in enumerate(v))
 
 
 def _slice_points(file: str, v: Any) -> tuple[tuple[int, float], ...]:
@@ -148,7 +150,7 @@ def parse_detail(data: dict, file: str, known: tuple[str, ...]) -> dict:
         if not m:
             raise ConfigError(file, "dep_comm", f"expected a mapping with keys among {', '.join(DEP_BACKENDS)}, got {{}}")
         fields = {"ranks": (True, False), "bytes_per_rank": (True, False), "ms": (False, False), "gbps": (False, False)}
-        kw["dep_comm"] = {b: _records(file, f"dep_comm.{b}", [r], fields)[0] for b, r in m.items()}
+        kw["dep_comm"] = {b: _record(file, f"dep_comm.{b}", r, fields) for b, r in m.items()}
     return kw
 
 
