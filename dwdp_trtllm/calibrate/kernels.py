@@ -13,10 +13,8 @@ TensorRT-LLM's own kernels are not timed here (tensorrt_llm is imported only und
 """
 from __future__ import annotations
 
+from ..perf.cost_model import _CAL_TOKENS_PER_ROW_PER_EXPERT as TOKENS_PER_ROW_PER_EXPERT  # the key's convention
 from ..perf.flops import attention_proj_flops, expert_rows_flops, shared_and_router_flops
-
-#: rows per expert x this = the grouped_gemm_tflops key's tokens (perf/cost_model._CAL_TOKENS_PER_ROW_PER_EXPERT)
-TOKENS_PER_ROW_PER_EXPERT = 32
 
 
 def even_rows(spec, tokens: int) -> tuple[int, ...]:

@@ -16,11 +16,12 @@ import statistics
 
 from ..config import DwdpConfig
 from ..copy_plan import ExpertLayout, build_copy_plan
+from ..perf.planner import PlanSpec
 from ..placement import make_placement
 from .copy_timer import CopyTimer, pull_plan
 
-#: the planner's default slice size (`dwdp plan --slice-bytes`, perf/planner.PlanSpec.slice_bytes)
-PLANNER_SLICE = 2 << 20
+#: the planner's default slice size (perf/planner.PlanSpec.slice_bytes)
+PLANNER_SLICE = PlanSpec.slice_bytes[0]
 
 
 def _gbps(nbytes: int, ms: float) -> float:
