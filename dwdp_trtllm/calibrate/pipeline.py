@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..byte_units import fmt_bytes
 from ..expert_buffers import expert_layout
 from ..models import ModelSpec
 from ..perf.calibration_detail import FUNCTIONAL, SCHEMA_VERSION
@@ -46,6 +47,11 @@ def shapes_for(device: str, quick: bool, spec: ModelSpec) -> Shapes:
                       min(spec.num_experts, 64), 3)
     return Shapes((4096, 8192, 16384), (2048, 4096, 8192, 16384), (0, 512 * KiB, 2 * MiB, 8 * MiB), 1 * GiB,
                   interference.MEMORY_BOUND_BYTES, spec.num_experts, 5)
+
+
+def slice_text(sizes: tuple[int, ...]) -> str:
+    """Slice sizes as a user reads them ('unsliced, 0.5 MiB, 2 MiB'): 0 is one op per run."""
+    return ", ".join("unsliced" if s == 0 else fmt_bytes(s, "MiB", digits=None) for s in sizes)
 
 
 @dataclass(frozen=True)
@@ -175,12 +181,13 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
         rec = dep_comm.a2a_record(tools.a2a_timer, gpus, dep_comm.dispatch_bytes(spec, max(shapes.tokens), DISPATCH_BYTES))
         return {"dep_comm": {tools.a2a_timer.backend: rec}, "all_to_all_gbps": rec["gbps"]}
 
+    pull = fmt_bytes(shapes.pull_bytes, "MiB", digits=None)
     steps += [Step("peer bandwidth per pair, sliced and unsliced", f"calibrate/peer.py pair_bandwidth + slice_sweep: "
-                   f"{shapes.pull_bytes} B pulls through copy_scheduler.CopyScheduler on {many}", pairs_step),
+                   f"{pull} pulls, slices {slice_text(shapes.slice_sizes)} through copy_scheduler.CopyScheduler on {many}", pairs_step),
               Step(f"many-to-one and whole-group pulls ({gpus - 1} peer(s) at once)", "calibrate/peer.py many_to_one "
                    f"+ group_pull: a {shapes.group_experts}-expert {spec.name} layer over {many}", contention_step),
               Step("copies under compute, per phase", "calibrate/interference.py: rank 0 computes each phase while it "
-                   f"pulls {shapes.pull_bytes} B from rank 1", interference_step),
+                   f"pulls {pull} from rank 1", interference_step),
               Step(f"DEP dispatch all-to-all ({tools.a2a_timer.backend})", "calibrate/dep_comm.py: all_to_all_single "
                    f"of the dispatch of {max(shapes.tokens)} tokens per rank on {gpus} ranks ({tools.a2a_timer.backend}); "
                    + ("DeepEP installed but not timed by this version" if tools.deepep else "DeepEP not installed"), dep_step)]

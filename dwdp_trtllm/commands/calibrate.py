@@ -60,7 +60,7 @@ def run(args, tools=None) -> int:
     """tools: calibrate.pipeline.Tools (the tests' fakes); None = the real devices."""
     from rich.console import Console
 
-    from ..calibrate.pipeline import StepFailed, real_tools, run_calibration, shapes_for, write_file
+    from ..calibrate.pipeline import StepFailed, real_tools, run_calibration, shapes_for, slice_text, write_file
     from ..out_path import check_out_file
     from ..perf.calibration_detail import FUNCTIONAL
 
@@ -71,7 +71,7 @@ def run(args, tools=None) -> int:
     con = Console(highlight=False, soft_wrap=True)
     what = f"{gpus} logical rank(s) on the CPU: {FUNCTIONAL}" if device == "cpu" else f"{gpus} GPU(s)"
     con.print(f"dwdp calibrate: {what}; {spec.name} shapes, {'quick' if args.quick else 'full'} "
-              f"(tokens {list(shapes.tokens)}, ISLs {list(shapes.isls)}, slices {list(shapes.slice_sizes)} B)")
+              f"(tokens {list(shapes.tokens)}, ISLs {list(shapes.isls)}, slices {slice_text(shapes.slice_sizes)})")
 
     live = []  # the running step's spinner (a terminal only; piped output gets the lines alone)
 
