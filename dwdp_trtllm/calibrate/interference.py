@@ -31,15 +31,16 @@ def memory_bound_fn(device: torch.device, nbytes: int = MEMORY_BOUND_BYTES) -> C
     return lambda: torch.add(x, y, out=z)
 
 
-def phase_interference(timer: CopyTimer, compute: Callable[[], None], pull_bytes: int, slice_bytes: int) -> tuple[float, float]:
+def phase_interference(timer: CopyTimer, compute: Callable[[], None], pull_bytes: int, slice_bytes: int,
+                       max_bytes: int = MAX_PULL_BYTES) -> tuple[float, float]:
     """(compute slowdown, copy slowdown) of `compute` on rank 0 beside rank 0 pulling from rank 1: at least
-    `pull_bytes`, more (up to MAX_PULL_BYTES) when one compute call outlasts that pull, so the two overlap."""
+    `pull_bytes`, more (up to `max_bytes`) when one compute call outlasts that pull, so the two overlap."""
     job = [(0, pull_plan(pull_bytes, 1, slice_bytes, 0))]
     copy_alone = timer.time_pulls(job)[0]
     one = timer.time_compute(0, compute, 1)
     if one > copy_alone:  # a long kernel: a longer pull beside it, in whole slices
         step = slice_bytes or pull_bytes
-        nbytes = min(MAX_PULL_BYTES, math.ceil(pull_bytes * one / copy_alone / step) * step)
+        nbytes = min(max(max_bytes, pull_bytes), math.ceil(pull_bytes * one / copy_alone / step) * step)
         job = [(0, pull_plan(nbytes, 1, slice_bytes, 0))]
         copy_alone = timer.time_pulls(job)[0]
     calls = max(1, round(copy_alone / max(one, 1e-6)))
@@ -49,9 +50,9 @@ def phase_interference(timer: CopyTimer, compute: Callable[[], None], pull_bytes
 
 
 def interference_by_phase(timer: CopyTimer, phases: dict[str, Callable[[], None]], pull_bytes: int,
-                          slice_bytes: int) -> tuple[dict[str, float], dict[str, float]]:
+                          slice_bytes: int, max_bytes: int = MAX_PULL_BYTES) -> tuple[dict[str, float], dict[str, float]]:
     """({phase: compute slowdown}, {phase: copy slowdown}) for every phase closure given."""
     comp, copy = {}, {}
     for name, fn in phases.items():
-        comp[name], copy[name] = phase_interference(timer, fn, pull_bytes, slice_bytes)
+        comp[name], copy[name] = phase_interference(timer, fn, pull_bytes, slice_bytes, max_bytes)
     return comp, copy

@@ -34,6 +34,7 @@ class Shapes:
     isls: tuple[int, ...]  # one request's length (attention)
     slice_sizes: tuple[int, ...]  # copy slice sizes, 0 = one op per run (unsliced)
     pull_bytes: int  # bytes of one pair / many-to-one / interference pull
+    max_pull_bytes: int  # the longest pull beside one compute call (interference)
     memory_bytes: int  # bytes of each operand of the memory-bound kernel (HBM, interference)
     group_experts: int  # routed experts of the group pull's layer
     reps: int
@@ -41,12 +42,13 @@ class Shapes:
 
 def shapes_for(device: str, quick: bool, spec: ModelSpec) -> Shapes:
     if device == "cpu":  # a functional check: tiny sizes, the same code paths
-        return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, 1 * MiB, spec.num_experts, 2)
+        return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, 4 * MiB, 1 * MiB, spec.num_experts, 2)
     if quick:
-        return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, interference.MEMORY_BOUND_BYTES,
+        return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, interference.MAX_PULL_BYTES,
+                      interference.MEMORY_BOUND_BYTES,
                       min(spec.num_experts, 64), 3)
     return Shapes((4096, 8192, 16384), (2048, 4096, 8192, 16384), (0, 512 * KiB, 2 * MiB, 8 * MiB), 1 * GiB,
-                  interference.MEMORY_BOUND_BYTES, spec.num_experts, 5)
+                  interference.MAX_PULL_BYTES, interference.MEMORY_BOUND_BYTES, spec.num_experts, 5)
 
 
 def slice_text(sizes: tuple[int, ...]) -> str:
@@ -172,7 +174,8 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
                       "gemm": ft.op_fn("gemm", T, spec.hidden_size, I),
                       "memory_bound": tools.memory_bound(ft.device, shapes.memory_bytes),
                       "grouped_gemm": ft.grouped_fn(kernels.even_rows(spec, T))}
-            comp, copy = interference.interference_by_phase(timer(), phases, shapes.pull_bytes, peer.PLANNER_SLICE)
+            comp, copy = interference.interference_by_phase(timer(), phases, shapes.pull_bytes, peer.PLANNER_SLICE,
+                                                            shapes.max_pull_bytes)
             return {"interference_by_phase": comp, "copy_slowdown_by_phase": copy}
         finally:
             ft.release()

@@ -280,7 +280,7 @@ def test_the_real_copy_timer_pulls_through_the_scheduler_and_refuses_a_wrong_cop
         timer._check(jobs)
 
 
-@pytest.mark.parametrize("ratio", [0.1, 10.0])
+@pytest.mark.parametrize("ratio", [0.1, 10.0, 1000.0])
 def test_interference_overlaps_compute_and_pull_of_about_equal_length(ratio):
     from dwdp_trtllm.calibrate.copy_timer import pull_plan
     from dwdp_trtllm.calibrate.interference import phase_interference
@@ -289,10 +289,10 @@ def test_interference_overlaps_compute_and_pull_of_about_equal_length(ratio):
     n, s = 64 << 20, 2 << 20
     copy_alone = fakes.copy_ms([(0, pull_plan(n, 1, s, 0))])[0]
     kernel = fakes.FakeKernel("gemm", copy_alone * ratio)
-    comp, copy = phase_interference(timer, kernel, n, s)
+    comp, copy = phase_interference(timer, kernel, n, s, max_bytes=16 * n)
     assert (comp, copy) == pytest.approx((fakes.SLOWDOWN["gemm"], fakes.COPY_SLOWDOWN["gemm"]))
     pulled = [c[2] for c in timer.calls if c[0] == "pulls"]
-    if ratio > 1:  # the long kernel got a 10x longer pull, in whole slices
-        assert pulled == [n, 10 * n]
+    if ratio > 1:  # the long kernel got a longer pull, in whole slices, at most max_bytes
+        assert pulled == [n, {10.0: 10 * n, 1000.0: 16 * n}[ratio]]
     else:
         assert pulled == [n]
