@@ -95,7 +95,7 @@ def run(args, tools=None) -> int:
     prov = data["provenance"]
     measured = sorted(k for k, v in prov.items() if "measured" in v)
     priors = sorted(k for k, v in prov.items() if "prior" in v)
-    con.print(f"measured: {', '.join(measured) or 'nothing'}")
+    con.print(f"{'measured' if device == 'cuda' else 'ran (functional only)'}: {', '.join(measured) or 'nothing'}")
     for k in priors:
         con.print(f"prior: {k} ({prov[k]['why']})")
     tail = f" ({FUNCTIONAL}: dwdp plan refuses it)" if device == "cpu" else f"; use it: dwdp plan --calibration {out}"
