@@ -103,7 +103,7 @@ class Calibration:
     def measured(self, key: str) -> bool:
         """Whether this calibration sets `key` (a file key, e.g. peer_copy_gbps): the planner's test of measured."""
         v = getattr(self, key, None)
-        return key in _KEYS and v not in (None, (), {}) and key not in ("schema_version", "measured_on", "provenance")
+        return key in _KEYS and v not in (None, (), {}) and key not in ("gpu", "schema_version", "measured_on", "provenance")
 
     def floor_rate(self, key: str, tokens, isl, linear_dtype: str | None = None):
         """Floor TFLOP/s of attention_proj / other at this size, for linear layers in `linear_dtype` (the floor runs
