@@ -179,6 +179,7 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
             return {"interference_by_phase": comp, "copy_slowdown_by_phase": copy}
         finally:
             ft.release()
+            timer().release()  # the pulls (up to max_pull_bytes) before the all-to-all's processes take the GPUs
 
     def dep_step():
         rec = dep_comm.a2a_record(tools.a2a_timer, gpus, dep_comm.dispatch_bytes(spec, max(shapes.tokens), DISPATCH_BYTES))
