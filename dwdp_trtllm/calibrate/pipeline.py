@@ -22,8 +22,10 @@ from ..perf.uncertainty import PRIOR_SOURCES
 from . import dep_comm, interference, kernels, peer
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-#: dispatch activations' bytes per element (FP8, TensorRT-LLM's default for FP8 checkpoints; combine is BF16)
+#: dispatch activations' bytes per element (FP8: `dwdp plan`'s default --dispatch-dtype; combine is BF16)
 DISPATCH_BYTES = 1.0
+#: the longest interference pull of --quick (the full run's: interference.MAX_PULL_BYTES)
+QUICK_MAX_PULL_BYTES = 2 * GiB
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,8 @@ def shapes_for(device: str, quick: bool, spec: ModelSpec) -> Shapes:
     if device == "cpu":  # a functional check: tiny sizes, the same code paths
         return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, 4 * MiB, 1 * MiB, spec.num_experts, 2)
     if quick:
-        return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, interference.MAX_PULL_BYTES,
-                      interference.MEMORY_BOUND_BYTES,
-                      min(spec.num_experts, 64), 3)
+        return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, QUICK_MAX_PULL_BYTES,
+                      interference.MEMORY_BOUND_BYTES, min(spec.num_experts, 64), 3)
     return Shapes((4096, 8192, 16384), (2048, 4096, 8192, 16384), (0, 512 * KiB, 2 * MiB, 8 * MiB), 1 * GiB,
                   interference.MAX_PULL_BYTES, interference.MEMORY_BOUND_BYTES, spec.num_experts, 5)
 
