@@ -21,6 +21,12 @@ Calibration file (strict; every key optional, unknown keys are errors naming fil
                                                        # every size (win over floor runs)
     }
 
+Schema 2 (`dwdp calibrate`, docs/CALIBRATION.md) adds `schema_version`, `measured_on` (host, time, GPU, driver, torch,
+CUDA, NVLink topology), `provenance` (per key: measured where and when, or a prior and why) and the measurements behind
+the keys above (per-pair and many-to-one peer bandwidth, sliced vs unsliced, interference per phase, DEP
+dispatch per backend); perf/calibration_detail.py validates them. A key is measured iff the file sets it; a newer
+schema_version is refused, and so is a CPU functional check's file (`measured_on.purpose`).
+
 `grouped_gemm_tflops` tokens are the tokens entering the MoE on one rank (before top-k); values are
 interpolated log-linearly in tokens and clamped at the ends.
 
@@ -50,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..spec.schema import ConfigError
+from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, parse_detail
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
 
@@ -57,7 +64,7 @@ Points = tuple[tuple[float, float], ...]
 
 _KEYS = ("gpu", "grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps", "peer_copy_gbps",
          "slice_efficiency", "all_to_all_gbps", "interference", "contention_slowdown", "floor_tflops",
-         "engine_over_floor")
+         "engine_over_floor") + DETAIL_KEYS
 FLOOR_RATE_KEYS = ("attention_proj", "attention_core", "expert_gemm_bf16", "expert_gemm_fp8", "expert_gemm_nvfp4", "other")
 
 
@@ -81,6 +88,22 @@ class Calibration:
     floor: FloorCalibration = field(default_factory=FloorCalibration)  # `dwdp bench --floor` runs
     engine_efficiency: bool = True  # False: plan for stock kernels (the floor), not for our engine
     notes: tuple[str, ...] = ()
+    # schema 2 (perf/calibration_detail.py): where it was measured, per key provenance, the measurements in detail
+    schema_version: int = 1
+    measured_on: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, dict[str, str]] = field(default_factory=dict)
+    peer_pairs: tuple[dict, ...] = ()
+    slice_gbps: Points = ()
+    many_to_one: tuple[dict, ...] = ()
+    group_pull: tuple[dict, ...] = ()
+    interference_by_phase: dict[str, float] = field(default_factory=dict)
+    copy_slowdown_by_phase: dict[str, float] = field(default_factory=dict)
+    dep_comm: dict[str, dict] = field(default_factory=dict)
+
+    def measured(self, key: str) -> bool:
+        """Whether this calibration sets `key` (a file key, e.g. peer_copy_gbps): the planner's test of measured."""
+        v = getattr(self, key, None)
+        return key in _KEYS and v not in (None, (), {}) and key not in ("gpu", "schema_version", "measured_on", "provenance")
 
     def floor_rate(self, key: str, tokens, isl, linear_dtype: str | None = None):
         """Floor TFLOP/s of attention_proj / other at this size, for linear layers in `linear_dtype` (the floor runs
@@ -135,7 +158,14 @@ class Calibration:
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name in ("sources", "notes"):
                 kw[f.name] = a + b
-            elif f.name in ("grouped_gemm_tflops", "contention_slowdown", "floor_tflops", "engine_over_floor"):
+            elif f.name == "schema_version":
+                kw[f.name] = max(a, b)
+            elif f.name == "measured_on":  # one machine's record, never a mix of two
+                kw[f.name] = b or a
+            elif f.name == "provenance":  # a key's provenance follows the value that wins
+                kw[f.name] = {k: (b[k] if k in b and other.measured(k) else a[k] if k in a and self.measured(k)
+                                  else b.get(k, a.get(k))) for k in {**a, **b}}
+            elif isinstance(a, dict):
                 kw[f.name] = {**a, **b}
             elif f.name == "floor":  # floor runs are pooled; FloorCalibration.select picks one campaign
                 kw[f.name] = FloorCalibration(a.points + b.points, a.notes + b.notes)
@@ -181,7 +211,7 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
     for k in data:
         if k not in _KEYS:
             raise ConfigError(file, str(k), f"unknown key; expected one of {', '.join(_KEYS)}")
-    kw: dict[str, Any] = {"sources": (file,)}
+    kw: dict[str, Any] = {"sources": (file,), **parse_detail(data, file, _KEYS)}
     if "gpu" in data:
         if not isinstance(data["gpu"], str):
             raise ConfigError(file, "gpu", f"expected a string, got {data['gpu']!r}")
@@ -229,9 +259,14 @@ def read_json(path: Path) -> Any:
         raise ConfigError(str(path), "", f"cannot read the file ({e.strerror or e})") from None
 
 
-def load_calibration(path: str | Path) -> Calibration:
-    """A strict calibration file (schema in the module docstring)."""
-    return calibration_from_dict(read_json(Path(path)), file=str(path))
+def load_calibration(path: str | Path, *, functional_ok: bool = False) -> Calibration:
+    """A strict calibration file (schema in the module docstring). A CPU functional check's file (`dwdp calibrate
+    --device cpu`) is refused unless `functional_ok` (its tests): its numbers describe no GPU."""
+    cal = calibration_from_dict(read_json(Path(path)), file=str(path))
+    if cal.measured_on.get("purpose") == FUNCTIONAL and not functional_ok:
+        raise ConfigError(str(path), "measured_on.purpose", f"{FUNCTIONAL} (written by `dwdp calibrate --device "
+                                                            "cpu`): run `dwdp calibrate` on the GPU node to plan with it")
+    return cal
 
 
 def _walk(node: Any):
