@@ -230,3 +230,23 @@ def search(p: Problem, dc: DecodeCost, gen_from: str = "dwdp") -> dict[str, Outc
         out[mode] = Outcome(mode, d, m, lo, hi, _binding(p, d, r, cost, m), result=r,
                             memory_gb=rm.total / 1e9 if rm else 0.0)
     return out
+
+
+def pareto(p: Problem, ctx: Deployment, dc: DecodeCost) -> list[tuple[float, float]]:
+    """(TPS/user, output TPS/GPU) behind context side `ctx`, one point per (gen_tp, batch) whose KV fits: the
+    fewest generation servers the throughput bound allows (+1 until every request finishes), no TPS/user SLO."""
+    a = p.arrivals
+    out_rate = float(np.sum(a.osl - 1)) / max(a.duration_s, 1e-9) if not a.closed_users else math.nan
+    kv_mid = float(np.mean(a.isl) + np.mean(a.osl) / 2)
+    pts = []
+    free = Slo(None, None, None)
+    for tp in p.gen_tps:
+        for b in p.gen_batches:
+            if tp > p.gpus_per_node or not gen_batch_fits(p, tp, b):
+                continue
+            step = dc.step_ms(tp, b, kv_mid) * 1e-3
+            n = 1 if math.isnan(out_rate) else max(1, math.ceil(out_rate / (tp * b / step)))
+            d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b)
+            m = summarize(_run(p, d, dc)[0], d.gpus, free)
+            pts.append((m.tps_user, m.output_tps_per_gpu))
+    return pts
