@@ -124,7 +124,6 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
         for i in range(n_req):
             push(float(arrivals.t_s[i]), "arrive", i)
         issued = n_req
-    where: dict[int, tuple[int, int]] = {}
     stats = {"ctx_busy": 0.0, "steps": 0, "kv": 0.0}
 
     def start_ctx(s: int, t: float):
@@ -183,9 +182,11 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
             r = min(range(ctx_ranks), key=lambda j: (c.outstanding[j], j))
             c.outstanding[r] += int(isl[i])
             c.ranks[r].append(Request(request_id=i, rank=r, isl=int(isl[i]), arrival_s=t))
-            where[i] = (s, r)
-            if not c.busy:
-                start_ctx(s, t)
+            if not c.busy:  # start after every other arrival of this instant (they join the same iteration)
+                c.busy = True
+                push(t, "ctx_start", s)
+        elif kind == "ctx_start":
+            start_ctx(p, t)
         elif kind == "ctx_end":
             s, batches = p
             for r, b in enumerate(batches):
