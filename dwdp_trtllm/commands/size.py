@@ -154,15 +154,21 @@ def gen_config_argv(args, d) -> list[str]:
     return argv
 
 
-def write_deployment(args, d, out: str) -> list[str]:
-    """Write deployment `d` with gen-config's parser and run (one code path); the gen-config line it ran."""
+def write_deployment(args, d, out: str) -> tuple[list[str], str]:
+    """Write deployment `d` with gen-config's parser and run (one code path); the gen-config line it ran and what
+    gen-config printed."""
+    import contextlib
+    import io
+
     from ..cli import build_parser
     if d.redundant:
         raise ConfigError(None, "--out", "gen-config writes derived placements only; rerun with --redundant-experts 0")
     argv = gen_config_argv(args, d) + ["--out", out]
     ns = build_parser().parse_args(argv)
-    ns._run(ns)
-    return argv
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        ns._run(ns)
+    return argv, said.getvalue()
 
 
 def run(args) -> int:
@@ -188,25 +194,28 @@ def run(args) -> int:
     if args.plot:
         _, p, out = results[len(results) // 2]
         pareto = {m: se.pareto(p, o.deployment, dc) for m, o in out.items() if o.deployment is not None}
-    written = None
+    written, said = None, ""
     best = results[0][2]["dwdp"].deployment
     if args.out and best is not None:
-        written = write_deployment(args, best, args.out)
+        written, said = write_deployment(args, best, args.out)
     elapsed = time.monotonic() - t0
     if args.json:
         print(json.dumps({"runs": [{"rate": r, "traffic": p.arrivals.label, "slo": report.slo_text(p.slo),
                                     "budget": p.budget, **report.to_dict(out)} for r, p, out in results],
-                          "notes": notes, "gen_config": written, "seconds": round(elapsed, 2)}, indent=1))
+                          "notes": notes, "gen_config": written,
+                          "gen_config_output": said.splitlines(), "seconds": round(elapsed, 2)}, indent=1))
     else:
         for r, p, out in results:
-            print(f"{spec.model.name} {spec.weight_dtype} on {spec.gpu.name}: {p.arrivals.label}")
-            print(f"{report.slo_text(p.slo)}; budget {p.budget} GPUs, {p.gpus_per_node} per node")
+            for line in (f"{spec.model.name} {spec.weight_dtype} on {spec.gpu.name}: {p.arrivals.label}",
+                         f"{report.slo_text(p.slo)}; budget {p.budget} GPUs, {p.gpus_per_node} per node"):
+                print("\n".join(report.wrap(line, 80)))
             print(report.table(p, out, []))
             print()
         for n in notes:
-            print("\n".join(report._wrap(n, 80)))
+            print("\n".join(report.wrap(n, 80)))
         if written:
-            print("\n".join(report._wrap("wrote the DWDP deployment with: dwdp " + " ".join(written), 80)))
+            print("\n".join(report.wrap("wrote the DWDP deployment with: dwdp " + " ".join(written), 80)))
+            print(said, end="")
         elif args.out:
             print(f"--out: nothing written: no DWDP deployment meets the SLOs ({results[0][2]['dwdp'].why_none})")
         print(f"searched in {elapsed:.1f} s")

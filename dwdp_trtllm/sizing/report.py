@@ -12,7 +12,7 @@ from pathlib import Path
 from .metrics import Metrics, Slo, meets
 from .search import Outcome, Problem
 
-W_LABEL, W_COL = 22, 27  # 22 + 2 * 27 + separators = 80 columns
+W_LABEL, W_COL = 22, 26  # 22 + " | " + 26 + " | " + 26 = 80 columns
 
 
 def _range(m: Metrics, lo: Metrics | None, hi: Metrics | None, key: str, fmt: str) -> str:
@@ -46,7 +46,7 @@ ROWS = ("context servers", "max_num_tokens", "generation servers", "GPUs", "TTFT
         "TPS/user", "output TPS/GPU", "goodput req/s", "SLOs met", "ctx rank GB", "")
 
 
-def _wrap(text: str, width: int) -> list[str]:
+def wrap(text: str, width: int) -> list[str]:
     out, line = [], ""
     for w in text.split():
         if line and len(line) + 1 + len(w) > width:
@@ -68,11 +68,11 @@ def table(p: Problem, out: dict[str, Outcome], notes: list[str]) -> str:
     lines.append("-" * 80)
     for k, o in out.items():
         if o.deployment is not None:
-            lines += _wrap(f"{k.upper()} binding constraint: {o.binding}", 80)
+            lines += wrap(f"{k.upper()} binding constraint: {o.binding}", 80)
         else:
-            lines += _wrap(f"{k.upper()}: nothing fits: {o.why_none}", 80)
+            lines += wrap(f"{k.upper()}: nothing fits: {o.why_none}", 80)
     for n in notes:
-        lines += _wrap(n, 80)
+        lines += wrap(n, 80)
     return "\n".join(lines)
 
 
