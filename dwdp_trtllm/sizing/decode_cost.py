@@ -113,10 +113,15 @@ class DecodeCost:
         el = batch * tp * self.model.hidden_size
         ag, _ = self.tables.comm_ms("all_gather", tp, el)
         rs, _ = self.tables.comm_ms("reduce_scatter", tp, el)
-        if ag is None or rs is None:
-            raise ConfigError(None, "--gen-tp", f"no DEP communication rows for {tp} GPUs on {self.gpu}; "
-                                                "expected a generation server size the tables have (1, 2, 4 or 8)")
-        return float(ag + rs), f"NCCL all-gather + reduce-scatter rows ({tp} GPUs)"
+        if ag is not None and rs is not None:
+            return float(ag + rs), f"NCCL all-gather + reduce-scatter rows ({tp} GPUs)"
+        # no rows (e.g. GB200 past EP4): the planner's modelled NVLinkOneSided all-to-all (perf/phases.py)
+        from ..perf import cost_model as cm
+        from ..perf.hardware import get_gpu
+        p = cm.CostParams(gpu=get_gpu(self.gpu), dispatch_dtype="nvfp4" if self.weight_dtype == "nvfp4" else "fp8",
+                          a2a_dedup=True)
+        us = cm.all_to_all_us(self.model, p, np.full((1, tp), float(batch)), tp)
+        return float(np.max(us)) * 1e-3, f"modelled all-to-all ({tp} GPUs, no rows)"
 
     def step_ms(self, tp: int, batch: float, kv: float) -> float:
         """One decode step (ms) of a server of `tp` GPUs whose ranks each hold `batch` requests of mean KV length
