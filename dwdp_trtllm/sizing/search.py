@@ -89,7 +89,7 @@ def _run(p: Problem, d: Deployment, dc: DecodeCost | None, which: str = "nominal
     if context_only:
         arr = replace(arr, osl=np.ones_like(arr.osl))
     step = (lambda tp, b, kv: dc.step_ms(tp, b, kv) * 1e-3) if dc is not None else (lambda tp, b, kv: 0.0)
-    r = simulate(arr, d, ctx, step, p.kv_time, duration_s=arr.duration_s if arr.closed_users == 0 else None)
+    r = simulate(arr, d, ctx, step, p.kv_time)
     return r, cost
 
 

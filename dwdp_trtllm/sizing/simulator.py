@@ -115,7 +115,7 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
         order += 1
 
     issued = 0
-    horizon = duration_s if duration_s is not None else (float("inf") if closed else arrivals.duration_s)
+    horizon = duration_s if duration_s is not None else arrivals.duration_s
     if closed:
         for _ in range(min(closed, n_req)):
             push(0.0, "arrive", issued)

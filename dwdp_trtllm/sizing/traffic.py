@@ -27,6 +27,8 @@ DISTS = ("fixed", "uniform_ratio", "normal")
 MAX_LEN = 1 << 20
 MAX_REQUESTS = 200_000
 MAX_TRACE_BYTES = 64 << 20
+#: requests drawn per closed-loop user per second of duration (a request served in under 50 ms would run out)
+CLOSED_PER_USER_S = 20
 
 
 @dataclass(frozen=True)
@@ -103,18 +105,23 @@ class Arrivals:
     osl: np.ndarray
     label: str
     closed_users: int = 0
+    closed_duration_s: float = 0.0  # a closed loop issues no request after it
 
     def __len__(self) -> int:
         return int(self.isl.size)
 
     @property
     def duration_s(self) -> float:
-        return float(self.t_s[-1]) if len(self) and not self.closed_users else float("nan")
+        """The traffic's span: the last arrival (open loop, trace) or the closed loop's duration."""
+        if self.closed_users:
+            return self.closed_duration_s
+        return float(self.t_s[-1]) if len(self) else 0.0
 
 
 def generate(t: Traffic) -> Arrivals:
-    """The seeded requests of `t` (checked first). Closed loop: rate x duration is unknown, so enough lengths for
-    duration_s at one request per user per second are drawn (the simulator stops at duration_s)."""
+    """The seeded requests of `t` (checked first). Closed loop: rate x duration is unknown, so lengths for
+    CLOSED_PER_USER_S requests per user per second are drawn (at most MAX_REQUESTS; the simulator issues none
+    after duration_s)."""
     t.check()
     rng = np.random.default_rng(t.seed)
     if t.rate is not None:
@@ -125,10 +132,10 @@ def generate(t: Traffic) -> Arrivals:
         n = int(keep.sum())
         times = times[:n]
     else:
-        n = min(MAX_REQUESTS, int(t.concurrency * max(1.0, t.duration_s)))
+        n = min(MAX_REQUESTS, int(t.concurrency * max(1.0, t.duration_s) * CLOSED_PER_USER_S))
         times = np.full(n, np.nan)
     return Arrivals(times, t.isl.draw(rng, n), t.osl.draw(rng, n), t.label(),
-                    closed_users=t.concurrency or 0)
+                    closed_users=t.concurrency or 0, closed_duration_s=t.duration_s if t.concurrency else 0.0)
 
 
 def read_trace(path: str | Path) -> Arrivals:

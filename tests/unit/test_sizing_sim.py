@@ -156,3 +156,12 @@ def test_bad_slo_is_refused_naming_the_argument(slo, arg):
     with pytest.raises(ConfigError) as e:
         slo.check()
     assert e.value.key == arg
+
+
+def test_closed_loop_user_sends_the_next_request_when_the_last_finished():
+    """One user, fixed service D, OSL 1: back-to-back requests, each TTFT = D, about duration / D of them."""
+    a = tr.generate(tr.Traffic(tr.LengthDist(100), tr.LengthDist(1), concurrency=1, duration_s=10.0, seed=0))
+    r = simulate(a, Deployment("dwdp", 1, 1, 100, 1, 1, 1), lambda s, segs: 0.25, lambda *_: 0.0, lambda isl: 0.0)
+    assert np.allclose(r.first_token_s - r.arrival_s, 0.25)
+    assert np.allclose(np.diff(r.arrival_s), 0.25)
+    assert r.arrival_s.size == 41  # issued at 0, 0.25, ..., 10.0 (the last one at the horizon)
