@@ -165,3 +165,22 @@ def test_closed_loop_user_sends_the_next_request_when_the_last_finished():
     assert np.allclose(r.first_token_s - r.arrival_s, 0.25)
     assert np.allclose(np.diff(r.arrival_s), 0.25)
     assert r.arrival_s.size == 41  # issued at 0, 0.25, ..., 10.0 (the last one at the horizon)
+
+
+def test_decode_step_reads_the_tables_and_grows_with_batch_and_context():
+    """A decode step is the per-layer sum of the shipped rows: more requests or a longer context never cost less,
+    and one step at batch 1 is at least the MoE layers' MLA modules read straight from the generation table."""
+    dc = decode_cost(PRESETS["deepseek-r1"], "h200", "fp8")
+    m = dc.model
+    rows = {(b, k): v for b, k, v in dc.gen["mla_generation_module"]["fp8_block/fp8"]["rows"]}
+    assert dc.module_ms(64, 8192) == pytest.approx(rows[(64, 8192)])
+    assert dc.step_ms(8, 1, 8192) >= (m.num_moe_layers + m.first_k_dense) * rows[(1, 8192)]
+    steps = [dc.step_ms(8, b, 8192) for b in (1, 4, 16, 64, 256)]
+    assert steps == sorted(steps)
+    assert dc.step_ms(8, 32, 2048) < dc.step_ms(8, 32, 32768)
+
+
+def test_decode_tables_refuse_a_model_without_generation_rows():
+    with pytest.raises(ConfigError) as e:
+        decode_cost(PRESETS["qwen3-30b-a3b"], "h200", "bf16")
+    assert e.value.key == "--model" and "generation rows" in e.value.expected
