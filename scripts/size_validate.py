@@ -19,18 +19,16 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-import numpy as np
-
 from dwdp_trtllm.models import PRESETS
 from dwdp_trtllm.perf.hardware import get_gpu
 from dwdp_trtllm.perf.planner import PlanSpec
 from dwdp_trtllm.sizing import traffic as tr
 from dwdp_trtllm.sizing.decode_cost import decode_cost
 from dwdp_trtllm.sizing.metrics import Slo, summarize
-from dwdp_trtllm.sizing.search import Problem, _run, best_context
+from dwdp_trtllm.sizing.search import Problem, best_context, run_deployment
 from dwdp_trtllm.sizing.simulator import Deployment
 
-T3 = {1024: None, 8192: None, 32768: None}  # published: 1.11-1.27 over the ISL range
+T3_ISLS = (1024, 8192, 32768)  # published: TTFT speedup 1.11-1.27 over ISL 1K-32K
 T5 = [((20, 30), 1.10), ((40, 50), 1.08), ((60, 70), 1.10), ((80, 90), 1.06), ((170, 180), 0.97)]
 TTFT_P99_S = 10.0  # the end-to-end points' context sizing bound (the paper's Pareto points carry no TTFT target)
 MNT = 32768
@@ -49,7 +47,7 @@ def _problem(s, arrivals, slo=Slo()) -> Problem:
 
 def table3(s) -> list[str]:
     rows = []
-    for isl in T3:
+    for isl in T3_ISLS:
         users = 4 * max(1, MNT // isl)
         a = tr.generate(tr.Traffic(tr.LengthDist(isl, "uniform_ratio"), tr.LengthDist(1), concurrency=users,
                                    duration_s=60, seed=0))
@@ -57,7 +55,7 @@ def table3(s) -> list[str]:
         m = {}
         for mode, n in (("dwdp", 4), ("dep", 1)):
             d = Deployment(mode, 4, n, MNT, 1, 1, 1)
-            r, _ = _run(p, d, None, context_only=True)
+            r, _ = run_deployment(p, d, None, context_only=True)
             m[mode] = summarize(r, d.ctx_gpus, Slo())
         rows.append(f"| Table 3, ISL {isl} (closed loop, {users} users) | TTFT p50 DEP/DWDP | 1.11-1.27 | "
                     f"{m['dep'].ttft_p50_s / m['dwdp'].ttft_p50_s:.2f} (DWDP {m['dwdp'].ttft_p50_s:.2f} s, "
@@ -81,7 +79,7 @@ def table5(s) -> list[str]:
                 if ctx is None:
                     continue
                 d = replace(ctx, gen_tp=tp, gen_servers=1, gen_batch=b)
-                m = summarize(_run(p, d, dc)[0], d.gpus, Slo())
+                m = summarize(run_deployment(p, d, dc)[0], d.gpus, Slo())
                 pts[mode].append((m.tps_user, m.output_tps_per_gpu, d))
     rows = []
     for (lo, hi), pub in T5:

@@ -28,7 +28,7 @@ def _range(m: Metrics, lo: Metrics | None, hi: Metrics | None, key: str, fmt: st
 
 def _cells(o: Outcome, p: Problem) -> list[str]:
     if o.deployment is None:
-        return ["none: " + o.why_none[:W_COL - 6]] + [""] * 12
+        return ["none: " + o.why_none[:W_COL - 6]] + [""] * (len(ROWS) - 1)
     d, m = o.deployment, o.metrics
     ctx = (f"{d.ctx_servers} ranks, DWDP{d.ctx_group}" if d.mode == "dwdp" else f"{d.ctx_servers} x DEP{d.ctx_group}")
     if d.redundant:
@@ -39,11 +39,11 @@ def _cells(o: Outcome, p: Problem) -> list[str]:
             f"{m.tpot_s * 1e3:.1f}", f"{m.tps_user:.1f}",
             _range(m, o.low, o.high, "output_tps_per_gpu", ".0f"),
             f"{m.goodput_rps:.2f} of {m.requests / max(o.result.window_s, 1e-9):.2f}",
-            "yes" if meets(m, p.slo) else "no", f"{o.memory_gb:.1f}", ""]
+            "yes" if meets(m, p.slo) else "no", f"{o.memory_gb:.1f}"]
 
 
 ROWS = ("context servers", "max_num_tokens", "generation servers", "GPUs", "TTFT p50 s", "TTFT p99 s", "TPOT ms",
-        "TPS/user", "output TPS/GPU", "goodput req/s", "SLOs met", "ctx rank GB", "")
+        "TPS/user", "output TPS/GPU", "goodput req/s", "SLOs met", "ctx rank GB")
 
 
 def wrap(text: str, width: int) -> list[str]:
@@ -57,13 +57,11 @@ def wrap(text: str, width: int) -> list[str]:
     return out + ([line] if line else [])
 
 
-def table(p: Problem, out: dict[str, Outcome], notes: list[str]) -> str:
-    """The side-by-side table, then the binding constraints and notes, every line at most 80 columns."""
+def table(p: Problem, out: dict[str, Outcome]) -> str:
+    """The side-by-side table, then the binding constraints, every line at most 80 columns."""
     lines = [f"{'':<{W_LABEL}} | {'DWDP':<{W_COL}} | {'DEP':<{W_COL}}", "-" * 80]
     cols = {k: _cells(o, p) for k, o in out.items()}
     for i, label in enumerate(ROWS):
-        if not label:
-            continue
         lines.append(f"{label:<{W_LABEL}} | {cols['dwdp'][i][:W_COL]:<{W_COL}} | {cols['dep'][i][:W_COL]:<{W_COL}}")
     lines.append("-" * 80)
     for k, o in out.items():
@@ -71,8 +69,6 @@ def table(p: Problem, out: dict[str, Outcome], notes: list[str]) -> str:
             lines += wrap(f"{k.upper()} binding constraint: {o.binding}", 80)
         else:
             lines += wrap(f"{k.upper()}: nothing fits: {o.why_none}", 80)
-    for n in notes:
-        lines += wrap(n, 80)
     return "\n".join(lines)
 
 

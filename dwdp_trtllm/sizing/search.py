@@ -83,7 +83,10 @@ def _costs(p: Problem, mode: str, group: int, redundant: int, which: str = "nomi
     return cost, (lambda s, segs: cost.seconds(segs))
 
 
-def _run(p: Problem, d: Deployment, dc: DecodeCost | None, which: str = "nominal", context_only: bool = False):
+def run_deployment(p: Problem, d: Deployment, dc: DecodeCost | None, which: str = "nominal",
+                   context_only: bool = False) -> tuple[SimResult, ContextCost]:
+    """Simulate deployment `d` on the problem's traffic (context_only: every OSL 1, no decode) under scenario `which`;
+    the SimResult and the context cost (its binding-constraint counters)."""
     cost, ctx = _costs(p, d.mode, d.ctx_group, d.redundant, which)
     arr = p.arrivals
     if context_only:
@@ -145,7 +148,7 @@ def best_context(p: Problem, mode: str) -> tuple[Deployment | None, Metrics | No
                     if n * gpus_per > p.budget or (best and n * gpus_per > best[0].ctx_gpus):
                         break
                     d = Deployment(mode, g, n, mnt, 1, 1, 1, redundant=r)
-                    m = summarize(_run(p, d, None, context_only=True)[0], d.ctx_gpus, slo)
+                    m = summarize(run_deployment(p, d, None, context_only=True)[0], d.ctx_gpus, slo)
                     if meets(m, slo):
                         key = (d.ctx_gpus, m.ttft_p99_s)
                         if best is None or key < (best[0].ctx_gpus, best[1].ttft_p99_s):
@@ -186,7 +189,7 @@ def best_generation(p: Problem, ctx: Deployment, dc: DecodeCost) -> tuple[Deploy
                 d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b)
                 if d.gpus > p.budget or (best and d.gen_gpus > best[0].gen_gpus):
                     break
-                m = summarize(_run(p, d, dc)[0], d.gpus, p.slo)
+                m = summarize(run_deployment(p, d, dc)[0], d.gpus, p.slo)
                 if meets(m, p.slo):
                     if best is None or (d.gen_gpus, -m.tps_user) < (best[0].gen_gpus, -best[1].tps_user):
                         best = (d, m)
@@ -222,10 +225,10 @@ def search(p: Problem, dc: DecodeCost, gen_from: str = "dwdp") -> dict[str, Outc
             out[mode] = Outcome(mode, None, None, why_none=why or gen[2])
             continue
         d = replace(cd, gen_tp=gen[0].gen_tp, gen_servers=gen[0].gen_servers, gen_batch=gen[0].gen_batch)
-        r, cost = _run(p, d, dc)
+        r, cost = run_deployment(p, d, dc)
         m = summarize(r, d.gpus, p.slo)
-        lo = summarize(_run(p, d, dc, "low")[0], d.gpus, p.slo)
-        hi = summarize(_run(p, d, dc, "high")[0], d.gpus, p.slo)
+        lo = summarize(run_deployment(p, d, dc, "low")[0], d.gpus, p.slo)
+        hi = summarize(run_deployment(p, d, dc, "high")[0], d.gpus, p.slo)
         rm = context_fits(p, mode, d.ctx_group, d.mnt, d.redundant)
         out[mode] = Outcome(mode, d, m, lo, hi, _binding(p, d, r, cost, m), result=r,
                             memory_gb=rm.total / 1e9 if rm else 0.0)
@@ -247,6 +250,6 @@ def pareto(p: Problem, ctx: Deployment, dc: DecodeCost) -> list[tuple[float, flo
             step = dc.step_ms(tp, b, kv_mid) * 1e-3
             n = 1 if math.isnan(out_rate) else max(1, math.ceil(out_rate / (tp * b / step)))
             d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b)
-            m = summarize(_run(p, d, dc)[0], d.gpus, free)
+            m = summarize(run_deployment(p, d, dc)[0], d.gpus, free)
             pts.append((m.tps_user, m.output_tps_per_gpu))
     return pts
