@@ -69,3 +69,29 @@ def test_bad_input_is_refused_naming_the_argument(argv, arg, capsys):
     assert main(["size", *argv]) == 2
     err = capsys.readouterr().err
     assert f"{arg}:" in err and len(err.strip().splitlines()) == 1
+
+
+def test_write_trace_then_size_from_the_trace(tmp_path, capsys):
+    """--write-trace saves the generated arrivals (Mooncake JSONL); --trace of that file serves the same requests."""
+    trace = tmp_path / "arrivals.jsonl"
+    assert main(["size", *SMALL, "--json", "--write-trace", str(trace)]) == 0
+    gen = json.loads(capsys.readouterr().out)["runs"][0]
+    lines = trace.read_text().splitlines()
+    assert len(lines) == gen["dwdp"]["metrics"]["requests"]
+    assert set(json.loads(lines[0])) == {"timestamp", "input_length", "output_length"}
+    replay = [a for a in SMALL if a not in ("--rate", "1")]
+    assert main(["size", *replay, "--trace", str(trace), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["runs"][0]
+    assert got["traffic"].startswith("trace arrivals.jsonl")
+    for mode in ("dwdp", "dep"):
+        assert got[mode]["metrics"]["requests"] == gen[mode]["metrics"]["requests"]
+        assert got[mode]["deployment"] == gen[mode]["deployment"]
+
+
+def test_concurrency_closed_loop(capsys):
+    argv = [a for a in SMALL if a not in ("--rate", "1")]
+    assert main(["size", *argv, "--concurrency", "4", "--duration", "60", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    assert "4 concurrent users" in run["traffic"]
+    m = run["dwdp"]["metrics"]
+    assert m["completed"] == m["requests"] >= 4

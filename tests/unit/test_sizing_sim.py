@@ -184,3 +184,17 @@ def test_decode_tables_refuse_a_model_without_generation_rows():
     with pytest.raises(ConfigError) as e:
         decode_cost(PRESETS["qwen3-30b-a3b"], "h200", "bf16")
     assert e.value.key == "--model" and "generation rows" in e.value.expected
+
+
+@pytest.mark.parametrize("target", ["trtllm", "engine"])
+def test_iteration_times_equal_predicts_whole_iteration_times(target):
+    """planner.iteration_times (what the simulator prices an iteration with) composes the layers as predict does:
+    on predict's own sampled load (fixed ISL, full MNT per rank) its DEP and DWDP times are predict's
+    t_iteration_dep_us / t_iteration_dwdp_us."""
+    spec = pl.PlanSpec(model=PRESETS["deepseek-r1"], gpu=get_gpu("h200"), target=target, mnt=16384)
+    row = pl.predict(spec, 8, 0, 2 << 20, 8192)
+    it = pl.iteration_times(spec, pl.sampled_load(spec, 8192, 8), 8, 0, 2 << 20, 8192)
+    assert float(it.dep_S.mean()) == pytest.approx(row.t_iteration_dep_us, rel=1e-9)
+    assert float(it.dwdp_SR.mean()) == pytest.approx(row.t_iteration_dwdp_us, rel=1e-9)
+    lo = pl.iteration_times(spec, pl.sampled_load(spec, 8192, 8), 8, 0, 2 << 20, 8192, which="low")
+    assert float(lo.dwdp_SR.mean()) > float(it.dwdp_SR.mean())  # DWDP's worse end is slower
