@@ -68,7 +68,7 @@ def table(p: Problem, out: dict[str, Outcome]) -> str:
         if o.deployment is not None:
             lines += wrap(f"{k.upper()} binding constraint: {o.binding}", 80)
         else:
-            lines += wrap(f"{k.upper()}: nothing fits: {o.why_none}", 80)
+            lines += wrap(f"{k.upper()}: no deployment: {o.why_none}", 80)
     return "\n".join(lines)
 
 

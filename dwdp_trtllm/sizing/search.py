@@ -196,7 +196,8 @@ def best_generation(p: Problem, ctx: Deployment, dc: DecodeCost) -> tuple[Deploy
                     break
                 n += 1
     if best is None:
-        return None, None, f"no generation servers within {p.budget} GPUs meet the SLOs behind {ctx.label()}"
+        return None, None, (f"no generation side meets the SLOs within the {p.budget}-GPU budget behind the context "
+                            f"side ({ctx.ctx_label()}: {ctx.ctx_gpus} GPUs)")
     return best[0], best[1], ""
 
 

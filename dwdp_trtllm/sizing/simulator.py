@@ -54,10 +54,10 @@ class Deployment:
     def gpus(self) -> int:
         return self.ctx_gpus + self.gen_gpus
 
-    def label(self) -> str:
-        ctx = (f"{self.ctx_servers} x DWDP{self.ctx_group} rank" if self.mode == "dwdp"
+    def ctx_label(self) -> str:
+        ctx = (f"{self.ctx_servers} DWDP{self.ctx_group} ranks" if self.mode == "dwdp"
                else f"{self.ctx_servers} x DEP{self.ctx_group}")
-        return f"{ctx} (MNT {self.mnt}) + {self.gen_servers} x gen{self.gen_tp} (batch {self.gen_batch}/rank)"
+        return f"{ctx}, MNT {self.mnt}"
 
 
 @dataclass
