@@ -95,3 +95,12 @@ def test_concurrency_closed_loop(capsys):
     assert "4 concurrent users" in run["traffic"]
     m = run["dwdp"]["metrics"]
     assert m["completed"] == m["requests"] >= 4
+
+
+def test_a_budget_too_small_says_so_and_writes_nothing(tmp_path, capsys):
+    """8 context GPUs (R1 FP8 needs a DWDP or DEP group of 8 on H200) + an 8-GPU generation server exceed 12."""
+    out = tmp_path / "none"
+    assert main(["size", *SMALL, "--gpu-budget", "12", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "DWDP: no deployment:" in text and "DEP: no deployment:" in text and "12-GPU budget" in text
+    assert "--out: nothing written" in text and not out.exists()
