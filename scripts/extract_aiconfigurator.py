@@ -21,6 +21,14 @@ framework and version it came from. Numbers are copied, never fitted: the planne
 extrapolates (docs/PLANNER.md). GEMM shapes off the table's (n, k) grid are interpolated linearly in n and k
 (latency), as the entry's `nk_interpolated` says.
 
+Generation rows (`--what generation`, written to dwdp_trtllm/data/generation_tables/<gpu>.json, read by
+dwdp_trtllm/sizing/decode_cost.py for `dwdp size`): per MLA shape the whole MLA generation module
+(mla_generation_module_perf: projections + core + BMMs of one decode step of one attention-DP rank) by (batch,
+KV length) per (gemm_type, kv_cache_dtype); the LM head GEMM by tokens (bfloat16, off the table's (n, k) grid:
+interpolated as above); and DeepEP low-latency dispatch / combine (trtllm_deepep_ll) by tokens per rank. The fused
+MoE, shared-expert, router and dense-MLP rows a decode step also needs are the context tables' (their curves start
+at 1 token).
+
 Latencies: milliseconds (the DeepEP table's microseconds are converted).
 """
 from __future__ import annotations
@@ -226,6 +234,54 @@ def extract(system: str, root: Path) -> dict:
     return out
 
 
+#: decode-step GEMMs beyond the context tables' (n, k): the LM head (vocab x hidden, BF16 in an FP8 checkpoint)
+GEN_GEMMS = {"deepseek-v3": {"lm_head": (129280, 7168)}}
+
+
+def extract_generation(system: str, root: Path) -> dict:
+    """The generation rows (module docstring) of `system`: {"models": {shape: {...}}, "comm": {"deepep_ll": ...}}."""
+    import pandas as pd
+    base = root / system
+    out: dict = {"models": {}, "comm": {}}
+    mods = sorted(base.glob("mla/trtllm/*/mla_generation_module_perf.parquet"))
+    gemm_dir = newest([p for p in (base / "gemm" / "trtllm").glob("*") if (p / "gemm_perf.parquet").exists()])
+    gemm = pd.read_parquet(gemm_dir / "gemm_perf.parquet") if gemm_dir else None
+    for name, s in SHAPES.items():
+        if s["attention"] != "mla" or not mods:
+            continue
+        p = mods[-1]
+        t = pd.read_parquet(p)
+        t = t[t.num_heads == s["heads"]]
+        module = {}
+        for (gt, kv), g in t.groupby(["gemm_type", "kv_cache_dtype"]):
+            g = g.groupby(["batch_size", "step"]).latency.min().reset_index()
+            module[f"{gt}/{kv}"] = {**src(p, root, num_heads=s["heads"], gemm_type=gt, kv_cache_dtype=kv),
+                                    "rows": [[int(r.batch_size), int(r.step), rnd(r.latency)] for r in g.itertuples()]}
+        m: dict = {"dims": {k: s[k] for k in ("hidden", "moe_inter", "experts", "top_k", "attention", "heads",
+                                               "kv_heads") if k in s},
+                   "mla_generation_module": module, "gemm": {}}
+        if gemm is not None:
+            for op, (n, k) in GEN_GEMMS.get(name, {}).items():
+                pts, interp = gemm_curve(gemm, "bfloat16", n, k)
+                if pts:
+                    m["gemm"][op] = {**src(gemm_dir / "gemm_perf.parquet", root, gemm_dtype="bfloat16"), "n": n, "k": k,
+                                     "nk_interpolated": interp, "points": pts}
+        out["models"][name] = m
+    a2a = sorted(base.glob("comm/trtllm/*/moe_a2a_perf.parquet"))
+    if a2a:
+        p = a2a[-1]
+        t = pd.read_parquet(p)
+        t = t[(t.comm_backend == "trtllm_deepep_ll") & (t.node_num == 1) & (t.topk == 8) & (t.num_experts == 256)]
+        by: dict = {}
+        for (H, dtype, ep, phase), g in t.groupby(["hidden_size", "comm_dtype", "ep_size", "phase"]):
+            g = g.groupby("num_tokens").latency.min()
+            by.setdefault(str(int(H)), {}).setdefault(dtype, {}).setdefault(str(int(ep)), {})[phase] = \
+                [[int(n), rnd(l / 1000.0)] for n, l in g.items()]
+        out["comm"]["deepep_ll"] = {**src(p, root, comm_backend="trtllm_deepep_ll", node_num=1, topk=8, num_experts=256),
+                                    "x": "tokens per rank", "by_hidden": by}
+    return out
+
+
 def _interp(points, x):
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
@@ -269,6 +325,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="dwdp_trtllm/data/kernel_tables")
     ap.add_argument("--gpus", default=",".join(SYSTEMS))
+    ap.add_argument("--what", choices=("context", "generation", "all"), default="all",
+                    help="context: the planner's kernel tables (--out); generation: the decode rows (--generation-out)")
+    ap.add_argument("--generation-out", default="dwdp_trtllm/data/generation_tables")
     a = ap.parse_args(argv)
     try:
         from importlib.metadata import version
@@ -281,20 +340,23 @@ def main(argv=None) -> int:
         print(f"aiconfigurator-core {ver} installed; this script is pinned to {PINNED}", file=sys.stderr)
         return 2
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for gpu in a.gpus.split(","):
-        system = SYSTEMS[gpu]
-        data = {"format": "dwdp-kernel-tables/1", "gpu": gpu, "system": system,
-                "source": {"package": "aiconfigurator-core", "version": ver, "license": "Apache-2.0 (NVIDIA aiconfigurator)",
-                           "tables_root": "aiconfigurator_core/systems/data", "script": "scripts/extract_aiconfigurator.py",
-                           "extracted_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")},
-                "units": {"latency": "ms"}, **extract(system, root)}
-        tmp = out / f".{gpu}.json.tmp"
-        tmp.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n")
-        os.replace(tmp, out / f"{gpu}.json")
-        n = sum(len(json.dumps(v)) for v in data["models"].values())
-        print(f"{gpu}: {out / (gpu + '.json')} ({(out / (gpu + '.json')).stat().st_size / 1e3:.0f} kB; models {n / 1e3:.0f} kB)")
+    jobs = [("dwdp-kernel-tables/1", Path(a.out), extract)] if a.what in ("context", "all") else []
+    if a.what in ("generation", "all"):
+        jobs.append(("dwdp-generation-tables/1", Path(a.generation_out), extract_generation))
+    for fmt, out, fn in jobs:
+        out.mkdir(parents=True, exist_ok=True)
+        for gpu in a.gpus.split(","):
+            system = SYSTEMS[gpu]
+            data = {"format": fmt, "gpu": gpu, "system": system,
+                    "source": {"package": "aiconfigurator-core", "version": ver, "license": "Apache-2.0 (NVIDIA aiconfigurator)",
+                               "tables_root": "aiconfigurator_core/systems/data", "script": "scripts/extract_aiconfigurator.py",
+                               "extracted_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")},
+                    "units": {"latency": "ms"}, **fn(system, root)}
+            tmp = out / f".{gpu}.json.tmp"
+            tmp.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n")
+            os.replace(tmp, out / f"{gpu}.json")
+            n = sum(len(json.dumps(v)) for v in data["models"].values())
+            print(f"{gpu}: {out / (gpu + '.json')} ({(out / (gpu + '.json')).stat().st_size / 1e3:.0f} kB; models {n / 1e3:.0f} kB)")
     return 0
 
 

@@ -249,6 +249,37 @@ def _layer(spec, ph, load, t_p, which, only=None):
     return a, dwdp_SR, compare(load.tokens_SR, a.own_SR, dwdp_SR, a.experts_dep_S + a.comm_S)
 
 
+@dataclass(frozen=True)
+class IterationTimes:
+    """Whole-model time of each iteration of a load (us): DEP per sample (its ranks in lock-step), DWDP per
+    (sample, rank) (free-running), and which part bound each (for `dwdp size`'s binding constraint)."""
+
+    dep_S: np.ndarray
+    dwdp_SR: np.ndarray
+    dwdp_prefetch_bound_SR: np.ndarray  # True where the exposed prefetch set the DWDP layer time
+    dep_comm_S: np.ndarray  # DEP's communication share of dep_S
+
+
+def iteration_times(spec: PlanSpec, load: IterationLoad, group: int, redundant: int, slice_bytes: int, isl: float,
+                    which: str = "nominal") -> IterationTimes:
+    """Every iteration of `load` (any tokens per rank, e.g. a simulated server's batches) priced as predict prices its
+    t_iteration_*: first_k_dense dense layers + MoE layers; DEP = the slowest rank's own work + the shared experts and
+    communication, DWDP = each rank's compute overlapped with the prefetch. `which`: the uncertainty scenario
+    (nominal / low / high). `isl`: the requests' length the attention tables are read at."""
+    m, p = spec.model, spec.params()
+    skew = routing_skew(spec, group, float(max(load.tokens_SR.mean(), 1.0)))
+    ph = phases(spec, load, group, int(max(1, round(isl))), skew)
+    t_p = cm.prefetch_us(m, p, _placement(spec, group, redundant), slice_bytes)
+    a, dwdp_SR, _ = _layer(spec, ph, load, t_p, which)
+    dense_SR = ph.dense_layer_SR * m.first_k_dense
+    n = m.num_moe_layers
+    busy = load.tokens_SR > 0
+    dep_S = np.max(np.where(busy, dense_SR + n * a.own_SR, 0.0), -1) + n * (a.experts_dep_S + a.comm_S)
+    return IterationTimes(dep_S=np.asarray(dep_S, float), dwdp_SR=np.where(busy, dense_SR + n * dwdp_SR, 0.0),
+                          dwdp_prefetch_bound_SR=busy & (a.compute_SR * a.slowdown_SR < a.prefetch_us),
+                          dep_comm_S=np.broadcast_to(n * np.asarray(a.comm_S, float), dep_S.shape))
+
+
 def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int, which: str = "nominal",
                       skew: Skew | None = None) -> float:
     """Tokens per rank per iteration (requests of length `isl`; a chunk of one when fewer) whose slowed DWDP compute

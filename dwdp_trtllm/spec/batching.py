@@ -62,6 +62,15 @@ class RankScheduler:
         self._head = 0  # index of the first request not fully scheduled
         self._offset = 0  # tokens of the head request already scheduled
 
+    def append(self, req: Request) -> None:
+        """Queue a request that arrives after every queued one (a simulator feeding arrivals as they happen:
+        sizing/simulator.py); the FCFS order of the class doc is kept."""
+        if req.isl < 1:
+            raise ValueError(f"request {req.request_id}: isl must be >= 1, got {req.isl}")
+        if self._queue and (req.arrival_s, req.request_id) < (self._queue[-1].arrival_s, self._queue[-1].request_id):
+            raise ValueError(f"request {req.request_id} arrives at {req.arrival_s} s, before the last queued one")
+        self._queue.append(req)
+
     def done(self) -> bool:
         """True when every token of every request has been handed out."""
         return self._head >= len(self._queue)

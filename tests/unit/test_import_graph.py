@@ -183,6 +183,7 @@ LAYERS = {
     "deploy": 3,                               # memory per rank, node layout, this machine's resources, output paths
     "perf": 4, "engine": 4,                    # the planner; the embedded engine
     "bench": 5, "integration": 5,              # the engine's benchmark; the TensorRT-LLM host
+    "sizing": 5,                               # `dwdp size`: a disaggregated deployment simulated for traffic and SLOs
     "calibrate": 6,                            # `dwdp calibrate`: times the core's copies and bench's floor kernels
     "commands": 7, "cli": 7, "__main__": 8, "": 8,   # the `dwdp` front door and the package's own __init__
 }

@@ -1,0 +1,229 @@
+"""`dwdp size`: how many GPUs, in which shape, serve this traffic within these SLOs: DWDP context servers beside DEP.
+
+Inputs: the model and GPU (as `dwdp plan`: a preset or config.json, a shipped GPU or spec file, --calibration
+files loaded by plan's own code), traffic (--rate, one or several comma-separated, or --concurrency, with ISL / OSL
+distributions; or --trace, a Mooncake-format JSONL file), SLOs (TTFT p50 / p99, TPS/user), a GPU budget and GPUs per
+node. Searches context servers (DWDP group size and ranks, or DEP size and servers; max_num_tokens; redundancy) and
+generation servers (GPUs, batch, count) by simulation (dwdp_trtllm/sizing/, docs/SIZING.md) and prints the best
+DWDP and DEP deployments side by side. `--out DIR` writes the best DWDP deployment with `dwdp gen-config`'s own
+code (its parser and run: the same files as the gen-config line printed); `--plot DIR` writes the TTFT-vs-rate and
+TPS/GPU-vs-TPS/user plots; `--write-trace FILE` the generated arrivals (Mooncake format).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ..deploy import memory as mem
+from ..spec.models import PRESETS
+from ..spec.schema import ConfigError
+
+DEFAULTS = {"dwdp_size": "2,4,8,16", "dep_size": "4,8,16", "mnt": "8192,16384,32768", "gen_tp": "4,8",
+            "gen_batch": "8,16,32,64,128"}
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("size", help="size a disaggregated deployment (DWDP vs DEP context servers) for traffic and SLOs",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("model and hardware")
+    g.add_argument("--model", default=mem.DEFAULT_MODEL,
+                   help=f"model preset ({', '.join(sorted(PRESETS))}) or a config.json (default deepseek-r1)")
+    g.add_argument("--gpu", default=mem.DEFAULT_GPU, help="h100 | h200 | b200 | gb200 or a GPU spec file (default h200)")
+    g.add_argument("--gpu-memory-gb", type=float, default=None, help="usable GB per GPU (default: the datasheet's)")
+    g.add_argument("--weight-dtype", default=mem.DEFAULT_WEIGHT_DTYPE, help="bf16 | fp8 | nvfp4 (default fp8)")
+    g.add_argument("--target", choices=("trtllm", "engine"), default="trtllm",
+                   help="price context iterations with TensorRT-LLM's kernels (default) or our engine's calibration")
+    g.add_argument("--calibration", action="append", default=None,
+                   help="calibration JSON or `dwdp bench --floor` results.json, loaded as `dwdp plan --calibration`")
+    g = p.add_argument_group("traffic")
+    g.add_argument("--rate", default=None, help="requests/s, Poisson arrivals; several comma-separated: one answer each")
+    g.add_argument("--concurrency", type=int, default=None, help="closed loop of this many users")
+    g.add_argument("--trace", default=None, help="Mooncake-format JSONL: timestamp (ms), input_length, output_length")
+    g.add_argument("--isl", type=int, default=8192, help="mean input length (default 8192)")
+    g.add_argument("--isl-dist", default="uniform_ratio", help="fixed | uniform_ratio | normal (default uniform_ratio)")
+    g.add_argument("--isl-ratio", type=float, default=0.8, help="uniform_ratio: lengths in [ratio x isl, isl]")
+    g.add_argument("--isl-cv", type=float, default=0.0, help="normal: coefficient of variation")
+    g.add_argument("--osl", type=int, default=1024, help="mean output length (default 1024)")
+    g.add_argument("--osl-dist", default="fixed", help="fixed | uniform_ratio | normal (default fixed)")
+    g.add_argument("--osl-ratio", type=float, default=0.8)
+    g.add_argument("--osl-cv", type=float, default=0.0)
+    g.add_argument("--duration", type=float, default=600.0, help="seconds of traffic (default 600)")
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("SLOs and budget")
+    g.add_argument("--ttft-p50", type=float, default=None, help="seconds")
+    g.add_argument("--ttft-p99", type=float, default=None, help="seconds")
+    g.add_argument("--tps-user", type=float, default=None, help="output tokens/s per user (median)")
+    g.add_argument("--gpu-budget", type=int, default=64, help="GPUs at most (default 64)")
+    g.add_argument("--gpus-per-node", type=int, default=8)
+    g = p.add_argument_group("search space")
+    for k, v in DEFAULTS.items():
+        g.add_argument("--" + k.replace("_", "-"), default=v, help=f"candidates (default {v})")
+    g.add_argument("--redundant-experts", default="0", help="DWDP redundancy candidates (default 0)")
+    g.add_argument("--kv-gbps", type=float, default=None, help="context -> generation KV bandwidth, GB/s (default 50)")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--out", default=None, help="write the best DWDP deployment with gen-config's files here")
+    g.add_argument("--checkpoint", default=None, help="--out: the checkpoint path gen-config writes (default: the model)")
+    g.add_argument("--plot", default=None, help="write ttft_vs_rate.png and pareto.png into this directory")
+    g.add_argument("--write-trace", default=None, help="write the generated arrivals (first --rate) as a JSONL trace")
+    return p
+
+
+def _ints(text: str, arg: str, lo: int, hi: int) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(None, arg, f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(not lo <= v <= hi for v in vals):
+        raise ConfigError(None, arg, f"expected integers in [{lo}, {hi:,}], got {text!r}")
+    return tuple(dict.fromkeys(vals))
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(None, "--rate", f"expected requests/s (comma-separated numbers), got {text!r}") from None
+    if not vals:
+        raise ConfigError(None, "--rate", f"expected requests/s, got {text!r}")
+    return vals
+
+
+def plan_spec(args):
+    """The planner's PlanSpec for the model / GPU / calibration, built by `dwdp plan`'s own argument handling."""
+    from . import plan
+    ap = argparse.ArgumentParser()
+    plan.add_parser(ap.add_subparsers())
+    argv = ["plan", "--model", args.model, "--gpu", args.gpu, "--weight-dtype", args.weight_dtype,
+            "--target", args.target]
+    if args.gpu_memory_gb is not None:
+        argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
+    for c in args.calibration or ():
+        argv += ["--calibration", c]
+    return plan.build_spec(ap.parse_args(argv))
+
+
+def problems(args):
+    """(spec, [(rate or None, Problem)]) from the arguments; every refusal names its argument."""
+    from ..sizing import traffic as tr
+    from ..sizing.metrics import Slo
+    from ..sizing.search import DEFAULT_KV_GBPS, Problem
+
+    given = [a for a in ("rate", "concurrency", "trace") if getattr(args, a) is not None]
+    if len(given) != 1:
+        raise ConfigError(None, "--rate", "give exactly one of --rate (requests/s), --concurrency (users) or --trace "
+                                          f"(a Mooncake-format JSONL file); got {', '.join('--' + g for g in given) or 'none'}")
+    slo = Slo(args.ttft_p50, args.ttft_p99, args.tps_user)
+    slo.check()
+    if not 1 <= args.gpu_budget <= 4096:
+        raise ConfigError(None, "--gpu-budget", f"expected GPUs in [1, 4096], got {args.gpu_budget}")
+    if not 1 <= args.gpus_per_node <= 64:
+        raise ConfigError(None, "--gpus-per-node", f"expected an integer in [1, 64], got {args.gpus_per_node}")
+    kv = DEFAULT_KV_GBPS if args.kv_gbps is None else args.kv_gbps
+    if not 0 < kv <= 1e4:
+        raise ConfigError(None, "--kv-gbps", f"expected GB/s in (0, 10000], got {kv}")
+    space = dict(dwdp_sizes=_ints(args.dwdp_size, "--dwdp-size", 1, 256), dep_sizes=_ints(args.dep_size, "--dep-size", 1, 256),
+                 mnts=_ints(args.mnt, "--mnt", 256, 1 << 20), gen_tps=_ints(args.gen_tp, "--gen-tp", 1, 64),
+                 gen_batches=_ints(args.gen_batch, "--gen-batch", 1, 4096),
+                 redundant=_ints(args.redundant_experts, "--redundant-experts", 0, 256))
+    isl = tr.LengthDist(args.isl, args.isl_dist, args.isl_ratio, args.isl_cv)
+    osl = tr.LengthDist(args.osl, args.osl_dist, args.osl_ratio, args.osl_cv)
+    if args.trace is not None:
+        arrs = [(None, tr.read_trace(args.trace))]
+    elif args.concurrency is not None:
+        arrs = [(None, tr.generate(tr.Traffic(isl, osl, concurrency=args.concurrency, duration_s=args.duration,
+                                              seed=args.seed)))]
+    else:
+        arrs = [(r, tr.generate(tr.Traffic(isl, osl, rate=r, duration_s=args.duration, seed=args.seed)))
+                for r in _rates(args.rate)]
+    spec = plan_spec(args)
+    return spec, [(r, Problem(spec, a, slo, args.gpu_budget, args.gpus_per_node, kv_gbps=kv, **space)) for r, a in arrs]
+
+
+def gen_config_argv(args, d) -> list[str]:
+    """`dwdp gen-config`'s arguments for deployment `d` (a DWDP one)."""
+    argv = ["gen-config", "--mode", "disaggregated", "--model", args.checkpoint or args.model,
+            "--preset", args.model, "--weight-dtype", args.weight_dtype, "--dwdp-size", str(d.ctx_group),
+            "--num-groups", str(d.ctx_servers // d.ctx_group), "--ctx-servers", str(d.ctx_servers),
+            "--gen-servers", str(d.gen_servers), "--gen-tp", str(d.gen_tp), "--max-num-tokens", str(d.mnt),
+            "--gpu", args.gpu, "--gpus-per-node", str(args.gpus_per_node)]
+    if args.gpu_memory_gb is not None:
+        argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
+    return argv
+
+
+def write_deployment(args, d, out: str) -> tuple[list[str], str]:
+    """Write deployment `d` with gen-config's parser and run (one code path); the gen-config line it ran and what
+    gen-config printed."""
+    import contextlib
+    import io
+
+    from ..cli import build_parser
+    if d.redundant:
+        raise ConfigError(None, "--out", "gen-config writes derived placements only; rerun with --redundant-experts 0")
+    argv = gen_config_argv(args, d) + ["--out", out]
+    ns = build_parser().parse_args(argv)
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        ns._run(ns)
+    return argv, said.getvalue()
+
+
+def run(args) -> int:
+    from ..deploy.out_path import check_out_dir
+    from ..sizing import report, search as se
+    from ..sizing.decode_cost import decode_cost
+    from ..sizing.traffic import write_trace
+
+    for flag in ("out", "plot"):
+        if getattr(args, flag) is not None:
+            check_out_dir(getattr(args, flag), f"--{flag}")
+    t0 = time.monotonic()
+    spec, probs = problems(args)
+    dc = decode_cost(spec.model, spec.gpu.name, spec.weight_dtype)
+    if args.write_trace:
+        write_trace(probs[0][1].arrivals, args.write_trace)
+    results = [(r, p, se.search(p, dc)) for r, p in probs]
+    notes = [f"priced: context iterations {spec.priced_as} (the planner, `dwdp plan`), decode steps TensorRT-LLM's "
+             f"generation rows ({spec.gpu.name}); not priced: MTP, CUDA-graph batch padding, host gaps between steps",
+             f"KV transfer at {probs[0][1].kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the planner's "
+             "uncertain inputs at DWDP's worse / better end"]
+    pareto = {}
+    if args.plot:  # the Pareto behind each mode's best context side at the highest rate
+        _, p, out = results[-1]
+        pareto = {m: se.pareto(p, o.deployment, dc) for m, o in out.items() if o.deployment is not None}
+    written, said = None, ""
+    best = results[0][2]["dwdp"].deployment
+    if args.out and best is not None:
+        written, said = write_deployment(args, best, args.out)
+    elapsed = time.monotonic() - t0
+    if args.json:
+        print(json.dumps({"runs": [{"rate": r, "traffic": p.arrivals.label, "slo": report.slo_text(p.slo),
+                                    "budget": p.budget, **report.to_dict(out)} for r, p, out in results],
+                          "notes": notes, "gen_config": written,
+                          "gen_config_output": said.splitlines(), "seconds": round(elapsed, 2)}, indent=1))
+    else:
+        for r, p, out in results:
+            for line in (f"{spec.model.name} {spec.weight_dtype} on {spec.gpu.name}: {p.arrivals.label}",
+                         f"{report.slo_text(p.slo)}; budget {p.budget} GPUs, {p.gpus_per_node} per node"):
+                print("\n".join(report.wrap(line, 80)))
+            print(report.table(p, out))
+            print()
+        for n in notes:
+            print("\n".join(report.wrap(n, 80)))
+        if written:
+            print("\n".join(report.wrap("wrote the DWDP deployment with: dwdp " + " ".join(written), 80)))
+            print(said, end="")
+        elif args.out:
+            print(f"--out: nothing written: no DWDP deployment meets the SLOs ({results[0][2]['dwdp'].why_none})")
+        print(f"searched in {elapsed:.1f} s")
+    if args.plot:
+        d = Path(args.plot)
+        d.mkdir(parents=True, exist_ok=True)
+        report.plot_rates([(r, out) for r, _, out in results if r is not None], d / "ttft_vs_rate.png")
+        rate = results[-1][0]
+        report.plot_pareto(pareto, d / "pareto.png", f"{spec.model.name} {spec.weight_dtype} on {spec.gpu.name}"
+                                                     + (f", {rate:g} req/s" if rate is not None else ""))
+    return 0

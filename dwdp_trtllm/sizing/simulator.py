@@ -1,0 +1,228 @@
+"""A discrete-event simulation of one disaggregated deployment (pure, deterministic: no clock, no randomness).
+
+Requests arrive (traffic.Arrivals; a closed loop issues a user's next request when its previous one finished) and
+go to the context server with the fewest outstanding tokens (ties: the lowest index; inside a DEP server, its
+attention-DP rank with the fewest). A context server runs iterations back to back while it has work: every rank
+packs its queue FCFS with chunked prefill up to max_num_tokens (batching.RankScheduler, the engine's own
+scheduler); `ctx_time` prices the iteration (context_cost.ContextCost: the planner). DWDP servers are one rank
+each and free-run; a DEP server's ranks start and end every iteration together (lock-step with the slowest). The
+iteration holding a request's last chunk produces its first token (TTFT), as a disaggregated TensorRT-LLM context
+server does; the KV cache then moves to the generation server with the fewest requests (`kv_time(isl)`), where
+the request joins the continuous batch at the next step boundary (up to tp x batch requests; later ones wait).
+Each step every active request gains one token; `step_time(tp, batch per rank, mean KV length)` prices it
+(decode_cost.DecodeCost). Steps are advanced in runs between events (a finish or an admission), each run priced at
+its mid KV length; an arrival during a run ends it at the step then running.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..spec.batching import RankScheduler, Request
+from .context_cost import Segments
+from .traffic import Arrivals
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One disaggregated deployment: context servers (DWDP ranks of groups of ctx_group, or DEP servers of
+    ctx_group GPUs) and generation servers of gen_tp GPUs (attention DP + EP), gen_batch requests per rank."""
+
+    mode: str  # dwdp | dep
+    ctx_group: int
+    ctx_servers: int  # DWDP: ranks (a multiple of ctx_group); DEP: servers of ctx_group GPUs
+    mnt: int
+    gen_tp: int
+    gen_servers: int
+    gen_batch: int
+    redundant: int = 0
+
+    @property
+    def ctx_gpus(self) -> int:
+        return self.ctx_servers * (1 if self.mode == "dwdp" else self.ctx_group)
+
+    @property
+    def gen_gpus(self) -> int:
+        return self.gen_servers * self.gen_tp
+
+    @property
+    def gpus(self) -> int:
+        return self.ctx_gpus + self.gen_gpus
+
+    def ctx_label(self) -> str:
+        ctx = (f"{self.ctx_servers} DWDP{self.ctx_group} ranks" if self.mode == "dwdp"
+               else f"{self.ctx_servers} x DEP{self.ctx_group}")
+        return f"{ctx}, MNT {self.mnt}"
+
+
+@dataclass
+class SimResult:
+    """Per request (arrival order of issue): arrival, first token, finish (s), ISL, OSL; and run totals."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    done_s: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
+    window_s: float  # the offered traffic's span: throughput is counted inside it
+    ctx_busy_s: float  # summed busy time of the context servers
+    gen_steps: int
+    kv_s: float  # summed KV-transfer time
+
+
+class _Ctx:
+    def __init__(self, ranks: int, mnt: int):
+        self.ranks = [RankScheduler([], mnt) for _ in range(ranks)]
+        self.outstanding = [0] * ranks
+        self.busy = False
+
+
+@dataclass
+class _Gen:
+    cap: int
+    active: list = field(default_factory=list)  # [request index, remaining tokens, kv length]
+    waiting: deque = field(default_factory=deque)
+    run: tuple | None = None  # (start_s, step_s, steps, version)
+    version: int = 0
+
+
+def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[Segments]], float],
+             step_time: Callable[[int, float, float], float], kv_time: Callable[[int], float],
+             duration_s: float | None = None) -> SimResult:
+    """Run `arrivals` through `dep` (module docstring). ctx_time(server, per-rank segments) -> s;
+    step_time(tp, requests per rank, mean KV length) -> s; kv_time(isl) -> s. duration_s: a closed loop issues
+    no request after it (default: the arrivals' own span)."""
+    n_req = len(arrivals)
+    closed = arrivals.closed_users
+    ctx_ranks = 1 if dep.mode == "dwdp" else dep.ctx_group
+    ctxs = [_Ctx(ctx_ranks, dep.mnt) for _ in range(dep.ctx_servers)]
+    gens = [_Gen(dep.gen_tp * dep.gen_batch) for _ in range(dep.gen_servers)]
+    t_arr = np.full(n_req, np.nan)
+    t_first = np.full(n_req, np.nan)
+    t_done = np.full(n_req, np.nan)
+    isl, osl = arrivals.isl, arrivals.osl
+    ev: list = []  # (time, order, kind, payload)
+    order = 0
+
+    def push(t, kind, payload):
+        nonlocal order
+        heapq.heappush(ev, (t, order, kind, payload))
+        order += 1
+
+    issued = 0
+    horizon = duration_s if duration_s is not None else arrivals.duration_s
+    if closed:
+        for _ in range(min(closed, n_req)):
+            push(0.0, "arrive", issued)
+            issued += 1
+    else:
+        for i in range(n_req):
+            push(float(arrivals.t_s[i]), "arrive", i)
+        issued = n_req
+    stats = {"ctx_busy": 0.0, "steps": 0, "kv": 0.0}
+
+    def start_ctx(s: int, t: float):
+        c = ctxs[s]
+        batches = [r.next_batch(t) or [] for r in c.ranks]
+        if not any(batches):
+            c.busy = False
+            return
+        segs = [Segments(tuple((g.start, g.length, int(isl[g.request_id])) for g in b)) for b in batches]
+        dt = ctx_time(s, segs)
+        c.busy = True
+        stats["ctx_busy"] += dt
+        push(t + dt, "ctx_end", (s, batches))
+
+    def start_run(k: int, t: float):
+        g = gens[k]
+        while g.waiting and len(g.active) < g.cap:
+            i = g.waiting.popleft()
+            g.active.append([i, int(osl[i]) - 1, int(isl[i]) + 1])
+        if not g.active:
+            g.run = None
+            return
+        steps = min(a[1] for a in g.active)
+        kv0 = np.mean([a[2] for a in g.active])
+        step = step_time(dep.gen_tp, len(g.active) / dep.gen_tp, kv0 + steps / 2)
+        g.version += 1
+        g.run = (t, step, steps, g.version)
+        push(t + steps * step, "gen_end", (k, g.version))
+
+    def advance(k: int, steps: int, t: float):
+        g = gens[k]
+        stats["steps"] += steps
+        for a in g.active:
+            a[1] -= steps
+            a[2] += steps
+        for a in g.active:
+            if a[1] <= 0:
+                _finish(a[0], t)
+        g.active = [a for a in g.active if a[1] > 0]
+        g.run = None
+
+    def _finish(i: int, t: float) -> None:
+        nonlocal issued
+        t_done[i] = t
+        if closed and issued < n_req and t <= horizon:
+            push(t, "arrive", issued)
+            issued += 1
+
+    while ev:
+        t, _, kind, p = heapq.heappop(ev)
+        if kind == "arrive":
+            i = p
+            t_arr[i] = t
+            s = min(range(len(ctxs)), key=lambda j: (sum(ctxs[j].outstanding), j))
+            c = ctxs[s]
+            r = min(range(ctx_ranks), key=lambda j: (c.outstanding[j], j))
+            c.outstanding[r] += int(isl[i])
+            c.ranks[r].append(Request(request_id=i, rank=r, isl=int(isl[i]), arrival_s=t))
+            if not c.busy:  # start after every other arrival of this instant (they join the same iteration)
+                c.busy = True
+                push(t, "ctx_start", s)
+        elif kind == "ctx_start":
+            start_ctx(p, t)
+        elif kind == "ctx_end":
+            s, batches = p
+            for r, b in enumerate(batches):
+                for g in b:
+                    if g.is_last:
+                        i = g.request_id
+                        t_first[i] = t
+                        ctxs[s].outstanding[r] -= int(isl[i])
+                        kv = kv_time(int(isl[i]))
+                        stats["kv"] += kv
+                        push(t + kv, "kv_ready", i)
+            start_ctx(s, t)
+        elif kind == "kv_ready":
+            i = p
+            if osl[i] <= 1:
+                _finish(i, t)
+                continue
+            k = min(range(len(gens)), key=lambda j: (len(gens[j].active) + len(gens[j].waiting), j))
+            g = gens[k]
+            g.waiting.append(i)
+            if g.run is None:
+                start_run(k, t)
+            elif len(g.active) < g.cap:  # join at the end of the step now running
+                t0, step, steps, _ = g.run
+                done = min(steps, int(math.floor((t - t0) / step)) + 1)
+                advance(k, done, t0 + done * step)
+                start_run(k, t0 + done * step)
+        elif kind == "gen_end":
+            k, version = p
+            g = gens[k]
+            if g.run is None or g.run[3] != version:
+                continue  # superseded by an admission
+            advance(k, g.run[2], t)
+            start_run(k, t)
+    last = np.nanmax(t_arr) if issued else 0.0
+    window = float(last if not closed else min(horizon, np.nanmax(t_done)))
+    m = ~np.isnan(t_arr)
+    return SimResult(t_arr[m], t_first[m], t_done[m], isl[m], osl[m], max(window, 1e-9), stats["ctx_busy"],
+                     stats["steps"], stats["kv"])

@@ -1,0 +1,106 @@
+"""`dwdp size` end to end: the table fits 80 columns, --json, --out equal to gen-config's files, refusals."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dwdp_trtllm.cli import main
+
+#: a small search: one candidate per dimension, 2 minutes of traffic (seconds on 2 CPU cores)
+SMALL = ["--rate", "1", "--duration", "120", "--dwdp-size", "8", "--dep-size", "8", "--mnt", "16384",
+         "--gen-tp", "8", "--gen-batch", "32", "--ttft-p99", "10", "--tps-user", "10"]
+
+
+def test_size_prints_dwdp_beside_dep_in_80_columns(capsys):
+    assert main(["size", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    head = next(line for line in out.splitlines() if "DWDP" in line and "DEP" in line)
+    assert head.index("DWDP") < head.index("DEP")
+    for row in ("GPUs", "TTFT p50 s", "TTFT p99 s", "TPOT ms", "TPS/user", "output TPS/GPU", "goodput req/s"):
+        assert any(line.startswith(row) for line in out.splitlines()), row
+    assert "binding constraint" in out
+
+
+def test_size_json_has_both_modes_with_ranges(capsys):
+    assert main(["size", *SMALL, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    run = d["runs"][0]
+    for mode in ("dwdp", "dep"):
+        m, lo, hi = run[mode]["metrics"], run[mode]["low"], run[mode]["high"]
+        assert m["ttft_p99_s"] <= 10 and m["tps_user"] >= 10  # the SLOs it was sized for
+        assert m["requests"] == m["completed"] > 0
+        assert run[mode]["deployment"]["gpus"] == run[mode]["deployment"]["ctx_gpus"] + run[mode]["deployment"]["gen_gpus"]
+        assert lo["ttft_p99_s"] > 0 and hi["ttft_p99_s"] > 0
+    # DWDP's worse end of the planner's range is slower than its better end
+    assert run["dwdp"]["low"]["ttft_p50_s"] >= run["dwdp"]["high"]["ttft_p50_s"]
+
+
+def _files(d):
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_out_writes_gen_configs_files_for_the_same_deployment(tmp_path, capsys):
+    out = tmp_path / "sized"
+    assert main(["size", *SMALL, "--json", "--out", str(out), "--checkpoint", "/ckpt/R1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    argv = d["gen_config"]
+    dep = d["runs"][0]["dwdp"]["deployment"]
+    assert argv[:1] == ["gen-config"] and "--dwdp-size" in argv
+    assert argv[argv.index("--dwdp-size") + 1] == str(dep["ctx_group"])
+    assert argv[argv.index("--gen-servers") + 1] == str(dep["gen_servers"])
+    ref = tmp_path / "ref"
+    assert main(argv[:-2] + ["--out", str(ref)]) == 0  # gen-config itself, same deployment
+    capsys.readouterr()
+    got, want = _files(out), _files(ref)
+    assert sorted(got) == sorted(want) and got, "a different set of files"
+    for name in want:  # the output folder's own path is the only difference a file may carry
+        assert got[name].replace(str(out).encode(), b"@") == want[name].replace(str(ref).encode(), b"@"), name
+
+
+@pytest.mark.parametrize("argv, arg", [
+    (["--rate", "abc"], "--rate"), (["--rate", "-2"], "--rate"), (["--rate", "1", "--concurrency", "3"], "--rate"),
+    (["--rate", "1", "--isl", "0"], "--isl"), (["--rate", "1", "--osl-dist", "zipf"], "--osl-dist"),
+    (["--rate", "1", "--ttft-p99", "-1"], "--ttft-p99"), (["--rate", "1", "--tps-user", "nan"], "--tps-user"),
+    (["--rate", "1", "--gpu-budget", "0"], "--gpu-budget"), (["--rate", "1", "--mnt", "x"], "--mnt"),
+    (["--trace", "/nonexistent/trace.jsonl"], "--trace")])
+def test_bad_input_is_refused_naming_the_argument(argv, arg, capsys):
+    assert main(["size", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{arg}:" in err and len(err.strip().splitlines()) == 1
+
+
+def test_write_trace_then_size_from_the_trace(tmp_path, capsys):
+    """--write-trace saves the generated arrivals (Mooncake JSONL); --trace of that file serves the same requests."""
+    trace = tmp_path / "arrivals.jsonl"
+    assert main(["size", *SMALL, "--json", "--write-trace", str(trace)]) == 0
+    gen = json.loads(capsys.readouterr().out)["runs"][0]
+    lines = trace.read_text().splitlines()
+    assert len(lines) == gen["dwdp"]["metrics"]["requests"]
+    assert set(json.loads(lines[0])) == {"timestamp", "input_length", "output_length"}
+    replay = [a for a in SMALL if a not in ("--rate", "1")]
+    assert main(["size", *replay, "--trace", str(trace), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["runs"][0]
+    assert got["traffic"].startswith("trace arrivals.jsonl")
+    for mode in ("dwdp", "dep"):
+        assert got[mode]["metrics"]["requests"] == gen[mode]["metrics"]["requests"]
+        assert got[mode]["deployment"] == gen[mode]["deployment"]
+
+
+def test_concurrency_closed_loop(capsys):
+    argv = [a for a in SMALL if a not in ("--rate", "1")]
+    assert main(["size", *argv, "--concurrency", "4", "--duration", "60", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    assert "4 concurrent users" in run["traffic"]
+    m = run["dwdp"]["metrics"]
+    assert m["completed"] == m["requests"] >= 4
+
+
+def test_a_budget_too_small_says_so_and_writes_nothing(tmp_path, capsys):
+    """8 context GPUs (R1 FP8 needs a DWDP or DEP group of 8 on H200) + an 8-GPU generation server exceed 12."""
+    out = tmp_path / "none"
+    assert main(["size", *SMALL, "--gpu-budget", "12", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "DWDP: no deployment:" in text and "DEP: no deployment:" in text and "12-GPU budget" in text
+    assert "--out: nothing written" in text and not out.exists()
