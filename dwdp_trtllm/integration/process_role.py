@@ -9,7 +9,7 @@ Engine:
   engine; we patch nothing.
 - Processes whose global rank is >= num_groups * dwdp_size (generation servers, which
   disaggregated_mpi_worker places after the context servers) get engine "none".
-The rank is env.launch_env's (under mpirun the MPI rank). boot.py hands over the config it validated at
+The rank is env.launch_env's (under mpirun the MPI rank), or TRTLLM_DWDP_RANK under a rendezvous launch. boot.py hands over the config it validated at
 activation (remember_config); this module imports nothing of the integration at module level.
 """
 from __future__ import annotations
@@ -38,6 +38,10 @@ def integration_config():
 
 
 def global_rank() -> int:
+    """This process's context rank: TRTLLM_DWDP_RANK under a rendezvous launch (group.py), else the launcher's."""
+    rv = env.dwdp_rendezvous()
+    if rv is not None:
+        return rv["rank"]
     le = env.launch_env()
     return le["rank"] if le else 0
 

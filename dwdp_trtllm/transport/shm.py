@@ -30,8 +30,8 @@ import warnings
 from multiprocessing import resource_tracker
 
 import torch
-import torch.distributed as dist
 
+from . import group_ops
 from .base import PeerTransport, TransportError
 
 _SHM_DIR = "/dev/shm"
@@ -133,8 +133,7 @@ class ShmTransport(PeerTransport):
         if self._opened:
             raise TransportError("shm: open_peers called twice")
         mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "sizes": dict(self._sizes)}
-        tables: list = [None] * self.dwdp_size
-        dist.all_gather_object(tables, mine, group=self.group)
+        tables = group_ops.all_gather_object(self.group, mine)
         for peer, table in enumerate(tables):
             if table["rank"] != peer:
                 raise TransportError(f"shm: group member {peer} reports dwdp_rank {table['rank']}: the group must list "
@@ -147,7 +146,7 @@ class ShmTransport(PeerTransport):
             self._peers[peer] = views
         self._opened = True
         if self.dwdp_size > 1:
-            dist.barrier(group=self.group)  # every peer has mapped our segments: their names are no longer needed
+            group_ops.barrier(self.group)  # every peer has mapped our segments: their names are no longer needed
         self._unlink_own()
 
     def _unlink_own(self) -> None:

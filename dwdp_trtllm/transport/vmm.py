@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.distributed as dist
 
 from ..cuda_utils import CudaError, check, cuda_bindings, tensor_from_ptr
+from . import group_ops
 from .base import PeerTransport, TransportError
 from .pidfd import PidfdError, getfd_from
 
@@ -179,10 +179,9 @@ class VmmTransport(PeerTransport):
         self._driver()
         torch.cuda.synchronize(self.device)
         exported = {key: (self._export(h), self._sizes[key], padded) for key, (h, _, padded) in self._own.items()}
-        tables: list = [None] * self.dwdp_size
         mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "buffers": exported}
         try:
-            dist.all_gather_object(tables, mine, group=self.group)
+            tables = group_ops.all_gather_object(self.group, mine)
             for peer, entry in enumerate(tables):
                 if entry["rank"] != peer:
                     raise TransportError(f"{self.kind}: group member {peer} reports dwdp_rank {entry['rank']}: the group "
@@ -194,7 +193,7 @@ class VmmTransport(PeerTransport):
         finally:
             # Peers must have duplicated our fds before we close them. A rank that failed above still
             # reaches this barrier, so the others do not hang; they fail on their own imports or later.
-            dist.barrier(group=self.group)
+            group_ops.barrier(self.group)
             if self.handle_type == "fd":
                 for exp, _, _ in exported.values():
                     os.close(exp)
