@@ -93,8 +93,19 @@ def process_manager():
     return _cache["manager"]
 
 
-def close_process_manager() -> None:
-    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open."""
+def close_process_manager(executor=None) -> None:
+    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open. executor: the
+    PyExecutor that shut down; when it hung or its worker thread still runs (executor_shutdown.local_close) the
+    runtime closes locally first (no collective)."""
     mgr = _cache.get("manager")
     if mgr is not None and not mgr.closed:
+        from .executor_shutdown import local_close
+        local = None if executor is None else local_close(executor)
+        if local is not None:
+            try:
+                rt = mgr.runtime
+            except RuntimeError:  # no runtime attached yet: nothing to close
+                rt = None
+            if rt is not None:
+                rt.close(local)
         mgr.__exit__(None, None, None)

@@ -3,7 +3,8 @@
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
 fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
 their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
-{"died_before_shutdown": True}), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
+{"died_before_shutdown": True}), FAKE_HANG (a rank whose executor hung: a worker thread still running and its hang
+detector fired before its shutdown), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
 context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MODELS (world: models built one after the other in each context
 process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
@@ -16,6 +17,7 @@ import glob
 import logging
 import os
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -128,6 +130,10 @@ def serve_one():
         memory = {"kind": info["transport"].kind, "exported_bytes": exported_bytes(info["transport"]),
                   "free_before": torch.cuda.mem_get_info()[0]}
         ctx_barrier()
+    if str(rank) == os.environ.get("FAKE_HANG"):  # a hung executor: a forward still running, its hang detector fired
+        ex.worker_thread = threading.Thread(target=threading.Event().wait, args=(60,), daemon=True)
+        ex.worker_thread.start()
+        ex.hang_detector.fire()
     shutdown_called_at = time.time()
     ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed (transport too), unregistered
     if memory is not None:
@@ -146,6 +152,7 @@ def serve_one():
         "barrier_entered_at": close_info["entered_at"] if close_info else None,
         "barrier_missing": None if barrier is None else dict(barrier.missing),
         "barrier_waited_s": None if barrier is None else barrier.waited_s,
+        "barrier_skipped": None if barrier is None else barrier.skipped, "shutdown_s": time.time() - shutdown_called_at,
         "log": list(LOG), "memory": memory,
         "outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
         "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
