@@ -49,6 +49,7 @@ from .moe_evidence import default_gemm, measured_case
 from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
 from ..runtime import ExpertSources, expert_maps, local_slot_sources
 from ..close_sequence import close_in_order
+from ..transport.liveness import PeerWatch
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -95,6 +96,7 @@ class AdapterRuntime:
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # local experts are written before peers may read them
         transport.open_peers()
+        self.peers = PeerWatch(transport, group_label, log)  # a peer that exits while serving (transport/liveness.py)
 
         wd, sm = expert_weight_dtype(next(self.shapes[n][1] for n in names if not is_scale(n)), names), device_sm(device)
         fp8_sm90 = measured_case(wd, sm)
@@ -187,7 +189,9 @@ class AdapterRuntime:
 
     def wait_and_bind(self, pos: int) -> None:
         """The current stream waits for position pos's copies; its owner's tensors point at the slot's views
-        (multi_buffer: the execution unit's [local, slot] sources are handed over instead)."""
+        (multi_buffer: the execution unit's [local, slot] sources are handed over instead). A peer that exited
+        is dealt with first (PeerWatch.check: PeerLost where the transport does not keep its memory)."""
+        self.peers.check(forward_start=pos == 0)
         slot = self.prefetcher.acquire(pos)
         if self.gemm == "multi_buffer":
             self._bound = (pos, self.sources[(pos, slot)])
@@ -256,6 +260,7 @@ class AdapterRuntime:
             try:
                 self.scheduler.close()
             finally:
+                self.peers.close()
                 self._unbind_owners()
 
         group = getattr(self.transport, "group", None)

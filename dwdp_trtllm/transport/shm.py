@@ -94,6 +94,7 @@ class _Segment:
 
 class ShmTransport(PeerTransport):
     kind = "shm"
+    keeps_peer_memory = True  # our mapping keeps an unlinked segment's pages (POSIX: freed at the last unmap)
 
     def __init__(self, *, group, dwdp_rank: int, dwdp_size: int, device: torch.device, tag: str = "dwdp"):
         super().__init__(group=group, dwdp_rank=dwdp_rank, dwdp_size=dwdp_size, device=torch.device(device), tag=tag)
@@ -140,6 +141,7 @@ class ShmTransport(PeerTransport):
                                      "the DWDP ranks in dwdp_rank order")
             if peer == self.dwdp_rank:
                 continue
+            self.peer_pids[peer] = table["pid"]
             views = {}
             for key, nbytes in table["sizes"].items():
                 views[key] = self._attach(peer, key, nbytes)

@@ -52,7 +52,13 @@ def round_up(nbytes: int, granularity: int) -> int:
     return max(granularity, -(-nbytes // granularity) * granularity)
 
 
+def handle_type_watchable(handle_type: str) -> bool:
+    """fd peers are processes of this node (their pid can be watched); fabric peers may be on other nodes."""
+    return handle_type == "fd"
+
+
 class VmmTransport(PeerTransport):
+    keeps_peer_memory = True  # an imported handle keeps the peer's allocation (freed at its last release)
     def __init__(self, *, group, dwdp_rank: int, dwdp_size: int, device: torch.device, tag: str = "dwdp",
                  handle_type: str = "fd"):
         device = torch.device(device)
@@ -188,6 +194,8 @@ class VmmTransport(PeerTransport):
                                          "must list the DWDP ranks in dwdp_rank order")
                 if peer == self.dwdp_rank:
                     continue
+                if handle_type_watchable(self.handle_type):
+                    self.peer_pids[peer] = entry["pid"]
                 self._peers[peer] = {key: self._open_one(peer, key, entry["pid"], exp, nbytes, padded)
                                      for key, (exp, nbytes, padded) in entry["buffers"].items()}
         finally:
