@@ -3,7 +3,8 @@
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
 fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
 their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
-{"died_before_shutdown": True}), FAKE_DIE_AFTER_FORWARD ("rank:n": that rank exits
+{"died_before_shutdown": True}), TRTLLM_DWDP_RANK (a rendezvous launch: no MPI world, that context rank; the
+integration forms its group from TRTLLM_DWDP_MASTER_ADDR / PORT), FAKE_DIE_AFTER_FORWARD ("rank:n": that rank exits
 after its n-th forward, saving {"died_after_forward": n, "outs": ...}; the others wait until it is gone, then go on;
 errors of their forwards are saved), FAKE_KEEPS_PEER_MEMORY (0: the shm transport is treated as one that does not
 keep a dead peer's memory, as legacy CUDA IPC), FAKE_HANG (a rank whose executor hung: a worker thread still running and its hang
@@ -64,13 +65,16 @@ if mode == "reference":
     torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
     sys.exit(0)
 
-from mpi4py import MPI  # noqa: E402
-from tensorrt_llm.llmapi.disagg_utils import split_world_comm  # noqa: E402
+if "TRTLLM_DWDP_RANK" in os.environ:  # a rendezvous launch: one single-GPU trtllm-serve per context rank, no MPI
+    rank = int(os.environ["TRTLLM_DWDP_RANK"])
+else:
+    from mpi4py import MPI  # noqa: E402
+    from tensorrt_llm.llmapi.disagg_utils import split_world_comm  # noqa: E402
 
-rank = MPI.COMM_WORLD.Get_rank()
-split_world_comm([1] * ctx + [1] * gen)  # TP1 instances, context first
-if rank >= ctx:
-    sys.exit(0)  # generation server: never calls into DWDP
+    rank = MPI.COMM_WORLD.Get_rank()
+    split_world_comm([1] * ctx + [1] * gen)  # TP1 instances, context first
+    if rank >= ctx:
+        sys.exit(0)  # generation server: never calls into DWDP
 
 
 LOG: list[str] = []  # the integration's log lines of level INFO and above, "LEVEL: message"
