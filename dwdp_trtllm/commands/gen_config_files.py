@@ -81,9 +81,10 @@ def rendezvous_lines(d, nodes: NodeLayout, hosts: tuple[str, ...], model: str, *
                                                 "mpi or a --gen-tp within --gpus-per-node") from None
         host = f"${{H[{s.node}]}}" if slurm else hosts[s.node]
         env = [f"CUDA_VISIBLE_DEVICES={gpus}"]
-        if s.role == "context":
-            env += [f"TRTLLM_DWDP_RANK={s.index}", f"TRTLLM_DWDP_MASTER_ADDR={master}",
-                    f"TRTLLM_DWDP_MASTER_PORT={serving.RENDEZVOUS_PORT}"]
+        if s.role == "context":  # a generation server must not activate our engine (it has no context rank)
+            env += ([f'DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"'] if d.engine == "dwdp_trtllm" else []) + [
+                f"TRTLLM_DWDP_RANK={s.index}", f"TRTLLM_DWDP_MASTER_ADDR={master}",
+                f"TRTLLM_DWDP_MASTER_PORT={serving.RENDEZVOUS_PORT}"]
         yaml_name = "ctx_server.yaml" if s.role == "context" else "gen_server.yaml"
         log = f'"$R/{s.role}{s.index}.log"' if slurm else f'"$D/{s.role}{s.index}.log"'
         serve = f'trtllm-serve {model} --host {host} --port {port} --config "$D/{yaml_name}"'
@@ -109,9 +110,8 @@ def _rendezvous_slurm(nodes: NodeLayout, lines: list[str], env: bool) -> str:
             'mapfile -t H < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
             f'[ "${{#H[@]}}" -ge {n} ] || {{ echo "need {n} nodes, got ${{#H[@]}}" >&2; exit 1; }}',
             'R="$D/run.$SLURM_JOB_ID"; mkdir -p "$R"', f'sed {subst} "$D/disagg_proxy.yaml" > "$R/disagg_proxy.yaml"']
-    if env:
-        head += ['export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"',
-                 f"srun --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates us"]
+    if env:  # DWDP_TRTLLM_CONFIG: on the context servers' lines only
+        head += [f"srun --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates us"]
     proxy = f'srun --overlap -N 1 -n 1 -w "${{H[0]}}" {lines[-1]} &> "$R/proxy.log" &'
     return "\n".join(head + lines[:-1] + [proxy, "wait", ""])
 
@@ -162,8 +162,9 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
         hook = "dwdp serve --install-hook"
         if multi and args.mode == "disaggregated":  # every node's interpreter needs the .pth: one process per node
             hook = f'mpirun --hostfile "$D/hostfile" --map-by ppr:1:node {hook}'
-        cmds += [f"{hook}   # once per environment: the .pth that activates us in MPI workers",
-                 'export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"']
+        cmds.append(f"{hook}   # once per environment: the .pth that activates us in MPI workers")
+        if args.launch == "mpi":  # rendezvous: set on the context servers' lines only (rendezvous_lines)
+            cmds.append('export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"')
     model, world = shlex.quote(args.model), d.dwdp.world_size
     if args.mode == "aggregated":
         docs["trtllm_serve.yaml"] = _yaml(gc.aggregated(d), "trtllm-serve MODEL --config <this>")

@@ -109,10 +109,13 @@ def test_rendezvous_launch_writes_one_trtllm_serve_per_server(tmp_path, capsys):
     cmds = (out / "commands.sh").read_text()
     assert "mpirun" not in cmds and "disaggregated_mpi_worker" not in cmds
     for r in range(4):
-        assert (f"CUDA_VISIBLE_DEVICES={r} TRTLLM_DWDP_RANK={r} TRTLLM_DWDP_MASTER_ADDR=localhost "
+        assert (f'CUDA_VISIBLE_DEVICES={r} DWDP_TRTLLM_CONFIG="$D/dwdp.yaml" TRTLLM_DWDP_RANK={r} '
+                f"TRTLLM_DWDP_MASTER_ADDR=localhost "
                 f"TRTLLM_DWDP_MASTER_PORT=29600 trtllm-serve /ckpt/m --host localhost --port {8001 + r} "
                 '--config "$D/ctx_server.yaml"') in cmds
-    assert 'CUDA_VISIBLE_DEVICES=4,5,6,7 trtllm-serve /ckpt/m --host localhost --port 8005 --config "$D/gen_server.yaml"' in cmds
+    # the generation server gets no DWDP_TRTLLM_CONFIG: it has no context rank and must not start our engine
+    assert "\nCUDA_VISIBLE_DEVICES=4,5,6,7 trtllm-serve /ckpt/m --host localhost --port 8005 --config " \
+           '"$D/gen_server.yaml"' in cmds and "export DWDP_TRTLLM_CONFIG" not in cmds
     assert cmds.rstrip().endswith('trtllm-serve disaggregated -c "$D/disagg_proxy.yaml"')
     urls = docs["disagg_proxy.yaml"]["context_servers"]["urls"]
     assert urls == [f"localhost:{8001 + r}" for r in range(4)]
