@@ -95,6 +95,7 @@ def test_adapter_close_follows_the_same_policy(calls):
         rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
         rt.device, rt.close_timeout_s, rt.group_label = torch.device("cpu"), 5.0, "DWDP group 0 (t)"
         rt.owns_group = False
+        rt.peers = SimpleNamespace(close=lambda: None)  # transport/liveness.PeerWatch: closed with the local state
         rt.prefetcher = StuckPrefetcher() if stuck else SimpleNamespace(drain=lambda **kw: calls.seen.append("drain"))
         rt.scheduler, rt.composite = Recorder(calls, "scheduler"), Recorder(calls, "composite")
         rt.transport = Recorder(calls, "transport")
@@ -191,6 +192,7 @@ def test_adapter_close_destroys_the_models_process_group_after_the_barrier(tmp_p
             rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
             rt.device, rt.close_timeout_s, rt.group_label, rt.owns_group = torch.device("cpu"), 5.0, "g", owns
             rt.prefetcher, rt.composite = None, None
+            rt.peers = SimpleNamespace(close=lambda: None)
             rt.scheduler = SimpleNamespace(close=lambda: order.append("scheduler"))
             rt.transport = SimpleNamespace(group=group, close=lambda: order.append(
                 ("transport", dist.get_process_group_ranks(group))))  # the group still alive at the release
