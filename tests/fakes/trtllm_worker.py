@@ -118,6 +118,7 @@ def serve_one():
     """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
     model, ex = build()
     info = model._dwdp_trtllm_runtime
+    default_world = torch.distributed.is_initialized()  # our DWDP group is private: TensorRT-LLM's stays untouched
     outs, errors = {}, {}
     die = os.environ.get("FAKE_DIE_AFTER_FORWARD")  # "rank:n": that rank exits after its n-th forward
     die_rank, die_n = map(int, die.split(":")) if die else (-1, -1)
@@ -182,7 +183,7 @@ def serve_one():
         "barrier_waited_s": None if barrier is None else barrier.waited_s,
         "barrier_skipped": None if barrier is None else barrier.skipped, "shutdown_s": time.time() - shutdown_called_at,
         "log": list(LOG), "memory": memory,
-        "outs": outs, "errors": errors, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
+        "outs": outs, "errors": errors, "default_world_after_setup": default_world, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
         "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}

@@ -171,6 +171,7 @@ def test_rendezvous_launch_serves_bit_exact(tmp_path):
         for key, y in got["outs"].items():
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}"
         assert_transport_released(got, r)
+        assert got["default_world_after_setup"] is False  # the DWDP group is private (integration/group.py)
         (later,) = got["later_models"]
         assert later["new_manager"] and later["barrier_missing"] == {}, later["log"][-3:]
 
