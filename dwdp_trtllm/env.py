@@ -24,6 +24,16 @@ DWDP_NO_FUSE = "DWDP_NO_FUSE"
 DWDP_DEEPGEMM_DIR = "DWDP_DEEPGEMM_DIR"
 #: Which DeepGEMM source scripts/bench_deepgemm.py records beside its numbers (default DEEPGEMM_SOURCE_DEFAULT).
 DWDP_DEEPGEMM_SOURCE = "DWDP_DEEPGEMM_SOURCE"
+#: Rendezvous launch of DWDP context workers (one single-GPU `trtllm-serve` per context rank, no MPI world between
+#: them), the variables NVIDIA's srt-slurm launcher sets for TensorRT-LLM's DWDP prefill workers
+#: (`src/srtctl/backends/trtllm.py`, `TRTLLMBackend.get_process_environment`): this worker's context rank, the
+#: address and port of rank 0's store, and how long the rendezvous may take (seconds).
+TRTLLM_DWDP_RANK = "TRTLLM_DWDP_RANK"
+TRTLLM_DWDP_MASTER_ADDR = "TRTLLM_DWDP_MASTER_ADDR"
+TRTLLM_DWDP_MASTER_PORT = "TRTLLM_DWDP_MASTER_PORT"
+TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S = "TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S"
+#: the rendezvous wait when TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S is unset (srt-slurm's DWDP_RENDEZVOUS_TIMEOUT_S)
+RENDEZVOUS_TIMEOUT_DEFAULT_S = 3600.0
 #: the DeepGEMM commit scripts/gpu/deepgemm_build.sh builds by default
 DEEPGEMM_SOURCE_DEFAULT = "deepseek-ai/DeepGEMM 54e2261"
 
@@ -68,6 +78,39 @@ def launch_env() -> dict[str, int] | None:
         if r in env and w in env:
             return {"rank": int(env[r]), "world_size": int(env[w]), "local_rank": int(env.get(lr, env[r]))}
     return None
+
+
+def dwdp_rendezvous() -> dict | None:
+    """{rank, addr, port, timeout_s} of a rendezvous launch (TRTLLM_DWDP_RANK set), else None. A rank without the
+    master's address or port, or a value that is not a number of the right range, is a ConfigError naming the
+    variable."""
+    from .errors import ConfigError
+    env = os.environ
+    if env.get(TRTLLM_DWDP_RANK) is None:
+        return None
+
+    def number(name: str, kind, low, default=None):
+        raw = env.get(name)
+        if raw is None or raw == "":
+            if default is not None:
+                return default
+            raise ConfigError(None, name, f"must be set when {TRTLLM_DWDP_RANK} is (the rendezvous launch)")
+        try:
+            v = kind(raw)
+        except ValueError:
+            v = None
+        if v is None or v < low or (name == TRTLLM_DWDP_MASTER_PORT and v > 65535):
+            rng = "1..65535" if name == TRTLLM_DWDP_MASTER_PORT else f">= {low}"
+            raise ConfigError(None, name, f"must be a {kind.__name__} {rng}, got {raw!r}")
+        return v
+
+    addr = env.get(TRTLLM_DWDP_MASTER_ADDR) or ""
+    if not addr:
+        raise ConfigError(None, TRTLLM_DWDP_MASTER_ADDR, f"must be set when {TRTLLM_DWDP_RANK} is (the host of the "
+                                                         "worker whose rank is 0)")
+    return {"rank": number(TRTLLM_DWDP_RANK, int, 0), "addr": addr,
+            "port": number(TRTLLM_DWDP_MASTER_PORT, int, 1),
+            "timeout_s": number(TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S, float, 1.0, RENDEZVOUS_TIMEOUT_DEFAULT_S)}
 
 
 def launched_by_mpi() -> bool:

@@ -9,7 +9,9 @@ TensorRT-LLM's examples/disaggregated/slurm). A refused run writes nothing: all 
 land in --out only once every check passed (written into a temporary directory, then renamed).
 
 Writes into --out: the TensorRT-LLM YAML(s), for --engine dwdp_trtllm a dwdp.yaml with our settings
-(DWDP_TRTLLM_CONFIG points at it) plus launch.env, and commands.sh with the launch lines.
+(DWDP_TRTLLM_CONFIG points at it) plus launch.env, and commands.sh with the launch lines (--launch mpi: one MPI
+world; rendezvous: one single-GPU trtllm-serve per context server). The folder and the checkpoint must be on
+storage every node sees. Serving settings (--isl, --osl, --mtp, --gen-batch): gen_config_serving.py.
 Keys and their TensorRT-LLM sources: dwdp_trtllm/integration/gen_config.py KEY_SOURCES, docs/TRTLLM.md.
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..deploy.node_layout import layout
 from ..deploy.out_path import check_out_dir
 from ..spec.schema import ConfigError
 from . import gen_config_files as files
+from . import gen_config_serving as serving
 from .deploy_args import add_gpu_args, gpu_budget_bytes, gpu_label
 
 #: TensorRT-LLM's max_num_tokens when a server's YAML gives none (llm_args.py BaseLlmArgs.max_num_tokens)
@@ -38,7 +41,9 @@ GEN_TPS = (1, 2, 4, 8, 16, 32, 64)
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("gen-config", help="write TensorRT-LLM YAML for DWDP serving/benchmarking",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=("aggregated", "disaggregated", "bench"), default="disaggregated")
+    p.add_argument("--mode", choices=("aggregated", "disaggregated", "bench"), default="disaggregated",
+                   help="disaggregated: DWDP context servers + generation servers (default); aggregated: one "
+                        "trtllm-serve (upstream engine only); bench: trtllm-bench options (upstream engine only)")
     p.add_argument("--model", required=True,
                    help="checkpoint path or HF name (written as `model:`); a local checkpoint directory or its "
                         "config.json also gives the model's dims when neither --preset nor --num-experts is given "
@@ -50,29 +55,34 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                     "only (model_dims.py, as `dwdp plan --model`), any MoE family")
     p.add_argument("--engine", choices=("upstream", "dwdp_trtllm"), default=None,
                    help="default: upstream for --weight-dtype nvfp4, dwdp_trtllm otherwise")
-    p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=mem.DEFAULT_WEIGHT_DTYPE)
+    p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=mem.DEFAULT_WEIGHT_DTYPE,
+                   help=f"the checkpoint's expert weights (default {mem.DEFAULT_WEIGHT_DTYPE}; nvfp4: upstream engine)")
     p.add_argument("--dwdp-size", type=int, default=None,
                    help="ranks per DWDP group (default: with --preset the smallest power of two whose ranks fit the "
                         "GPU, as `dwdp plan` and plan-placement; with --num-experts 4)")
-    p.add_argument("--num-groups", type=int, default=1)
+    p.add_argument("--num-groups", type=int, default=1, help="DWDP groups of --dwdp-size context servers (default 1)")
     p.add_argument("--num-experts-per-worker", type=int, default=0, help="0 = derived placement")
-    p.add_argument("--num-prefetch-experts", type=int, default=0)
+    p.add_argument("--num-prefetch-experts", type=int, default=0,
+                   help="experts each rank prefetches per layer (upstream's dwdp_config key; 0 = derived)")
     p.add_argument("--no-contention-opt", action="store_true", help="unsliced peer copies")
     p.add_argument("--ctx-servers", type=int, default=None, help="default num_groups*dwdp_size")
-    p.add_argument("--gen-servers", type=int, default=1)
+    p.add_argument("--gen-servers", type=int, default=1, help="generation servers (default 1)")
     p.add_argument("--gen-tp", type=int, default=None,
                    help="GPUs per generation server (attention DP + expert parallel); default: the smallest power "
                         "of two up to 64 whose rank fits")
     p.add_argument("--max-num-tokens", type=int, default=mem.DEFAULT_MAX_NUM_TOKENS,
                    help="context servers' max_num_tokens (also the KV-cache floor of every server)")
     p.add_argument("--gen-max-num-tokens", type=int, default=None,
-                   help=f"generation servers' max_num_tokens (default: not written, TensorRT-LLM's {TRTLLM_DEFAULT_MAX_NUM_TOKENS})")
+                   help="generation servers' max_num_tokens (default: max_batch_size x (1 + --mtp); the rank is priced "
+                        f"with TensorRT-LLM's {TRTLLM_DEFAULT_MAX_NUM_TOKENS} unless given)")
+    serving.add_serving_args(p)
     add_gpu_args(p)
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of one node (default 8)")
     p.add_argument("--hosts", default=None, help="comma-separated host of each node, in order (default: localhost on "
                                                  "one node, NODE<i>_HOST placeholders on several)")
     p.add_argument("--hostname", default="localhost", help="proxy host on one node")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000,
+                   help="the proxy's port (default 8000); server i listens on port + 1 + i")
     p.add_argument("--json", action="store_true", help="print the deployment (servers, nodes, memory in GB) as JSON")
     p.add_argument("--out", required=True, help="output directory (created)")
     p.set_defaults(gen_config_parser=p)
@@ -218,6 +228,7 @@ def run(args) -> int:
     spec = model_spec(args)
     num_experts = args.num_experts if spec is None else spec.num_experts
     check_args(args, num_experts)
+    isl, mtp = serving.resolve(args)
     size = args.dwdp_size
     if size is None:  # the default every deployment command shares (memory.default_dwdp_size); no dims: 4
         size = 4 if spec is None else mem.default_dwdp_size(
@@ -253,6 +264,7 @@ def run(args) -> int:
     if args.mode != "disaggregated":
         gc.aggregated(early, args.mode)
     sizing = size_servers(args, dwdp, spec, engine)
+    gen = serving.generation(args, spec, sizing, isl, mtp)
     ctx_servers = args.ctx_servers or dwdp.world_size
     if args.mode == "disaggregated":
         servers = [("context", 1)] * ctx_servers + [("generation", sizing.gen_tp)] * args.gen_servers
@@ -270,8 +282,10 @@ def run(args) -> int:
         raise ConfigError(None, "--hosts", str(e)) from None
     d = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, ctx_servers=ctx_servers,
                       gen_servers=args.gen_servers, gen_tp=sizing.gen_tp or 1, max_num_tokens=args.max_num_tokens,
-                      gen_max_num_tokens=args.gen_max_num_tokens, weight_dtype=args.weight_dtype, hostname=hosts[0],
-                      port=args.port, server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None)
+                      gen_max_num_tokens=gen.max_num_tokens if gen else args.gen_max_num_tokens,
+                      weight_dtype=args.weight_dtype, hostname=hosts[0], port=args.port, isl=isl, mtp=mtp,
+                      gen_batch=gen and gen.batch, gen_kv_fraction=gen and gen.kv_fraction,
+                      server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None)
     out = args.out.resolve()
     docs, cmds = files.build(args, d, nodes, hosts, out)  # every document in memory: nothing written yet
     written = files.write_all(out, docs)
@@ -281,14 +295,17 @@ def run(args) -> int:
             f"of {sizing.gen_tp} GPU{'s' * (sizing.gen_tp > 1)}" if args.mode == "disaggregated"
             else f"one {args.mode} server of {dwdp.world_size} GPUs (DWDP{dwdp.dwdp_size}{groups})")
             + f", {sizing.gpu}, {args.gpus_per_node} GPUs per node")
+    storage = serving.storage_line(f"{out} (this folder)", args.model, nodes.num_nodes)
+    settings = serving.settings_lines(args, isl, mtp, gen)
     if args.json:
         print(json.dumps({"summary": head, "args": files.argv_of(args), "num_gpus": nodes.num_gpus, "num_nodes": nodes.num_nodes, "hosts": list(hosts),
                           "engine": engine, "gen_tp": sizing.gen_tp, "memory": sizing.to_dict(),
+                          "isl": isl, "mtp": mtp, "launch": args.launch, "settings": settings, "storage": storage,
                           "nodes": nodes.node_lines(hosts), "written": [str(w) for w in written]}, indent=1))
         return 0
     print(head)
     print(f"engine: {engine} ({args.weight_dtype}, {num_experts} experts, dwdp_size {dwdp.dwdp_size}{groups})")
-    for line in sizing.lines() + (nodes.node_lines(hosts) if nodes.num_nodes > 1 else []):
+    for line in sizing.lines() + settings + (nodes.node_lines(hosts) if nodes.num_nodes > 1 else []) + [storage]:
         print(line)
     for w in written:
         print(f"wrote {w}")

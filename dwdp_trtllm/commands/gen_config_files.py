@@ -6,6 +6,11 @@ launch.slurm in the shape of TensorRT-LLM's examples/disaggregated/slurm (disagg
 gen_yaml.py, stored id 9853323699 / 9215451866 / 9307534881): the job's node names replace the NODE<i>_HOST
 placeholders in a per-job copy of the YAML (as gen_yaml.py fills urls from SLURM_JOB_NODELIST), one srun of
 every worker rank runs `trtllm-serve disaggregated_mpi_worker`, and one task on the first node the proxy.
+--launch rendezvous (`rendezvous_lines`): no MPI world; every server is its own `trtllm-serve MODEL --config
+ctx_server.yaml | gen_server.yaml` on its node's GPUs (CUDA_VISIBLE_DEVICES), the context servers meeting through
+TRTLLM_DWDP_RANK / TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT (integration/group.py), as NVIDIA's srt-slurm
+launches DWDP prefill workers (`src/srtctl/backends/trtllm.py`, `TRTLLMBackend.get_process_environment`); several
+nodes: launch.slurm starts each with one srun on its node.
 """
 from __future__ import annotations
 
@@ -61,6 +66,56 @@ def _slurm(nodes: NodeLayout, world: int, env: bool) -> str:
     return "\n".join(lines)
 
 
+def rendezvous_lines(d, nodes: NodeLayout, hosts: tuple[str, ...], model: str, *, slurm: bool) -> list[str]:
+    """One launch line per server and the proxy's (module docstring). slurm: srun lines naming the node as ${H[i]}
+    (launch.slurm), else plain lines for one node (commands.sh). ConfigError for a generation server spanning nodes
+    (one trtllm-serve starts its ranks on one node only)."""
+    from . import gen_config_serving as serving
+    master = "${H[0]}" if slurm else hosts[0]
+    lines, port = [], d.port + 1
+    for s in nodes.servers:
+        try:
+            gpus = ",".join(map(str, nodes.local_gpus(s)))
+        except ValueError as e:
+            raise ConfigError(None, "--launch", f"rendezvous: {e}; one trtllm-serve runs on one node: use --launch "
+                                                "mpi or a --gen-tp within --gpus-per-node") from None
+        host = f"${{H[{s.node}]}}" if slurm else hosts[s.node]
+        env = [f"CUDA_VISIBLE_DEVICES={gpus}"]
+        if s.role == "context":  # a generation server must not activate our engine (it has no context rank)
+            env += ([f'DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"'] if d.engine == "dwdp_trtllm" else []) + [
+                f"TRTLLM_DWDP_RANK={s.index}", f"TRTLLM_DWDP_MASTER_ADDR={master}",
+                f"TRTLLM_DWDP_MASTER_PORT={serving.RENDEZVOUS_PORT}"]
+        yaml_name = "ctx_server.yaml" if s.role == "context" else "gen_server.yaml"
+        log = f'"$R/{s.role}{s.index}.log"' if slurm else f'"$D/{s.role}{s.index}.log"'
+        serve = f'trtllm-serve {model} --host {host} --port {port} --config "$D/{yaml_name}"'
+        if slurm:  # the step sees the node's GPUs; env (not srun --export, which splits at commas) picks them
+            lines.append(f'srun --overlap -N 1 -n 1 -w "{host}" --gres=gpu:{nodes.gpus_per_node} env {" ".join(env)} '
+                         f'{serve} &> {log} &')
+        else:
+            lines.append(f"{' '.join(env)} {serve} &> {log} &")
+        port += 1
+    proxy = '"$R/disagg_proxy.yaml"' if slurm else '"$D/disagg_proxy.yaml"'
+    lines.append(f'trtllm-serve disaggregated -c {proxy}')
+    return lines
+
+
+def _rendezvous_slurm(nodes: NodeLayout, lines: list[str], env: bool) -> str:
+    """launch.slurm of a rendezvous launch: the proxy YAML with the job's node names, one srun per server."""
+    n = nodes.num_nodes
+    subst = " ".join(f'-e "s/{PLACEHOLDER.format(i)}/${{H[{i}]}}/g"' for i in range(n))
+    head = ["#!/bin/bash", f"#SBATCH --nodes={n}", f"#SBATCH --gres=gpu:{nodes.gpus_per_node}",
+            "#SBATCH --job-name=dwdp-rendezvous", "#SBATCH --time=02:00:00",
+            "# add --partition / --account as your cluster needs; submit from this directory: sbatch launch.slurm",
+            "set -e", 'D="${SLURM_SUBMIT_DIR:?submit with sbatch from the gen-config directory}"',
+            'mapfile -t H < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+            f'[ "${{#H[@]}}" -ge {n} ] || {{ echo "need {n} nodes, got ${{#H[@]}}" >&2; exit 1; }}',
+            'R="$D/run.$SLURM_JOB_ID"; mkdir -p "$R"', f'sed {subst} "$D/disagg_proxy.yaml" > "$R/disagg_proxy.yaml"']
+    if env:  # DWDP_TRTLLM_CONFIG: on the context servers' lines only
+        head += [f"srun --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates us"]
+    proxy = f'srun --overlap -N 1 -n 1 -w "${{H[0]}}" {lines[-1]} &> "$R/proxy.log" &'
+    return "\n".join(head + lines[:-1] + [proxy, "wait", ""])
+
+
 def argv_of(args) -> list[str]:
     """The gen-config arguments that differ from the defaults, in the parser's order (without --out / --json): the
     line commands.sh records so a shipped example can be regenerated and priced (scripts/trtllm_memory_table.py)."""
@@ -86,6 +141,8 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
     if multi:
         head += [f"# {nodes.summary()}: run this on node 0 ({hosts[0]}); mpirun starts every node's ranks (hostfile)"]
         head += [f"#   {line}" for line in nodes.node_lines(hosts)]
+    from . import gen_config_serving as serving
+    head += ["# " + serving.storage_line("this folder", args.model, nodes.num_nodes)]
     head += ["set -e", 'D="$(cd "$(dirname "$0")" && pwd)"']
     if multi and hosts[0] == PLACEHOLDER.format(0):
         head += ['if grep -q "_HOST " "$D/hostfile"; then echo "replace NODE<i>_HOST in hostfile and disagg_*.yaml '
@@ -105,8 +162,9 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
         hook = "dwdp serve --install-hook"
         if multi and args.mode == "disaggregated":  # every node's interpreter needs the .pth: one process per node
             hook = f'mpirun --hostfile "$D/hostfile" --map-by ppr:1:node {hook}'
-        cmds += [f"{hook}   # once per environment: the .pth that activates us in MPI workers",
-                 'export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"']
+        cmds.append(f"{hook}   # once per environment: the .pth that activates us in MPI workers")
+        if args.launch == "mpi":  # rendezvous: set on the context servers' lines only (rendezvous_lines)
+            cmds.append('export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"')
     model, world = shlex.quote(args.model), d.dwdp.world_size
     if args.mode == "aggregated":
         docs["trtllm_serve.yaml"] = _yaml(gc.aggregated(d), "trtllm-serve MODEL --config <this>")
@@ -115,6 +173,18 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
         docs["trtllm_bench_extra.yaml"] = _yaml(gc.bench_options(d), "trtllm-bench ... throughput --config <this>")
         cmds.append(f"trtllm-bench -m {model} throughput --backend pytorch --dataset ds.jsonl --tp {world} "
                     f'--max_num_tokens {args.max_num_tokens} --streaming --config "$D/trtllm_bench_extra.yaml"')
+    elif args.launch == "rendezvous":
+        proxy, worker = gc.disaggregated(d)
+        docs["disagg_proxy.yaml"] = _yaml(proxy, "trtllm-serve disaggregated -c <this>")
+        for name, section in (("ctx_server.yaml", "context_servers"), ("gen_server.yaml", "generation_servers")):
+            server = {k: v for k, v in worker[section].items() if k not in ("num_instances", "urls")}
+            docs[name] = _yaml(server, f"trtllm-serve MODEL --config <this>: each of the {section.split('_')[0]} servers")
+        run = rendezvous_lines(d, nodes, hosts, model, slurm=False)
+        if multi:
+            docs["launch.slurm"] = _rendezvous_slurm(nodes, rendezvous_lines(d, nodes, hosts, model, slurm=True), env)
+            head += ["# several nodes: the lines below start every server on this node (one node only); submit "
+                     "launch.slurm instead", 'echo "several nodes: run sbatch launch.slurm" >&2; exit 1']
+        cmds += run
     else:
         proxy, worker = gc.disaggregated(d)
         n = gc.mpi_world(d)

@@ -12,6 +12,8 @@ Order, every wait inside ONE deadline (timeout_s from the call):
     error: copies of ours may still read peers' memory or write our slot ranges, and unmapping under them is worse
     than a leak;
  5. after_barrier() (the adapter: the DWDP group's process groups destroyed): the group carries nothing more.
+A local close (the host's executor hung or its worker thread still runs: integration/executor_shutdown.py) skips
+step 2 (this rank does not wait for peers; the result says why) and, when asked (keep_shared), leaves step 4 out too.
 Nothing here raises for a failed drain or a missing peer (both are said in the log and in CloseResult); a failure
 of a release step propagates after the later steps ran.
 """
@@ -71,9 +73,12 @@ def device_synchronize(device: torch.device, timeout_s: float) -> bool:
 
 def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout_s: float, label: str,
                    log: logging.Logger, release_local: Callable[[], None], release_shared: Callable[[], None],
-                   after_barrier: Callable[[], None] | None = None) -> CloseResult:
+                   after_barrier: Callable[[], None] | None = None, local_only: str | None = None,
+                   keep_shared: str | None = None) -> CloseResult:
     """Close one DWDP rank (module docstring: the order), all of it within timeout_s seconds. prefetcher: None when
-    none was started; label: the group as the log names it."""
+    none was started; label: the group as the log names it. local_only: why this rank must not wait for its peers
+    (the shutdown barrier is skipped with that reason); keep_shared: why the composite view and the transport must
+    stay mapped even after a finished drain."""
     deadline = time.monotonic() + timeout_s
 
     def left() -> float:
@@ -92,7 +97,8 @@ def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout
                     "shutdown barrier (%s)", label, timeout_s, not_drained)
     entered_at = time.time()
     budget = left()  # what the drain left of the one deadline (at least a moment: close_barrier's floor)
-    barrier = close_barrier(group, budget)
+    barrier = close_barrier(group, budget) if local_only is None else \
+        BarrierResult((), 0, 0.0, skipped=f"{local_only}: this rank closes without waiting for its peers")
     line = barrier.describe(label, timeout_s)  # the whole close, barrier included, stayed within it
     # a missing peer, or a barrier skipped although there was a group (torch.distributed torn down), is a warning
     quiet = barrier.ok and (barrier.skipped is None or group is None or len(barrier.ranks) == 1)
@@ -100,9 +106,12 @@ def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout
     result = CloseResult(not_drained is None, not_drained, barrier, entered_at)
     try:
         release_local()
-        if result.drained:
+        if result.drained and keep_shared is None:
             release_shared()
             result.released_at = time.time()
+        elif result.drained:
+            log.warning("dwdp_trtllm: %s: its composite view and transport (exported buffers, peer mappings) stay "
+                        "mapped until the process exits: %s", label, keep_shared)
         else:
             log.error("dwdp_trtllm: %s: this rank's copies did not finish; its composite view and transport "
                       "(exported buffers, peer mappings) stay mapped until the process exits", label)

@@ -55,6 +55,15 @@ class NodeLayout:
         """Open MPI hostfile: each node with exactly the slots (ranks) this layout gives it."""
         return "".join(f"{h} slots={k}\n" for h, k in zip(hosts, self.ranks_per_node))
 
+    def local_gpus(self, server: Server) -> range:
+        """The node-local GPU indices of a server within one node (its CUDA_VISIBLE_DEVICES when each server is
+        started on its own, as a rendezvous launch does); ValueError for a server spanning nodes."""
+        if server.gpus > self.gpus_per_node:
+            raise ValueError(f"the {server.role} server {server.index} of {server.gpus} GPUs spans nodes of "
+                             f"{self.gpus_per_node} GPUs")
+        first = server.first_rank - sum(self.ranks_per_node[:server.node])
+        return range(first, first + server.gpus)
+
     def node_lines(self, hosts: tuple[str, ...]) -> list[str]:
         """One line per node: its host, GPUs used and servers (what runs where)."""
         lines = []

@@ -50,6 +50,7 @@ from .moe_evidence import default_gemm, measured_case
 from .settings import DEFAULT_SHUTDOWN_TIMEOUT_S
 from ..core.runtime import ExpertSources, expert_maps, local_slot_sources
 from ..core.close_sequence import close_in_order
+from ..core.transport.liveness import PeerWatch
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -96,6 +97,7 @@ class AdapterRuntime:
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # local experts are written before peers may read them
         transport.open_peers()
+        self.peers = PeerWatch(transport, group_label, log)  # a peer that exits while serving (transport/liveness.py)
 
         wd, sm = expert_weight_dtype(next(self.shapes[n][1] for n in names if not is_scale(n)), names), device_sm(device)
         fp8_sm90 = measured_case(wd, sm)
@@ -188,7 +190,9 @@ class AdapterRuntime:
 
     def wait_and_bind(self, pos: int) -> None:
         """The current stream waits for position pos's copies; its owner's tensors point at the slot's views
-        (multi_buffer: the execution unit's [local, slot] sources are handed over instead)."""
+        (multi_buffer: the execution unit's [local, slot] sources are handed over instead). A peer that exited
+        is dealt with first (PeerWatch.check: PeerLost where the transport does not keep its memory)."""
+        self.peers.check(forward_start=pos == 0)
         slot = self.prefetcher.acquire(pos)
         if self.gemm == "multi_buffer":
             self._bound = (pos, self.sources[(pos, slot)])
@@ -218,9 +222,11 @@ class AdapterRuntime:
         """close() ran (HopperDwdpManager.check_free lets a new runtime replace a closed one)."""
         return self._closed
 
-    def close(self) -> None:
+    def close(self, local=None) -> None:
         """Executor shutdown (HopperDwdpManager.cleanup); collective over the DWDP group, all of it (drain included)
-        within close_timeout_s, one deadline.
+        within close_timeout_s, one deadline. local: an executor_shutdown.LocalClose when the executor hung or its
+        worker thread still runs: then nothing collective runs (no barrier: step 2 is skipped with its reason) and,
+        when it says so, step 4 too (the composite view and transport stay mapped until the process exits).
 
         Order, as upstream's DWDPWeightManager.release (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269,
         stored id 57555330583: synchronize, peer views dropped, WeightBuffer released, then DWDPTransport.release,
@@ -255,6 +261,7 @@ class AdapterRuntime:
             try:
                 self.scheduler.close()
             finally:
+                self.peers.close()
                 self._unbind_owners()
 
         group = getattr(self.transport, "group", None)
@@ -266,7 +273,9 @@ class AdapterRuntime:
 
         res = close_in_order(prefetcher=self.prefetcher, device=self.device, group=group,
                              timeout_s=self.close_timeout_s, label=self.group_label, log=log,
-                             release_local=release_local, release_shared=release_shared, after_barrier=destroy)
+                             release_local=release_local, release_shared=release_shared, after_barrier=destroy,
+                             local_only=None if local is None else local.why,
+                             keep_shared=None if local is None else local.keep_shared)
         self.close_info = res.as_info()
 
     def _unbind_owners(self) -> None:

@@ -7,6 +7,7 @@ on upstream's engine too): they go into a separate dwdp.yaml named by DWDP_TRTLL
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,16 @@ _LLM_ARGS = "tensorrt_llm/llmapi/llm_args.py"
 _LLM_ARGS_AT = "commit 0004396720054fd8 (newest stored; TorchLlmArgs fields read in full)"
 _DISAGG = "tensorrt_llm/llmapi/disagg_utils.py (extract_disagg_cfg / extract_ctx_gen_cfgs)"
 _DISAGG_AT = "stored versions read via code search (2 versions, one with **kwargs passthrough); examples/disaggregated/README.md"
+#: upstream's DWDP reproduction recipe: the experiment matrix and the script that turns it into server configs
+RECIPE = "examples/dwdp/dwdp_reproduce.yaml @ 6ed140e9"
+RECIPE_SCRIPT = "examples/dwdp/reproduce.py @ 1f939488 (build_worker_config)"
+
+#: tokens a request carries beyond its ISL in upstream's recipe (reproduce.py calc_seq_lens: ctx_max_seq_len = isl + 1024)
+SEQ_MARGIN_TOKENS = 1024
+#: generation servers' kv_cache_config.free_gpu_memory_fraction (reproduce.py build_worker_config's gen_cfg)
+GEN_KV_FRACTION = 0.75
+#: the largest generation batch (max_batch_size per attention-DP rank) in upstream's recipe (dwdp_reproduce.yaml)
+GEN_BATCH_CAP = 256
 
 #: dotted key -> (source file in TensorRT-LLM, version/commit it was read from). Sub-keys of
 #: context_servers/generation_servers other than num_instances/urls are LlmArgs keys (other_args).
@@ -36,10 +47,18 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "moe_config": (_LLM_ARGS + " TorchLlmArgs.moe_config", _LLM_ARGS_AT),
     "moe_config.backend": (_LLM_ARGS + " MoeConfig.backend (Literal incl. CUTLASS, CUTEDSL)", "research notes, newest llm_args"),
     "kv_cache_config": (_LLM_ARGS + " BaseLlmArgs.kv_cache_config", "TorchLlmArgs docs signature 1.4.0rc4"),
-    "kv_cache_config.free_gpu_memory_fraction": (_LLM_ARGS + " KvCacheConfig.free_gpu_memory_fraction", "research notes, not re-read"),
     "cache_transceiver_config": (_LLM_ARGS + " BaseLlmArgs.cache_transceiver_config", "examples/disaggregated/README.md + research notes"),
     "cache_transceiver_config.backend": (_LLM_ARGS + " CacheTransceiverConfig.backend", "examples/disaggregated/README.md + research notes"),
-    "cache_transceiver_config.max_tokens_in_buffer": (_LLM_ARGS + " CacheTransceiverConfig.max_tokens_in_buffer", "examples/disaggregated/README.md + research notes"),
+    "cache_transceiver_config.max_tokens_in_buffer": (_LLM_ARGS + " CacheTransceiverConfig.max_tokens_in_buffer",
+                                                      RECIPE_SCRIPT + ": ceil((isl + 1024) / 64) * 64"),
+    "max_batch_size": (_LLM_ARGS + " BaseLlmArgs.max_batch_size", RECIPE_SCRIPT + ": gen_cfg max_batch_size = batch"),
+    "kv_cache_config.free_gpu_memory_fraction": (_LLM_ARGS + " KvCacheConfig.free_gpu_memory_fraction",
+                                                 RECIPE_SCRIPT + ": 0.75 on generation servers"),
+    "speculative_config": (_LLM_ARGS + " TorchLlmArgs.speculative_config",
+                           RECIPE_SCRIPT + ": ctx_cfg and gen_cfg speculative_config when mtp > 0"),
+    "speculative_config.decoding_type": (_LLM_ARGS + " MTPDecodingConfig (decoding_type MTP)", RECIPE_SCRIPT),
+    "speculative_config.num_nextn_predict_layers": (_LLM_ARGS + " MTPDecodingConfig.num_nextn_predict_layers",
+                                                    RECIPE_SCRIPT + ": = the recipe's mtp (1 or 3)"),
     "dwdp_config": (_LLM_ARGS + " TorchLlmArgs.dwdp_config (Optional[DwdpConfig], prototype)", _LLM_ARGS_AT),
     "dwdp_config.dwdp_size": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453 (config.dwdp_size)"),
     "dwdp_config.num_groups": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
@@ -57,6 +76,66 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "generation_servers.urls": (_DISAGG, _DISAGG_AT),
 }
 _SERVER_SECTIONS = ("context_servers", "generation_servers")
+
+
+def kv_transfer_tokens(isl: int) -> int:
+    """cache_transceiver_config.max_tokens_in_buffer for prompts of up to `isl` tokens: the context sequence (ISL +
+    SEQ_MARGIN_TOKENS) rounded up to 64, as upstream's recipe sizes it (RECIPE_SCRIPT: max_tokens_in_buffer =
+    ceil(ctx_max_seq_len / 64) * 64). A request longer than the buffer is sent in several transfers."""
+    return math.ceil((isl + SEQ_MARGIN_TOKENS) / 64) * 64
+
+
+def speculative_config(mtp: int) -> dict[str, Any]:
+    """One-model MTP with `mtp` draft tokens, as RECIPE_SCRIPT writes it on context and generation servers."""
+    return {"decoding_type": "MTP", "num_nextn_predict_layers": mtp}
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    """A generation server's sizing: max_batch_size per rank, its max_num_tokens, the KV-cache fraction, and one line
+    per setting saying why (printed by gen-config)."""
+
+    batch: int
+    max_num_tokens: int
+    kv_fraction: float
+    reasons: tuple[str, ...]
+
+
+def gen_settings(*, isl: int, osl: int, mtp: int, kv_room_bytes: int | None, kv_bytes_per_token: int | None,
+                 batch: int | None = None, max_num_tokens: int | None = None) -> GenSettings:
+    """Size a generation rank. batch (None: sized): the requests of ISL + OSL tokens whose KV cache fits
+    GEN_KV_FRACTION of the memory the rank has left (kv_room_bytes, after weights and activations), at most
+    GEN_BATCH_CAP; max_num_tokens (None: batch x (1 + mtp), every request's token and its draft tokens in one step, as
+    the recipe's gen_max_tokens). Without model dims (kv_room_bytes None) a sized batch is GEN_BATCH_CAP, said so.
+    ConfigError naming --gen-batch / --gen-tp when not one request fits."""
+    seq = isl + osl
+    why: list[str] = []
+    if batch is None:
+        if kv_room_bytes is None or kv_bytes_per_token is None:
+            batch = GEN_BATCH_CAP
+            why.append(f"max_batch_size {batch}: the largest batch of upstream's recipe ({RECIPE}); no model dims to "
+                       "check its KV cache (give --preset)")
+        else:
+            fit = int(kv_room_bytes * GEN_KV_FRACTION) // (kv_bytes_per_token * seq)
+            if fit < 1:
+                raise ConfigError(None, "--gen-tp", f"a generation rank has KV room for no request of {seq:,} tokens "
+                                                    f"(--isl {isl} + --osl {osl}): use a larger --gen-tp")
+            batch = min(fit, GEN_BATCH_CAP)
+            why.append(f"max_batch_size {batch}: " + (
+                f"the requests of {seq:,} tokens (--isl {isl} + --osl {osl}) whose KV cache fits "
+                f"{GEN_KV_FRACTION:g} of the {kv_room_bytes / 1e9:.1f} GB a rank has left" if fit < GEN_BATCH_CAP else
+                f"upstream's largest recipe batch ({RECIPE}); KV room for {fit:,} requests of {seq:,} tokens"))
+    else:
+        why.append(f"max_batch_size {batch}: --gen-batch")
+    if max_num_tokens is None:
+        max_num_tokens = batch * (1 + mtp)
+        why.append(f"max_num_tokens {max_num_tokens}: max_batch_size x (1 + {mtp} MTP draft tokens), one step of every "
+                   f"request (the recipe's gen_max_tokens, {RECIPE})")
+    else:
+        why.append(f"max_num_tokens {max_num_tokens}: --gen-max-num-tokens")
+    why.append(f"kv_cache_config.free_gpu_memory_fraction {GEN_KV_FRACTION:g}: upstream's generation servers "
+               f"({RECIPE_SCRIPT})")
+    return GenSettings(batch, max_num_tokens, GEN_KV_FRACTION, tuple(why))
 
 
 def emitted_keys(doc: dict, prefix: str = "") -> set[str]:
@@ -88,7 +167,13 @@ class Deployment:
     weight_dtype: str = "fp8"
     hostname: str = "localhost"
     port: int = 8000
-    kv_transfer_tokens: int = 9216
+    #: the longest prompt the deployment is sized for (KV transfer buffer: kv_transfer_tokens)
+    isl: int = 16384
+    #: MTP draft tokens (speculative_config on every server; 0: none)
+    mtp: int = 0
+    #: generation servers' max_batch_size and KV fraction (None: not written)
+    gen_batch: int | None = None
+    gen_kv_fraction: float | None = None
     #: host of every server in MPI rank order (context servers, then generation servers); None: `hostname` for all
     server_hosts: tuple[str, ...] | None = None
 
@@ -117,6 +202,8 @@ def _ctx_common(d: Deployment) -> dict[str, Any]:
                            "moe_config": {"backend": d.moe_backend}, "max_num_tokens": d.max_num_tokens}
     if d.engine == "upstream":
         out["dwdp_config"] = d.upstream_dwdp()
+    if d.mtp > 0:
+        out["speculative_config"] = speculative_config(d.mtp)
     return out
 
 
@@ -149,8 +236,14 @@ def _gen_parallel(d: Deployment) -> dict[str, Any]:
     out: dict[str, Any] = {"tensor_parallel_size": d.gen_tp}
     if d.gen_tp > 1:
         out.update(moe_expert_parallel_size=d.gen_tp, enable_attention_dp=True)
+    if d.gen_batch is not None:
+        out["max_batch_size"] = d.gen_batch
     if d.gen_max_num_tokens is not None:
         out["max_num_tokens"] = d.gen_max_num_tokens
+    if d.gen_kv_fraction is not None:
+        out["kv_cache_config"] = {"free_gpu_memory_fraction": d.gen_kv_fraction}
+    if d.mtp > 0:
+        out["speculative_config"] = speculative_config(d.mtp)
     return out
 
 
@@ -166,7 +259,7 @@ def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
     proxy = {"hostname": d.hostname, "port": d.port, "backend": "pytorch",
              "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls},
              "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls}}
-    xfer = {"backend": "UCX", "max_tokens_in_buffer": d.kv_transfer_tokens}
+    xfer = {"backend": "UCX", "max_tokens_in_buffer": kv_transfer_tokens(d.isl)}
     worker = {"model": d.model, "backend": "pytorch", "hostname": d.hostname, "port": d.port,
               "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls, "tensor_parallel_size": 1,
                                   **_ctx_common(d), "cache_transceiver_config": dict(xfer)},

@@ -9,7 +9,7 @@ Engine:
   engine; we patch nothing.
 - Processes whose global rank is >= num_groups * dwdp_size (generation servers, which
   disaggregated_mpi_worker places after the context servers) get engine "none".
-The rank is env.launch_env's (under mpirun the MPI rank). boot.py hands over the config it validated at
+The rank is env.launch_env's (under mpirun the MPI rank), or TRTLLM_DWDP_RANK under a rendezvous launch. boot.py hands over the config it validated at
 activation (remember_config); this module imports nothing of the integration at module level.
 """
 from __future__ import annotations
@@ -38,6 +38,10 @@ def integration_config():
 
 
 def global_rank() -> int:
+    """This process's context rank: TRTLLM_DWDP_RANK under a rendezvous launch (group.py), else the launcher's."""
+    rv = env.dwdp_rendezvous()
+    if rv is not None:
+        return rv["rank"]
     le = env.launch_env()
     return le["rank"] if le else 0
 
@@ -89,8 +93,19 @@ def process_manager():
     return _cache["manager"]
 
 
-def close_process_manager() -> None:
-    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open."""
+def close_process_manager(executor=None) -> None:
+    """Executor shutdown: exit the process's manager (runtime closed, unregistered) if one is open. executor: the
+    PyExecutor that shut down; when it hung or its worker thread still runs (executor_shutdown.local_close) the
+    runtime closes locally first (no collective)."""
     mgr = _cache.get("manager")
     if mgr is not None and not mgr.closed:
+        from .executor_shutdown import local_close
+        local = None if executor is None else local_close(executor)
+        if local is not None:
+            try:
+                rt = mgr.runtime
+            except RuntimeError:  # no runtime attached yet: nothing to close
+                rt = None
+            if rt is not None:
+                rt.close(local)
         mgr.__exit__(None, None, None)

@@ -3,7 +3,12 @@
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
 fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
 their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
-{"died_before_shutdown": True}), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
+{"died_before_shutdown": True}), TRTLLM_DWDP_RANK (a rendezvous launch: no MPI world, that context rank; the
+integration forms its group from TRTLLM_DWDP_MASTER_ADDR / PORT), FAKE_DIE_AFTER_FORWARD ("rank:n": that rank exits
+after its n-th forward, saving {"died_after_forward": n, "outs": ...}; the others wait until it is gone, then go on;
+errors of their forwards are saved), FAKE_KEEPS_PEER_MEMORY (0: the shm transport is treated as one that does not
+keep a dead peer's memory, as legacy CUDA IPC), FAKE_HANG (a rank whose executor hung: a worker thread still running and its hang
+detector fired before its shutdown), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
 context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MODELS (world: models built one after the other in each context
 process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
@@ -16,6 +21,7 @@ import glob
 import logging
 import os
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -37,6 +43,9 @@ def inputs(rank, step):
 def build():
     if os.environ.get("DWDP_TRTLLM_CONFIG"):
         import dwdp_trtllm.integration.boot  # noqa: F401  (what the .pth line does in every interpreter)
+    if os.environ.get("FAKE_KEEPS_PEER_MEMORY") == "0":  # the decision path of a transport that does not (legacy IPC)
+        from dwdp_trtllm.core.transport.shm import ShmTransport
+        ShmTransport.keeps_peer_memory = False
     from tensorrt_llm._torch.pyexecutor.model_engine import PyTorchModelEngine
     from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
     from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
@@ -56,13 +65,16 @@ if mode == "reference":
     torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
     sys.exit(0)
 
-from mpi4py import MPI  # noqa: E402
-from tensorrt_llm.llmapi.disagg_utils import split_world_comm  # noqa: E402
+if "TRTLLM_DWDP_RANK" in os.environ:  # a rendezvous launch: one single-GPU trtllm-serve per context rank, no MPI
+    rank = int(os.environ["TRTLLM_DWDP_RANK"])
+else:
+    from mpi4py import MPI  # noqa: E402
+    from tensorrt_llm.llmapi.disagg_utils import split_world_comm  # noqa: E402
 
-rank = MPI.COMM_WORLD.Get_rank()
-split_world_comm([1] * ctx + [1] * gen)  # TP1 instances, context first
-if rank >= ctx:
-    sys.exit(0)  # generation server: never calls into DWDP
+    rank = MPI.COMM_WORLD.Get_rank()
+    split_world_comm([1] * ctx + [1] * gen)  # TP1 instances, context first
+    if rank >= ctx:
+        sys.exit(0)  # generation server: never calls into DWDP
 
 
 LOG: list[str] = []  # the integration's log lines of level INFO and above, "LEVEL: message"
@@ -106,7 +118,26 @@ def serve_one():
     """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
     model, ex = build()
     info = model._dwdp_trtllm_runtime
-    outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
+    default_world = torch.distributed.is_initialized()  # our DWDP group is private: TensorRT-LLM's stays untouched
+    outs, errors = {}, {}
+    die = os.environ.get("FAKE_DIE_AFTER_FORWARD")  # "rank:n": that rank exits after its n-th forward
+    die_rank, die_n = map(int, die.split(":")) if die else (-1, -1)
+    marker = f"{out_dir}/died_{die_rank}"
+    for s in range(steps):
+        if die and rank != die_rank and s == die_n:  # the survivors go on once the peer is gone
+            t0 = time.monotonic()
+            while not os.path.exists(marker) and time.monotonic() - t0 < 60:
+                time.sleep(0.05)
+            time.sleep(1.0)  # the marker is written just before the peer's os._exit
+        t0 = time.monotonic()
+        try:
+            outs[(rank, s)] = ex.forward_step(inputs(rank, s)).cpu()
+        except Exception as e:  # noqa: BLE001 - a lost peer: the forward's error is what the test checks
+            errors[s] = {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+        if rank == die_rank and s + 1 == die_n:  # a peer that dies while serving: no shutdown, no close
+            torch.save({"died_after_forward": die_n, "outs": outs}, f"{out_dir}/out_{rank}.pt")
+            open(marker, "w").close()
+            os._exit(0)
     try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
         from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
         build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
@@ -128,6 +159,10 @@ def serve_one():
         memory = {"kind": info["transport"].kind, "exported_bytes": exported_bytes(info["transport"]),
                   "free_before": torch.cuda.mem_get_info()[0]}
         ctx_barrier()
+    if str(rank) == os.environ.get("FAKE_HANG"):  # a hung executor: a forward still running, its hang detector fired
+        ex.worker_thread = threading.Thread(target=threading.Event().wait, args=(60,), daemon=True)
+        ex.worker_thread.start()
+        ex.hang_detector.fire()
     shutdown_called_at = time.time()
     ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed (transport too), unregistered
     if memory is not None:
@@ -146,8 +181,9 @@ def serve_one():
         "barrier_entered_at": close_info["entered_at"] if close_info else None,
         "barrier_missing": None if barrier is None else dict(barrier.missing),
         "barrier_waited_s": None if barrier is None else barrier.waited_s,
+        "barrier_skipped": None if barrier is None else barrier.skipped, "shutdown_s": time.time() - shutdown_called_at,
         "log": list(LOG), "memory": memory,
-        "outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
+        "outs": outs, "errors": errors, "default_world_after_setup": default_world, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
         "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}

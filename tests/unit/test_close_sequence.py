@@ -95,6 +95,7 @@ def test_adapter_close_follows_the_same_policy(calls):
         rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
         rt.device, rt.close_timeout_s, rt.group_label = torch.device("cpu"), 5.0, "DWDP group 0 (t)"
         rt.owns_group = False
+        rt.peers = SimpleNamespace(close=lambda: None)  # transport/liveness.PeerWatch: closed with the local state
         rt.prefetcher = StuckPrefetcher() if stuck else SimpleNamespace(drain=lambda **kw: calls.seen.append("drain"))
         rt.scheduler, rt.composite = Recorder(calls, "scheduler"), Recorder(calls, "composite")
         rt.transport = Recorder(calls, "transport")
@@ -169,7 +170,7 @@ def test_a_skipped_barrier_with_a_group_is_a_warning(monkeypatch, caplog):
                                             release_local=lambda: None, release_shared=lambda: None)
     assert res.barrier.skipped and res.released_at is not None
     (rec,) = [r for r in caplog.records if "shutdown barrier" in r.getMessage()]
-    assert rec.levelno == logging.WARNING and "shutdown barrier skipped (torch.distributed" in rec.getMessage()
+    assert rec.levelno == logging.WARNING and "shutdown barrier skipped (its process group is gone (torch.distributed torn down" in rec.getMessage()
     assert "ranks reached" not in rec.getMessage()
 
 
@@ -191,6 +192,7 @@ def test_adapter_close_destroys_the_models_process_group_after_the_barrier(tmp_p
             rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
             rt.device, rt.close_timeout_s, rt.group_label, rt.owns_group = torch.device("cpu"), 5.0, "g", owns
             rt.prefetcher, rt.composite = None, None
+            rt.peers = SimpleNamespace(close=lambda: None)
             rt.scheduler = SimpleNamespace(close=lambda: order.append("scheduler"))
             rt.transport = SimpleNamespace(group=group, close=lambda: order.append(
                 ("transport", dist.get_process_group_ranks(group))))  # the group still alive at the release
@@ -201,3 +203,53 @@ def test_adapter_close_destroys_the_models_process_group_after_the_barrier(tmp_p
         assert order == ["scheduler", ("transport", [0])] * 2
     finally:
         dist.destroy_process_group()
+
+
+class DrainedPrefetcher:
+    def drain(self, **kw):
+        return None
+
+
+@pytest.mark.parametrize("keep", [None, "a forward may still read them"])
+def test_local_close_skips_the_barrier_and_keeps_shared_state_when_asked(calls, caplog, keep):
+    """local_only (the executor hung): no barrier call, the result says why; keep_shared (its worker thread still
+    runs): the transport is not released although the drain finished, and the log says why."""
+    seen = []
+    with caplog.at_level(logging.INFO, logger="dwdp_trtllm.test"):
+        res = close_sequence.close_in_order(
+            prefetcher=DrainedPrefetcher(), device=torch.device("cpu"), group=object(), timeout_s=5.0, label="g",
+            log=logging.getLogger("dwdp_trtllm.test"), release_local=lambda: seen.append("local"),
+            release_shared=lambda: seen.append("shared"), local_only="the hang detector fired", keep_shared=keep)
+    assert calls.seen == []  # the collective barrier never ran
+    assert res.barrier.skipped.startswith("the hang detector fired: this rank closes without waiting for its peers")
+    assert seen == (["local", "shared"] if keep is None else ["local"])
+    assert (res.released_at is None) == (keep is not None)
+    if keep is not None:
+        assert any("stay mapped until the process exits: a forward may still read them" in r.getMessage()
+                   for r in caplog.records)
+
+
+def test_local_close_reads_the_executors_hang_detector_and_worker_thread():
+    """executor_shutdown.local_close on the fake PyExecutor (its hang detector and worker thread as upstream's):
+    None on a normal shutdown; the hang named; a live worker thread keeps the shared state mapped."""
+    import sys
+    import threading
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
+    try:
+        from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
+    finally:
+        sys.path.pop(0)
+    from dwdp_trtllm.integration.executor_shutdown import local_close
+    ex = PyExecutor(model_engine=None)
+    assert local_close(ex) is None
+    ex.hang_detector.fire()
+    lc = local_close(ex)
+    assert lc.why == "TensorRT-LLM's hang detector fired" and lc.keep_shared is None
+    stop = threading.Event()
+    ex.worker_thread = threading.Thread(target=stop.wait, daemon=True)
+    ex.worker_thread.start()
+    try:
+        assert "worker thread is still running" in local_close(ex).keep_shared
+    finally:
+        stop.set()

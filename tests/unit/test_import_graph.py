@@ -177,7 +177,8 @@ def test_no_import_cycle_even_through_function_imports():
 #: the package's layers, bottom up: a module may import its own folder and any folder of a lower layer, never one of a
 #: higher layer (module-level and function-level imports alike). The tree is the architecture: see docs/ARCHITECTURE.md.
 LAYERS = {
-    "errors": 0, "byte_units": 0, "env": 0,   # the root's utilities
+    "errors": 0, "byte_units": 0,              # the root's utilities
+    "env": 0.5,                                # every environment variable read (its bad values raise errors.py's errors)
     "spec": 1,                                 # what the user configures and what a model is
     "core": 2, "ops": 2,                       # DWDP itself; the grouped-GEMM op
     "deploy": 3,                               # memory per rank, node layout, this machine's resources, output paths

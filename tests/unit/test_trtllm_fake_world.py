@@ -67,7 +67,8 @@ def era_tree(root: Path, era: str) -> Path:
 
 def _env(tree: Path, tmp: Path, extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DWDP_TRTLLM", "OMPI_", "PMI_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+           if not k.startswith(("DWDP_TRTLLM", "OMPI_", "PMI_", "TRTLLM_DWDP_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), FAKE_MPI_DIR=str(tmp / "mpi"),
                FAKE_MPI_TIMEOUT="30", **extra)
     return env
@@ -75,11 +76,12 @@ def _env(tree: Path, tmp: Path, extra: dict) -> dict:
 
 def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3,
               env_extra: dict | None = None, ref_gemm: str | None = None, cfg_extra: dict | None = None,
-              reference: bool = True):
+              reference: bool = True, rendezvous_port: int | None = None):
     """Runs the world and the reference; returns (per context rank: saved dict, reference outputs). With gemm
     multi_buffer (or ref_gemm multi_buffer: the ranks are expected to fall back to it) the reference computes
     through the same unit on the full expert set (FAKE_REF_GEMM). cfg_extra: top-level keys of the integration YAML
-    besides engine and dwdp_config (shutdown_timeout_s). reference False: no reference process (outputs None)."""
+    besides engine and dwdp_config (shutdown_timeout_s). reference False: no reference process (outputs None).
+    rendezvous_port: a rendezvous launch (TRTLLM_DWDP_RANK / MASTER_ADDR / PORT, no MPI world; gen must be 0)."""
     tree = era_tree(tmp, era)
     if "multi_buffer" in ((dwdp or {}).get("gemm"), ref_gemm):
         env_extra = {"FAKE_REF_GEMM": "multi_buffer", **(env_extra or {})}
@@ -90,8 +92,10 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
               **(env_extra or {})}
     procs = []
     for r in range(ctx + gen):
-        env = _env(tree, tmp, {**common, "DWDP_TRTLLM_CONFIG": str(cfg), "OMPI_COMM_WORLD_RANK": str(r),
-                               "OMPI_COMM_WORLD_SIZE": str(ctx + gen)})
+        launch = ({"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(ctx + gen)} if rendezvous_port is None
+                  else {"TRTLLM_DWDP_RANK": str(r), "TRTLLM_DWDP_MASTER_ADDR": "127.0.0.1",
+                        "TRTLLM_DWDP_MASTER_PORT": str(rendezvous_port), "TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S": "60"})
+        env = _env(tree, tmp, {**common, "DWDP_TRTLLM_CONFIG": str(cfg), **launch})
         procs.append(subprocess.Popen([sys.executable, str(tree / "trtllm_worker.py"), str(tmp), "world"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     if reference:
@@ -149,6 +153,27 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
         assert_transport_released(got, r)
         assert "ModelLoader.reload refused" in (got["reload_refused"] or "")  # audit N5: would write moved Parameters
         assert got["global_after_shutdown"] == (None if era == "hooks" else "None")
+
+
+@pytest.mark.slow  # a multi-process fake world: ~20-40 s on 2 cores
+def test_rendezvous_launch_serves_bit_exact(tmp_path):
+    """A rendezvous launch (NVIDIA srt-slurm's DWDP prefill shape): every context rank its own process with
+    TRTLLM_DWDP_RANK / TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT and no MPI world; the group forms at the
+    rendezvous (integration/group.py), the forwards are bit-exact against the reference, shutdown releases everything
+    after the barrier, and two models in a row each get their own group. Today's code needed an MPI world."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    outs, ref = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, gen=0, rendezvous_port=port,
+                          env_extra={"FAKE_MODELS": "2"})
+    for r, got in enumerate(outs):
+        for key, y in got["outs"].items():
+            assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}"
+        assert_transport_released(got, r)
+        assert got["default_world_after_setup"] is False  # the DWDP group is private (integration/group.py)
+        (later,) = got["later_models"]
+        assert later["new_manager"] and later["barrier_missing"] == {}, later["log"][-3:]
 
 
 def test_second_model_in_a_process_gets_a_fresh_registered_manager(tmp_path):

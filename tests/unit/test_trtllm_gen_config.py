@@ -16,6 +16,8 @@ LLM = {"disable_overlap_scheduler", "cuda_graph_config", "moe_config", "moe_conf
 UP = {"dwdp_config"} | {f"dwdp_config.{k}" for k in ("dwdp_size", "num_groups", "num_experts_per_worker",
                                                       "num_prefetch_experts", "contention_opt")}
 XFER = {"cache_transceiver_config", "cache_transceiver_config.backend", "cache_transceiver_config.max_tokens_in_buffer"}
+GEN = {"max_batch_size", "kv_cache_config", "kv_cache_config.free_gpu_memory_fraction"}
+SPEC = {"speculative_config", "speculative_config.decoding_type", "speculative_config.num_nextn_predict_layers"}
 SERVERS = {"hostname", "port", "backend", "context_servers", "generation_servers", "context_servers.num_instances",
            "context_servers.urls", "generation_servers.num_instances", "generation_servers.urls"}
 
@@ -33,7 +35,7 @@ def test_disaggregated_hopper_engine(tmp_path):
     assert emitted_keys(docs["disagg_proxy.yaml"]) == SERVERS
     w = docs["disagg_worker.yaml"]
     assert emitted_keys(w) == SERVERS | {"model", "tensor_parallel_size", "moe_expert_parallel_size",
-                                         "enable_attention_dp"} | LLM | XFER
+                                         "enable_attention_dp"} | LLM | XFER | GEN | SPEC
     ctx, gen = w["context_servers"], w["generation_servers"]
     assert ctx["num_instances"] == 4 and ctx["tensor_parallel_size"] == 1 and ctx["moe_config"] == {"backend": "CUTLASS"}
     assert "dwdp_config" not in ctx and gen["tensor_parallel_size"] == 4 and "moe_config" not in gen
@@ -60,7 +62,7 @@ def test_upstream_engine_aggregated_bench_disaggregated(tmp_path):
                                 "contention_opt": True}
     assert s["moe_config"]["backend"] == "CUTEDSL" and s["enable_attention_dp"] is True
     _, docs = _gen(tmp_path, "--mode", "bench", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gpu", "gb200")
-    assert emitted_keys(docs["trtllm_bench_extra.yaml"]) == {"enable_attention_dp"} | LLM | UP
+    assert emitted_keys(docs["trtllm_bench_extra.yaml"]) == {"enable_attention_dp"} | LLM | UP | SPEC  # R1: MTP
     _, docs = _gen(tmp_path, "--mode", "disaggregated", "--preset", "deepseek-r1", "--weight-dtype", "nvfp4", "--gpu", "gb200")
     w = docs["disagg_worker.yaml"]
     assert w["context_servers"]["dwdp_config"]["num_experts_per_worker"] == 64 and "dwdp_config" not in w["generation_servers"]

@@ -15,13 +15,21 @@ REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"
 
 
-def _world(tmp_path, ctx: int, gen: int, dwdp_size: int, group_fn: str | None = None, timeout_s: float = 8.0):
+def _world(tmp_path, ctx: int, gen: int, dwdp_size: int, group_fn: str | None = None, timeout_s: float = 8.0,
+           extra: dict | None = None, rendezvous_port: int | None = None):
+    """ctx context + gen generation ranks of tests/fakes/group_worker.py; rendezvous_port: no MPI world, each context
+    rank its own process meeting at TRTLLM_DWDP_MASTER_ADDR:PORT (gen must be 0)."""
     procs = []
     for r in range(ctx + gen):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DWDP_TRTLLM", "OMPI_", "RANK", "WORLD_SIZE"))}
-        env.update(OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(ctx + gen), FAKE_MPI_DIR=str(tmp_path / "mpi"),
-                   FAKE_MPI_TIMEOUT=str(timeout_s), FAKE_CTX_RANKS=str(ctx), FAKE_DWDP_SIZE=str(dwdp_size),
-                   PYTHONPATH=os.pathsep.join([str(FAKES), str(REPO)]))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("DWDP_TRTLLM", "OMPI_", "RANK", "WORLD_SIZE", "TRTLLM_DWDP_"))}
+        env.update(FAKE_MPI_DIR=str(tmp_path / "mpi"), FAKE_MPI_TIMEOUT=str(timeout_s), FAKE_CTX_RANKS=str(ctx),
+                   FAKE_DWDP_SIZE=str(dwdp_size), PYTHONPATH=os.pathsep.join([str(FAKES), str(REPO)]), **(extra or {}))
+        if rendezvous_port is None:
+            env.update(OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(ctx + gen))
+        else:
+            env.update(TRTLLM_DWDP_RANK=str(r), TRTLLM_DWDP_MASTER_ADDR="127.0.0.1",
+                       TRTLLM_DWDP_MASTER_PORT=str(rendezvous_port), TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S="30")
         if group_fn:
             env["GROUP_FN"] = group_fn
         procs.append(subprocess.Popen([sys.executable, str(FAKES / "group_worker.py")], env=env,
@@ -40,7 +48,59 @@ def test_group_forms_beside_generation_ranks(tmp_path, ctx, dwdp_size):
         assert rc == 0, f"rank {r}: {e[-2000:]}"
     for r in range(ctx):  # all-reduce inside the rank's own DWDP group
         g = r // dwdp_size
-        assert res[r][1].split() == ["ok", str(sum(range(g * dwdp_size, (g + 1) * dwdp_size)))]
+        assert res[r][1].split()[:2] == ["ok", str(sum(range(g * dwdp_size, (g + 1) * dwdp_size)))]
+
+
+def test_group_leaves_the_default_world_untouched_and_a_later_init_works(tmp_path):
+    """The DWDP group is private: torch.distributed's default world is still uninitialised after it formed (today's
+    code initialised a gloo world of the context ranks), and a later init_process_group of the context ranks (as
+    TensorRT-LLM's TorchDist would) works and all-reduces, while the DWDP group keeps working beside it."""
+    res = _world(tmp_path, ctx=4, gen=1, dwdp_size=2, extra={"FAKE_LATER_INIT": str(tmp_path / "later_init")})
+    for r, (rc, out, err) in enumerate(res):
+        assert rc == 0, f"rank {r}: {err[-2000:]}"
+    for r in range(4):
+        lines = res[r][1].splitlines()
+        assert "default_world False" in lines, lines
+        assert "later_init 6" in lines and "group_after 2" in lines, lines
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_group_forms_from_a_rendezvous_launch(tmp_path):
+    """One process per context rank with TRTLLM_DWDP_RANK / TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT and
+    no MPI world at all (NVIDIA's srt-slurm DWDP prefill launch): the groups form (2 groups of 2) at the rendezvous.
+    Today's code needs an MPI communicator and fails here (the fake MPI finds no world)."""
+    res = _world(tmp_path, ctx=4, gen=0, dwdp_size=2, rendezvous_port=_free_port())
+    for r, (rc, out, err) in enumerate(res):
+        assert rc == 0, f"rank {r}: {err[-2000:]}"
+        g = r // 2
+        assert out.split()[:2] == ["ok", str(sum(range(g * 2, g * 2 + 2)))], out
+        assert "default_world False" in out
+
+
+def test_rendezvous_variables_are_checked(monkeypatch):
+    """A rendezvous rank without the master's address, or with a port that is no port, is one ConfigError naming the
+    variable (env.dwdp_rendezvous); without TRTLLM_DWDP_RANK there is no rendezvous."""
+    from dwdp_trtllm import env
+    from dwdp_trtllm.errors import ConfigError
+    for k in ("TRTLLM_DWDP_RANK", "TRTLLM_DWDP_MASTER_ADDR", "TRTLLM_DWDP_MASTER_PORT",
+              "TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S"):
+        monkeypatch.delenv(k, raising=False)
+    assert env.dwdp_rendezvous() is None
+    monkeypatch.setenv("TRTLLM_DWDP_RANK", "1")
+    with pytest.raises(ConfigError, match="TRTLLM_DWDP_MASTER_ADDR: must be set"):
+        env.dwdp_rendezvous()
+    monkeypatch.setenv("TRTLLM_DWDP_MASTER_ADDR", "node0")
+    monkeypatch.setenv("TRTLLM_DWDP_MASTER_PORT", "http")
+    with pytest.raises(ConfigError, match=r"TRTLLM_DWDP_MASTER_PORT: must be a int 1..65535, got 'http'"):
+        env.dwdp_rendezvous()
+    monkeypatch.setenv("TRTLLM_DWDP_MASTER_PORT", "29600")
+    assert env.dwdp_rendezvous() == {"rank": 1, "addr": "node0", "port": 29600, "timeout_s": 3600.0}
 
 
 def test_fake_mpi_times_out_on_a_collective_not_all_members_join(tmp_path):

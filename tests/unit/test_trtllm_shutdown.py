@@ -71,3 +71,22 @@ def assert_transport_released_despite_missing(got, missing: int):
     assert list(got["barrier_missing"]) == [missing], got["barrier_missing"]
     assert got["shm_before_shutdown"]["maps"] and got["shm_after_shutdown"] == {"maps": [], "files": []}
     assert got["released_at"] is not None and set(got["expert_numel_after"]) == {0}
+
+
+def test_hung_executor_closes_locally_without_the_barrier(tmp_path):
+    """Rank 1's executor hung (tests/fakes py_executor: its hang detector fired and a forward still runs on its worker
+    thread), so upstream's PyExecutor.shutdown returns early; our wrap then closes rank 1 locally: no shutdown barrier
+    (skipped, naming the hang detector), at once rather than after shutdown_timeout_s, and its transport stays mapped
+    (the live worker thread may still read it). Rank 0 shuts down normally and releases after the timeout at the
+    latest, naming rank 1. Today's code ran the collective close on rank 1 too (its barrier was not skipped)."""
+    outs, _ = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, reference=False,
+                        env_extra={"FAKE_HANG": "1"}, cfg_extra={"shutdown_timeout_s": 4})
+    r0, r1 = outs
+    assert r1["barrier_skipped"] is not None and "hang detector fired" in r1["barrier_skipped"], r1["barrier_skipped"]
+    assert r1["barrier_waited_s"] == 0.0 and r1["shutdown_s"] < 2.0, (r1["barrier_waited_s"], r1["shutdown_s"])
+    assert r1["released_at"] is None and r1["shm_after_shutdown"]["maps"], r1["shm_after_shutdown"]
+    assert any("stay mapped until the process exits" in ln and "worker thread is still running" in ln
+               for ln in r1["log"]), r1["log"][-3:]
+    assert r1["closed_at_shutdown"] and r1["global_after_shutdown"] == "None"
+    assert_transport_released_despite_missing(r0, missing=1)
+    assert r0["barrier_waited_s"] < 4.5, r0["barrier_waited_s"]

@@ -4,6 +4,7 @@
 # 16 GPUs on 2 nodes: run this on node 0 (NODE0_HOST); mpirun starts every node's ranks (hostfile)
 #   node 0 (NODE0_HOST): 8 of 8 GPUs: context servers 0-7 (1 GPU each, ranks 0-7)
 #   node 1 (NODE1_HOST): 8 of 8 GPUs: generation server 0 (8 GPUs, ranks 8-15)
+# shared storage: this folder and the checkpoint /ckpt/DeepSeek-R1-FP8 must be readable at the same path on all 2 nodes; every server reads its YAML from this folder and loads the checkpoint itself
 set -e
 D="$(cd "$(dirname "$0")" && pwd)"
 if grep -q "_HOST " "$D/hostfile"; then echo "replace NODE<i>_HOST in hostfile and disagg_*.yaml with your node names (or rerun dwdp gen-config --hosts h0,h1,...), or use: sbatch launch.slurm" >&2; exit 1; fi

@@ -21,10 +21,14 @@ class TransportError(RuntimeError):
 
 class PeerTransport(ABC):
     kind: str = "?"
+    #: whether what open_peers mapped stays readable after the peer's process exits (transport/liveness.py)
+    keeps_peer_memory: bool = False
 
     def __init__(self, *, group, dwdp_rank: int, dwdp_size: int, device: torch.device, tag: str = "dwdp"):
         self.group, self.dwdp_rank, self.dwdp_size, self.device, self.tag = group, dwdp_rank, dwdp_size, device, tag
         self.local: dict[str, torch.Tensor] = {}
+        #: pid of every peer's process (dwdp rank -> pid), filled by open_peers; empty where pids are not exchanged
+        self.peer_pids: dict[int, int] = {}
 
     @abstractmethod
     def allocate(self, sizes: dict[str, int]) -> dict[str, torch.Tensor]:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
-import torch.distributed as dist
+
+from . import group_ops
 
 #: gloo tag of the close tokens (any constant other traffic of the group does not use; its collectives use none)
 CLOSE_TAG = 0x5D7C
@@ -79,27 +80,30 @@ def _short(e: BaseException) -> str:
 def close_barrier(group, timeout_s: float) -> BarrierResult:
     """Wait (at most timeout_s seconds in all) until every other rank of `group` (a gloo ProcessGroup over the DWDP
     group's ranks, in dwdp rank order) called close_barrier too. Never raises for a missing peer: the result says who.
-    No group (None), torch.distributed not initialised (or torn down already) or a group of one: nothing is waited
-    for, and the result says so (skipped), never that every rank arrived."""
+    group: a registered ProcessGroup or a group_ops.PrivateGroup. No group (None), its process group gone
+    (torch.distributed torn down, a private group destroyed) or a group of one: nothing is waited for, and the result
+    says so (skipped), never that every rank arrived."""
     if group is None:
         return BarrierResult((), 0, 0.0, skipped="no process group: a single rank, or none was given")
-    if not dist.is_initialized():
-        return BarrierResult((), 0, 0.0, skipped="torch.distributed is not initialised (torn down already?): peers "
-                                                 "that still copy from this rank are not waited for")
-    ranks = tuple(dist.get_process_group_ranks(group))
-    me = dist.get_rank(group)
+    pg = group_ops.process_group(group)
+    if pg is None:
+        return BarrierResult((), 0, 0.0, skipped="its process group is gone (torch.distributed torn down, or the "
+                                                 "group destroyed already): peers that still copy from this rank are "
+                                                 "not waited for")
+    ranks = group_ops.members(group)
+    me = pg.rank()
     if len(ranks) <= 1:
         return BarrierResult(ranks, me, 0.0, skipped="a group of one rank: no peer")
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     token = torch.ones(1, dtype=torch.uint8)
     sends, recvs, missing = {}, {}, {}
-    for p, global_rank in enumerate(ranks):
+    for p in range(len(ranks)):
         if p == me:
             continue
-        try:
-            sends[p] = dist.isend(token, global_rank, group=group, tag=CLOSE_TAG)
-            recvs[p] = dist.irecv(torch.zeros(1, dtype=torch.uint8), global_rank, group=group, tag=CLOSE_TAG)
+        try:  # the group's own methods take group ranks (transport/group_ops.py: registered or private group)
+            sends[p] = pg.send([token], p, CLOSE_TAG)
+            recvs[p] = pg.recv([torch.zeros(1, dtype=torch.uint8)], p, CLOSE_TAG)
         except Exception as e:  # noqa: BLE001 - a peer whose connection is gone is reported, not raised
             missing[p] = _short(e)
 

@@ -12,11 +12,12 @@ Peers only read peer buffers (CUDA IPC maps are read-write; nothing enforces it)
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
-import torch.distributed as dist
 
 from ..cuda_utils import CudaError, check, cuda_bindings, tensor_from_ptr
+from . import group_ops
 from .base import PeerTransport, TransportError
 
 IPC_HANDLE_BYTES = 64
@@ -110,14 +111,14 @@ class CudaIpcTransport(PeerTransport):
         self._runtime()
         torch.cuda.synchronize(self.device)  # peers may read as soon as they open: own fills must be done
         table = {key: (*export_handle(ptr), self._sizes[key]) for key, ptr in self._own_ptrs.items()}
-        tables: list = [None] * self.dwdp_size
-        dist.all_gather_object(tables, {"rank": self.dwdp_rank, "buffers": table}, group=self.group)
+        tables = group_ops.all_gather_object(self.group, {"rank": self.dwdp_rank, "pid": os.getpid(), "buffers": table})
         for peer, entry in enumerate(tables):
             if entry["rank"] != peer:
                 raise TransportError(f"ipc: group member {peer} reports dwdp_rank {entry['rank']}: the group must list "
                                      "the DWDP ranks in dwdp_rank order")
             if peer == self.dwdp_rank:
                 continue
+            self.peer_pids[peer] = entry["pid"]
             views = {}
             for key, (raw, offset, nbytes) in entry["buffers"].items():
                 try:

@@ -30,8 +30,8 @@ import warnings
 from multiprocessing import resource_tracker
 
 import torch
-import torch.distributed as dist
 
+from . import group_ops
 from .base import PeerTransport, TransportError
 
 _SHM_DIR = "/dev/shm"
@@ -94,6 +94,7 @@ class _Segment:
 
 class ShmTransport(PeerTransport):
     kind = "shm"
+    keeps_peer_memory = True  # our mapping keeps an unlinked segment's pages (POSIX: freed at the last unmap)
 
     def __init__(self, *, group, dwdp_rank: int, dwdp_size: int, device: torch.device, tag: str = "dwdp"):
         super().__init__(group=group, dwdp_rank=dwdp_rank, dwdp_size=dwdp_size, device=torch.device(device), tag=tag)
@@ -133,21 +134,21 @@ class ShmTransport(PeerTransport):
         if self._opened:
             raise TransportError("shm: open_peers called twice")
         mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "sizes": dict(self._sizes)}
-        tables: list = [None] * self.dwdp_size
-        dist.all_gather_object(tables, mine, group=self.group)
+        tables = group_ops.all_gather_object(self.group, mine)
         for peer, table in enumerate(tables):
             if table["rank"] != peer:
                 raise TransportError(f"shm: group member {peer} reports dwdp_rank {table['rank']}: the group must list "
                                      "the DWDP ranks in dwdp_rank order")
             if peer == self.dwdp_rank:
                 continue
+            self.peer_pids[peer] = table["pid"]
             views = {}
             for key, nbytes in table["sizes"].items():
                 views[key] = self._attach(peer, key, nbytes)
             self._peers[peer] = views
         self._opened = True
         if self.dwdp_size > 1:
-            dist.barrier(group=self.group)  # every peer has mapped our segments: their names are no longer needed
+            group_ops.barrier(self.group)  # every peer has mapped our segments: their names are no longer needed
         self._unlink_own()
 
     def _unlink_own(self) -> None:

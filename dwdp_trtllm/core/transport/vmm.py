@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.distributed as dist
 
 from ..cuda_utils import CudaError, check, cuda_bindings, tensor_from_ptr
+from . import group_ops
 from .base import PeerTransport, TransportError
 from .pidfd import PidfdError, getfd_from
 
@@ -52,7 +52,13 @@ def round_up(nbytes: int, granularity: int) -> int:
     return max(granularity, -(-nbytes // granularity) * granularity)
 
 
+def handle_type_watchable(handle_type: str) -> bool:
+    """fd peers are processes of this node (their pid can be watched); fabric peers may be on other nodes."""
+    return handle_type == "fd"
+
+
 class VmmTransport(PeerTransport):
+    keeps_peer_memory = True  # an imported handle keeps the peer's allocation (freed at its last release)
     def __init__(self, *, group, dwdp_rank: int, dwdp_size: int, device: torch.device, tag: str = "dwdp",
                  handle_type: str = "fd"):
         device = torch.device(device)
@@ -179,22 +185,23 @@ class VmmTransport(PeerTransport):
         self._driver()
         torch.cuda.synchronize(self.device)
         exported = {key: (self._export(h), self._sizes[key], padded) for key, (h, _, padded) in self._own.items()}
-        tables: list = [None] * self.dwdp_size
         mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "buffers": exported}
         try:
-            dist.all_gather_object(tables, mine, group=self.group)
+            tables = group_ops.all_gather_object(self.group, mine)
             for peer, entry in enumerate(tables):
                 if entry["rank"] != peer:
                     raise TransportError(f"{self.kind}: group member {peer} reports dwdp_rank {entry['rank']}: the group "
                                          "must list the DWDP ranks in dwdp_rank order")
                 if peer == self.dwdp_rank:
                     continue
+                if handle_type_watchable(self.handle_type):
+                    self.peer_pids[peer] = entry["pid"]
                 self._peers[peer] = {key: self._open_one(peer, key, entry["pid"], exp, nbytes, padded)
                                      for key, (exp, nbytes, padded) in entry["buffers"].items()}
         finally:
             # Peers must have duplicated our fds before we close them. A rank that failed above still
             # reaches this barrier, so the others do not hang; they fail on their own imports or later.
-            dist.barrier(group=self.group)
+            group_ops.barrier(self.group)
             if self.handle_type == "fd":
                 for exp, _, _ in exported.values():
                     os.close(exp)

@@ -132,7 +132,7 @@ def _patch_executor_shutdown(module: ModuleType) -> None:
     def make(orig):
         def shutdown(self, *args, **kwargs):
             result = orig(self, *args, **kwargs)
-            close_process_manager()
+            close_process_manager(self)  # a hung executor (or a live worker thread) closes locally
             return result
         return shutdown
     wrap_method(module.PyExecutor, "shutdown", make)

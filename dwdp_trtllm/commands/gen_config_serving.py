@@ -1,0 +1,119 @@
+"""gen-config's serving settings: the ISL / OSL a deployment is sized for, MTP, generation batch, launch style.
+
+What each derives (the formulas live in integration/gen_config.py, next to the keys they fill):
+- --isl: the KV transfer buffer (cache_transceiver_config.max_tokens_in_buffer, `kv_transfer_tokens`);
+- --isl + --osl: a request's tokens, which size the generation batch from the KV room (`gen_settings`);
+- --mtp: speculative_config (one-model MTP) on every server, as upstream's DWDP recipe; by default 1 when the
+  checkpoint has MTP layers (config.json `num_nextn_predict_layers`; the DeepSeek-V3 / R1 presets: 1), else 0;
+- --launch: mpi (one `trtllm-serve disaggregated_mpi_worker` world) or rendezvous (one single-GPU `trtllm-serve` per
+  context rank meeting at TRTLLM_DWDP_MASTER_ADDR:PORT, integration/group.py).
+"""
+from __future__ import annotations
+
+from ..deploy import memory as mem
+from ..spec.schema import ConfigError
+
+#: MTP layers of the presets' checkpoints (config.json num_nextn_predict_layers of DeepSeek-V3 and DeepSeek-R1)
+PRESET_MTP_LAYERS = {"deepseek-v3": 1, "deepseek-r1": 1}
+#: the recipe's output length (examples/dwdp/dwdp_reproduce.yaml: osl 1024 in every end-to-end case)
+DEFAULT_OSL = 1024
+#: the rendezvous master's port (NVIDIA srt-slurm's DWDP_MASTER_PORT, src/srtctl/backends/trtllm.py)
+RENDEZVOUS_PORT = 29600
+LAUNCHES = ("mpi", "rendezvous")
+
+
+def add_serving_args(p) -> None:
+    p.add_argument("--isl", type=int, default=None,
+                   help="the longest prompt (tokens) the deployment is sized for: the KV transfer buffer "
+                        "(max_tokens_in_buffer = ISL + 1024 rounded up to 64, as upstream's DWDP recipe) and the "
+                        "generation batch (default: --max-num-tokens, one context forward)")
+    p.add_argument("--osl", type=int, default=DEFAULT_OSL,
+                   help=f"output tokens per request, for the generation batch's KV cache (default {DEFAULT_OSL}, "
+                        "upstream's DWDP recipe)")
+    p.add_argument("--mtp", type=int, default=None,
+                   help="MTP draft tokens (speculative_config on every server; 0: none). Default: 1 when the "
+                        "checkpoint has MTP layers (config.json num_nextn_predict_layers), else 0")
+    p.add_argument("--gen-batch", type=int, default=None,
+                   help="generation servers' max_batch_size per rank (default: the requests of ISL + OSL tokens "
+                        "whose KV cache fits, at most 256)")
+    p.add_argument("--launch", choices=LAUNCHES, default="mpi",
+                   help="mpi: one `trtllm-serve disaggregated_mpi_worker` MPI world (mpirun / srun); rendezvous: one "
+                        "single-GPU `trtllm-serve` per context rank meeting through TRTLLM_DWDP_RANK / "
+                        "TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT (no MPI between context servers)")
+
+
+SERVING_BOUNDS = {"--isl": 1 << 22, "--osl": 1 << 22, "--mtp": 8, "--gen-batch": 1 << 16}
+
+
+def checkpoint_mtp_layers(args) -> int | None:
+    """MTP layers of the checkpoint gen-config sizes: a preset's (PRESET_MTP_LAYERS, 0 for the others), a
+    config.json's num_nextn_predict_layers (absent: 0); None without model dims (--num-experts)."""
+    from ..spec.hf_config import read_config_json
+    from ..spec.model_dims import is_config_path
+    from ..spec.models import PRESETS
+
+    src = args.preset if args.preset is not None else (None if args.num_experts is not None else args.model)
+    if src is None:
+        return None
+    if src in PRESETS:
+        return PRESET_MTP_LAYERS.get(src, 0)
+    if not is_config_path(src):
+        return None
+    data, f = read_config_json(src)
+    n = data.get("num_nextn_predict_layers", 0)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f, "num_nextn_predict_layers", f"expected an integer >= 0, got {n!r}")
+    return n
+
+
+def resolve(args) -> tuple[int, int]:
+    """(isl, mtp) after the range checks; ConfigError naming the flag. --mtp > 0 on a checkpoint without MTP layers is
+    refused (there is no MTP layer to run)."""
+    for arg, hi in SERVING_BOUNDS.items():
+        v = getattr(args, arg[2:].replace("-", "_"))
+        lo = 0 if arg == "--mtp" else 1
+        if v is not None and not lo <= v <= hi:
+            raise ConfigError(None, arg, f"expected an integer in [{lo}, {hi:,}], got {v}")
+    isl = args.isl if args.isl is not None else args.max_num_tokens
+    layers = checkpoint_mtp_layers(args)
+    mtp = args.mtp if args.mtp is not None else (1 if layers else 0)
+    if mtp > 0 and layers == 0:
+        raise ConfigError(None, "--mtp", f"{mtp} draft tokens, but the checkpoint has no MTP layer "
+                                         "(num_nextn_predict_layers 0): use --mtp 0")
+    if args.launch == "rendezvous" and args.mode != "disaggregated":
+        raise ConfigError(None, "--launch", f"rendezvous starts the context servers of --mode disaggregated one by "
+                                            f"one; --mode {args.mode} is one server: use --launch mpi")
+    return isl, mtp
+
+
+def generation(args, spec, sizing, isl: int, mtp: int):
+    """integration.gen_config.GenSettings of the generation servers (None unless --mode disaggregated). The KV room is
+    what the generation rank memory.rank_memory prices leaves of the GPU besides its KV-cache floor."""
+    from ..integration.gen_config import gen_settings
+    if args.mode != "disaggregated":
+        return None
+    room = per_token = None
+    g = sizing.generation
+    if g is not None and spec is not None:
+        room = max(sizing.gpu_bytes - (g.total - g.kv_cache_floor), 0)
+        per_token = mem.kv_cache_floor_bytes(spec, 1)
+    return gen_settings(isl=isl, osl=args.osl, mtp=mtp, kv_room_bytes=room, kv_bytes_per_token=per_token,
+                        batch=args.gen_batch, max_num_tokens=args.gen_max_num_tokens)
+
+
+def settings_lines(args, isl: int, mtp: int, gen) -> list[str]:
+    """The serving settings gen-config wrote, each with its reason (printed and in --json)."""
+    from ..integration import gen_config as gc
+    out = [f"KV transfer: max_tokens_in_buffer {gc.kv_transfer_tokens(isl)} (--isl {isl} + {gc.SEQ_MARGIN_TOKENS}, "
+           f"rounded up to 64, as {gc.RECIPE_SCRIPT})"] if args.mode == "disaggregated" else []
+    out.append(f"MTP: {mtp} draft token{'s' * (mtp != 1)}" + (
+        f" (speculative_config on every server, as {gc.RECIPE})" if mtp else " (no speculative_config)"))
+    return out + [f"generation server {line}" for line in (gen.reasons if gen else ())]
+
+
+def storage_line(folder: str, model: str, num_nodes: int) -> str:
+    """What every node must see: the deploy folder (as the caller names it) and the checkpoint, at the same path."""
+    where = (f"on all {num_nodes} nodes" if num_nodes > 1 else
+             "on every node that runs a server (one node here: nothing to share unless you move servers)")
+    return (f"shared storage: {folder} and the checkpoint {model} must be readable at the same path {where}; "
+            "every server reads its YAML from this folder and loads the checkpoint itself")
