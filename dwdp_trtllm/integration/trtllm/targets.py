@@ -246,3 +246,22 @@ def upstream_class(leaf: str, name: str, near: str | None = None) -> tuple[type,
         raise RuntimeError(f"dwdp_trtllm: no {leaf}.{name} under {' or '.join(roots or MOE_ROOTS)} "
                            "(TensorRT-LLM's MoE package was not imported?)")
     return tuple(found)
+
+
+#: MoE backend classes DWDP was verified with (file leaf, class name), matched by exact class: upstream PR 18409
+#: ("declare MoE backend capabilities instead of checking exact classes") lets a subclass declare capabilities, so a
+#: subclass of one of these (e.g. CuteDslB12xFusedMoE, an NVFP4 CutlassFusedMoE subclass on SM120) is refused by name
+VERIFIED_BACKENDS = (("fused_moe_cutlass", "CutlassFusedMoE"),)
+
+
+def refuse_unverified_backend(backends, near: str | None = None) -> None:
+    """RuntimeError naming the first backend whose class is not exactly one of VERIFIED_BACKENDS (under the MoE package
+    root of module `near`, else every root TensorRT-LLM loaded)."""
+    verified = tuple(c for leaf, name in VERIFIED_BACKENDS for c in upstream_class(leaf, name, near=near))
+    for b in backends:
+        if type(b) not in verified:
+            cls = type(b)
+            raise RuntimeError(f"dwdp_trtllm: MoE backend {cls.__module__}.{cls.__qualname__} is not one DWDP was "
+                               f"verified with (exactly {', '.join(n for _, n in VERIFIED_BACKENDS)}; a subclass is "
+                               "refused too: it may read the expert weights DWDP binds differently); set "
+                               "moe_config: {backend: CUTLASS} on the DWDP context servers")
