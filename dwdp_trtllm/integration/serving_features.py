@@ -57,7 +57,17 @@ class ServingFeaturesRefused(ConfigError):
         return self.args[0]
 
 
+class _WithLoader:
+    """The LLM args seen through the ModelLoader's own values (its spec_config and max_num_tokens, the ones it builds
+    the model with: model_loader.py @ 004b733e0ed7, ModelLoader.__init__), which win where given."""
+
+    def __init__(self, args: Any, loader_values: dict[str, Any]):
+        self.args, self.loader_values = args, loader_values
+
+
 def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, _WithLoader):
+        return obj.loader_values[name] if name in obj.loader_values else _get(obj.args, name)
     if obj is None:
         return _ABSENT
     if isinstance(obj, dict):
@@ -259,13 +269,17 @@ SERVING_FEATURES: tuple[ServingFeature, ...] = (
 )
 
 
-def check_serving_args(args: Any) -> list[Refusal]:
-    """Every refusal for one server's LLM args (TorchLlmArgs / PyTorchConfig, or a mapping of the same keys)."""
-    return [r for f in SERVING_FEATURES if f.check is not None for r in f.check(args)]
+def check_serving_args(args: Any, loader_values: dict[str, Any] | None = None) -> list[Refusal]:
+    """Every refusal for one server's LLM args (TorchLlmArgs / PyTorchConfig, or a mapping of the same keys).
+    `loader_values`: the ModelLoader's own `speculative_config` (its spec_config) and `max_num_tokens`, used where
+    not None in place of the args' (the values the loader builds the model with)."""
+    given = {k: v for k, v in (loader_values or {}).items() if v is not None}
+    view = _WithLoader(args, given) if given else args
+    return [r for f in SERVING_FEATURES if f.check is not None for r in f.check(view)]
 
 
-def refuse_unsupported(args: Any) -> None:
-    """Raise ServingFeaturesRefused naming every refused setting of `args`; return when there is none."""
-    refusals = check_serving_args(args)
+def refuse_unsupported(args: Any, loader_values: dict[str, Any] | None = None) -> None:
+    """Raise ServingFeaturesRefused naming every refused setting of `args` (check_serving_args); return when none."""
+    refusals = check_serving_args(args, loader_values)
     if refusals:
         raise ServingFeaturesRefused(refusals)

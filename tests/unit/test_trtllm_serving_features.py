@@ -129,6 +129,18 @@ def test_matrix_rows(kw, refused):
     assert _keys(_ok(**kw)) == refused
 
 
+def test_the_loaders_own_values_win():
+    """ModelLoader keeps spec_config and max_num_tokens itself (model_loader.py @ 004b733e0ed7, ModelLoader.__init__):
+    where given they are what the model is built with, so the check reads them in place of the args'."""
+    two_model = LA.EagleDecodingConfig(eagle3_one_model=False)
+    assert _keys(_ok()) == []
+    assert [r.key for r in check_serving_args(_ok(), {"speculative_config": two_model})] == ["speculative_config"]
+    chunked = _ok(moe_config=LA.MoeConfig(backend="CUTLASS", max_num_tokens=8192), max_num_tokens=8192)
+    assert _keys(chunked) == []
+    (r,) = check_serving_args(chunked, {"max_num_tokens": 16384, "speculative_config": None})
+    assert r.key == "moe_config.max_num_tokens" and "at least max_num_tokens (16384)" in r.instead
+
+
 def test_loaders_without_llm_args_are_checked_on_their_pytorch_config():
     """ModelLoader versions without llm_args hand over PyTorchConfig (pyexecutor/config.py @ 01303b3887e0:
     use_cuda_graph defaults to True, moe_backend / moe_max_num_tokens / moe_load_balancer, torch_compile_enabled)."""

@@ -66,7 +66,9 @@ def _patch_model_loader(module: ModuleType) -> None:
 
     def make(orig):
         def load(self, *args, **kwargs):
-            refuse_unsupported(loader_args(self))  # before any weight is loaded (or the model built)
+            # before any weight is loaded (or the model built); the loader's own spec_config / max_num_tokens win
+            refuse_unsupported(loader_args(self), {"speculative_config": getattr(self, "spec_config", None),
+                                                   "max_num_tokens": getattr(self, "max_num_tokens", None)})
             register_process_manager()  # before the model (its ConfigurableMoEs read the global manager) is built
             result = orig(self, *args, **kwargs)
             model = result[0] if isinstance(result, tuple) else result
