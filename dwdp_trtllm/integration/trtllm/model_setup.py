@@ -67,7 +67,7 @@ def loader_args(loader):
 
 
 #: per-expert activation constants (non-persistent buffers) that install_activation_params writes
-#: (tensorrt_llm/_torch/moe/fused_moe/activation.py, stored id 68736167005)
+#: (tensorrt_llm/_torch/moe/fused_moe/activation.py @ 1262edbc3809, index id 68736167005)
 ACTIVATION_SLOTS = ("act_alpha", "act_beta", "act_clamp")
 
 

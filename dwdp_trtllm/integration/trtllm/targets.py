@@ -68,17 +68,17 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
     PatchTarget(MOE_INTERFACE, "MoE.__init__",
                 "wrap: after the original runs, override expert_size_per_partition, num_slots, slot_start/slot_end "
                 "and initial_local_expert_ids from dwdp_trtllm.placement (like upstream _init_dwdp_expert_layout)",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored (with _init_dwdp_expert_layout)",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version (with _init_dwdp_expert_layout)",
                 "_patch_moe_init"),
     PatchTarget(MOE_INTERFACE, "MoE._init_load_balancer",
                 "check only: marks the versions whose MoE.__init__ sets the slot attributes we override",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored", None),
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version", None),
     PatchTarget(MOE_INTERFACE, "MoE._init_dwdp_expert_layout",
                 "wrap: skipped when the global DWDP manager is ours (HopperDwdpManager has the fields it reads, "
                 "num_experts_per_worker / start_expert_id / dwdp_size, from our placement; our MoE.__init__ wrapper "
                 "sets the layout right after); optional, but required once our manager is registered globally "
                 "(require_layout_wrap)",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py, newest stored (id 57392471995)",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version with _init_dwdp_expert_layout (index id 57392471995)",
                 "_patch_dwdp_layout", optional=True),
     PatchTarget(MODEL_LOADER, "ModelLoader.load",
                 "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
@@ -91,7 +91,7 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "allow_partial_loading=False) -> model.load_weights)", "_patch_model_reload", optional=True),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
-                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ newest stored (id 55194060208)", None),
+                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, keyword-run_moe version (index id 55194060208)", None),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE.run_moe",
                 "check only (optional): gemm multi_buffer replaces run_moe on each DWDP layer's backend instance "
                 "with our execution unit (integration/trtllm/moe_unit.py: dwdp::grouped_gemm over [local, slot]); "
@@ -157,7 +157,7 @@ def import_trtllm() -> None:
 
 
 def has_upstream_dwdp_config() -> bool:
-    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py id 55143598664)."""
+    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py @ 0004396720054fd8)."""
     from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
     return "dwdp_config" in TorchLlmArgs.model_fields
 
