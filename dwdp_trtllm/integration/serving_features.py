@@ -123,8 +123,8 @@ def _torch_compile(args) -> list[Refusal]:
     out = []
     if v is not _ABSENT and v is not None:
         piecewise = bool(_get(v, "enable_piecewise_cuda_graph") is True)
-        why = (("piecewise CUDA graphs: " + _GRAPH_WHY) if piecewise else
-               "torch.compile traces the MoE layers whose DWDP wait and bind run on the host per call: " + _NOT_VERIFIED)
+        traced = "torch.compile traces the MoE layers whose DWDP wait and bind run on the host per call: "
+        why = ("piecewise CUDA graphs: " + _GRAPH_WHY) if piecewise else traced + _NOT_VERIFIED
         shown = "{enable_piecewise_cuda_graph: True, ...}" if piecewise else _show(v)
         out.append(Refusal("torch_compile_config", shown, why, "set torch_compile_config: null"))
     out += _must_be("torch_compile_enabled", False, "torch.compile of the DWDP layers: " + _NOT_VERIFIED,
@@ -133,9 +133,9 @@ def _torch_compile(args) -> list[Refusal]:
 
 
 def _overlap(args) -> list[Refusal]:
-    return _must_be("disable_overlap_scheduler", True, "the overlap scheduler is " + _NOT_VERIFIED + " (upstream's DWDP "
-                    "does not support it either; its recipes and ours turn it off on context servers)",
-                    "set disable_overlap_scheduler: true")(args)
+    why = (f"the overlap scheduler is {_NOT_VERIFIED} (upstream's DWDP does not support it either; its recipes and "
+           "ours turn it off on context servers)")
+    return _must_be("disable_overlap_scheduler", True, why, "set disable_overlap_scheduler: true")(args)
 
 
 def _moe(args) -> list[Refusal]:

@@ -32,7 +32,8 @@ def tiny():
 
 def _fake_llm_args():
     """The fake tree's llm_args.py loaded by path under a private name (no fake `tensorrt_llm` in this process)."""
-    spec = importlib.util.spec_from_file_location("_fake_llm_args", REPO / "tests/fakes/tensorrt_llm/llmapi/llm_args.py")
+    path = REPO / "tests/fakes/tensorrt_llm/llmapi/llm_args.py"
+    spec = importlib.util.spec_from_file_location("_fake_llm_args", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -73,7 +74,8 @@ def test_gen_config_context_server_is_accepted(tmp_path):
 
 def test_one_message_names_every_key_value_and_what_to_set():
     with pytest.raises(ServingFeaturesRefused) as e:
-        refuse_unsupported(LA.TorchLlmArgs(torch_compile_config=LA.TorchCompileConfig(enable_piecewise_cuda_graph=True)))
+        piecewise = LA.TorchCompileConfig(enable_piecewise_cuda_graph=True)
+        refuse_unsupported(LA.TorchLlmArgs(torch_compile_config=piecewise))
     msg = str(e.value)
     assert isinstance(e.value, ConfigError) and msg.startswith("dwdp_trtllm: 4 TensorRT-LLM setting(s)")
     assert "nothing was loaded" in msg and len(msg.splitlines()) == 5
@@ -174,8 +176,9 @@ def _refused_load(tmp_path, era):
             init(self, *a, **k)
         modeling_tiny.TinyDecoder.__init__ = spy
         ok = dict(cuda_graph_config=None, disable_overlap_scheduler=True, moe_config=MoeConfig(backend="CUTLASS"))
+        two_model = EagleDecodingConfig(eagle3_one_model=False)
         for args in (TorchLlmArgs(quant=None, seed=7),
-                     TorchLlmArgs(quant=None, seed=7, speculative_config=EagleDecodingConfig(eagle3_one_model=False), **ok)):
+                     TorchLlmArgs(quant=None, seed=7, speculative_config=two_model, **ok)):
             try:
                 ModelLoader(args).load("ckpt", None)
             except ConfigError as e:

@@ -78,7 +78,8 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "num_experts_per_worker / start_expert_id / dwdp_size, from our placement; our MoE.__init__ wrapper "
                 "sets the layout right after); optional, but required once our manager is registered globally "
                 "(require_layout_wrap)",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version with _init_dwdp_expert_layout (index id 57392471995)",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version with _init_dwdp_expert_layout "
+                "(index id 57392471995)",
                 "_patch_dwdp_layout", optional=True),
     PatchTarget(MODEL_LOADER, "ModelLoader.load",
                 "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
@@ -91,7 +92,8 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "allow_partial_loading=False) -> model.load_weights)", "_patch_model_reload", optional=True),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
-                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, keyword-run_moe version (index id 55194060208)", None),
+                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, keyword-run_moe version "
+                "(index id 55194060208)", None),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE.run_moe",
                 "check only (optional): gemm multi_buffer replaces run_moe on each DWDP layer's backend instance "
                 "with our execution unit (integration/trtllm/moe_unit.py: dwdp::grouped_gemm over [local, slot]); "
@@ -157,7 +159,8 @@ def import_trtllm() -> None:
 
 
 def has_upstream_dwdp_config() -> bool:
-    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py @ 0004396720054fd8)."""
+    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py @
+    0004396720054fd8)."""
     from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
     return "dwdp_config" in TorchLlmArgs.model_fields
 

@@ -9,8 +9,9 @@
 - MTPDecodingConfig (decoding_type "MTP"): use_mtp_vanilla = False, mtp_eagle_one_model = True;
   EagleDecodingConfig (decoding_type "Eagle"): eagle3_one_model = True; DraftTargetDecodingConfig ("Draft_Target").
 speculative_config defaults to None (BaseLlmArgs); the other BaseLlmArgs fields the matrix reads (enable_attention_dp,
-tensor_parallel_size, ...) are left unset here unless a test passes them: the matrix skips a key an args object does not have. Validation (pydantic,
-extra="forbid") is not modelled; extra keyword arguments (the fake ModelLoader's quant, seed) become attributes.
+tensor_parallel_size, ...) are left unset here unless a test passes them: the matrix skips a key an args object does
+not have. Validation (pydantic, extra="forbid") is not modelled; extra keyword arguments (the fake ModelLoader's quant,
+seed) become attributes.
 `dwdp check-trtllm` reads TorchLlmArgs.model_fields."""
 _FIELDS = ["backend", "disable_overlap_scheduler", "moe_config", "cuda_graph_config"]
 # DWDP-BEGIN
