@@ -80,7 +80,8 @@ class MoE(torch.nn.Module):
         return False
 
     def pre_reload_weights(self):
-        """MoE.pre_reload_weights (interface.py id 3744845622): refused with a load balancer (none is modelled here),
+        """MoE.pre_reload_weights (modules/fused_moe/interface.py, IPC-era version, index id 3744845622; in newer versions
+        the same method sits on the MoE implementation blocks): refused with a load balancer (none is modelled here),
         else the quant method re-creates the weight Parameters (destructive; quantization.py)."""
         assert hasattr(self.quant_method, "pre_reload_weights"), "pre_reload_weights is not supported for this quant method"
         self.quant_method.pre_reload_weights(self)

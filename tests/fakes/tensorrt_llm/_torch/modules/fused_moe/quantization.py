@@ -58,7 +58,7 @@ class UnquantizedFusedMoEMethod:
         self.setup_quant_scales(module)
 
     def pre_reload_weights(self, module):
-        """FusedMoEMethodBase.pre_reload_weights (quantization.py id 55069560202): every parameter named in
+        """FusedMoEMethodBase.pre_reload_weights (quantization.py @ 002366a4074c): every parameter named in
         module.rebuild_tensor_metadata is re-registered as a new uninitialised Parameter of its creation shape (the
         old storage is dropped). Here the expert parameters create_weights registered stand for that metadata."""
         for name, p in list(module.named_parameters(recurse=False)):
