@@ -1,5 +1,5 @@
 """TorchLlmArgs and the configs the serving-feature matrix reads, as tensorrt_llm/llmapi/llm_args.py @
-0004396720054fd8 (newest stored; the field names and defaults below were read there):
+0004396720054fd8 (the field names and defaults below were read there):
 - TorchLlmArgs.cuda_graph_config: Optional[CudaGraphConfigType], default_factory=CudaGraphConfig (CUDA graphs ON when
   the key is omitted; null disables); torch_compile_config: Optional[TorchCompileConfig] = None;
   prefill_cuda_graph_backend: PrefillCudaGraphBackend = "disabled"; disable_overlap_scheduler = False;
