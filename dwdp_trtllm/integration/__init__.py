@@ -5,6 +5,7 @@ Host-neutral (no tensorrt_llm import):
   hook.py           post-import finder; the .pth line and its installer
   process_role.py   this process: integration config, MPI rank, engine, expert placement, HopperDwdpManager
   settings.py       the integration config file; translation to/from upstream's dwdp_config
+  serving_features.py  the serving-feature matrix: each TensorRT-LLM setting supported or refused before load
   gen_config.py     YAML generators for trtllm-serve / disaggregated deployments
   group.py          the DWDP group of the context ranks (Create_group, as upstream)
   adapter.py        AdapterRuntime: TensorRT-LLM's expert tensors on the core's transport / CopyScheduler / Prefetcher;

@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 import time
-from types import SimpleNamespace
 
 import torch
 
@@ -49,8 +48,10 @@ def build():
     from tensorrt_llm._torch.pyexecutor.model_engine import PyTorchModelEngine
     from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
     from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
-    args = SimpleNamespace(quant=None if quant == "bf16" else quant, seed=7, dwdp_config=None,
-                           disable_overlap_scheduler=True)
+    from tensorrt_llm.llmapi.llm_args import MoeConfig, TorchLlmArgs
+    # a context server's settings as gen-config writes them (CUDA graphs off, overlap scheduler off, CUTLASS)
+    args = TorchLlmArgs(quant=None if quant == "bf16" else quant, seed=7, disable_overlap_scheduler=True,
+                        cuda_graph_config=None, moe_config=MoeConfig(backend="CUTLASS"))
     loader = ModelLoader(args)
     model, _ = loader.load("ckpt", None)
     build.loader = loader
@@ -138,8 +139,18 @@ def serve_one():
             torch.save({"died_after_forward": die_n, "outs": outs}, f"{out_dir}/out_{rank}.pt")
             open(marker, "w").close()
             os._exit(0)
-    try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
-        from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
+    from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
+    from tensorrt_llm.llmapi.rlhf_utils import update_weights
+    # identity and storage, not values: our prefetch may still be filling the slots the expert tensors view
+    params = [(n, p, p.data_ptr()) for n, p in model.named_parameters()]
+    try:  # upstream's weight update (preflight, destructive walk, reload), with the tiny checkpoint: refused
+        update_weights(model, build.loader, tiny_checkpoint(8, None if quant == "bf16" else quant))
+        update_refused = None
+    except NotImplementedError as e:
+        update_refused = str(e)
+    now = dict(model.named_parameters())
+    weights_changed = [n for n, p, ptr in params if now.get(n) is not p or p.data_ptr() != ptr]
+    try:  # a weight update straight through the loader (dwdp_trtllm refuses it as well)
         build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
         reload_refused = None
     except RuntimeError as e:
@@ -186,6 +197,7 @@ def serve_one():
         "outs": outs, "errors": errors, "default_world_after_setup": default_world, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
         "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
+        "update_refused": update_refused, "weights_changed_by_refused_update": weights_changed,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}
 
 

@@ -151,7 +151,10 @@ def test_fake_disaggregated_world_matches_reference(tmp_path, era, quant, gemm):
         # PyExecutor.shutdown (upstream exits only its own manager) closed ours and unregistered it (audit N3)
         assert got["closed_at_shutdown"]
         assert_transport_released(got, r)
-        assert "ModelLoader.reload refused" in (got["reload_refused"] or "")  # audit N5: would write moved Parameters
+        assert "ModelLoader.reload refused" in (got["reload_refused"] or "")  # would write moved Parameters
+        # upstream's update path is refused at its preflight, before the destructive pre_reload_weights walk
+        assert "weight update (check_reload_capability) refused" in (got["update_refused"] or "")
+        assert got["weights_changed_by_refused_update"] == []
         assert got["global_after_shutdown"] == (None if era == "hooks" else "None")
 
 

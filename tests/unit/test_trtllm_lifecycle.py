@@ -203,14 +203,20 @@ def test_load_after_shutdown_refuses_upstreams_own_manager(tmp_path):
         cfg = SimpleNamespace(dwdp_size=2, num_groups=1, num_experts_per_worker=4, num_prefetch_experts=4)
         create_py_executor(SimpleNamespace(dwdp_config=cfg), None)
         print("upstream's registered:", type(get_global_dwdp_manager()).__name__)
-        try:
-            ModelLoader(SimpleNamespace(quant=None, seed=7, dwdp_config=cfg)).load("ckpt", None)
-        except RuntimeError as e:
-            print("refused:", e)
+        for args in (SimpleNamespace(quant=None, seed=7, dwdp_config=cfg), SimpleNamespace(quant=None, seed=7)):
+            try:
+                ModelLoader(args).load("ckpt", None)
+            except (RuntimeError, ValueError) as e:
+                print("refused:", type(e).__name__, str(e).replace(chr(10), " | "))
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "upstream's registered: DwdpManager" in r.stdout, r.stdout
-    assert "refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout, r.stdout
+    # the loader's llm_args carry dwdp_config: the serving-feature check refuses it first, before anything is built
+    both = "engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config"
+    assert "refused: ServingFeaturesRefused dwdp_trtllm: 1 TensorRT-LLM setting(s)" in r.stdout, r.stdout
+    assert f"dwdp_config = SimpleNamespace(...): {both}" in r.stdout, r.stdout
+    # llm_args without it (upstream's manager registered all the same): registering ours refuses
+    assert f"refused: RuntimeError {both}" in r.stdout, r.stdout
 
 
 def test_layout_checked_once_per_moe_by_its_owner(tmp_path):

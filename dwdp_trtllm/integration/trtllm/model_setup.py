@@ -1,8 +1,8 @@
 """Setup after TensorRT-LLM loaded the weights (wrapped ModelLoader.load), for the dwdp_trtllm engine.
 
 Steps (every context rank of a DWDP group runs them in the same order):
- 1. checks: no upstream dwdp_config at the same time, overlap scheduler off, CUTLASS backend
-    (llm_args, or pytorch_backend_config in ModelLoader versions without llm_args: @ b51992a3);
+ 1. check: every expert-weight owner is exactly a verified backend class (targets.refuse_unverified_backend); the
+    server's LLM args were checked before the model was built (serving_features, from patches' ModelLoader.load wrap);
  2. group: only the context ranks form it (integration/group.py, Create_group like upstream);
  3. AdapterRuntime (integration/adapter.py): transport, composite view / multi_buffer / merge slots (gemm_choice.choose_gemm
     logs which and why), CopyScheduler, Prefetcher: the DWDP core the embedded engine uses; with multi_buffer each
@@ -27,6 +27,7 @@ from ..group import dwdp_process_group
 from ..moe_hooks import MoeHooks
 from ..process_role import engine_for_process, global_rank, integration_config, process_manager
 from . import moe_unit
+from .targets import refuse_unverified_backend
 
 #: routed-expert tensors handled per expert, by TensorRT-LLM attribute name (BF16, FP8 block scales);
 #: *_weight_scale are NVFP4 names (pyexecutor/dwdp.py @ 753d71cc QUANT_SCALE_PARAMS), bound if present
@@ -35,12 +36,6 @@ WEIGHT_NAMES = ("w3_w1_weight", "w2_weight", "w3_w1_weight_scaling_factor", "w2_
 #: layout fields upstream fixup_moe_backends sets on wrapper and backend (setup.py, stored id 56165781406)
 PROMOTED = ("ep_size", "ep_rank", "expert_size_per_partition", "slot_start", "slot_end", "num_slots",
             "initial_local_expert_ids", "initial_global_assignments")
-
-
-#: the refusal when TensorRT-LLM's own dwdp_config meets engine dwdp_trtllm (checked at load, and where upstream's
-#: py_executor_creator builds its DwdpManager: patches._patch_upstream_manager)
-BOTH_ENGINES = ("engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config (upstream's engine would run too): "
-                "remove dwdp_config there, or set engine: upstream in DWDP_TRTLLM_CONFIG")
 
 
 def _moe_modules(model):
@@ -71,22 +66,8 @@ def loader_args(loader):
                        "TensorRT-LLM version is not supported by dwdp_trtllm (run `dwdp check-trtllm`)")
 
 
-def _check(loader, owners) -> None:
-    from .targets import upstream_class
-    CutlassFusedMoE = upstream_class("fused_moe_cutlass", "CutlassFusedMoE")
-    args = loader_args(loader)
-    if getattr(args, "dwdp_config", None) is not None:
-        raise RuntimeError(BOTH_ENGINES)
-    if not getattr(args, "disable_overlap_scheduler", False):
-        raise RuntimeError("dwdp_trtllm needs disable_overlap_scheduler: true on context servers")
-    for o in owners:
-        if not isinstance(o, CutlassFusedMoE):
-            raise RuntimeError(f"dwdp_trtllm binds expert weights into CutlassFusedMoE; got {type(o).__name__}: "
-                               "set moe_config: {backend: CUTLASS}")
-
-
 #: per-expert activation constants (non-persistent buffers) that install_activation_params writes
-#: (tensorrt_llm/_torch/moe/fused_moe/activation.py, stored id 68736167005)
+#: (tensorrt_llm/_torch/moe/fused_moe/activation.py @ 1262edbc3809, index id 68736167005)
 ACTIVATION_SLOTS = ("act_alpha", "act_beta", "act_clamp")
 
 
@@ -129,6 +110,32 @@ def promote(modules, num_experts: int, *, backends=()) -> None:
             install(b)
 
 
+def weight_update_refusal(gemm: str, where: str) -> str:
+    """The refusal of a weight update on a model DWDP set up, at `where` (the preflight, the walk or the reload)."""
+    return (f"dwdp_trtllm: {where} refused: DWDP (gemm {gemm}) moved this rank's expert weights into shared buffers or "
+            "rebound them to slot views, so a weight update would write the wrong memory; restart the servers with the "
+            "new checkpoint (or run them with engine: upstream / without DWDP)")
+
+
+def _raiser(message: str):
+    def refuse(*_args, **_kwargs):
+        raise NotImplementedError(message)
+    return refuse
+
+
+def refuse_weight_updates(model, owners, gemm: str) -> None:
+    """Refuse a weight update before any weight is touched. Upstream's update path (tensorrt_llm/llmapi/rlhf_utils.py
+    @ c513246cf9aa, WorkerExtension.update_weights) first asks every module of model.modules() (the root first) that has
+    `check_reload_capability` (side-effect free; NotImplementedError = "nothing mutated"), then walks the same modules'
+    destructive `pre_reload_weights` (MoE backends re-register their expert Parameters as new storage) and only then
+    calls ModelLoader.reload; versions without the preflight (@ 65b31db1) start with the walk. Both methods are set on
+    the root model, which either loop reaches first, and on every expert-weight owner; the ModelLoader.reload wrap
+    (patches.py) stays the last refusal."""
+    for m in (model, *owners):
+        m.check_reload_capability = _raiser(weight_update_refusal(gemm, "weight update (check_reload_capability)"))
+        m.pre_reload_weights = _raiser(weight_update_refusal(gemm, "weight update (pre_reload_weights)"))
+
+
 def _lifecycle(moes, manager) -> str:
     """'upstream' when every MoE enabled DWDP with our manager (ConfigurableMoE.forward_impl will call it),
     'hooks' when none did; a mix is refused."""
@@ -141,7 +148,7 @@ def _lifecycle(moes, manager) -> str:
                        "all or none must (mixed MoE backends?)")
 
 
-def setup_after_load(loader, model) -> None:
+def setup_after_load(model) -> None:
     if engine_for_process() != "dwdp_trtllm":
         return
     icfg = integration_config()
@@ -150,7 +157,7 @@ def setup_after_load(loader, model) -> None:
     if not moes:
         raise RuntimeError("dwdp_trtllm: no MoE layer received our layout (MoE.__init__ patch did not run?)")
     owners = [_weight_owner(m) for m in moes]
-    _check(loader, owners)
+    refuse_unverified_backend(owners)
     meta = moes[0]._dwdp_trtllm
     dwdp_rank, placement = meta["dwdp_rank"], meta["placement"]
     E, n_local = placement.num_experts, len(placement.local_experts[dwdp_rank])
@@ -184,6 +191,7 @@ def setup_after_load(loader, model) -> None:
         rt.close()  # not attached: nobody else would close it
         raise
     hooks = MoeHooks(manager, moes, owners, layer_ids).attach() if lifecycle == "hooks" else None
+    refuse_weight_updates(model, owners, rt.gemm)
     model._dwdp_trtllm_runtime = {"transport": transport, "runtime": rt, "manager": manager, "hooks": hooks,
                                   "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason, "units": units,
                                   "pid": os.getpid(), "dwdp_rank": dwdp_rank}

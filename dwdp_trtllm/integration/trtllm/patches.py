@@ -13,8 +13,9 @@ from types import ModuleType
 from typing import Callable
 
 from ..process_role import close_process_manager, engine_for_process, process_manager
-from .targets import DWDP_MODULE, MOE_ROOTS, PATCH_TARGETS, PatchTargetMissing, resolve, trtllm_version, \
-    upstream_class, verify
+from ..serving_features import BOTH_ENGINES
+from .targets import DWDP_MODULE, MOE_ROOTS, PATCH_TARGETS, PatchTargetMissing, refuse_unverified_backend, resolve, \
+    trtllm_version, verify
 
 log = logging.getLogger("dwdp_trtllm.integration")
 
@@ -56,29 +57,38 @@ def _patch_moe_init(module: ModuleType) -> None:
 
 
 def _patch_model_loader(module: ModuleType) -> None:
-    from .model_setup import setup_after_load
+    """ModelLoader.load (model_loader.py @ 004b733e0ed7: builds the model, then loads its weights; called by
+    PyTorchModelEngine.__init__, and again for a two-model draft engine): first the serving-feature matrix on this
+    loader's LLM args (serving_features.refuse_unsupported: every refused setting in one message, before the model
+    is built), then our manager registered, the original, and our runtime set up on the loaded model."""
+    from ..serving_features import refuse_unsupported
+    from .model_setup import loader_args, setup_after_load
 
     def make(orig):
         def load(self, *args, **kwargs):
+            # before any weight is loaded (or the model built); the loader's own spec_config / max_num_tokens win
+            refuse_unsupported(loader_args(self), {"speculative_config": getattr(self, "spec_config", None),
+                                                   "max_num_tokens": getattr(self, "max_num_tokens", None)})
             register_process_manager()  # before the model (its ConfigurableMoEs read the global manager) is built
             result = orig(self, *args, **kwargs)
             model = result[0] if isinstance(result, tuple) else result
-            setup_after_load(self, model)
+            setup_after_load(model)
             return result
         return load
     wrap_method(module.ModelLoader, "load", make)
 
 
 def _patch_model_reload(module: ModuleType) -> None:
+    """ModelLoader.reload: the last refusal of a weight update on a model we set up (upstream's update path is refused
+    earlier, before its destructive walk: model_setup.refuse_weight_updates)."""
+    from .model_setup import weight_update_refusal
+
     def make(orig):
         def reload(self, *args, **kwargs):
             model = args[0] if args else kwargs.get("model")
             info = getattr(model, "_dwdp_trtllm_runtime", None)
             if info is not None:
-                raise RuntimeError(f"dwdp_trtllm: ModelLoader.reload refused: DWDP (gemm {info['gemm']}) moved this "
-                                   "rank's expert weights into shared buffers or rebound them to slot views, so a "
-                                   "weight update would write the wrong memory; restart the servers with the new "
-                                   "checkpoint (or run them with engine: upstream / without DWDP)")
+                raise RuntimeError(weight_update_refusal(info["gemm"], "ModelLoader.reload"))
             return orig(self, *args, **kwargs)
         return reload
     wrap_method(module.ModelLoader, "reload", make)
@@ -101,23 +111,24 @@ def _patch_dwdp_layout(module: ModuleType) -> None:
 
 def _patch_dwdp_gate(module: ModuleType) -> None:
     """ConfigurableMoE._should_enable_dwdp: for our HopperDwdpManager (what `get_global_dwdp_manager()` returned
-    when the layer was built, stored id 51886803846 / 67533515591) True exactly when the backend is
-    CutlassFusedMoE (BF16 / FP8 block scales on sm_90); for any other manager the original gate (CuteDSL + NVFP4
-    only) decides. ConfigurableMoE only asks the gate when a global manager is set, so with none nothing changes."""
+    when the layer was built, stored id 51886803846 / 67533515591) True when the backend's class is exactly one DWDP
+    was verified with (targets.VERIFIED_BACKENDS: CutlassFusedMoE, BF16 / FP8 block scales on sm_90); any other
+    backend, a subclass included, is refused by name while the model is built, before its weights load (upstream PR
+    18409 moved its own gates from exact classes to declared capabilities, so a subclass may now declare what it
+    never showed us). For any other manager the original gate (CuteDSL + NVFP4 only) decides. ConfigurableMoE only
+    asks the gate when a global manager is set, so with none nothing changes."""
 
     def make(orig):
         def _should_enable_dwdp(self):
             if not getattr(getattr(self, "dwdp_manager", None), "is_dwdp_trtllm", False):
                 return orig(self)
-            return isinstance(getattr(self, "backend", None), upstream_class("fused_moe_cutlass", "CutlassFusedMoE",
-                                                                             near=module.__name__))
+            refuse_unverified_backend([getattr(self, "backend", None)], near=module.__name__)
+            return True
         return _should_enable_dwdp
     wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
 
 
 def _patch_upstream_manager(module: ModuleType) -> None:
-    from .model_setup import BOTH_ENGINES
-
     def make(orig):
         def __init__(self, *args, **kwargs):
             if our_global_manager() is not None:
@@ -158,7 +169,6 @@ def register_process_manager(module: ModuleType | None = None) -> None:
     if current is mgr:
         return
     if current is not None:
-        from .model_setup import BOTH_ENGINES
         raise RuntimeError(BOTH_ENGINES)
     mgr.register_in(module.get_global_dwdp_manager, module.set_global_dwdp_manager)
 

@@ -68,17 +68,18 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
     PatchTarget(MOE_INTERFACE, "MoE.__init__",
                 "wrap: after the original runs, override expert_size_per_partition, num_slots, slot_start/slot_end "
                 "and initial_local_expert_ids from dwdp_trtllm.core.placement (like upstream _init_dwdp_expert_layout)",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored (with _init_dwdp_expert_layout)",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version (with _init_dwdp_expert_layout)",
                 "_patch_moe_init"),
     PatchTarget(MOE_INTERFACE, "MoE._init_load_balancer",
                 "check only: marks the versions whose MoE.__init__ sets the slot attributes we override",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py @ newest stored", None),
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version", None),
     PatchTarget(MOE_INTERFACE, "MoE._init_dwdp_expert_layout",
                 "wrap: skipped when the global DWDP manager is ours (HopperDwdpManager has the fields it reads, "
                 "num_experts_per_worker / start_expert_id / dwdp_size, from our placement; our MoE.__init__ wrapper "
                 "sets the layout right after); optional, but required once our manager is registered globally "
                 "(require_layout_wrap)",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py, newest stored (id 57392471995)",
+                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version with _init_dwdp_expert_layout "
+                "(index id 57392471995)",
                 "_patch_dwdp_layout", optional=True),
     PatchTarget(MODEL_LOADER, "ModelLoader.load",
                 "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
@@ -91,7 +92,8 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "allow_partial_loading=False) -> model.load_weights)", "_patch_model_reload", optional=True),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
-                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ newest stored (id 55194060208)", None),
+                "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, keyword-run_moe version "
+                "(index id 55194060208)", None),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE.run_moe",
                 "check only (optional): gemm multi_buffer replaces run_moe on each DWDP layer's backend instance "
                 "with our execution unit (integration/trtllm/moe_unit.py: dwdp::grouped_gemm over [local, slot]); "
@@ -157,7 +159,8 @@ def import_trtllm() -> None:
 
 
 def has_upstream_dwdp_config() -> bool:
-    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py id 55143598664)."""
+    """TensorRT-LLM's own DWDP config exists: `dwdp_config` in TorchLlmArgs.model_fields (llm_args.py @
+    0004396720054fd8)."""
     from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
     return "dwdp_config" in TorchLlmArgs.model_fields
 
@@ -246,3 +249,22 @@ def upstream_class(leaf: str, name: str, near: str | None = None) -> tuple[type,
         raise RuntimeError(f"dwdp_trtllm: no {leaf}.{name} under {' or '.join(roots or MOE_ROOTS)} "
                            "(TensorRT-LLM's MoE package was not imported?)")
     return tuple(found)
+
+
+#: MoE backend classes DWDP was verified with (file leaf, class name), matched by exact class: upstream PR 18409
+#: ("declare MoE backend capabilities instead of checking exact classes") lets a subclass declare capabilities, so a
+#: subclass of one of these (e.g. CuteDslB12xFusedMoE, an NVFP4 CutlassFusedMoE subclass on SM120) is refused by name
+VERIFIED_BACKENDS = (("fused_moe_cutlass", "CutlassFusedMoE"),)
+
+
+def refuse_unverified_backend(backends, near: str | None = None) -> None:
+    """RuntimeError naming the first backend whose class is not exactly one of VERIFIED_BACKENDS (under the MoE package
+    root of module `near`, else every root TensorRT-LLM loaded)."""
+    verified = tuple(c for leaf, name in VERIFIED_BACKENDS for c in upstream_class(leaf, name, near=near))
+    for b in backends:
+        if type(b) not in verified:
+            cls = type(b)
+            raise RuntimeError(f"dwdp_trtllm: MoE backend {cls.__module__}.{cls.__qualname__} is not one DWDP was "
+                               f"verified with (exactly {', '.join(n for _, n in VERIFIED_BACKENDS)}; a subclass is "
+                               "refused too: it may read the expert weights DWDP binds differently); set "
+                               "moe_config: {backend: CUTLASS} on the DWDP context servers")

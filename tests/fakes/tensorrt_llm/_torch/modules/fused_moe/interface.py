@@ -79,6 +79,13 @@ class MoE(torch.nn.Module):
     def enable_alltoall(self):
         return False
 
+    def pre_reload_weights(self):
+        """MoE.pre_reload_weights (modules/fused_moe/interface.py, IPC-era version, index id 3744845622; in newer versions
+        the same method sits on the MoE implementation blocks): refused with a load balancer (none is modelled here),
+        else the quant method re-creates the weight Parameters (destructive; quantization.py)."""
+        assert hasattr(self.quant_method, "pre_reload_weights"), "pre_reload_weights is not supported for this quant method"
+        self.quant_method.pre_reload_weights(self)
+
     def _init_load_balancer(self):
         self.layer_load_balancer = None  # no moe_load_balancer configured in these tests
         self.initial_global_assignments = list(range(self.num_experts))

@@ -57,6 +57,13 @@ class UnquantizedFusedMoEMethod:
     def post_load_weights(self, module):
         self.setup_quant_scales(module)
 
+    def pre_reload_weights(self, module):
+        """FusedMoEMethodBase.pre_reload_weights (quantization.py @ 002366a4074c): every parameter named in
+        module.rebuild_tensor_metadata is re-registered as a new uninitialised Parameter of its creation shape (the
+        old storage is dropped). Here the expert parameters create_weights registered stand for that metadata."""
+        for name, p in list(module.named_parameters(recurse=False)):
+            module.register_parameter(name, torch.nn.Parameter(torch.empty_like(p), requires_grad=False))
+
 
 class DeepSeekFP8BlockScalesFusedMoEMethod(UnquantizedFusedMoEMethod):
     weight_dtype = torch.float8_e4m3fn
