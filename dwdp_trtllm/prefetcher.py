@@ -160,8 +160,8 @@ class LayerSlots:
       num_slots positions predicted, so a repeated layer is read again without a copy;
     - begin_forward() (forward start) ends the previous forward's record and makes the first positions held.
     The prediction is the previous forward's sequence of positions while this forward follows it (a repeated MTP
-    layer, a tail that did not run), else layer order from the current position, the next forward's first positions
-    after the last. With no repeat and no skipped tail this issues exactly Prefetcher's copies (p + S into p's slot).
+    layer, a tail that did not run), else layer order from the current position (a layer that just ran twice in a row
+    first), the next forward's first positions after the last. With no repeat and no skipped tail this issues exactly Prefetcher's copies (p + S into p's slot).
 
     Hazards: the copies of every slot are issued on one copy stream (CUDA) or one worker thread (CPU), in issue order,
     so a copy into a slot never overtakes an earlier one into it; a copy into a slot waits for the event recorded on
@@ -211,8 +211,12 @@ class LayerSlots:
         i, prev = len(self.current), self.previous
         if prev and self.current == prev[:i]:
             rest = list(prev[i:])
-        else:  # no record, or this forward left it: layer order from the current position
-            rest = list(range(self.current[-1] + 1, self.L)) if self.current else list(range(self.L))
+        else:  # no record, or this forward left it: layer order from the current position, a layer that just ran
+            # twice in a row (MTP draft steps) predicted to run again
+            cur = self.current
+            rest = list(range(cur[-1] + 1, self.L)) if cur else list(range(self.L))
+            if len(cur) >= 2 and cur[-1] == cur[-2]:
+                rest.insert(0, cur[-1])
         return self._distinct(rest + (list(prev) if prev else list(range(self.L))))
 
     def _victim(self, want: list[int]) -> int:
