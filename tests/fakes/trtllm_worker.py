@@ -4,7 +4,8 @@ Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RA
 fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
 their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
 {"died_before_shutdown": True}), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
-context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MODELS (world: models built one after the other in each context
+context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MTP (modeling_tiny: MTP draft steps per forward), FAKE_SKIP ("step:n,...": those steps' forwards stop after n trunk
+layers, world and reference alike), FAKE_MODELS (world: models built one after the other in each context
 process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
 generation ranks leave without any DWDP call; context ranks build the model through ModelLoader.load (our
@@ -34,6 +35,15 @@ def inputs(rank, step):
     return x.cuda() if torch.cuda.is_available() else x
 
 
+SKIP = dict(tuple(map(int, d.split(":"))) for d in os.environ.get("FAKE_SKIP", "").split(",") if d)
+
+
+def step(model, ex, rank, s):
+    """One forward of step s for rank's inputs (FAKE_SKIP: a forward that stops early)."""
+    model.run_layers = SKIP.get(s)
+    return ex.forward_step(inputs(rank, s)).cpu()
+
+
 def build():
     if os.environ.get("DWDP_TRTLLM_CONFIG"):
         import dwdp_trtllm.integration.boot  # noqa: F401  (what the .pth line does in every interpreter)
@@ -53,7 +63,7 @@ if mode == "reference":
     if os.environ.get("FAKE_REF_GEMM") == "multi_buffer":
         from dwdp_trtllm.integration.trtllm.moe_unit import install_reference
         assert len(install_reference(model)) > 0
-    torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
+    torch.save({(r, s): step(model, ex, r, s) for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
     sys.exit(0)
 
 from mpi4py import MPI  # noqa: E402
@@ -106,13 +116,20 @@ def serve_one():
     """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
     model, ex = build()
     info = model._dwdp_trtllm_runtime
-    outs = {(rank, s): ex.forward_step(inputs(rank, s)).cpu() for s in range(steps)}
+    outs = {(rank, s): step(model, ex, rank, s) for s in range(steps)}
     try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
         from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
         build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
         reload_refused = None
     except RuntimeError as e:
         reload_refused = str(e)
+    try:  # a top-k computed elsewhere, through ConfigurableMoE.forward_precomputed_route (dwdp_trtllm refuses it)
+        x = inputs(rank, 0)
+        ids = torch.zeros(x.shape[0], 2, dtype=torch.int32, device=x.device)
+        model.mlp[0].experts.forward_precomputed_route(x, ids, torch.ones(ids.shape, device=x.device))
+        precomputed_refused = None
+    except RuntimeError as e:
+        precomputed_refused = str(e)
     tag = info["transport"].tag
     shm_before = shm_state(tag)
     delay = dict(tuple(map(float, d.split(":"))) for d in os.environ.get("FAKE_SHUTDOWN_DELAY", "").split(",") if d)
@@ -148,8 +165,10 @@ def serve_one():
         "barrier_waited_s": None if barrier is None else barrier.waited_s,
         "log": list(LOG), "memory": memory,
         "outs": outs, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
-        "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
+        "unit_calls": [u.calls for u in info["units"]], "misses": info["runtime"].prefetcher.misses,
+        "layer_ids": sorted(info["manager"]._pos, key=info["manager"]._pos.get), "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
+        "precomputed_refused": precomputed_refused,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}
 
 

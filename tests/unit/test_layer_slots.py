@@ -1,7 +1,7 @@
 """prefetcher.LayerSlots on CPU (real CopyScheduler, peers simulated by local tensors): whatever order a forward runs
 its MoE layers in (the trunk, then one-model MTP's layer repeated once per draft step; a forward that stops early),
 every acquire reads exactly that layer's fetched experts (bit-exact), a repeated layer is read again without a copy
-once seen, a learned skipped tail costs no copy, and with neither it issues the Prefetcher's copies (p + S into p's
+once seen, a skipped tail costs no copy on demand, and with neither it issues the Prefetcher's copies (p + S into p's
 slot)."""
 from __future__ import annotations
 
@@ -97,11 +97,23 @@ def test_skipped_tails_and_changing_forwards_stay_bit_exact(ring):
         forward(ls, world, bufs, rank, seq)  # bit-exact at every acquire
         misses.append(ls.misses)
         issued.append(len(ls.issued) - n)
-    # the first forward predicted layers 2, 3 (not run); the second re-primed 0, 1 at its start; from the third on the
-    # learned tail [0, 1] keeps layers 0 and 1 in the two slots: no copy at all
-    assert issued[:3] == [2, 2, 0] and misses[2] == 0
+    # a stop is never predicted (full forwards are the usual case): each stopped forward issued layers 2, 3, which did
+    # not run, and the next forward's start re-primed layers 0, 1; never a copy on demand
+    assert issued[:3] == [2, 4, 4] and misses[2] == 0
     assert misses[6] == misses[5]  # a repeated full forward is predicted from the previous one
     assert misses[-1] > misses[2]  # forwards that left the record did need copies on demand (and stayed exact)
+
+
+def test_mtp_repeat_count_survives_a_stopped_forward(ring):
+    """A forward that stops early between MTP forwards (e.g. a short warmup) does not make the next MTP forward
+    forget that the MTP layer runs three times: its slot is kept across the runs, no copy on demand."""
+    make, world, rank = ring
+    ls, bufs = make(2)
+    ls.start()
+    mtp3 = [0, 1, 2, 3, 4, 4, 4]
+    for seq in (mtp3, [0, 1], mtp3, [0], mtp3):
+        forward(ls, world, bufs, rank, seq)
+    assert ls.misses == 1  # the first forward's second run of the MTP layer only
 
 
 def test_misuse_is_refused_by_name(ring):
