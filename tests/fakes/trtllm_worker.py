@@ -4,7 +4,8 @@ Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RA
 fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
 their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
 {"died_before_shutdown": True}), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
-context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MTP (modeling_tiny: MTP draft steps per forward), FAKE_SKIP ("step:n,...": those steps' forwards stop after n trunk
+context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_CAPTURE (1, CUDA: after the first forward, a CUDA graph capture around one DWDP layer,
+its exception saved), FAKE_MTP (modeling_tiny: MTP draft steps per forward), FAKE_SKIP ("step:n,...": those steps' forwards stop after n trunk
 layers, world and reference alike), FAKE_MODELS (world: models built one after the other in each context
 process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
@@ -42,6 +43,22 @@ def step(model, ex, rank, s):
     """One forward of step s for rank's inputs (FAKE_SKIP: a forward that stops early)."""
     model.run_layers = SKIP.get(s)
     return ex.forward_step(inputs(rank, s)).cpu()
+
+
+def capture_moe_layer(model, x):
+    """Capture a CUDA graph around the first MoE block (its experts are a DWDP layer), as TensorRT-LLM's CUDA graph
+    warmup captures the model's forward; the exception chain's text ("Type: message" each), None if nothing raised."""
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            model.mlp[0](x)
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        chain = []
+        while e is not None:
+            chain.append(f"{type(e).__name__}: {e}")
+            e = e.__context__
+        return " | ".join(chain)
+    return None
 
 
 def build():
@@ -116,7 +133,11 @@ def serve_one():
     """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
     model, ex = build()
     info = model._dwdp_trtllm_runtime
-    outs = {(rank, s): step(model, ex, rank, s) for s in range(steps)}
+    outs, capture_refused = {}, None
+    for s in range(steps):
+        outs[(rank, s)] = step(model, ex, rank, s)
+        if s == 0 and os.environ.get("FAKE_CAPTURE") == "1":  # CUDA: capture a graph around one DWDP layer
+            capture_refused = capture_moe_layer(model, inputs(rank, 0))
     try:  # a weight update through the loader, with the tiny checkpoint (dwdp_trtllm refuses it)
         from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
         build.loader.reload(model, tiny_checkpoint(8, None if quant == "bf16" else quant))
@@ -168,7 +189,7 @@ def serve_one():
         "unit_calls": [u.calls for u in info["units"]], "misses": info["runtime"].prefetcher.misses,
         "layer_ids": sorted(info["manager"]._pos, key=info["manager"]._pos.get), "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
-        "precomputed_refused": precomputed_refused,
+        "precomputed_refused": precomputed_refused, "capture_refused": capture_refused,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}
 
 
