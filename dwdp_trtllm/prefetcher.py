@@ -20,6 +20,7 @@ repeat or skip MoE layers (the TensorRT-LLM adapter: one-model MTP, a forward th
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any, Protocol
 
 import torch
@@ -143,6 +144,10 @@ def drain_handles(handles: list, deadline: float | None, timeout_s: float) -> No
             raise TimeoutError(f"{len(busy)} copies still in flight at the deadline: {', '.join(busy)}") from None
 
 
+#: LayerSlots.recent keeps this many issues (a serving process runs forwards without end: no unbounded record)
+RECENT_ISSUES = 256
+
+
 class LayerSlots:
     """Prefetch slots keyed by MoE position (the TensorRT-LLM adapter's): any order of MoE layers per forward.
 
@@ -182,7 +187,8 @@ class LayerSlots:
         self.run_length: dict[int, int] = {}  # position -> times in a row it ran the last time its streak ended
         self.copied_bytes = 0
         self.misses = 0  # acquires that found their position not held (issued then, not overlapped)
-        self.issued: list[tuple[int, int]] = []  # (position, slot) of every copy issued, in order
+        self.copies = 0  # copies issued (one per (position, slot) fill)
+        self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT_ISSUES)  # (position, slot) of the last copies issued
 
     def start(self) -> None:
         self.begin_forward()
@@ -248,7 +254,8 @@ class LayerSlots:
         self.handles[slot] = self.scheduler.issue(pos, slot, after=self.consumed[slot])
         self.held[slot] = pos
         self.copied_bytes += self.handles[slot].nbytes
-        self.issued.append((pos, slot))
+        self.copies += 1
+        self.recent.append((pos, slot))
 
     def _fill(self, want: list[int]) -> None:
         for pos in want:

@@ -13,7 +13,7 @@ import torch
 
 from dwdp_trtllm.copy_plan import ExpertLayout, build_copy_plan
 from dwdp_trtllm.copy_scheduler import CopyScheduler
-from dwdp_trtllm.prefetcher import LayerSlots
+from dwdp_trtllm.prefetcher import RECENT_ISSUES, LayerSlots
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_copy_scheduler_cpu import World  # noqa: E402  (every rank's exported buffers, random bytes per expert)
@@ -61,7 +61,10 @@ def test_in_order_forwards_issue_the_prefetchers_copies(ring, S):
         forward(ls, world, bufs, rank, range(L))
     # the sequence-numbered ring: execution n in slot n % S, n + S issued when n is released
     ring_issues = [(n % L, n % S) for n in range(3 * L + S)]
-    assert ls.issued == ring_issues and ls.misses == 0  # S at start, one per release
+    assert list(ls.recent) == ring_issues and ls.copies == len(ring_issues) and ls.misses == 0  # S, one per release
+    for _ in range(60):  # a serving process: its record of issues stays bounded
+        forward(ls, world, bufs, rank, range(L))
+    assert ls.copies == 63 * L + S and len(ls.recent) == RECENT_ISSUES
 
 
 @pytest.mark.parametrize("mtp", [1, 3])
@@ -78,11 +81,11 @@ def test_mtp_layer_repeated_per_draft_step(ring, mtp, S):
     assert first_misses == (1 if mtp > 1 else 0)  # the second run of the MTP layer was not predicted yet
     forward(ls, world, bufs, rank, seq)
     assert ls.misses == first_misses  # learned: later forwards keep the MTP layer's slot across its runs
-    before = len(ls.issued)
+    before = ls.copies
     for _ in range(3):
         forward(ls, world, bufs, rank, seq)
     assert ls.misses == first_misses
-    assert len(ls.issued) - before == 3 * L  # steady state: one copy per layer per forward, none for the repeats
+    assert ls.copies - before == 3 * L  # steady state: one copy per layer per forward, none for the repeats
 
 
 def test_skipped_tails_and_changing_forwards_stay_bit_exact(ring):
@@ -93,10 +96,10 @@ def test_skipped_tails_and_changing_forwards_stay_bit_exact(ring):
             [0, 1, 2, 3, 4, 4]]
     misses, issued = [], []
     for seq in seqs:
-        n = len(ls.issued)
+        n = ls.copies
         forward(ls, world, bufs, rank, seq)  # bit-exact at every acquire
         misses.append(ls.misses)
-        issued.append(len(ls.issued) - n)
+        issued.append(ls.copies - n)
     # a stop is never predicted (full forwards are the usual case): each stopped forward issued layers 2, 3, which did
     # not run, and the next forward's start re-primed layers 0, 1; never a copy on demand
     assert issued[:3] == [2, 4, 4] and misses[2] == 0
