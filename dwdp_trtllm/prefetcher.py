@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import chain, islice
 from typing import Any, Protocol
 
 import torch
@@ -165,8 +166,9 @@ class LayerSlots:
       num_slots positions predicted, so a repeated layer is read again without a copy;
     - begin_forward() (forward start) ends the previous forward's record and makes the first positions held.
     The prediction is the previous forward's sequence of positions while this forward follows it (a repeated MTP
-    layer), else layer order from the current position (first the layer just run, while it
-    has run fewer times in a row than it did last time), the next forward's first positions after the last. With no repeat and no skipped tail this issues exactly Prefetcher's copies (p + S into p's slot).
+    layer), else layer order from the current position (first the layer just run, while it has run fewer times in a
+    row than it did last time), the next forward's first positions after the last. With no repeat and no skipped tail
+    this issues exactly Prefetcher's copies (p + S into p's slot). Host work per layer: O(num_slots) list steps.
 
     Hazards: the copies of every slot are issued on one copy stream (CUDA) or one worker thread (CPU), in issue order,
     so a copy into a slot never overtakes an earlier one into it; a copy into a slot waits for the event recorded on
@@ -184,6 +186,7 @@ class LayerSlots:
         self.bound: tuple[int, int] | None = None  # (position, slot) between acquire and release
         self.current: list[int] = []  # positions acquired in this forward, in order
         self.previous: list[int] = []  # the previous forward's
+        self.following = True  # this forward has acquired exactly previous[:len(current)] so far
         self.run_length: dict[int, int] = {}  # position -> times in a row it ran the last time its streak ended
         self.copied_bytes = 0
         self.misses = 0  # acquires that found their position not held (issued then, not overlapped)
@@ -200,10 +203,8 @@ class LayerSlots:
         if self.current:
             self._end_streak()
             self.previous, self.current = self.current, []
-        self._fill(self._first_positions())
-
-    def _first_positions(self) -> list[int]:
-        return self._distinct(self.previous + list(range(self.L)))
+        self.following = True
+        self._fill(self._distinct(chain(self.previous, range(self.L))))
 
     def _distinct(self, seq) -> list[int]:
         out: list[int] = []
@@ -217,22 +218,22 @@ class LayerSlots:
     def _upcoming(self) -> list[int]:
         """The next S distinct positions this forward (then the next forward) is predicted to acquire."""
         i, prev = len(self.current), self.previous
-        if i < len(prev) and self.current == prev[:i]:
-            rest = list(prev[i:])
+        if self.following and i < len(prev):
+            rest = islice(prev, i, None)
         else:  # no record, this forward left it or ran past its end: layer order from the current position (a full
             # forward is the usual case, so a stop is never predicted); the layer just run
             # again while it has run fewer times in a row than the last time it ran (MTP draft steps), or, never seen
             # ending a streak, when it just ran twice in a row
             cur = self.current
-            rest = list(range(cur[-1] + 1, self.L)) if cur else list(range(self.L))
+            rest = range(cur[-1] + 1, self.L) if cur else range(self.L)
             if cur:
                 k, seen = self._streak(), self.run_length.get(cur[-1])
                 if (k < seen) if seen is not None else k >= 2:
-                    rest.insert(0, cur[-1])
-        return self._distinct(rest + prev + list(range(self.L)))  # layer order pads a short record
+                    rest = chain((cur[-1],), rest)
+        return self._distinct(chain(rest, prev, range(self.L)))  # layer order pads a short record
 
     def _streak(self) -> int:
-        """How many times in a row the last acquired position ran, up to now."""
+        """How many times in a row the last acquired position ran, up to now (bounded by the runs of one layer)."""
         cur, k = self.current, 0
         while k < len(cur) and cur[-1 - k] == cur[-1]:
             k += 1
@@ -284,6 +285,8 @@ class LayerSlots:
         self.bound = (pos, slot)
         if self.current and self.current[-1] != pos:
             self._end_streak()
+        i = len(self.current)
+        self.following = self.following and i < len(self.previous) and self.previous[i] == pos
         self.current.append(pos)
         return slot
 
