@@ -5,10 +5,11 @@ Interface mirrored from tensorrt_llm/_torch/pyexecutor/dwdp.py, VA era (stored i
 layer_idx)` and `record_compute_and_prefetch_next(layer_idx)` (ConfigurableMoE.forward_impl, stored id
 67533515591), `dwdp_rank`, `dwdp_size`, `is_enabled()`, `cleanup()`, `__enter__`/`__exit__`; and what upstream's
 newer DwdpManager carries and forwards to `setup_dwdp(model, mapping, device_id, comm, layer_indices,
-num_experts_per_worker, num_prefetch_experts)` (tensorrt_llm/_torch/modules/dwdp/setup.py @ 4d994fe4; its manager
-test tests/unittest/_torch/pyexecutor/test_dwdp_manager.py, stored id 56154827357, reads `dwdp_group`,
-`num_groups` and the forwarded counts): `rank` (global rank), `num_prefetch_experts`, `num_experts_per_worker`,
-`dwdp_group` (ours: the model's torch.distributed group the transport exchanged handles on, None before setup).
+num_experts_per_worker, num_prefetch_experts)` (tensorrt_llm/_torch/modules/dwdp/setup.py @ 4d994fe4; upstream's
+unit test of that DwdpManager, stored id 56154827357, reads `dwdp_group`, `num_groups` and the forwarded counts; the
+stored VA-era dwdp.py sets `self.rank = global_mpi_rank()`): `rank` (global rank), `num_prefetch_experts`,
+`num_experts_per_worker`, `dwdp_group` (ours: the model's torch.distributed group the transport exchanged handles on,
+None before setup).
 
 Two drivers call it:
 - upstream lifecycle: ConfigurableMoE.forward_impl calls wait_and_bind / record_compute_and_prefetch_next (our

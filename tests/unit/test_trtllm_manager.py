@@ -113,8 +113,8 @@ def test_capture_is_refused_by_name_at_every_entry_point(monkeypatch):
 
 def test_upstream_newer_manager_fields():
     """What upstream's newer DwdpManager carries and forwards to setup_dwdp (modules/dwdp/setup.py @ 4d994fe4:
-    num_experts_per_worker, num_prefetch_experts, comm=dwdp_group; test_dwdp_manager.py stored id 56154827357 reads
-    mgr.dwdp_group and the counts): rank (global), num_prefetch_experts (upstream form, or the uniform split our
+    num_experts_per_worker, num_prefetch_experts, comm=dwdp_group; upstream's unit test of it, stored id
+    56154827357, reads mgr.dwdp_group and the counts): rank (global), num_prefetch_experts (upstream form, or the uniform split our
     derived placement translates to), num_experts_per_worker, dwdp_group (the model's group once set up)."""
     from dwdp_trtllm.integration.trtllm.moe_layout import layout_attrs
     cfg = DwdpConfig(dwdp_size=4, num_groups=2, num_experts_per_worker=6, num_prefetch_experts=4)
