@@ -156,8 +156,8 @@ class LayerSlots:
     (one more MoE layer, after the trunk) once per draft step, 1 or 3 times with upstream's recipe
     (tensorrt_llm/_torch/speculative/mtp.py @ 23ee85ee, MTPEagleWorker.forward: `draft_model.mtp_layers[0]` in a loop
     of mtp_num_modules), and a forward may stop before the last layers. Upstream keys its double buffer by layer
-    (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269, `next_moe_layer`; WeightBuffer
-    `buffer_index_for_layer`) and re-primes the first layers at each forward start (pyexecutor/dwdp.py,
+    (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269, `next_moe_layer`; weight_buffer.py @ 92fd50cb,
+    `WeightBuffer.buffer_index_for_layer`) and re-primes the first layers at each forward start (pyexecutor/dwdp.py,
     `DwdpManager.prefetch_first_layers`). Here each slot records which position it holds, so:
 
     - acquire(p) binds the slot holding p; if none does (a layer that was not predicted), p's copy is issued now into
