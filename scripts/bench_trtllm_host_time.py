@@ -2,9 +2,9 @@
 
 Old path (integration/pipeline.py before issue 13): one Python Tensor.copy_ per op of the full-slot op list
 (local + peer experts), issued from the MoE pre-hook on the forward thread.
-New path (integration/adapter.py): Prefetcher.acquire (one stream wait) + binding the prebuilt [E, ...] views
-(one param.data store per tensor) + Prefetcher.release (one event record + one CopyScheduler issue = one CUDA
-graph replay of the layer's slices). Composite view: only peer slices (local experts are mapped); merge: local
+New path (integration/adapter.py): LayerSlots.acquire (one stream wait) + binding the prebuilt [E, ...] views
+(one param.data store per tensor) + LayerSlots.release (one event record + one CopyScheduler issue = one CUDA
+graph replay of the layer's slices; the forward start, LayerSlots.begin_forward, in the first layer's time). Composite view: only peer slices (local experts are mapped); merge: local
 ones too.
 One process, one GPU: the "peers'" exported buffers are plain allocations on the same device (host-side cost
 does not depend on where the bytes live). DWDP4, rank 1, FP8 block scales, contention_opt on, 2 MiB slices.
@@ -29,7 +29,7 @@ from dwdp_trtllm.core.expert_buffers import expert_layout
 from dwdp_trtllm.integration.full_slot import full_slot_ops
 from dwdp_trtllm.spec.models import PRESETS
 from dwdp_trtllm.core.placement import make_placement
-from dwdp_trtllm.core.prefetcher import Prefetcher
+from dwdp_trtllm.core.prefetcher import LayerSlots
 
 
 def main() -> int:
@@ -86,10 +86,12 @@ def main() -> int:
     for name, ops in (("new_composite", plan.ops), ("new_merge", full)):
         sched = CopyScheduler(CopyPlan(rank, tuple(ops), True), src_buffer=lambda p, l, t: src[(p, t)],
                               dst_buffer=lambda s, t: slots[s][t], layers=range(L), num_slots=S, device=dev)
-        pf = Prefetcher(sched, num_layers=L, num_slots=S, device=dev)
+        pf = LayerSlots(sched, num_layers=L, num_slots=S, device=dev)
         pf.start()
 
-        def new_layer(pos: int) -> None:  # AdapterRuntime.wait_and_bind + release
+        def new_layer(pos: int) -> None:  # HopperDwdpManager.wait_and_bind (+ forward start) + release
+            if pos == 0:
+                pf.begin_forward()
             slot = pf.acquire(pos)
             for p, v in zip(params, views[slot]):
                 p.data = v

@@ -13,10 +13,15 @@ execution n reads slot n % S (S = prefetcher.prefetch_slot_count: min(prefetch_d
                  on_attention_done() of the next MoE layer.
 Sequence numbers wrap across iterations, so layer 0 of iteration i+1 is pulled during the last
 layers of iteration i, as upstream's prefetch_first_layers does.
+
+LayerSlots (below) is the same ring keyed by MoE position instead of by sequence number, for hosts whose forwards may
+repeat or skip MoE layers (the TensorRT-LLM adapter: one-model MTP, a forward that stops early).
 """
 from __future__ import annotations
 
 import time
+from collections import deque
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -136,13 +141,180 @@ class Prefetcher:
         time.monotonic() by which all must be done (a shutdown's one deadline, close_sequence.py), TimeoutError naming
         every copy still in flight past it; None: each copy waits up to timeout_s."""
         self._flush_pending()
-        for handle in self.handles.values():
-            if deadline is None:
-                handle.synchronize(timeout_s=self.timeout_s)
-                continue
-            try:
-                handle.synchronize(timeout_s=max(deadline - time.monotonic(), 0.0))
-            except TimeoutError:
-                busy = [f"layer {h.layer} into slot {h.slot}" for h in self.handles.values() if not h.done()]
-                raise TimeoutError(f"{len(busy)} copies still in flight at the deadline: {', '.join(busy)}") from None
+        drain_handles(list(self.handles.values()), deadline, self.timeout_s)
         self.handles.clear()
+
+
+def drain_handles(handles: list, deadline: float | None, timeout_s: float) -> None:
+    """Host wait for every handle (see Prefetcher.drain: one deadline for all, or timeout_s each)."""
+    for handle in handles:
+        if deadline is None:
+            handle.synchronize(timeout_s=timeout_s)
+            continue
+        try:
+            handle.synchronize(timeout_s=max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            busy = [f"layer {h.layer} into slot {h.slot}" for h in handles if not h.done()]
+            raise TimeoutError(f"{len(busy)} copies still in flight at the deadline: {', '.join(busy)}") from None
+
+
+#: LayerSlots.recent keeps this many issues (a serving process runs forwards without end: no unbounded record)
+RECENT_ISSUES = 256
+
+
+class LayerSlots:
+    """Prefetch slots keyed by MoE position (the TensorRT-LLM adapter's): any order of MoE layers per forward.
+
+    A TensorRT-LLM forward need not run every MoE layer once in order: one-model MTP runs the checkpoint's MTP layer
+    (one more MoE layer, after the trunk) once per draft step, 1 or 3 times with upstream's recipe
+    (tensorrt_llm/_torch/speculative/mtp.py @ 23ee85ee, MTPEagleWorker.forward: `draft_model.mtp_layers[0]` in a loop
+    of mtp_num_modules), and a forward may stop before the last layers. Upstream keys its double buffer by layer
+    (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269, `next_moe_layer`; weight_buffer.py @ 92fd50cb,
+    `WeightBuffer.buffer_index_for_layer`) and re-primes the first layers at each forward start (pyexecutor/dwdp.py,
+    `DwdpManager.prefetch_first_layers`). Here each slot records which position it holds, so:
+
+    - acquire(p) binds the slot holding p; if none does (a layer that was not predicted), p's copy is issued now into
+      the slot needed last (a miss: correct, only not overlapped; `misses` counts them);
+    - release(p) keeps the slot holding p as p's (its bytes are still p's experts) and fills the slots with the next
+      num_slots positions predicted, so a repeated layer is read again without a copy;
+    - begin_forward() (forward start) ends the previous forward's record and makes the first positions held.
+    The prediction is the previous forward's sequence of positions while this forward follows it (a repeated MTP
+    layer), else layer order from the current position (first the layer just run, while it has run fewer times in a
+    row than it did last time), the next forward's first positions after the last. With no repeat and no skipped tail
+    this issues exactly Prefetcher's copies (p + S into p's slot). Host work per layer: O(num_slots) list steps.
+
+    Hazards: the copies of every slot are issued on one copy stream (CUDA) or one worker thread (CPU), in issue order,
+    so a copy into a slot never overtakes an earlier one into it; a copy into a slot waits for the event recorded on
+    the compute stream when its last reader was released (CUDA; on CPU the reader finished before release)."""
+
+    def __init__(self, scheduler: Any, *, num_layers: int, num_slots: int, device: torch.device,
+                 timeout_s: float = 300.0):
+        if num_layers < 1 or num_slots < 2:
+            raise ValueError(f"need num_layers >= 1 and num_slots >= 2, got {num_layers}, {num_slots}")
+        self.scheduler, self.L, self.S, self.device, self.timeout_s = scheduler, num_layers, num_slots, device, timeout_s
+        self.cuda = device.type == "cuda"
+        self.held: list[int | None] = [None] * num_slots  # the position whose copy each slot holds (issued)
+        self.handles: list[Any] = [None] * num_slots  # that copy's handle
+        self.consumed: list[Any] = [None] * num_slots  # CUDA: event after the slot's last reader
+        self.bound: tuple[int, int] | None = None  # (position, slot) between acquire and release
+        self.current: list[int] = []  # positions acquired in this forward, in order
+        self.previous: list[int] = []  # the previous forward's
+        self.following = True  # this forward has acquired exactly previous[:len(current)] so far
+        self.run_length: dict[int, int] = {}  # position -> times in a row it ran the last time its streak ended
+        self.copied_bytes = 0
+        self.misses = 0  # acquires that found their position not held (issued then, not overlapped)
+        self.copies = 0  # copies issued (one per (position, slot) fill)
+        self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT_ISSUES)  # (position, slot) of the last copies issued
+
+    def start(self) -> None:
+        self.begin_forward()
+
+    def begin_forward(self) -> None:
+        """Forward start: the previous forward's record ends; the first positions are made held."""
+        if self.bound is not None:
+            raise RuntimeError(f"forward start while MoE position {self.bound[0]} is bound (never released)")
+        if self.current:
+            self._end_streak()
+            self.previous, self.current = self.current, []
+        self.following = True
+        self._fill(self._distinct(chain(self.previous, range(self.L))))
+
+    def _distinct(self, seq) -> list[int]:
+        out: list[int] = []
+        for p in seq:
+            if p not in out:
+                out.append(p)
+                if len(out) == self.S:
+                    break
+        return out
+
+    def _upcoming(self) -> list[int]:
+        """The next S distinct positions this forward (then the next forward) is predicted to acquire."""
+        i, prev = len(self.current), self.previous
+        if self.following and i < len(prev):
+            rest = islice(prev, i, None)
+        else:  # no record, this forward left it or ran past its end: layer order from the current position (a full
+            # forward is the usual case, so a stop is never predicted); the layer just run
+            # again while it has run fewer times in a row than the last time it ran (MTP draft steps), or, never seen
+            # ending a streak, when it just ran twice in a row
+            cur = self.current
+            rest = range(cur[-1] + 1, self.L) if cur else range(self.L)
+            if cur:
+                k, seen = self._streak(), self.run_length.get(cur[-1])
+                if (k < seen) if seen is not None else k >= 2:
+                    rest = chain((cur[-1],), rest)
+        return self._distinct(chain(rest, prev, range(self.L)))  # layer order pads a short record
+
+    def _streak(self) -> int:
+        """How many times in a row the last acquired position ran, up to now (bounded by the runs of one layer)."""
+        cur, k = self.current, 0
+        while k < len(cur) and cur[-1 - k] == cur[-1]:
+            k += 1
+        return k
+
+    def _end_streak(self) -> None:
+        if self.current:
+            self.run_length[self.current[-1]] = self._streak()
+
+    def _victim(self, want: list[int]) -> int:
+        """The slot to overwrite: not bound; empty, else holding no wanted position, else the one wanted last."""
+        free = [s for s in range(self.S) if self.bound is None or s != self.bound[1]]
+        def need(s: int) -> int:
+            h = self.held[s]
+            return -1 if h is None else (len(want) if h not in want else want.index(h))
+        return max(free, key=lambda s: (need(s) == -1, need(s)))
+
+    def _issue(self, pos: int, slot: int) -> None:
+        self.handles[slot] = self.scheduler.issue(pos, slot, after=self.consumed[slot])
+        self.held[slot] = pos
+        self.copied_bytes += self.handles[slot].nbytes
+        self.copies += 1
+        self.recent.append((pos, slot))
+
+    def _fill(self, want: list[int]) -> None:
+        for pos in want:
+            if pos in self.held:
+                continue
+            slot = self._victim(want)
+            if self.held[slot] in want:  # every free slot holds a wanted position needed sooner
+                return
+            self._issue(pos, slot)
+
+    def acquire(self, pos: int) -> int:
+        """Make the current stream (CUDA) or thread (CPU) wait for position pos's copy; return its slot."""
+        if not 0 <= pos < self.L:
+            raise ValueError(f"MoE position {pos} out of range 0..{self.L - 1}")
+        if self.bound is not None:
+            raise RuntimeError(f"acquire({pos}) while MoE position {self.bound[0]} is bound (never released)")
+        if pos not in self.held:
+            self.misses += 1
+            self._issue(pos, self._victim([pos] + self._upcoming()))
+        slot = self.held.index(pos)
+        handle = self.handles[slot]
+        if self.cuda:
+            handle.wait(torch.cuda.current_stream(self.device))
+        else:
+            handle.wait(timeout_s=self.timeout_s)
+        self.bound = (pos, slot)
+        if self.current and self.current[-1] != pos:
+            self._end_streak()
+        i = len(self.current)
+        self.following = self.following and i < len(self.previous) and self.previous[i] == pos
+        self.current.append(pos)
+        return slot
+
+    def release(self, pos: int) -> None:
+        """Position pos's kernels are enqueued: its slot may be refilled after them; the predicted positions issued."""
+        if self.bound is None or self.bound[0] != pos:
+            raise RuntimeError(f"release({pos}) without acquire({pos}) (bound: {self.bound})")
+        slot = self.bound[1]
+        if self.cuda:
+            ev = torch.cuda.Event()
+            ev.record()
+            self.consumed[slot] = ev
+        self.bound = None
+        self._fill(self._upcoming())
+
+    def drain(self, deadline: float | None = None) -> None:
+        """As Prefetcher.drain: every copy issued is done (host wait) before peers may unmap our buffers."""
+        drain_handles([h for h in self.handles if h is not None], deadline, self.timeout_s)

@@ -6,7 +6,8 @@ datasheets print it (H200: 141 GB). `rank_memory` is the only function that pric
 
 Parts of one rank (`PARTS`, bytes):
 - routed experts held: DWDP: the rank's local experts of every MoE layer (placement.py, redundancy
-  included); DEP: its ceil(E/G) experts of every MoE layer. Scales included (weight_formats.py).
+  included); DEP: its ceil(E/G) experts of every MoE layer. Scales included (weight_formats.py). On a TensorRT-LLM
+  server the checkpoint's MTP layers count as MoE layers (`priced_moe_layers`; their dense parts are not priced).
 - prefetch slots (DWDP only): `prefetch_slot_count` slots (min(prefetch_depth + 1, MoE layers), at least 2),
   each holding the largest per-layer fetch of the rank, or every expert of the layer on the TensorRT-LLM
   adapter's merge path (`slot_experts`: the path is an input, `gemm`; RankMemory.gemm says which was priced).
@@ -238,6 +239,13 @@ def slot_experts(gemm: str | None, n_fetch: int, num_experts: int) -> int:
     return num_experts if gemm == "merge" else n_fetch
 
 
+def priced_moe_layers(spec: ModelSpec, *, engine_dense: bool = False) -> int:
+    """MoE layers whose routed experts one rank holds: the trunk's, plus on a TensorRT-LLM server the checkpoint's
+    MTP layers (ModelSpec.mtp_layers, config.json num_nextn_predict_layers), which one-model MTP builds as MoE layers
+    after the trunk and DWDP splits like the trunk's; the embedded engine (engine_dense) runs the trunk only."""
+    return spec.num_moe_layers + (0 if engine_dense else spec.mtp_layers)
+
+
 def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_tokens: int,
                gpu_bytes: int | None = None, placement: ExpertPlacement | None = None,
                engine_dense: bool = False, gemm: str | None = None) -> list[RankMemory]:
@@ -245,7 +253,8 @@ def dwdp_ranks(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num_t
     p = placement or make_placement(cfg, spec.num_experts)
     if p.num_experts != spec.num_experts:
         raise ValueError(f"placement is for {p.num_experts} experts, model {spec.name} has {spec.num_experts} experts")
-    eb, layers, slots = spec.expert_bytes(weight_dtype), spec.num_moe_layers, prefetch_slot_count(cfg, spec.num_moe_layers)
+    layers = priced_moe_layers(spec, engine_dense=engine_dense)
+    eb, slots = spec.expert_bytes(weight_dtype), prefetch_slot_count(cfg, layers)
     shared = _shared_parts(spec, weight_dtype, max_num_tokens, engine_dense)
     out = []
     for r in range(p.dwdp_size):
@@ -296,7 +305,7 @@ def rank_memory(spec: ModelSpec, mode: str, *, weight_dtype: str, max_num_tokens
         raise ValueError(f"group_size must be >= 1, got {g}")
     held = math.ceil(spec.num_experts / g)
     return RankMemory("dep", g, 0, weight_dtype, max_num_tokens, held, 0, 0,
-                      routed_experts=held * spec.num_moe_layers * spec.expert_bytes(weight_dtype), prefetch_slots=0,
+                      routed_experts=held * priced_moe_layers(spec, engine_dense=engine_dense) * spec.expert_bytes(weight_dtype), prefetch_slots=0,
                       all_to_all=all_to_all_bytes(spec, max_num_tokens) if g > 1 else 0, gpu_bytes=gpu_bytes,
                       **_shared_parts(spec, weight_dtype, max_num_tokens, engine_dense, kv_tokens))
 

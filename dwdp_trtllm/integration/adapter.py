@@ -1,4 +1,4 @@
-"""TensorRT-LLM's MoE weights on the DWDP core: transport, CopyScheduler and Prefetcher (no tensorrt_llm import).
+"""TensorRT-LLM's MoE weights on the DWDP core: transport, CopyScheduler and LayerSlots (no tensorrt_llm import).
 
 Legend: L MoE layers in forward order (position p), S slots (prefetcher.prefetch_slot_count: min(prefetch_depth + 1, L), at least 2), E experts, t tensor index.
 
@@ -18,8 +18,9 @@ per weight name. AdapterRuntime:
       (full_slot.py); the log says why it was chosen (gemm_choice.choose_gemm);
     - on CPU (tests), composite_view runs as a stand-in (composite_cpu.py): same slot runs and copy plan, the
       [E, ...] tensor assembled by concatenation at bind time;
- 3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) and
-    Prefetcher (slot ring, sequence numbers wrapping across forwards) as the embedded engine;
+ 3. drives the copies with the same CopyScheduler (graph / batch issue from prebuilt tables) as the embedded
+    engine, ordered by prefetcher.LayerSlots (slots keyed by MoE position: a repeated MTP layer or a forward that
+    stops early keeps the ring consistent);
  4. at executor shutdown (close, close_sequence.close_in_order: the whole of it bounded by the integration YAML's
     shutdown_timeout_s) drains, waits at the DWDP group's shutdown barrier (transport/close_barrier.py), releases
     everything it built and the transport, then destroys the model's process group.
@@ -38,10 +39,9 @@ from ..core.composite_slots import CompositeSlots, CompositeUnsupported
 from ..core.copy_plan import CopyPlan, ExpertLayout, build_copy_plan
 from ..core.copy_scheduler import CopyScheduler
 from ..byte_units import fmt_bytes
-from ..core.prefetcher import prefetch_slot_count
+from ..core.prefetcher import LayerSlots, prefetch_slot_count
 from ..deploy.memory import slot_experts
 from ..core.placement import ExpertPlacement
-from ..core.prefetcher import Prefetcher
 from .composite_cpu import CpuCompositeStandIn
 from .full_slot import full_slot_ops
 from .group import destroy_group
@@ -175,9 +175,9 @@ class AdapterRuntime:
             dst_buffer=lambda slot, t: self.slots[slot][t], layers=range(L), num_slots=S, device=device,
             method=cfg.copy_method, max_inflight_slices=cfg.max_inflight_slices, lanes=cfg.copy_lanes,
             timeout_s=timeout_s)
-        self.prefetcher = Prefetcher(self.scheduler, num_layers=L, num_slots=S, device=device, pacing="none",
-                                     timeout_s=timeout_s)
-        self.prefetcher.start()  # positions 0..S-1 of the first forward; later forwards' are issued by release()
+        # keyed by MoE position: a forward may repeat a layer (one-model MTP) or stop early (prefetcher.LayerSlots)
+        self.prefetcher = LayerSlots(self.scheduler, num_layers=L, num_slots=S, device=device, timeout_s=timeout_s)
+        self.prefetcher.start()  # the first positions of the first forward; later ones are issued by release()
         self._closed = False
 
     # -- per layer (forward thread) -------------------------------------------------------------
@@ -185,8 +185,10 @@ class AdapterRuntime:
     def num_layers(self) -> int:
         return len(self.owners)
 
-    def at_forward_start(self) -> bool:
-        return self.prefetcher.n % self.num_layers == 0
+    def begin_forward(self) -> None:
+        """Forward start: the first MoE positions are made held (issued if not already), as upstream's
+        DwdpManager.prefetch_first_layers re-primes them at every forward start."""
+        self.prefetcher.begin_forward()
 
     def wait_and_bind(self, pos: int) -> None:
         """The current stream waits for position pos's copies; its owner's tensors point at the slot's views

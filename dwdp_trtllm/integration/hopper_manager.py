@@ -3,7 +3,13 @@
 Interface mirrored from tensorrt_llm/_torch/pyexecutor/dwdp.py, VA era (stored id 56230681187):
 `add_layer(layer_idx)` (ConfigurableMoE), `setup(model)`, `prefetch_first_layers()`, `wait_and_bind(backend_module,
 layer_idx)` and `record_compute_and_prefetch_next(layer_idx)` (ConfigurableMoE.forward_impl, stored id
-67533515591), `dwdp_rank`, `dwdp_size`, `is_enabled()`, `cleanup()`, `__enter__`/`__exit__`.
+67533515591), `dwdp_rank`, `dwdp_size`, `is_enabled()`, `cleanup()`, `__enter__`/`__exit__`; and what upstream's
+newer DwdpManager carries and forwards to `setup_dwdp(model, mapping, device_id, comm, layer_indices,
+num_experts_per_worker, num_prefetch_experts)` (tensorrt_llm/_torch/modules/dwdp/setup.py @ 4d994fe4; upstream's
+unit test of that DwdpManager, stored id 56154827357, reads `dwdp_group`, `num_groups` and the forwarded counts; the
+stored VA-era dwdp.py sets `self.rank = global_mpi_rank()`): `rank` (global rank), `num_prefetch_experts`,
+`num_experts_per_worker`, `dwdp_group` (ours: the model's torch.distributed group the transport exchanged handles on,
+None before setup).
 
 Two drivers call it:
 - upstream lifecycle: ConfigurableMoE.forward_impl calls wait_and_bind / record_compute_and_prefetch_next (our
@@ -12,30 +18,61 @@ Two drivers call it:
   own dwdp_config (py_executor.py stored id 54965565749 `_executor_loop`; the creator per TensorRT-LLM's DWDP blog,
   stored id 51853955518, and the py_executor_creator.py diff in PR #14453's review thread): never this one;
 - hooks (versions without that lifecycle): forward pre/post hooks on each MoE module make the same two calls.
-Either way the forward-start check runs inside wait_and_bind of the first MoE position, a point reached on every
-forward whatever calls the model (the engine calls model.forward() directly). Copies are started by the
-Prefetcher itself: positions 0..S-1 at setup, then each release of position p issues sequence p + S, which wraps
-into the next forward; prefetch_first_layers() never issues, it only checks that the previous forward ran every
-MoE layer. record_compute_and_prefetch_next without a wait_and_bind of the same layer is refused (a TensorRT-LLM
-whose wrapper does not bind our weights would otherwise run the kernel on unbound tensors).
+Keyed by layer, as upstream's weight manager (modules/dwdp/weight_manager.py @ 11eba269, `next_moe_layer`,
+`buffer_index_for_layer`): a forward may run the MoE layers in any order, repeat one (one-model MTP runs the
+checkpoint's MTP layer once per draft step) or stop before the last ones; the runtime's slots record which layer
+they hold (prefetcher.LayerSlots). The forward start is the bind of the first MoE position (setup order), reached
+on every forward whatever calls the model (the engine calls model.forward() directly): there, as upstream's
+PyExecutor does before each forward, prefetch_first_layers() re-primes the first layers. Still refused: a bind while
+another layer is bound (its record never came), and record_compute_and_prefetch_next without a wait_and_bind of the
+same layer (a TensorRT-LLM whose wrapper does not bind our weights would otherwise run the kernel on unbound
+tensors). Every entry point raises DwdpCaptureError under CUDA stream capture (refuse_capture).
 """
 from __future__ import annotations
 
 from typing import Optional
 
+import torch
+
 from .adapter import AdapterRuntime
+from .settings import to_upstream
 
 
 class DwdpOrderError(RuntimeError):
-    """A forward did not run the MoE layers in setup order (or stopped part-way)."""
+    """A layer bound while another is still bound, or recorded without its bind."""
+
+
+class DwdpCaptureError(RuntimeError):
+    """A DWDP entry point ran while the current CUDA stream was capturing a graph."""
+
+
+#: what a TensorRT-LLM YAML sets so that no DWDP layer runs under capture
+CAPTURE_FIX = ("cuda_graph_config: null (TensorRT-LLM captures decode graphs by default: TorchLlmArgs.cuda_graph_config "
+               "has default_factory=CudaGraphConfig) and no piecewise CUDA graphs in torch_compile_config "
+               "(torch_compile_config: null, or enable_piecewise_cuda_graph: false)")
+
+
+def refuse_capture(device: torch.device, where: str) -> None:
+    """Raise DwdpCaptureError when the current stream of `device` is capturing a CUDA graph.
+
+    Why refuse instead of capture: a captured DWDP layer would bake in the slot chosen at capture time, wait on copy
+    events recorded outside the graph, and record our prefetch copies into the graph instead of running them, so a
+    replay would read whatever the slot holds then. CPU devices never capture."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise DwdpCaptureError(
+            f"dwdp_trtllm: {where} ran while the current CUDA stream is capturing a graph; DWDP cannot run inside a "
+            f"captured graph (its prefetch copies, slot choice and event waits happen per forward). Set {CAPTURE_FIX} "
+            "on DWDP context servers (`dwdp gen-config` writes cuda_graph_config: null)")
 
 
 class HopperDwdpManager:
     is_dwdp_trtllm = True
 
-    def __init__(self, config, dwdp_rank: int):
-        """config: our DwdpConfig; dwdp_rank: this rank's index in its DWDP group."""
+    def __init__(self, config, dwdp_rank: int, rank: int | None = None):
+        """config: our DwdpConfig; dwdp_rank: this rank's index in its DWDP group; rank: the global rank (upstream's
+        `global_mpi_rank()`; default: groups are consecutive ranks, so dwdp_rank for the first group)."""
         self.config, self.dwdp_size, self.dwdp_rank = config, config.dwdp_size, dwdp_rank
+        self.rank = dwdp_rank if rank is None else rank
         self.num_groups = config.num_groups
         self._registered_layers: list[int] = []
         self._rt: Optional[AdapterRuntime] = None
@@ -72,6 +109,22 @@ class HopperDwdpManager:
     def start_expert_id(self) -> int:
         """First expert id this rank stores."""
         return self._read("slot_start")
+
+    @property
+    def num_prefetch_experts(self) -> int:
+        """Upstream's DwdpConfig.num_prefetch_experts: the stride between consecutive ranks' first experts. The YAML's
+        value in upstream form; for our derived placement the uniform split settings.to_upstream translates it to
+        (ConfigError naming the key where it has no upstream form), for the model's expert count."""
+        if self.config.upstream_placement:
+            return self.config.num_prefetch_experts
+        return to_upstream(self.config, self._read("num_slots"))[0]["num_prefetch_experts"]
+
+    @property
+    def dwdp_group(self):
+        """The DWDP group's process group (upstream: an mpi4py sub-communicator made by the manager; ours: the
+        torch.distributed group made per model at setup, group.dwdp_process_group); None before setup / after
+        cleanup."""
+        return None if self._rt is None else getattr(self._rt.transport, "group", None)
 
     # -- upstream lifecycle surface ---------------------------------------------------------------
     def add_layer(self, layer_idx: int) -> None:
@@ -129,39 +182,42 @@ class HopperDwdpManager:
             raise DwdpOrderError(f"layer {layer_idx} is not a DWDP MoE layer (have {sorted(self._pos)})") from None
 
     def prefetch_first_layers(self) -> None:
-        """Forward start: the first positions' copies are already in flight (issued at setup or by the previous
-        forward's releases); refuse a forward that starts while the previous one stopped part-way. Also run by
-        wait_and_bind of the first MoE position, since upstream's PyExecutor never calls it on this manager."""
+        """Forward start: the first MoE layers' copies are made in flight (already issued by the previous forward's
+        releases in the usual case; issued now after a forward that stopped early), as upstream's
+        DwdpManager.prefetch_first_layers before every forward. Also run by wait_and_bind of the first MoE position,
+        since upstream's PyExecutor never calls it on this manager. Refused while a layer is bound (never released)."""
         rt = self.runtime
-        bound = rt.bound_position
-        if bound is not None or not rt.at_forward_start():
-            raise DwdpOrderError(f"forward started while the previous one stopped after MoE position "
-                                 f"{(rt.prefetcher.n - 1) % rt.num_layers}"
-                                 f"{' (position ' + str(bound) + ' bound, never released)' if bound is not None else ''}"
-                                 ": DWDP slots would hold the wrong layers")
+        refuse_capture(rt.device, "prefetch_first_layers")
+        if rt.bound_position is not None:
+            raise DwdpOrderError(f"forward started while MoE position {rt.bound_position} is still bound (its "
+                                 "record_compute_and_prefetch_next never came)")
+        rt.begin_forward()
 
     def wait_and_bind(self, backend_module, layer_idx: int) -> None:
-        pos = self.position(layer_idx)
         rt = self.runtime
+        refuse_capture(rt.device, f"wait_and_bind(layer {layer_idx})")
+        pos = self.position(layer_idx)
         owner = rt.owners[pos]
         if backend_module is not owner and not any(m is owner for m in backend_module.modules()):
             raise RuntimeError(f"wait_and_bind(layer {layer_idx}): module {type(backend_module).__name__} does not own "
                                "that layer's expert weights")
-        if pos == 0:
-            self.prefetch_first_layers()
-        elif rt.bound_position is not None:
+        if rt.bound_position is not None:
             raise DwdpOrderError(f"wait_and_bind(layer {layer_idx}) while MoE position {rt.bound_position} is still "
                                  "bound (its record_compute_and_prefetch_next never came)")
+        if pos == 0:
+            self.prefetch_first_layers()
         rt.wait_and_bind(pos)
 
     def record_compute_and_prefetch_next(self, layer_idx: int) -> None:
+        rt = self.runtime
+        refuse_capture(rt.device, f"record_compute_and_prefetch_next(layer {layer_idx})")
         pos = self.position(layer_idx)
-        if self.runtime.bound_position != pos:
+        if rt.bound_position != pos:
             raise DwdpOrderError(
                 f"record_compute_and_prefetch_next(layer {layer_idx}) without wait_and_bind of that layer: the kernel "
                 "ran on weights this manager never bound (a TensorRT-LLM whose ConfigurableMoE.forward_impl does not "
                 "call wait_and_bind, e.g. the IPC-era DWDP lifecycle?); run `dwdp check-trtllm`")
-        self.runtime.release(pos)
+        rt.release(pos)
 
     def cleanup(self) -> None:
         """Close the runtime (AdapterRuntime.close: prefetcher drained, the DWDP group's shutdown barrier, bounded by

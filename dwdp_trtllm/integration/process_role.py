@@ -89,7 +89,7 @@ def process_manager():
     if "manager" not in _cache or _cache["manager"].closed:
         from .hopper_manager import HopperDwdpManager
         cfg = integration_config().dwdp
-        _cache["manager"] = HopperDwdpManager(cfg, dwdp_rank())
+        _cache["manager"] = HopperDwdpManager(cfg, dwdp_rank(), rank=global_rank())
     return _cache["manager"]
 
 

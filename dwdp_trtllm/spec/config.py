@@ -227,9 +227,10 @@ class ModelConfig:
 
 
 def _check_preset_matches(preset: ModelSpec, ckpt: ModelSpec, path: str) -> None:
-    """A preset named together with a checkpoint must describe the same model (every dim but the name)."""
+    """A preset named together with a checkpoint must describe the same model (every dim but the name and the MTP
+    layers, which presets do not carry: the engine runs the trunk only)."""
     for f in dataclasses.fields(ModelSpec):
-        if f.name != "name" and getattr(preset, f.name) != getattr(ckpt, f.name):
+        if f.name not in ("name", "mtp_layers") and getattr(preset, f.name) != getattr(ckpt, f.name):
             raise ConfigError(None, "preset", f"preset {preset.name!r} has {f.name}={getattr(preset, f.name)!r} but "
                                               f"{path}/config.json gives {getattr(ckpt, f.name)!r}; drop the preset "
                                               "(the checkpoint's config.json is enough) or fix it")

@@ -20,7 +20,6 @@ IGNORED = frozenset({
     "architectures", "auto_map", "model_type", "transformers_version", "torch_dtype", "dtype", "bos_token_id",
     "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout", "output_router_logits",
     "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "ep_size", "max_position_embeddings", "tie_word_embeddings",
-    "num_nextn_predict_layers",  # DeepSeek-V3 MTP layers: not part of the decoder trunk
     "router_jitter_noise",  # Mixtral: training only
     "quantization_config",  # checked by _check_quantization
     "_name_or_path", "return_dict", "output_hidden_states", "output_attentions", "use_return_dict", "chunk_size_feed_forward",
@@ -42,7 +41,7 @@ JSON_FIELDS = {
     "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_nope_head_dim": "qk_nope_head_dim",
     "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "n_group": "n_group",
     "topk_group": "topk_group", "routed_scaling_factor": "routed_scaling_factor", "rms_norm_eps": "rms_eps",
-    "rope_theta": "rope_theta",
+    "rope_theta": "rope_theta", "num_nextn_predict_layers": "mtp_layers",
     # other families' names for the same fields (model_dims.ALIASES: gpt-oss, Hunyuan, Qwen-style shared experts)
     "experts_per_token": "top_k", "moe_topk": "top_k", "num_shared_experts": "num_shared_experts",
 }
@@ -165,7 +164,8 @@ def _deepseek(r: _Reader, v3: bool) -> dict:
         routed_scaling_factor=float(r.get("routed_scaling_factor", 1.0, kind=(int, float))),
         rms_eps=float(r.get("rms_norm_eps", 1e-6, kind=(int, float))),
         router="sigmoid_grouped" if v3 else "softmax",
-        rope_interleave=r.get("rope_interleave", True, kind=bool) if v3 else True)
+        rope_interleave=r.get("rope_interleave", True, kind=bool) if v3 else True,
+        mtp_layers=r.get("num_nextn_predict_layers", 0))  # MTP layers: not part of the engine's trunk
     if not v3:
         for k in ("n_group", "topk_group"):  # only group_limited_greedy reads them; greedy ignores them
             r.used.add(k)

@@ -122,7 +122,8 @@ def dims_from_config(data: dict, file: str = "config.json", name: str | None = N
         family=_ENGINE_FAMILY.get(str(data.get("model_type")), str(data.get("model_type", "unknown"))), hidden_size=H, num_layers=layers, first_k_dense=dense,
         dense_intermediate=_int(data, file, "intermediate_size", default=moe_inter), moe_intermediate=moe_inter,
         num_experts=E, top_k=k, num_shared_experts=_alias(data, file, "num_shared_experts", default=0),
-        vocab_size=_int(data, file, "vocab_size"), num_heads=heads)
+        vocab_size=_int(data, file, "vocab_size"), num_heads=heads,
+        mtp_layers=_int(data, file, "num_nextn_predict_layers", lo=0, default=0))
     if data.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3 shapes)
         common.update(attention="mla", num_kv_heads=heads, q_lora_rank=_int(data, file, "q_lora_rank", lo=0, default=0),
                       kv_lora_rank=_int(data, file, "kv_lora_rank"), qk_nope_head_dim=_int(data, file, "qk_nope_head_dim"),

@@ -77,7 +77,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float, type]] = {
     "q_lora_rank": (0, 1 << 16, int), "kv_lora_rank": (0, 1 << 16, int), "qk_nope_head_dim": (0, 4096, int),
     "qk_rope_head_dim": (0, 4096, int), "v_head_dim": (0, 4096, int), "n_group": (1, 1 << 16, int),
     "topk_group": (1, 1 << 16, int), "routed_scaling_factor": (1e-6, 1e6, float), "rms_eps": (1e-12, 0.1, float),
-    "rope_theta": (1e-3, 1e12, float), "latent_norm_eps": (1e-12, 0.1, float),
+    "rope_theta": (1e-3, 1e12, float), "latent_norm_eps": (1e-12, 0.1, float), "mtp_layers": (0, 64, int),
 }
 
 
@@ -129,6 +129,9 @@ class ModelSpec:
     rope_scaling: YarnScaling | None = None  # None: plain rope theta**(-2i/d)
     rope_interleave: bool = True  # MLA only: rotate pairs (2i, 2i+1) (DeepSeek) or NeoX halves
     latent_norm_eps: float = LATENT_NORM_EPS  # MLA q_a_layernorm / kv_a_layernorm
+    # checkpoint MTP layers (DeepSeek-V3 num_nextn_predict_layers): MoE layers TensorRT-LLM's one-model MTP runs after
+    # the trunk; memory.py prices their experts for TensorRT-LLM servers, the embedded engine runs the trunk only
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in FIELD_BOUNDS:

@@ -9,7 +9,9 @@ after its n-th forward, saving {"died_after_forward": n, "outs": ...}; the other
 errors of their forwards are saved), FAKE_KEEPS_PEER_MEMORY (0: the shm transport is treated as one that does not
 keep a dead peer's memory, as legacy CUDA IPC), FAKE_HANG (a rank whose executor hung: a worker thread still running and its hang
 detector fired before its shutdown), FAKE_MEASURE_MEMORY (1, CUDA: device free memory just before and after every
-context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_MODELS (world: models built one after the other in each context
+context rank's shutdown, context ranks in step, and the transport's exported bytes), FAKE_CAPTURE (1, CUDA: after the first forward, a CUDA graph capture around one DWDP layer,
+its exception saved), FAKE_MTP (modeling_tiny: MTP draft steps per forward), FAKE_SKIP ("step:n,...": those steps' forwards stop after n trunk
+layers, world and reference alike), FAKE_MODELS (world: models built one after the other in each context
 process, each executor shut down before the next; default 1), FAKE_REF_GEMM (multi_buffer: the reference's backends compute through
 our execution unit on their full expert set, integration/trtllm/moe_unit.install_reference). world: every rank runs split_world_comm (all ranks, once);
 generation ranks leave without any DWDP call; context ranks build the model through ModelLoader.load (our
@@ -39,6 +41,31 @@ def inputs(rank, step):
     return x.cuda() if torch.cuda.is_available() else x
 
 
+SKIP = dict(tuple(map(int, d.split(":"))) for d in os.environ.get("FAKE_SKIP", "").split(",") if d)
+
+
+def step(model, ex, rank, s):
+    """One forward of step s for rank's inputs (FAKE_SKIP: a forward that stops early)."""
+    model.run_layers = SKIP.get(s)
+    return ex.forward_step(inputs(rank, s)).cpu()
+
+
+def capture_moe_layer(model, x):
+    """Capture a CUDA graph around the first MoE block (its experts are a DWDP layer), as TensorRT-LLM's CUDA graph
+    warmup captures the model's forward; the exception chain's text ("Type: message" each), None if nothing raised."""
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            model.mlp[0](x)
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        chain = []
+        while e is not None:
+            chain.append(f"{type(e).__name__}: {e}")
+            e = e.__context__
+        return " | ".join(chain)
+    return None
+
+
 def build():
     if os.environ.get("DWDP_TRTLLM_CONFIG"):
         import dwdp_trtllm.integration.boot  # noqa: F401  (what the .pth line does in every interpreter)
@@ -63,7 +90,7 @@ if mode == "reference":
     if os.environ.get("FAKE_REF_GEMM") == "multi_buffer":
         from dwdp_trtllm.integration.trtllm.moe_unit import install_reference
         assert len(install_reference(model)) > 0
-    torch.save({(r, s): ex.forward_step(inputs(r, s)).cpu() for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
+    torch.save({(r, s): step(model, ex, r, s) for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
     sys.exit(0)
 
 if "TRTLLM_DWDP_RANK" in os.environ:  # a rendezvous launch: one single-GPU trtllm-serve per context rank, no MPI
@@ -120,7 +147,7 @@ def serve_one():
     model, ex = build()
     info = model._dwdp_trtllm_runtime
     default_world = torch.distributed.is_initialized()  # our DWDP group is private: TensorRT-LLM's stays untouched
-    outs, errors = {}, {}
+    outs, errors, capture_refused = {}, {}, None
     die = os.environ.get("FAKE_DIE_AFTER_FORWARD")  # "rank:n": that rank exits after its n-th forward
     die_rank, die_n = map(int, die.split(":")) if die else (-1, -1)
     marker = f"{out_dir}/died_{die_rank}"
@@ -132,9 +159,11 @@ def serve_one():
             time.sleep(1.0)  # the marker is written just before the peer's os._exit
         t0 = time.monotonic()
         try:
-            outs[(rank, s)] = ex.forward_step(inputs(rank, s)).cpu()
+            outs[(rank, s)] = step(model, ex, rank, s)
         except Exception as e:  # noqa: BLE001 - a lost peer: the forward's error is what the test checks
             errors[s] = {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+        if s == 0 and os.environ.get("FAKE_CAPTURE") == "1":  # CUDA: capture a graph around one DWDP layer
+            capture_refused = capture_moe_layer(model, inputs(rank, 0))
         if rank == die_rank and s + 1 == die_n:  # a peer that dies while serving: no shutdown, no close
             torch.save({"died_after_forward": die_n, "outs": outs}, f"{out_dir}/out_{rank}.pt")
             open(marker, "w").close()
@@ -155,6 +184,13 @@ def serve_one():
         reload_refused = None
     except RuntimeError as e:
         reload_refused = str(e)
+    try:  # a top-k computed elsewhere, through ConfigurableMoE.forward_precomputed_route (dwdp_trtllm refuses it)
+        x = inputs(rank, 0)
+        ids = torch.zeros(x.shape[0], 2, dtype=torch.int32, device=x.device)
+        model.mlp[0].experts.forward_precomputed_route(x, ids, torch.ones(ids.shape, device=x.device))
+        precomputed_refused = None
+    except RuntimeError as e:
+        precomputed_refused = str(e)
     tag = info["transport"].tag
     shm_before = shm_state(tag)
     delay = dict(tuple(map(float, d.split(":"))) for d in os.environ.get("FAKE_SHUTDOWN_DELAY", "").split(",") if d)
@@ -195,9 +231,11 @@ def serve_one():
         "barrier_skipped": None if barrier is None else barrier.skipped, "shutdown_s": time.time() - shutdown_called_at,
         "log": list(LOG), "memory": memory,
         "outs": outs, "errors": errors, "default_world_after_setup": default_world, "lifecycle": info["lifecycle"], "gemm": info["gemm"], "gemm_reason": info["gemm_reason"],
-        "unit_calls": [u.calls for u in info["units"]], "trace": list(info["hooks"].trace) if info["hooks"] else None,
+        "unit_calls": [u.calls for u in info["units"]], "misses": info["runtime"].prefetcher.misses,
+        "layer_ids": sorted(info["manager"]._pos, key=info["manager"]._pos.get), "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
         "update_refused": update_refused, "weights_changed_by_refused_update": weights_changed,
+        "precomputed_refused": precomputed_refused, "capture_refused": capture_refused,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}
 
 

@@ -1,28 +1,31 @@
 """HopperDwdpManager contract (upstream's DwdpManager interface) over a stub runtime: layer ids map to
-positions, a forward that stops part-way is refused at the next forward start (also when only wait_and_bind
-of the first layer marks it: upstream's PyExecutor never calls prefetch_first_layers on our manager), a record
-without a bind of the same layer is refused, a module that does not own the layer's weights is refused,
-add_layer ignores duplicates like upstream (dwdp.py, stored id 56230681187)."""
+positions; keyed by layer as upstream (weight_manager.py @ 11eba269 next_moe_layer / buffer_index_for_layer): a
+repeated layer and a forward that stops part-way are accepted, the next forward start (the first position's bind:
+upstream's PyExecutor never calls prefetch_first_layers on our manager) re-primes the first layers; a bind while
+another layer is bound and a record without a bind of the same layer are refused, a module that does not own the
+layer's weights is refused, add_layer ignores duplicates like upstream (dwdp.py, stored id 56230681187); under CUDA
+stream capture every entry point raises DwdpCaptureError."""
 import pytest
 import torch
 
 from dwdp_trtllm.spec.config import DwdpConfig
-from dwdp_trtllm.integration.hopper_manager import DwdpOrderError, HopperDwdpManager
+from dwdp_trtllm.integration.hopper_manager import DwdpCaptureError, DwdpOrderError, HopperDwdpManager
 from dwdp_trtllm.core.placement import make_placement
 
 
 class _StubRuntime:
     def __init__(self, owners):
         self.owners, self.num_layers, self.calls = owners, len(owners), []
-        self.prefetcher = type("P", (), {"n": 0})()
         self.bound_position = None  # AdapterRuntime: the position between wait_and_bind and release
         self.closed = False  # AdapterRuntime.closed
+        self.device = torch.device("cpu")
+        self.transport = type("T", (), {"group": "the model's group"})()
 
     def close(self):
         self.closed = True
 
-    def at_forward_start(self):
-        return self.prefetcher.n % self.num_layers == 0
+    def begin_forward(self):
+        self.calls.append(("begin",))
 
     def wait_and_bind(self, pos):
         self.calls.append(("bind", pos))
@@ -30,7 +33,6 @@ class _StubRuntime:
 
     def release(self, pos):
         self.calls.append(("release", pos))
-        self.prefetcher.n += 1
         self.bound_position = None
 
 
@@ -44,16 +46,19 @@ def _manager(L=3):
     return m, rt, owners
 
 
-def test_layer_ids_drive_positions_and_a_partial_forward_is_refused():
+def test_layer_ids_drive_positions_repeats_and_partial_forwards_are_accepted():
     m, rt, owners = _manager()
     assert m._registered_layers == [3, 4, 5] and m.dwdp_rank == 1 and m.is_enabled()
     m.prefetch_first_layers()
     wrapper = torch.nn.Sequential(owners[0])  # ConfigurableMoE passes its backend; a parent is accepted too
     m.wait_and_bind(wrapper, 3)
     m.record_compute_and_prefetch_next(3)
-    assert rt.calls == [("bind", 0), ("release", 0)]
-    with pytest.raises(DwdpOrderError, match="stopped after MoE position 0"):
-        m.prefetch_first_layers()  # layers 4, 5 never ran
+    assert rt.calls == [("begin",), ("begin",), ("bind", 0), ("release", 0)]
+    m.prefetch_first_layers()  # layers 4, 5 never ran: a skipped tail, re-primed
+    for _ in range(3):  # the MTP layer (last position) once per draft step
+        m.wait_and_bind(owners[2], 5)
+        m.record_compute_and_prefetch_next(5)
+    assert rt.calls[-7:] == [("begin",)] + [("bind", 2), ("release", 2)] * 3
     with pytest.raises(RuntimeError, match="does not own"):
         m.wait_and_bind(owners[2], 4)
     with pytest.raises(DwdpOrderError, match="not a DWDP MoE layer"):
@@ -68,21 +73,62 @@ def test_setup_before_attach_names_the_missing_step():
         m.prefetch_first_layers()
 
 
-def test_forward_start_is_checked_at_the_first_bind_without_prefetch_first_layers():
+def test_forward_start_is_the_first_bind_without_prefetch_first_layers():
     """Upstream's PyExecutor calls prefetch_first_layers() only on the manager py_executor_creator made (py_executor.py
-    stored id 54965565749; DWDP blog id 51853955518): ours sees only ConfigurableMoE's wait_and_bind / record calls."""
+    stored id 54965565749; DWDP blog id 51853955518): ours sees only ConfigurableMoE's wait_and_bind / record calls,
+    so the bind of the first MoE position re-primes, whatever the previous forward ran."""
     m, rt, owners = _manager()
     for lid, o in zip((3, 4, 5), owners):  # one whole forward
         m.wait_and_bind(o, lid)
         m.record_compute_and_prefetch_next(lid)
     m.wait_and_bind(owners[0], 3)  # next forward starts
     m.record_compute_and_prefetch_next(3)
-    with pytest.raises(DwdpOrderError, match="stopped after MoE position 0"):
-        m.wait_and_bind(owners[0], 3)  # a forward that ran only the first MoE layer
+    m.wait_and_bind(owners[0], 3)  # after a forward that ran only the first MoE layer
+    assert [c for c in rt.calls if c[0] != "release"] == [("begin",), ("bind", 0), ("bind", 1), ("bind", 2),
+                                                          ("begin",), ("bind", 0), ("begin",), ("bind", 0)]
     m2, rt2, owners2 = _manager()
     m2.wait_and_bind(owners2[0], 3)
     with pytest.raises(DwdpOrderError, match="still bound"):
         m2.wait_and_bind(owners2[1], 4)  # the previous layer was never released
+    with pytest.raises(DwdpOrderError, match="MoE position 0 is still bound"):
+        m2.prefetch_first_layers()
+
+
+def test_capture_is_refused_by_name_at_every_entry_point(monkeypatch):
+    """Under CUDA stream capture (torch.cuda.is_current_stream_capturing) a DWDP layer would bake its slot choice and
+    event waits into the graph and capture its prefetch copies instead of running them: every entry point refuses,
+    naming what to set; nothing reaches the runtime. The real capture runs in tests/gpu/test_trtllm_capture_cuda.py."""
+    m, rt, owners = _manager()
+    rt.device = torch.device("cuda", 0)  # only the device's type is read; nothing is allocated
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for call in (m.prefetch_first_layers, lambda: m.wait_and_bind(owners[0], 3),
+                 lambda: m.record_compute_and_prefetch_next(3)):
+        with pytest.raises(DwdpCaptureError, match=r"cannot run inside a captured graph.*cuda_graph_config: null"):
+            call()
+    assert rt.calls == []
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    m.wait_and_bind(owners[0], 3)
+    assert rt.calls == [("begin",), ("bind", 0)]
+
+
+def test_upstream_newer_manager_fields():
+    """What upstream's newer DwdpManager carries and forwards to setup_dwdp (modules/dwdp/setup.py @ 4d994fe4:
+    num_experts_per_worker, num_prefetch_experts, comm=dwdp_group; upstream's unit test of it, stored id
+    56154827357, reads mgr.dwdp_group and the counts): rank (global), num_prefetch_experts (upstream form, or the uniform split our
+    derived placement translates to), num_experts_per_worker, dwdp_group (the model's group once set up)."""
+    from dwdp_trtllm.integration.trtllm.moe_layout import layout_attrs
+    cfg = DwdpConfig(dwdp_size=4, num_groups=2, num_experts_per_worker=6, num_prefetch_experts=4)
+    m = HopperDwdpManager(cfg, dwdp_rank=1, rank=5)
+    m.use_layout(layout_attrs(make_placement(cfg, 16), 1))
+    assert (m.rank, m.dwdp_rank, m.num_groups, m.num_prefetch_experts, m.num_experts_per_worker,
+            m.start_expert_id) == (5, 1, 2, 4, 6, 4)
+    assert m.dwdp_group is None  # before setup
+    derived = DwdpConfig(dwdp_size=4)
+    m2 = HopperDwdpManager(derived, dwdp_rank=2)
+    m2.use_layout(layout_attrs(make_placement(derived, 16), 2))
+    assert (m2.rank, m2.num_prefetch_experts, m2.num_experts_per_worker, m2.start_expert_id) == (2, 4, 4, 8)
+    m3, rt, _ = _manager()
+    assert m3.dwdp_group == "the model's group"
 
 
 def test_record_without_bind_is_refused():
@@ -104,6 +150,8 @@ def test_the_bound_position_is_the_runtimes():
     rt.bound_position = 1  # bound below the manager (e.g. a bind it did not see)
     with pytest.raises(DwdpOrderError, match="MoE position 1 is still bound"):
         m.wait_and_bind(owners[2], 5)
+    with pytest.raises(DwdpOrderError, match="MoE position 1 is still bound"):
+        m.wait_and_bind(owners[0], 3)
     with pytest.raises(DwdpOrderError, match="without wait_and_bind"):
         m.record_compute_and_prefetch_next(5)
 

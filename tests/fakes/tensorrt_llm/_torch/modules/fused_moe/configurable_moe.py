@@ -74,8 +74,21 @@ class ConfigurableMoE(MoE):
     def _scheduler_forward(self, x, router_logits, output_dtype):
         # moe_scheduler: the IPC era passes a DWDP weight view to CuteDslFusedMoE only; every other backend
         # (CutlassFusedMoE here) runs on its own parameters
-        backend = self.backend
         token_selected_experts, token_final_scales = self.routing_method.apply(router_logits)
+        return self._run_route(x, token_selected_experts, token_final_scales, output_dtype, router_logits)
+
+    def forward_precomputed_route(self, x, token_selected_experts, token_final_scales, **kwargs):
+        """A top-k computed elsewhere, run by the scheduler without routing and without forward_impl (so without its
+        DWDP calls): ConfigurableMoE.forward_precomputed_route -> ExternalCommMoEScheduler.forward_precomputed_route ->
+        backend.quantize_input / run_moe with the ids as int32, as the upstream unit tests
+        test_external_comm_scheduler_uses_precomputed_route and test_configurable_moe_precomputed_route_advances_repeat_idx
+        of NVIDIA/TensorRT-LLM show it (the index returned that test file's text without its path or commit, and not
+        the method's source). repeat_idx and DP padding are not modelled."""
+        return self._run_route(x, token_selected_experts, token_final_scales, kwargs.get("output_dtype") or x.dtype,
+                               None)
+
+    def _run_route(self, x, token_selected_experts, token_final_scales, output_dtype, router_logits):
+        backend = self.backend
         token_selected_experts = token_selected_experts.to(torch.int32)
         x, x_sf = backend.quantize_input(x, post_quant_comm=False)
 # PREVA-BEGIN
