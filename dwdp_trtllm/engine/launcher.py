@@ -34,6 +34,7 @@ from multiprocessing.connection import wait as wait_any
 from .. import env, host_resources
 from ..config import BenchConfig
 from ..schema import ConfigError
+from ..transport.shm import owner_tag, sweep_orphaned
 from .rank_entry import main as rank_main
 from .records import RankResult, Request
 
@@ -56,30 +57,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def sweep_orphaned_shm() -> list[str]:
-    """Remove /dev/shm/dwdp_<pid>_* segments whose owning `dwdp` process (the pid in the name) is dead: what a
-    hang-up or a group kill left behind. Returns the removed paths."""
-    removed = []
-    for p in glob.glob("/dev/shm/dwdp_*"):
-        parts = os.path.basename(p).split("_")
-        if len(parts) < 2 or not parts[1].isdigit():
-            continue
-        pid = int(parts[1])
-        try:
-            os.kill(pid, 0)
-            continue  # the owner lives: not ours to remove
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        try:
-            os.unlink(p)
-            removed.append(p)
-        except OSError:
-            pass
-    return removed
 
 
 def _how(exitcode: int | None) -> str:
@@ -158,9 +135,9 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
     popularity_LE = skew_popularity(cfg, popularity_LE)
-    sweep_orphaned_shm()
+    sweep_orphaned()  # segments of runs this process can prove dead (transport/shm.py: never another pid namespace's)
     oom_before = host_resources.oom_kills()  # a rank later killed by SIGKILL: did the OOM killer act meanwhile?
-    tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    tag = owner_tag(uuid.uuid4().hex[:8])
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs, conns, ends = [], [], []

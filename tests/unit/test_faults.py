@@ -20,7 +20,7 @@ import pytest
 from dwdp_trtllm import cli
 from dwdp_trtllm.bench.report import write_atomic
 from dwdp_trtllm.bench.runner import out_lock
-from dwdp_trtllm.engine.launcher import sweep_orphaned_shm
+from dwdp_trtllm.transport import shm
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "configs/bench/quickstart.yaml")
@@ -155,8 +155,8 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
             assert proc.returncode == 128 + sig and "terminated by" in err and "Traceback" not in err, err
             assert time.monotonic() - t < 5.0, f"{sig.name}: the parent took {time.monotonic() - t:.1f} s to exit"
         assert _gone(everything) == [], f"processes left after {sig.name} of the parent ({when})"
-        assert _left(mapped | set(glob.glob(f"/dev/shm/dwdp_{proc.pid}_*"))) == [], f"/dev/shm entries left ({when})"
-        assert not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*")
+        assert _left(mapped | set(glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*"))) == [], f"/dev/shm entries left ({when})"
+        assert not glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*")
         assert all(not psutil.pid_exists(k.pid) or k.status() == psutil.STATUS_ZOMBIE for k in kids)
     finally:
         _kill_group(proc)
@@ -174,24 +174,49 @@ def test_a_group_kill_leaves_nothing_the_next_run_does_not_clean(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=15)
         assert _gone(everything) == []
-        sweep_orphaned_shm()  # what the next run does first
-        assert [p for p in mapped if os.path.exists(p)] == [] and not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*")
+        shm.sweep_orphaned()  # what the next run does first
+        assert [p for p in mapped if os.path.exists(p)] == [] and not glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*")
     finally:
         _kill_group(proc)
 
 
+def _dead_pid() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                              timeout=60).stdout.strip())
+
+
 def test_the_next_run_sweeps_segments_of_dead_runs_only(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=60).stdout.strip()
-    mine, theirs = Path(f"/dev/shm/dwdp_{dead}_test_x"), Path(f"/dev/shm/dwdp_{os.getpid()}_test_x")
-    try:
-        mine.write_bytes(b"x")
-        theirs.write_bytes(b"x")
-        assert str(mine) in sweep_orphaned_shm()
-        assert not mine.exists() and theirs.exists()  # a live owner's segments are not touched
-    finally:
-        mine.unlink(missing_ok=True)
-        theirs.unlink(missing_ok=True)
+    """Two runs in different pid namespaces share /dev/shm (`docker run --ipc=host`): a segment recorded in another
+    namespace is never removed, whatever its pid is here; in ours, a live owner's segment stays, and a dead owner's
+    goes, as does one whose pid is alive but started at another time (the pid was reused)."""
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    me, dead = os.getpid(), _dead_pid()
+    started = int(open(f"/proc/{me}/stat").read().rsplit(")", 1)[1].split()[19])
+    mine = shm.owner_tag("0123abcd")
+    assert mine == f"dwdp_n{ns}_p{me}_s{started}_0123abcd"
+    names = {
+        "live": f"{mine}_dwdp_0_w13",
+        "dead": f"dwdp_n{ns}_p{dead}_s{started}_0123abcd_dwdp_1_w13",
+        "reused": f"dwdp_n{ns}_p{me}_s{started + 1}_0123abcd_dwdp_2_w13",
+        "other_ns_dead": f"dwdp_n{ns + 1}_p{dead}_s{started}_0123abcd_dwdp_0_w13",
+        "other_ns_reused": f"dwdp_n{ns + 1}_p{me}_s{started + 1}_0123abcd_dwdp_0_w13",
+        "bare_pid": f"dwdp_{dead}_0123abcd_dwdp_0_w13",  # today's tag: a bare pid proves nothing
+        "torchrun": f"dwdp_{dead}_dwdp_dwdp_0_w13",  # run_in_process's tag: a port, not a pid
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    removed = shm.sweep_orphaned(str(tmp_path))
+    assert sorted(removed) == sorted(str(tmp_path / names[k]) for k in ("dead", "reused"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        names[k] for k in ("live", "other_ns_dead", "other_ns_reused", "bare_pid", "torchrun"))
+
+
+def test_no_segment_is_swept_when_this_process_cannot_read_its_pid_namespace(tmp_path, monkeypatch):
+    (tmp_path / f"dwdp_n1_p{_dead_pid()}_s5_0123abcd_dwdp_0_w").write_bytes(b"x")
+    real_stat = os.stat
+    monkeypatch.setattr(shm.os, "stat", lambda p, *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied", p))
+                        if str(p) == "/proc/self/ns/pid" else real_stat(p, *a, **k))
+    assert shm.sweep_orphaned(str(tmp_path)) == [] and len(list(tmp_path.iterdir())) == 1
 
 
 @pytest.mark.slow  # spawns ranks: 15-35 s on 2 cores
