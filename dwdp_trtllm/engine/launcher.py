@@ -10,8 +10,12 @@
   within `grace_s`, removes leftover /dev/shm segments of the run and raises RankFailed naming the rank
   that caused it: one that died by a signal without a report is the cause, the errors other ranks raised
   after it (a peer's connection reset) its consequences. A run past run.timeout_s is ended the same way
-  (RankTimeout, naming the ranks that did not finish and those stopped). An interrupt (Ctrl-C, SIGTERM)
-  stops the ranks at once.
+  (RankTimeout, naming the ranks stopped, else the hung rank by the heartbeat it missed: engine/heartbeat.py);
+  a rank alive and silent while its peers' collectives failed is named the same way. An interrupt (Ctrl-C,
+  SIGTERM) stops the ranks at once.
+- The ranks' stderr goes to a temporary file (engine/rank_entry.py): after a finished run it is printed, after a
+  failed one it goes into the failure's text below its paragraph (the CLI's failure log), so the paragraph
+  comes first and alone.
 - Under torchrun/mpirun (rank/world in the environment) `run_in_process` runs this process's rank.
 """
 from __future__ import annotations
@@ -22,6 +26,8 @@ import os
 import pickle
 import signal
 import socket
+import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -35,6 +41,7 @@ from .. import env, host_resources
 from ..config import BenchConfig
 from ..schema import ConfigError
 from ..transport.shm import owner_tag, sweep_orphaned
+from .heartbeat import Beats
 from .rank_entry import main as rank_main
 from .records import RankResult, Request
 
@@ -99,15 +106,35 @@ def _cleanup_shm(tag: str) -> list[str]:
     return leftovers
 
 
+#: the most of the ranks' stderr kept (its end): warnings, not a log
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+def _take_stderr(path: str) -> str:
+    """The end of the ranks' stderr file (at most STDERR_TAIL_BYTES), the file removed."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _last_line(tb: str) -> str:
+    line = tb.strip().splitlines()[-1]
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
 def describe_failure(rank: int, exitcode: int | None, reports: dict[int, str],
                      oom_before: tuple[int | None, ...] | None = None) -> str:
     """One paragraph: how `rank` died (SIGBUS / SIGKILL: what /dev/shm and memory say of it), then the errors the
     other ranks reported as its consequences."""
-    def last(tb: str) -> str:
-        line = tb.strip().splitlines()[-1]
-        return line if len(line) <= 200 else line[:197] + "..."
-
-    after = "; ".join(f"rank {k}: {last(v)}" for k, v in sorted(reports.items()) if k != rank and v.strip())
+    after = "; ".join(f"rank {k}: {_last_line(v)}" for k, v in sorted(reports.items()) if k != rank and v.strip())
     cause = host_resources.signal_cause(-exitcode, oom_before) if exitcode is not None and exitcode < 0 else None
     return (f"it {_how(exitcode)} without reporting an error" + (f" ({cause})" if cause else "")
             + (f"; then, as a consequence: {after}" if after else ""))
@@ -127,7 +154,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     """Run each mode in turn on the same cfg.run.ranks processes (one spawn for all modes).
 
     progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
-    makes that rank raise at that iteration (tests of the failure path). popularity_LE: the routing skew's
+    makes that rank raise at that iteration, (rank, iteration, "hang") hang there (tests of the failure paths). popularity_LE: the routing skew's
     popularity per MoE layer (bench/sweep.py SweepPoint.popularity_LE, from the counts file read once); None with
     the skew on: computed here, in this process; the ranks are handed it and read no counts file.
     """
@@ -141,22 +168,20 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs, conns, ends = [], [], []
-    for r in range(world):
-        recv, send = ctx.Pipe(duplex=False)
-        payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at, collect_outputs,
-                                popularity_LE))
-        procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload), daemon=True, name=f"dwdp-rank{r}"))
-        conns.append(recv)
-        ends.append(send)
+    stderr_fd, stderr_path = tempfile.mkstemp(prefix=f"{tag}-", suffix=".stderr")  # the ranks' stderr: module docstring
+    os.close(stderr_fd)
     results: dict[tuple[str, int], RankResult] = {}
     reports: dict[int, str] = {}
     live: dict = {}  # open pipe -> its rank
     failure: BaseException | None = None
+    beats = Beats(time.monotonic())
 
     def handle(msg) -> None:
         nonlocal failure
         kind, rank, mode = msg[0], msg[1], msg[2]
-        if kind == "ok":
+        if kind == "beat":
+            beats.record(rank, mode, *msg[3:6])
+        elif kind == "ok":
             results[(mode, rank)] = pickle.loads(msg[3])
         elif kind == "progress":
             if progress is not None:
@@ -209,9 +234,18 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
                 read_all_of(r)
         # a rank that raised always reports; one killed by a signal cannot: that one is the cause
         silent = [(r, p.exitcode) for r, p in enumerate(procs) if (p.exitcode or 0) < 0 and r not in reports]
-        if not silent:
+        if silent:
+            return died_unreported(*silent[0])
+        # the others' collectives timed out (or lost their connection) while a rank that never reported lives on:
+        # the heartbeats say whether it hangs
+        alive = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reports]
+        hang = beats.hung(alive) if alive and reports else None
+        if hang is None:
             return first
-        return died_unreported(*silent[0])
+        after = "; ".join(f"rank {k}: {_last_line(v)}" for k, v in sorted(reports.items()) if v.strip())
+        rank, why = hang.hung[0]
+        return RankFailed(rank, ",".join(modes), hang.reasons(), summary=f"it hung: {why}" + "".join(
+            f"; rank {r} hung too: {w}" for r, w in hang.hung[1:]) + (f"; then, as a consequence: {after}" if after else ""))
 
     def died_unreported(r: int, code: int) -> RankFailed:
         return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error",
@@ -219,6 +253,14 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
 
     done = False
     try:
+        for r in range(world):
+            recv, send = ctx.Pipe(duplex=False)
+            payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at,
+                                    collect_outputs, popularity_LE))
+            procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload, stderr_path), daemon=True,
+                                     name=f"dwdp-rank{r}"))
+            conns.append(recv)
+            ends.append(send)
         for p in procs:
             p.start()
         for c, send in zip(conns, ends):
@@ -240,9 +282,10 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
             if failure is None and time.monotonic() > deadline:
                 missing = sorted({r for r in range(world) for m in modes if (m, r) not in results})
                 stopped = [r for r in missing if _stopped(procs[r].pid)]
+                hang = None if stopped else beats.hung(missing)
                 why = (f"rank(s) {stopped} are stopped (SIGSTOP / job control), the others wait for them"
-                       if stopped else f"ranks {missing} did not finish")
-                failure = RankTimeout(f"modes {modes}: {why} within run.timeout_s={cfg.run.timeout_s} per mode")
+                       if stopped else hang.reasons() if hang else f"ranks {missing} did not finish")
+                failure = RankTimeout(f"modes {modes}: no result within run.timeout_s={cfg.run.timeout_s} per mode: {why}")
         if failure is not None:
             failure = culprit(failure)
         done = True
@@ -252,8 +295,13 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         for c in conns + ends:
             c.close()
         _cleanup_shm(tag)
+        said = _take_stderr(stderr_path)
     if failure is not None:
+        if said and isinstance(failure, (RankFailed, RankTimeout)):  # into the failure log, after the paragraph
+            failure.args = (f"{failure.args[0]}\n--- ranks' stderr ---\n{said}",)
         raise failure
+    if said:
+        sys.stderr.write(said)
     return {m: [results[(m, r)] for r in range(world)] for m in modes}
 
 
