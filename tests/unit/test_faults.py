@@ -592,3 +592,54 @@ def test_warmup_longer_than_the_run_is_refused_before_any_rank(tmp_path, capsys)
                      "--set", "run.warmup_iters=50"])
     err = capsys.readouterr().err
     assert code == 2 and "run.warmup_iters: 50 warm-up iterations" in err and not (tmp_path / "o").exists(), err
+
+
+def test_a_full_out_at_the_start_is_one_line_naming_the_file_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """A filesystem that refuses the run's first write (its lock file): the lock file is made a link to /dev/full,
+    which refuses writes (and truncation), so the test needs no mount (the real full tmpfs below needs root). Was an
+    OSError naming no file."""
+    from dwdp_trtllm.bench import runner
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: pytest.fail("a rank was started"))
+    out = tmp_path / "out"
+    (out / "points").mkdir(parents=True)
+    (out / ".dwdp.lock").symlink_to("/dev/full")
+    assert cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"dwdp bench: config error: {out / '.dwdp.lock'}: --out: cannot write the run's lock file ("), err
+    assert sorted(p.name for p in out.iterdir()) == ["points"] and not list((out / "points").iterdir())
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A 64 KiB tmpfs filled to the last byte; needs root with CAP_SYS_ADMIN, else skipped with the reason (the
+    /dev/full test above covers the logic)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or r.returncode})")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass  # ENOSPC: full
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_real_full_filesystem_at_the_start_names_the_file_and_leaves_no_directory(full_tmpfs, capsys, monkeypatch):
+    from dwdp_trtllm.bench import runner
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: pytest.fail("a rank was started"))
+    out = full_tmpfs / "a" / "out"
+    assert cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out / '.dwdp.lock'}: --out: cannot write the run's lock file" in err[0], err
+    assert sorted(os.listdir(full_tmpfs)) == ["filler"]  # a/, out/, points/ and the lock file removed again
