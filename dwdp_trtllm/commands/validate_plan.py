@@ -259,7 +259,7 @@ def _fmt(x: float) -> str:
 
 def run(args) -> int:
     from ..perf.hardware import GPUS, is_spec_path, load_gpu_spec
-    from .plan import bench_dir
+    from .plan import bench_dir, interference_problem
 
     if args.gpu is not None and is_spec_path(args.gpu):  # a spec file: its name is the device to match and calibrate
         args.gpu_file_spec = load_gpu_spec(args.gpu)  # ConfigError naming the file and key
@@ -268,8 +268,8 @@ def run(args) -> int:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} or a GPU spec file (.yaml), got {args.gpu!r}")
     if args.samples < 1:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")
-    if args.interference is not None and not (math.isfinite(args.interference) and args.interference >= 1):
-        raise ConfigError(None, "--interference", f"expected a finite number >= 1, got {args.interference}")
+    if problem := interference_problem(args.interference):  # the bound `dwdp plan` takes
+        raise ConfigError(None, "--interference", problem)
     args.engine_efficiency = True  # the measured runs are the engine's: its measured/floor factors apply
     results = [validate(f, args) for f in args.results]
     if args.json:
