@@ -8,6 +8,8 @@ rank_entry) and whether the main thread waits for peers: a frame of torch.distri
 its stack. The parent (engine/launcher.py) keeps each rank's last beat (`Beats`) and, when the run times out or a
 peer's collective fails, `Beats.hung` names the rank(s) that either stopped beating (a hang holding the GIL, a
 process the kernel stopped) or beat while not waiting for anybody although the others wait: by the beat they missed.
+Such a rank hung when its beats have said the same place (mode, iteration, frame) for `STUCK_S`; one that still moves
+(importing, loading weights on a loaded machine) is named as behind, not hung.
 
 Importable without torch (rank_entry imports it before the rank's heavy imports).
 """
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 BEAT_S = 1.0
 #: a rank whose last beat is older than this has missed its beats (a loaded 2-core machine delays a beat by seconds)
 MISSED_AFTER_S = 6.0
+#: a rank whose beats say the same place this long, while its peers wait for it, hung
+STUCK_S = 10.0
 #: frames of these files on the main thread's stack mean "waiting for peers"
 _WAITING = (os.path.join("torch", "distributed", ""), os.path.join("transport", "close_barrier.py"),
             os.path.join("engine", "ipc_a2a.py"))
@@ -89,6 +93,10 @@ class Beat:
     waiting: bool
     where: str
     at: float  # time.monotonic() in the parent when it arrived
+    since: float  # when the rank's beats first said this place (mode, iteration, where)
+
+    def place(self) -> tuple:
+        return self.mode, self.iteration, self.where
 
 
 class Beats:
@@ -99,7 +107,10 @@ class Beats:
         self.last: dict[int, Beat] = {}
 
     def record(self, rank: int, mode, iteration: int, waiting: bool, where: str, now: float | None = None) -> None:
-        self.last[rank] = Beat(mode, iteration, waiting, where, time.monotonic() if now is None else now)
+        now = time.monotonic() if now is None else now
+        prev = self.last.get(rank)
+        since = prev.since if prev is not None and prev.place() == (mode, iteration, where) else now
+        self.last[rank] = Beat(mode, iteration, waiting, where, now, since)
 
     def hung(self, candidates: list[int], now: float | None = None) -> "Hang | None":
         """The rank(s) among `candidates` (alive, not finished) that hang, each named by the beat it missed; None when
@@ -115,22 +126,31 @@ class Beats:
                              else f"it missed its heartbeats of the last {since - BEAT_S:.1f} s (its last: "
                                   f"{_place(b)}, in {b.where})"))
         waiting = sorted(r for r, b in self.last.items() if b.waiting and now - b.at <= MISSED_AFTER_S)
+        behind = []
         if waiting:  # a rank that beats while nobody waits for it is merely slow
-            hung += [(r, f"it missed the heartbeat of {_next(b)} (its last: {_place(b)}, in {b.where}, not waiting "
-                         "for a peer)") for r in candidates if r not in waiting and r not in dict(hung)
-                     and (b := self.last.get(r)) is not None]
-        return Hang(sorted(hung), waiting) if hung else None
+            for r in candidates:
+                b = self.last.get(r)
+                if r in waiting or r in dict(hung) or b is None:
+                    continue
+                if now - b.since >= STUCK_S:
+                    hung.append((r, f"it missed the heartbeat of {_next(b)} (its last: {_place(b)}, in {b.where} for "
+                                    f"{now - b.since:.0f} s, not waiting for a peer)"))
+                else:
+                    behind.append((r, f"{_place(b)}, in {b.where}, still moving, not waiting for a peer"))
+        return Hang(sorted(hung), waiting, sorted(behind)) if hung or behind else None
 
 
 @dataclass(frozen=True)
 class Hang:
-    """hung: (rank, why) per hung rank; waiting: the ranks that wait for them in a collective."""
+    """hung: (rank, why) per hung rank; waiting: the ranks that wait in a collective; behind: (rank, where) per rank
+    the others wait for that still moves (slow, not hung)."""
     hung: list[tuple[int, str]]
     waiting: list[int]
+    behind: list[tuple[int, str]] = ()
 
     def reasons(self) -> str:
-        return "; ".join(f"rank {r} hung: {why}" for r, why in self.hung) + (
-            f"; rank(s) {self.waiting} wait for it in a collective" if self.waiting else "")
+        parts = [f"rank {r} hung: {why}" for r, why in self.hung] + [f"rank {r} is behind: {why}" for r, why in self.behind]
+        return "; ".join(parts) + (f"; rank(s) {self.waiting} wait in a collective" if self.waiting else "")
 
 
 def _place(b: Beat) -> str:

@@ -27,7 +27,6 @@ import pickle
 import signal
 import socket
 import sys
-import tempfile
 import time
 import traceback
 import uuid
@@ -42,7 +41,7 @@ from ..config import BenchConfig
 from ..schema import ConfigError
 from ..transport.shm import owner_tag, sweep_orphaned
 from .heartbeat import Beats
-from .rank_entry import main as rank_main
+from .rank_entry import main as rank_main, stderr_file, take_stderr
 from .records import RankResult, Request
 
 
@@ -106,25 +105,6 @@ def _cleanup_shm(tag: str) -> list[str]:
     return leftovers
 
 
-#: the most of the ranks' stderr kept (its end): warnings, not a log
-STDERR_TAIL_BYTES = 64 * 1024
-
-
-def _take_stderr(path: str) -> str:
-    """The end of the ranks' stderr file (at most STDERR_TAIL_BYTES), the file removed."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
 def _last_line(tb: str) -> str:
     line = tb.strip().splitlines()[-1]
     return line if len(line) <= 200 else line[:197] + "..."
@@ -168,8 +148,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs, conns, ends = [], [], []
-    stderr_fd, stderr_path = tempfile.mkstemp(prefix=f"{tag}-", suffix=".stderr")  # the ranks' stderr: module docstring
-    os.close(stderr_fd)
+    stderr_path = stderr_file(tag)  # the ranks' stderr (module docstring)
     results: dict[tuple[str, int], RankResult] = {}
     reports: dict[int, str] = {}
     live: dict = {}  # open pipe -> its rank
@@ -240,7 +219,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         # the heartbeats say whether it hangs
         alive = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reports]
         hang = beats.hung(alive) if alive and reports else None
-        if hang is None:
+        if hang is None or not hang.hung:
             return first
         after = "; ".join(f"rank {k}: {_last_line(v)}" for k, v in sorted(reports.items()) if v.strip())
         rank, why = hang.hung[0]
@@ -295,7 +274,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         for c in conns + ends:
             c.close()
         _cleanup_shm(tag)
-        said = _take_stderr(stderr_path)
+        said = take_stderr(stderr_path)
     if failure is not None:
         if said and isinstance(failure, (RankFailed, RankTimeout)):  # into the failure log, after the paragraph
             failure.args = (f"{failure.args[0]}\n--- ranks' stderr ---\n{said}",)

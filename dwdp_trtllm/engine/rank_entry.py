@@ -18,6 +18,7 @@ import datetime
 import os
 import pickle
 import signal
+import tempfile
 import threading
 import traceback
 
@@ -43,6 +44,38 @@ def die_with_parent(parent_pid: int) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # not Linux: the launcher's pipes still end the rank with the parent
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+#: the most of the ranks' stderr kept (its end): warnings, not a log
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+def stderr_file(tag: str) -> str | None:
+    """A new empty file for the ranks' stderr (parent side; `main` appends to it), None when the temp dir has no
+    room: the ranks then keep the parent's stderr."""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"{tag}-", suffix=".stderr")
+    except OSError:
+        return None
+    os.close(fd)
+    return path
+
+
+def take_stderr(path: str | None) -> str:
+    """The end of the ranks' stderr file (at most STDERR_TAIL_BYTES), the file removed ("" when there is none)."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 class _LockedConn:
