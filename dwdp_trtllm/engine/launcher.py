@@ -27,6 +27,7 @@ import pickle
 import signal
 import socket
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -41,7 +42,7 @@ from ..config import BenchConfig
 from ..schema import ConfigError
 from ..transport.shm import owner_tag, sweep_orphaned
 from .heartbeat import Beats
-from .rank_entry import main as rank_main, stderr_file, take_stderr
+from .rank_entry import RankStderr, main as rank_main
 from .records import RankResult, Request
 
 
@@ -143,12 +144,13 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
     popularity_LE = skew_popularity(cfg, popularity_LE)
     sweep_orphaned()  # segments of runs this process can prove dead (transport/shm.py: never another pid namespace's)
+    sweep_orphaned(tempfile.gettempdir())  # the ranks' stderr files of such runs (rank_entry.RankStderr)
     oom_before = host_resources.oom_kills()  # a rank later killed by SIGKILL: did the OOM killer act meanwhile?
     tag = owner_tag(uuid.uuid4().hex[:8])
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs, conns, ends = [], [], []
-    stderr_path = stderr_file(tag)  # the ranks' stderr (module docstring)
+    rank_stderr = RankStderr(tag)  # the ranks' stderr (module docstring)
     results: dict[tuple[str, int], RankResult] = {}
     reports: dict[int, str] = {}
     live: dict = {}  # open pipe -> its rank
@@ -160,6 +162,8 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         kind, rank, mode = msg[0], msg[1], msg[2]
         if kind == "beat":
             beats.record(rank, mode, *msg[3:6])
+            if len(beats.last) == world:  # every rank beat, so every rank has opened the stderr file
+                rank_stderr.forget_name()
         elif kind == "ok":
             results[(mode, rank)] = pickle.loads(msg[3])
         elif kind == "progress":
@@ -236,7 +240,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
             recv, send = ctx.Pipe(duplex=False)
             payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at,
                                     collect_outputs, popularity_LE))
-            procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload, stderr_path), daemon=True,
+            procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload, rank_stderr.path), daemon=True,
                                      name=f"dwdp-rank{r}"))
             conns.append(recv)
             ends.append(send)
@@ -274,7 +278,7 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         for c in conns + ends:
             c.close()
         _cleanup_shm(tag)
-        said = take_stderr(stderr_path)
+        said = rank_stderr.take()
     if failure is not None:
         if said and isinstance(failure, (RankFailed, RankTimeout)):  # into the failure log, after the paragraph
             failure.args = (f"{failure.args[0]}\n--- ranks' stderr ---\n{said}",)

@@ -50,32 +50,40 @@ def die_with_parent(parent_pid: int) -> None:
 STDERR_TAIL_BYTES = 64 * 1024
 
 
-def stderr_file(tag: str) -> str | None:
-    """A new empty file for the ranks' stderr (parent side; `main` appends to it), None when the temp dir has no
-    room: the ranks then keep the parent's stderr."""
-    try:
-        fd, path = tempfile.mkstemp(prefix=f"{tag}-", suffix=".stderr")
-    except OSError:
-        return None
-    os.close(fd)
-    return path
+class RankStderr:
+    """The parent's side of the ranks' stderr file: created in the temp dir under the run's tag (a file a killed run
+    leaves is swept by the next one: transport/shm.py sweep_orphaned), its name removed once every rank has opened it
+    (`forget_name`, at each rank's first heartbeat: a kill -9 after that leaves nothing), read through the parent's
+    own descriptor (`take`). No room in the temp dir: no file, the ranks keep the parent's stderr (path None)."""
 
-
-def take_stderr(path: str | None) -> str:
-    """The end of the ranks' stderr file (at most STDERR_TAIL_BYTES), the file removed ("" when there is none)."""
-    if path is None:
-        return ""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
+    def __init__(self, tag: str):
         try:
-            os.unlink(path)
+            self._fd, self.path = tempfile.mkstemp(prefix=f"{tag}_stderr_")
         except OSError:
-            pass
+            self._fd, self.path = None, None
+        self._named = self.path is not None
+
+    def forget_name(self) -> None:
+        if self._named:
+            self._named = False
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def take(self) -> str:
+        """The end of what the ranks wrote (at most STDERR_TAIL_BYTES); the file is gone after."""
+        self.forget_name()
+        if self._fd is None:
+            return ""
+        try:
+            size = os.fstat(self._fd).st_size
+            return os.pread(self._fd, STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES)).decode("utf-8", "replace")
+        except OSError:
+            return ""
+        finally:
+            os.close(self._fd)
+            self._fd = None
 
 
 class _LockedConn:

@@ -78,7 +78,8 @@ def owner_tag(run_id: str) -> str:
 
 
 def sweep_orphaned(shm_dir: str = _SHM_DIR) -> list[str]:
-    """Remove segments under shm_dir whose owner (recorded by `owner_tag`) is provably dead: same pid namespace as
+    """Remove segments (and other files named by a run tag, e.g. engine/rank_entry.py's stderr files in the temp dir)
+    under shm_dir whose owner (recorded by `owner_tag`) is provably dead: same pid namespace as
     this process, and its pid gone or held by a process that started at another time. Never removed: a segment of
     another pid namespace, one whose name records no owner (another tag, or namespace/start time unknown: 0), any
     segment when this process's own namespace cannot be read. Returns the removed paths."""

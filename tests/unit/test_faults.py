@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -157,6 +158,11 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
         assert _gone(everything) == [], f"processes left after {sig.name} of the parent ({when})"
         assert _left(mapped | set(glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*"))) == [], f"/dev/shm entries left ({when})"
         assert not glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*")
+        # the ranks' stderr file: its name is gone once every rank beat; a kill before that leaves it to the next run
+        stderr_files = os.path.join(tempfile.gettempdir(), f"dwdp_n*_p{proc.pid}_*_stderr_*")
+        if when == "starting":
+            shm.sweep_orphaned(tempfile.gettempdir())
+        assert _left(set(glob.glob(stderr_files))) == [], f"the ranks' stderr file left ({when})"
         assert all(not psutil.pid_exists(k.pid) or k.status() == psutil.STATUS_ZOMBIE for k in kids)
     finally:
         _kill_group(proc)

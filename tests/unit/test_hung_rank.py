@@ -112,12 +112,30 @@ def test_a_hung_rank_is_named_by_the_heartbeat_it_missed(modes, capfd):
     assert not glob.glob(f"/dev/shm/dwdp_n*_p{os.getpid()}_*"), "shared memory leaked"
 
 
-def test_the_ranks_stderr_file_keeps_its_end_and_is_removed():
-    from dwdp_trtllm.engine.rank_entry import STDERR_TAIL_BYTES, stderr_file, take_stderr
+def test_the_ranks_stderr_file_keeps_its_end_and_loses_its_name_once_every_rank_opened_it():
+    from dwdp_trtllm.engine.rank_entry import STDERR_TAIL_BYTES, RankStderr
+    from dwdp_trtllm.transport.shm import owner_tag
 
-    path = stderr_file("dwdp_test")
-    with open(path, "a") as f:
+    err = RankStderr(owner_tag("0123abcd"))
+    with open(err.path, "a") as f:  # what a rank's stderr (fd 2) is made
+        err.forget_name()  # every rank beat: a kill -9 of the parent from now on leaves no file
+        assert not os.path.exists(err.path)
         f.write("x" * STDERR_TAIL_BYTES + "the last warning\n")
-    said = take_stderr(path)
+    said = err.take()
     assert said.endswith("x" * 100 + "the last warning\n") and len(said) == STDERR_TAIL_BYTES
-    assert not os.path.exists(path) and take_stderr(None) == ""
+
+
+def test_a_stderr_file_a_killed_run_left_is_swept_by_the_next_run(tmp_path):
+    """Killed before every rank opened it: the name carries the owner tag, so the next run's sweep removes it."""
+    import subprocess
+    import sys
+
+    from dwdp_trtllm.transport import shm
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from dwdp_trtllm.engine.rank_entry import RankStderr; "
+            "from dwdp_trtllm.transport.shm import owner_tag; import tempfile; tempfile.tempdir = sys.argv[2]; "
+            "RankStderr(owner_tag('0123abcd'))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-c", code, root, str(tmp_path)], check=True, timeout=120)
+    (left,) = tmp_path.iterdir()
+    assert "_stderr_" in left.name and shm.sweep_orphaned(str(tmp_path)) == [str(left)]
