@@ -149,7 +149,8 @@ class Hang:
     behind: list[tuple[int, str]] = ()
 
     def reasons(self) -> str:
-        parts = [f"rank {r} hung: {why}" for r, why in self.hung] + [f"rank {r} is behind: {why}" for r, why in self.behind]
+        parts = ([f"rank {r} hung: {why}" for r, why in self.hung]
+                 + [f"rank {r} is behind: {why}" for r, why in self.behind])
         return "; ".join(parts) + (f"; rank(s) {self.waiting} wait in a collective" if self.waiting else "")
 
 

@@ -134,9 +134,9 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
               popularity_LE=None) -> dict[str, list[RankResult]]:
     """Run each mode in turn on the same cfg.run.ranks processes (one spawn for all modes).
 
-    progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
-    makes that rank raise at that iteration, (rank, iteration, "hang") hang there (tests of the failure paths). popularity_LE: the routing skew's
-    popularity per MoE layer (bench/sweep.py SweepPoint.popularity_LE, from the counts file read once); None with
+    progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration) makes that
+    rank raise at that iteration, (rank, iteration, "hang") hang there (tests of the failure paths). popularity_LE:
+    the routing skew's popularity per MoE layer (bench/sweep.py SweepPoint.popularity_LE, from the counts file read once); None with
     the skew on: computed here, in this process; the ranks are handed it and read no counts file.
     """
     world = cfg.run.ranks

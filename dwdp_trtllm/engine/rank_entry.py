@@ -118,9 +118,10 @@ def main(parent_pid: int, rank: int, conn, payload: bytes, stderr_path: str | No
 def run_child(rank: int, world: int, port: int, cfg, modes: list[str], requests: list, tag: str,
               fail_at: tuple[int, int] | None, collect_outputs: bool, popularity_LE, conn, beat: Heartbeat) -> None:
     """One rank (started by main): every mode in turn, each result, progress and error sent on conn (a _LockedConn
-    shared with the running heartbeat `beat`, which this function stops; cfg a BenchConfig, requests the rank's list of records.Request, popularity_LE the routing skew's table the
-    parent computed, None when off). fail_at (tests of the failure paths): (rank, iteration) makes that rank raise
-    at that iteration, (rank, iteration, "hang") makes it hang there."""
+    shared with the running heartbeat `beat`, which this function stops; cfg a BenchConfig, requests the rank's list
+    of records.Request, popularity_LE the routing skew's table the parent computed, None when off). fail_at (tests of
+    the failure paths): (rank, iteration) makes that rank raise at that iteration, (rank, iteration, "hang") makes it
+    hang there."""
     import torch.distributed as dist
 
     from .. import env
