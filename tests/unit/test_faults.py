@@ -649,3 +649,34 @@ def test_a_real_full_filesystem_at_the_start_names_the_file_and_leaves_no_direct
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{out / '.dwdp.lock'}: --out: cannot write the run's lock file" in err[0], err
     assert sorted(os.listdir(full_tmpfs)) == ["filler"]  # a/, out/, points/ and the lock file removed again
+
+
+def test_a_live_run_in_another_pid_namespace_keeps_its_segments(tmp_path):
+    """The real thing: a process in a new pid namespace (unshare --pid, its /proc its own, as in a container with
+    --ipc=host) names a segment with its own tag; there its pid is 1 or so, a pid that here is another process or
+    none. Our sweep leaves the segment alone while that run lives, and after it ended too (nothing here can prove
+    a process of another namespace dead). A later run in a namespace of its own (a restarted container) is another
+    namespace again: it keeps the segment too (safe, at the price of an orphan that only a person removes).""" 
+    root = str(ROOT)
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from dwdp_trtllm.transport import shm; "
+            "open(sys.argv[2] + '/' + shm.owner_tag('0123abcd') + '_dwdp_0_w13', 'w').close(); print('made', flush=True); "
+            "time.sleep(float(sys.argv[3]))")
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a pid namespace here (unshare: {probe.stderr.strip() or probe.returncode})")
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, root,
+                              str(tmp_path), "60"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert other.stdout.readline().strip() == "made"
+        (seg,) = tmp_path.iterdir()
+        assert not seg.name.startswith(f"dwdp_n{os.stat('/proc/self/ns/pid').st_ino}_")  # another namespace's tag
+        assert shm.sweep_orphaned(str(tmp_path)) == [] and seg.exists()  # alive there: kept
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait(timeout=30)
+    assert shm.sweep_orphaned(str(tmp_path)) == [] and seg.exists()  # dead there, but not provably so from here
+    sweep = ("import sys; sys.path.insert(0, sys.argv[1]); from dwdp_trtllm.transport import shm; "
+             "print(len(shm.sweep_orphaned(sys.argv[2])))")
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", sweep, root, str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "0" and seg.exists(), r.stderr
