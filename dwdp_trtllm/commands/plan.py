@@ -124,8 +124,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--kernel-tables", default=None, metavar="FILE",
                    help="kernel-table JSON (scripts/extract_aiconfigurator.py) instead of the shipped one (target trtllm)")
     g.add_argument("--interference", type=float, default=None,
-                   help="slowdown of compute overlapped with copies, every phase (default: the paper's per-phase "
-                        "priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
+                   help="slowdown of compute overlapped with copies, every phase, in [1, 100) (default: the paper's "
+                        "per-phase priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     g.add_argument("--bench-results", default=None,

@@ -59,7 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "package, dwdp_trtllm/data/engine_calibration, as `dwdp plan`; docs/bench_results: the "
                         "validated file's own campaign when it is one)")
     p.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON")
-    p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor")
+    p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor, in [1, 100) (as `dwdp plan`)")
     p.add_argument("--a2a-dedup", action="store_true", help="DEP sends a token once per remote rank (DeepEP-style)")
     p.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (a list, one entry per file)")
