@@ -4,7 +4,8 @@ Two checks per sweep point, both before the first point runs:
 - `check_warmup`: run.warmup_iters against the iterations the scheduler will run (all requests offline: exact;
   poisson arrivals: an upper bound), so a run that would measure nothing is refused naming the key.
 - `check_resources`: the bytes the run takes against what the machine has free (host_resources.read_free):
-  /dev/shm (the CPU transport puts every rank's local experts there), host memory of all ranks together
+  /dev/shm (the CPU transport puts every rank's local experts there, one file per rank, MoE layer and expert tensor:
+  so also its free inodes, and that it is writable), host memory of all ranks together
   (cpu), device memory of the ranks on each GPU (cuda). The bytes are memory.py's (the model the deployment
   commands use), per mode (reference holds every expert, DEP 1/ranks of them, DWDP its local experts + prefetch
   slots); modes run one after another, so the largest mode decides. On the CPU also the attention scores the
@@ -33,32 +34,29 @@ class PreflightError(ConfigError):
 
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
 
-def max_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:
-    """(iterations the rank's scheduler (batching.py) runs at most, exact?). With every request at t=0 the
-    count is exact: FCFS chunked prefill fills every iteration to max_num_tokens but the last. With later arrivals
-    an iteration is short only when it finishes a request whose successor has not arrived: at most one extra
-    iteration per request."""
-    full = -(-sum(r.isl for r in queue) // max_num_tokens)
-    if all(r.arrival_s <= 0 for r in queue):
-        return full, True
-    return full + len(queue), False
+def sure_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:
+    """(iterations the rank's scheduler (batching.py) is sure to run, exact?): ceil(tokens / max_num_tokens), since no
+    iteration takes more. With every request at t=0 the count is exact (FCFS chunked prefill fills every iteration to
+    max_num_tokens but the last); with later arrivals the run may take more (an iteration is short when it finishes a
+    request whose successor has not arrived), how many more depends on the arrival times."""
+    return -(-sum(r.isl for r in queue) // max_num_tokens), all(r.arrival_s <= 0 for r in queue)
 
 
 def check_warmup(cfg: BenchConfig, queues: list[list[Request]], *, file: str | None = None) -> None:
-    """Refuse a run.warmup_iters that leaves no measured iteration on any rank. DEP's ranks run in lock step: with
-    every request at t=0 as many iterations as the busiest rank, with arrivals at most the sum of every rank's."""
+    """Refuse a run.warmup_iters that may leave no measured iteration: at or past the iterations the busiest rank is
+    sure to run (exact with every request at t=0; with arrivals (workload.arrival poisson) the run may take more, but
+    only that many are certain before it starts). Every rank, DEP's in lock step too, runs at least that many."""
     if cfg.run.warmup_iters == 0:
         return
-    counts = [max_iterations(q, cfg.workload.max_num_tokens) for q in queues]
-    per_rank = max(c for c, _ in counts)
-    exact = all(e for _, e in counts)
-    bound = sum(c for c, _ in counts) if cfg.run.modes == ("dep",) and not exact else per_rank
+    counts = [sure_iterations(q, cfg.workload.max_num_tokens) for q in queues]
+    bound = max(c for c, _ in counts)
     if cfg.run.warmup_iters >= bound:
-        what = "runs" if exact and bound == per_rank else "runs at most"
+        what = ("runs" if all(e for _, e in counts) else
+                f"is sure to run only (workload.arrival {cfg.workload.arrival}: more depend on when requests arrive)")
         raise PreflightError(file, "run.warmup_iters",
                              f"{cfg.run.warmup_iters} warm-up iterations, but the busiest rank {what} {bound} "
                              f"iteration(s) of workload.max_num_tokens={cfg.workload.max_num_tokens} tokens: nothing "
-                             f"would be measured. Set run.warmup_iters below {bound}, or give the workload more tokens "
+                             f"might be measured. Set run.warmup_iters below {bound}, or give the workload more tokens "
                              "(workload.requests_per_rank, workload.isl) or a smaller workload.max_num_tokens")
 
 
@@ -109,6 +107,7 @@ class RunNeeds:
     shm_bytes: int  # /dev/shm, all ranks together (DWDP on cpu: every rank's local experts)
     device: str  # "cpu" | "cuda"
     attention: tuple[int, ...] = ()  # by rank, on cpu: cpu_attention_bytes of its largest chunk (every mode)
+    shm_files: int = 0  # /dev/shm files (segments) all ranks create together (`shm_segments`)
 
     def host_per_rank(self) -> tuple[int, ...]:
         """per_rank plus the CPU attention scores: what a rank takes at its peak."""
@@ -127,6 +126,16 @@ def mode_rank_bytes(cfg: BenchConfig, mode: str, rank: int) -> tuple[int, int]:
     return rank_memory(spec, "dep", group_size=1 if mode == "reference" else cfg.run.ranks, engine_dense=True, **kw).total, 0
 
 
+def shm_segments(cfg: BenchConfig, mode: str) -> int:
+    """The /dev/shm files `mode` creates on all ranks together: the CPU transport's one segment per rank, MoE layer and
+    expert tensor (runtime.py allocates them all before any is unlinked); 0 off the CPU or outside DWDP."""
+    if mode != "dwdp" or cfg.run.device != "cpu":
+        return 0
+    from ..core.expert_buffers import expert_tensor_names
+
+    return cfg.run.ranks * cfg.model.spec().num_moe_layers * len(expert_tensor_names(cfg.dwdp.weight_dtype))
+
+
 def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None,
               queues: list[list[Request]] | None = None) -> RunNeeds:
     """Bytes of the largest of `modes` (default run.modes), per rank and in /dev/shm; on cpu also each rank's
@@ -134,9 +143,11 @@ def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None,
     best: tuple[int, str] = (-1, "")
     per_rank = [0] * cfg.run.ranks
     shm = 0
+    files = 0
     for mode in modes or cfg.run.modes:
         rows = [mode_rank_bytes(cfg, mode, r) for r in range(cfg.run.ranks)]
         shm = max(shm, sum(s for _, s in rows))
+        files = max(files, shm_segments(cfg, mode))
         for r, (b, _) in enumerate(rows):
             per_rank[r] = max(per_rank[r], b)
         top = max(b for b, _ in rows)
@@ -151,7 +162,7 @@ def run_needs(cfg: BenchConfig, modes: tuple[str, ...] | None = None,
         attention = tuple(cpu_attention_bytes(spec, *largest_attention_chunk(q, cfg.workload.max_num_tokens))
                           for q in queues)
     return RunNeeds(per_rank=tuple(per_rank), per_rank_mode=best[1], shm_bytes=shm, device=cfg.run.device,
-                    attention=attention)
+                    attention=attention, shm_files=files)
 
 
 def _shm_remedy(cfg: BenchConfig) -> str:
@@ -160,8 +171,8 @@ def _shm_remedy(cfg: BenchConfig) -> str:
     if cfg.dwdp.weight_dtype == "float32":
         shrink.append("dwdp.weight_dtype bf16 instead of float32")
     shrink.append("dwdp left out of run.modes")
-    return ("In a container, start it with a larger /dev/shm (docker run --shm-size=<N>g, or --ipc=host to use the "
-            "host's; Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), or free /dev/shm; or shrink the "
+    return ("In a container, start it with a larger, writable /dev/shm (docker run --shm-size=<N>g, or --ipc=host to use "
+            "the host's; Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), or free /dev/shm; or shrink the "
             f"run: {', '.join(shrink)}")
 
 
@@ -186,6 +197,17 @@ def check_resources(cfg: BenchConfig, free: FreeResources, *, file: str | None =
     modes = modes or cfg.run.modes
     counted = ("estimate: weights, prefetch slots and activations of memory.py; the Python/torch runtime of each "
                "process is not counted")
+    if needs.shm_files and free.shm_readonly:
+        raise PreflightError(file, "/dev/shm",
+                             f"/dev/shm is mounted read-only, but the run creates {needs.shm_files:,} segment files there "
+                             f"(the CPU transport: every rank's local experts, {cfg.run.ranks} ranks); the first would fail "
+                             f"with EROFS. {_shm_remedy(cfg)}")
+    if needs.shm_files and free.shm_files_free is not None and needs.shm_files > free.shm_files_free:
+        raise PreflightError(file, "/dev/shm",
+                             f"the run creates {needs.shm_files:,} segment files in /dev/shm (one per rank, MoE layer and "
+                             f"expert tensor, {cfg.run.ranks} ranks) but /dev/shm has {free.shm_files_free:,} free inodes "
+                             "(statvfs f_favail; its bytes do not matter when no file can be created): a rank would "
+                             f"fail with ENOSPC. {_shm_remedy(cfg)}")
     if needs.shm_bytes and free.shm_free is not None and needs.shm_bytes > free.shm_free:
         raise PreflightError(file, "/dev/shm",
                              f"the run maps {fmt_bytes(needs.shm_bytes, exact=True)} into /dev/shm (the CPU transport's "

@@ -76,6 +76,7 @@ def out_lock(out: Path):
     if out.exists() and not out.is_dir():
         raise ConfigError(str(out), "--out", "is a file; expected a directory (or a path to create)")
     lock = out / ".dwdp.lock"
+    made = [d for d in (*reversed(out.parents), out, out / "points") if not d.exists()]  # removed again if we fail here
     for _ in range(3):  # a lock file removed by a run ending between our open and our flock: open it again
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -102,10 +103,24 @@ def out_lock(out: Path):
         f.close()
     else:
         raise ConfigError(str(out), "--out", "another `dwdp bench` keeps replacing .dwdp.lock here; choose another --out")
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()}")
-    f.flush()
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}")
+        f.flush()
+    except OSError as e:  # a full (or failing) filesystem at the start: nothing of this run is left
+        try:
+            f.close()  # flushes what is still buffered: the same error again
+        except OSError:
+            pass
+        lock.unlink(missing_ok=True)
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise ConfigError(str(lock), "--out", f"cannot write the run's lock file ({e.strerror or e}): the output "
+                                              "directory's filesystem must have room for the results") from None
     try:
         yield
     finally:

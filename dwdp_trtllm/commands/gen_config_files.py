@@ -228,4 +228,7 @@ def write_all(out: Path, docs: dict[str, str]) -> list[Path]:
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ConfigError(str(out), "--out", f"cannot write the output directory ({e.strerror or e})") from None
+    except BaseException:  # anything else (an interrupt): the temporary directory goes too
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return [out / name for name in docs]

@@ -5,6 +5,7 @@ import dataclasses
 
 import argparse
 import json
+import math
 import re
 from pathlib import Path
 
@@ -16,6 +17,18 @@ from .deploy_args import gpu_budget_bytes
 
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
+
+#: --interference of `dwdp plan` and `dwdp validate-plan` lies in [1, INTERFERENCE_MAX): a slowdown of compute overlapped
+#: with copies of 100x or more describes no GPU (the paper's priors are below 1.5x); one bound for both commands
+INTERFERENCE_MAX = 100.0
+
+
+def interference_problem(value: float | None) -> str | None:
+    """What is wrong with an --interference value (None: not given, or fine)."""
+    if value is None or math.isfinite(value) and 1 <= value < INTERFERENCE_MAX:
+        return None
+    return f"expected a number in [1, {INTERFERENCE_MAX:g}), got {value}"
+
 
 #: the engine calibration `dwdp plan --target engine` and `dwdp validate-plan` use by default (bench_dir): package
 #: data (a copy of one floor campaign, data/engine_calibration/README.md), so an installed command and a checkout's
@@ -111,8 +124,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--kernel-tables", default=None, metavar="FILE",
                    help="kernel-table JSON (scripts/extract_aiconfigurator.py) instead of the shipped one (target trtllm)")
     g.add_argument("--interference", type=float, default=None,
-                   help="slowdown of compute overlapped with copies, every phase (default: the paper's per-phase "
-                        "priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
+                   help="slowdown of compute overlapped with copies, every phase, in [1, 100) (default: the paper's "
+                        "per-phase priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     g.add_argument("--bench-results", default=None,
@@ -125,6 +138,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--verbose", action="store_true", help="list every calibration note (skipped files) under the table")
     g.add_argument("--plot", default=None, help="write DWDP/DEP against ISL to this PNG (the paper's figure 3)")
     return p
+
+
+def check_bench_results(args) -> None:
+    """--bench-results calibrates --target engine only: given with --target trtllm (whose compute comes from TensorRT-
+    LLM's kernel tables) it would be ignored, so it is refused; given with engine it must name a directory."""
+    if args.bench_results is None:
+        return
+    if args.target != "engine":
+        raise ConfigError(None, "--bench-results", f"calibrates --target engine only, got --target {args.target} (priced "
+                                                   "from TensorRT-LLM's kernel tables); add --target engine or leave "
+                                                   f"--bench-results {args.bench_results} out")
+    check_bench_dir(Path(args.bench_results))
+
+
+def check_bench_dir(d: Path) -> None:
+    """--bench-results (`dwdp plan --target engine`, `dwdp validate-plan`) names a directory."""
+    if not d.is_dir():
+        raise ConfigError(None, "--bench-results", f"expected a directory of benchmark JSON, got {d} ("
+                                                   f"{'a file' if d.exists() else 'no such file or directory'})")
 
 
 def bench_dir(args) -> Path | None:
@@ -151,8 +183,8 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
     cal = Calibration()
     d = bench_dir(args) if bench else None
     if d is not None:
-        if args.bench_results and not d.is_dir():
-            raise ConfigError(None, "--bench-results", f"{d} is not a directory")
+        if args.bench_results:
+            check_bench_dir(d)
         cal = cal.merged(load_bench_results(d, gpu_name))
         if multi_gpu and cal.interference is not None:
             cal = dataclasses.replace(cal, interference=None, notes=cal.notes + (
@@ -208,11 +240,13 @@ def build_spec(args, *, gpu_name: str | None = None):
               ("--imbalance-cv", 0 <= args.imbalance_cv < 1, "a number in [0, 1)"),
               ("--samples", 1 <= args.samples <= 100_000, "an integer in [1, 100000]"),
               ("--seed", 0 <= args.seed < 2 ** 32, "an integer in [0, 2**32)"),
-              ("--gpu-memory-gb", args.gpu_memory_gb is None or 0 < args.gpu_memory_gb < 1e5, "a number in (0, 1e5)"),
-              ("--interference", args.interference is None or 1 <= args.interference < 100, "a number in [1, 100)")]
+              ("--gpu-memory-gb", args.gpu_memory_gb is None or 0 < args.gpu_memory_gb < 1e5, "a number in (0, 1e5)")]
     for name, ok, expected in checks:
         if not ok:
             raise ConfigError(None, name, f"expected {expected}, got {getattr(args, name[2:].replace('-', '_'))!r}")
+    if problem := interference_problem(args.interference):
+        raise ConfigError(None, "--interference", problem)
+    check_bench_results(args)
     isls = int_list(args.isl, "--isl", hi=MAX_TOKENS)
     gpu = load_gpu_spec(spec_file) if spec_file else get_gpu(gpu_name)
     model = base_model if args.num_layers is None else base_model.truncated(args.num_layers)

@@ -59,7 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "package, dwdp_trtllm/data/engine_calibration, as `dwdp plan`; docs/bench_results: the "
                         "validated file's own campaign when it is one)")
     p.add_argument("--no-bench-results", action="store_true", help="ignore benchmark JSON")
-    p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor")
+    p.add_argument("--interference", type=float, default=None, help="override the copy/compute interference factor, in [1, 100) (as `dwdp plan`)")
     p.add_argument("--a2a-dedup", action="store_true", help="DEP sends a token once per remote rank (DeepEP-style)")
     p.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (a list, one entry per file)")
@@ -259,7 +259,7 @@ def _fmt(x: float) -> str:
 
 def run(args) -> int:
     from ..perf.hardware import GPUS, is_spec_path, load_gpu_spec
-    from .plan import bench_dir
+    from .plan import bench_dir, interference_problem
 
     if args.gpu is not None and is_spec_path(args.gpu):  # a spec file: its name is the device to match and calibrate
         args.gpu_file_spec = load_gpu_spec(args.gpu)  # ConfigError naming the file and key
@@ -268,8 +268,8 @@ def run(args) -> int:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} or a GPU spec file (.yaml), got {args.gpu!r}")
     if args.samples < 1:
         raise ConfigError(None, "--samples", f"expected an integer >= 1, got {args.samples}")
-    if args.interference is not None and not (math.isfinite(args.interference) and args.interference >= 1):
-        raise ConfigError(None, "--interference", f"expected a finite number >= 1, got {args.interference}")
+    if problem := interference_problem(args.interference):  # the bound `dwdp plan` takes
+        raise ConfigError(None, "--interference", problem)
     args.engine_efficiency = True  # the measured runs are the engine's: its measured/floor factors apply
     results = [validate(f, args) for f in args.results]
     if args.json:

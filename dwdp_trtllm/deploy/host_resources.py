@@ -1,7 +1,8 @@
-"""What this machine has free right now: /dev/shm bytes, host memory, per-process cap, GPU memory (one reading).
+"""What this machine has free right now: /dev/shm bytes, inodes and writability, host memory, per-process cap, GPU
+memory (one reading).
 
-`read_free()` is the one place that reads the machine (statvfs, /proc/meminfo, the cgroup's memory limit,
-RLIMIT_AS, NVML); the pre-flight check (bench/preflight.py) and the launcher's diagnosis of a rank killed
+`read_free()` is the one place that reads the machine (statvfs, /proc/meminfo, the memory limit of every cgroup level
+above this process, RLIMIT_AS, NVML); the pre-flight check (bench/preflight.py) and the launcher's diagnosis of a rank killed
 by SIGBUS / SIGKILL (engine/launcher.py) both call it, and tests replace it with a fake reading.
 
 GPU memory is read through NVML (libnvidia-ml, loaded with ctypes) so that this process creates no CUDA
@@ -18,8 +19,13 @@ from .. import env
 from ..byte_units import fmt_bytes
 
 SHM_DIR = "/dev/shm"
-_CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
-                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))  # v1
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP = "/proc/self/cgroup"
+#: (controller directory under CGROUP_ROOT, limit file, usage file): cgroup v2 (unified at the root), v1 (memory/)
+_V2 = ("", "memory.max", "memory.current")
+_V1 = ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes")
+#: a limit at or above this is "no limit" (v1 writes 2^63 rounded down to a page)
+_NO_LIMIT = 1 << 60
 
 
 @dataclass(frozen=True)
@@ -33,15 +39,21 @@ class FreeResources:
     process_cap: int | None = None  # RLIMIT_AS of a process (None: unlimited)
     gpu_free: tuple[int, ...] | None = None  # per CUDA device index (cuda:i, CUDA_VISIBLE_DEVICES applied), NVML free bytes
     gpu_total: tuple[int, ...] | None = field(default=None)
+    shm_files_free: int | None = None  # /dev/shm: statvfs f_favail, the files (inodes) an unprivileged process may create
+    shm_readonly: bool = False  # /dev/shm mounted read-only (statvfs ST_RDONLY)
 
 
 def shm_space(path: str = SHM_DIR) -> tuple[int, int] | tuple[None, None]:
     """(free, total) bytes of the filesystem at `path` (what an unprivileged process may still write)."""
+    st = _statvfs(path)
+    return (None, None) if st is None else (st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
+
+
+def _statvfs(path: str):
     try:
-        st = os.statvfs(path)
+        return os.statvfs(path)
     except OSError:
-        return None, None
-    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        return None
 
 
 def _meminfo_available() -> int | None:
@@ -55,27 +67,60 @@ def _meminfo_available() -> int | None:
     return None
 
 
-def _cgroup_room() -> int | None:
-    """The container's memory limit minus its usage (None: no limit, or not readable)."""
-    for limit_file, usage_file in _CGROUP_FILES:
+def cgroup_levels(proc_cgroup: str = PROC_CGROUP, root: str = CGROUP_ROOT) -> list[tuple[str, str, str]]:
+    """(directory, limit file, usage file) of every cgroup level whose memory limit applies to this process, deepest
+    first: v2 (when `root` is a unified hierarchy) and v1's memory controller, from this process's path in
+    `proc_cgroup` up to the mount root. A path that does not exist under the mount (a container that sees the host's
+    path but has its own cgroup mounted as the root) contributes the levels that do. Unreadable `proc_cgroup`: the
+    mount roots alone."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = ["0::/", "1:memory:/"]
+    out: list[tuple[str, str, str]] = []
+    for line in lines:
+        hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and controllers == "" and os.path.exists(os.path.join(root, "cgroup.controllers")):
+            sub, limit, usage = _V2
+        elif "memory" in controllers.split(","):
+            sub, limit, usage = _V1
+        else:
+            continue
+        mount = os.path.join(root, sub) if sub else root
+        parts = [p for p in path.split("/") if p]
+        for k in range(len(parts), -1, -1):
+            d = os.path.join(mount, *parts[:k])
+            if os.path.isdir(d) and all(d != o[0] for o in out):
+                out.append((d, limit, usage))
+    return out
+
+
+def _cgroup_room(proc_cgroup: str = PROC_CGROUP, root: str = CGROUP_ROOT) -> tuple[int, str] | None:
+    """(the smallest memory limit minus usage over every cgroup level above this process, that level's directory);
+    None when no level has a limit (or none can be read)."""
+    best = None
+    for d, limit_file, usage_file in cgroup_levels(proc_cgroup, root):
         try:
-            with open(limit_file) as f:
+            with open(os.path.join(d, limit_file)) as f:
                 limit = f.read().strip()
-            with open(usage_file) as f:
+            with open(os.path.join(d, usage_file)) as f:
                 usage = int(f.read().strip())
         except (OSError, ValueError):
             continue
-        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
-            return None
-        return max(0, int(limit) - usage)
-    return None
+        if not limit.isdigit() or int(limit) >= _NO_LIMIT:
+            continue  # "max" (v2) or v1's no-limit value
+        room = max(0, int(limit) - usage)
+        if best is None or room < best[0]:
+            best = (room, d)
+    return best
 
 
 def host_available() -> tuple[int | None, str]:
     """(bytes a new process can still take, which limit decided it)."""
-    avail, room = _meminfo_available(), _cgroup_room()
-    if room is not None and (avail is None or room < avail):
-        return room, "the container's memory limit (cgroup) minus its usage"
+    avail, cg = _meminfo_available(), _cgroup_room()
+    if cg is not None and (avail is None or cg[0] < avail):
+        return cg[0], f"the memory limit of cgroup {cg[1]} minus its usage"
     return avail, "MemAvailable in /proc/meminfo"
 
 
@@ -157,10 +202,14 @@ def gpu_memory() -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 def read_free(*, gpus: bool = False) -> FreeResources:
     """One reading of this machine (gpus: also NVML's free memory per GPU CUDA shows this process)."""
-    shm_free, shm_total = shm_space()
+    st = _statvfs(SHM_DIR)
     host, source = host_available()
     g = gpu_memory() if gpus else None
-    return FreeResources(shm_free=shm_free, shm_total=shm_total, host_available=host, host_limit_source=source,
+    return FreeResources(shm_free=None if st is None else st.f_bavail * st.f_frsize,
+                         shm_total=None if st is None else st.f_blocks * st.f_frsize,
+                         shm_files_free=None if st is None or st.f_files == 0 else st.f_favail,  # f_files 0: no inode limit
+                         shm_readonly=st is not None and bool(st.f_flag & os.ST_RDONLY),
+                         host_available=host, host_limit_source=source,
                          process_cap=process_cap(), gpu_free=g[0] if g else None, gpu_total=g[1] if g else None)
 
 

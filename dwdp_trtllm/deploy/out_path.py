@@ -1,7 +1,9 @@
 """The one check of an output path a user names (`--out DIR`, `--plot FILE`), before anything is written.
 
 Every command that writes calls `check_out_dir` / `check_out_file` with the flag's text. Refused, as a ConfigError
-naming the flag (one line, exit 2): an empty path; a name too long for the filesystem; a symbolic link loop; a
+naming the flag (one line, exit 2): an empty path; a name that is not UTF-8 (a shell passes any bytes; Python
+carries the undecodable ones as surrogates, which every text the commands write, such as commands.sh, cannot
+encode); a name too long for the filesystem; a symbolic link loop; a
 dangling symbolic link (creating it would make its target's directories, outside the named path); a file
 (or anything not a directory) where a directory must be; a directory where a file must be; a place this process
 cannot write. The check itself creates nothing; a command then creates only the named path.
@@ -34,6 +36,11 @@ def _check(text: str | os.PathLike | None, flag: str, want_dir: bool) -> Path:
         raise _refuse(flag, "", f"expected a {'directory' if want_dir else 'file'} path, got an empty string")
     text = os.fspath(text)
     raw = os.fsencode(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _refuse(flag, ascii(text), f"expected a path of UTF-8 characters, got the bytes {raw!r}: rename it "
+                                         "with UTF-8 characters only") from None
     longest = max((len(c) for c in raw.split(b"/")), default=0)
     if longest > NAME_MAX or len(raw) > PATH_MAX:
         raise _refuse(flag, text[:80] + "...", f"name too long ({len(raw)} bytes, its longest part {longest}): at most "

@@ -10,8 +10,12 @@
   within `grace_s`, removes leftover /dev/shm segments of the run and raises RankFailed naming the rank
   that caused it: one that died by a signal without a report is the cause, the errors other ranks raised
   after it (a peer's connection reset) its consequences. A run past run.timeout_s is ended the same way
-  (RankTimeout, naming the ranks that did not finish and those stopped). An interrupt (Ctrl-C, SIGTERM)
-  stops the ranks at once.
+  (RankTimeout, naming the ranks stopped, else the hung rank by the heartbeat it missed: engine/heartbeat.py);
+  a rank alive and silent while its peers' collectives failed is named the same way. An interrupt (Ctrl-C,
+  SIGTERM) stops the ranks at once.
+- The ranks' stderr goes to a temporary file (engine/rank_entry.py): after a finished run it is printed, after a
+  failed one it goes into the failure's text below its paragraph (the CLI's failure log), so the paragraph
+  comes first and alone.
 - Under torchrun/mpirun (rank/world in the environment) `run_in_process` runs this process's rank.
 """
 from __future__ import annotations
@@ -22,6 +26,8 @@ import os
 import pickle
 import signal
 import socket
+import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -35,7 +41,9 @@ from .. import env
 from ..deploy import host_resources
 from ..spec.config import BenchConfig
 from ..spec.schema import ConfigError
-from .rank_entry import main as rank_main
+from ..core.transport.shm import owner_tag, sweep_orphaned
+from .heartbeat import Beats
+from .rank_entry import RankStderr, main as rank_main
 from .records import RankResult, Request
 
 
@@ -57,30 +65,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def sweep_orphaned_shm() -> list[str]:
-    """Remove /dev/shm/dwdp_<pid>_* segments whose owning `dwdp` process (the pid in the name) is dead: what a
-    hang-up or a group kill left behind. Returns the removed paths."""
-    removed = []
-    for p in glob.glob("/dev/shm/dwdp_*"):
-        parts = os.path.basename(p).split("_")
-        if len(parts) < 2 or not parts[1].isdigit():
-            continue
-        pid = int(parts[1])
-        try:
-            os.kill(pid, 0)
-            continue  # the owner lives: not ours to remove
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        try:
-            os.unlink(p)
-            removed.append(p)
-        except OSError:
-            pass
-    return removed
 
 
 def _how(exitcode: int | None) -> str:
@@ -123,15 +107,16 @@ def _cleanup_shm(tag: str) -> list[str]:
     return leftovers
 
 
+def _last_line(tb: str) -> str:
+    line = tb.strip().splitlines()[-1]
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
 def describe_failure(rank: int, exitcode: int | None, reports: dict[int, str],
                      oom_before: tuple[int | None, ...] | None = None) -> str:
     """One paragraph: how `rank` died (SIGBUS / SIGKILL: what /dev/shm and memory say of it), then the errors the
     other ranks reported as its consequences."""
-    def last(tb: str) -> str:
-        line = tb.strip().splitlines()[-1]
-        return line if len(line) <= 200 else line[:197] + "..."
-
-    after = "; ".join(f"rank {k}: {last(v)}" for k, v in sorted(reports.items()) if k != rank and v.strip())
+    after = "; ".join(f"rank {k}: {_last_line(v)}" for k, v in sorted(reports.items()) if k != rank and v.strip())
     cause = host_resources.signal_cause(-exitcode, oom_before) if exitcode is not None and exitcode < 0 else None
     return (f"it {_how(exitcode)} without reporting an error" + (f" ({cause})" if cause else "")
             + (f"; then, as a consequence: {after}" if after else ""))
@@ -150,37 +135,37 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
               popularity_LE=None) -> dict[str, list[RankResult]]:
     """Run each mode in turn on the same cfg.run.ranks processes (one spawn for all modes).
 
-    progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration)
-    makes that rank raise at that iteration (tests of the failure path). popularity_LE: the routing skew's
-    popularity per MoE layer (bench/sweep.py SweepPoint.popularity_LE, from the counts file read once); None with
+    progress(rank, mode, requests done, total) is called in this process. fail_at=(rank, iteration) makes that
+    rank raise at that iteration, (rank, iteration, "hang") hang there (tests of the failure paths). popularity_LE:
+    the routing skew's popularity per MoE layer (bench/sweep.py SweepPoint.popularity_LE, from the counts file read once); None with
     the skew on: computed here, in this process; the ranks are handed it and read no counts file.
     """
     world = cfg.run.ranks
     if len(requests_per_rank) != world:
         raise ValueError(f"requests_per_rank has {len(requests_per_rank)} queues for {world} ranks")
     popularity_LE = skew_popularity(cfg, popularity_LE)
-    sweep_orphaned_shm()
+    sweep_orphaned()  # segments of runs this process can prove dead (transport/shm.py: never another pid namespace's)
+    sweep_orphaned(tempfile.gettempdir())  # the ranks' stderr files of such runs (rank_entry.RankStderr)
     oom_before = host_resources.oom_kills()  # a rank later killed by SIGKILL: did the OOM killer act meanwhile?
-    tag = f"dwdp_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    tag = owner_tag(uuid.uuid4().hex[:8])
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs, conns, ends = [], [], []
-    for r in range(world):
-        recv, send = ctx.Pipe(duplex=False)
-        payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at, collect_outputs,
-                                popularity_LE))
-        procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload), daemon=True, name=f"dwdp-rank{r}"))
-        conns.append(recv)
-        ends.append(send)
+    rank_stderr = RankStderr(tag)  # the ranks' stderr (module docstring)
     results: dict[tuple[str, int], RankResult] = {}
     reports: dict[int, str] = {}
     live: dict = {}  # open pipe -> its rank
     failure: BaseException | None = None
+    beats = Beats(time.monotonic())
 
     def handle(msg) -> None:
         nonlocal failure
         kind, rank, mode = msg[0], msg[1], msg[2]
-        if kind == "ok":
+        if kind == "beat":
+            beats.record(rank, mode, *msg[3:6])
+            if len(beats.last) == world:  # every rank beat, so every rank has opened the stderr file
+                rank_stderr.forget_name()
+        elif kind == "ok":
             results[(mode, rank)] = pickle.loads(msg[3])
         elif kind == "progress":
             if progress is not None:
@@ -233,9 +218,18 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
                 read_all_of(r)
         # a rank that raised always reports; one killed by a signal cannot: that one is the cause
         silent = [(r, p.exitcode) for r, p in enumerate(procs) if (p.exitcode or 0) < 0 and r not in reports]
-        if not silent:
+        if silent:
+            return died_unreported(*silent[0])
+        # the others' collectives timed out (or lost their connection) while a rank that never reported lives on:
+        # the heartbeats say whether it hangs
+        alive = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reports]
+        hang = beats.hung(alive) if alive and reports else None
+        if hang is None or not hang.hung:
             return first
-        return died_unreported(*silent[0])
+        after = "; ".join(f"rank {k}: {_last_line(v)}" for k, v in sorted(reports.items()) if v.strip())
+        rank, why = hang.hung[0]
+        return RankFailed(rank, ",".join(modes), hang.reasons(), summary=f"it hung: {why}" + "".join(
+            f"; rank {r} hung too: {w}" for r, w in hang.hung[1:]) + (f"; then, as a consequence: {after}" if after else ""))
 
     def died_unreported(r: int, code: int) -> RankFailed:
         return RankFailed(r, ",".join(modes), f"rank {r} {_how(code)} without reporting an error",
@@ -243,6 +237,14 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
 
     done = False
     try:
+        for r in range(world):
+            recv, send = ctx.Pipe(duplex=False)
+            payload = pickle.dumps((r, world, port, cfg, list(modes), requests_per_rank[r], tag, fail_at,
+                                    collect_outputs, popularity_LE))
+            procs.append(ctx.Process(target=rank_main, args=(os.getpid(), r, send, payload, rank_stderr.path), daemon=True,
+                                     name=f"dwdp-rank{r}"))
+            conns.append(recv)
+            ends.append(send)
         for p in procs:
             p.start()
         for c, send in zip(conns, ends):
@@ -264,9 +266,10 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
             if failure is None and time.monotonic() > deadline:
                 missing = sorted({r for r in range(world) for m in modes if (m, r) not in results})
                 stopped = [r for r in missing if _stopped(procs[r].pid)]
+                hang = None if stopped else beats.hung(missing)
                 why = (f"rank(s) {stopped} are stopped (SIGSTOP / job control), the others wait for them"
-                       if stopped else f"ranks {missing} did not finish")
-                failure = RankTimeout(f"modes {modes}: {why} within run.timeout_s={cfg.run.timeout_s} per mode")
+                       if stopped else hang.reasons() if hang else f"ranks {missing} did not finish")
+                failure = RankTimeout(f"modes {modes}: no result within run.timeout_s={cfg.run.timeout_s} per mode: {why}")
         if failure is not None:
             failure = culprit(failure)
         done = True
@@ -276,8 +279,13 @@ def run_modes(cfg: BenchConfig, modes: list[str], requests_per_rank: list[list[R
         for c in conns + ends:
             c.close()
         _cleanup_shm(tag)
+        said = rank_stderr.take()
     if failure is not None:
+        if said and isinstance(failure, (RankFailed, RankTimeout)):  # into the failure log, after the paragraph
+            failure.args = (f"{failure.args[0]}\n--- ranks' stderr ---\n{said}",)
         raise failure
+    if said:
+        sys.stderr.write(said)
     return {m: [results[(m, r)] for r in range(world)] for m in modes}
 
 

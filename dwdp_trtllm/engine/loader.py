@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from ..errors import ConfigError
+from ..spec.json_values import load_json
 from ..spec.models import ModelSpec
 from .weights import FP8_DTYPE, dense_dtype, dense_weight_shapes, dequantize_fp8_blockwise
 
@@ -46,10 +47,7 @@ def read_index(d: Path) -> dict[str, str] | None:
     f = d / INDEX_NAME
     if not f.exists():
         return None
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(None, "checkpoint", f"{f}: not valid JSON ({e})") from None
+    data = load_json(f, "model.checkpoint")  # bounded nesting: json_values.py
     wm = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise ConfigError(None, "checkpoint", f"{f}: expected a JSON object with a 'weight_map' of tensor name -> file name")

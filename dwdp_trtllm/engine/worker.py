@@ -147,12 +147,14 @@ def _allocator_counts(device: torch.device) -> dict[str, int]:
 
 def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int, world: int, tag: str,
              progress: Callable[[int, int], None] | None = None, collect_outputs: bool = False,
-             fail_at_iteration: int | None = None, popularity_LE=None) -> RankResult:
+             fail_at_iteration: int | None = None, popularity_LE=None,
+             on_iteration: Callable[[int], None] | None = None) -> RankResult:
     """Serve `requests` on this rank in `mode`; collective with the other ranks of the default group.
 
     collect_outputs: keep every request's final hidden states (CPU float32, [isl, H]) in
     RankResult.extra["hidden"] (tests compare modes with them). popularity_LE: workload.routing_skew's popularity
     per MoE layer, computed once in the parent (engine/launcher.py skew_popularity); needed when the skew is on.
+    on_iteration(it): called as iteration `it` starts (engine/rank_entry.py: the heartbeat's place).
     """
     from .kv_cache import KVCache
     from .model import MoETransformer
@@ -226,6 +228,8 @@ def run_rank(cfg: BenchConfig, mode: str, requests: list[Request], *, rank: int,
                     nxt = sched.next_arrival_s()
                     time.sleep(max(0.0, min((nxt or 0.0) - (time.perf_counter() - t0), 1.0)))
                     continue
+            if on_iteration is not None:
+                on_iteration(it)
             if fail_at_iteration == it:
                 raise RuntimeError(f"injected failure on rank {rank} at iteration {it} (mode {mode})")
             ids_T = torch.cat([tokens.ids(s) for s in segs]).to(device)

@@ -4,14 +4,16 @@ Every key of the file is either mapped onto the spec, checked to hold the one va
 or ignored because it does not change a prefill forward (training-only, tokenizer ids, generation); any
 other key or value raises ConfigError naming the file, the key, the value and what is supported. Both
 the release format (`rope_theta` + `rope_scaling`) and transformers >= 5's `rope_parameters` are read.
-Pure: reads one JSON file (again only when it changed: spec_from_hf_config's cache), no torch.
+Every value's type and range comes from json_values.py (the one table the planner's model_dims.py uses too),
+checked for the whole file before a family's reader looks at it. Pure: reads one JSON file (again only when it
+changed: spec_from_hf_config's cache), no torch.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
+from .json_values import check_values, load_json, shown, value
 from .models import YARN_FLOATS, ModelSpec, YarnScaling, field_problem, yarn_problem
 from .schema import ConfigError
 
@@ -30,23 +32,6 @@ IGNORED = frozenset({
 
 SUPPORTED = ("deepseek_v3", "deepseek_v2", "qwen3_moe", "mixtral", "olmoe")
 
-#: config.json key -> the ModelSpec field it sets: its value is bounded by models.FIELD_BOUNDS (the same list every
-#: ModelSpec is checked against), and the error names this key
-JSON_FIELDS = {
-    "hidden_size": "hidden_size", "num_hidden_layers": "num_layers", "first_k_dense_replace": "first_k_dense",
-    "intermediate_size": "dense_intermediate", "moe_intermediate_size": "moe_intermediate",
-    "n_routed_experts": "num_experts", "num_experts": "num_experts", "num_local_experts": "num_experts",
-    "num_experts_per_tok": "top_k", "n_shared_experts": "num_shared_experts", "vocab_size": "vocab_size",
-    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim",
-    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_nope_head_dim": "qk_nope_head_dim",
-    "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "n_group": "n_group",
-    "topk_group": "topk_group", "routed_scaling_factor": "routed_scaling_factor", "rms_norm_eps": "rms_eps",
-    "rope_theta": "rope_theta", "num_nextn_predict_layers": "mtp_layers",
-    # other families' names for the same fields (model_dims.ALIASES: gpt-oss, Hunyuan, Qwen-style shared experts)
-    "experts_per_token": "top_k", "moe_topk": "top_k", "num_shared_experts": "num_shared_experts",
-}
-
-
 class _Reader:
     """Takes keys out of a config dict, remembering which ones were used; errors name file and key."""
 
@@ -56,26 +41,16 @@ class _Reader:
     def error(self, key: str, msg: str) -> ConfigError:
         return ConfigError(self.file, key, msg)
 
-    def get(self, key: str, default: Any = ..., kind: type | tuple = (int,)) -> Any:
+    def get(self, key: str, default: Any = ...) -> Any:
+        """The value of `key`, its type and range from json_values.KEYS; `default` when absent or null."""
         self.used.add(key)
-        if key not in self.data or self.data[key] is None and default is not ...:
-            if default is ...:
-                raise self.error(key, "required key is missing")
-            return default
-        v = self.data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(v, bool) != (bool in kinds) or not isinstance(v, kinds):  # bool is an int to isinstance
-            raise self.error(key, f"expected {' or '.join(k.__name__ for k in kinds)}, got {v!r}")
-        problem = field_problem(JSON_FIELDS[key], v) if key in JSON_FIELDS else None
-        if problem:
-            raise self.error(key, problem)
-        return v
+        return value(self.data, key, self.file, default)
 
     def require(self, key: str, allowed: tuple, why: str) -> None:
         """`key` absent or one of `allowed` (the only values the engine implements)."""
         self.used.add(key)
         if key in self.data and self.data[key] not in allowed:
-            raise self.error(key, f"value {self.data[key]!r} is not supported: {why} (supported: "
+            raise self.error(key, f"value {shown(self.data[key])} is not supported: {why} (supported: "
                                   f"{', '.join(repr(a) for a in allowed)})")
 
 
@@ -84,7 +59,7 @@ def _rope(r: _Reader, dim: int) -> tuple[float, YarnScaling | None]:
     legacy = r.data.get("rope_scaling")
     key = "rope_parameters" if params else "rope_scaling"
     if not isinstance(params, dict) or legacy is not None and not isinstance(legacy, dict):
-        raise r.error(key, f"expected a mapping, got {params or legacy!r}")
+        raise r.error(key, f"expected a mapping, got {shown(params or legacy)}")
     scaling = dict(params or legacy or {})
     theta_key = f"{key}.rope_theta" if "rope_theta" in scaling else "rope_theta"
     theta = scaling.pop("rope_theta", r.data.get("rope_theta", 10000.0))
@@ -100,20 +75,24 @@ def _rope(r: _Reader, dim: int) -> tuple[float, YarnScaling | None]:
                                f"'default' (no other keys) and 'yarn'")
         return float(theta), None
     if kind != "yarn":
-        raise r.error(f"{key}.rope_type", f"value {kind!r} is not supported: the engine implements 'default' and 'yarn'")
+        raise r.error(f"{key}.rope_type", f"value {shown(kind)} is not supported: the engine implements 'default' and 'yarn'")
     known = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
              "attention_factor", "truncate"}
     for k, v in scaling.items():
         if k not in known:
-            raise r.error(f"{key}.{k}", f"value {v!r}: not a yarn key the engine implements (supported: {', '.join(sorted(known))})")
+            raise r.error(f"{key}.{k}", f"value {shown(v)}: not a yarn key the engine implements (supported: {', '.join(sorted(known))})")
     if scaling.get("partial_rotary_factor", 1.0) != 1.0:
         raise r.error(f"{key}.partial_rotary_factor", "only 1.0 is supported")
     orig = scaling.get("original_max_position_embeddings")
     if not isinstance(orig, int) or orig < 1:
-        raise r.error(f"{key}.original_max_position_embeddings", f"expected an integer >= 1 for yarn, got {orig!r}")
+        raise r.error(f"{key}.original_max_position_embeddings", f"expected an integer >= 1 for yarn, got {shown(orig)}")
     factor = scaling.get("factor")
     if factor is None:  # HF: the ratio of max_position_embeddings to the pretrained length
-        factor = r.data.get("max_position_embeddings", orig) / orig
+        if r.data.get("max_position_embeddings") is None:
+            raise r.error("max_position_embeddings", f"expected an integer in [1, 16,777,216] when {key}.factor is absent "
+                                                     "(yarn's factor = max_position_embeddings / original_max_position_"
+                                                     f"embeddings), got {shown(r.data.get('max_position_embeddings'))}")
+        factor = value(r.data, "max_position_embeddings", r.file) / orig
     vals = {}
     for k in YARN_FLOATS:
         v = factor if k == "factor" else scaling.get(k)
@@ -126,7 +105,7 @@ def _rope(r: _Reader, dim: int) -> tuple[float, YarnScaling | None]:
         beta_fast=float(vals["beta_fast"] or 32), beta_slow=float(vals["beta_slow"] or 1),  # HF: `or` defaults
         mscale=float(vals["mscale"] or 0.0), mscale_all_dim=float(vals["mscale_all_dim"] or 0.0),
         attention_factor=None if vals["attention_factor"] is None else float(vals["attention_factor"]),
-        truncate=bool(scaling.get("truncate", True)))
+        truncate=True if scaling.get("truncate") is None else scaling["truncate"])  # a bool: json_values.KEYS
 
 
 def _check_quantization(r: _Reader) -> None:
@@ -134,12 +113,15 @@ def _check_quantization(r: _Reader) -> None:
     if q is None:
         return
     if not isinstance(q, dict):
-        raise r.error("quantization_config", f"expected a mapping, got {q!r}")
+        raise r.error("quantization_config", f"expected a mapping, got {shown(q)}")
     if q.get("quant_method") != "fp8":
-        raise r.error("quantization_config.quant_method", f"value {q.get('quant_method')!r} is not supported: "
+        raise r.error("quantization_config.quant_method", f"value {shown(q.get('quant_method'))} is not supported: "
                                                           "only DeepSeek's block FP8 ('fp8') is read")
-    if q.get("fmt", "e4m3") != "e4m3" or list(q.get("weight_block_size", [128, 128])) != [128, 128]:
-        raise r.error("quantization_config", f"{q!r}: supported is fmt e4m3 with weight_block_size [128, 128]")
+    if q.get("fmt", "e4m3") != "e4m3":
+        raise r.error("quantization_config.fmt", f"value {shown(q['fmt'])} is not supported: expected 'e4m3'")
+    if q.get("weight_block_size", [128, 128]) != [128, 128]:  # a list of 2 ints or null here: json_values.KEYS
+        raise r.error("quantization_config.weight_block_size", f"value {shown(q['weight_block_size'])} is not "
+                                                               "supported: expected [128, 128]")
 
 
 def _deepseek(r: _Reader, v3: bool) -> dict:
@@ -160,11 +142,11 @@ def _deepseek(r: _Reader, v3: bool) -> dict:
         kv_lora_rank=r.get("kv_lora_rank"), qk_nope_head_dim=r.get("qk_nope_head_dim"),
         qk_rope_head_dim=r.get("qk_rope_head_dim"), v_head_dim=r.get("v_head_dim"),
         n_group=r.get("n_group", 1) if v3 else 1, topk_group=r.get("topk_group", 1) if v3 else 1,
-        norm_topk_prob=r.get("norm_topk_prob", v3, kind=bool) if v3 else False,
-        routed_scaling_factor=float(r.get("routed_scaling_factor", 1.0, kind=(int, float))),
-        rms_eps=float(r.get("rms_norm_eps", 1e-6, kind=(int, float))),
+        norm_topk_prob=r.get("norm_topk_prob", v3) if v3 else False,
+        routed_scaling_factor=float(r.get("routed_scaling_factor", 1.0)),
+        rms_eps=float(r.get("rms_norm_eps", 1e-6)),
         router="sigmoid_grouped" if v3 else "softmax",
-        rope_interleave=r.get("rope_interleave", True, kind=bool) if v3 else True,
+        rope_interleave=r.get("rope_interleave", True) if v3 else True,
         mtp_layers=r.get("num_nextn_predict_layers", 0))  # MTP layers: not part of the engine's trunk
     if not v3:
         for k in ("n_group", "topk_group"):  # only group_limited_greedy reads them; greedy ignores them
@@ -173,7 +155,7 @@ def _deepseek(r: _Reader, v3: bool) -> dict:
         # never normalises the top-k weights and always rotates interleaved pairs (view_as_complex of (2i, 2i+1)):
         # these keys do not change its forward, so the engine follows the reference whatever they say
         for k in ("norm_topk_prob", "rope_interleave"):
-            r.get(k, None, kind=bool)  # still a bool where given
+            r.get(k, None)  # still a bool where given
     out["num_kv_heads"] = out["num_heads"]
     qk = r.data.get("qk_head_dim")
     if qk is not None and qk != out["qk_nope_head_dim"] + out["qk_rope_head_dim"]:
@@ -190,7 +172,7 @@ def _gqa_common(r: _Reader, family: str) -> dict:
     out = dict(family=family, attention="gqa", hidden_size=H, num_layers=r.get("num_hidden_layers"), first_k_dense=0,
                top_k=r.get("num_experts_per_tok"), num_shared_experts=0, vocab_size=r.get("vocab_size"), num_heads=nh,
                num_kv_heads=r.get("num_key_value_heads", nh), head_dim=head_dim,
-               rms_eps=float(r.get("rms_norm_eps", 1e-6, kind=(int, float))))
+               rms_eps=float(r.get("rms_norm_eps", 1e-6)))
     out["rope_theta"], out["rope_scaling"] = _rope(r, head_dim)
     if out["rope_scaling"] is not None:
         raise r.error("rope_parameters" if r.data.get("rope_parameters") else "rope_scaling", f"yarn is implemented for the MLA families (deepseek_v3, deepseek_v2) only, "
@@ -207,7 +189,7 @@ def _qwen3_moe(r: _Reader) -> dict:
     r.used.add("intermediate_size")  # the dense MLP of mlp_only_layers, which must be empty
     out.update(dense_intermediate=r.get("moe_intermediate_size"), moe_intermediate=r.get("moe_intermediate_size"),
                num_experts=r.get("num_experts") if "num_experts" in r.data else r.get("num_local_experts"),
-               norm_topk_prob=r.get("norm_topk_prob", False, kind=bool), qk_norm=True)
+               norm_topk_prob=r.get("norm_topk_prob", False), qk_norm=True)
     return out
 
 
@@ -222,12 +204,12 @@ def _mixtral(r: _Reader) -> dict:
 
 def _olmoe(r: _Reader) -> dict:
     r.require("clip_qkv", (None,), "q/k/v are not clipped")
-    if r.data.get("head_dim") not in (None, r.data.get("hidden_size", 0) // max(1, r.data.get("num_attention_heads", 1))):
-        raise r.error("head_dim", f"value {r.data['head_dim']!r}: OLMoE's head dim is hidden_size // num_attention_heads")
+    if r.data.get("head_dim") not in (None, r.get("hidden_size") // r.get("num_attention_heads")):
+        raise r.error("head_dim", f"value {shown(r.data['head_dim'])}: OLMoE's head dim is hidden_size // num_attention_heads")
     out = _gqa_common(r, "olmoe")
     inter = r.get("intermediate_size")
     out.update(dense_intermediate=inter, moe_intermediate=inter, num_experts=r.get("num_experts"),
-               norm_topk_prob=r.get("norm_topk_prob", False, kind=bool), qk_norm=True)
+               norm_topk_prob=r.get("norm_topk_prob", False), qk_norm=True)
     return out
 
 
@@ -239,10 +221,10 @@ def _check_layer_types(r: _Reader, num_layers: int) -> None:
     if lt is None:
         return
     if not isinstance(lt, list) or len(lt) != num_layers:
-        raise r.error("layer_types", f"expected a list of {num_layers} entries (num_hidden_layers), got {lt!r}"[:300])
+        raise r.error("layer_types", f"expected a list of {num_layers} entries (num_hidden_layers), got {shown(lt)}")
     for i, kind in enumerate(lt):
         if kind != "full_attention":
-            raise r.error("layer_types", f"layer {i} is {kind!r}: the engine implements full causal attention only "
+            raise r.error("layer_types", f"layer {i} is {shown(kind)}: the engine implements full causal attention only "
                                          "(supported: 'full_attention' for every layer)")
 
 
@@ -261,10 +243,7 @@ def read_config_json(path: str | Path) -> tuple[dict, str]:
     f = _config_file(path)
     if not f.is_file():
         raise ConfigError(str(f), "", "config.json not found: a checkpoint directory holds config.json next to its *.safetensors")
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(str(f), "", f"not valid JSON: {e}") from None
+    data = load_json(f)
     if not isinstance(data, dict):
         raise ConfigError(str(f), "", f"expected a JSON object, got {type(data).__name__}")
     return data, str(f)
@@ -307,14 +286,15 @@ def _spec_from_file(path: str | Path, name: str | None) -> ModelSpec:
     data, file = read_config_json(path)
     mt = data.get("model_type")
     if mt not in _FAMILIES:
-        raise ConfigError(file, "model_type", f"value {mt!r} is not supported; supported: {', '.join(SUPPORTED)}")
+        raise ConfigError(file, "model_type", f"value {shown(mt)} is not supported; supported: {', '.join(SUPPORTED)}")
+    check_values(data, file)  # every value's type and range first: the family readers below compute with them
     r = _Reader(data, file)
     fields = _FAMILIES[mt](r)
     _check_quantization(r)
     _check_layer_types(r, fields["num_layers"])
     for k, v in data.items():
         if k not in r.used and k not in IGNORED:
-            raise ConfigError(file, k, f"value {v!r}: a key dwdp does not map for model_type {mt!r} (mapped keys: "
+            raise ConfigError(file, k, f"value {shown(v)}: a key dwdp does not map for model_type {mt!r} (mapped keys: "
                                        f"{', '.join(sorted(r.used))}); remove it if it does not change the forward")
     try:
         return ModelSpec(name=name or f"hf:{Path(file).parent.name}", **fields)

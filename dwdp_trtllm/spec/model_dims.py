@@ -7,7 +7,8 @@ GLM-4.5 / glm4_moe, and any config using the same key names), and ignores the re
 biases, activation clamps). The spec it returns has `family` set to the config's model_type, and
 `dims_only_reason(spec)` says why the engine cannot run it. `dwdp plan --model`, `dwdp plan-placement --model` and
 `dwdp gen-config --preset` (or --model DIR) read a config.json through it, so every command prices the same spec.
-Every value whose key sets a ModelSpec field is checked against models.FIELD_BOUNDS (check_bounds), the one list.
+Every value is checked by json_values.check_values (type and range per key: models.FIELD_BOUNDS for the keys that
+set a ModelSpec field), the one table hf_config.py reads with too.
 
 What dims-only leaves out, per family (the planner prices full causal attention over every layer):
   gpt_oss   alternate layers use a 128-token sliding window (their attention core is over-priced at long ISL),
@@ -19,8 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .hf_config import JSON_FIELDS, SUPPORTED, read_config_json
-from .models import ModelSpec, field_problem
+from .hf_config import SUPPORTED, read_config_json
+from .json_values import check_values, shown, value
+from .models import ModelSpec
 from .schema import ConfigError
 
 #: config keys that name the same dimension in different families, first match wins
@@ -38,33 +40,14 @@ ENGINE_FAMILIES = tuple(dict.fromkeys(_ENGINE_FAMILY.get(t, t) for t in SUPPORTE
 QUANT_DTYPES = {"mxfp4": "mxfp4", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
 
 
-def check_bounds(data: dict, file: str) -> None:
-    """Every value of `data` whose key sets a ModelSpec field (hf_config.JSON_FIELDS, rope_parameters.rope_theta
-    included) is within models.FIELD_BOUNDS, the one list every ModelSpec is checked against: also the values a
-    dims-only plan does not use (rope_theta, rms_norm_eps), so a NaN is refused, not planned around."""
-    values = [(k, data[k]) for k in JSON_FIELDS if data.get(k) is not None]
-    rope = data.get("rope_parameters")
-    if isinstance(rope, dict) and rope.get("rope_theta") is not None:
-        values.append(("rope_parameters.rope_theta", rope["rope_theta"]))
-    for key, v in values:
-        problem = field_problem(JSON_FIELDS[key.split(".")[-1]], v)
-        if problem:
-            raise ConfigError(file, key, problem)
-
-
 def _int(data: dict, file: str, key: str, *, lo: int = 1, default: Any = ...) -> int:
-    """An integer key: in FIELD_BOUNDS when it sets a ModelSpec field (check_bounds), and >= `lo` where the
-    structure needs more than the bound (a GQA head_dim, MLA ranks > 0)."""
-    if key not in data or data[key] is None:
-        if default is ...:
-            raise ConfigError(file, key, "required key is missing (a dims-only plan needs it)")
-        return default
-    v = data[key]
-    problem = field_problem(JSON_FIELDS[key], v) if key in JSON_FIELDS else None
-    if problem:
-        raise ConfigError(file, key, problem)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ConfigError(file, key, f"expected an integer >= {lo}, got {v!r}")
+    """An integer key (json_values.KEYS: type and range), and >= `lo` where the structure needs more than its range
+    (a GQA head_dim, MLA ranks > 0)."""
+    if data.get(key) is None and default is ...:
+        raise ConfigError(file, key, "required key is missing (a dims-only plan needs it)")
+    v = value(data, key, file, default)
+    if data.get(key) is not None and v < lo:
+        raise ConfigError(file, key, f"expected an integer >= {lo}, got {shown(v)}")
     return v
 
 
@@ -82,7 +65,7 @@ def _first_k_dense(data: dict, file: str, layers: int) -> int:
         return _int(data, file, "first_k_dense_replace", lo=0)
     only = data.get("mlp_only_layers") or []  # Qwen3-MoE: dense layers by index; the planner counts leading ones
     if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
-        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer indices, got {only!r}")
+        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer indices, got {shown(only)}")
     if sorted(only) != list(range(len(only))):
         raise ConfigError(file, "mlp_only_layers", f"dense layers {only} are not the first layers: the planner models "
                                                    "dense layers before MoE layers")
@@ -105,7 +88,7 @@ def dims_from_config(data: dict, file: str = "config.json", name: str | None = N
     `file` and the key."""
     if not isinstance(data, dict):
         raise ConfigError(file, "", f"expected a JSON object, got {type(data).__name__}")
-    check_bounds(data, file)
+    check_values(data, file)
     H = _int(data, file, "hidden_size")
     layers = _int(data, file, "num_hidden_layers")
     E = _alias(data, file, "num_experts")

@@ -103,3 +103,16 @@ def test_verify_says_which_gemm_it_runs_and_how_to_verify_the_deployed_one(tmp_p
             "--device cuda --set dwdp.gemm=<path>)") in out, out
     assert cli.main(["verify", _yaml(tmp_path, ""), "--set", "dwdp.gemm=reference"]) == 0
     assert "DWDP runs gemm reference (the config's; " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tol", ["inf", "nan", "0", "-1", "1.5"])
+def test_a_tolerance_that_cannot_fail_or_pass_is_refused_before_anything_runs(tmp_path, capsys, captured, tol):
+    """--tol inf was accepted: a verification that cannot fail."""
+    assert cli.main(["verify", _yaml(tmp_path, ""), "--tol", tol]) == 2
+    err = capsys.readouterr().err
+    assert f"--tol: expected a number in (0, 1] (a relative error; more cannot fail), got {float(tol)}" in err, err
+    assert len(err.strip().splitlines()) == 1 and "cfg" not in captured
+
+
+def test_the_largest_tolerance_is_taken(tmp_path, captured):
+    assert cli.main(["verify", _yaml(tmp_path, ""), "--tol", "1"]) == 0 and "cfg" in captured

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 from dwdp_trtllm import cli
 from dwdp_trtllm.bench.report import write_atomic
 from dwdp_trtllm.bench.runner import out_lock
-from dwdp_trtllm.engine.launcher import sweep_orphaned_shm
+from dwdp_trtllm.core.transport import shm
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "configs/bench/quickstart.yaml")
@@ -155,8 +156,13 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
             assert proc.returncode == 128 + sig and "terminated by" in err and "Traceback" not in err, err
             assert time.monotonic() - t < 5.0, f"{sig.name}: the parent took {time.monotonic() - t:.1f} s to exit"
         assert _gone(everything) == [], f"processes left after {sig.name} of the parent ({when})"
-        assert _left(mapped | set(glob.glob(f"/dev/shm/dwdp_{proc.pid}_*"))) == [], f"/dev/shm entries left ({when})"
-        assert not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*")
+        assert _left(mapped | set(glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*"))) == [], f"/dev/shm entries left ({when})"
+        assert not glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*")
+        # the ranks' stderr file: its name is gone once every rank beat; a kill before that leaves it to the next run
+        stderr_files = os.path.join(tempfile.gettempdir(), f"dwdp_n*_p{proc.pid}_*_stderr_*")
+        if when == "starting":
+            shm.sweep_orphaned(tempfile.gettempdir())
+        assert _left(set(glob.glob(stderr_files))) == [], f"the ranks' stderr file left ({when})"
         assert all(not psutil.pid_exists(k.pid) or k.status() == psutil.STATUS_ZOMBIE for k in kids)
     finally:
         _kill_group(proc)
@@ -174,24 +180,49 @@ def test_a_group_kill_leaves_nothing_the_next_run_does_not_clean(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=15)
         assert _gone(everything) == []
-        sweep_orphaned_shm()  # what the next run does first
-        assert [p for p in mapped if os.path.exists(p)] == [] and not glob.glob(f"/dev/shm/dwdp_{proc.pid}_*")
+        shm.sweep_orphaned()  # what the next run does first
+        assert [p for p in mapped if os.path.exists(p)] == [] and not glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*")
     finally:
         _kill_group(proc)
 
 
+def _dead_pid() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                              timeout=60).stdout.strip())
+
+
 def test_the_next_run_sweeps_segments_of_dead_runs_only(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=60).stdout.strip()
-    mine, theirs = Path(f"/dev/shm/dwdp_{dead}_test_x"), Path(f"/dev/shm/dwdp_{os.getpid()}_test_x")
-    try:
-        mine.write_bytes(b"x")
-        theirs.write_bytes(b"x")
-        assert str(mine) in sweep_orphaned_shm()
-        assert not mine.exists() and theirs.exists()  # a live owner's segments are not touched
-    finally:
-        mine.unlink(missing_ok=True)
-        theirs.unlink(missing_ok=True)
+    """Two runs in different pid namespaces share /dev/shm (`docker run --ipc=host`): a segment recorded in another
+    namespace is never removed, whatever its pid is here; in ours, a live owner's segment stays, and a dead owner's
+    goes, as does one whose pid is alive but started at another time (the pid was reused)."""
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    me, dead = os.getpid(), _dead_pid()
+    started = int(open(f"/proc/{me}/stat").read().rsplit(")", 1)[1].split()[19])
+    mine = shm.owner_tag("0123abcd")
+    assert mine == f"dwdp_n{ns}_p{me}_s{started}_0123abcd"
+    names = {
+        "live": f"{mine}_dwdp_0_w13",
+        "dead": f"dwdp_n{ns}_p{dead}_s{started}_0123abcd_dwdp_1_w13",
+        "reused": f"dwdp_n{ns}_p{me}_s{started + 1}_0123abcd_dwdp_2_w13",
+        "other_ns_dead": f"dwdp_n{ns + 1}_p{dead}_s{started}_0123abcd_dwdp_0_w13",
+        "other_ns_reused": f"dwdp_n{ns + 1}_p{me}_s{started + 1}_0123abcd_dwdp_0_w13",
+        "bare_pid": f"dwdp_{dead}_0123abcd_dwdp_0_w13",  # today's tag: a bare pid proves nothing
+        "torchrun": f"dwdp_{dead}_dwdp_dwdp_0_w13",  # run_in_process's tag: a port, not a pid
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    removed = shm.sweep_orphaned(str(tmp_path))
+    assert sorted(removed) == sorted(str(tmp_path / names[k]) for k in ("dead", "reused"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        names[k] for k in ("live", "other_ns_dead", "other_ns_reused", "bare_pid", "torchrun"))
+
+
+def test_no_segment_is_swept_when_this_process_cannot_read_its_pid_namespace(tmp_path, monkeypatch):
+    (tmp_path / f"dwdp_n1_p{_dead_pid()}_s5_0123abcd_dwdp_0_w").write_bytes(b"x")
+    real_stat = os.stat
+    monkeypatch.setattr(shm.os, "stat", lambda p, *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied", p))
+                        if str(p) == "/proc/self/ns/pid" else real_stat(p, *a, **k))
+    assert shm.sweep_orphaned(str(tmp_path)) == [] and len(list(tmp_path.iterdir())) == 1
 
 
 @pytest.mark.slow  # spawns ranks: 15-35 s on 2 cores
@@ -567,3 +598,85 @@ def test_warmup_longer_than_the_run_is_refused_before_any_rank(tmp_path, capsys)
                      "--set", "run.warmup_iters=50"])
     err = capsys.readouterr().err
     assert code == 2 and "run.warmup_iters: 50 warm-up iterations" in err and not (tmp_path / "o").exists(), err
+
+
+def test_a_full_out_at_the_start_is_one_line_naming_the_file_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """A filesystem that refuses the run's first write (its lock file): the lock file is made a link to /dev/full,
+    which refuses writes (and truncation), so the test needs no mount (the real full tmpfs below needs root). Was an
+    OSError naming no file."""
+    from dwdp_trtllm.bench import runner
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: pytest.fail("a rank was started"))
+    out = tmp_path / "out"
+    (out / "points").mkdir(parents=True)
+    (out / ".dwdp.lock").symlink_to("/dev/full")
+    assert cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"dwdp bench: config error: {out / '.dwdp.lock'}: --out: cannot write the run's lock file ("), err
+    assert sorted(p.name for p in out.iterdir()) == ["points"] and not list((out / "points").iterdir())
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A 64 KiB tmpfs filled to the last byte; needs root with CAP_SYS_ADMIN, else skipped with the reason (the
+    /dev/full test above covers the logic)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or r.returncode})")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass  # ENOSPC: full
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_real_full_filesystem_at_the_start_names_the_file_and_leaves_no_directory(full_tmpfs, capsys, monkeypatch):
+    from dwdp_trtllm.bench import runner
+
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: pytest.fail("a rank was started"))
+    out = full_tmpfs / "a" / "out"
+    assert cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out / '.dwdp.lock'}: --out: cannot write the run's lock file" in err[0], err
+    assert sorted(os.listdir(full_tmpfs)) == ["filler"]  # a/, out/, points/ and the lock file removed again
+
+
+def test_a_live_run_in_another_pid_namespace_keeps_its_segments(tmp_path):
+    """The real thing: a process in a new pid namespace (unshare --pid, its /proc its own, as in a container with
+    --ipc=host) names a segment with its own tag; there its pid is 1 or so, a pid that here is another process or
+    none. Our sweep leaves the segment alone while that run lives, and after it ended too (nothing here can prove
+    a process of another namespace dead). A later run in a namespace of its own (a restarted container) is another
+    namespace again: it keeps the segment too (safe, at the price of an orphan that only a person removes).""" 
+    root = str(ROOT)
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from dwdp_trtllm.core.transport import shm; "
+            "open(sys.argv[2] + '/' + shm.owner_tag('0123abcd') + '_dwdp_0_w13', 'w').close(); print('made', flush=True); "
+            "time.sleep(float(sys.argv[3]))")
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a pid namespace here (unshare: {probe.stderr.strip() or probe.returncode})")
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, root,
+                              str(tmp_path), "60"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert other.stdout.readline().strip() == "made"
+        (seg,) = tmp_path.iterdir()
+        assert not seg.name.startswith(f"dwdp_n{os.stat('/proc/self/ns/pid').st_ino}_")  # another namespace's tag
+        assert shm.sweep_orphaned(str(tmp_path)) == [] and seg.exists()  # alive there: kept
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait(timeout=30)
+    assert shm.sweep_orphaned(str(tmp_path)) == [] and seg.exists()  # dead there, but not provably so from here
+    sweep = ("import sys; sys.path.insert(0, sys.argv[1]); from dwdp_trtllm.core.transport import shm; "
+             "print(len(shm.sweep_orphaned(sys.argv[2])))")
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", sweep, root, str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "0" and seg.exists(), r.stderr

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2] / PKG
 
 #: the core: modules that any host (embedded engine, TensorRT-LLM) uses and that use no host
 CORE = ["dwdp_trtllm.spec.config", "dwdp_trtllm.spec.schema", "dwdp_trtllm.spec.yaml_safe", "dwdp_trtllm.spec.models",
-        "dwdp_trtllm.spec.hf_config", "dwdp_trtllm.core.placement", "dwdp_trtllm.core.copy_plan", "dwdp_trtllm.core.expert_buffers",
+        "dwdp_trtllm.spec.hf_config", "dwdp_trtllm.spec.json_values", "dwdp_trtllm.core.placement", "dwdp_trtllm.core.copy_plan", "dwdp_trtllm.core.expert_buffers",
         "dwdp_trtllm.core.transport", "dwdp_trtllm.core.transport.shm", "dwdp_trtllm.core.transport.cuda_ipc",
         "dwdp_trtllm.core.transport.vmm", "dwdp_trtllm.core.copy_scheduler", "dwdp_trtllm.core.prefetcher",
         "dwdp_trtllm.errors", "dwdp_trtllm.core.runtime", "dwdp_trtllm.deploy.memory", "dwdp_trtllm.core.composite_slots",

@@ -6,11 +6,33 @@ import pytest
 from dwdp_trtllm import cli
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0.5"])
-def test_validate_plan_interference_not_a_finite_number_at_least_1(tmp_path, capsys, value):
-    assert cli.main(["validate-plan", str(tmp_path / "results.json"), f"--interference={value}"]) == 2
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0.5", "100", "1e308"])
+@pytest.mark.parametrize("command", ["validate-plan", "plan"])
+def test_interference_outside_the_one_bound_both_commands_share_exits_2(tmp_path, capsys, value, command):
+    """validate-plan took 1e308 while plan capped it at 100: one bound (commands/plan.py INTERFERENCE_MAX) for both."""
+    argv = [str(tmp_path / "results.json")] if command == "validate-plan" else ["--no-bench-results"]
+    assert cli.main([command, *argv, f"--interference={value}"]) == 2
     err = capsys.readouterr().err
-    assert "--interference: expected a finite number >= 1" in err and len(err.strip().splitlines()) == 1, err
+    assert f"--interference: expected a number in [1, 100), got {float(value)}" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("target,make,needle", [
+    ("trtllm", "dir", "--bench-results: calibrates --target engine only, got --target trtllm"),
+    ("trtllm", None, "--bench-results: calibrates --target engine only, got --target trtllm"),
+    ("engine", None, "(no such file or directory)"),
+    ("engine", "file", "(a file)"),
+])
+def test_plan_bench_results_that_cannot_apply_is_refused_not_ignored(tmp_path, capsys, target, make, needle):
+    """--bench-results was silently ignored unless --target engine, a missing path too."""
+    path = tmp_path / "results"
+    if make == "dir":
+        path.mkdir()
+    elif make == "file":
+        path.write_text("{}")
+    assert cli.main(["plan", "--isl", "8192", "--target", target, "--bench-results", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and str(path) in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("argv", [["serve", "MODEL", "--dwdp"], ["serve", "MODEL", "--dwdp", "--config", "x.yaml"]])

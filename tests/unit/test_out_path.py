@@ -43,6 +43,9 @@ CASES = {  # name -> (path text (tmp_path/ prefixed unless empty), words of the 
     "dangling": ("dangling", "is a dangling symbolic link"),
     "too_long": ("n" * 300, "name too long (3"),
     "file_in_the_way": ("FILE/sub", "FILE is a file, not a directory"),
+    # a shell passes the byte 0xff; Python's argv carries it as the surrogate U+DCFF (was a UnicodeEncodeError
+    # traceback from gen-config, with its temporary directory left behind)
+    "not_utf8": ("out_\udcff_x", "expected a path of UTF-8 characters, got the bytes b'"),
 }
 
 
@@ -102,3 +105,14 @@ def test_verify_failure_log_goes_to_the_temp_dir_not_the_working_directory(tmp_p
     assert log.is_file() and log.parent == Path(tempfile.gettempdir()) and "RuntimeError: boom" in log.read_text()
     assert list(tmp_path.iterdir()) == []  # no ./bench_out
     log.unlink()
+
+
+def test_gen_config_leaves_no_temporary_directory_when_writing_is_interrupted(tmp_path, monkeypatch):
+    from dwdp_trtllm.commands import gen_config_files
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Path, "write_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gen_config_files.write_all(tmp_path / "out", {"a.yaml": "x: 1\n"})
+    assert list(tmp_path.iterdir()) == []

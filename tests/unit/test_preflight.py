@@ -11,7 +11,8 @@ import pytest
 
 from dwdp_trtllm.deploy import host_resources
 from dwdp_trtllm.bench import runner
-from dwdp_trtllm.bench.preflight import PreflightError, check_resources, check_warmup, max_iterations, run_needs
+from dwdp_trtllm.bench.preflight import (PreflightError, check_resources, check_warmup, run_needs, shm_segments,
+                                         sure_iterations)
 from dwdp_trtllm.bench.sweep import load_sweep
 from dwdp_trtllm.spec.workload import generate_requests
 from dwdp_trtllm.spec.config import BenchConfig
@@ -137,7 +138,7 @@ def test_warmup_at_or_past_the_iterations_exits_2_naming_the_key_before_any_rank
     _fake_machine(monkeypatch, _free())
     cfg = _smoke_cfg()
     queues = generate_requests(cfg.workload, cfg.run.ranks)
-    n = max(max_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
+    n = max(sure_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
     assert 1 < n < 50
     out = tmp_path / "o"
     err = _refused(["--out", str(out), "--set", f"run.warmup_iters={n}"])
@@ -146,22 +147,62 @@ def test_warmup_at_or_past_the_iterations_exits_2_naming_the_key_before_any_rank
     check_warmup(_smoke_cfg(**{"run.warmup_iters": n - 1}), queues)  # one measured iteration is enough
 
 
-def test_max_iterations_is_exact_offline_and_an_upper_bound_with_arrivals():
+def test_sure_iterations_is_exact_offline_and_a_lower_bound_with_arrivals():
     offline = [Request(request_id=i, rank=0, isl=100, arrival_s=0.0) for i in range(5)]
-    assert max_iterations(offline, 128) == (4, True)  # 500 tokens in 128-token iterations
+    assert sure_iterations(offline, 128) == (4, True)  # 500 tokens in 128-token iterations
     late = [Request(request_id=i, rank=0, isl=100, arrival_s=float(i)) for i in range(5)]
-    assert max_iterations(late, 128) == (9, False)  # every request alone at worst: 5 <= 9
-    assert max_iterations([], 128) == (0, True)
+    assert sure_iterations(late, 128) == (4, False)  # no iteration takes more than 128 tokens; arrivals may add more
+    assert sure_iterations([], 128) == (0, True)
+
+
+def test_poisson_warmup_that_may_leave_nothing_measured_is_refused_before_the_run_naming_the_key(
+        tmp_path, capsys, monkeypatch, no_ranks):
+    """Poisson arrivals: the run may take more iterations than its tokens need, but only ceil(tokens / max_num_tokens)
+    are certain; a warm-up at or past them ended after the run in an inconsistent point without naming the key."""
+    _fake_machine(monkeypatch, _free())
+    sets = {"workload.arrival": "poisson", "workload.rate": "1000"}
+    cfg = _smoke_cfg(**sets)
+    queues = generate_requests(cfg.workload, cfg.run.ranks)
+    assert any(r.arrival_s > 0 for q in queues for r in q)
+    n = max(sure_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
+    out = tmp_path / "o"
+    err = _refused(["--out", str(out), *sum((["--set", f"{k}={v}"] for k, v in
+                                             {**sets, "run.warmup_iters": n}.items()), [])])
+    assert (f"run.warmup_iters: {n} warm-up iterations, but the busiest rank is sure to run only (workload.arrival "
+            f"poisson: more depend on when requests arrive) {n} iteration(s)") in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    check_warmup(_smoke_cfg(**{**sets, "run.warmup_iters": n - 1}), queues)
 
 
 def test_read_free_reads_statvfs_of_dev_shm(monkeypatch):
     class St:
-        f_bavail, f_frsize, f_blocks = 10, 4096, 16
+        f_bavail, f_frsize, f_blocks, f_files, f_favail, f_flag = 10, 4096, 16, 100, 7, os.ST_RDONLY | os.ST_NOSUID
     seen = []
     monkeypatch.setattr(os, "statvfs", lambda p: seen.append(p) or St())
     free = host_resources.read_free()
     assert seen == ["/dev/shm"] and free.shm_free == 40960 and free.shm_total == 65536
+    assert free.shm_files_free == 7 and free.shm_readonly
     assert free.gpu_free is None  # GPUs only when asked
+    St.f_files, St.f_flag = 0, 0  # tmpfs without an inode limit reports no inodes at all
+    free = host_resources.read_free()
+    assert free.shm_files_free is None and not free.shm_readonly
+
+
+@pytest.mark.parametrize("free,needle", [
+    (dict(shm_files_free=3), "segment files in /dev/shm (one per rank, MoE layer and expert tensor, 2 ranks) but "
+                             "/dev/shm has 3 free inodes"),
+    (dict(shm_readonly=True), "/dev/shm is mounted read-only, but the run creates"),
+])
+def test_dev_shm_without_inodes_or_read_only_is_refused_before_any_rank(tmp_path, capsys, monkeypatch, no_ranks,
+                                                                        free, needle):
+    """Bytes to spare but no inode (or a read-only mount): DEP ran 20 s, then DWDP's first segment failed."""
+    _fake_machine(monkeypatch, _free(**free))
+    out = tmp_path / "o"
+    err = _refused(["--out", str(out)])
+    files = shm_segments(_smoke_cfg(), "dwdp")
+    assert files > 3 and needle in err and f"{files:,} segment files" in err and "--shm-size" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    check_resources(_smoke_cfg(**{"run.modes": "[dep]"}), _free(**free))  # DEP on the CPU creates no segment
 
 
 def test_verify_checks_the_three_modes_it_runs_before_any_rank(capsys, monkeypatch):
@@ -187,13 +228,13 @@ def test_max_iterations_matches_the_scheduler_offline():
         sched, n = RankScheduler(queue, mnt), 0
         while sched.next_batch(0.0):
             n += 1
-        assert max_iterations(queue, mnt) == (n, True)
+        assert sure_iterations(queue, mnt) == (n, True)
 
 
 def test_dep_only_offline_is_bounded_by_the_busiest_rank():
     cfg = _smoke_cfg(**{"run.modes": "[dep]"})
     queues = generate_requests(cfg.workload, cfg.run.ranks)
-    n = max(max_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
+    n = max(sure_iterations(q, cfg.workload.max_num_tokens)[0] for q in queues)
     with pytest.raises(PreflightError, match="run.warmup_iters"):
         check_warmup(_smoke_cfg(**{"run.modes": "[dep]", "run.warmup_iters": n}), queues)
 
@@ -251,3 +292,52 @@ def test_cpu_attention_scores_of_long_mla_requests_are_refused_before_any_rank(t
     _, points = load_sweep(quick, sets)
     needs = run_needs(points[0].config)
     assert needs.attention[0] >= 702_733 ** 2 * 33  # rank 0's first request alone, mask + 2 fp32 copies x 4 heads
+
+
+def _cgroup_tree(tmp_path, levels: dict[str, tuple[str, int]], proc: str, v2: bool = False):
+    """A fake /sys/fs/cgroup (v1: memory/ below it; v2: the unified root) with (limit, usage) per level, and a
+    /proc/self/cgroup naming `proc`."""
+    root = tmp_path / "cgroup"
+    mount = root if v2 else root / "memory"
+    limit, usage = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    mount.mkdir(parents=True)
+    if v2:
+        (root / "cgroup.controllers").write_text("cpu memory\n")
+    for rel, (lim, use) in levels.items():
+        d = mount / rel if rel else mount
+        d.mkdir(parents=True, exist_ok=True)
+        (d / limit).write_text(f"{lim}\n")
+        (d / usage).write_text(f"{use}\n")
+    pc = tmp_path / "proc_cgroup"
+    pc.write_text(f"0::{proc}\n" if v2 else f"4:memory:{proc}\n1:cpu:/\n0::/\n")
+    return str(pc), str(root)
+
+
+def test_a_cgroup_v1_limit_below_the_mount_root_is_seen(tmp_path):
+    """This machine's own layout: 4:memory:/process_api/<id>, the mount root unlimited, the limit two levels down."""
+    unlimited = str(9223372036854771712)
+    pc, root = _cgroup_tree(tmp_path, {"": (unlimited, 10 << 30), "process_api": (unlimited, 9 << 30),
+                                       "process_api/abc": (str(4 << 30), 1 << 30)}, "/process_api/abc")
+    room = host_resources._cgroup_room(pc, root)
+    assert room == (3 << 30, str(tmp_path / "cgroup/memory/process_api/abc"))
+
+
+def test_the_smallest_limit_of_every_cgroup_level_decides_v1_and_v2(tmp_path):
+    for v2 in (False, True):
+        base = tmp_path / ("v2" if v2 else "v1")
+        pc, root = _cgroup_tree(base, {"": ("max" if v2 else str(1 << 62), 0), "a": (str(8 << 30), 7 << 30),
+                                       "a/b": (str(64 << 30), 1 << 30)}, "/a/b", v2=v2)
+        mount = base / "cgroup" / ("" if v2 else "memory")
+        assert host_resources._cgroup_room(pc, root) == (1 << 30, str(mount / "a"))  # the parent's 1 GiB, not 63
+
+
+def test_a_container_seeing_the_hosts_cgroup_path_reads_its_own_mount_root(tmp_path):
+    pc, root = _cgroup_tree(tmp_path, {"": (str(2 << 30), 1 << 29)}, "/docker/0123abcd")
+    assert host_resources._cgroup_room(pc, root) == ((2 << 30) - (1 << 29), str(tmp_path / "cgroup/memory"))
+
+
+def test_host_available_names_the_cgroup_level_that_decided(monkeypatch):
+    monkeypatch.setattr(host_resources, "_meminfo_available", lambda: 20 << 30)
+    monkeypatch.setattr(host_resources, "_cgroup_room", lambda: (3 << 30, "/sys/fs/cgroup/memory/process_api/abc"))
+    assert host_resources.host_available() == (
+        3 << 30, "the memory limit of cgroup /sys/fs/cgroup/memory/process_api/abc minus its usage")

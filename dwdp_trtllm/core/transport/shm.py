@@ -4,8 +4,12 @@ Segment names: f"{tag}_{dwdp_rank}_{sanitised key}" under /dev/shm. `tag` should
 name that already exists is an error here, never silently reused. A segment's name exists only from
 allocate() until every peer has mapped it (the end of open_peers): then its owner unlinks it and the
 memory lives on in the mappings alone, so a run killed any later (SIGKILL, a group kill, a closed
-terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the launcher removes
-(engine/launcher.py sweep_orphaned_shm).
+terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the next run removes
+(`sweep_orphaned`, called by engine/launcher.py), but only what it can prove dead: the launcher's tag
+(`owner_tag`) records the owning process's pid namespace (the inode of /proc/self/ns/pid) and start time (field
+22 of /proc/<pid>/stat, clock ticks since boot) beside its pid. /dev/shm is shared across pid namespaces
+(`docker run --ipc=host`, the setup the README recommends), where a pid names another process or none at all; a
+bare pid proves nothing there, and a reused pid proves nothing anywhere.
 
 Owners create and write their segments; peers map them with PROT_READ, so a peer that writes into
 a buffer it only borrowed faults instead of corrupting the owner's weights. Owners and peers open the
@@ -36,6 +40,69 @@ from .base import PeerTransport, TransportError
 
 _SHM_DIR = "/dev/shm"
 _BAD = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+#: the launcher's run tag: dwdp_n<pid namespace inode>_p<pid>_s<start time in clock ticks>_<8 hex digits>
+_OWNER = re.compile(r"^dwdp_n(\d+)_p(\d+)_s(\d+)_[0-9a-f]{8}_")
+
+
+def _pid_namespace() -> int | None:
+    """The inode of this process's pid namespace, or None when /proc cannot prove it: no /proc, or a /proc mounted
+    for another pid namespace (its /proc/self is not this process)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            if int(f.read().split(b" ", 1)[0]) != os.getpid():
+                return None
+        return os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time after boot, clock ticks); None when no such process is visible."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the name (field 2) may hold spaces and parentheses
+        return int(fields[19])  # fields[0] is field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def owner_tag(run_id: str) -> str:
+    """A run tag naming this process as its segments' owner (pid namespace, pid, start time) for `sweep_orphaned`;
+    run_id: 8 hex digits telling runs of one process apart."""
+    if not re.fullmatch(r"[0-9a-f]{8}", run_id):
+        raise ValueError(f"owner_tag: run_id must be 8 lowercase hex digits, got {run_id!r}")
+    pid = os.getpid()
+    return f"dwdp_n{_pid_namespace() or 0}_p{pid}_s{_start_time(pid) or 0}_{run_id}"
+
+
+def sweep_orphaned(shm_dir: str = _SHM_DIR) -> list[str]:
+    """Remove segments (and other files named by a run tag, e.g. engine/rank_entry.py's stderr files in the temp dir)
+    under shm_dir whose owner (recorded by `owner_tag`) is provably dead: same pid namespace as
+    this process, and its pid gone or held by a process that started at another time. Never removed: a segment of
+    another pid namespace, one whose name records no owner (another tag, or namespace/start time unknown: 0), any
+    segment when this process's own namespace cannot be read. Returns the removed paths."""
+    ns = _pid_namespace()
+    if ns is None:
+        return []
+    removed = []
+    for name in sorted(os.listdir(shm_dir)):
+        m = _OWNER.match(name)
+        if m is None:
+            continue
+        owner_ns, pid, started = (int(g) for g in m.groups())
+        if owner_ns != ns or started == 0:
+            continue  # another namespace's pid means nothing here; an unknown start time proves nothing
+        if _start_time(pid) == started:
+            continue  # the owner lives
+        path = os.path.join(shm_dir, name)
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
 
 
 def segment_name(tag: str, rank: int, key: str) -> str:
