@@ -1,8 +1,23 @@
-"""Shared test setup: one torch thread (2-core CI machines: OpenMP spin-waits cost more than they give)."""
+"""Shared test setup: one torch thread (2-core CI machines: OpenMP spin-waits cost more than they give) and a pinned
+terminal width, so no test depends on the terminal it runs in."""
 import pytest
 import torch
 
 torch.set_num_threads(1)
+
+#: The width every test sees, in-process (rich reads COLUMNS when a Console is made) and in the subprocesses it
+#: starts (they inherit the environment): 80, what rich gives piped output when COLUMNS is unset, the width the
+#: tests' expected output was written for. A test that checks another width sets its own.
+TEST_COLUMNS = "80"
+
+
+@pytest.fixture(autouse=True)
+def pinned_terminal(monkeypatch):
+    """COLUMNS pinned to TEST_COLUMNS; the variables that make rich treat a pipe as a terminal (colour codes,
+    cursor moves in the output) removed."""
+    monkeypatch.setenv("COLUMNS", TEST_COLUMNS)
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def _assert_run_consistent(run: dict) -> None:

@@ -60,7 +60,7 @@ def _load_point(path: Path, console: Console | None = None) -> dict | None:
     if not (isinstance(run, dict) and isinstance(run.get("metrics"), dict) and isinstance(run.get("config"), dict)):
         if console is not None:
             console.print(f"[yellow]warning:[/] {path} is not a finished point (unreadable or of the wrong shape): "
-                          "running that point again")
+                          "running that point again", soft_wrap=True)
         return None
     return run
 
@@ -232,10 +232,13 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
     points_dir = out / "points"
     finished = {} if force else {p.key: run for p in points
                                  if (run := _load_point(points_dir / f"{p.key}.json", console)) is not None}
+    # lines that name a path are printed unwrapped (soft_wrap): rich would split the path, or a hint after it,
+    # wherever the path's length puts the console's edge; the terminal wraps them without changing the text
     console.print(f"dwdp bench: {len(points)} point(s)" + (f" sweeping {', '.join(swept)}" if swept else "")
-                  + f"; results in {out}")
+                  + f"; results in {out}", soft_wrap=True)
     if finished:
-        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir} (--force runs them again)")
+        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir} (--force runs them again)",
+                      soft_wrap=True)
         for p in points:
             if p.key in finished:
                 print_point(console, finished[p.key])
@@ -263,7 +266,7 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
                 plot_files.append(t)
         files["plots"] = plot_files
     console.print(f"wrote {json_path}, {csv_path}" + (f" and {len(files['plots'])} plot(s) in {out / 'plots'}"
-                                                     if files["plots"] else ""))
+                                                     if files["plots"] else ""), soft_wrap=True)
     bad = [r["point_hash"] for r in runs if not r.get("consistency", {}).get("ok", True)]
     if bad:
         console.print(f"[red]{len(bad)} point(s) failed the consistency checks:[/] {', '.join(bad)}")

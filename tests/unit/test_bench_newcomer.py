@@ -2,6 +2,7 @@
 CPU runs labelled as functional demos, one ratio direction, tables that fit 80 columns."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -36,6 +37,22 @@ def test_force_runs_finished_points_again_and_no_lock_is_left(cfg_file, tmp_path
     assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots", "--force"]) == 0
     assert [m for m, _ in engine] == ["dep", "dwdp"]
     assert not (out / ".dwdp.lock").exists()
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_lines_naming_a_path_are_never_split_whatever_the_width(cfg_file, tmp_path, engine, width):
+    """The resume hint and the lines naming the output folder come out whole on any console width and any path
+    length (rich would otherwise break them wherever the path puts the edge)."""
+    from rich.console import Console
+
+    out = tmp_path / ("a_long_folder_name_" * 4) / "out"
+    runner.run_bench(cfg_file, out_dir=out, plots=False, console=Console(width=width, file=io.StringIO()))
+    con = Console(width=width, record=True, file=io.StringIO())
+    runner.run_bench(cfg_file, out_dir=out, plots=False, console=con)
+    lines = con.export_text().splitlines()
+    assert f"skipping 1 finished point(s) found in {out / 'points'} (--force runs them again)" in lines
+    assert f"dwdp bench: 1 point(s); results in {out}" in lines
+    assert any(ln.startswith(f"wrote {out / 'results.json'}, {out / 'results.csv'}") for ln in lines), lines
 
 
 def test_a_failed_run_leaves_no_lock_and_a_held_lock_still_refuses(cfg_file, tmp_path, monkeypatch):
