@@ -28,7 +28,7 @@ from .preflight import preflight
 from .repeats import merge_repeats
 from ..out_path import check_out_dir
 from ..schema import MAX_SWEEP_POINTS, ConfigError
-from .report import env_info, json_ready, print_point, write_atomic, write_results
+from .report import env_info, json_ready, point_label, print_point, write_atomic, write_results
 from .sweep import SweepPoint, check_device_present, load_sweep
 from .timeline import steady_timeline
 from .workload import generate_requests
@@ -246,7 +246,7 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
     if todo and run_mode is None:
         run_mode = engine_run_mode()
     for i, p in enumerate(todo):
-        desc = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "single point"
+        desc = point_label(p.values)
         console.rule(f"point {i + 1}/{len(todo)}: {desc}")
         run = run_repeated(p, run_mode, console, floor=floor, floor_sustained=floor_sustained)  # type: ignore[arg-type]
         text = json.dumps(json_ready(run), allow_nan=False)
