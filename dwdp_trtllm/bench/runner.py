@@ -24,7 +24,7 @@ from ..config import BenchConfig
 from ..engine.records import RankResult, Request
 from .floor_sustained import measured_window
 from .metrics import compute_metrics, consistency
-from .preflight import preflight
+from .preflight import nothing_to_fetch_note, preflight
 from .repeats import merge_repeats
 from ..out_path import check_out_dir
 from ..schema import MAX_SWEEP_POINTS, ConfigError
@@ -222,6 +222,8 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     # before any rank starts (exit 2): warm-up vs iterations, and what the unfinished points take vs what is free
     todo = [p for p in points if force or not (out / "points" / f"{p.key}.json").is_file()]
     preflight(todo, file=str(config_path), resources=run_mode is None)
+    if (note := nothing_to_fetch_note(points)) is not None:
+        console.print(note, soft_wrap=True)
     with out_lock(out):
         return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor, force,
                                  floor_sustained)

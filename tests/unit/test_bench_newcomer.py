@@ -196,3 +196,19 @@ def test_plots_show_the_median_gain_of_the_repeats(tmp_path):
     sweep = [dict(merged, point={"workload.isl": isl}) for isl in (128, 256)]
     (png,) = plot_ratios(sweep, ["workload.isl"], tmp_path)
     assert png.name == "ratio_workload.isl.png"
+
+
+@pytest.mark.parametrize("size,said", [(2, None), (1, "note: DWDP fetches no expert (dwdp.dwdp_size 1,"),
+                                       ([1, 2], "note: DWDP fetches no expert at dwdp.dwdp_size=1 (dwdp.dwdp_size 1,")])
+def test_a_bench_where_dwdp_fetches_nothing_says_so_in_one_line(tmp_path, engine, capsys, size, said):
+    cfg = {**CFG, "dwdp": {**CFG["dwdp"], "dwdp_size": size}}
+    f = tmp_path / "b.yaml"
+    f.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["bench", str(f), "--out", str(tmp_path / "o"), "--no-plots"]) == 0
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note: DWDP fetches no expert")]
+    if said is None:
+        assert notes == [] and len(engine) == 2
+    else:
+        assert len(notes) == 1 and notes[0].startswith(said), notes
+        assert notes[0].endswith("set dwdp.dwdp_size >= 2 to measure DWDP's copies")
+        assert [m for m, _ in engine].count("dwdp") == (1 if size == 1 else 2)  # a note, not a refusal: it runs
