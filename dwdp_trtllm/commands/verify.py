@@ -111,8 +111,9 @@ class ModeProgress:
         if not finished_before and sum(per_rank.values()) >= self.total:
             now = self.clock()
             step = MODES.index(mode) + 1 if mode in MODES else "?"
+            first = len(self.done) == 1
             self.out(f"dwdp verify: {mode} done ({step}/{len(MODES)}): {self.total} requests in "
-                     f"{now - self.t_last:.1f} s")
+                     f"{now - self.t_last:.1f} s" + (" (the ranks' start-up included)" if first else ""))
             self.t_last = now
 
 

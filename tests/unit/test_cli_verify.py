@@ -134,7 +134,7 @@ def test_verify_prints_a_line_as_each_mode_finishes(monkeypatch):
     assert lines[0] == "dwdp verify: starting 2 rank processes; reference, dep, dwdp run in turn on the same 4 requests"
     said = [ln for ln in lines if ln.startswith("dwdp verify: ") and " done " in ln]
     assert [ln.split(" done ")[0] for ln in said] == ["dwdp verify: reference", "dwdp verify: dep", "dwdp verify: dwdp"]
-    assert "(3/3): 4 requests in " in said[-1]
+    assert "(3/3): 4 requests in " in said[-1] and said[0].endswith(" s (the ranks' start-up included)")
     # each line comes right after the mode's last event, not at the end of the run
     assert lines.index(said[0]) == lines.index("event reference 1 2") - 1
     assert lines.index(said[1]) == lines.index("event dep 1 2") - 1
