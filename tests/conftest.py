@@ -12,8 +12,9 @@ TEST_COLUMNS = "80"
 
 
 #: Tests marked slow here rather than in their files: each one spawns processes (fake TensorRT-LLM worlds, engine
-#: ranks, fresh interpreters) and took over ~5 s in the full suite's --durations on a loaded 2-core machine
-#: (2026-12-05; the number is that run's seconds). `-m "not slow"` leaves them out; the full suite runs them.
+#: ranks, fresh interpreters) or runs a whole script (the planner matrix of a campaign), and took over ~5 s in the
+#: full suite's or the fast subset's --durations on a loaded 2-core machine (2026-12-05; the number is that run's
+#: seconds). `-m "not slow"` leaves them out; the full suite runs them.
 #: tests/unit/test_slow_marks.py checks that every entry still names a test.
 SLOW = {
     "tests/unit/test_trtllm_fp8_default.py::test_fake_world_without_gemm_does_not_run_merge": 138,
@@ -39,6 +40,8 @@ SLOW = {
     "tests/unit/test_trtllm_serve.py::test_check_trtllm_without_tensorrt_llm": 18,
     "tests/unit/test_trtllm_hook.py::test_env_var_and_fake_trtllm_tree_get_patched": 16,
     "tests/unit/test_trtllm_hook.py::test_missing_target_does_not_stop_processes_our_engine_does_not_patch": 15,
+    "tests/unit/test_plan_recalibration.py::test_plan_matrix_reads_the_campaign_it_is_given": 15,
+    "tests/unit/test_import_graph.py::test_the_bench_path_leaves_transformers_unimported": 8,
 }
 
 

@@ -59,6 +59,7 @@ def _pip_dry_run(venv_python: Path, links: Path, requirement: str) -> str:
     return res.stdout
 
 
+@pytest.mark.slow  # a venv and two pip resolutions in subprocesses: ~5 s on a loaded 2-core machine
 def test_pip_keeps_the_containers_torch(tmp_path):
     """A venv holding only a fake `torch 2.8.0a0+...nv25.6` and an index offering torch 2.8.0: with the project's
     requirement pip reports it satisfied and installs nothing; with the former `torch>=2.8` it would install 2.8.0
