@@ -40,6 +40,10 @@ EXCLUDED = {
 }
 #: a command's name alone in a sentence ("`dwdp bench` prints ...") is a mention, not a command line
 MENTIONS = {"dwdp", "dwdp bench", "dwdp verify", "dwdp gen-config", "dwdp plan", "dwdp plan-placement", "scripts/"}
+#: walk-through steps whose output the README quotes in the ``` block after the step's title: every quoted line
+#: without "..." must be in the command's output (a README that no longer shows what the command prints fails)
+QUOTED = {"dwdp plan-placement --dwdp-size 8": "**What one rank holds:**",
+          "dwdp gen-config --preset deepseek-r1 --dwdp-size 8": "**Write the deployment:**"}
 #: exit codes other than 0 that the README itself states
 EXPECTED_EXIT = {"dwdp check-trtllm": 1}  # "exit 1 while not ready": TensorRT-LLM is not installed here
 
@@ -71,6 +75,12 @@ def classify(cmd: str) -> str:
     if cmd.startswith("dwdp "):
         return "run"
     return "unknown"
+
+
+def quoted_lines(text: str, title: str) -> list[str]:
+    """The lines of the first ``` block after `title` in the README, stripped, without those that elide ("...")."""
+    block = re.search(r"```[a-z]*\n(.*?)```", text[text.index(title):], re.S).group(1)
+    return [ln.strip() for ln in block.splitlines() if ln.strip() and "..." not in ln]
 
 
 COMMANDS = readme_commands(README.read_text())
@@ -108,6 +118,10 @@ def test_readme_command_runs(cmd, workdir, engine, capsys):
     if argv[1] == "bench":
         assert [m for m, _ in engine][:2] == ["dep", "dwdp"]
         assert (workdir / "bench_out" / Path(argv[2]).stem / "results.json").is_file()
+    for prefix, title in QUOTED.items():
+        if cmd.startswith(prefix):
+            quoted = quoted_lines(README.read_text(), title)
+            assert len(quoted) >= 4 and [q for q in quoted if q not in out.out] == [], out.out
     if argv[1] == "gen-config":
         out_dir = workdir / argv[argv.index("--out") + 1]
         assert (out_dir / "commands.sh").is_file() and (out_dir / "dwdp.yaml").is_file()
