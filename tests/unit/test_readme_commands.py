@@ -44,6 +44,8 @@ MENTIONS = {"dwdp", "dwdp bench", "dwdp verify", "dwdp gen-config", "dwdp plan",
 #: without "..." must be in the command's output (a README that no longer shows what the command prints fails)
 QUOTED = {"dwdp plan-placement --dwdp-size 8": "**What one rank holds:**",
           "dwdp gen-config --preset deepseek-r1 --dwdp-size 8": "**Write the deployment:**"}
+#: the command whose recommendation the README's "measured / predicted / not run" box quotes
+BOTTOM_LINE_COMMAND = "dwdp plan --model deepseek-r1 --gpu h200 --weight-dtype fp8 --dwdp-size 8"
 #: exit codes other than 0 that the README itself states
 EXPECTED_EXIT = {"dwdp check-trtllm": 1}  # "exit 1 while not ready": TensorRT-LLM is not installed here
 
@@ -118,6 +120,10 @@ def test_readme_command_runs(cmd, workdir, engine, capsys):
     if argv[1] == "bench":
         assert [m for m, _ in engine][:2] == ["dep", "dwdp"]
         assert (workdir / "bench_out" / Path(argv[2]).stem / "results.json").is_file()
+    if cmd == BOTTOM_LINE_COMMAND:  # the box's quote of the planner's bottom line is what it prints today
+        quote = re.search(re.escape(f"(`{cmd}`): \"") + r'(.*?)"', README.read_text(), re.S).group(1)
+        flat = lambda t: " ".join(t.replace("\n>", " ").split())
+        assert flat(quote).startswith("recommendation: ") and flat(quote) in flat(out.out), (flat(quote), out.out)
     for prefix, title in QUOTED.items():
         if cmd.startswith(prefix):
             quoted = quoted_lines(README.read_text(), title)
