@@ -4,10 +4,12 @@
   against the key's values, one line per combination of the other swept keys (their mean when there are more
   than MAX_LINES combinations); ratio.png with one bar pair when nothing is swept. With run.repeat > 1 the
   median over the repeats, min-max as error bars; on CPU the title says it is a functional demo.
-- timeline_<point hash>.png: one steady-state window per mode (report.run["timeline"]) on one shared time axis,
-  rows = ranks, compute phases coloured on the main lane, copy spans on a lane under each rank so the overlap
-  of DWDP's pulls with compute is visible; DEP's sync_wait and all_to_all stand out in their colours; a title
-  with model / ranks / ISL / device (and, on CPU, that it is a functional demo), each panel's total waits.
+- timeline_<point hash>.png: one steady-state iteration per mode (report.run["timeline"], bench/timeline.py) on one
+  shared time axis, rows = ranks: DEP's iteration k of every rank on the shared clock (lock-step: who waits for
+  whom), DWDP's one iteration per rank from that rank's own start (free-running ranks); compute phases on the main
+  lane, copy spans on a lane under each rank so the overlap of DWDP's pulls with compute is visible; each rank's
+  iteration start / end marked on its row; a title with model / ranks / ISL / device, the sweep point (and, on
+  CPU, that it is a functional demo), each panel's total waits. Every mark is in the legend.
 Every PNG is written to a temporary beside it and renamed (save_figure): a full disk leaves the previous plot.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 MAX_LINES = 8
@@ -136,10 +139,15 @@ def plot_ratios(runs: list[dict], swept: list[str], out_dir: Path) -> list[Path]
 TIMELINE_LABELS = {"attention": "attention", "expert_gemm": "expert GEMMs", "other": "other compute",
                    "all_to_all": "DEP all-to-all", "sync_wait": "DEP wait for the slowest rank",
                    "prefetch_wait": "DWDP wait for its copy", "copy": "DWDP copy from peers (lower lane)"}
+#: the narrowest a copy span is drawn, as a fraction of the time axis: a copy of a few microseconds would
+#: otherwise be invisible beside milliseconds of compute (the legend says so)
+MIN_COPY_WIDTH = 0.004
+ITERATION_MARK = "#333333"
 
 
 def timeline_title(run: dict) -> str:
-    """model / ranks / ISL / device of a run, and what a CPU run's picture is."""
+    """model / ranks / ISL / device of a run, its sweep point, and what a CPU run's picture is."""
+    from .report import CPU_NOTE, point_label, run_device
     cfg = run.get("config", {})
     model = cfg.get("model", {}) or {}
     name = model.get("preset") or (Path(model["checkpoint"]).name if model.get("checkpoint") else "tiny")
@@ -149,21 +157,45 @@ def timeline_title(run: dict) -> str:
     isl = (cfg.get("workload", {}) or {}).get("isl", "?")
     env = run.get("env", {})
     device = env.get("device_name") or env.get("device") or "?"
-    from .report import CPU_NOTE, run_device
     title = f"{name}, {ranks} ranks, ISL {isl}, {device}"
+    if run.get("point"):  # a sweep point: which one (a single point has no swept values)
+        title += f"\npoint {point_label(run['point'])}"
     return f"{title}\n{CPU_NOTE}" if run_device(run) == "cpu" else title
 
 
+def panel_title(mode: str, t: dict, waits: str) -> str:
+    """What one panel shows: which iteration of which rank, from which start, and how long."""
+    its = t["iteration"]
+    ms = f"{t['duration_s'] * 1e3:.2f} ms"
+    if t.get("align", "wall_clock") == "wall_clock":  # points written before "align" existed were all wall-clock
+        k = its if isinstance(its, int) else next(iter(its.values()))
+        head = f"{mode.upper()}: iteration {k} of every rank on the shared clock (lock-step), window {ms}"
+    else:
+        which = ", ".join(f"rank {r}: {k}" for r, k in sorted(its.items(), key=lambda x: int(x[0])))
+        head = (f"{mode.upper()}: one iteration per rank ({which}), each from its own start (ranks free-run), "
+                f"longest {ms}")
+    return head + (f"\n(all ranks: {waits})" if waits else "")
+
+
 def plot_timeline(run: dict, path: Path) -> Path | None:
-    """Gantt of one steady-state window per mode of one run, every panel on the same time axis (the longest
-    window), titled with model / ranks / ISL / device; None when the run has no timeline."""
+    """timeline_figure(run) written to path; None when the run has no timeline."""
+    fig = timeline_figure(run)
+    if fig is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, path)
+
+
+def timeline_figure(run: dict) -> Figure | None:
+    """Gantt of one steady-state iteration per mode of one run (bench/timeline.py), every panel on the same time
+    axis (the longest), titled with model / ranks / ISL / device / sweep point; None when the run has no timeline."""
     tl = {m: t for m, t in run.get("timeline", {}).items() if t}
     if not tl:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(12, 2.0 + 0.75 * max(len(t["ranks"]) for t in tl.values()) * len(tl)))
+    fig = Figure(figsize=(12, 2.6 + 0.8 * max(len(t["ranks"]) for t in tl.values()) * len(tl)))
     axes = fig.subplots(len(tl), 1, squeeze=False, sharex=True)
     span_ms = max(t["duration_s"] for t in tl.values()) * 1e3
+    min_copy_ms = MIN_COPY_WIDTH * span_ms
     for ax, (mode, t) in zip(axes[:, 0], tl.items()):
         ranks = sorted(t["ranks"], key=int)
         waited = {p: 0.0 for p in ("sync_wait", "prefetch_wait", "copy")}
@@ -173,26 +205,28 @@ def plot_timeline(run: dict, path: Path) -> Path | None:
                 if phase in waited:
                     waited[phase] += (e - s) * 1e3
                 if phase == "copy":  # its own lane under the compute lane
-                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.45, 0.2), color=COLORS["copy"],
-                                   edgecolor="#7a6a20", linewidth=0.4)
+                    ax.broken_barh([(s * 1e3, max((e - s) * 1e3, min_copy_ms))], (y - 0.48, 0.26),
+                                   color=COLORS["copy"], edgecolor="#7a6a20", linewidth=0.5)
                 else:
-                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.2, 0.6), color=COLORS.get(phase, "k"))
-            for s, e in t.get("iterations", {}).get(rk, []):
-                ax.axvline(s * 1e3, ymin=0, ymax=1, color="k", lw=0.3, alpha=0.3)
+                    ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y - 0.15, 0.6), color=COLORS.get(phase, "k"))
+            marks = sorted({x * 1e3 for span in t.get("iterations", {}).get(rk, []) for x in span})
+            ax.vlines(marks, y - 0.5, y + 0.5, color=ITERATION_MARK, lw=0.9)
         ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in reversed(ranks)])
         ax.set_ylim(-0.6, len(ranks) - 0.4)
         ax.set_xlim(0, span_ms)
         said = ", ".join(f"{TIMELINE_LABELS[p].split(' (')[0]} {v:.2f} ms" for p, v in waited.items() if v > 0)
-        said = said.replace("DWDP copy from peers", "DWDP copies")
-        ax.set_title(f"{mode.upper()}: window of iteration {t['iteration']}, {t['duration_s'] * 1e3:.2f} ms"
-                     + (f" (all ranks: {said})" if said else ""), loc="left", fontsize=9)
+        ax.set_title(panel_title(mode, t, said.replace("DWDP copy from peers", "DWDP copies")), loc="left",
+                     fontsize=9)
     axes[-1, 0].set_xlabel("ms from the start of the window (same axis for every panel)")
     fig.suptitle(timeline_title(run), fontsize=10)
     from .report import run_device
     idle = "gap: untimed host work between phases" + (" (on CPU also time a rank spent off its core)"
                                                       if run_device(run) == "cpu" else "")
-    handles = [Patch(color=c, label=TIMELINE_LABELS[p]) for p, c in COLORS.items()]
+    handles = [Patch(color=c, label=TIMELINE_LABELS[p]) for p, c in COLORS.items() if p != "copy"]
+    handles.append(Patch(facecolor=COLORS["copy"], edgecolor="#7a6a20",
+                         label=f"{TIMELINE_LABELS['copy'][:-1]}; drawn at least {MIN_COPY_WIDTH:.1%} of the axis wide)"))
+    handles.append(Line2D([], [], color=ITERATION_MARK, lw=0.9, label="iteration start / end of that rank"))
     handles.append(Patch(facecolor="white", edgecolor="#999999", label=idle))
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.93))
-    return save_figure(fig, path)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.93))
+    return fig

@@ -32,6 +32,35 @@ class PreflightError(ConfigError):
     """The run cannot fit this machine (or cannot measure anything); raised before any rank starts."""
 
 
+# ---- what DWDP fetches ---------------------------------------------------------------------------------
+
+def fetched_per_rank(cfg: BenchConfig) -> list[int]:
+    """Experts each dwdp_rank fetches per MoE layer under the config's placement."""
+    from ..core.placement import make_placement
+
+    p = make_placement(cfg.dwdp, cfg.model.spec().num_experts)
+    return [len(p.fetch_experts(r)) for r in range(p.dwdp_size)]
+
+
+def nothing_to_fetch_note(points) -> str | None:
+    """One line naming the points (SweepPoints or BenchConfigs) where DWDP runs but no rank fetches an expert
+    (dwdp_size 1, the engine's default, or redundancy that makes every expert local): DWDP is then plain data
+    parallelism and its numbers say nothing about prefetching. None when every DWDP point fetches. A note, not a
+    refusal: a G=1 baseline beside G>1 points is a legitimate sweep."""
+    from .report import point_label
+
+    idle = [p for p in points if "dwdp" in getattr(p, "config", p).run.modes
+            and max(fetched_per_rank(getattr(p, "config", p))) == 0]
+    if not idle:
+        return None
+    cfg = getattr(idle[0], "config", idle[0])
+    where = ("" if len(idle) == len(points) == 1 else
+             f" at {'; '.join(point_label(getattr(p, 'values', {})) for p in idle)}")
+    return (f"note: DWDP fetches no expert{where} (dwdp.dwdp_size {cfg.dwdp.dwdp_size}, redundant_experts "
+            f"{cfg.dwdp.redundant_experts}: every rank holds every expert), so DWDP runs there as plain data "
+            "parallelism with nothing to prefetch; set dwdp.dwdp_size >= 2 to measure DWDP's copies")
+
+
 # ---- warm-up vs iterations ------------------------------------------------------------------------------
 
 def sure_iterations(queue: list[Request], max_num_tokens: int) -> tuple[int, bool]:

@@ -144,12 +144,17 @@ def _get(d: dict, path: str):
     return d if not isinstance(d, dict) else None
 
 
+def point_label(values: dict) -> str:
+    """A sweep point as the table, the progress rule and the plots name it: "key=value, ..." or "single point"."""
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "single point"
+
+
 def point_table(run: dict, title: str | None = None) -> Table:
     """metric | DEP | DWDP | (reference) | DWDP/DEP for one run."""
     m = run["metrics"]
     cpu = run_device(run) == "cpu"
     modes = [x for x in ("dep", "dwdp", "reference") if x in m]
-    point = ", ".join(f"{k}={v}" for k, v in run.get("point", {}).items()) or "single point"
+    point = point_label(run.get("point", {}))
     title = title or point
     reps = run.get("repeats") or {}
     stats = reps.get("stats", {})

@@ -24,11 +24,11 @@ from ..spec.config import BenchConfig
 from ..engine.records import RankResult, Request
 from .floor_sustained import measured_window
 from .metrics import compute_metrics, consistency
-from .preflight import preflight
+from .preflight import nothing_to_fetch_note, preflight
 from .repeats import merge_repeats
 from ..deploy.out_path import check_out_dir
 from ..spec.schema import MAX_SWEEP_POINTS, ConfigError
-from .report import env_info, json_ready, print_point, write_atomic, write_results
+from .report import env_info, json_ready, point_label, print_point, write_atomic, write_results
 from .sweep import SweepPoint, check_device_present, load_sweep
 from .timeline import steady_timeline
 from ..spec.workload import generate_requests
@@ -60,7 +60,7 @@ def _load_point(path: Path, console: Console | None = None) -> dict | None:
     if not (isinstance(run, dict) and isinstance(run.get("metrics"), dict) and isinstance(run.get("config"), dict)):
         if console is not None:
             console.print(f"[yellow]warning:[/] {path} is not a finished point (unreadable or of the wrong shape): "
-                          "running that point again")
+                          "running that point again", soft_wrap=True)
         return None
     return run
 
@@ -237,6 +237,8 @@ def run_bench(config_path: str | Path, overrides: list[str] | tuple[str, ...] = 
     # before any rank starts (exit 2): warm-up vs iterations, and what the unfinished points take vs what is free
     todo = [p for p in points if force or not (out / "points" / f"{p.key}.json").is_file()]
     preflight(todo, file=str(config_path), resources=run_mode is None)
+    if (note := nothing_to_fetch_note(points)) is not None:
+        console.print(note, soft_wrap=True)
     with out_lock(out):
         return _run_bench_locked(out, config_path, swept, points, run_mode, plots, console, floor, force,
                                  floor_sustained)
@@ -247,10 +249,13 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
     points_dir = out / "points"
     finished = {} if force else {p.key: run for p in points
                                  if (run := _load_point(points_dir / f"{p.key}.json", console)) is not None}
+    # lines that name a path are printed unwrapped (soft_wrap): rich would split the path, or a hint after it,
+    # wherever the path's length puts the console's edge; the terminal wraps them without changing the text
     console.print(f"dwdp bench: {len(points)} point(s)" + (f" sweeping {', '.join(swept)}" if swept else "")
-                  + f"; results in {out}")
+                  + f"; results in {out}", soft_wrap=True)
     if finished:
-        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir} (--force runs them again)")
+        console.print(f"skipping {len(finished)} finished point(s) found in {points_dir} (--force runs them again)",
+                      soft_wrap=True)
         for p in points:
             if p.key in finished:
                 print_point(console, finished[p.key])
@@ -258,7 +263,7 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
     if todo and run_mode is None:
         run_mode = engine_run_mode()
     for i, p in enumerate(todo):
-        desc = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "single point"
+        desc = point_label(p.values)
         console.rule(f"point {i + 1}/{len(todo)}: {desc}")
         run = run_repeated(p, run_mode, console, floor=floor, floor_sustained=floor_sustained)  # type: ignore[arg-type]
         text = json.dumps(json_ready(run), allow_nan=False)
@@ -278,7 +283,7 @@ def _run_bench_locked(out: Path, config_path, swept, points, run_mode, plots, co
                 plot_files.append(t)
         files["plots"] = plot_files
     console.print(f"wrote {json_path}, {csv_path}" + (f" and {len(files['plots'])} plot(s) in {out / 'plots'}"
-                                                     if files["plots"] else ""))
+                                                     if files["plots"] else ""), soft_wrap=True)
     bad = [r["point_hash"] for r in runs if not r.get("consistency", {}).get("ok", True)]
     if bad:
         console.print(f"[red]{len(bad)} point(s) failed the consistency checks:[/] {', '.join(bad)}")

@@ -20,7 +20,9 @@ tie moves it, without one element deciding); the table shows the maximum over re
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
+from typing import Callable
 
 #: default tolerance on the max relative error of the final hidden states, by model.dtype
 DEFAULT_TOL = {"float32": 1e-4, "bf16": 5e-2}
@@ -95,14 +97,40 @@ def compare(outputs: dict, lm_head_VH=None) -> dict[str, dict[str, float]]:
     return rows
 
 
-def run_verify(cfg, tol: float | None = None) -> tuple[dict, float, bool]:
-    """(compare() rows, tolerance used, all within tolerance) for one BenchConfig."""
+class ModeProgress:
+    """run_modes' progress callback for a plain-text log: one line when a mode has finished every request of every
+    rank (requests and seconds since the previous line), so a verify that runs for minutes says where it is, in a
+    terminal and in a pipe alike."""
+
+    def __init__(self, queues: list[list], out: Callable[[str], None] = print, clock=time.monotonic):
+        self.total = sum(len(q) for q in queues)
+        self.out, self.clock = out, clock
+        self.done: dict[str, dict[int, int]] = {}
+        self.t_last = clock()
+
+    def __call__(self, rank: int, mode: str, n_done: int, _total: int) -> None:
+        per_rank = self.done.setdefault(mode, {})
+        finished_before = sum(per_rank.values()) >= self.total
+        per_rank[rank] = n_done
+        if not finished_before and sum(per_rank.values()) >= self.total:
+            now = self.clock()
+            step = MODES.index(mode) + 1 if mode in MODES else "?"
+            first = len(self.done) == 1
+            self.out(f"dwdp verify: {mode} done ({step}/{len(MODES)}): {self.total} requests in "
+                     f"{now - self.t_last:.1f} s" + (" (the ranks' start-up included)" if first else ""))
+            self.t_last = now
+
+
+def run_verify(cfg, tol: float | None = None, out: Callable[[str], None] = print) -> tuple[dict, float, bool]:
+    """(compare() rows, tolerance used, all within tolerance) for one BenchConfig; progress lines through `out`."""
     from ..spec.workload import generate_requests
     from ..engine.launcher import run_modes
 
     tol = DEFAULT_TOL[cfg.model.dtype] if tol is None else tol
     queues = generate_requests(cfg.workload, cfg.run.ranks)
-    outputs = run_modes(cfg, list(MODES), queues, collect_outputs=True)
+    out(f"dwdp verify: starting {cfg.run.ranks} rank processes; {', '.join(MODES)} run in turn on the same "
+        f"{sum(len(q) for q in queues)} requests")
+    outputs = run_modes(cfg, list(MODES), queues, collect_outputs=True, progress=ModeProgress(queues, out))
     rows = compare(outputs, _lm_head(cfg))
     return rows, tol, all(r["hidden_rel"] <= tol for r in rows.values())
 
@@ -145,14 +173,6 @@ def gemm_line(cfg_gemm: str, given: bool, weight_dtype: str, device: str, sm: in
             "--set dwdp.gemm=<path>)")
 
 
-def fetched_per_rank(cfg) -> list[int]:
-    """Experts each dwdp_rank fetches per MoE layer under the config's placement."""
-    from ..core.placement import make_placement
-
-    p = make_placement(cfg.dwdp, cfg.model.spec().num_experts)
-    return [len(p.fetch_experts(r)) for r in range(p.dwdp_size)]
-
-
 def load_point(args: argparse.Namespace):
     """The one BenchConfig verify runs: dwdp_size defaulted to DEFAULT_DWDP_SIZE (capped at run.ranks) when not
     given; refused (ConfigError) when DWDP would fetch nothing. The file is read once and its point built once."""
@@ -182,13 +202,14 @@ def load_point(args: argparse.Namespace):
         from ..integration.gemm_choice import device_sm
         sm = device_sm(torch.device("cuda", torch.cuda.current_device()))
     line = gemm_line(cfg.dwdp.gemm, _dwdp_size_given(data, overrides, "gemm"), cfg.dwdp.weight_dtype, cfg.run.device, sm)
+    from ..bench.preflight import fetched_per_rank, preflight
     fetched = fetched_per_rank(cfg)
     if max(fetched) == 0:
         raise ConfigError(str(args.config), "dwdp.dwdp_size",
                           f"DWDP fetches no expert here (dwdp_size {cfg.dwdp.dwdp_size}, redundant_experts "
                           f"{cfg.dwdp.redundant_experts}, run.ranks {cfg.run.ranks}: every rank holds every expert), so "
                           "verify would not test DWDP: use dwdp_size >= 2 and run.ranks >= 2 with fewer redundant experts")
-    from ..bench.preflight import preflight  # /dev/shm and memory of the three modes it runs, before any rank starts
+    # /dev/shm and memory of the three modes it runs, before any rank starts
     preflight([cfg], file=str(args.config), modes=MODES, warmup=False)
     return cfg, fetched, line
 

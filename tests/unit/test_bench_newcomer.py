@@ -2,6 +2,7 @@
 CPU runs labelled as functional demos, one ratio direction, tables that fit 80 columns."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -36,6 +37,22 @@ def test_force_runs_finished_points_again_and_no_lock_is_left(cfg_file, tmp_path
     assert cli.main(["bench", str(cfg_file), "--out", str(out), "--no-plots", "--force"]) == 0
     assert [m for m, _ in engine] == ["dep", "dwdp"]
     assert not (out / ".dwdp.lock").exists()
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_lines_naming_a_path_are_never_split_whatever_the_width(cfg_file, tmp_path, engine, width):
+    """The resume hint and the lines naming the output folder come out whole on any console width and any path
+    length (rich would otherwise break them wherever the path puts the edge)."""
+    from rich.console import Console
+
+    out = tmp_path / ("a_long_folder_name_" * 4) / "out"
+    runner.run_bench(cfg_file, out_dir=out, plots=False, console=Console(width=width, file=io.StringIO()))
+    con = Console(width=width, record=True, file=io.StringIO())
+    runner.run_bench(cfg_file, out_dir=out, plots=False, console=con)
+    lines = con.export_text().splitlines()
+    assert f"skipping 1 finished point(s) found in {out / 'points'} (--force runs them again)" in lines
+    assert f"dwdp bench: 1 point(s); results in {out}" in lines
+    assert any(ln.startswith(f"wrote {out / 'results.json'}, {out / 'results.csv'}") for ln in lines), lines
 
 
 def test_a_failed_run_leaves_no_lock_and_a_held_lock_still_refuses(cfg_file, tmp_path, monkeypatch):
@@ -98,7 +115,9 @@ def test_cpu_runs_say_what_they_are_and_every_ratio_reads_one_way(cfg_file, tmp_
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)  # piped
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert max(len(ln) for ln in lines) <= 80
+    # every table and note fits 80 columns; a line naming a path is printed whole instead (the terminal wraps it)
+    assert max(len(ln) for ln in lines if str(out) not in ln) <= 80
+    assert f"wrote {out / 'results.json'}, {out / 'results.csv'} and 2 plot(s) in {out / 'plots'}" in lines
     assert "…" not in res.stdout and "..." not in res.stdout  # names wrap, they are not cut
     text = " ".join(" ".join(ln.replace("│", " ").split()) for ln in lines)
     assert "functional demo on CPU" in text and "not GPU predictions" in text
@@ -177,3 +196,19 @@ def test_plots_show_the_median_gain_of_the_repeats(tmp_path):
     sweep = [dict(merged, point={"workload.isl": isl}) for isl in (128, 256)]
     (png,) = plot_ratios(sweep, ["workload.isl"], tmp_path)
     assert png.name == "ratio_workload.isl.png"
+
+
+@pytest.mark.parametrize("size,said", [(2, None), (1, "note: DWDP fetches no expert (dwdp.dwdp_size 1,"),
+                                       ([1, 2], "note: DWDP fetches no expert at dwdp.dwdp_size=1 (dwdp.dwdp_size 1,")])
+def test_a_bench_where_dwdp_fetches_nothing_says_so_in_one_line(tmp_path, engine, capsys, size, said):
+    cfg = {**CFG, "dwdp": {**CFG["dwdp"], "dwdp_size": size}}
+    f = tmp_path / "b.yaml"
+    f.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["bench", str(f), "--out", str(tmp_path / "o"), "--no-plots"]) == 0
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note: DWDP fetches no expert")]
+    if said is None:
+        assert notes == [] and len(engine) == 2
+    else:
+        assert len(notes) == 1 and notes[0].startswith(said), notes
+        assert notes[0].endswith("set dwdp.dwdp_size >= 2 to measure DWDP's copies")
+        assert [m for m, _ in engine].count("dwdp") == (1 if size == 1 else 2)  # a note, not a refusal: it runs

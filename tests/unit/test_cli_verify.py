@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dwdp_trtllm import cli
+from dwdp_trtllm.bench.preflight import fetched_per_rank
 from dwdp_trtllm.commands import verify
 
 
@@ -29,7 +30,7 @@ def test_minimal_config_fetches_by_default(tmp_path, capsys, captured):
     assert cli.main(["verify", _yaml(tmp_path, "")]) == 0
     cfg = captured["cfg"]
     assert cfg.dwdp.dwdp_size == 2 and cfg.run.ranks >= 2
-    assert min(verify.fetched_per_rank(cfg)) > 0
+    assert min(fetched_per_rank(cfg)) > 0
     out = capsys.readouterr().out
     assert "dwdp_size 2 (each rank fetches 8 of 16 experts per MoE layer)" in out, out
 
@@ -116,3 +117,37 @@ def test_a_tolerance_that_cannot_fail_or_pass_is_refused_before_anything_runs(tm
 
 def test_the_largest_tolerance_is_taken(tmp_path, captured):
     assert cli.main(["verify", _yaml(tmp_path, ""), "--tol", "1"]) == 0 and "cfg" in captured
+
+
+def test_verify_prints_a_line_as_each_mode_finishes(monkeypatch):
+    """run_verify reports while the ranks run: a start line, then one line per mode when its last request is done
+    (progress events from run_modes, here replayed by a fake that interleaves ranks as the real ranks do)."""
+    from dwdp_trtllm.spec.config import BenchConfig
+    from dwdp_trtllm.engine import launcher
+    from dwdp_trtllm.spec.schema import from_dict
+
+    cfg = from_dict(BenchConfig, {"model": {"preset": "tiny", "dtype": "float32"}, "dwdp": {"dwdp_size": 2},
+                                 "workload": {"isl": 64, "requests_per_rank": 2, "max_num_tokens": 128},
+                                 "run": {"device": "cpu", "ranks": 2}})
+    lines = []
+
+    def fake_run_modes(cfg, modes, queues, *, progress=None, collect_outputs=False):
+        assert [len(q) for q in queues] == [2, 2]
+        outputs = {}
+        for mode in modes:
+            for done in (1, 2):
+                for rank in (0, 1):
+                    progress(rank, mode, done, 2)
+                    lines.append(f"event {mode} {rank} {done}")
+            outputs[mode] = mode
+        return outputs
+    monkeypatch.setattr(launcher, "run_modes", fake_run_modes)
+    monkeypatch.setattr(verify, "compare", lambda outputs, lm_head=None: {"dwdp": {"hidden_abs": 0.0, "hidden_rel": 0.0}})
+    verify.run_verify(cfg, out=lines.append)
+    assert lines[0] == "dwdp verify: starting 2 rank processes; reference, dep, dwdp run in turn on the same 4 requests"
+    said = [ln for ln in lines if ln.startswith("dwdp verify: ") and " done " in ln]
+    assert [ln.split(" done ")[0] for ln in said] == ["dwdp verify: reference", "dwdp verify: dep", "dwdp verify: dwdp"]
+    assert "(3/3): 4 requests in " in said[-1] and said[0].endswith(" s (the ranks' start-up included)")
+    # each line comes right after the mode's last event, not at the end of the run
+    assert lines.index(said[0]) == lines.index("event reference 1 2") - 1
+    assert lines.index(said[1]) == lines.index("event dep 1 2") - 1

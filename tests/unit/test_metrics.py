@@ -119,13 +119,66 @@ def test_ratios_and_consistency():
 
 def test_steady_timeline_window_and_clipping():
     t = steady_timeline(two_ranks())
-    # rank 0's busy measured iterations with phases: [1] -> k = 1; window [100.5, 101.0]
-    assert t["iteration"] == 1 and t["duration_s"] == pytest.approx(0.5)
+    # DEP (lock-step): rank 0's busy measured iterations with phases: [1] -> k = 1; window [100.5, 101.0]
+    assert t["align"] == "wall_clock" and t["iteration"] == {"0": 1, "1": 1}
+    assert t["duration_s"] == pytest.approx(0.5)
     r0 = {tuple(x[:2]): x[2:] for x in t["ranks"]["0"]}
     assert r0[("attention", 0)] == pytest.approx([0.0, 0.1])
     assert r0[("attention", 1)] == pytest.approx([0.2, 0.3])
     assert ("sync_wait", -1) in r0 and r0[("sync_wait", -1)] == pytest.approx([0.5, 0.5])  # touches the edge
     assert [x[0] for x in t["ranks"]["1"]][:1] == ["expert_gemm"]
+
+
+def test_free_running_ranks_show_one_iteration_each_from_their_own_start():
+    """DWDP ranks drift apart: a shared wall-clock window of iteration k would hold several iterations of one rank
+    (the plot then contradicted the table's iteration time); each rank shows its own middle busy iteration."""
+    ranks = []
+    for rank, (start, dur) in enumerate([(0.0, 0.1), (0.35, 0.3)]):  # rank 1 starts late and runs slower
+        its = [it(rank, i, start + i * dur, start + (i + 1) * dur, [Segment(10 * rank + i, 0, 10, True)],
+                  warmup=i == 0, phases=[("attention", 0, start + i * dur, start + i * dur + dur / 2),
+                                         ("copy", 1, start + i * dur - dur / 4, start + i * dur + dur / 4)])
+               for i in range(4)]  # measured: 1, 2, 3 -> the middle one is 2
+        ranks.append(RankResult(rank=rank, mode="dwdp", device="cpu", t0=T0, requests=[], iterations=its,
+                                first_token_s={}, memory_bytes={}))
+    t = steady_timeline(ranks)
+    assert t["align"] == "per_rank" and t["iteration"] == {"0": 2, "1": 2}
+    assert t["duration_s"] == pytest.approx(0.3)  # the longest single iteration, not 0.35 + 0.9 - 0.2
+    assert t["iterations"] == {"0": [pytest.approx([0.0, 0.1])], "1": [pytest.approx([0.0, 0.3])]}
+    r1 = [x for x in t["ranks"]["1"] if x[3] > x[2]]  # spans of the next iteration touch the end at 0.3
+    assert r1 == [["attention", 0, pytest.approx(0.0), pytest.approx(0.15)],  # from rank 1's own start
+                  ["copy", 1, pytest.approx(0.0), pytest.approx(0.075)],  # issued before the iteration, clipped
+                  ["copy", 1, pytest.approx(0.225), pytest.approx(0.3)]]  # the next iteration's, clipped
+
+
+def test_timeline_plot_one_iteration_per_mode_every_mark_in_the_legend_titled_by_its_point():
+    from matplotlib.colors import to_rgba
+
+    from dwdp_trtllm.bench.plots import COLORS, MIN_COPY_WIDTH, TIMELINE_LABELS, timeline_figure
+
+    dep = steady_timeline(two_ranks())
+    dwdp_ranks = two_ranks()
+    for r in dwdp_ranks:
+        r.mode = "dwdp"
+    dwdp = steady_timeline(dwdp_ranks)
+    run = {"config": {"model": {"preset": "tiny"}, "run": {"ranks": 2}, "workload": {"isl": 200}},
+           "point": {"workload.isl": 200, "dwdp.dwdp_size": 2}, "env": {"device": "cpu"},
+           "timeline": {"dep": dep, "dwdp": dwdp}}
+    fig = timeline_figure(run)
+    assert "point workload.isl=200, dwdp.dwdp_size=2" in fig._suptitle.get_text()
+    ax_dep, ax_dwdp = fig.axes
+    assert ax_dep.get_xlim() == ax_dwdp.get_xlim() == pytest.approx((0, 500.0))  # one axis: the longest window
+    assert "iteration 1 of every rank on the shared clock" in ax_dep.get_title(loc="left")
+    assert "one iteration per rank (rank 0: 1, rank 1: 2), each from its own start" in ax_dwdp.get_title(loc="left")
+    legend = [x.get_text() for x in fig.legends[0].get_texts()]
+    for label in TIMELINE_LABELS.values():
+        assert any(x.startswith(label.rstrip(")")) for x in legend), (label, legend)
+    assert "iteration start / end of that rank" in legend  # the grey marks
+    assert any(f"drawn at least {MIN_COPY_WIDTH:.1%}" in x for x in legend)
+    # rank 1's copy (0.25 s in its iteration of 0.5 s) on the lower lane of DWDP's panel, wide enough to see
+    copy_rgba = to_rgba(COLORS["copy"])
+    copies = [b for b in ax_dwdp.collections if len(b.get_facecolor()) and tuple(b.get_facecolor()[0]) == copy_rgba]
+    widths = [p.get_extents().width for b in copies for p in b.get_paths()]
+    assert len(widths) == 1 and widths[0] == pytest.approx(250.0)
 
 
 def test_bad_arguments():
