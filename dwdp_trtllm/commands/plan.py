@@ -99,10 +99,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--imbalance-cv", type=float, default=0.0, help="across-rank CV of each rank's mean ISL (default 0)")
     g.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads (default 256)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--routing-skew", default="none",
+    g.add_argument("--routing-skew", default=None,
                    help="expert-popularity skew: none | power_law_<alpha> (aiconfigurator's rows: 1.01, 1.2) | "
                         "zipf_<alpha> | a counts file (routing_skew.py); DEP's slowest EP rank and DWDP's GEMM tiles "
-                        "(default none: balanced routing)")
+                        "(default: not known, a range from balanced (the nominal) to power_law_1.01)")
     g = p.add_argument_group("model knobs and calibration")
     g.add_argument("--target", default="trtllm", choices=("trtllm", "engine"),
                    help="price compute and DEP communication for TensorRT-LLM's kernels (trtllm: measured kernel "
@@ -122,6 +122,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true",
                    help="print {rows, recommendation, priced_as, calibration} as JSON instead of the table")
+    g.add_argument("--wide", action="store_true",
+                   help="every column (compute, prefetch, communication, sync, memory, break-even) instead of the "
+                        "table that fits 60 columns; --json carries them all")
     g.add_argument("--verbose", action="store_true", help="list every calibration note (skipped files) under the table")
     g.add_argument("--plot", default=None, help="write DWDP/DEP against ISL to this PNG (the paper's figure 3)")
     return p
@@ -137,14 +140,17 @@ def bench_dir(args) -> Path | None:
 
 
 def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=(), *, bench: bool = True,
-             multi_gpu: bool = False):
+             multi_gpu: bool = False, provenance: list | None = None):
     """Calibration for `gpu_name`: our bench results (bench_dir: --bench-results, default the campaign shipped with
     the package, unless --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
     floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
     `validated` file's when it is one, else the newest), the validated file's own runs left out (also their copies
     elsewhere: `validated_ids`, the run ids of its runs). bench=False: --calibration files only (target trtllm: the
     answer must not depend on a checkout's docs/). multi_gpu: a plan for several GPUs, where an interference read
-    from benchmark JSON (measured on one GPU, the "peer" copy a same-device copy) is dropped (per-phase priors)."""
+    from benchmark JSON (measured on one GPU, the "peer" copy a same-device copy) is dropped (per-phase priors).
+    provenance: a list that receives a (Calibration field, file) pair for every field a file sets (perf/inputs.py
+    says from it which inputs are measured and where)."""
+    from dataclasses import fields as dc_fields
     from ..perf.calibration import (Calibration, calibration_from_bench, device_matches, load_bench_results,
                                     load_calibration, read_json)
 
@@ -153,7 +159,7 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
     if d is not None:
         if args.bench_results and not d.is_dir():
             raise ConfigError(None, "--bench-results", f"{d} is not a directory")
-        cal = cal.merged(load_bench_results(d, gpu_name))
+        cal = _noted(cal.merged(load_bench_results(d, gpu_name)), str(d), provenance, dc_fields)
         if multi_gpu and cal.interference is not None:
             cal = dataclasses.replace(cal, interference=None, notes=cal.notes + (
                 f"interference {cal.interference:g}x of the benchmark JSON is a one-GPU measurement: not used for a "
@@ -164,13 +170,34 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
             c = calibration_from_bench(data, file=str(path))
             if not c.gpu or not device_matches(c.gpu, gpu_name):
                 raise ConfigError(str(path), "", f"measured on {c.gpu or 'an unnamed device'}, not {gpu_name}")
-            cal = cal.merged(c)
+            cal = cal.merged(_noted(c, str(path), provenance, dc_fields))
         else:
-            cal = cal.merged(load_calibration(path))
+            cal = cal.merged(_noted(load_calibration(path), str(path), provenance, dc_fields))
     # the embedded engine's measured/floor factors describe our engine, not a deployment: planning uses the
     # stock-kernel floor rates only (validate-plan, which compares against the engine, applies both)
     engine = bool(getattr(args, "engine_efficiency", False))
     return dataclasses.replace(cal, floor=cal.floor.select(validated, run_ids=validated_ids, measured=engine), engine_efficiency=engine)
+
+
+def _noted(cal, file: str, provenance: list | None, dc_fields):
+    """`cal` unchanged; its set measurement fields recorded as (field, file) in `provenance` (when given)."""
+    if provenance is not None:
+        skip = ("sources", "notes", "gpu", "floor", "engine_efficiency")
+        provenance += [(f.name, file) for f in dc_fields(cal)
+                       if f.name not in skip and getattr(cal, f.name) not in (None, (), {})]
+    return cal
+
+
+def stated_inputs(args) -> tuple:
+    """(input, value) for the uncertain inputs the user stated (perf/inputs.py FLAGS): not ranged."""
+    out = []
+    if args.dep_comm is not None:
+        out.append(("DEP communication", args.dep_comm))
+    if args.routing_skew is not None:
+        out.append(("routing", args.routing_skew))
+    if args.interference is not None:
+        out.append(("interference", f"{args.interference:g}"))
+    return tuple(out)
 
 
 def build_spec(args, *, gpu_name: str | None = None):
@@ -221,11 +248,14 @@ def build_spec(args, *, gpu_name: str | None = None):
     target, tables = args.target, args.kernel_tables
     if tables and not Path(tables).is_file():
         raise ConfigError(tables, "", "kernel-table file not found (--kernel-tables)")
-    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True)
+    provenance: list = []
+    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True, provenance=provenance)
+    if cal.interference is None:  # a one-GPU interference dropped for a multi-GPU plan measured nothing
+        provenance = [p for p in provenance if p[0] != "interference"]
     cal = linear_layers_said(cal, args.weight_dtype)
     spec = PlanSpec(
         model=model, gpu=gpu, weight_dtype=args.weight_dtype, target=target, kernel_tables=tables,
-        routing_skew=parse_skew(args.routing_skew),
+        routing_skew=parse_skew(args.routing_skew or "none"), stated=stated_inputs(args), provenance=tuple(provenance),
         dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
@@ -328,7 +358,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(plan_json(spec, rows, rec, data_root(args)), indent=1))
         return 0
-    print_table(spec, rows, rec, verbose=args.verbose, root=data_root(args))
+    print_table(spec, rows, rec, verbose=args.verbose, root=data_root(args), wide=args.wide)
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

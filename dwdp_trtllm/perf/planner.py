@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -30,7 +30,8 @@ from .imbalance import Workload, compare, per_rank_load, sample_requests, tokens
 from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
 from .phases import Phases, Skew, default_dep_comm, engine_phases, table_dist, trtllm_phases
 from .recommend import Recommendation, fmt_slice, recommend, row_verdict  # noqa: F401 (re-exported)
-from .uncertainty import INPUTS, apply, scenario
+from . import inputs as inp
+from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scenario
 
 MiB = 1 << 20
 
@@ -65,6 +66,8 @@ class PlanSpec:
     routing_skew: object = None  # routing_skew.RoutingSkewConfig; None = balanced routing
     dep_comm: str | None = None  # phases.DEP_COMMS; None = phases.default_dep_comm for this GPU and target
     linear_dtype: str | None = None  # dense GEMMs' dtype when not the weight dtype's (cost_model.CostParams)
+    stated: tuple = ()  # (input, value as given) the user stated with its flag (perf/inputs.py: not ranged)
+    provenance: tuple = ()  # (Calibration field, file) pairs: which loaded file set which field (perf/inputs.py)
 
     @property
     def dep_comm_path(self) -> str:
@@ -206,10 +209,10 @@ def sampled_load(spec: PlanSpec, isl: int, group: int) -> IterationLoad:
     return IterationLoad(tokens_SR, tokens_SR, core_SR, (tok_SRK > 0).sum(-1).astype(float))
 
 
-def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
-    """The skew as the planner applies it: a table distribution (trtllm, power_law_1.01 / 1.2) or
+def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float, rs=None) -> Skew:
+    """The skew as the planner applies it (spec's, or `rs`): a table distribution (trtllm, power_law_1.01 / 1.2) or
     perf/imbalance.skew_term's factors over balanced times."""
-    rs = spec.routing_skew
+    rs = spec.routing_skew if rs is None else rs
     if rs is None or getattr(rs, "off", True):
         return Skew()
     label = rs.label()
@@ -225,12 +228,30 @@ def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
     return Skew(label=label, dep_expert=st.dep_expert_factor, dep_a2a=a2a, dwdp_gemm=st.dwdp_gemm_factor)
 
 
+def skewed_routing(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
+    """The routing range's DWDP-better end (uncertainty.SKEWED_ROUTING) for an unstated routing."""
+    from ..routing_skew import RoutingSkewConfig
+    alpha = float(SKEWED_ROUTING.rsplit("_", 1)[1])
+    return routing_skew(spec, group, tokens_per_rank, RoutingSkewConfig(kind="power_law", alpha=alpha))
+
+
 def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew) -> Phases:
-    """The layer's phases on every rank, priced for spec's target."""
+    """The layer's phases on every rank, priced for spec's target; DEP communication at a measured all-to-all
+    bandwidth where a calibration sets one (perf/inputs.py: then measured, not ranged)."""
     t = spec.tables
-    if t is not None:
-        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, spec.dep_comm_for(group))
-    return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
+    if t is None:
+        return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
+    path = spec.dep_comm_for(group)
+    ph = trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, path)
+    gbps = spec.calibration.all_to_all_gbps
+    if gbps and group > 1:
+        if path == "allgather_reducescatter":
+            comm = cm.allgather_reducescatter_us(spec.model, spec.params(), load.tokens_SR, group)
+        else:  # DeepEP / NVLinkOneSided send a token once per destination rank
+            comm = cm.all_to_all_us(spec.model, replace(spec.params(), a2a_dedup=True), load.tokens_SR, group) * skew.dep_a2a
+        ph = replace(ph, comm_S=comm, comm_alt_S=comm, beyond={k: v for k, v in ph.beyond.items() if k != "DEP communication"},
+                     comm_source=f"{path}: the measured all-to-all bandwidth {gbps:g} GB/s (calibration)")
+    return ph
 
 
 def _target(spec: PlanSpec) -> str:
@@ -242,9 +263,16 @@ def _interference_override(spec: PlanSpec) -> float | None:
     return spec.interference if spec.interference is not None else spec.calibration.interference
 
 
-def _layer(spec, ph, load, t_p, which, only=None):
-    sc = scenario(which, only=only, interference=_interference_override(spec))
-    a = apply(ph, sc, t_p, _target(spec))
+def _scenario(spec: PlanSpec, group: int, which: str, only: str | None = None):
+    """uncertainty.scenario with this plan's fixed inputs (perf/inputs.py) and its peer range at this group size."""
+    return scenario(which, only=only, interference=_interference_override(spec), fixed=inp.fixed(spec),
+                    peer_range=peer_range(spec.gpu, group, inp.is_measured(spec, "peer bandwidth")))
+
+
+def _layer(spec, phs, load, t_p, which, only=None, group=1):
+    """One layer under scenario `which` (phs: routing end -> Phases; the skewed end only for an unstated routing)."""
+    sc = _scenario(spec, group, which, only)
+    a = apply(phs[sc.routing], sc, t_p, _target(spec))
     dwdp_SR = cm.overlapped_us(a.compute_SR, a.prefetch_us, a.slowdown_SR)
     return a, dwdp_SR, compare(load.tokens_SR, a.own_SR, dwdp_SR, a.experts_dep_S + a.comm_S)
 
@@ -264,8 +292,7 @@ def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: i
         core = n * float(cm.core_flops(m, isl))
         tok = np.array([[tokens]])
         load = IterationLoad(tok, tok, np.array([[core]]), np.array([[max(1.0, n)]]))
-        a = apply(phases(spec, load, 1, isl, skew), scenario(which, interference=_interference_override(spec)), t_p,
-                  _target(spec))
+        a = apply(phases(spec, load, 1, isl, skew), _scenario(spec, group, which), t_p, _target(spec))
         return bool((a.compute_SR * a.slowdown_SR >= a.prefetch_us).all())
 
     lo, hi = 0.0, 24.0
@@ -277,6 +304,21 @@ def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: i
     return float(2 ** hi)
 
 
+def depends_on(spec: PlanSpec, phs: dict, load: IterationLoad, t_p: float, group: int, nominal: float,
+               s_lo: float, s_hi: float) -> str:
+    """The ranged input whose end alone moves the speedup most toward 1 from the nominal's side (its worse end when
+    the nominal is above 1, its better end when below); "" when the range does not cross 1 or nothing is ranged."""
+    if s_lo > 1.0 or s_hi < 1.0:
+        return ""
+    end = "low" if nominal >= 1.0 else "high"
+    ranged = [i for i in INPUTS if i not in inp.fixed(spec)]
+    swings = {}
+    for i in ranged:
+        r = _layer(spec, phs, load, t_p, end, i, group=group)[2]
+        swings[i] = abs(r.t_dep_us / r.t_dwdp_us - nominal)
+    return max(swings, key=lambda k: swings[k]) if swings and max(swings.values()) > 0 else ""
+
+
 def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int,
             load: IterationLoad | None = None) -> PlanRow:
     """One row: cost every rank of the sampled workload (or of `load`, e.g. a bench run's rebuilt iterations)
@@ -286,15 +328,18 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     tokens_SR = load.tokens_SR
     skew = routing_skew(spec, group, float(tokens_SR.mean()))
     ph = phases(spec, load, group, isl, skew)
+    fixed = inp.fixed(spec)
+    skewed = ph if "routing" in fixed or group <= 1 else phases(spec, load, group, isl,
+                                                               skewed_routing(spec, group, float(tokens_SR.mean())))
+    phs = {"balanced": ph, "skewed": skewed}
     placement = _placement(spec, group, redundant)
     t_p = cm.prefetch_us(m, p, placement, slice_bytes)
-    a, dwdp_SR, layer = _layer(spec, ph, load, t_p, "nominal")
+    a, dwdp_SR, layer = _layer(spec, phs, load, t_p, "nominal", group=group)
     compute_SR, f = a.compute_SR, a.slowdown_SR
-    lo = _layer(spec, ph, load, t_p, "low")[2]
-    hi = _layer(spec, ph, load, t_p, "high")[2]
-    swings = {inp: _layer(spec, ph, load, t_p, "low", inp)[2] for inp in INPUTS}
-    depends = min(swings, key=lambda k: swings[k].t_dep_us / swings[k].t_dwdp_us)
+    lo = _layer(spec, phs, load, t_p, "low", group=group)[2]
+    hi = _layer(spec, phs, load, t_p, "high", group=group)[2]
     s_lo, s_hi = lo.t_dep_us / lo.t_dwdp_us, hi.t_dep_us / hi.t_dwdp_us
+    depends = depends_on(spec, phs, load, t_p, group, layer.t_dep_us / layer.t_dwdp_us, s_lo, s_hi)
 
     own_SR, experts_dep_S, a2a_S = a.own_SR, a.experts_dep_S, a.comm_S
     dense_SR = ph.dense_layer_SR * m.first_k_dense

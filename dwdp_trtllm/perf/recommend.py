@@ -24,7 +24,7 @@ import numpy as np
 
 from ..byte_units import fmt_bytes
 from ..memory import GB, MAX_DWDP_SIZE, gpu_count_text, parts_text, smallest_line
-from .uncertainty import MEASURE
+from .uncertainty import SETTLE
 
 
 def more_redundant_experts(spec, group: int, redundant: int, headroom_bytes: float) -> int:
@@ -206,6 +206,21 @@ def _plain_dp(spec, configs, best) -> Recommendation | None:
                           by_isl=tuple((r.isl, "DP") for r in dp))
 
 
+def extrapolation_clause(rows) -> str:
+    """'; range widened for cells past the kernel tables: routed experts (DEP, EP8) 8.0x the last row' (the farthest
+    reach per phase over `rows`; kernel_tables.EXTRAP_PER_DOUBLING per doubling), or ''."""
+    from .kernel_tables import EXTRAP_PER_DOUBLING
+
+    far: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.extrapolated or {}).items():
+            far[k] = max(far.get(k, 0.0), float(v.split("x", 1)[0]))
+    if not far:
+        return ""
+    return (f"; range widened {EXTRAP_PER_DOUBLING:.0%} per doubling for cells past the kernel tables: "
+            + ", ".join(f"{k} {x:.1f}x the last row" for k, x in sorted(far.items(), key=lambda kv: -kv[1])))
+
+
 def recommend(spec, rows) -> Recommendation:
     """Best setup among those that fit somewhere; plain data parallel (G=1) where it fits and is as fast; DWDP / DEP /
     marginal from the chosen setup's per-ISL ranges (module docstring)."""
@@ -238,7 +253,7 @@ def recommend(spec, rows) -> Recommendation:
         return Counter(r.depends_on for r in rs).most_common(1)[0][0] or "interference"
 
     dep_on = depends(marg or best_rows)
-    measure = f"depends on {dep_on}; measure with {MEASURE.get(dep_on, 'a multi-GPU run')}"
+    measure = f"depends on {dep_on} - {SETTLE.get(dep_on, 'a multi-GPU run measures it')}"
     if wins:  # DEP stays available at the other ISLs: the setup is recommended where its whole range is above 1
         verdict, use = "DWDP", True
         reason = (f"DWDP with {setup} at ISL {', '.join(str(r.isl) for r in wins)}: "
@@ -255,11 +270,12 @@ def recommend(spec, rows) -> Recommendation:
         verdict, use, reason = "DEP", False, f"DEP: the best DWDP setup ({setup}) reaches {rng}; {why}"
     elif not lost:
         verdict, use = "marginal", False
-        reason = f"marginal ({measure}): DWDP with {setup} predicts {rng}"
+        reason = f"marginal: {measure}; DWDP with {setup} predicts {rng}"
     else:  # DEP where the whole range is below 1, marginal where it straddles 1: one line, per ISL
         verdict, use = "marginal", False
         reason = (f"DEP at {isl_set([r.isl for r in lost], spec.isls)} ({_ranges(lost)}: the whole range below 1); "
                   f"marginal at {isl_set([r.isl for r in marg], spec.isls)} with {setup} ({_ranges(marg)}; {measure})")
+    reason += extrapolation_clause(best_rows)
     if misfit:
         reason += f"; {_misfit(spec, best[0], misfit)}"
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)
