@@ -103,7 +103,9 @@ def _cells(spec, r, wide: bool, multi: bool) -> list[str]:
     rng = f"{r.speedup_low:.2f}-{r.speedup_high:.2f}"
     if not wide:
         g = str(r.dwdp_size) + ("" if r.fits else "[red]✗[/red]")
-        return [g, str(r.isl), _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio, rng, r.verdict]
+        knobs = ([str(r.redundant_experts)] if len(spec.redundant_experts) > 1 else []) + (
+            [fmt_slice(r.slice_bytes).replace(" MiB", "M").replace("unsliced", "0")] if len(spec.slice_bytes) > 1 else [])
+        return [g] + knobs + [str(r.isl), _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio, rng, r.verdict]
     mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
     return [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_slice(r.slice_bytes)] if multi else []) + [
         str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
@@ -137,15 +139,14 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
             "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", comm, "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
             "range", "verdict", "hides at"]
     else:
-        t = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False, collapse_padding=True)
-        cols = ["G", "ISL", "DEP", "DWDP", "x", "range", "verdict"]
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
+        cols = ["G"] + (["red."] if len(spec.redundant_experts) > 1 else []) + (
+            ["slice"] if len(spec.slice_bytes) > 1 else []) + ["ISL", "DEP", "DWDP", "x", "range", "verdict"]
     for c in cols:
         t.add_column(c, justify="right", no_wrap=True)
     for r in rows:
         t.add_row(*_cells(spec, r, wide, multi))
     con.print(t)
-    if not wide and multi:
-        say("rows in order of --redundant-experts, then --slice-bytes (--wide shows both columns)")
     say(LEGEND)
     say(inputs.line(spec, rows))
     say(f"priced: {describe_pricing(spec, rows)}")
