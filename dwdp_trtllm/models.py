@@ -129,6 +129,8 @@ class ModelSpec:
     rope_scaling: YarnScaling | None = None  # None: plain rope theta**(-2i/d)
     rope_interleave: bool = True  # MLA only: rotate pairs (2i, 2i+1) (DeepSeek) or NeoX halves
     latent_norm_eps: float = LATENT_NORM_EPS  # MLA q_a_layernorm / kv_a_layernorm
+    sliding_window: int = 0  # keys a sliding-window layer attends to (0: none); priced by perf/flops.core_flops
+    sliding_window_layers: int = 0  # how many of the layers use it (gpt-oss: every other one)
 
     def __post_init__(self) -> None:
         for name in FIELD_BOUNDS:

@@ -212,10 +212,15 @@ def build_spec(args, *, gpu_name: str | None = None):
     spec_file = args.gpu_spec or (gpu_name if is_spec_path(gpu_name) else None)  # --gpu FILE, as the other commands take
     if not spec_file and gpu_name.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} or a GPU spec file (.yaml), got {gpu_name!r}")
+    from ..hf_config import read_config_json
+    from ..model_dims import not_priced, preset_not_priced
+
     if is_config_path(args.model):
         base_model = dims_from_config_json(args.model)  # ConfigError names the file and key
+        unpriced = not_priced(read_config_json(args.model)[0])
     elif args.model in PRESETS:
         base_model = PRESETS[args.model]
+        unpriced = preset_not_priced(base_model)
     else:
         raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))} or a config.json path, "
                                            f"got {args.model!r}")
@@ -262,7 +267,7 @@ def build_spec(args, *, gpu_name: str | None = None):
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
         a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
-        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm)
+        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm, not_priced=unpriced)
     check_candidates(spec)
     return spec
 

@@ -71,6 +71,12 @@ def interference_line(spec) -> str:
             + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
 
 
+def not_priced_line(spec) -> str:
+    """'not priced: swiglu_limit' (PlanSpec.not_priced: model_dims.not_priced / preset_not_priced), or 'not priced:
+    nothing' -- said either way, so a silent omission cannot pass for a priced feature."""
+    return "not priced: " + (", ".join(spec.not_priced) or "nothing (every config key is priced or cost-free)")
+
+
 def calibration_notes(spec) -> tuple[str, ...]:
     return spec.calibration.notes + spec.calibration.floor.notes
 
@@ -79,7 +85,7 @@ def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
     from ..memory import UNIT
     from ..perf import inputs
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
-            "interference": interference_line(spec), "inputs": inputs.to_dict(spec), "routing_skew": rows[0].routing_skew if rows else "none",
+            "interference": interference_line(spec), "inputs": inputs.to_dict(spec), "not_priced": list(spec.not_priced), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
             "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
@@ -149,6 +155,7 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
     con.print(t)
     say(LEGEND)
     say(inputs.line(spec, rows))
+    say(not_priced_line(spec))
     say(f"priced: {describe_pricing(spec, rows)}")
     srcs = [rel_to_root(x, root) for x in spec.calibration.sources]
     src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"

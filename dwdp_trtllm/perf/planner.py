@@ -68,6 +68,7 @@ class PlanSpec:
     linear_dtype: str | None = None  # dense GEMMs' dtype when not the weight dtype's (cost_model.CostParams)
     stated: tuple = ()  # (input, value as given) the user stated with its flag (perf/inputs.py: not ranged)
     provenance: tuple = ()  # (Calibration field, file) pairs: which loaded file set which field (perf/inputs.py)
+    not_priced: tuple = ()  # model features / config.json keys the planner does not price (model_dims.not_priced)
 
     @property
     def dep_comm_path(self) -> str:
