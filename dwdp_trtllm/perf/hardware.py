@@ -179,6 +179,26 @@ def _or(v: float | None, default: float) -> float:
     return default if v is None else v
 
 
+#: spec-file keys whose ASSUMPTION marks make a plan's compute or copy an assumption (assumed_keys)
+PRICING_KEYS = ("copy_efficiency", "gemm", "attention", "hbm", "a2a", "a2a_latency_us")
+
+
+def assumed_keys(spec: GpuSpec) -> tuple[str, ...]:
+    """The pricing keys (PRICING_KEYS) whose line in the spec file is marked ASSUMPTION (the shipped files mark every
+    number's source in a comment: datasheet, MEASURED, PUBLIC REPORT or ASSUMPTION); () when the file is not
+    readable."""
+    try:
+        text = Path(spec.source).read_text(encoding="utf-8")
+    except OSError:
+        return ()
+    out = []
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in PRICING_KEYS and "ASSUMPTION" in line.split("#", 1)[-1] and "#" in line:
+            out.append(key)
+    return tuple(dict.fromkeys(out))
+
+
 def load_gpu_spec(path: str | Path) -> GpuSpec:
     """Read a GPU spec file (YAML); any problem raises ConfigError naming the file and the key."""
     return spec_from_dict(load_yaml(path), str(path))
