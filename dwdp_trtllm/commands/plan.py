@@ -16,6 +16,8 @@ from .deploy_args import gpu_budget_bytes
 
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
+#: perf.dep_variants.VARIANTS, likewise
+DEP_VARIANTS = ("trtllm", "deepep_deepgemm")
 
 #: the engine calibration `dwdp plan --target engine` and `dwdp validate-plan` use by default (bench_dir): package
 #: data (a copy of one floor campaign, data/engine_calibration/README.md), so an installed command and a checkout's
@@ -79,6 +81,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "Default: what TensorRT-LLM 1.3.0rc20 auto-selects on the GPU (alltoall where MNNVL exists: "
                         "gb200; else deepep at DEP 2/4/8, allgather_reducescatter at other sizes), alltoall for "
                         "--target engine (docs/PLANNER.md)")
+    g.add_argument("--dep", default=None, choices=DEP_VARIANTS,
+                   help="the DEP you would otherwise run: trtllm (TensorRT-LLM's CUTLASS fp8_block MoE + its "
+                        "communication) or deepep_deepgemm (DeepEP + DeepGEMM, what SGLang deploys on Hopper; FP8 "
+                        "experts on H100/H200). Default: every one that applies, one table and verdict each")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")
@@ -268,6 +274,11 @@ def build_spec(args, *, gpu_name: str | None = None):
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
         a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
         samples=args.samples, seed=args.seed, dep_comm=args.dep_comm, not_priced=unpriced)
+    from ..perf.dep_variants import applies, variants
+    if args.dep == "deepep_deepgemm" and not applies(spec):
+        raise ConfigError(None, "--dep", f"deepep_deepgemm is priced for fp8 experts on {' or '.join(('h100', 'h200'))} "
+                                         f"with --target trtllm, got {args.weight_dtype} on {gpu.name}, target {target}")
+    spec = dataclasses.replace(spec, dep_variants=variants(spec, args.dep))
     check_candidates(spec)
     return spec
 
@@ -357,13 +368,14 @@ def run(args) -> int:
         check_plot_path(args.plot)
     spec = build_spec(args)
     rows = plan(spec)
+    by_variant = {v: [r for r in rows if r.dep_variant == v] for v in spec.dep_variants}
     if args.plot:
-        write_plot(spec, rows, args.plot)
-    rec = recommend(spec, rows)
+        write_plot(spec, by_variant[spec.dep_variants[0]], args.plot)
+    recs = {v: recommend(spec, rs) for v, rs in by_variant.items()}
     if args.json:
-        print(json.dumps(plan_json(spec, rows, rec, data_root(args)), indent=1))
+        print(json.dumps(plan_json(spec, rows, recs, data_root(args)), indent=1))
         return 0
-    print_table(spec, rows, rec, verbose=args.verbose, root=data_root(args), wide=args.wide)
+    print_table(spec, by_variant, recs, verbose=args.verbose, root=data_root(args), wide=args.wide)
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -81,7 +81,9 @@ def calibration_notes(spec) -> tuple[str, ...]:
     return spec.calibration.notes + spec.calibration.floor.notes
 
 
-def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
+def plan_json(spec, rows, recs: dict, root: Path | None = None) -> dict:
+    """--json: every row (each names its dep_variant), the first DEP variant's recommendation as "recommendation" and
+    every variant's under "recommendations"."""
     from ..memory import UNIT
     from ..perf import inputs
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
@@ -89,7 +91,8 @@ def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
             "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
-            "recommendation": rec.to_dict(), "rows": [r.to_dict() for r in rows]}
+            "dep_variants": list(spec.dep_variants), "recommendation": next(iter(recs.values())).to_dict(),
+            "recommendations": {v: rec.to_dict() for v, rec in recs.items()}, "rows": [r.to_dict() for r in rows]}
 
 
 def _tok(x: float) -> str:
@@ -119,24 +122,11 @@ def _cells(spec, r, wide: bool, multi: bool) -> list[str]:
         _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio, rng, r.verdict, _tok(r.break_even_tokens)]
 
 
-def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = None, wide: bool = False) -> None:
-    """The plan as a user reads it: a table that fits 60 columns (--wide: every column), then prose lines printed
-    unsplit (soft-wrapped by the terminal, never cut mid-phrase)."""
+def _table(spec, rows, wide: bool):
+    """One DEP variant's rows as a rich Table (narrow: fits 60 columns; wide: every column)."""
     from rich import box
     from rich.table import Table
 
-    from ..perf import inputs
-    from ..perf.recommend import fmt_slice
-
-    con = console(wide)  # the narrow table follows the terminal (COLUMNS)
-    say = lambda text: con.print(text, soft_wrap=True)  # noqa: E731
-    wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
-    wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
-    wl += f", imbalance CV {spec.imbalance_cv}"
-    if rows and rows[0].routing_skew != "none":
-        wl += f", routing skew {rows[0].routing_skew}"
-    say(f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
-        f"priced for {spec.priced_as}; times per MoE layer in ms")
     multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
     comm = "T_comm" if spec.tables is not None else "T_all2all"
     if wide:
@@ -152,11 +142,38 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
         t.add_column(c, justify="right", no_wrap=True)
     for r in rows:
         t.add_row(*_cells(spec, r, wide, multi))
-    con.print(t)
+    return t
+
+
+def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, root: Path | None = None,
+                wide: bool = False) -> None:
+    """The plan as a user reads it: one table per DEP variant (perf/dep_variants.py) that fits 60 columns (--wide:
+    every column), then prose lines printed unsplit (soft-wrapped by the terminal, never cut mid-phrase), one
+    recommendation per DEP variant."""
+    from ..perf import inputs
+    from ..perf.dep_variants import LABELS, SHORT
+
+    con = console(wide)  # the narrow table follows the terminal (COLUMNS)
+    say = lambda text: con.print(text, soft_wrap=True)  # noqa: E731
+    rows = [r for rs in by_variant.values() for r in rs]
+    first = next(iter(by_variant.values()))
+    wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
+    wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
+    wl += f", imbalance CV {spec.imbalance_cv}"
+    if rows and rows[0].routing_skew != "none":
+        wl += f", routing skew {rows[0].routing_skew}"
+    say(f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
+        f"priced for {spec.priced_as}; times per MoE layer in ms")
+    several = len(by_variant) > 1
+    for v, rs in by_variant.items():
+        if several:
+            say(f"vs {SHORT[v]}, --dep {v}:")
+        con.print(_table(spec, rs, wide))
     say(LEGEND)
     say(inputs.line(spec, rows))
     say(not_priced_line(spec))
-    say(f"priced: {describe_pricing(spec, rows)}")
+    for v, rs in by_variant.items():
+        say(f"priced{f' ({v}: {LABELS[v]})' if several else ''}: {describe_pricing(spec, rs)}")
     srcs = [rel_to_root(x, root) for x in spec.calibration.sources]
     src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"
     say(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
@@ -170,15 +187,16 @@ def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = N
     elif notes:
         say(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
     by_g: dict[int, list] = {}
-    for r in rows:
+    for r in first:
         by_g.setdefault(r.dwdp_size, []).append(r)
     for g, rs in by_g.items():
         say(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
             f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[0])}-{_tok(r.break_even_range[1])})"
             for r in rs[:len(spec.isls)]))
-    say(f"[bold]recommendation:[/bold] {rec.reason}")
-    for n in rec.notes:
-        say(f"  - {n}")
+    for v, rec in recs.items():
+        say(f"[bold]recommendation{f' against {v}' if several else ''}:[/bold] {rec.reason}")
+        for n in rec.notes:
+            say(f"  - {n}")
 
 
 def write_plot(spec, rows, path: str) -> None:

@@ -204,7 +204,7 @@ def _one_row(argv: list[str]):
     from .plan import build_spec
 
     spec = build_spec(build_parser().parse_args(["plan", *argv]))
-    rows = plan(spec)
+    rows = [r for r in plan(spec) if r.dep_variant == spec.dep_variants[0]]  # --dep names another; default trtllm
     if len(rows) != 1:
         raise ConfigError(None, "plan", f"a validation row plans one point; {' '.join(argv)!r} gives {len(rows)}")
     return spec, rows[0]

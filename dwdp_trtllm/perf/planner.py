@@ -69,6 +69,8 @@ class PlanSpec:
     stated: tuple = ()  # (input, value as given) the user stated with its flag (perf/inputs.py: not ranged)
     provenance: tuple = ()  # (Calibration field, file) pairs: which loaded file set which field (perf/inputs.py)
     not_priced: tuple = ()  # model features / config.json keys the planner does not price (model_dims.not_priced)
+    dep_variants: tuple = ("trtllm",)  # the DEPs compared against (perf/dep_variants.py; `dwdp plan` prices every one
+    #                                    that applies unless --dep names one)
 
     @property
     def dep_comm_path(self) -> str:
@@ -167,6 +169,7 @@ class PlanRow:
     dep_comm: str = ""  # DEP's communication path and how it was priced (phases.Phases.comm_source)
     t_iteration_dep_us: float = 0.0  # whole model, one mean iteration (dense + MoE layers): tps_per_gpu_dep's time
     t_iteration_dwdp_us: float = 0.0
+    dep_variant: str = "trtllm"  # which DEP this row compares against (perf/dep_variants.VARIANTS)
 
     def to_dict(self) -> dict:
         """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
@@ -236,14 +239,22 @@ def skewed_routing(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
     return routing_skew(spec, group, tokens_per_rank, RoutingSkewConfig(kind="power_law", alpha=alpha))
 
 
-def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew) -> Phases:
-    """The layer's phases on every rank, priced for spec's target; DEP communication at a measured all-to-all
-    bandwidth where a calibration sets one (perf/inputs.py: then measured, not ranged)."""
+def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew, variant: str = "trtllm") -> Phases:
+    """The layer's phases on every rank, priced for spec's target and DEP `variant` (perf/dep_variants.py); DEP
+    communication at a measured all-to-all bandwidth where a calibration sets one (perf/inputs.py: then measured,
+    not ranged)."""
     t = spec.tables
     if t is None:
         return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
     path = spec.dep_comm_for(group)
     ph = trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, path)
+    if variant == "deepep_deepgemm":
+        from . import dep_variants
+        g_tok = load.tokens_SR.sum(-1)
+        skewed = t.moe_ms(spec.weight_dtype, group, skew.dist, g_tok)[0]
+        bal = t.moe_ms(spec.weight_dtype, group, "balanced", g_tok)[0]
+        factor = float(np.mean(skewed / bal)) * skew.dep_expert if skewed is not None and bal is not None else skew.dep_expert
+        return dep_variants.deepep_deepgemm(spec, ph, load.tokens_SR, group, factor)
     gbps = spec.calibration.all_to_all_gbps
     if gbps and group > 1:
         if path == "allgather_reducescatter":
@@ -321,17 +332,18 @@ def depends_on(spec: PlanSpec, phs: dict, load: IterationLoad, t_p: float, group
 
 
 def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int,
-            load: IterationLoad | None = None) -> PlanRow:
+            load: IterationLoad | None = None, variant: str = "trtllm") -> PlanRow:
     """One row: cost every rank of the sampled workload (or of `load`, e.g. a bench run's rebuilt iterations)
     over `group` ranks, compare DEP with DWDP; nominal, and the range over the uncertain inputs."""
     m, p = spec.model, spec.params()
     load = load if load is not None else sampled_load(spec, isl, group)
     tokens_SR = load.tokens_SR
     skew = routing_skew(spec, group, float(tokens_SR.mean()))
-    ph = phases(spec, load, group, isl, skew)
+    ph = phases(spec, load, group, isl, skew, variant)
     fixed = inp.fixed(spec)
     skewed = ph if "routing" in fixed or group <= 1 else phases(spec, load, group, isl,
-                                                               skewed_routing(spec, group, float(tokens_SR.mean())))
+                                                               skewed_routing(spec, group, float(tokens_SR.mean())),
+                                                               variant)
     phs = {"balanced": ph, "skewed": skewed}
     placement = _placement(spec, group, redundant)
     t_p = cm.prefetch_us(m, p, placement, slice_bytes)
@@ -384,13 +396,13 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
         depends_on=depends, break_even_tokens=be[0], break_even_range=(min(be), max(be)), extrapolated=extrap,
         routing_skew=skew.label, local_experts=len(placement.local_experts[0]), dep_fits=bool(fit.dep.fits),
-        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)), dep_comm=ph.comm_source)
+        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)), dep_comm=ph.comm_source, dep_variant=variant)
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:
-    """Rows for every (G, redundant_experts, slice_bytes, ISL), in that nesting order."""
-    return [predict(spec, g, r, s, isl) for g in spec.dwdp_sizes for r in spec.redundant_experts
-            for s in spec.slice_bytes for isl in spec.isls]
+    """Rows for every (DEP variant, G, redundant_experts, slice_bytes, ISL), in that nesting order."""
+    return [predict(spec, g, r, s, isl, variant=v) for v in spec.dep_variants for g in spec.dwdp_sizes
+            for r in spec.redundant_experts for s in spec.slice_bytes for isl in spec.isls]
 
 
 def check_candidates(spec: PlanSpec) -> None:

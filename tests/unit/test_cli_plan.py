@@ -29,7 +29,7 @@ def test_paper_section3_shape(capsys):
 def test_json_rows_are_consistent(capsys):
     rows = _json(capsys, ["plan", "--gpu", "h200", "--dwdp-size", "2,4,8", "--isl", "2k,8192", "--mnt", "16384",
                           "--isl-dist", "uniform_ratio", "--imbalance-cv", "0.2", "--samples", "64",
-                          "--slice-bytes", "2MiB,0", "--no-bench-results", "--json"])
+                          "--slice-bytes", "2MiB,0", "--no-bench-results", "--json", "--dep", "trtllm"])
     assert len(rows) == 3 * 2 * 2
     for r in rows:
         assert REQUIRED <= set(r)
@@ -178,7 +178,7 @@ def test_auto_group_size_is_the_one_every_deployment_command_takes(capsys, tmp_p
 
 
 def _plan(capsys, argv):
-    assert main(["plan", *argv, "--json"]) == 0
+    assert main(["plan", *argv, "--json", "--dep", "trtllm"]) == 0  # TensorRT-LLM's DEP (the rows' recommendation)
     return json.loads(capsys.readouterr().out)
 
 
@@ -234,7 +234,7 @@ def test_nothing_fits_rows_say_so(capsys):
     out = _plan(capsys, ["--dwdp-size", "4"])
     assert all(not r["fits"] and not r["dep_fits"] and r["verdict"] == "nothing fits" for r in out["rows"])
     assert out["recommendation"]["verdict"] == "nothing fits"
-    assert main(["plan", "--dwdp-size", "4"]) == 0
+    assert main(["plan", "--dwdp-size", "4", "--dep", "trtllm"]) == 0
     table = [ln for ln in capsys.readouterr().out.splitlines() if ln.lstrip()[:1].isdigit()]
     assert len(table) == 5 and all("nothing fits" in ln and " DEP " not in ln for ln in table)
     rows = _plan(capsys, ["--dwdp-size", "7", "--isl", "32768"])["rows"]  # DWDP7 148 GB, DEP7 136 GB

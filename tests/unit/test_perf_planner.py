@@ -59,7 +59,8 @@ def test_redundancy_shrinks_prefetch_and_grows_memory():
 
 def test_unsliced_copies_pay_contention():
     sl, un = plan(_spec(isls=(16384,), slice_bytes=(2 << 20, 0)))
-    assert un.t_prefetch_us > 1.5 * sl.t_prefetch_us and un.speedup < sl.speedup
+    # G=4 unsliced: 1 + (E[C] - 1) / 2 = 4/3 over bytes / bandwidth (perf/contention.py), sliced 1.006
+    assert un.t_prefetch_us > 1.3 * sl.t_prefetch_us and un.speedup < sl.speedup
 
 
 def test_memory_does_not_fit_means_dep():
