@@ -13,171 +13,23 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from ..config import DwdpConfig
-from ..models import ModelSpec
 from ..memory import fit_deployment
 from ..placement import make_placement
 from ..schema import ConfigError
 from . import cost_model as cm
 from .bench_work import IterationLoad
-from .calibration import Calibration
-from .hardware import GpuSpec
-from .imbalance import Workload, compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
-from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
-from .phases import Phases, Skew, default_dep_comm, engine_phases, table_dist, trtllm_phases
+from .imbalance import compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
+from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
+from .plan_row import PlanRow
+from .plan_spec import MiB, PlanSpec  # noqa: F401 (re-exported)
 from .recommend import Recommendation, fmt_slice, recommend, row_verdict  # noqa: F401 (re-exported)
 from . import inputs as inp
 from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scenario
-
-MiB = 1 << 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanSpec:
-    """What to plan for: model, GPU, candidate configurations and workload."""
-
-    model: ModelSpec
-    gpu: GpuSpec
-    weight_dtype: str = "fp8"
-    dwdp_sizes: tuple[int, ...] = (4,)
-    isls: tuple[int, ...] = (8192,)
-    batch: int | None = 1
-    mnt: int | None = None
-    isl_dist: str = "fixed"
-    isl_ratio: float = 0.8
-    isl_cv: float = 0.0
-    imbalance_cv: float = 0.0
-    redundant_experts: tuple[int, ...] = (0,)
-    slice_bytes: tuple[int, ...] = (2 * MiB,)
-    dispatch_dtype: str = "fp8"
-    a2a_dedup: bool = False
-    interference: float | None = None
-    calibration: Calibration = field(default_factory=Calibration)
-    gpu_memory_gb: float | None = None
-    source_policy: str = "balanced"
-    samples: int = 256
-    seed: int = 0
-    target: str = "engine"  # trtllm | engine (phases.TARGETS); `dwdp plan` defaults to trtllm
-    kernel_tables: str | None = None  # a kernel-table JSON instead of the shipped one for this GPU
-    routing_skew: object = None  # routing_skew.RoutingSkewConfig; None = balanced routing
-    dep_comm: str | None = None  # phases.DEP_COMMS; None = phases.default_dep_comm for this GPU and target
-    linear_dtype: str | None = None  # dense GEMMs' dtype when not the weight dtype's (cost_model.CostParams)
-    stated: tuple = ()  # (input, value as given) the user stated with its flag (perf/inputs.py: not ranged)
-    provenance: tuple = ()  # (Calibration field, file) pairs: which loaded file set which field (perf/inputs.py)
-    not_priced: tuple = ()  # model features / config.json keys the planner does not price (model_dims.not_priced)
-    dep_variants: tuple = ("trtllm",)  # the DEPs compared against (perf/dep_variants.py; `dwdp plan` prices every one
-    #                                    that applies unless --dep names one)
-
-    @property
-    def dep_comm_path(self) -> str:
-        """DEP's communication path: the given one, else what TensorRT-LLM selects on this GPU for a group size DeepEP
-        runs (target trtllm) or our engine's all-to-all (target engine, or trtllm without a table); a row's own
-        path is dep_comm_for(its group size)."""
-        return self.dep_comm_for(None)
-
-    def dep_comm_for(self, group: int | None) -> str:
-        """DEP's communication path at this group size as priced (phases.default_dep_comm when none is given)."""
-        if self.dep_comm is not None:
-            return self.dep_comm
-        return default_dep_comm(self.gpu.name, "trtllm" if self.tables is not None else "engine", group)
-
-    @property
-    def tables(self) -> ShapeTables | None:
-        """TensorRT-LLM kernel tables of this model on this GPU with MoE rows and an attention core for this weight
-        dtype (target trtllm), or None (then priced as the engine)."""
-        if self.target != "trtllm":
-            return None
-        t = shape_tables(self.model, self.gpu.name, self.kernel_tables)
-        if t is None or not t.moe_eps(self.weight_dtype) or t.core_grid(KV_DTYPE[self.weight_dtype]) is None:
-            return None
-        return t
-
-    @property
-    def priced_as(self) -> str:
-        """The target the rows are priced for ('engine (no TensorRT-LLM table for ...)' when trtllm has none)."""
-        if self.target == "trtllm" and self.tables is None:
-            return (f"engine (no TensorRT-LLM kernel table for {self.model.name}, {self.weight_dtype} experts, on "
-                    f"{self.gpu.name})")
-        return self.target
-
-    @property
-    def memory_budget_gb(self) -> float:
-        return self.gpu_memory_gb if self.gpu_memory_gb is not None else self.gpu.memory_gb
-
-    def params(self) -> cm.CostParams:
-        return cm.CostParams(gpu=self.gpu, weight_dtype=self.weight_dtype, dispatch_dtype=self.dispatch_dtype,
-                             a2a_dedup=self.a2a_dedup, calibration=self.calibration, linear_dtype=self.linear_dtype)
-
-    def workload(self, isl: int) -> Workload:
-        return Workload(isl=isl, isl_dist=self.isl_dist, isl_ratio=self.isl_ratio, isl_cv=self.isl_cv,  # type: ignore[arg-type]
-                        imbalance_cv=self.imbalance_cv, batch=self.batch, mnt=self.mnt,
-                        samples=self.samples, seed=self.seed)
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    isl: int
-    dwdp_size: int
-    redundant_experts: int
-    slice_bytes: int
-    tokens_per_rank: float
-    t_attention_us: float
-    t_experts_dwdp_us: float
-    t_experts_dep_us: float
-    t_other_us: float
-    t_dense_mlp_us: float  # the MLP of one first_k_dense layer
-    t_compute_us: float  # DWDP rank compute per layer (no interference): the window that hides the prefetch
-    t_compute_dep_us: float  # DEP rank compute per layer (own work + its expert share), no sync, no all-to-all
-    t_prefetch_us: float
-    t_all2all_us: float
-    t_sync_us: float
-    t_prefetch_wait_us: float  # DWDP compute waiting on copies (exposed prefetch)
-    t_dep_us: float
-    t_dwdp_us: float
-    speedup: float  # t_dep_us / t_dwdp_us = DWDP/DEP throughput
-    prefetch_hidden: bool
-    compute_over_prefetch: float
-    sync_overhead: float
-    contention_slowdown: float
-    fetch_gb: float
-    memory_per_rank_gb: float  # memory.fit_deployment: the same per-rank bytes as `dwdp gen-config` checks
-    memory_dep_gb: float
-    fits: bool
-    memory_parts_gb: dict  # experts held, prefetch slots, dense weights, activations, KV-cache floor
-    smallest_fitting_dwdp_size: int | None  # same dtype and max_num_tokens, derived placement
-    tps_per_gpu_dep: float
-    tps_per_gpu_dwdp: float
-    memory_dep_parts_gb: dict = None  # DEP at the same G: experts held, all-to-all buffers, dense, activations, KV floor
-    smallest_fitting_dep_size: int | None = None  # memory.smallest_fitting for DEP (EP size)
-    target: str = "engine"  # what the compute was priced for (PlanSpec.priced_as)
-    speedup_low: float = 0.0  # every uncertain input at DWDP's worse end (perf/uncertainty.py)
-    speedup_high: float = 0.0  # ... at its better end
-    t_dep_us_range: tuple = ()  # (low scenario, high scenario)
-    t_dwdp_us_range: tuple = ()
-    depends_on: str = ""  # the input whose worse end alone moves the speedup most
-    break_even_tokens: float = 0.0  # tokens per rank per iteration (requests of this ISL) whose compute hides the prefetch
-    break_even_range: tuple = ()  # (fewest, most) over the scenarios (less interference needs more tokens to hide)
-    extrapolated: dict = None  # phase -> how far past its kernel table (e.g. "8x past the last row")
-    routing_skew: str = "none"
-    verdict: str = ""  # DWDP | DEP | marginal from the range at this ISL, or nothing fits (recommend.row_verdict)
-    local_experts: int = 0  # routed experts per layer the worst rank holds (placement, redundancy included)
-    dep_fits: bool = True  # DEP at the same G fits the budget (memory_dep_gb)
-    dep_comm: str = ""  # DEP's communication path and how it was priced (phases.Phases.comm_source)
-    t_iteration_dep_us: float = 0.0  # whole model, one mean iteration (dense + MoE layers): tps_per_gpu_dep's time
-    t_iteration_dwdp_us: float = 0.0
-    dep_variant: str = "trtllm"  # which DEP this row compares against (perf/dep_variants.VARIANTS)
-
-    def to_dict(self) -> dict:
-        """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
-        def one(v):
-            if isinstance(v, float):
-                return round(v, 6) if math.isfinite(v) else None
-            return [one(x) for x in v] if isinstance(v, (tuple, list)) else v
-        return {k: one(v) for k, v in asdict(self).items()}
 
 
 def _dwdp_config(spec: PlanSpec, group: int, redundant: int) -> DwdpConfig:
