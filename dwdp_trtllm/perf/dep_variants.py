@@ -19,7 +19,8 @@ numbers; attention, dense GEMMs and DWDP's side are unchanged (the same model se
   MoE 2.09 / 3.87 / 7.49 ms per layer at 2K / 4K / 8K tokens per rank, DeepEP + grouped GEMM 1.19-1.22x that
   (MEGAMOE_H200_MS x ANCHOR_OVER_MEGAMOE), linear in tokens beyond 8K (marked extrapolated). Where it is slower than
   the components, the difference is put on communication (comm_S) and the components' communication is the fast
-  end (comm_alt_S), so the "DEP communication" range spans both.
+  end (comm_alt_S), so the "DEP communication" range spans both. Other models' shapes have no published DeepGEMM
+  rate: the DeepSeek-V3 shapes' rates are the nominal and TensorRT-LLM's own MoE op + communication the slow end.
 """
 from __future__ import annotations
 
@@ -107,7 +108,10 @@ def deepep_deepgemm(spec, ph, tokens_SR, group: int, skew_factor: float = 1.0):
            f"(DeepGEMM README) + DeepEP normal dispatch/combine at {DEEPEP_FRACTION['dispatch']:.2f}/"
            f"{DEEPEP_FRACTION['combine']:.2f} of the peer link (DeepEP legacy.md)")
     alt, b_anchor = comm, 0.0
-    if _deepseek_shapes(m) and spec.gpu.name == "h200" and group == 8:
+    if not _deepseek_shapes(m):  # the published rates are DeepSeek-V3 shapes': no slower than TensorRT-LLM's MoE op
+        src += f"; rates of DeepSeek-V3 shapes (none published for {m.name}'s), range up to TensorRT-LLM's op + comm"
+        alt = np.maximum(ph.experts_dep_S + ph.comm_S - experts, comm)
+    elif spec.gpu.name == "h200" and group == 8:
         total, b = anchor_us(tokens_SR.max(-1) * skew_factor)
         slow = np.maximum(total - experts, comm)
         comm, alt = slow, np.minimum(slow, alt)
