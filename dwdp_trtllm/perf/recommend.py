@@ -250,7 +250,7 @@ def recommend(spec, rows) -> Recommendation:
     marg = [r for r in best_rows if r.verdict == "marginal"]
 
     def depends(rs) -> str:
-        return Counter(r.depends_on for r in rs).most_common(1)[0][0] or "interference"
+        return Counter(r.depends_on for r in rs).most_common(1)[0][0]  # "": no row's range crosses 1
 
     dep_on = depends(marg or best_rows)
     measure = f"depends on {dep_on} - {SETTLE.get(dep_on, 'a multi-GPU run measures it')}"
