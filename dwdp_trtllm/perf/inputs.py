@@ -17,7 +17,11 @@ from .uncertainty import INPUTS
 
 #: the Calibration fields that make an input measured
 FIELDS = {"interference": ("interference",), "peer bandwidth": ("peer_copy_gbps",),
-          "DEP communication": ("all_to_all_gbps",)}
+          "DEP communication": ("all_to_all_gbps",),
+          "compute efficiencies": ("grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps",
+                                   "floor_tflops")}
+#: GPU spec keys whose ASSUMPTION mark makes compute efficiencies a prior (target engine)
+EFF_KEYS = ("gemm", "attention", "hbm")
 #: the flag that states an input
 FLAGS = {"interference": "--interference", "DEP communication": "--dep-comm", "routing": "--routing-skew"}
 #: where each prior comes from (docs/PLANNER.md "Uncertainty")
@@ -27,6 +31,7 @@ PRIOR_SOURCES = {
     "DEP communication": "the paths TensorRT-LLM selects among on this GPU",
     "routing": "balanced to the tables' power_law_1.01",
     "extrapolated table cells": "5% per doubling past the last row",
+    "compute efficiencies": "the GPU spec's ASSUMPTION efficiencies, x0.75 to x1.25",
 }
 
 
@@ -53,6 +58,8 @@ def statuses(spec) -> tuple[InputStatus, ...]:
     out = []
     for name in INPUTS:
         files = _files(spec, FIELDS.get(name, ()))
+        if name == "compute efficiencies" and files is None:
+            files = _compute_source(spec)
         if files is not None:
             out.append(InputStatus(name, "measured", files))
         elif name in stated:
@@ -60,6 +67,20 @@ def statuses(spec) -> tuple[InputStatus, ...]:
         else:
             out.append(InputStatus(name, "prior", PRIOR_SOURCES[name]))
     return tuple(out)
+
+
+def _compute_source(spec) -> str | None:
+    """Where compute comes from when no calibration measures it: TensorRT-LLM's measured kernel tables, a floor
+    campaign, or a GPU spec with no ASSUMPTION on its efficiencies; None (a prior) where the spec assumes them."""
+    from .hardware import assumed_keys
+
+    if spec.tables is not None:
+        return "TensorRT-LLM kernel tables"
+    if spec.calibration.floor.points:
+        return "the engine's floor campaign"
+    if any(k in EFF_KEYS for k in assumed_keys(spec.gpu)):
+        return None
+    return f"{spec.gpu.source or spec.gpu.name} (datasheet / measured / public report)"
 
 
 def fixed(spec) -> frozenset:
@@ -79,6 +100,8 @@ def line(spec, rows=()) -> str:
     for s in statuses(spec):
         if s.name == "extrapolated table cells" and not extrap:
             continue
+        if s.name == "compute efficiencies" and s.status == "measured" and not s.source.endswith(".json"):
+            continue  # compute from the tables or a sourced spec: said by the "priced:" line
         parts[s.status].append(s.name if s.status == "prior" else f"{s.name} ({s.source})")
     out = [f"{k if k != 'prior' else 'priors (ranged)'}: {', '.join(v)}" for k, v in parts.items() if v]
     return "inputs: " + "; ".join(out)

@@ -29,7 +29,7 @@ from .plan_row import PlanRow
 from .plan_spec import MiB, PlanSpec  # noqa: F401 (re-exported)
 from .recommend import Recommendation, fmt_slice, recommend, row_verdict  # noqa: F401 (re-exported)
 from . import inputs as inp
-from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scenario
+from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scaled_gpu, scenario
 
 
 def _dwdp_config(spec: PlanSpec, group: int, redundant: int) -> DwdpConfig:
@@ -133,10 +133,11 @@ def _scenario(spec: PlanSpec, group: int, which: str, only: str | None = None):
                     peer_range=peer_range(spec.gpu, group, inp.is_measured(spec, "peer bandwidth")))
 
 
-def _layer(spec, phs, load, t_p, which, only=None, group=1):
-    """One layer under scenario `which` (phs: routing end -> Phases; the skewed end only for an unstated routing)."""
+def _layer(spec, phs, load, t_p, which, only=None, group=1, eff=None):
+    """One layer under scenario `which` (phs: (routing end, efficiency end) -> Phases); `eff` overrides the
+    scenario's efficiency end (the efficiencies' effect on DWDP/DEP is not monotonic: both ends are tried)."""
     sc = _scenario(spec, group, which, only)
-    a = apply(phs[sc.routing], sc, t_p, _target(spec))
+    a = apply(phs[(sc.routing, eff or sc.eff)], sc, t_p, _target(spec))
     dwdp_SR = cm.overlapped_us(a.compute_SR, a.prefetch_us, a.slowdown_SR)
     return a, dwdp_SR, compare(load.tokens_SR, a.own_SR, dwdp_SR, a.experts_dep_S + a.comm_S)
 
@@ -156,7 +157,9 @@ def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: i
         core = n * float(cm.core_flops(m, isl))
         tok = np.array([[tokens]])
         load = IterationLoad(tok, tok, np.array([[core]]), np.array([[max(1.0, n)]]))
-        a = apply(phases(spec, load, 1, isl, skew), _scenario(spec, group, which), t_p, _target(spec))
+        sc = _scenario(spec, group, which)
+        s2 = spec if sc.eff == "nominal" else replace(spec, gpu=scaled_gpu(spec.gpu, sc.eff))
+        a = apply(phases(s2, load, 1, isl, skew), sc, t_p, _target(spec))
         return bool((a.compute_SR * a.slowdown_SR >= a.prefetch_us).all())
 
     lo, hi = 0.0, 24.0
@@ -178,8 +181,9 @@ def depends_on(spec: PlanSpec, phs: dict, load: IterationLoad, t_p: float, group
     ranged = [i for i in INPUTS if i not in inp.fixed(spec)]
     swings = {}
     for i in ranged:
-        r = _layer(spec, phs, load, t_p, end, i, group=group)[2]
-        swings[i] = abs(r.t_dep_us / r.t_dwdp_us - nominal)
+        ends = ("low", "high") if i == "compute efficiencies" else (None,)
+        rs = [_layer(spec, phs, load, t_p, end, i, group=group, eff=e)[2] for e in ends]
+        swings[i] = max(abs(r.t_dep_us / r.t_dwdp_us - nominal) for r in rs)
     return max(swings, key=lambda k: swings[k]) if swings and max(swings.values()) > 0 else ""
 
 
@@ -196,13 +200,23 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
     skewed = ph if "routing" in fixed or group <= 1 else phases(spec, load, group, isl,
                                                                skewed_routing(spec, group, float(tokens_SR.mean())),
                                                                variant)
-    phs = {"balanced": ph, "skewed": skewed}
+    phs = {("balanced", "nominal"): ph, ("skewed", "nominal"): skewed}
+    for end in ("low", "high"):  # assumed compute efficiencies (engine target): the spec's GPU rescaled
+        if "compute efficiencies" in fixed:
+            phs[("balanced", end)], phs[("skewed", end)] = ph, skewed
+            continue
+        s2 = replace(spec, gpu=scaled_gpu(spec.gpu, end))
+        phs[("balanced", end)] = phases(s2, load, group, isl, skew, variant)
+        phs[("skewed", end)] = phs[("balanced", end)] if skewed is ph else phases(
+            s2, load, group, isl, skewed_routing(s2, group, float(tokens_SR.mean())), variant)
     placement = _placement(spec, group, redundant)
     t_p = cm.prefetch_us(m, p, placement, slice_bytes)
     a, dwdp_SR, layer = _layer(spec, phs, load, t_p, "nominal", group=group)
     compute_SR, f = a.compute_SR, a.slowdown_SR
-    lo = _layer(spec, phs, load, t_p, "low", group=group)[2]
-    hi = _layer(spec, phs, load, t_p, "high", group=group)[2]
+    def ratio(x):
+        return x.t_dep_us / x.t_dwdp_us
+    lo = min((_layer(spec, phs, load, t_p, "low", group=group, eff=e)[2] for e in ("low", "high")), key=ratio)
+    hi = max((_layer(spec, phs, load, t_p, "high", group=group, eff=e)[2] for e in ("low", "high")), key=ratio)
     s_lo, s_hi = lo.t_dep_us / lo.t_dwdp_us, hi.t_dep_us / hi.t_dwdp_us
     depends = depends_on(spec, phs, load, t_p, group, layer.t_dep_us / layer.t_dwdp_us, s_lo, s_hi)
 

@@ -25,6 +25,9 @@ Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
   than the mean) to the kernel tables' power_law_1.01 rows (aiconfigurator's default; engine: imbalance.skew_term's
   factors for the same law).
 - extrapolated table cells: +-5% per doubling past the table's last row (kernel_tables.EXTRAP_PER_DOUBLING).
+- compute efficiencies (target engine, where the GPU spec file marks its GEMM / attention / HBM efficiencies
+  ASSUMPTION and no calibration measures compute): x EFF_RANGE of each (capped at 1); faster compute is DWDP's
+  worse end (less time to hide the prefetch in, communication a larger share).
 An input the user stated or a calibration measured is fixed at that value (perf/inputs.py says which).
 """
 from __future__ import annotations
@@ -45,7 +48,10 @@ MEASURED_PEER_RANGE = (0.9, 1.0)
 #: the skew the routing range's DWDP-better end takes (kernel tables' rows; aiconfigurator's default)
 SKEWED_ROUTING = "power_law_1.01"
 ENGINE_A2A_EFF = (0.90, 0.77, 0.60)  # engine target: a2a efficiency at the low (DEP fast), nominal, high ends
-INPUTS = ("interference", "peer bandwidth", "DEP communication", "routing", "extrapolated table cells")
+INPUTS = ("interference", "peer bandwidth", "DEP communication", "routing", "extrapolated table cells",
+          "compute efficiencies")
+#: assumed compute efficiencies x (DWDP's worse end, better end)
+EFF_RANGE = (1.25, 0.75)
 #: how a user settles each input: `dwdp calibrate` measures what a node can measure; what is the deployment's choice
 #: is stated with its flag
 SETTLE = {
@@ -54,6 +60,7 @@ SETTLE = {
     "DEP communication": "state it with --dep-comm (the path your DEP runs), or `dwdp calibrate` measures it",
     "routing": "state it with --routing-skew (power_law_<alpha> or your expert counts file)",
     "extrapolated table cells": "`dwdp calibrate` measures the routed-expert op at the DEP call size",
+    "compute efficiencies": "`dwdp calibrate` measures the kernels on one GPU (or --gpu-spec a measured spec file)",
 }
 
 
@@ -73,6 +80,7 @@ class Scenario:
     comm: str = "nominal"  # nominal | low (DEP comm at its fast end) | high (its slow end)
     extrap: float = 0.0  # -1: extrapolated cells at DWDP's worse end, +1: better end, 0: as extrapolated
     routing: str = "balanced"  # balanced | skewed (SKEWED_ROUTING: the DWDP-better end of an unstated routing)
+    eff: str = "nominal"  # nominal | low (assumed compute efficiencies x EFF_RANGE[0]) | high (x EFF_RANGE[1])
 
 
 def interference_at(which: str, override: float | None) -> dict:
@@ -95,7 +103,17 @@ def scenario(which: str, *, only: str | None = None, interference: float | None 
                     interference=interference_at(at("interference"), interference),
                     peer={"nominal": 1.0, "low": peer_range[0], "high": peer_range[1]}[at("peer bandwidth")],
                     comm=at("DEP communication"), extrap=sign[at("extrapolated table cells")],
-                    routing="skewed" if at("routing") == "high" else "balanced")
+                    routing="skewed" if at("routing") == "high" else "balanced", eff=at("compute efficiencies"))
+
+
+def scaled_gpu(gpu, which: str):
+    """`gpu` with its GEMM, attention and HBM efficiencies at `which` end of EFF_RANGE (capped at 1)."""
+    if which == "nominal":
+        return gpu
+    from dataclasses import replace
+    f = EFF_RANGE[0] if which == "low" else EFF_RANGE[1]
+    return replace(gpu, gemm_eff={k: min(1.0, v * f) for k, v in gpu.gemm_eff.items()},
+                   attention_eff=min(1.0, gpu.attention_eff * f), hbm_eff=min(1.0, gpu.hbm_eff * f))
 
 
 def peer_range(gpu, group: int, measured: bool) -> tuple[float, float]:

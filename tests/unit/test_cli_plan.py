@@ -42,7 +42,8 @@ def test_table_and_recommendation(capsys, tmp_path):
     assert main(PAPER + ["--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "DWDP/DEP" in out and "recommendation: DWDP with G=4" in out and "at ISL 16384, 32768" in out
-    assert "ISL 1024 DEP" in out and "ISL 8192 DEP" in out
+    # GB200's efficiencies are ASSUMPTIONs (ranged): ISL 8192's range reaches past 1
+    assert "ISL 1024 DEP" in out and "ISL 8192 marginal" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

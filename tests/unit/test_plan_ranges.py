@@ -9,6 +9,7 @@ import pytest
 
 from dwdp_trtllm.cli import build_parser, main
 from dwdp_trtllm.commands.plan import build_spec
+from dwdp_trtllm.perf.inputs import statuses
 from dwdp_trtllm.perf.planner import plan, recommend
 
 R1_H200 = ["--model", "deepseek-r1", "--gpu", "h200", "--weight-dtype", "fp8", "--dwdp-size", "8", "--mnt", "16384"]
@@ -23,7 +24,6 @@ def _plan(*argv):
 
 
 def _status(spec, name):
-    from dwdp_trtllm.perf.inputs import statuses
     return next(s for s in statuses(spec) if s.name == name)
 
 
@@ -109,3 +109,22 @@ def test_every_plan_lists_measured_given_and_prior_inputs(tmp_path, capsys):
     assert main(["plan", *R1_H200, "--isl", "8192", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {d["input"]: d["status"] for d in doc["inputs"]}["routing"] == "prior"
+
+
+def test_assumed_compute_efficiencies_are_ranged_and_a_calibration_fixes_them(tmp_path):
+    """MI355X's GEMM / attention / HBM efficiencies are ASSUMPTIONs in its spec file (target engine): a prior,
+    ranged; TensorRT-LLM's kernel tables (H200) are measured; a calibration with measured GEMM rates fixes it."""
+    spec, rows, _ = _plan(*MI355X, "--isl", "16384")
+    assert _status(spec, "compute efficiencies").status == "prior"
+    h200, _, _ = _plan(*R1_H200, "--isl", "8192")
+    st = _status(h200, "compute efficiencies")
+    assert st.status == "measured" and st.source == "TensorRT-LLM kernel tables"
+    cal = tmp_path / "gemm.json"
+    cal.write_text(json.dumps({"gpu": "mi355x", "grouped_gemm_tflops": {"fp8": [[1024, 2000.0], [65536, 3000.0]]},
+                               "attention_tflops": 1200.0, "hbm_tbps": 6.4}))
+    fixed_spec, fixed_rows, _ = _plan(*MI355X, "--isl", "16384", "--calibration", str(cal))
+    assert _status(fixed_spec, "compute efficiencies").status == "measured"
+    # fixing one input narrows the range from the prior's: the prior's width covers more than peer bandwidth alone
+    width = rows[0].speedup_high - rows[0].speedup_low
+    assert width > 0 and rows[0].speedup_low < rows[0].speedup < rows[0].speedup_high
+    assert "compute efficiencies" not in {s.name for s in statuses(fixed_spec) if s.status == "prior"}
