@@ -193,8 +193,9 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
         say(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
             f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[0])}-{_tok(r.break_even_range[1])})"
             for r in rs[:len(spec.isls)]))
-    for v, rec in recs.items():
-        say(f"[bold]recommendation{f' against {v}' if several else ''}:[/bold] {rec.reason}")
+    same = len({rec.reason for rec in recs.values()}) == 1  # memory decided: the DEP variant does not matter
+    for v, rec in (list(recs.items())[:1] if same else recs.items()):
+        say(f"[bold]recommendation{f' against {v}' if several and not same else ''}:[/bold] {rec.reason}")
         for n in rec.notes:
             say(f"  - {n}")
 
