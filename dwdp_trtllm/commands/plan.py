@@ -17,6 +17,8 @@ from .deploy_args import gpu_budget_bytes
 
 #: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
+#: perf.dep_variants.VARIANTS, likewise
+DEP_VARIANTS = ("trtllm", "deepep_deepgemm")
 
 #: --interference of `dwdp plan` and `dwdp validate-plan` lies in [1, INTERFERENCE_MAX): a slowdown of compute overlapped
 #: with copies of 100x or more describes no GPU (the paper's priors are below 1.5x); one bound for both commands
@@ -92,6 +94,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "Default: what TensorRT-LLM 1.3.0rc20 auto-selects on the GPU (alltoall where MNNVL exists: "
                         "gb200; else deepep at DEP 2/4/8, allgather_reducescatter at other sizes), alltoall for "
                         "--target engine (docs/PLANNER.md)")
+    g.add_argument("--dep", default=None, choices=DEP_VARIANTS,
+                   help="the DEP you would otherwise run: trtllm (TensorRT-LLM's CUTLASS fp8_block MoE + its "
+                        "communication) or deepep_deepgemm (DeepEP + DeepGEMM, what SGLang deploys on Hopper; FP8 "
+                        "experts on H100/H200). Default: every one that applies, one table and verdict each")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")
@@ -112,10 +118,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--imbalance-cv", type=float, default=0.0, help="across-rank CV of each rank's mean ISL (default 0)")
     g.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads (default 256)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--routing-skew", default="none",
+    g.add_argument("--routing-skew", default=None,
                    help="expert-popularity skew: none | power_law_<alpha> (aiconfigurator's rows: 1.01, 1.2) | "
                         "zipf_<alpha> | a counts file (routing_skew.py); DEP's slowest EP rank and DWDP's GEMM tiles "
-                        "(default none: balanced routing)")
+                        "(default: not known, a range from balanced (the nominal) to power_law_1.01)")
     g = p.add_argument_group("model knobs and calibration")
     g.add_argument("--target", default="trtllm", choices=("trtllm", "engine"),
                    help="price compute and DEP communication for TensorRT-LLM's kernels (trtllm: measured kernel "
@@ -135,6 +141,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true",
                    help="print {rows, recommendation, priced_as, calibration} as JSON instead of the table")
+    g.add_argument("--wide", action="store_true",
+                   help="every column (compute, prefetch, communication, sync, memory, break-even) instead of the "
+                        "table that fits 60 columns; --json carries them all")
     g.add_argument("--verbose", action="store_true", help="list every calibration note (skipped files) under the table")
     g.add_argument("--plot", default=None, help="write DWDP/DEP against ISL to this PNG (the paper's figure 3)")
     return p
@@ -169,14 +178,17 @@ def bench_dir(args) -> Path | None:
 
 
 def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=(), *, bench: bool = True,
-             multi_gpu: bool = False):
+             multi_gpu: bool = False, provenance: list | None = None):
     """Calibration for `gpu_name`: our bench results (bench_dir: --bench-results, default the campaign shipped with
     the package, unless --no-bench-results), then every --calibration on top (a strict calibration JSON, or a results.json whose
     floor runs join the bench results'). Floor runs: one campaign calibrates (FloorCalibration.select: the
     `validated` file's when it is one, else the newest), the validated file's own runs left out (also their copies
     elsewhere: `validated_ids`, the run ids of its runs). bench=False: --calibration files only (target trtllm: the
     answer must not depend on a checkout's docs/). multi_gpu: a plan for several GPUs, where an interference read
-    from benchmark JSON (measured on one GPU, the "peer" copy a same-device copy) is dropped (per-phase priors)."""
+    from benchmark JSON (measured on one GPU, the "peer" copy a same-device copy) is dropped (per-phase priors).
+    provenance: a list that receives a (Calibration field, file) pair for every field a file sets (perf/inputs.py
+    says from it which inputs are measured and where)."""
+    from dataclasses import fields as dc_fields
     from ..perf.calibration import (Calibration, calibration_from_bench, device_matches, load_bench_results,
                                     load_calibration, read_json)
 
@@ -185,7 +197,7 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
     if d is not None:
         if args.bench_results:
             check_bench_dir(d)
-        cal = cal.merged(load_bench_results(d, gpu_name))
+        cal = _noted(cal.merged(load_bench_results(d, gpu_name)), str(d), provenance, dc_fields)
         if multi_gpu and cal.interference is not None:
             cal = dataclasses.replace(cal, interference=None, notes=cal.notes + (
                 f"interference {cal.interference:g}x of the benchmark JSON is a one-GPU measurement: not used for a "
@@ -196,13 +208,34 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
             c = calibration_from_bench(data, file=str(path))
             if not c.gpu or not device_matches(c.gpu, gpu_name):
                 raise ConfigError(str(path), "", f"measured on {c.gpu or 'an unnamed device'}, not {gpu_name}")
-            cal = cal.merged(c)
+            cal = cal.merged(_noted(c, str(path), provenance, dc_fields))
         else:
-            cal = cal.merged(load_calibration(path))
+            cal = cal.merged(_noted(load_calibration(path), str(path), provenance, dc_fields))
     # the embedded engine's measured/floor factors describe our engine, not a deployment: planning uses the
     # stock-kernel floor rates only (validate-plan, which compares against the engine, applies both)
     engine = bool(getattr(args, "engine_efficiency", False))
     return dataclasses.replace(cal, floor=cal.floor.select(validated, run_ids=validated_ids, measured=engine), engine_efficiency=engine)
+
+
+def _noted(cal, file: str, provenance: list | None, dc_fields):
+    """`cal` unchanged; its set measurement fields recorded as (field, file) in `provenance` (when given)."""
+    if provenance is not None:
+        skip = ("sources", "notes", "gpu", "floor", "engine_efficiency")
+        provenance += [(f.name, file) for f in dc_fields(cal)
+                       if f.name not in skip and getattr(cal, f.name) not in (None, (), {})]
+    return cal
+
+
+def stated_inputs(args) -> tuple:
+    """(input, value) for the uncertain inputs the user stated (perf/inputs.py FLAGS): not ranged."""
+    out = []
+    if args.dep_comm is not None:
+        out.append(("DEP communication", args.dep_comm))
+    if args.routing_skew is not None:
+        out.append(("routing", args.routing_skew))
+    if args.interference is not None:
+        out.append(("interference", f"{args.interference:g}"))
+    return tuple(out)
 
 
 def build_spec(args, *, gpu_name: str | None = None):
@@ -217,10 +250,15 @@ def build_spec(args, *, gpu_name: str | None = None):
     spec_file = args.gpu_spec or (gpu_name if is_spec_path(gpu_name) else None)  # --gpu FILE, as the other commands take
     if not spec_file and gpu_name.lower() not in GPUS:
         raise ConfigError(None, "--gpu", f"expected one of {', '.join(GPUS)} or a GPU spec file (.yaml), got {gpu_name!r}")
+    from ..spec.hf_config import read_config_json
+    from ..spec.model_dims import not_priced, preset_not_priced
+
     if is_config_path(args.model):
         base_model = dims_from_config_json(args.model)  # ConfigError names the file and key
+        unpriced = not_priced(read_config_json(args.model)[0])
     elif args.model in PRESETS:
         base_model = PRESETS[args.model]
+        unpriced = preset_not_priced(base_model)
     else:
         raise ConfigError(None, "--model", f"expected one of {', '.join(sorted(PRESETS))} or a config.json path, "
                                            f"got {args.model!r}")
@@ -255,18 +293,26 @@ def build_spec(args, *, gpu_name: str | None = None):
     target, tables = args.target, args.kernel_tables
     if tables and not Path(tables).is_file():
         raise ConfigError(tables, "", "kernel-table file not found (--kernel-tables)")
-    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True)
+    provenance: list = []
+    cal = load_cal(args, gpu.name, bench=target == "engine", multi_gpu=True, provenance=provenance)
+    if cal.interference is None:  # a one-GPU interference dropped for a multi-GPU plan measured nothing
+        provenance = [p for p in provenance if p[0] != "interference"]
     cal = linear_layers_said(cal, args.weight_dtype)
     spec = PlanSpec(
         model=model, gpu=gpu, weight_dtype=args.weight_dtype, target=target, kernel_tables=tables,
-        routing_skew=parse_skew(args.routing_skew),
+        routing_skew=parse_skew(args.routing_skew or "none"), stated=stated_inputs(args), provenance=tuple(provenance),
         dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
         a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
-        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm)
+        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm, not_priced=unpriced)
+    from ..perf.dep_variants import applies, variants
+    if args.dep == "deepep_deepgemm" and not applies(spec):
+        raise ConfigError(None, "--dep", f"deepep_deepgemm is priced for fp8 experts on {' or '.join(('h100', 'h200'))} "
+                                         f"with --target trtllm, got {args.weight_dtype} on {gpu.name}, target {target}")
+    spec = dataclasses.replace(spec, dep_variants=variants(spec, args.dep))
     check_candidates(spec)
     return spec
 
@@ -356,13 +402,14 @@ def run(args) -> int:
         check_plot_path(args.plot)
     spec = build_spec(args)
     rows = plan(spec)
+    by_variant = {v: [r for r in rows if r.dep_variant == v] for v in spec.dep_variants}
     if args.plot:
-        write_plot(spec, rows, args.plot)
-    rec = recommend(spec, rows)
+        write_plot(spec, by_variant[spec.dep_variants[0]], args.plot)
+    recs = {v: recommend(spec, rs) for v, rs in by_variant.items()}
     if args.json:
-        print(json.dumps(plan_json(spec, rows, rec, data_root(args)), indent=1))
+        print(json.dumps(plan_json(spec, rows, recs, data_root(args)), indent=1))
         return 0
-    print_table(spec, rows, rec, verbose=args.verbose, root=data_root(args))
+    print_table(spec, by_variant, recs, verbose=args.verbose, root=data_root(args), wide=args.wide)
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

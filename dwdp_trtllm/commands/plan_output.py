@@ -12,19 +12,26 @@ def _ms(x: float) -> str:
     return f"{x / 1000:,.2f}"
 
 
-def console():
+#: the width of wide tables when piped (docs, CI logs): `dwdp plan --wide`, validate-plan's table
+WIDE_WIDTH = 180
+
+
+def console(wide: bool = True):
+    """A terminal console; piped: WIDE_WIDTH for a wide table (unwrapped), else COLUMNS when set or 80 (`dwdp plan`'s
+    default table fits 60 columns)."""
     from rich.console import Console
 
     con = Console()
-    return con if con.is_terminal else Console(width=180)  # piped output (docs, CI logs): do not wrap tables
+    return Console(width=WIDE_WIDTH) if wide and not con.is_terminal else con
 
 
-LEGEND = ("✗: does not fit the GPU memory (GB/rank over the budget); †: priced past its kernel table's last row (constant "
+LEGEND = ("DEP, DWDP: ms per MoE layer; x: DWDP/DEP throughput (DEP / DWDP time); "
+          "✗: does not fit the GPU memory (DWDP's GB/rank over the budget); †: priced past its kernel table's last row (constant "
           "rate beyond it; routed-expert and DEP-communication cells widen the range 5% per doubling; --json "
           "'extrapolated' names the cells); range: DWDP/DEP with "
           "every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty'); verdict: DWDP / DEP / "
           "marginal from that range where both fit (DEP where only DEP's ranks fit; nothing fits where neither's do); "
-          "hides at: tokens per rank per iteration (requests of that ISL) whose compute hides the prefetch")
+          "hides at (--wide): tokens per rank per iteration (requests of that ISL) whose compute hides the prefetch")
 
 
 def rel_to_root(text: str, root: Path | None) -> str:
@@ -64,18 +71,28 @@ def interference_line(spec) -> str:
             + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
 
 
+def not_priced_line(spec) -> str:
+    """'not priced: swiglu_limit' (PlanSpec.not_priced: model_dims.not_priced / preset_not_priced), or 'not priced:
+    nothing' -- said either way, so a silent omission cannot pass for a priced feature."""
+    return "not priced: " + (", ".join(spec.not_priced) or "nothing (every config key is priced or cost-free)")
+
+
 def calibration_notes(spec) -> tuple[str, ...]:
     return spec.calibration.notes + spec.calibration.floor.notes
 
 
-def plan_json(spec, rows, rec, root: Path | None = None) -> dict:
+def plan_json(spec, rows, recs: dict, root: Path | None = None) -> dict:
+    """--json: every row (each names its dep_variant), the first DEP variant's recommendation as "recommendation" and
+    every variant's under "recommendations"."""
     from ..deploy.memory import UNIT
+    from ..perf import inputs
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
-            "interference": interference_line(spec), "routing_skew": rows[0].routing_skew if rows else "none",
+            "interference": interference_line(spec), "inputs": inputs.to_dict(spec), "not_priced": list(spec.not_priced), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
             "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
-            "recommendation": rec.to_dict(), "rows": [r.to_dict() for r in rows]}
+            "dep_variants": list(spec.dep_variants), "recommendation": next(iter(recs.values())).to_dict(),
+            "recommendations": {v: rec.to_dict() for v, rec in recs.items()}, "rows": [r.to_dict() for r in rows]}
 
 
 def _tok(x: float) -> str:
@@ -84,64 +101,103 @@ def _tok(x: float) -> str:
     return f"{x / 1000:,.1f}K" if x >= 1000 else f"{x:,.0f}"
 
 
-def print_table(spec, rows, rec, *, verbose: bool = False, root: Path | None = None) -> None:
-    from rich.table import Table
-
+def _cells(spec, r, wide: bool, multi: bool) -> list[str]:
+    """One row's cells: the narrow set (G, ISL, T_DEP, T_DWDP, DWDP/DEP, range, verdict) or every column (--wide)."""
     from ..perf.recommend import fmt_slice
 
-    con = console()
+    ex = r.extrapolated or {}
+    dep_x = "†" if any("(DWDP" not in k for k in ex) else ""  # DEP's own cells or a phase both modes run
+    dwdp_x = "†" if any("(DEP" not in k and not k.startswith("DEP") for k in ex) else ""
+    ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
+    rng = f"{r.speedup_low:.2f}-{r.speedup_high:.2f}"
+    if not wide:
+        g = str(r.dwdp_size) + ("" if r.fits else "[red]✗[/red]")
+        knobs = ([str(r.redundant_experts)] if len(spec.redundant_experts) > 1 else []) + (
+            [fmt_slice(r.slice_bytes).replace(" MiB", "M").replace("unsliced", "0")] if len(spec.slice_bytes) > 1 else [])
+        return [g] + knobs + [str(r.isl), _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio, rng, r.verdict]
+    mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
+    return [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_slice(r.slice_bytes)] if multi else []) + [
+        str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
+        _ms(r.t_all2all_us) + ("†" if "DEP communication" in ex else ""), _ms(r.t_sync_us),
+        _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio, rng, r.verdict, _tok(r.break_even_tokens)]
+
+
+def _table(spec, rows, wide: bool):
+    """One DEP variant's rows as a rich Table (narrow: fits 60 columns; wide: every column)."""
+    from rich import box
+    from rich.table import Table
+
+    multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
+    comm = "T_comm" if spec.tables is not None else "T_all2all"
+    if wide:
+        t = Table()
+        cols = ["G"] + (["red.", "slice"] if multi else []) + [
+            "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", comm, "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
+            "range", "verdict", "hides at"]
+    else:
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
+        cols = ["G"] + (["red."] if len(spec.redundant_experts) > 1 else []) + (
+            ["slice"] if len(spec.slice_bytes) > 1 else []) + ["ISL", "DEP", "DWDP", "x", "range", "verdict"]
+    for c in cols:
+        t.add_column(c, justify="right", no_wrap=True)
+    for r in rows:
+        t.add_row(*_cells(spec, r, wide, multi))
+    return t
+
+
+def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, root: Path | None = None,
+                wide: bool = False) -> None:
+    """The plan as a user reads it: one table per DEP variant (perf/dep_variants.py) that fits 60 columns (--wide:
+    every column), then prose lines printed unsplit (soft-wrapped by the terminal, never cut mid-phrase), one
+    recommendation per DEP variant."""
+    from ..perf import inputs
+    from ..perf.dep_variants import LABELS, SHORT
+
+    con = console(wide)  # the narrow table follows the terminal (COLUMNS)
+    say = lambda text: con.print(text, soft_wrap=True)  # noqa: E731
+    rows = [r for rs in by_variant.values() for r in rs]
+    first = next(iter(by_variant.values()))
     wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
     wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
     wl += f", imbalance CV {spec.imbalance_cv}"
     if rows and rows[0].routing_skew != "none":
         wl += f", routing skew {rows[0].routing_skew}"
-    title = (f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
-             f"priced for {spec.priced_as}; times per MoE layer in ms")
-    multi = len(spec.redundant_experts) > 1 or len(spec.slice_bytes) > 1
-    t = Table(title=title, title_justify="left")
-    comm = "T_comm" if spec.tables is not None else "T_all2all"
-    cols = ["G"] + (["red.", "slice"] if multi else []) + [
-        "ISL", "tok/rank", "GB/rank", "T_compute", "T_prefetch", comm, "T_sync", "T_DEP", "T_DWDP", "DWDP/DEP",
-        "range", "verdict", "hides at"]
-    for c in cols:
-        t.add_column(c, justify="right")
-    for r in rows:
-        ex = r.extrapolated or {}
-        dep_x = "†" if any("(DWDP" not in k for k in ex) else ""  # DEP's own cells or a phase both modes run
-        dwdp_x = "†" if any("(DEP" not in k and not k.startswith("DEP") for k in ex) else ""
-        mem = f"{r.memory_per_rank_gb:.0f}" + ("" if r.fits else " [red]✗[/red]")
-        ratio = f"[green]{r.speedup:.2f}[/green]" if r.speedup > 1 else f"[red]{r.speedup:.2f}[/red]"
-        cells = [str(r.dwdp_size)] + ([str(r.redundant_experts), fmt_slice(r.slice_bytes)] if multi else []) + [
-            str(r.isl), f"{r.tokens_per_rank:,.0f}", mem, _ms(r.t_compute_us) + dwdp_x, _ms(r.t_prefetch_us),
-            _ms(r.t_all2all_us) + ("†" if "DEP communication" in ex else ""), _ms(r.t_sync_us),
-            _ms(r.t_dep_us) + dep_x, _ms(r.t_dwdp_us) + dwdp_x, ratio,
-            f"{r.speedup_low:.2f}-{r.speedup_high:.2f}", r.verdict, _tok(r.break_even_tokens)]
-        t.add_row(*cells)
-    con.print(t)
-    con.print(LEGEND)
-    con.print(f"priced: {describe_pricing(spec, rows)}")
+    say(f"{spec.model.name} ({spec.model.num_layers} layers) on {spec.gpu.name}, {spec.weight_dtype} experts, {wl}; "
+        f"priced for {spec.priced_as}; times per MoE layer in ms")
+    several = len(by_variant) > 1
+    for v, rs in by_variant.items():
+        if several:
+            say(f"vs {SHORT[v]}, --dep {v}:")
+        con.print(_table(spec, rs, wide))
+    say(LEGEND)
+    say(inputs.line(spec, rows))
+    say(not_priced_line(spec))
+    for v, rs in by_variant.items():
+        say(f"priced{f' ({v}: {LABELS[v]})' if several else ''}: {describe_pricing(spec, rs)}")
     srcs = [rel_to_root(x, root) for x in spec.calibration.sources]
     src = (", ".join(srcs) if verbose or len(srcs) <= 3 else f"{len(srcs)} files (--verbose lists them)") if srcs else "none"
-    con.print(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
+    say(f"calibration{f' (under {root})' if root else ''}: {src}; memory budget {spec.memory_budget_gb:g} GB/rank")
     if spec.calibration.floor.choice:  # which floor campaign calibrates, chosen by its content (one line)
-        con.print(rel_to_root(spec.calibration.floor.choice, root), soft_wrap=True)
-    con.print(interference_line(spec))
+        say(rel_to_root(spec.calibration.floor.choice, root))
+    say(interference_line(spec))
     notes = calibration_notes(spec)
     if verbose:
         for n in notes:
-            con.print(f"  note: {rel_to_root(n, root)}")
+            say(f"  note: {rel_to_root(n, root)}")
     elif notes:
-        con.print(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
+        say(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
     by_g: dict[int, list] = {}
-    for r in rows:
+    for r in first:
         by_g.setdefault(r.dwdp_size, []).append(r)
     for g, rs in by_g.items():
-        con.print(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
+        say(f"break-even for hiding the prefetch, G={g} (tokens per rank per iteration; range): " + ", ".join(
             f"ISL {r.isl}: {_tok(r.break_even_tokens)} ({_tok(r.break_even_range[0])}-{_tok(r.break_even_range[1])})"
             for r in rs[:len(spec.isls)]))
-    con.print(f"[bold]recommendation:[/bold] {rec.reason}")
-    for n in rec.notes:
-        con.print(f"  - {n}")
+    same = len({rec.reason for rec in recs.values()}) == 1  # memory decided: the DEP variant does not matter
+    for v, rec in (list(recs.items())[:1] if same else recs.items()):
+        say(f"[bold]recommendation{f' against {v}' if several and not same else ''}:[/bold] {rec.reason}")
+        for n in rec.notes:
+            say(f"  - {n}")
 
 
 def write_plot(spec, rows, path: str) -> None:

@@ -22,8 +22,10 @@ DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "validation" / "publi
 #: the DEP phases a per-phase row can name (dep_share:<phase>); "others" is what the planner does not price
 DEP_PHASES = ("attention", "dense_gemm", "grouped_gemm", "comm", "sync", "others")
 QUANTITIES = ("speedup", "compute_over_prefetch", "tps_ratio", "prefetch_over_dwdp", "t_dep_ms", "sync_overhead",
-              "none") + tuple(
-    f"dep_share:{p}" for p in DEP_PHASES)
+              "slice_gain", "none") + tuple(f"dep_share:{p}" for p in DEP_PHASES)
+#: slice_gain: DWDP's TPS/GPU with 2 MiB round-robin slices over unsliced copies at the row's setup (the contention
+#: model's output: perf/contention.py)
+SLICE_GAIN_SLICES = ("2MiB", "0")
 _KEYS = {"id", "source", "what", "published", "bound", "quantity", "plan", "vary", "tolerance", "missing_effect"}
 
 
@@ -49,6 +51,8 @@ class Result:
     high: float | None
     error: float | None  # None: not predictable (a missing effect)
     variants: dict = field(default_factory=dict)  # argument set -> prediction
+    basis: str = ""  # which inputs of the base setup were measured, stated by the row, or assumed (inputs_basis)
+    verdict: str = ""  # the plan's verdict at the base setup (PlanRow.verdict: DWDP only over the whole range)
 
     @property
     def agrees(self) -> bool:
@@ -170,19 +174,51 @@ def _own_range(r, quantity: str) -> tuple[float, float] | None:
     return None
 
 
-def predict_range(argv: list[str], quantity: str) -> tuple[float, float, float]:
-    """(value, low, high): the planner's value of `quantity` for the `dwdp plan` arguments `argv` (one G, one ISL)
-    and the planner's own range for it (value, value where it states none)."""
+def inputs_basis(spec, row=None) -> str:
+    """'measured: ...; stated: ...; assumed: ...' for one planned setup: compute priced from TensorRT-LLM's measured
+    kernel tables or from the GPU spec's efficiencies (assumed where the spec file marks them ASSUMPTION), and each
+    uncertain input (perf/inputs.py) measured, stated by the row's arguments, or a prior (extrapolated table cells
+    only where `row` reached past a table)."""
+    from ..perf import inputs
+    from ..perf.hardware import assumed_keys
+
+    measured, stated, assumed = [], [], []
+    if spec.tables is not None:
+        measured.append("compute (TensorRT-LLM kernel tables)")
+    spec_assumed = [k for k in assumed_keys(spec.gpu) if spec.tables is None or k in ("copy_efficiency",)]
+    if spec_assumed:
+        assumed.append(f"{spec.gpu.name} spec {'/'.join(spec_assumed)}")
+    elif spec.tables is None:
+        stated.append(f"compute ({spec.gpu.name} spec efficiencies, none marked ASSUMPTION)")
+    for s in inputs.statuses(spec):
+        if s.name == "extrapolated table cells" and not (row is not None and row.extrapolated):
+            continue
+        {"measured": measured, "given": stated, "prior": assumed}[s.status].append(s.name)
+    return "; ".join(f"{k}: {', '.join(v)}" for k, v in (("measured", measured), ("stated", stated),
+                                                           ("assumed", assumed)) if v)
+
+
+def _one_row(argv: list[str]):
     from ..cli import build_parser
     from ..perf.planner import plan
     from .plan import build_spec
 
-    args = build_parser().parse_args(["plan", *argv])
-    spec = build_spec(args)
-    rows = plan(spec)
+    spec = build_spec(build_parser().parse_args(["plan", *argv]))
+    rows = [r for r in plan(spec) if r.dep_variant == spec.dep_variants[0]]  # --dep names another; default trtllm
     if len(rows) != 1:
         raise ConfigError(None, "plan", f"a validation row plans one point; {' '.join(argv)!r} gives {len(rows)}")
-    r = rows[0]
+    return spec, rows[0]
+
+
+def predict_range(argv: list[str], quantity: str) -> tuple[float, float, float, str, str]:
+    """(value, low, high, basis, verdict): the planner's value of `quantity` for the `dwdp plan` arguments `argv` (one
+    G, one ISL), the planner's own range for it (value, value where it states none), inputs_basis of the setup and
+    the plan's verdict there (slice_gain: the sliced setup's)."""
+    if quantity == "slice_gain":  # the same setup with and without slices
+        (spec, a), (_, b) = (_one_row(_merge(argv, ["--slice-bytes", s])) for s in SLICE_GAIN_SLICES)
+        v = a.tps_per_gpu_dwdp / b.tps_per_gpu_dwdp
+        return v, v, v, inputs_basis(spec, a), a.verdict
+    spec, r = _one_row(argv)
     if quantity.startswith("dep_share:"):
         v = _phases(spec, r)[quantity.split(":", 1)[1]] / r.t_dep_us
     else:
@@ -190,7 +226,7 @@ def predict_range(argv: list[str], quantity: str) -> tuple[float, float, float]:
              "tps_ratio": r.tps_per_gpu_dwdp / r.tps_per_gpu_dep, "prefetch_over_dwdp": r.t_prefetch_us / r.t_dwdp_us,
              "t_dep_ms": r.t_dep_us / 1e3, "sync_overhead": r.sync_overhead}[quantity]
     lo, hi = _own_range(r, quantity) or (v, v)
-    return v, min(lo, v), max(hi, v)
+    return v, min(lo, v), max(hi, v), inputs_basis(spec, r), r.verdict
 
 
 def error_of(row: Row, value: float) -> float:
@@ -212,14 +248,14 @@ def evaluate(row: Row, root: Path | None = None) -> Result:
     base = shlex.split(row.plan)
     if root is not None:  # model / spec paths in the data file are relative to the source checkout
         base = [str(root / a) if a.startswith("dwdp_trtllm/data/") else a for a in base]
-    pred, lo, hi = predict_range(base, row.quantity)
+    pred, lo, hi, basis, verdict = predict_range(base, row.quantity)
     values = {row.plan: pred}
     ends = [lo, hi]
     for v in row.vary:
-        values[v], vlo, vhi = predict_range(_merge(base, shlex.split(v)), row.quantity)
+        values[v], vlo, vhi, _, _ = predict_range(_merge(base, shlex.split(v)), row.quantity)
         ends += [vlo, vhi]
     finite = [x for x in ends if math.isfinite(x)]
-    return Result(row, pred, min(finite), max(finite), error_of(row, pred), values)
+    return Result(row, pred, min(finite), max(finite), error_of(row, pred), values, basis, verdict)
 
 
 def validate(path: str | Path = DATA_FILE) -> list[Result]:
@@ -243,16 +279,18 @@ def _published(row: Row) -> str:
 
 def markdown(results: list[Result]) -> str:
     """docs/PLANNER.md's validation table (one row per published number)."""
-    lines = ["| id | published number (source) | published | predicted (range) | error | within | published in range | inputs (`dwdp plan` ...) | disagreement explained by |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| id | published number (source) | published | predicted (range) | plan verdict | error | within | published in range | inputs measured / stated / assumed | inputs (`dwdp plan` ...) | disagreement explained by |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         r = res.row
         pred = "-" if res.prediction is None else f"{_fmt(res.prediction)} ({_fmt(res.low)}-{_fmt(res.high)})"
         err = "-" if res.error is None else f"{res.error:+.0%}"
         ok = "n/a" if res.error is None else ("yes" if res.agrees else "**no**")
+        if res.error is not None and "assumed: " in res.basis:
+            ok += ", on assumed inputs"
         tol = "bound" if r.bound is not None else f"±{r.tolerance:.0%}"
         inputs = f"`{r.plan}`" + (" vary: " + "; ".join(f"`{v}`" for v in r.vary) if r.vary else "")
         inside = "-" if res.prediction is None else ("yes" if res.covers else "no")
-        lines.append(f"| {r.id} | {r.what} ({r.source}) | {_published(r)} | {pred} | {err} | {ok} ({tol}) | {inside} "
-                     f"| {inputs if r.plan else '-'} | {r.missing_effect or ''} |")
+        lines.append(f"| {r.id} | {r.what} ({r.source}) | {_published(r)} | {pred} | {res.verdict or '-'} | {err} | {ok} ({tol}) | {inside} "
+                     f"| {res.basis or '-'} | {inputs if r.plan else '-'} | {r.missing_effect or ''} |")
     return "\n".join(lines) + "\n"

@@ -328,13 +328,14 @@ def smallest_fitting(spec: ModelSpec, mode: str, gpu_bytes: int, *, weight_dtype
 def default_dwdp_size(spec: ModelSpec, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,
                       gemm: str | None = None) -> int:
     """The group size every deployment command takes when none is given (`dwdp plan --dwdp-size auto`,
-    `plan-placement` and `gen-config` without --dwdp-size): the smallest power of two >= 2 whose DWDP ranks fit
-    `gpu_bytes` (the smallest fitting size itself where that power of two exceeds the expert count); 8 when no
-    size up to MAX_DWDP_SIZE fits (the command then says nothing fits and names the smallest counts)."""
+    `plan-placement` and `gen-config` without --dwdp-size): 1 (plain data parallel, every expert on every rank)
+    where that fits, else the smallest power of two whose DWDP ranks fit `gpu_bytes` (the smallest fitting size
+    itself where that power of two exceeds the expert count); 8 when no size up to MAX_DWDP_SIZE fits (the command
+    then says nothing fits and names the smallest counts)."""
     g = smallest_fitting(spec, "dwdp", gpu_bytes, weight_dtype=weight_dtype, max_num_tokens=max_num_tokens, gemm=gemm)
     if g is None:
         return 8
-    p = max(2, 1 << (g - 1).bit_length())
+    p = 1 << (g - 1).bit_length()
     return p if p <= spec.num_experts else g
 
 @dataclass(frozen=True, slots=True)

@@ -133,7 +133,7 @@ def core_us(spec: ModelSpec, p: CostParams, flops, calls, isl):
     flops = np.asarray(flops, float)
     if cal.attention_us_by_isl:
         us = cal.attention_us(isl)
-        return flops * us / float(core_flops(spec, isl)) if us else np.zeros_like(flops)
+        return flops * us / float(core_flops(spec, isl, windowed=False)) if us else np.zeros_like(flops)
     fit = cal.core_floor()
     if fit:
         return flops / (fit[0] * 1e12) * 1e6 + np.asarray(calls, float) * fit[1] * 1e3

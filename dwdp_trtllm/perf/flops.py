@@ -39,12 +39,22 @@ def dense_mlp_flops(spec: ModelSpec, tokens):
     return 6.0 * spec.hidden_size * spec.dense_intermediate * np.asarray(tokens, float)
 
 
-def core_flops(spec: ModelSpec, length, prefix=0.0):
+def core_flops(spec: ModelSpec, length, prefix=0.0, windowed: bool = True):
     """Causal attention core of one segment of `length` queries after `prefix` cached keys, per layer:
-    QK^T and PV over the prefix and the lower triangle of the chunk (what bench/floor.py counts)."""
+    QK^T and PV over the prefix and the lower triangle of the chunk (what bench/floor.py counts).
+
+    windowed (a model with sliding-window layers, ModelSpec.sliding_window): the mean over the layers, a sliding
+    layer's query at position x attending to min(x, window) keys: integral of min(x, w) over [p, p + n] =
+    (c^2 - p^2) / 2 + w (p + n - c) with c = clip(w, p, p + n) (= n p + n^2 / 2 when w >= p + n). windowed=False:
+    full causal attention on every layer (what a kernel table's rate per request is stated for)."""
     if spec.attention == "mla":
         d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
     else:
         d_qk = d_v = spec.head_dim
     n, p = np.asarray(length, float), np.asarray(prefix, float)
-    return 2.0 * spec.num_heads * (d_qk + d_v) * (n * p + n * n / 2)
+    keys = n * p + n * n / 2
+    w, share = spec.sliding_window, min(spec.sliding_window_layers, spec.num_layers) / spec.num_layers
+    if windowed and w > 0 and share > 0:
+        c = np.clip(float(w), p, p + n)
+        keys = (1 - share) * keys + share * ((c * c - p * p) / 2 + w * (p + n - c))
+    return 2.0 * spec.num_heads * (d_qk + d_v) * keys

@@ -44,6 +44,8 @@ class GpuSpec:
     tdp_w: float | None = None  # board power limit; None = not stated
     peer_topology: str = "switch"  # switch: any peer at nvlink_gbps; mesh: one nvlink_gbps link per peer
     peer_links: int = 1  # mesh: links per GPU (peers reachable at once); switch: 1
+    peer_measured_peers: int | None = None  # concurrent peers behind copy_efficiency's measurement (None: one pair
+    #                                        or a public report); the planner's range trusts no more links than that
     source: str = ""  # the spec file it was read from
 
     def matmul_tflops(self, dtype: str) -> float:
@@ -89,7 +91,7 @@ class GpuSpec:
 
 # ---- the file format -----------------------------------------------------------------------------
 _TOP = {"name", "memory_gb", "hbm_tbps", "tdp_w", "dense_tflops", "peer", "efficiency", "a2a_latency_us"}
-_PEER = {"topology", "gbps_per_direction", "links", "copy_efficiency", "copy_engines"}
+_PEER = {"topology", "gbps_per_direction", "links", "copy_efficiency", "copy_engines", "measured_peers"}
 _EFF = {"gemm", "attention", "hbm", "a2a"}
 
 
@@ -150,6 +152,9 @@ def spec_from_dict(data: dict, file: str = "<gpu spec>") -> GpuSpec:
     ce = peer.get("copy_engines")
     if ce is not None and (isinstance(ce, bool) or not isinstance(ce, int) or not 1 <= ce <= 64):
         raise ConfigError(file, "peer.copy_engines", f"expected an integer in [1, 64] or null, got {ce!r}")
+    mp = peer.get("measured_peers")
+    if mp is not None and (isinstance(mp, bool) or not isinstance(mp, int) or not 1 <= mp <= 1024):
+        raise ConfigError(file, "peer.measured_peers", f"expected an integer in [1, 1024] or null, got {mp!r}")
     frac = dict(hi=1.0)
     return GpuSpec(
         name=name.strip().lower(), source=file,
@@ -161,7 +166,7 @@ def spec_from_dict(data: dict, file: str = "<gpu spec>") -> GpuSpec:
         fp4_tflops=s.num(tf, "fp4", "dense_tflops.fp4", hi=1e6, optional=True),
         nvlink_gbps=s.num(peer, "gbps_per_direction", "peer.gbps_per_direction", hi=1e5),
         nvlink_eff=s.num(peer, "copy_efficiency", "peer.copy_efficiency", **frac),
-        copy_engines=ce, peer_topology=topology, peer_links=links if topology == "mesh" else 1,
+        copy_engines=ce, peer_measured_peers=mp, peer_topology=topology, peer_links=links if topology == "mesh" else 1,
         gemm_eff={k: s.num(gemm, k, f"efficiency.gemm.{k}", **frac) for k in MATMUL_DTYPES},
         attention_eff=s.num(eff, "attention", "efficiency.attention", **frac),
         hbm_eff=s.num(eff, "hbm", "efficiency.hbm", **frac),
@@ -172,6 +177,26 @@ def spec_from_dict(data: dict, file: str = "<gpu spec>") -> GpuSpec:
 
 def _or(v: float | None, default: float) -> float:
     return default if v is None else v
+
+
+#: spec-file keys whose ASSUMPTION marks make a plan's compute or copy an assumption (assumed_keys)
+PRICING_KEYS = ("copy_efficiency", "gemm", "attention", "hbm", "a2a", "a2a_latency_us")
+
+
+def assumed_keys(spec: GpuSpec) -> tuple[str, ...]:
+    """The pricing keys (PRICING_KEYS) whose line in the spec file is marked ASSUMPTION (the shipped files mark every
+    number's source in a comment: datasheet, MEASURED, PUBLIC REPORT or ASSUMPTION); () when the file is not
+    readable."""
+    try:
+        text = Path(spec.source).read_text(encoding="utf-8")
+    except OSError:
+        return ()
+    out = []
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in PRICING_KEYS and "ASSUMPTION" in line.split("#", 1)[-1] and "#" in line:
+            out.append(key)
+    return tuple(dict.fromkeys(out))
 
 
 def load_gpu_spec(path: str | Path) -> GpuSpec:

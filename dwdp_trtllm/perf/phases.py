@@ -159,7 +159,8 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
     beyond: dict = {}
     dt = weight_dtype
     kv = KV_DTYPE[dt]
-    core_ms, b = t.core_ms(kv, load.core_flops_SR, lambda x: cm.core_flops(spec, x), isl, tokens_SR)
+    core_ms, b = t.core_ms(kv, load.core_flops_SR, lambda x: cm.core_flops(spec, x, windowed=False),
+                           isl, tokens_SR)  # the table's rate is per full causal request
     core = core_ms * 1e3
     beyond["attention core"] = float(np.max(b))
     proj_ops = ("q_a", "kv_a", "q_b", "o") if spec.attention == "mla" else ("qkv", "o")

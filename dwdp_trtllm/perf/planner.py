@@ -13,164 +13,23 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..spec.config import DwdpConfig
-from ..spec.models import ModelSpec
 from ..deploy.memory import fit_deployment
 from ..core.placement import make_placement
 from ..spec.schema import ConfigError
 from . import cost_model as cm
 from .bench_work import IterationLoad
-from .calibration import Calibration
-from .hardware import GpuSpec
-from .imbalance import Workload, compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
-from .kernel_tables import KV_DTYPE, ShapeTables, shape_tables
-from .phases import Phases, Skew, default_dep_comm, engine_phases, table_dist, trtllm_phases
+from .imbalance import compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
+from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
+from .plan_row import PlanRow
+from .plan_spec import MiB, PlanSpec  # noqa: F401 (re-exported)
 from .recommend import Recommendation, fmt_slice, recommend, row_verdict  # noqa: F401 (re-exported)
-from .uncertainty import INPUTS, apply, scenario
-
-MiB = 1 << 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanSpec:
-    """What to plan for: model, GPU, candidate configurations and workload."""
-
-    model: ModelSpec
-    gpu: GpuSpec
-    weight_dtype: str = "fp8"
-    dwdp_sizes: tuple[int, ...] = (4,)
-    isls: tuple[int, ...] = (8192,)
-    batch: int | None = 1
-    mnt: int | None = None
-    isl_dist: str = "fixed"
-    isl_ratio: float = 0.8
-    isl_cv: float = 0.0
-    imbalance_cv: float = 0.0
-    redundant_experts: tuple[int, ...] = (0,)
-    slice_bytes: tuple[int, ...] = (2 * MiB,)
-    dispatch_dtype: str = "fp8"
-    a2a_dedup: bool = False
-    interference: float | None = None
-    calibration: Calibration = field(default_factory=Calibration)
-    gpu_memory_gb: float | None = None
-    source_policy: str = "balanced"
-    samples: int = 256
-    seed: int = 0
-    target: str = "engine"  # trtllm | engine (phases.TARGETS); `dwdp plan` defaults to trtllm
-    kernel_tables: str | None = None  # a kernel-table JSON instead of the shipped one for this GPU
-    routing_skew: object = None  # routing_skew.RoutingSkewConfig; None = balanced routing
-    dep_comm: str | None = None  # phases.DEP_COMMS; None = phases.default_dep_comm for this GPU and target
-    linear_dtype: str | None = None  # dense GEMMs' dtype when not the weight dtype's (cost_model.CostParams)
-
-    @property
-    def dep_comm_path(self) -> str:
-        """DEP's communication path: the given one, else what TensorRT-LLM selects on this GPU for a group size DeepEP
-        runs (target trtllm) or our engine's all-to-all (target engine, or trtllm without a table); a row's own
-        path is dep_comm_for(its group size)."""
-        return self.dep_comm_for(None)
-
-    def dep_comm_for(self, group: int | None) -> str:
-        """DEP's communication path at this group size as priced (phases.default_dep_comm when none is given)."""
-        if self.dep_comm is not None:
-            return self.dep_comm
-        return default_dep_comm(self.gpu.name, "trtllm" if self.tables is not None else "engine", group)
-
-    @property
-    def tables(self) -> ShapeTables | None:
-        """TensorRT-LLM kernel tables of this model on this GPU with MoE rows and an attention core for this weight
-        dtype (target trtllm), or None (then priced as the engine)."""
-        if self.target != "trtllm":
-            return None
-        t = shape_tables(self.model, self.gpu.name, self.kernel_tables)
-        if t is None or not t.moe_eps(self.weight_dtype) or t.core_grid(KV_DTYPE[self.weight_dtype]) is None:
-            return None
-        return t
-
-    @property
-    def priced_as(self) -> str:
-        """The target the rows are priced for ('engine (no TensorRT-LLM table for ...)' when trtllm has none)."""
-        if self.target == "trtllm" and self.tables is None:
-            return (f"engine (no TensorRT-LLM kernel table for {self.model.name}, {self.weight_dtype} experts, on "
-                    f"{self.gpu.name})")
-        return self.target
-
-    @property
-    def memory_budget_gb(self) -> float:
-        return self.gpu_memory_gb if self.gpu_memory_gb is not None else self.gpu.memory_gb
-
-    def params(self) -> cm.CostParams:
-        return cm.CostParams(gpu=self.gpu, weight_dtype=self.weight_dtype, dispatch_dtype=self.dispatch_dtype,
-                             a2a_dedup=self.a2a_dedup, calibration=self.calibration, linear_dtype=self.linear_dtype)
-
-    def workload(self, isl: int) -> Workload:
-        return Workload(isl=isl, isl_dist=self.isl_dist, isl_ratio=self.isl_ratio, isl_cv=self.isl_cv,  # type: ignore[arg-type]
-                        imbalance_cv=self.imbalance_cv, batch=self.batch, mnt=self.mnt,
-                        samples=self.samples, seed=self.seed)
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    isl: int
-    dwdp_size: int
-    redundant_experts: int
-    slice_bytes: int
-    tokens_per_rank: float
-    t_attention_us: float
-    t_experts_dwdp_us: float
-    t_experts_dep_us: float
-    t_other_us: float
-    t_dense_mlp_us: float  # the MLP of one first_k_dense layer
-    t_compute_us: float  # DWDP rank compute per layer (no interference): the window that hides the prefetch
-    t_compute_dep_us: float  # DEP rank compute per layer (own work + its expert share), no sync, no all-to-all
-    t_prefetch_us: float
-    t_all2all_us: float
-    t_sync_us: float
-    t_prefetch_wait_us: float  # DWDP compute waiting on copies (exposed prefetch)
-    t_dep_us: float
-    t_dwdp_us: float
-    speedup: float  # t_dep_us / t_dwdp_us = DWDP/DEP throughput
-    prefetch_hidden: bool
-    compute_over_prefetch: float
-    sync_overhead: float
-    contention_slowdown: float
-    fetch_gb: float
-    memory_per_rank_gb: float  # memory.fit_deployment: the same per-rank bytes as `dwdp gen-config` checks
-    memory_dep_gb: float
-    fits: bool
-    memory_parts_gb: dict  # experts held, prefetch slots, dense weights, activations, KV-cache floor
-    smallest_fitting_dwdp_size: int | None  # same dtype and max_num_tokens, derived placement
-    tps_per_gpu_dep: float
-    tps_per_gpu_dwdp: float
-    memory_dep_parts_gb: dict = None  # DEP at the same G: experts held, all-to-all buffers, dense, activations, KV floor
-    smallest_fitting_dep_size: int | None = None  # memory.smallest_fitting for DEP (EP size)
-    target: str = "engine"  # what the compute was priced for (PlanSpec.priced_as)
-    speedup_low: float = 0.0  # every uncertain input at DWDP's worse end (perf/uncertainty.py)
-    speedup_high: float = 0.0  # ... at its better end
-    t_dep_us_range: tuple = ()  # (low scenario, high scenario)
-    t_dwdp_us_range: tuple = ()
-    depends_on: str = ""  # the input whose worse end alone moves the speedup most
-    break_even_tokens: float = 0.0  # tokens per rank per iteration (requests of this ISL) whose compute hides the prefetch
-    break_even_range: tuple = ()  # (fewest, most) over the scenarios (less interference needs more tokens to hide)
-    extrapolated: dict = None  # phase -> how far past its kernel table (e.g. "8x past the last row")
-    routing_skew: str = "none"
-    verdict: str = ""  # DWDP | DEP | marginal from the range at this ISL, or nothing fits (recommend.row_verdict)
-    local_experts: int = 0  # routed experts per layer the worst rank holds (placement, redundancy included)
-    dep_fits: bool = True  # DEP at the same G fits the budget (memory_dep_gb)
-    dep_comm: str = ""  # DEP's communication path and how it was priced (phases.Phases.comm_source)
-    t_iteration_dep_us: float = 0.0  # whole model, one mean iteration (dense + MoE layers): tps_per_gpu_dep's time
-    t_iteration_dwdp_us: float = 0.0
-
-    def to_dict(self) -> dict:
-        """JSON-ready: floats rounded, a non-finite one (break-even never reached) as None."""
-        def one(v):
-            if isinstance(v, float):
-                return round(v, 6) if math.isfinite(v) else None
-            return [one(x) for x in v] if isinstance(v, (tuple, list)) else v
-        return {k: one(v) for k, v in asdict(self).items()}
+from . import inputs as inp
+from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scaled_gpu, scenario
 
 
 def _dwdp_config(spec: PlanSpec, group: int, redundant: int) -> DwdpConfig:
@@ -206,10 +65,10 @@ def sampled_load(spec: PlanSpec, isl: int, group: int) -> IterationLoad:
     return IterationLoad(tokens_SR, tokens_SR, core_SR, (tok_SRK > 0).sum(-1).astype(float))
 
 
-def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
-    """The skew as the planner applies it: a table distribution (trtllm, power_law_1.01 / 1.2) or
+def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float, rs=None) -> Skew:
+    """The skew as the planner applies it (spec's, or `rs`): a table distribution (trtllm, power_law_1.01 / 1.2) or
     perf/imbalance.skew_term's factors over balanced times."""
-    rs = spec.routing_skew
+    rs = spec.routing_skew if rs is None else rs
     if rs is None or getattr(rs, "off", True):
         return Skew()
     label = rs.label()
@@ -225,12 +84,38 @@ def routing_skew(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
     return Skew(label=label, dep_expert=st.dep_expert_factor, dep_a2a=a2a, dwdp_gemm=st.dwdp_gemm_factor)
 
 
-def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew) -> Phases:
-    """The layer's phases on every rank, priced for spec's target."""
+def skewed_routing(spec: PlanSpec, group: int, tokens_per_rank: float) -> Skew:
+    """The routing range's DWDP-better end (uncertainty.SKEWED_ROUTING) for an unstated routing."""
+    from ..spec.routing_skew import RoutingSkewConfig
+    alpha = float(SKEWED_ROUTING.rsplit("_", 1)[1])
+    return routing_skew(spec, group, tokens_per_rank, RoutingSkewConfig(kind="power_law", alpha=alpha))
+
+
+def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew, variant: str = "trtllm") -> Phases:
+    """The layer's phases on every rank, priced for spec's target and DEP `variant` (perf/dep_variants.py); DEP
+    communication at a measured all-to-all bandwidth where a calibration sets one (perf/inputs.py: then measured,
+    not ranged)."""
     t = spec.tables
-    if t is not None:
-        return trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, spec.dep_comm_for(group))
-    return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
+    if t is None:
+        return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
+    path = spec.dep_comm_for(group)
+    ph = trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, path)
+    if variant == "deepep_deepgemm":
+        from . import dep_variants
+        g_tok = load.tokens_SR.sum(-1)
+        skewed = t.moe_ms(spec.weight_dtype, group, skew.dist, g_tok)[0]
+        bal = t.moe_ms(spec.weight_dtype, group, "balanced", g_tok)[0]
+        factor = float(np.mean(skewed / bal)) * skew.dep_expert if skewed is not None and bal is not None else skew.dep_expert
+        return dep_variants.deepep_deepgemm(spec, ph, load.tokens_SR, group, factor)
+    gbps = spec.calibration.all_to_all_gbps
+    if gbps and group > 1:
+        if path == "allgather_reducescatter":
+            comm = cm.allgather_reducescatter_us(spec.model, spec.params(), load.tokens_SR, group)
+        else:  # DeepEP / NVLinkOneSided send a token once per destination rank
+            comm = cm.all_to_all_us(spec.model, replace(spec.params(), a2a_dedup=True), load.tokens_SR, group) * skew.dep_a2a
+        ph = replace(ph, comm_S=comm, comm_alt_S=comm, beyond={k: v for k, v in ph.beyond.items() if k != "DEP communication"},
+                     comm_source=f"{path}: the measured all-to-all bandwidth {gbps:g} GB/s (calibration)")
+    return ph
 
 
 def _target(spec: PlanSpec) -> str:
@@ -242,9 +127,17 @@ def _interference_override(spec: PlanSpec) -> float | None:
     return spec.interference if spec.interference is not None else spec.calibration.interference
 
 
-def _layer(spec, ph, load, t_p, which, only=None):
-    sc = scenario(which, only=only, interference=_interference_override(spec))
-    a = apply(ph, sc, t_p, _target(spec))
+def _scenario(spec: PlanSpec, group: int, which: str, only: str | None = None):
+    """uncertainty.scenario with this plan's fixed inputs (perf/inputs.py) and its peer range at this group size."""
+    return scenario(which, only=only, interference=_interference_override(spec), fixed=inp.fixed(spec),
+                    peer_range=peer_range(spec.gpu, group, inp.is_measured(spec, "peer bandwidth")))
+
+
+def _layer(spec, phs, load, t_p, which, only=None, group=1, eff=None):
+    """One layer under scenario `which` (phs: (routing end, efficiency end) -> Phases); `eff` overrides the
+    scenario's efficiency end (the efficiencies' effect on DWDP/DEP is not monotonic: both ends are tried)."""
+    sc = _scenario(spec, group, which, only)
+    a = apply(phs[(sc.routing, eff or sc.eff)], sc, t_p, _target(spec))
     dwdp_SR = cm.overlapped_us(a.compute_SR, a.prefetch_us, a.slowdown_SR)
     return a, dwdp_SR, compare(load.tokens_SR, a.own_SR, dwdp_SR, a.experts_dep_S + a.comm_S)
 
@@ -267,10 +160,10 @@ def iteration_times(spec: PlanSpec, load: IterationLoad, group: int, redundant: 
     communication, DWDP = each rank's compute overlapped with the prefetch. `which`: the uncertainty scenario
     (nominal / low / high). `isl`: the requests' length the attention tables are read at."""
     m, p = spec.model, spec.params()
-    skew = routing_skew(spec, group, float(max(load.tokens_SR.mean(), 1.0)))
-    ph = phases(spec, load, group, int(max(1, round(isl))), skew)
+    phs = scenario_phases(spec, load, group, int(max(1, round(isl))), float(max(load.tokens_SR.mean(), 1.0)))
+    ph = phs[("balanced", "nominal")]
     t_p = cm.prefetch_us(m, p, _placement(spec, group, redundant), slice_bytes)
-    a, dwdp_SR, _ = _layer(spec, ph, load, t_p, which)
+    a, dwdp_SR, _ = _layer(spec, phs, load, t_p, which, group=group)
     dense_SR = ph.dense_layer_SR * m.first_k_dense
     n = m.num_moe_layers
     busy = load.tokens_SR > 0
@@ -295,8 +188,9 @@ def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: i
         core = n * float(cm.core_flops(m, isl))
         tok = np.array([[tokens]])
         load = IterationLoad(tok, tok, np.array([[core]]), np.array([[max(1.0, n)]]))
-        a = apply(phases(spec, load, 1, isl, skew), scenario(which, interference=_interference_override(spec)), t_p,
-                  _target(spec))
+        sc = _scenario(spec, group, which)
+        s2 = spec if sc.eff == "nominal" else replace(spec, gpu=scaled_gpu(spec.gpu, sc.eff))
+        a = apply(phases(s2, load, 1, isl, skew), sc, t_p, _target(spec))
         return bool((a.compute_SR * a.slowdown_SR >= a.prefetch_us).all())
 
     lo, hi = 0.0, 24.0
@@ -308,24 +202,64 @@ def break_even_tokens(spec: PlanSpec, group: int, redundant: int, slice_bytes: i
     return float(2 ** hi)
 
 
+def depends_on(spec: PlanSpec, phs: dict, load: IterationLoad, t_p: float, group: int, nominal: float,
+               s_lo: float, s_hi: float) -> str:
+    """The ranged input whose end alone moves the speedup most toward 1 from the nominal's side (its worse end when
+    the nominal is above 1, its better end when below); "" when the range does not cross 1 or nothing is ranged."""
+    if s_lo > 1.0 or s_hi < 1.0:
+        return ""
+    end = "low" if nominal >= 1.0 else "high"
+    ranged = [i for i in INPUTS if i not in inp.fixed(spec)]
+    swings = {}
+    for i in ranged:
+        ends = ("low", "high") if i == "compute efficiencies" else (None,)
+        rs = [_layer(spec, phs, load, t_p, end, i, group=group, eff=e)[2] for e in ends]
+        swings[i] = max(abs(r.t_dep_us / r.t_dwdp_us - nominal) for r in rs)
+    return max(swings, key=lambda k: swings[k]) if swings and max(swings.values()) > 0 else ""
+
+
+def scenario_phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, tokens: float,
+                    variant: str = "trtllm") -> dict:
+    """(routing end, efficiency end) -> Phases of `load`: the one construction predict and iteration_times price
+    their scenarios with. Routing: balanced (or the stated skew) and the tables' power-law rows unless the routing
+    is fixed; efficiencies: the spec's GPU rescaled to each end unless they are fixed (measured or stated)."""
+    skew = routing_skew(spec, group, tokens)
+    ph = phases(spec, load, group, isl, skew, variant)
+    fixed = inp.fixed(spec)
+    skewed = ph if "routing" in fixed or group <= 1 else phases(spec, load, group, isl,
+                                                               skewed_routing(spec, group, tokens), variant)
+    phs = {("balanced", "nominal"): ph, ("skewed", "nominal"): skewed}
+    for end in ("low", "high"):  # assumed compute efficiencies (engine target): the spec's GPU rescaled
+        if "compute efficiencies" in fixed:
+            phs[("balanced", end)], phs[("skewed", end)] = ph, skewed
+            continue
+        s2 = replace(spec, gpu=scaled_gpu(spec.gpu, end))
+        phs[("balanced", end)] = phases(s2, load, group, isl, skew, variant)
+        phs[("skewed", end)] = phs[("balanced", end)] if skewed is ph else phases(
+            s2, load, group, isl, skewed_routing(s2, group, tokens), variant)
+    return phs
+
+
 def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: int,
-            load: IterationLoad | None = None) -> PlanRow:
+            load: IterationLoad | None = None, variant: str = "trtllm") -> PlanRow:
     """One row: cost every rank of the sampled workload (or of `load`, e.g. a bench run's rebuilt iterations)
     over `group` ranks, compare DEP with DWDP; nominal, and the range over the uncertain inputs."""
     m, p = spec.model, spec.params()
     load = load if load is not None else sampled_load(spec, isl, group)
     tokens_SR = load.tokens_SR
     skew = routing_skew(spec, group, float(tokens_SR.mean()))
-    ph = phases(spec, load, group, isl, skew)
+    phs = scenario_phases(spec, load, group, isl, float(tokens_SR.mean()), variant)
+    ph = phs[("balanced", "nominal")]
     placement = _placement(spec, group, redundant)
     t_p = cm.prefetch_us(m, p, placement, slice_bytes)
-    a, dwdp_SR, layer = _layer(spec, ph, load, t_p, "nominal")
+    a, dwdp_SR, layer = _layer(spec, phs, load, t_p, "nominal", group=group)
     compute_SR, f = a.compute_SR, a.slowdown_SR
-    lo = _layer(spec, ph, load, t_p, "low")[2]
-    hi = _layer(spec, ph, load, t_p, "high")[2]
-    swings = {inp: _layer(spec, ph, load, t_p, "low", inp)[2] for inp in INPUTS}
-    depends = min(swings, key=lambda k: swings[k].t_dep_us / swings[k].t_dwdp_us)
+    def ratio(x):
+        return x.t_dep_us / x.t_dwdp_us
+    lo = min((_layer(spec, phs, load, t_p, "low", group=group, eff=e)[2] for e in ("low", "high")), key=ratio)
+    hi = max((_layer(spec, phs, load, t_p, "high", group=group, eff=e)[2] for e in ("low", "high")), key=ratio)
     s_lo, s_hi = lo.t_dep_us / lo.t_dwdp_us, hi.t_dep_us / hi.t_dwdp_us
+    depends = depends_on(spec, phs, load, t_p, group, layer.t_dep_us / layer.t_dwdp_us, s_lo, s_hi)
 
     own_SR, experts_dep_S, a2a_S = a.own_SR, a.experts_dep_S, a.comm_S
     dense_SR = ph.dense_layer_SR * m.first_k_dense
@@ -369,13 +303,13 @@ def predict(spec: PlanSpec, group: int, redundant: int, slice_bytes: int, isl: i
         t_dep_us_range=(lo.t_dep_us, hi.t_dep_us), t_dwdp_us_range=(lo.t_dwdp_us, hi.t_dwdp_us),
         depends_on=depends, break_even_tokens=be[0], break_even_range=(min(be), max(be)), extrapolated=extrap,
         routing_skew=skew.label, local_experts=len(placement.local_experts[0]), dep_fits=bool(fit.dep.fits),
-        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)), dep_comm=ph.comm_source)
+        verdict=row_verdict(s_lo, s_hi, fit.fits, bool(fit.dep.fits)), dep_comm=ph.comm_source, dep_variant=variant)
 
 
 def plan(spec: PlanSpec) -> list[PlanRow]:
-    """Rows for every (G, redundant_experts, slice_bytes, ISL), in that nesting order."""
-    return [predict(spec, g, r, s, isl) for g in spec.dwdp_sizes for r in spec.redundant_experts
-            for s in spec.slice_bytes for isl in spec.isls]
+    """Rows for every (DEP variant, G, redundant_experts, slice_bytes, ISL), in that nesting order."""
+    return [predict(spec, g, r, s, isl, variant=v) for v in spec.dep_variants for g in spec.dwdp_sizes
+            for r in spec.redundant_experts for s in spec.slice_bytes for isl in spec.isls]
 
 
 def check_candidates(spec: PlanSpec) -> None:

@@ -7,6 +7,8 @@ ranks do not fit and DEP's do, "DWDP" where only DWDP's fit, "nothing fits" wher
 A setup is chosen among those whose DWDP ranks fit at some ISL: the one fitting the most ISLs, then by nominal
 gains (geometric mean over its fitting ISLs of max(speedup, 1): DEP stays available where DWDP loses). It is
 recommended for the ISLs where it fits, and the ISLs (or the MNT) where it does not are named with what fits there.
+G=1 (plain data parallel: every expert on every rank) is a candidate like any other: where its ranks fit at every ISL
+and its throughput per GPU is within DP_TIE of the best DWDP setup's, it is recommended ("DP": ties go to it).
 Overall, from its per-ISL verdicts:
 - "DWDP" at the ISLs whose verdict is DWDP (the others named: DEP stays available there);
 - "DEP" when every ISL says DEP;
@@ -22,7 +24,7 @@ import numpy as np
 
 from ..byte_units import fmt_bytes
 from ..deploy.memory import GB, MAX_DWDP_SIZE, gpu_count_text, parts_text, smallest_line
-from .uncertainty import MEASURE
+from .uncertainty import SETTLE
 
 
 def more_redundant_experts(spec, group: int, redundant: int, headroom_bytes: float) -> int:
@@ -175,19 +177,67 @@ def _no_fit(spec, rows) -> Recommendation:
         by_isl=by_isl)
 
 
+#: plain data parallel (G=1) wins when its nominal throughput per GPU is within this fraction of the best DWDP setup's
+#: at every ISL: with every expert local there is no prefetch, no peer memory and no all-to-all to deploy or debug
+DP_TIE = 0.02
+
+
+def _plain_dp(spec, configs, best) -> Recommendation | None:
+    """G=1 (every expert on every rank) where its ranks fit at every planned ISL and it is as fast as `best`'s DWDP
+    (within DP_TIE; `best` None: no DWDP setup fits), else None."""
+    ones = [v for k, v in configs.items() if k[0] == 1 and all(r.fits for r in v)]
+    if not ones:
+        return None
+    dp = ones[0]
+    if best is not None:
+        by_isl = {r.isl: r for r in best}
+        if any(r.isl in by_isl and r.tps_per_gpu_dwdp < (1 - DP_TIE) * by_isl[r.isl].tps_per_gpu_dwdp for r in dp):
+            return None
+    vs = ""
+    if best is not None:
+        g = best[0].dwdp_size
+        ratio = _geomean([r.tps_per_gpu_dwdp / {b.isl: b for b in best}[r.isl].tps_per_gpu_dwdp
+                          for r in dp if r.isl in {b.isl for b in best}])
+        vs = f"; {ratio:.2f}x DWDP{g}'s throughput per GPU (ties within {DP_TIE:.0%} go to G=1)"
+    need = max(r.memory_per_rank_gb for r in dp)
+    reason = (f"plain data parallel (G=1): every expert fits on every rank ({need:.1f} GB per rank <= "
+              f"{spec.memory_budget_gb:.1f} GB): nothing to fetch, no all-to-all{vs}")
+    return Recommendation(False, 1, 0, 0, 1.0, reason, verdict="DP", speedup_range=(1.0, 1.0),
+                          by_isl=tuple((r.isl, "DP") for r in dp))
+
+
+def extrapolation_clause(rows) -> str:
+    """'; range widened for cells past the kernel tables: routed experts (DEP, EP8) 8.0x the last row' (the farthest
+    reach per phase over `rows`; kernel_tables.EXTRAP_PER_DOUBLING per doubling), or ''."""
+    from .kernel_tables import EXTRAP_PER_DOUBLING
+
+    far: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.extrapolated or {}).items():
+            far[k] = max(far.get(k, 0.0), float(v.split("x", 1)[0]))
+    if not far:
+        return ""
+    return (f"; range widened {EXTRAP_PER_DOUBLING:.0%} per doubling for cells past the kernel tables: "
+            + ", ".join(f"{k} {x:.1f}x the last row" for k, x in sorted(far.items(), key=lambda kv: -kv[1])))
+
+
 def recommend(spec, rows) -> Recommendation:
-    """Best setup among those that fit somewhere; DWDP / DEP / marginal from its per-ISL ranges (module docstring)."""
+    """Best setup among those that fit somewhere; plain data parallel (G=1) where it fits and is as fast; DWDP / DEP /
+    marginal from the chosen setup's per-ISL ranges (module docstring)."""
     configs: dict[tuple[int, int, int], list] = {}
     for r in rows:
         configs.setdefault((r.dwdp_size, r.redundant_experts, r.slice_bytes), []).append(r)
     fitting = {k: [r for r in v if r.fits] for k, v in configs.items() if k[0] > 1}
     fitting = {k: v for k, v in fitting.items() if v}
     if not fitting:
-        return _no_fit(spec, rows)
+        return _plain_dp(spec, configs, None) or _no_fit(spec, rows)
     scores = {k: _geomean([max(r.speedup, 1.0) for r in v]) for k, v in fitting.items()}
     best = max(scores, key=lambda k: (len(fitting[k]), scores[k], _geomean([r.speedup_low or r.speedup for r in fitting[k]]),
                                       -k[0], -k[1]))
     best_rows = fitting[best]
+    dp = _plain_dp(spec, configs, best_rows)
+    if dp is not None:
+        return dp
     misfit = [r for r in configs[best] if not r.fits]  # the ISLs where this setup's DWDP ranks do not fit
     score = _geomean([r.speedup for r in best_rows])
     lo = _geomean([r.speedup_low or r.speedup for r in best_rows])
@@ -200,10 +250,10 @@ def recommend(spec, rows) -> Recommendation:
     marg = [r for r in best_rows if r.verdict == "marginal"]
 
     def depends(rs) -> str:
-        return Counter(r.depends_on for r in rs).most_common(1)[0][0] or "interference"
+        return Counter(r.depends_on for r in rs).most_common(1)[0][0]  # "": no row's range crosses 1
 
     dep_on = depends(marg or best_rows)
-    measure = f"depends on {dep_on}; measure with {MEASURE.get(dep_on, 'a multi-GPU run')}"
+    measure = f"depends on {dep_on} - {SETTLE.get(dep_on, 'a multi-GPU run measures it')}"
     if wins:  # DEP stays available at the other ISLs: the setup is recommended where its whole range is above 1
         verdict, use = "DWDP", True
         reason = (f"DWDP with {setup} at ISL {', '.join(str(r.isl) for r in wins)}: "
@@ -220,11 +270,12 @@ def recommend(spec, rows) -> Recommendation:
         verdict, use, reason = "DEP", False, f"DEP: the best DWDP setup ({setup}) reaches {rng}; {why}"
     elif not lost:
         verdict, use = "marginal", False
-        reason = f"marginal ({measure}): DWDP with {setup} predicts {rng}"
+        reason = f"marginal: {measure}; DWDP with {setup} predicts {rng}"
     else:  # DEP where the whole range is below 1, marginal where it straddles 1: one line, per ISL
         verdict, use = "marginal", False
         reason = (f"DEP at {isl_set([r.isl for r in lost], spec.isls)} ({_ranges(lost)}: the whole range below 1); "
                   f"marginal at {isl_set([r.isl for r in marg], spec.isls)} with {setup} ({_ranges(marg)}; {measure})")
+    reason += extrapolation_clause(best_rows)
     if misfit:
         reason += f"; {_misfit(spec, best[0], misfit)}"
     headroom = spec.memory_budget_gb - max(r.memory_per_rank_gb for r in best_rows)

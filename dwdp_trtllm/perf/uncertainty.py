@@ -12,12 +12,23 @@ Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
   overlap). A one-GPU measurement (a "peer" copy that is a same-device copy) never sets it. Range: half to one
   and a half times each prior's excess over 1 (how GB200's throttling transfers to Hopper is unmeasured); the
   grouped GEMM from 1.0 to the dense GEMMs' 1.07.
-- peer bandwidth achieved under many-to-one pulls beside compute: 0.75x to 1.0x the copy model's (375 GB/s
-  one-way NVLink4 public p2p measurement x slice efficiency / contention model).
-- DEP communication: trtllm: the --dep-comm path (default TensorRT-LLM 1.3.0rc20's, phases.default_dep_comm:
-  DeepEP on one HGX node); the range's DEP-fast end the other of NCCL all-gather + reduce-scatter (aiconfigurator's
-  choice for EP <= 8) and the DeepEP high-throughput table, when faster. engine: all-to-all efficiency 0.77 of NVLink (DeepEP report), range 0.60-0.90.
+- peer bandwidth achieved under many-to-one pulls beside compute: measured (a calibration's peer_copy_gbps):
+  MEASURED_PEER_RANGE; a prior: PEER_RANGE of the copy model (375 GB/s one-way NVLink4 public p2p measurement x
+  slice efficiency / contention model), and no better than the evidence behind it: a GPU spec whose copy efficiency
+  was measured with n concurrent peers (peer.measured_peers) is scaled to more links only at the high end, its low
+  end keeps the measured aggregate (n / links used: 3 of 7 on MI355X).
+- DEP communication (not given with --dep-comm, not measured): trtllm: from the faster to the slower of the paths
+  TensorRT-LLM selects among on that GPU (phases.default_dep_comm: DeepEP where it runs, AllGatherReduceScatter
+  where it falls back: a chunked forward or DeepEP disabled; NVLinkOneSided on an MNNVL GPU, its modelled bandwidth
+  up to A2A_FAST_EFF). engine: all-to-all efficiency 0.77 of NVLink (DeepEP report), range 0.60-0.90.
+- routing (not given with --routing-skew): from balanced (DWDP's worse end: DEP's busiest EP rank is no busier
+  than the mean) to the kernel tables' power_law_1.01 rows (aiconfigurator's default; engine: imbalance.skew_term's
+  factors for the same law).
 - extrapolated table cells: +-5% per doubling past the table's last row (kernel_tables.EXTRAP_PER_DOUBLING).
+- compute efficiencies (target engine, where the GPU spec file marks its GEMM / attention / HBM efficiencies
+  ASSUMPTION and no calibration measures compute): x EFF_RANGE of each (capped at 1); faster compute is DWDP's
+  worse end (less time to hide the prefetch in, communication a larger share).
+An input the user stated or a calibration measured is fixed at that value (perf/inputs.py says which).
 """
 from __future__ import annotations
 
@@ -31,14 +42,25 @@ PRIOR_SOURCES = {
     "memory_bound": "blog 19 Table 3 Others 241.69 -> 284.32 us; paper A.1 (up to 22.5% at full NVLink)",
     "grouped_gemm": "blog 19 Table 3 GroupedGEMM 342.40 -> 337.42 us (no slowdown)",
 }
-PEER_RANGE = (0.75, 1.0)  # achieved / modelled peer-copy bandwidth (low end first)
+PEER_RANGE = (0.75, 1.0)  # achieved / modelled peer-copy bandwidth, a prior (low end first)
+#: a measured peer bandwidth: run-to-run spread, and many-to-one pulls beside compute are not a plain copy's
+MEASURED_PEER_RANGE = (0.9, 1.0)
+#: the skew the routing range's DWDP-better end takes (kernel tables' rows; aiconfigurator's default)
+SKEWED_ROUTING = "power_law_1.01"
 ENGINE_A2A_EFF = (0.90, 0.77, 0.60)  # engine target: a2a efficiency at the low (DEP fast), nominal, high ends
-INPUTS = ("interference", "peer bandwidth", "DEP communication", "extrapolated table cells")
-MEASURE = {
-    "interference": "scripts/bench_contention_multi.py on 2+ GPUs (copy beside attention and GEMMs)",
-    "peer bandwidth": "scripts/bench_copy.py on 2+ GPUs (many-to-one pulls)",
-    "DEP communication": "dwdp bench (mode dep, all_to_all phase) on the target GPUs, or TensorRT-LLM's DEP8",
-    "extrapolated table cells": "TensorRT-LLM's fused MoE at the DEP call size (scripts/bench_moe_kernels.py)",
+INPUTS = ("interference", "peer bandwidth", "DEP communication", "routing", "extrapolated table cells",
+          "compute efficiencies")
+#: assumed compute efficiencies x (DWDP's worse end, better end)
+EFF_RANGE = (1.25, 0.75)
+#: how a user settles each input: `dwdp calibrate` measures what a node can measure; what is the deployment's choice
+#: is stated with its flag
+SETTLE = {
+    "interference": "`dwdp calibrate` measures it (copies beside attention and GEMMs, 2+ GPUs)",
+    "peer bandwidth": "`dwdp calibrate` measures it (many-to-one pulls, 2+ GPUs)",
+    "DEP communication": "state it with --dep-comm (the path your DEP runs), or `dwdp calibrate` measures it",
+    "routing": "state it with --routing-skew (power_law_<alpha> or your expert counts file)",
+    "extrapolated table cells": "`dwdp calibrate` measures the routed-expert op at the DEP call size",
+    "compute efficiencies": "`dwdp calibrate` measures the kernels on one GPU (or --gpu-spec a measured spec file)",
 }
 
 
@@ -55,8 +77,10 @@ class Scenario:
     name: str = "nominal"
     interference: dict = field(default_factory=lambda: dict(PRIORS))
     peer: float = 1.0  # x the modelled peer bandwidth
-    comm: str = "nominal"  # nominal | low (DEP comm at its fast end) | high
+    comm: str = "nominal"  # nominal | low (DEP comm at its fast end) | high (its slow end)
     extrap: float = 0.0  # -1: extrapolated cells at DWDP's worse end, +1: better end, 0: as extrapolated
+    routing: str = "balanced"  # balanced | skewed (SKEWED_ROUTING: the DWDP-better end of an unstated routing)
+    eff: str = "nominal"  # nominal | low (assumed compute efficiencies x EFF_RANGE[0]) | high (x EFF_RANGE[1])
 
 
 def interference_at(which: str, override: float | None) -> dict:
@@ -68,15 +92,41 @@ def interference_at(which: str, override: float | None) -> dict:
     return out
 
 
-def scenario(which: str, *, only: str | None = None, interference: float | None = None) -> Scenario:
-    """`which` in nominal / low / high; `only`: move just that input (one of INPUTS) to `which`'s end."""
+def scenario(which: str, *, only: str | None = None, interference: float | None = None,
+             peer_range: tuple[float, float] = PEER_RANGE, fixed: frozenset = frozenset()) -> Scenario:
+    """`which` in nominal / low / high; `only`: move just that input (one of INPUTS) to `which`'s end; inputs in
+    `fixed` (stated or measured: perf/inputs.py) stay nominal; the peer bandwidth spans `peer_range`."""
     def at(inp: str) -> str:
-        return which if only in (None, inp) else "nominal"
+        return which if only in (None, inp) and inp not in fixed else "nominal"
     sign = {"nominal": 0.0, "low": -1.0, "high": 1.0}
     return Scenario(name=which if only is None else f"{which}:{only}",
                     interference=interference_at(at("interference"), interference),
-                    peer={"nominal": 1.0, "low": PEER_RANGE[0], "high": PEER_RANGE[1]}[at("peer bandwidth")],
-                    comm=at("DEP communication"), extrap=sign[at("extrapolated table cells")])
+                    peer={"nominal": 1.0, "low": peer_range[0], "high": peer_range[1]}[at("peer bandwidth")],
+                    comm=at("DEP communication"), extrap=sign[at("extrapolated table cells")],
+                    routing="skewed" if at("routing") == "high" else "balanced", eff=at("compute efficiencies"))
+
+
+def scaled_gpu(gpu, which: str):
+    """`gpu` with its GEMM, attention and HBM efficiencies at `which` end of EFF_RANGE (capped at 1)."""
+    if which == "nominal":
+        return gpu
+    from dataclasses import replace
+    f = EFF_RANGE[0] if which == "low" else EFF_RANGE[1]
+    return replace(gpu, gemm_eff={k: min(1.0, v * f) for k, v in gpu.gemm_eff.items()},
+                   attention_eff=min(1.0, gpu.attention_eff * f), hbm_eff=min(1.0, gpu.hbm_eff * f))
+
+
+def peer_range(gpu, group: int, measured: bool) -> tuple[float, float]:
+    """The achieved / modelled peer bandwidth range for a pull from group-1 peers (module docstring)."""
+    if measured:
+        return MEASURED_PEER_RANGE
+    lo, hi = PEER_RANGE
+    n = getattr(gpu, "peer_measured_peers", None)
+    if n and gpu.peer_topology == "mesh":
+        used = min(max(group - 1, 1), gpu.peer_links)
+        if used > n:  # the model scales the n-peer measurement to `used` links; the evidence covers n
+            lo = min(lo, n / used)
+    return lo, hi
 
 
 def effective_slowdown(parts: dict, f: dict):
@@ -112,6 +162,8 @@ def apply(ph, sc: Scenario, prefetch_us: float, target: str) -> Applied:
     if target == "trtllm":
         if sc.comm == "low":
             comm = np.minimum(comm, ph.comm_alt_S)
+        elif sc.comm == "high":
+            comm = np.maximum(comm, ph.comm_alt_S)
         b_comm = ph.beyond.get("DEP communication", 0.0)
         comm = comm * (1 + sc.extrap * e) ** b_comm
     elif sc.comm != "nominal":

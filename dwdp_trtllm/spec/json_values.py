@@ -40,7 +40,7 @@ JSON_FIELDS = {
     "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_nope_head_dim": "qk_nope_head_dim",
     "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "n_group": "n_group",
     "topk_group": "topk_group", "routed_scaling_factor": "routed_scaling_factor", "rms_norm_eps": "rms_eps",
-    "rope_theta": "rope_theta", "num_nextn_predict_layers": "mtp_layers",
+    "rope_theta": "rope_theta", "num_nextn_predict_layers": "mtp_layers", "sliding_window": "sliding_window",
     # other families' names for the same fields (model_dims.ALIASES: gpt-oss, Hunyuan, Qwen-style shared experts)
     "experts_per_token": "top_k", "moe_topk": "top_k", "num_shared_experts": "num_shared_experts",
 }

@@ -3,17 +3,20 @@
 hf_config.spec_from_hf_config reads the families the embedded engine runs and refuses every value it does not
 implement. The planner needs less: the dimensions that set FLOPs, bytes and copy volume. This reader takes only
 those, from every family whose config.json names them (DeepSeek-V2/V3/R1, Qwen3-MoE, Mixtral, OLMoE, gpt-oss,
-GLM-4.5 / glm4_moe, and any config using the same key names), and ignores the rest (rope, norms, sliding windows,
-biases, activation clamps). The spec it returns has `family` set to the config's model_type, and
+GLM-4.5 / glm4_moe, and any config using the same key names), and sliding-window attention (sliding_window with
+layer_types, gpt-oss's alternate layers, or every layer where use_sliding_window is not false). `not_priced(data)`
+names every other key that could change the time (group-limited routing, activation clamps, an experts' format the
+planner has no rates for, ...): `dwdp plan` prints them in one "not priced:" line; COST_FREE keys (names, token ids,
+initialisation, norm epsilons, rope parameters, training-only losses) cannot change a prefill's time and are not
+listed. The spec it returns has `family` set to the config's model_type, and
 `dims_only_reason(spec)` says why the engine cannot run it. `dwdp plan --model`, `dwdp plan-placement --model` and
 `dwdp gen-config --preset` (or --model DIR) read a config.json through it, so every command prices the same spec.
 Every value is checked by json_values.check_values (type and range per key: models.FIELD_BOUNDS for the keys that
 set a ModelSpec field), the one table hf_config.py reads with too.
 
-What dims-only leaves out, per family (the planner prices full causal attention over every layer):
-  gpt_oss   alternate layers use a 128-token sliding window (their attention core is over-priced at long ISL),
-            attention sinks, expert biases;
-  glm4_moe  partial rotary (cost-free), q/k norm.
+What dims-only leaves out, per family (not_priced lists the keys):
+  gpt_oss   attention sinks, expert biases, swiglu_limit (the sliding window on alternate layers is priced);
+  glm4_moe  partial rotary (cost-free), q/k norm, group-limited routing (n_group / topk_group).
 """
 from __future__ import annotations
 
@@ -38,6 +41,20 @@ _ENGINE_FAMILY = {"deepseek_v3": "deepseek", "deepseek_v2": "deepseek"}
 ENGINE_FAMILIES = tuple(dict.fromkeys(_ENGINE_FAMILY.get(t, t) for t in SUPPORTED))
 #: quantization_config.quant_method (or ModelOpt's quant_algo) -> the planner's weight dtype for routed experts
 QUANT_DTYPES = {"mxfp4": "mxfp4", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
+#: keys the planner prices: the dimensions dims_from_config reads, the sliding window, the experts' format
+PRICED_KEYS = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                         "vocab_size", "intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+                         "qk_rope_head_dim", "v_head_dim", "first_k_dense_replace", "mlp_only_layers",
+                         "sliding_window", "layer_types", "use_sliding_window"} | {k for v in ALIASES.values() for k in v})
+#: keys that cannot change a prefill's time: names, token ids, initialisation, norm epsilons, rope parameters (the
+#: rotation costs the same whatever its frequencies), dropout, caching and training-only losses
+COST_FREE = frozenset({"_name_or_path", "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+                       "auto_map", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps",
+                       "layer_norm_eps", "tie_word_embeddings", "use_cache", "output_router_logits",
+                       "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "max_position_embeddings", "rope_theta",
+                       "rope_scaling", "rope_parameters", "rope_interleave", "partial_rotary_factor",
+                       "attention_dropout", "hidden_act", "norm_topk_prob", "routed_scaling_factor",
+                       "scoring_func", "topk_method", "max_window_layers", "num_nextn_predict_layers"})
 
 
 def _int(data: dict, file: str, key: str, *, lo: int = 1, default: Any = ...) -> int:
@@ -121,10 +138,63 @@ def dims_from_config(data: dict, file: str = "config.json", name: str | None = N
     if E % n_group == 0:
         topk_group = data.get("topk_group") if isinstance(data.get("topk_group"), int) else n_group
         common.update(n_group=n_group, topk_group=min(max(topk_group, 1), n_group))
+    common.update(_sliding(data, file, layers))
     try:
         return ModelSpec(**common)
     except ValueError as e:
         raise ConfigError(file, "", str(e)) from None
+
+
+def _sliding(data: dict, file: str, layers: int) -> dict:
+    """sliding_window / sliding_window_layers for ModelSpec: layer_types' "sliding_attention" entries; gpt-oss without
+    layer_types: every other layer (transformers' GptOssConfig default, layers 0, 2, 4, ... sliding); else every
+    layer where a window is set and use_sliding_window is not false (Mistral-style); none without a window."""
+    w = data.get("sliding_window")
+    if w is None or data.get("use_sliding_window") is False:
+        return {}
+    w = _int(data, file, "sliding_window")
+    types = data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+            raise ConfigError(file, "layer_types", f"expected a list of {layers} strings (one per layer), got {types!r}")
+        n = sum(t == "sliding_attention" for t in types)
+    elif data.get("model_type") == "gpt_oss":
+        n = (layers + 1) // 2
+    else:
+        n = layers
+    return {"sliding_window": w, "sliding_window_layers": n}
+
+
+def not_priced(data: dict, spec: ModelSpec | None = None) -> tuple[str, ...]:
+    """Every key of a config.json the planner neither prices nor knows to be cost-free (PRICED_KEYS, COST_FREE), named
+    with what it is where that helps: group-limited routing, a quantization the planner has no rates for (W4A8)."""
+    out = []
+    for k in data:
+        if k in PRICED_KEYS or k in COST_FREE:
+            continue
+        if k == "quantization_config":
+            wd = weight_dtype_of(data)
+            if wd is not None:
+                continue
+            q = data[k] if isinstance(data[k], dict) else {}
+            algo = q.get("quant_algo") or q.get("quant_method") or "?"
+            out.append(f"quantization_config ({algo}: no rates for it; experts priced at --weight-dtype)")
+        elif k in ("n_group", "topk_group"):
+            if (data.get("n_group") or 1) > 1 and "group-limited routing" not in " ".join(out):
+                out.append(f"group-limited routing (n_group {data.get('n_group')}, topk_group {data.get('topk_group')})")
+        else:
+            out.append(k)
+    return tuple(out)
+
+
+def preset_not_priced(spec: ModelSpec) -> tuple[str, ...]:
+    """What a preset's spec carries that the planner does not price."""
+    out = []
+    if spec.n_group > 1:
+        out.append(f"group-limited routing (n_group {spec.n_group}, topk_group {spec.topk_group})")
+    if spec.qk_norm:
+        out.append("q/k norm")
+    return tuple(out)
 
 
 def dims_from_config_json(path: str | Path, name: str | None = None) -> ModelSpec:

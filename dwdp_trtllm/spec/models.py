@@ -78,6 +78,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float, type]] = {
     "qk_rope_head_dim": (0, 4096, int), "v_head_dim": (0, 4096, int), "n_group": (1, 1 << 16, int),
     "topk_group": (1, 1 << 16, int), "routed_scaling_factor": (1e-6, 1e6, float), "rms_eps": (1e-12, 0.1, float),
     "rope_theta": (1e-3, 1e12, float), "latent_norm_eps": (1e-12, 0.1, float), "mtp_layers": (0, 64, int),
+    "sliding_window": (0, 1 << 24, int), "sliding_window_layers": (0, 1024, int),
 }
 
 
@@ -132,6 +133,8 @@ class ModelSpec:
     # checkpoint MTP layers (DeepSeek-V3 num_nextn_predict_layers): MoE layers TensorRT-LLM's one-model MTP runs after
     # the trunk; memory.py prices their experts for TensorRT-LLM servers, the embedded engine runs the trunk only
     mtp_layers: int = 0
+    sliding_window: int = 0  # keys a sliding-window layer attends to (0: none); priced by perf/flops.core_flops
+    sliding_window_layers: int = 0  # how many of the layers use it (gpt-oss: every other one)
 
     def __post_init__(self) -> None:
         for name in FIELD_BOUNDS:

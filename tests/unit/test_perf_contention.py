@@ -47,7 +47,7 @@ def test_low_order_most_likely_and_high_order_grows_with_g():
 
 def test_expected_slowdown():
     assert expected_slowdown(2, False) == expected_slowdown(2, True) == 1.0
-    assert expected_slowdown(3, False) == pytest.approx(1.5)  # E[C] with C in {1, 2} equally likely
+    assert expected_slowdown(3, False) == pytest.approx(1.25)  # 1 + (E[C] - 1) / 2, C in {1, 2} equally likely
     assert expected_slowdown(3, True) == 1.0  # never C >= 3: two slices in flight are never slowed
     assert expected_slowdown(4, True) == pytest.approx(1 + (1 / 9) ** 2 * 0.5)  # both C=3: 1/(1/3+1/3) = 1.5
     for G in range(3, 10):

@@ -30,7 +30,8 @@ def test_gb200_nvfp4_crossover_shape_and_paper_ratios():
         assert r.t_dep_us == pytest.approx(r.t_compute_dep_us + r.t_all2all_us, rel=1e-9)  # balanced: no sync
     rec = recommend(_spec(interference=1.15), rows)
     assert rec.use_dwdp and rec.verdict == "DWDP" and rec.dwdp_size == 4 and "at ISL 16384, 32768" in rec.reason
-    assert any("ISL 1024 DEP" in n and "ISL 8192 DEP" in n for n in rec.notes)
+    # ISL 8192: nominal 0.82, but GB200's assumed efficiencies range it past 1 (perf/uncertainty.py EFF_RANGE)
+    assert any("ISL 1024 DEP" in n and "ISL 8192 marginal" in n for n in rec.notes)
     # with the paper's per-phase interference priors, the paper's own roofline (T_DEP/T_DWDP 0.10, 0.73, 1.27, 1.17
     # at ISL 1K/8K/16K/32K, blog 19 / arXiv 2604.01621 figure 3) lies inside every predicted range
     for r, paper in zip(plan(_spec()), (0.10, 0.73, 1.27, 1.17)):
@@ -59,7 +60,8 @@ def test_redundancy_shrinks_prefetch_and_grows_memory():
 
 def test_unsliced_copies_pay_contention():
     sl, un = plan(_spec(isls=(16384,), slice_bytes=(2 << 20, 0)))
-    assert un.t_prefetch_us > 1.5 * sl.t_prefetch_us and un.speedup < sl.speedup
+    # G=4 unsliced: 1 + (E[C] - 1) / 2 = 4/3 over bytes / bandwidth (perf/contention.py), sliced 1.006
+    assert un.t_prefetch_us > 1.3 * sl.t_prefetch_us and un.speedup < sl.speedup
 
 
 def test_memory_does_not_fit_means_dep():

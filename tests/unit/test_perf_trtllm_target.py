@@ -84,7 +84,7 @@ def test_recommendation_reads_the_range_not_its_optimistic_end():
     assert all(r.speedup > 1 and r.speedup_low < 1 < r.speedup_high for r in rows)
     rec = recommend(spec, rows)
     assert rec.verdict == "marginal" and not rec.use_dwdp
-    assert rec.reason.startswith(f"marginal (depends on {rec.depends_on}; measure with")
+    assert rec.reason.startswith(f"marginal: depends on {rec.depends_on} - ") and rec.depends_on
     # every input at DWDP's better end, as a certainty: the same rows read DWDP
     sure = [r.__class__(**{**r.__dict__, "speedup_low": 1.01, "verdict": "DWDP"}) for r in rows]
     assert recommend(spec, sure).verdict == "DWDP"

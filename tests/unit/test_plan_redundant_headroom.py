@@ -11,7 +11,7 @@ from dwdp_trtllm.cli import main
 
 
 def _plan(capsys, argv):
-    assert main(["plan", *argv, "--json"]) == 0
+    assert main(["plan", *argv, "--json", "--dep", "trtllm"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
