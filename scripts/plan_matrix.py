@@ -34,7 +34,9 @@ def run(model: str, g: int, mnt: int, target: str, bench_results: Path | None = 
     args = build_parser().parse_args(argv)
     spec = plan_cmd.build_spec(args)
     rows = plan(spec)
-    return spec, rows, recommend(spec, rows)
+    # one (rows, recommendation) per DEP the plan compares against (`--dep`: TensorRT-LLM's, DeepEP + DeepGEMM)
+    by_variant = {v: [r for r in rows if r.dep_variant == v] for v in spec.dep_variants}
+    return spec, {v: (rs, recommend(spec, rs)) for v, rs in by_variant.items() if rs}
 
 
 def _k(x: float) -> str:
@@ -44,30 +46,32 @@ def _k(x: float) -> str:
 def main(bench_results: Path | None = None) -> int:
     """The matrix on stdout; `bench_results`: the engine target's floor campaign directory (default the shipped one)."""
     out = sys.stdout
-    out.write("| model | GPUs | MNT | target | " + " | ".join(f"ISL {i // 1024}K" for i in ISLS) + " | recommendation |\n")
-    out.write("|---|---|---|---|" + "---|" * len(ISLS) + "---|\n")
+    out.write("| model | GPUs | MNT | target | DEP | " + " | ".join(f"ISL {i // 1024}K" for i in ISLS) + " | recommendation |\n")
+    out.write("|---|---|---|---|---|" + "---|" * len(ISLS) + "---|\n")
     breakeven: dict = {}
     campaign = None
     for model in MODELS:
         for g in GROUPS:
             for mnt in MNTS:
                 for target in TARGETS:
-                    spec, rows, rec = run(model, g, mnt, target, bench_results)
+                    spec, variants = run(model, g, mnt, target, bench_results)
                     if target == "engine" and spec.calibration.floor.campaign:
                         campaign = spec.calibration.floor.campaign
-                    if not rows[0].fits:
-                        cells = [f"✗ {rows[0].memory_per_rank_gb:.0f} GB"] * len(ISLS)
-                    else:
-                        cells = []
-                        for r in rows:
-                            mark = "†" if r.extrapolated else ""
-                            cells.append(f"{r.speedup:.2f}{mark} ({r.speedup_low:.2f}-{r.speedup_high:.2f}) {r.verdict}")
-                            breakeven[(model, g, target, r.isl)] = r
-                    verdict = rec.verdict + (f" ({rec.depends_on})" if rec.verdict == "marginal" else "")
-                    if rec.verdict == "nothing fits":
-                        verdict = "nothing fits: " + rec.reason.split("; ")[-1]
-                    out.write(f"| {model} | {g}x H200 | {mnt // 1024}K | {target} | " + " | ".join(cells)
-                              + f" | {verdict} |\n")
+                    for variant, (rows, rec) in variants.items():
+                        if not rows[0].fits:
+                            cells = [f"✗ {rows[0].memory_per_rank_gb:.0f} GB"] * len(ISLS)
+                        else:
+                            cells = []
+                            for r in rows:
+                                mark = "†" if r.extrapolated else ""
+                                cells.append(f"{r.speedup:.2f}{mark} ({r.speedup_low:.2f}-{r.speedup_high:.2f}) {r.verdict}")
+                                if variant == spec.dep_variants[0]:
+                                    breakeven[(model, g, target, r.isl)] = r
+                        verdict = rec.verdict + (f" ({rec.depends_on})" if rec.verdict == "marginal" else "")
+                        if rec.verdict == "nothing fits":
+                            verdict = "nothing fits: " + rec.reason.split("; ")[-1]
+                        out.write(f"| {model} | {g}x H200 | {mnt // 1024}K | {target} | {variant} | " + " | ".join(cells)
+                                  + f" | {verdict} |\n")
     out.write("\nBreak-even tokens per rank per iteration that hide the prefetch (nominal, range over the "
               "uncertain inputs); requests of that ISL (fewer tokens: a chunk of one):\n\n")
     out.write("| model | GPUs | target | " + " | ".join(f"ISL {i // 1024}K" for i in ISLS) + " |\n")

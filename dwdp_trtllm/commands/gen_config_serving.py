@@ -13,8 +13,6 @@ from __future__ import annotations
 from ..deploy import memory as mem
 from ..spec.schema import ConfigError
 
-#: MTP layers of the presets' checkpoints (config.json num_nextn_predict_layers of DeepSeek-V3 and DeepSeek-R1)
-PRESET_MTP_LAYERS = {"deepseek-v3": 1, "deepseek-r1": 1}
 #: the recipe's output length (examples/dwdp/dwdp_reproduce.yaml: osl 1024 in every end-to-end case)
 DEFAULT_OSL = 1024
 #: the rendezvous master's port (NVIDIA srt-slurm's DWDP_MASTER_PORT, src/srtctl/backends/trtllm.py)
@@ -46,9 +44,11 @@ SERVING_BOUNDS = {"--isl": 1 << 22, "--osl": 1 << 22, "--mtp": 8, "--gen-batch":
 
 
 def checkpoint_mtp_layers(args) -> int | None:
-    """MTP layers of the checkpoint gen-config sizes: a preset's (PRESET_MTP_LAYERS, 0 for the others), a
-    config.json's num_nextn_predict_layers (absent: 0); None without model dims (--num-experts)."""
+    """MTP layers of the checkpoint gen-config sizes: a preset's ModelSpec.mtp_layers (DeepSeek-V3 / R1: 1), a
+    config.json's num_nextn_predict_layers (absent: 0; type and range by json_values); None without model dims
+    (--num-experts)."""
     from ..spec.hf_config import read_config_json
+    from ..spec.json_values import value
     from ..spec.model_dims import is_config_path
     from ..spec.models import PRESETS
 
@@ -56,14 +56,11 @@ def checkpoint_mtp_layers(args) -> int | None:
     if src is None:
         return None
     if src in PRESETS:
-        return PRESET_MTP_LAYERS.get(src, 0)
+        return PRESETS[src].mtp_layers
     if not is_config_path(src):
         return None
     data, f = read_config_json(src)
-    n = data.get("num_nextn_predict_layers", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f, "num_nextn_predict_layers", f"expected an integer >= 0, got {n!r}")
-    return n
+    return value(data, "num_nextn_predict_layers", f, 0)
 
 
 def resolve(args) -> tuple[int, int]:

@@ -207,14 +207,16 @@ class ModelSpec:
         """The same per-layer dims with `num_layers` layers.
 
         Keeps min(first_k_dense, num_layers - 1) dense layers unless `first_k_dense` is given
-        (benchmarks of DWDP want several MoE layers and few dense ones).
+        (benchmarks of DWDP want several MoE layers and few dense ones). A model cut short has no MTP layer (the
+        checkpoint's MTP layers follow its last trunk layer); at its full depth it keeps them.
         """
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dense = min(self.first_k_dense, max(num_layers - 1, 0)) if first_k_dense is None else first_k_dense
         if not 0 <= dense <= num_layers:
             raise ValueError(f"first_k_dense={dense} not in [0, num_layers={num_layers}]")
-        return dataclasses.replace(self, num_layers=num_layers, first_k_dense=dense)
+        mtp = self.mtp_layers if num_layers == self.num_layers else 0
+        return dataclasses.replace(self, num_layers=num_layers, first_k_dense=dense, mtp_layers=mtp)
 
 
 PRESETS: dict[str, ModelSpec] = {
@@ -226,7 +228,8 @@ PRESETS: dict[str, ModelSpec] = {
         router="sigmoid_grouped", n_group=8, topk_group=4, norm_topk_prob=True, routed_scaling_factor=2.5,
         # the release's config.json (deepseek-ai/DeepSeek-V3 and -R1): rope_theta 10000, rope_scaling yarn
         rope_scaling=YarnScaling(factor=40.0, original_max_position_embeddings=4096, beta_fast=32.0, beta_slow=1.0,
-                                 mscale=1.0, mscale_all_dim=1.0)),
+                                 mscale=1.0, mscale_all_dim=1.0),
+        mtp_layers=1),  # the release's num_nextn_predict_layers: one MTP layer (TensorRT-LLM servers price it)
     "deepseek-v2-lite": ModelSpec(
         name="deepseek-v2-lite", family="deepseek", hidden_size=2048, num_layers=27, first_k_dense=1,
         dense_intermediate=10944, moe_intermediate=1408, num_experts=64, top_k=6, num_shared_experts=2,

@@ -184,11 +184,14 @@ def test_the_file_changes_the_plan_exactly_in_the_inputs_it_sets(tmp_path):
     path, data = _file(tmp_path)
     base, cal = _plan([])["rows"][0], _plan(["--calibration", str(path)])["rows"][0]
     changed = {k for k in base if base[k] != cal[k]}
-    # the peer inputs price DWDP's prefetch; TensorRT-LLM's kernel tables price compute and DEP (kernel keys unused)
+    # the peer inputs price DWDP's prefetch, the measured all-to-all DEP's communication; TensorRT-LLM's kernel
+    # tables price compute (kernel keys unused)
+    dep_comm = {"t_all2all_us", "t_dep_us", "t_dep_us_range", "tps_per_gpu_dep", "t_iteration_dep_us", "dep_comm"}
     assert changed and changed <= {"t_prefetch_us", "t_prefetch_wait_us", "t_dwdp_us", "speedup", "speedup_low",
                                    "speedup_high", "compute_over_prefetch", "contention_slowdown", "tps_per_gpu_dwdp",
                                    "t_dwdp_us_range", "break_even_tokens", "break_even_range", "t_iteration_dwdp_us",
-                                   "prefetch_hidden", "verdict", "depends_on"}
+                                   "prefetch_hidden", "verdict", "depends_on"} | dep_comm
+    assert "all_to_all_gbps" in data and f"measured all-to-all bandwidth {data['all_to_all_gbps']:g} GB/s" in cal["dep_comm"]
     eff = dict(data["slice_efficiency"])[2 << 20]
     want = cal["fetch_gb"] * 1e9 / (data["peer_copy_gbps"] * 1e9 * eff) * data["contention_slowdown"]["sliced"] * 1e6
     assert cal["t_prefetch_us"] == pytest.approx(want, rel=1e-5) and cal["contention_slowdown"] == pytest.approx(

@@ -3,7 +3,6 @@ checkpoints found when the config is read (exit 2, one line, no traceback), `dwd
 save_pretrained checkpoint, and num_layers truncation reading only the layers it keeps."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import sys
@@ -91,11 +90,12 @@ DEEPSEEK_V3_RELEASE = {
 
 def test_release_style_config_maps_to_the_preset(tmp_path):
     """DeepSeek-V3's config.json as released (rope_scaling + rope_theta, FP8 quantization_config) gives the preset,
-    plus its MTP layer (num_nextn_predict_layers: priced by memory.py for TensorRT-LLM servers; presets carry none)."""
+    MTP layer included (num_nextn_predict_layers 1: the preset carries it; memory.py prices it for TensorRT-LLM
+    servers)."""
     cfg = DEEPSEEK_V3_RELEASE
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     spec = spec_from_hf_config(tmp_path, name="deepseek-v3")
-    assert spec.mtp_layers == 1 and dataclasses.replace(spec, mtp_layers=0) == get_model("deepseek-v3")
+    assert spec.mtp_layers == 1 and spec == get_model("deepseek-v3")
 
 
 def _yaml(tmp_path: Path, checkpoint, **model) -> Path:

@@ -184,14 +184,14 @@ def _plan(capsys, argv):
 
 
 def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsys):
-    """R1 FP8 DWDP8 at 130 GB fits ISL <= 16384 (121-128 GB) and not 32768 (135 GB): the advice is for the ISLs that
+    """R1 FP8 DWDP8 at 130 GB fits ISL <= 16384 (122-129 GB) and not 32768 (137 GB; the MTP layer included): the advice is for the ISLs that
     fit and names the one that does not (it fell into "memory does not fit ... needs 121.0 GB > 130.0 GB; the
     smallest dwdp_size that fits is 8")."""
     out = _plan(capsys, ["--gpu-memory-gb", "130", "--dwdp-size", "8"])
     rows, rec = out["rows"], out["recommendation"]
     assert [r["fits"] for r in rows] == [True] * 4 + [False]
     assert rec["dwdp_size"] == 8 and rec["by_isl"]["32768"] == "DEP"
-    assert "DWDP8 does not fit at ISL 32768 (135.5 GB per rank > 130.0 GB): DEP8 there" in rec["reason"]
+    assert "DWDP8 does not fit at ISL 32768 (136.9 GB per rank > 130.0 GB): DEP8 there" in rec["reason"]
     # the GB shown is memory.fit_deployment's for one 32K request per rank (the bytes gen-config checks), not plan's own
     from dwdp_trtllm.spec.config import DwdpConfig
     from dwdp_trtllm.deploy.memory import fit_deployment
@@ -202,8 +202,9 @@ def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsy
     assert "smallest dwdp_size that fits is 8" not in rec["reason"] and "121.0 GB" not in rec["reason"]
     assert rec["by_isl"]["16384"] in ("DWDP", "marginal") and rec["verdict"] in ("DWDP", "marginal")
     assert "ISL 8192-16384" in rec["reason"] or "at ISL 16384" in rec["reason"]
-    # G=7 on the H200: ISL 32768 needs 148 GB; DWDP7's whole range is above 1 at ISL 16384, which fits
-    rec = _plan(capsys, ["--dwdp-size", "7"])["recommendation"]
+    # G=7 on a 143 GB budget: ISL 32768 needs 149 GB; DWDP7's whole range is above 1 at ISL 16384, which fits (142 GB,
+    # the MTP layer's experts included: on the H200's 141 GB DWDP7 fits no ISL)
+    rec = _plan(capsys, ["--dwdp-size", "7", "--gpu-memory-gb", "143"])["recommendation"]
     assert rec["verdict"] == "DWDP" and rec["dwdp_size"] == 7 and rec["reason"].startswith("DWDP with G=7")
     assert "at ISL 16384:" in rec["reason"] and "DWDP7 does not fit at ISL 32768" in rec["reason"]
     # at an MNT every ISL needs the same bytes: the MNT is named

@@ -29,7 +29,8 @@ def test_json_r1_g3_redundant(capsys):
     assert [r["num_local"] for r in rep["ranks"]] == [94, 93, 93]
     assert [r["num_fetched"] for r in rep["ranks"]] == [162, 163, 163]
     assert [r["fetch_bytes_per_layer"] for r in rep["ranks"]] == [n * R1_EXPERT_FP8 for n in (162, 163, 163)]
-    assert rep["ranks"][0]["memory"]["routed_experts_gb"] == pytest.approx(94 * 58 * R1_EXPERT_FP8 / GB, abs=1e-6)
+    # 58 trunk MoE layers + the MTP layer (priced for a TensorRT-LLM server)
+    assert rep["ranks"][0]["memory"]["routed_experts_gb"] == pytest.approx(94 * (58 + 1) * R1_EXPERT_FP8 / GB, abs=1e-6)
     lo, bal = rep["source_load"]["lowest_rank"], rep["source_load"]["balanced"]
     assert lo == {"per_source": [172, 162, 154], "max": 172}
     assert bal["max"] == 163 < lo["max"] and sum(bal["per_source"]) == sum(lo["per_source"]) == 488
@@ -76,14 +77,14 @@ def test_gpu_memory_does_not_fit_exits_2_naming_the_flags_given(tmp_path, capsys
     assert len(err) == 1 and err[0].startswith("dwdp plan-placement: config error: --dwdp-size: does not fit: DWDP3")
     assert "change --dwdp-size 3, --redundant-experts 0, --prefetch-depth 1, --weight-dtype fp8, --num-layers 61, " \
            "--max-num-tokens 16384 (" in err[0] and "dwdp.dwdp_size" not in err[0] and "workload." not in err[0]
-    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in err[0]
+    assert "smallest GPU count that fits: DWDP 8 GPUs, DEP 7 GPUs" in err[0]
     assert rep["fit_error"] in err[0]
     assert rep["ranks"][0]["memory"]["activations_gb"] > 0 and rep["memory"]["dwdp"]["unit"] == "GB"
     # gen-config refuses the same misfit with the same exit code
     assert cli.main(["gen-config", "--model", "deepseek-ai/DeepSeek-R1", "--preset", "deepseek-r1", "--engine",
                      "dwdp_trtllm", "--weight-dtype", "fp8", "--dwdp-size", "3", "--gpu-memory-gb", "141",
                      "--max-num-tokens", "16384", "--out", str(tmp_path / "out")]) == 2
-    assert "config error: --dwdp-size: a context server that fits h200 (141 GB): DWDP3 per rank 261.2 GB" \
+    assert "config error: --dwdp-size: a context server that fits h200 (141 GB): DWDP3 per rank 265.0 GB" \
         in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 

@@ -55,7 +55,7 @@ def test_mtp_as_the_recipe_sets_it(tmp_path, capsys):
 
     from dwdp_trtllm.commands.gen_config_serving import checkpoint_mtp_layers
     from dwdp_trtllm.errors import ConfigError
-    with pytest.raises(ConfigError, match=r"config.json: num_nextn_predict_layers: expected an integer >= 0, got 'one'"):
+    with pytest.raises(ConfigError, match=r"config.json: num_nextn_predict_layers: expected an integer in \[0, 64\], got 'one'"):
         checkpoint_mtp_layers(SimpleNamespace(preset=str(ckpt), num_experts=None, model="m"))
     (ckpt / "config.json").write_text(json.dumps({"num_nextn_predict_layers": 2}))
     assert checkpoint_mtp_layers(SimpleNamespace(preset=None, num_experts=None, model=str(ckpt))) == 2

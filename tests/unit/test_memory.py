@@ -67,7 +67,8 @@ def test_dwdp_and_dep_parts_by_hand_r1_fp8_g8():
     dw = rank_memory(R1, "dwdp", group_size=8, **kw)
     dep = rank_memory(R1, "dep", group_size=8, **kw)
     assert (dw.num_experts_held, dw.num_fetched_experts, dw.num_slots) == (32, 224, 2)
-    assert dw.routed_experts == dep.routed_experts == 32 * 58 * R1_EXPERT_FP8
+    # 58 trunk MoE layers + the release's MTP layer (a TensorRT-LLM server builds it as one more MoE layer)
+    assert dw.routed_experts == dep.routed_experts == 32 * (58 + 1) * R1_EXPERT_FP8
     assert dw.prefetch_slots == 2 * 224 * R1_EXPERT_FP8 and dep.prefetch_slots == 0
     assert dep.all_to_all == 2 * 16384 * 8 * H * 2 and dw.all_to_all == 0
     for part in ("dense_weights", "activations", "kv_cache_floor"):
@@ -78,13 +79,13 @@ def test_dwdp_and_dep_parts_by_hand_r1_fp8_g8():
     d = dw.to_dict()
     assert d["unit"] == "GB" and d["total_gb"] == pytest.approx(dw.total / 1e9)
     assert set(d) >= {f"{p}_gb" for p in PARTS} and d["gpu_gb"] == 141.0
-    assert "DWDP8 per rank 128.0 GB of 141.0 GB (fits)" in dw.describe()
+    assert "DWDP8 per rank 129.4 GB of 141.0 GB (fits)" in dw.describe()
 
 
 def test_nothing_fits_4xh200_r1_fp8_and_the_smallest_count_per_mode():
     fit = fit_deployment(R1, DwdpConfig(dwdp_size=4), 141 * GB, weight_dtype="fp8", max_num_tokens=16384)
     assert not fit.fits and not fit.dep.fits and fit.dwdp.gpu_bytes == 141 * GB
-    assert fit.dwdp.routed_experts / GB == pytest.approx(163.5, abs=0.05)
+    assert fit.dwdp.routed_experts / GB == pytest.approx(166.3, abs=0.05)  # 64 experts x 59 MoE layers (MTP's included)
     g_dw, g_dep = fit.smallest_fitting_dwdp_size, fit.smallest_fitting_dep_size
     kw = dict(weight_dtype="fp8", max_num_tokens=16384, gpu_bytes=141 * GB)
     assert rank_memory(R1, "dwdp", group_size=g_dw, **kw).fits and not rank_memory(R1, "dwdp", group_size=g_dw - 1, **kw).fits
@@ -102,8 +103,8 @@ def test_worst_rank_redundancy_and_slots():
     base = rank_memory(R1, "dwdp", dwdp=DwdpConfig(dwdp_size=4), weight_dtype="bf16", max_num_tokens=0)
     red = rank_memory(R1, "dwdp", dwdp=DwdpConfig(dwdp_size=4, redundant_experts=8), weight_dtype="bf16", max_num_tokens=0)
     eb = 2 * 3 * H * I
-    assert red.routed_experts - base.routed_experts == 8 * 58 * eb and base.prefetch_slots - red.prefetch_slots == 2 * 8 * eb
-    five = get_model("deepseek-r1", 5)  # 2 MoE layers: prefetch_depth 3 gives 2 slots, not 4
+    assert red.routed_experts - base.routed_experts == 8 * (58 + 1) * eb and base.prefetch_slots - red.prefetch_slots == 2 * 8 * eb
+    five = get_model("deepseek-r1", 5)  # 2 MoE layers (no MTP layer when cut short): prefetch_depth 3 gives 2 slots, not 4
     assert rank_memory(five, "dwdp", dwdp=DwdpConfig(dwdp_size=2, prefetch_depth=3), weight_dtype="fp8", max_num_tokens=0).num_slots == 2
     assert rank_memory(get_model("deepseek-r1", 10), "dwdp", dwdp=DwdpConfig(dwdp_size=2, prefetch_depth=3),
                        weight_dtype="fp8", max_num_tokens=0).num_slots == 4
@@ -135,7 +136,7 @@ def test_over_budget_error_and_bad_arguments():
     m = rank_memory(R1, "dwdp", group_size=4, weight_dtype="fp8", max_num_tokens=16384, gpu_bytes=141 * GB)
     e = over_budget(m, ["dwdp.dwdp_size=4"], file="x.yaml")
     assert isinstance(e, MemoryBudgetError) and isinstance(e, ConfigError) and e.file == "x.yaml"
-    assert "DWDP4 per rank 207.0 GB of 141.0 GB (does NOT fit)" in str(e) and "dwdp.dwdp_size=4" in str(e)
+    assert "DWDP4 per rank 209.8 GB of 141.0 GB (does NOT fit)" in str(e) and "dwdp.dwdp_size=4" in str(e)
     with pytest.raises(ValueError, match="mode 'tp'"):
         rank_memory(R1, "tp", group_size=2, weight_dtype="fp8", max_num_tokens=1)
     with pytest.raises(ValueError, match="weight_dtype 'int4'"):

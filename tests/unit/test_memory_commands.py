@@ -136,13 +136,13 @@ def test_nothing_fits_4xh200_r1_fp8_names_the_gpu_count_per_mode(capsys):
     assert rc == 0
     (row,) = _plan_rows(plan)
     assert not row["fits"] and row["memory_dep_gb"] > 141
-    assert (row["smallest_fitting_dwdp_size"], row["smallest_fitting_dep_size"]) == (7, 6)
+    assert (row["smallest_fitting_dwdp_size"], row["smallest_fitting_dep_size"]) == (8, 7)
     rc, place, err = _json(capsys, ["plan-placement", "--dwdp-size", "4", "--json"])
-    assert rc == 2 and place["memory"]["smallest_fitting"] == {"dwdp": 7, "dep": 6}
-    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in err
+    assert rc == 2 and place["memory"]["smallest_fitting"] == {"dwdp": 8, "dep": 7}
+    assert "smallest GPU count that fits: DWDP 8 GPUs, DEP 7 GPUs" in err
     assert cli.main(["plan", "--dwdp-size", "4", "--isl", "8192", "--mnt", "16384", "--no-bench-results"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the table wraps long lines
-    assert "nothing fits 4 GPUs" in out and "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in out
+    assert "nothing fits 4 GPUs" in out and "smallest GPU count that fits: DWDP 8 GPUs, DEP 7 GPUs" in out
     assert "use DEP here" not in out
 
 

@@ -16,8 +16,9 @@ from dwdp_trtllm.core.placement import make_placement
 
 
 def test_mtp_layer_experts_are_priced_for_trtllm_servers_only():
-    r1 = get_model("deepseek-r1")
-    mtp = dataclasses.replace(r1, mtp_layers=1)
+    mtp = get_model("deepseek-r1")  # the release's one MTP layer (num_nextn_predict_layers 1)
+    r1 = dataclasses.replace(mtp, mtp_layers=0)
+    assert mtp.mtp_layers == 1
     kw = dict(weight_dtype="fp8", max_num_tokens=8192)
     cfg = DwdpConfig(dwdp_size=8)
     eb = r1.expert_bytes("fp8")
@@ -40,3 +41,12 @@ def test_checkpoint_num_nextn_predict_layers_sets_mtp_layers(tmp_path):
     assert spec_from_hf_config(tmp_path).mtp_layers == 1
     assert dims_from_config(RELEASE).mtp_layers == 1  # dims-only (plan --model, gen-config --preset config.json)
     assert dims_from_config({k: v for k, v in RELEASE.items() if k != "num_nextn_predict_layers"}).mtp_layers == 0
+
+
+def test_a_preset_cut_short_has_no_mtp_layer():
+    """The MTP layer follows the checkpoint's last trunk layer: a preset at its full depth keeps it (and prices it on a
+    TensorRT-LLM server), a preset cut to fewer layers (`--num-layers`, model.num_layers) has none."""
+    assert get_model("deepseek-r1").mtp_layers == get_model("deepseek-r1", 61).mtp_layers == 1
+    assert get_model("deepseek-r1", 5).mtp_layers == 0 and get_model("qwen3-30b-a3b").mtp_layers == 0
+    full, cut = get_model("deepseek-r1"), get_model("deepseek-r1", 60)
+    assert memory.priced_moe_layers(full) == 59 and memory.priced_moe_layers(cut) == 57

@@ -113,7 +113,7 @@ def test_gqa_model_and_h200_rows_are_finite():
 
 def test_plan_memory_is_the_deployment_fit_of_gen_config():
     """`dwdp plan` prices memory with memory.fit_deployment (what `dwdp gen-config` refuses on): DeepSeek-R1 FP8 at
-    DWDP4 on an H200 does not fit (163.5 GB of experts alone), the reason names the parts and the smallest
+    DWDP4 on an H200 does not fit (166.3 GB of experts alone, the MTP layer's included), the reason names the parts and the smallest
     dwdp_size that fits; DWDP8 fits."""
     from dwdp_trtllm.spec.config import DwdpConfig
     from dwdp_trtllm.deploy.memory import fit_deployment
@@ -121,7 +121,7 @@ def test_plan_memory_is_the_deployment_fit_of_gen_config():
     (row,) = plan(spec)
     want = fit_deployment(R1, DwdpConfig(dwdp_size=4), int(141e9), weight_dtype="fp8", max_num_tokens=16384)
     assert row.memory_per_rank_gb == pytest.approx(want.total / 1e9) and not row.fits
-    assert row.memory_parts_gb["routed experts held"] == pytest.approx(R1.expert_bytes("fp8") * 64 * R1.num_moe_layers / 1e9, rel=1e-3)
+    assert row.memory_parts_gb["routed experts held"] == pytest.approx(R1.expert_bytes("fp8") * 64 * (R1.num_moe_layers + R1.mtp_layers) / 1e9, rel=1e-3)
     assert set(row.memory_parts_gb) == set(row.memory_dep_parts_gb) == {
         "routed experts held", "prefetch slots", "all-to-all buffers", "dense weights", "activations", "KV-cache floor"}
     assert sum(row.memory_parts_gb.values()) == pytest.approx(row.memory_per_rank_gb, abs=1e-2)  # the parts make the total
@@ -131,7 +131,7 @@ def test_plan_memory_is_the_deployment_fit_of_gen_config():
     assert row.memory_per_rank_gb - row.memory_dep_gb == pytest.approx(
         row.memory_parts_gb["prefetch slots"] - row.memory_dep_parts_gb["all-to-all buffers"], abs=1e-3)
     rec = recommend(spec, [row])  # DEP4 does not fit either: nothing fits, the count per mode named
-    assert not rec.use_dwdp and "nothing fits 4 GPUs" in rec.reason and "routed experts held 163.5" in rec.reason
+    assert not rec.use_dwdp and "nothing fits 4 GPUs" in rec.reason and "routed experts held 166.3" in rec.reason
     assert want.smallest_line() in rec.reason  # memory's line, word for word
     (row8,) = plan(dataclasses.replace(spec, dwdp_sizes=(8,)))
     assert row8.fits and row8.smallest_fitting_dwdp_size == want.smallest_fitting_dwdp_size

@@ -31,9 +31,9 @@ def test_suggested_redundant_experts_fit_and_one_more_does_not(capsys, argv):
     assert rows[0]["fits"] and not rows[1]["fits"], [(r["redundant_experts"], r["memory_per_rank_gb"]) for r in rows]
 
 
-def test_r1_fp8_on_8_h200_fits_5_more(capsys):
+def test_r1_fp8_on_8_h200_fits_4_more(capsys):
     out = _plan(capsys, ["--dwdp-size", "8", "--mnt", "16384", "--isl", "8192"])
-    assert any("up to 5 more redundant experts per rank fit" in n for n in out["recommendation"]["notes"])
+    assert any("up to 4 more redundant experts per rank fit" in n for n in out["recommendation"]["notes"])
 
 
 def test_every_expert_on_every_rank_is_said_when_it_fits(capsys):

@@ -39,11 +39,16 @@ EXCLUDED = {
     "dwdp build-ops": "compiles the C++/CUDA op (minutes); the CPU build is tested in tests/unit/test_grouped_gemm_cpu.py",
 }
 #: a command's name alone in a sentence ("`dwdp bench` prints ...") is a mention, not a command line
-MENTIONS = {"dwdp", "dwdp bench", "dwdp verify", "dwdp gen-config", "dwdp plan", "dwdp plan-placement", "scripts/"}
+MENTIONS = {"dwdp", "dwdp bench", "dwdp verify", "dwdp gen-config", "dwdp plan", "dwdp plan-placement", "dwdp calibrate",
+            "dwdp size", "scripts/"}
 #: walk-through steps whose output the README quotes in the ``` block after the step's title: every quoted line
 #: without "..." must be in the command's output (a README that no longer shows what the command prints fails)
 QUOTED = {"dwdp plan-placement --dwdp-size 8": "**What one rank holds:**",
-          "dwdp gen-config --preset deepseek-r1 --dwdp-size 8": "**Write the deployment:**"}
+          "dwdp gen-config --preset deepseek-r1 --dwdp-size 8": "**Write the deployment:**",
+          "dwdp plan --dwdp-size 4,8 --isl 8192 --mnt 16384": "**Which group size fits and pays?**",
+          "dwdp size --rate 8": "**How many GPUs for my traffic?**"}
+#: README commands that run for more than ~20 s on 2 CPU cores (the README says how long): marked slow
+SLOW_COMMANDS = ("dwdp size ",)
 #: the command whose recommendation the README's "measured / predicted / not run" box quotes
 BOTTOM_LINE_COMMAND = "dwdp plan --model deepseek-r1 --gpu h200 --weight-dtype fp8 --dwdp-size 8"
 #: exit codes other than 0 that the README itself states
@@ -108,7 +113,8 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("cmd", RUN)
+@pytest.mark.parametrize("cmd", [pytest.param(c, marks=pytest.mark.slow) if c.startswith(SLOW_COMMANDS) else c
+                                 for c in RUN])
 def test_readme_command_runs(cmd, workdir, engine, capsys):
     """The command exits as the README says (0 unless it states otherwise). `dwdp bench` runs on the synthetic
     engine (the `engine` fixture): the command line, config and outputs are the README's, the ranks are not
@@ -123,11 +129,11 @@ def test_readme_command_runs(cmd, workdir, engine, capsys):
     if cmd == BOTTOM_LINE_COMMAND:  # the box's quote of the planner's bottom line is what it prints today
         quote = re.search(re.escape(f"(`{cmd}`): \"") + r'(.*?)"', README.read_text(), re.S).group(1)
         flat = lambda t: " ".join(t.replace("\n>", " ").split())
-        assert flat(quote).startswith("recommendation: ") and flat(quote) in flat(out.out), (flat(quote), out.out)
+        assert flat(quote).startswith("recommendation") and flat(quote) in flat(out.out), (flat(quote), out.out)
     for prefix, title in QUOTED.items():
         if cmd.startswith(prefix):
             quoted = quoted_lines(README.read_text(), title)
             assert len(quoted) >= 4 and [q for q in quoted if q not in out.out] == [], out.out
-    if argv[1] == "gen-config":
+    if argv[1] in ("gen-config", "size"):
         out_dir = workdir / argv[argv.index("--out") + 1]
         assert (out_dir / "commands.sh").is_file() and (out_dir / "dwdp.yaml").is_file()

@@ -123,18 +123,18 @@ def test_shipped_configs_match_the_generator(tmp_path):
 
 
 def test_gen_config_refuses_a_deployment_that_does_not_fit(tmp_path, capsys):
-    """DeepSeek-R1 FP8 at DWDP4 on H200 (the old shipped example): 163.5 GB of experts per rank alone."""
+    """DeepSeek-R1 FP8 at DWDP4 on H200 (the old shipped example): 166.3 GB of experts per rank alone (the MTP layer included)."""
     rc = main(["gen-config", "--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "4", "--gen-tp", "4",
                "--model", "m", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "--dwdp-size" in err
-    assert "routed experts held 163.5" in err and "DWDP4 per rank 207.0 GB of 141.0 GB" in err
-    assert "smallest GPU count that fits: DWDP 7 GPUs, DEP 6 GPUs" in err
+    assert "routed experts held 166.3" in err and "DWDP4 per rank 209.8 GB of 141.0 GB" in err
+    assert "smallest GPU count that fits: DWDP 8 GPUs, DEP 7 GPUs" in err
     assert not (tmp_path / "o").exists()  # nothing written
     rc = main(["gen-config", "--preset", "deepseek-r1", "--weight-dtype", "fp8", "--dwdp-size", "8", "--gen-tp", "8",
                "--model", "m", "--out", str(tmp_path / "p")])
     out = capsys.readouterr().out
-    assert rc == 0 and "routed experts held 81.8" in out and "prefetch slots 19.7" in out and "(fits)" in out
+    assert rc == 0 and "routed experts held 83.2" in out and "prefetch slots 19.7" in out and "(fits)" in out
 
 
 def test_generation_servers_are_sized_default_dep8_for_r1_fp8(tmp_path, capsys):
