@@ -67,6 +67,11 @@ def interference_line(spec) -> str:
     over = spec.interference if spec.interference is not None else spec.calibration.interference
     if over is not None:
         return f"interference {over:g}x on every phase (given)"
+    by_phase = spec.calibration.interference_by_phase
+    if by_phase:
+        return ("interference measured per phase (calibration): "
+                + ", ".join(f"{k.replace('_', ' ')} {by_phase.get(k, v):g}x" + ("" if k in by_phase else " (prior)")
+                            for k, v in PRIORS.items()))
     return ("interference priors: " + ", ".join(f"{k.replace('_', ' ')} {v:g}x" for k, v in PRIORS.items())
             + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .uncertainty import INPUTS
 
 #: the Calibration fields that make an input measured
-FIELDS = {"interference": ("interference",), "peer bandwidth": ("peer_copy_gbps",),
+FIELDS = {"interference": ("interference", "interference_by_phase"), "peer bandwidth": ("peer_copy_gbps",),
           "DEP communication": ("all_to_all_gbps",),
           "compute efficiencies": ("grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps",
                                    "floor_tflops")}

@@ -122,9 +122,13 @@ def _target(spec: PlanSpec) -> str:
     return "trtllm" if spec.tables is not None else "engine"
 
 
-def _interference_override(spec: PlanSpec) -> float | None:
-    # --interference, or a calibration file's (plan drops one-GPU bench interference before it gets here)
-    return spec.interference if spec.interference is not None else spec.calibration.interference
+def _interference_override(spec: PlanSpec) -> float | dict | None:
+    # --interference, or a calibration file's: one number, else `dwdp calibrate`'s per-phase slowdowns (plan drops
+    # one-GPU bench interference before it gets here)
+    if spec.interference is not None:
+        return spec.interference
+    cal = spec.calibration
+    return cal.interference if cal.interference is not None else (dict(cal.interference_by_phase) or None)
 
 
 def _scenario(spec: PlanSpec, group: int, which: str, only: str | None = None):

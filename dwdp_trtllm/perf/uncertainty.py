@@ -83,7 +83,11 @@ class Scenario:
     eff: str = "nominal"  # nominal | low (assumed compute efficiencies x EFF_RANGE[0]) | high (x EFF_RANGE[1])
 
 
-def interference_at(which: str, override: float | None) -> dict:
+def interference_at(which: str, override: float | dict | None) -> dict:
+    """Per-phase slowdowns at `which` end: `override` (--interference, or a calibration's one number: every phase;
+    a calibration's interference_by_phase: the measured phases, the others at their prior's nominal) is fixed."""
+    if isinstance(override, dict):
+        return {k: float(override.get(k, v)) for k, v in PRIORS.items()}
     if override is not None:
         return {k: override for k in PRIORS}
     out = {k: _end(v, which) for k, v in PRIORS.items()}
@@ -92,7 +96,7 @@ def interference_at(which: str, override: float | None) -> dict:
     return out
 
 
-def scenario(which: str, *, only: str | None = None, interference: float | None = None,
+def scenario(which: str, *, only: str | None = None, interference: float | dict | None = None,
              peer_range: tuple[float, float] = PEER_RANGE, fixed: frozenset = frozenset()) -> Scenario:
     """`which` in nominal / low / high; `only`: move just that input (one of INPUTS) to `which`'s end; inputs in
     `fixed` (stated or measured: perf/inputs.py) stay nominal; the peer bandwidth spans `peer_range`."""

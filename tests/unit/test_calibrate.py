@@ -209,6 +209,26 @@ def test_kernel_keys_alone_change_only_compute_for_the_engine_target(tmp_path):
     assert base["t_prefetch_us"] == cal["t_prefetch_us"] and base["t_attention_us"] == cal["t_attention_us"]
 
 
+def test_measured_interference_per_phase_prices_the_plan_and_fixes_its_range(tmp_path):
+    """`dwdp calibrate`'s interference_by_phase is what the planner slows DWDP's compute by: the same phase values as
+    `--interference X` on every phase give the same DWDP time, the input is listed as measured, and DEP is untouched."""
+    _, data = _file(tmp_path)
+    assert set(data["interference_by_phase"]) <= {"attention_core", "gemm", "memory_bound", "grouped_gemm"}
+    kept = {k: data[k] for k in ("schema_version", "measured_on")}
+    kept["interference_by_phase"] = {k: 1.3 for k in ("attention_core", "gemm", "memory_bound", "grouped_gemm")}
+    kept["provenance"] = {"interference_by_phase": data["provenance"]["interference_by_phase"]}
+    path = tmp_path / "interference.json"
+    path.write_text(json.dumps(kept))
+    base, measured, given = (_plan(a) for a in ([], ["--calibration", str(path)], ["--interference", "1.3"]))
+    b, m, g = base["rows"][0], measured["rows"][0], given["rows"][0]
+    for k in ("t_dwdp_us", "t_prefetch_wait_us", "speedup", "speedup_low", "speedup_high"):
+        assert m[k] == pytest.approx(g[k]), k
+    assert m["t_prefetch_wait_us"] != b["t_prefetch_wait_us"]  # compute slowed by 1.3x hides less of the copy
+    assert m["t_dep_us"] == b["t_dep_us"]
+    status = {i["input"]: i["status"] for i in measured["inputs"]}
+    assert status["interference"] == "measured" and status["peer bandwidth"] == "prior"
+
+
 @pytest.mark.slow
 def test_cpu_functional_check_runs_the_real_pipeline_and_the_planner_refuses_its_file(capsys, tmp_path):
     rc, out, cap = _calibrate(capsys, tmp_path, "--device", "cpu")
