@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..byte_units import fmt_bytes
 from ..spec.config import DwdpConfig
 from ..spec.schema import ConfigError
 from .settings import to_upstream
@@ -123,7 +124,7 @@ def gen_settings(*, isl: int, osl: int, mtp: int, kv_room_bytes: int | None, kv_
             batch = min(fit, GEN_BATCH_CAP)
             why.append(f"max_batch_size {batch}: " + (
                 f"the requests of {seq:,} tokens (--isl {isl} + --osl {osl}) whose KV cache fits "
-                f"{GEN_KV_FRACTION:g} of the {kv_room_bytes / 1e9:.1f} GB a rank has left" if fit < GEN_BATCH_CAP else
+                f"{GEN_KV_FRACTION:g} of the {fmt_bytes(kv_room_bytes, digits=1)} a rank has left" if fit < GEN_BATCH_CAP else
                 f"upstream's largest recipe batch ({RECIPE}); KV room for {fit:,} requests of {seq:,} tokens"))
     else:
         why.append(f"max_batch_size {batch}: --gen-batch")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..byte_units import fmt_bytes
 from ..spec.schema import ConfigError
 
 DISTS = ("fixed", "uniform_ratio", "normal")
@@ -144,7 +145,7 @@ def read_trace(path: str | Path) -> Arrivals:
     try:
         size = p.stat().st_size
         if size > MAX_TRACE_BYTES:
-            raise ConfigError(str(p), "", f"a trace of at most {MAX_TRACE_BYTES >> 20} MiB, got {size / 2**20:.0f} MiB")
+            raise ConfigError(str(p), "", f"a trace of at most {fmt_bytes(MAX_TRACE_BYTES, 'MiB', digits=0)}, got {fmt_bytes(size, 'MiB', digits=0)}")
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(None, "--trace", f"a readable JSONL file, got {str(path)!r} ({e.strerror or e})") from None
