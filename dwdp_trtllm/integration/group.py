@@ -84,8 +84,10 @@ def _rendezvous_store(rv: dict, world: int, timeout: timedelta):
                            "num_groups * dwdp_size of the integration config)")
     key = (rv["addr"], rv["port"])
     if key not in _rendezvous:
+        # rank 0 serves the store and waits (up to the timeout) until every context rank has connected: a rank that
+        # went on alone could finish and take the store down before a slow peer reached it
         _rendezvous[key] = dist.TCPStore(rv["addr"], rv["port"], world, rv["rank"] == 0, timeout=timeout,
-                                         wait_for_workers=False)
+                                         wait_for_workers=True)
     return _rendezvous[key], rv["rank"]
 
 

@@ -7,6 +7,7 @@ collectives need every member; a missing member fails with a timeout, never a ha
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,13 @@ FAKES = REPO / "tests" / "fakes"
 
 
 def _world(tmp_path, ctx: int, gen: int, dwdp_size: int, group_fn: str | None = None, timeout_s: float = 8.0,
-           extra: dict | None = None, rendezvous_port: int | None = None):
+           extra: dict | None = None, rendezvous_port: int | None = None, start_late: dict | None = None):
     """ctx context + gen generation ranks of tests/fakes/group_worker.py; rendezvous_port: no MPI world, each context
-    rank its own process meeting at TRTLLM_DWDP_MASTER_ADDR:PORT (gen must be 0)."""
+    rank its own process meeting at TRTLLM_DWDP_MASTER_ADDR:PORT (gen must be 0); start_late: {rank: seconds} waited
+    before that rank (and the ones after it) start."""
     procs = []
     for r in range(ctx + gen):
+        time.sleep((start_late or {}).get(r, 0.0))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("DWDP_TRTLLM", "OMPI_", "RANK", "WORLD_SIZE", "TRTLLM_DWDP_"))}
         env.update(FAKE_MPI_DIR=str(tmp_path / "mpi"), FAKE_MPI_TIMEOUT=str(timeout_s), FAKE_CTX_RANKS=str(ctx),
@@ -81,6 +84,16 @@ def test_group_forms_from_a_rendezvous_launch(tmp_path):
         g = r // 2
         assert out.split()[:2] == ["ok", str(sum(range(g * 2, g * 2 + 2)))], out
         assert "default_world False" in out
+
+
+def test_a_context_rank_that_starts_late_still_finds_the_rendezvous(tmp_path):
+    """Ranks 2 and 3 start 8 s after ranks 0 and 1 (a slow node): rank 0, which serves the rendezvous store, waits for
+    every context rank before it goes on, so it cannot finish and take the store down first (ranks 2 and 3 timed out
+    connecting to a store that was gone)."""
+    res = _world(tmp_path, ctx=4, gen=0, dwdp_size=2, rendezvous_port=_free_port(), start_late={2: 8.0})
+    for r, (rc, out, err) in enumerate(res):
+        assert rc == 0, f"rank {r}: {err[-2000:]}"
+        assert out.split()[:2] == ["ok", str(sum(range(r // 2 * 2, r // 2 * 2 + 2)))], out
 
 
 def test_rendezvous_variables_are_checked(monkeypatch):
