@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop verify calib floorsust bench (default: env plugin transport engine bench)
+#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop verify calibrate calib floorsust bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -108,6 +108,9 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py -k "not shutdown" > "$OUT/trtllm.log" 2>&1 || rc=1
       # executor shutdown frees the exported buffers after the DWDP group's barrier (3 worlds, ~1 min; shutdown_*.json)
       DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_SHUTDOWN_TIMEOUT:-150}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py -k shutdown >> "$OUT/trtllm.log" 2>&1 || rc=1
+      # CUDA graph capture refused by name around a DWDP layer; a peer killed while serving, per transport (vmm_fd, ipc)
+      DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs \
+        tests/gpu/test_trtllm_capture_cuda.py tests/gpu/test_dead_peer_cuda.py >> "$OUT/trtllm.log" 2>&1 || rc=1
       timeout "${TRTLLM_TIMEOUT:-200}" python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
       grep -E "passed|failed|Error|host|ms" "$OUT/trtllm.log" | tail -n 25 ;;
     fp8)  # issue 25: FP8 block-scale linear layers: GPU tests (kernel vs the recipe's reference, model vs its
@@ -172,6 +175,15 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
       timeout "${VERIFY_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
       tail -n 14 "$OUT/verify.log" ;;
+    calibrate)  # `dwdp calibrate` on this node (its one-GPU parts; peer inputs stay priors) + its GPU tests + the
+                # sizing simulator against a Poisson bench on this GPU; the file under $OUT/raw/calibrate
+      section calibrate
+      mkdir -p "$OUT/raw/calibrate"
+      timeout "${CALIBRATE_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli calibrate --device cuda --out "$OUT/raw/calibrate/h200.json" \
+        > "$OUT/calibrate.log" 2>&1 || rc=1
+      timeout "${CALIBRATE_TEST_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_calibrate_cuda.py tests/gpu/test_sizing_bench_cuda.py \
+        >> "$OUT/calibrate.log" 2>&1 || rc=1
+      grep -E "passed|failed|rror|\[[0-9]/|wrote" "$OUT/calibrate.log" | tail -n 30 ;;
     calib)  # issue 25: the planner's engine calibration (one `dwdp bench --floor` campaign, FP8 linear layers on for
             # FP8 experts): exactly perf_check.sh's points b2 b8 b32 f2 f8 f32, one rank each; results under $OUT/raw/calib
             # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/adopt_floor_campaign.py (docs/PLANNER.md section 5)
