@@ -168,7 +168,8 @@ def bench_table(found: dict[str, Path]) -> str:
 def _plan(argv: list[str]):
     from dwdp_trtllm.cli import build_parser
     from dwdp_trtllm.commands import plan as plan_cmd
-    from dwdp_trtllm.perf.planner import plan, recommend
+    from dwdp_trtllm.perf.planner import plan
+    from dwdp_trtllm.perf.recommend import recommend
 
     spec = plan_cmd.build_spec(build_parser().parse_args(["plan", *argv]))
     rows = plan(spec)

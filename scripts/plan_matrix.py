@@ -17,7 +17,8 @@ from pathlib import Path
 
 from dwdp_trtllm.cli import build_parser
 from dwdp_trtllm.commands import plan as plan_cmd
-from dwdp_trtllm.perf.planner import plan, recommend
+from dwdp_trtllm.perf.planner import plan
+from dwdp_trtllm.perf.recommend import recommend
 
 MODELS = ("deepseek-r1", "qwen3-235b-a22b")
 GROUPS = (8, 4)

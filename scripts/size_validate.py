@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from dwdp_trtllm.spec.models import PRESETS
 from dwdp_trtllm.perf.hardware import get_gpu
-from dwdp_trtllm.perf.planner import PlanSpec
+from dwdp_trtllm.perf.plan_spec import PlanSpec
 from dwdp_trtllm.sizing import traffic as tr
 from dwdp_trtllm.sizing.decode_cost import decode_cost
 from dwdp_trtllm.sizing.metrics import Slo, summarize

@@ -16,11 +16,11 @@ import statistics
 
 from ..spec.config import DwdpConfig
 from ..core.copy_plan import ExpertLayout, build_copy_plan
-from ..perf.planner import PlanSpec
+from ..perf.plan_spec import PlanSpec
 from ..core.placement import make_placement
 from .copy_timer import CopyTimer, pull_plan
 
-#: the planner's default slice size (perf/planner.PlanSpec.slice_bytes)
+#: the planner's default slice size (perf/plan_spec.PlanSpec.slice_bytes)
 PLANNER_SLICE = PlanSpec.slice_bytes[0]
 
 

@@ -241,7 +241,8 @@ def stated_inputs(args) -> tuple:
 def build_spec(args, *, gpu_name: str | None = None):
     """A PlanSpec from parsed arguments; bad values raise ConfigError naming the argument."""
     from ..perf.hardware import GPUS, get_gpu
-    from ..perf.planner import PlanSpec, check_candidates
+    from ..perf.planner import check_candidates
+    from ..perf.plan_spec import PlanSpec
 
     from ..spec.model_dims import dims_from_config_json, is_config_path
     from ..perf.hardware import is_spec_path, load_gpu_spec
@@ -395,7 +396,8 @@ def data_root(args) -> Path | None:
 
 
 def run(args) -> int:
-    from ..perf.planner import plan, recommend
+    from ..perf.planner import plan
+    from ..perf.recommend import recommend
     from .plan_output import plan_json, print_table, write_plot
 
     if args.plot is not None:  # an empty --plot is refused, not taken for "no plot"

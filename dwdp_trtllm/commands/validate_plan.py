@@ -99,7 +99,7 @@ def spec_for_run(run: dict, args, cal) -> tuple[Any, list[str]]:
     """A PlanSpec mirroring one bench run's config, and notes on what had to be approximated."""
     from ..perf.bench_work import run_model
     from ..perf.hardware import get_gpu
-    from ..perf.planner import PlanSpec
+    from ..perf.plan_spec import PlanSpec
 
     notes: list[str] = []
     cfg = run.get("config") or {}

@@ -6,7 +6,10 @@ from .calibration import Calibration, load_bench_results, load_calibration
 from .contention import degree_distribution, expected_slowdown
 from .hardware import GPUS, GpuSpec, get_gpu
 from .imbalance import Workload, compare, sample_requests
-from .planner import PlanRow, PlanSpec, Recommendation, plan, predict, recommend
+from .planner import plan, predict
+from .plan_row import PlanRow
+from .plan_spec import PlanSpec
+from .recommend import Recommendation, recommend
 
 __all__ = ["Calibration", "load_bench_results", "load_calibration", "degree_distribution", "expected_slowdown",
            "GPUS", "GpuSpec", "get_gpu", "Workload", "compare", "sample_requests", "PlanRow", "PlanSpec",

@@ -1,4 +1,4 @@
-"""What to plan for: model, GPU, candidates, workload and what is known about them (planner.PlanSpec; pure data).
+"""What to plan for: model, GPU, candidates, workload and what is known about them (PlanSpec; pure data).
 
 The planner (perf/planner.py) prices a PlanSpec into PlanRows (perf/plan_row.py); `dwdp plan` builds one from its
 arguments (commands/plan.build_spec).

@@ -26,8 +26,8 @@ from .bench_work import IterationLoad
 from .imbalance import compare, per_rank_load, sample_requests, tokens_per_s_per_gpu
 from .phases import Phases, Skew, engine_phases, table_dist, trtllm_phases
 from .plan_row import PlanRow
-from .plan_spec import MiB, PlanSpec  # noqa: F401 (re-exported)
-from .recommend import Recommendation, fmt_slice, recommend, row_verdict  # noqa: F401 (re-exported)
+from .plan_spec import PlanSpec
+from .recommend import row_verdict
 from . import inputs as inp
 from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scaled_gpu, scenario
 

@@ -2,7 +2,7 @@
 
 A prediction is evaluated three times: nominal, and with every uncertain input at the end that is worse for
 DWDP ("low") or better for DWDP ("high"); the speedup's range is [low, high] and the recommendation reads it
-(planner.recommend). One input at a time at its low end names what a marginal verdict depends on.
+(recommend.recommend). One input at a time at its low end names what a marginal verdict depends on.
 
 Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
 - interference: compute beside the prefetch copy is slower, per phase. Priors from the paper on GB200 with real

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..perf.bench_work import IterationLoad
 from ..perf.flops import core_flops
-from ..perf.planner import PlanSpec, iteration_times
+from ..perf.planner import iteration_times
+from ..perf.plan_spec import PlanSpec
 
 ROUND_TOKENS = 32
 _LOG_STEPS = 64  # cache bins per doubling of FLOPs and request length

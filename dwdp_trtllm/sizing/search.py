@@ -22,7 +22,7 @@ import numpy as np
 
 from ..deploy import memory as mem
 from ..spec.config import DwdpConfig
-from ..perf.planner import PlanSpec
+from ..perf.plan_spec import PlanSpec
 from ..spec.schema import ConfigError
 from .context_cost import ContextCost, Segments
 from .decode_cost import DecodeCost

@@ -6,7 +6,9 @@ import pytest
 from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf.calibration import Calibration
 from dwdp_trtllm.perf.hardware import get_gpu
-from dwdp_trtllm.perf.planner import PlanSpec, check_candidates, plan, recommend
+from dwdp_trtllm.perf.planner import check_candidates, plan
+from dwdp_trtllm.perf.plan_spec import PlanSpec
+from dwdp_trtllm.perf.recommend import recommend
 from dwdp_trtllm.spec.schema import ConfigError
 
 R1 = get_model("deepseek-r1")

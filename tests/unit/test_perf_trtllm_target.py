@@ -16,7 +16,9 @@ from dwdp_trtllm.commands import plan as plan_cmd
 from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf import kernel_tables as kt
 from dwdp_trtllm.perf.hardware import get_gpu
-from dwdp_trtllm.perf.planner import PlanSpec, break_even_tokens, plan, predict, recommend
+from dwdp_trtllm.perf.planner import break_even_tokens, plan, predict
+from dwdp_trtllm.perf.plan_spec import PlanSpec
+from dwdp_trtllm.perf.recommend import recommend
 from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
 
 R1 = get_model("deepseek-r1")

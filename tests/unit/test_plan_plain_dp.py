@@ -7,7 +7,8 @@ from dwdp_trtllm.cli import build_parser
 from dwdp_trtllm.commands.plan import build_spec
 from dwdp_trtllm.deploy.memory import default_dwdp_size, smallest_fitting
 from dwdp_trtllm.spec.models import PRESETS
-from dwdp_trtllm.perf.planner import plan, recommend
+from dwdp_trtllm.perf.planner import plan
+from dwdp_trtllm.perf.recommend import recommend
 
 
 def _rec(*argv):

@@ -10,7 +10,8 @@ import pytest
 from dwdp_trtllm.cli import build_parser, main
 from dwdp_trtllm.commands.plan import build_spec
 from dwdp_trtllm.perf.inputs import statuses
-from dwdp_trtllm.perf.planner import plan, recommend
+from dwdp_trtllm.perf.planner import plan
+from dwdp_trtllm.perf.recommend import recommend
 
 R1_H200 = ["--model", "deepseek-r1", "--gpu", "h200", "--weight-dtype", "fp8", "--dwdp-size", "8", "--mnt", "16384"]
 MI355X = ["--model", "deepseek-r1", "--gpu", "mi355x", "--weight-dtype", "mxfp4", "--dwdp-size", "8", "--mnt", "32768",

@@ -7,7 +7,8 @@ from dwdp_trtllm.commands import validate_plan
 from dwdp_trtllm.spec.models import get_model
 from dwdp_trtllm.perf import imbalance
 from dwdp_trtllm.perf.hardware import get_gpu
-from dwdp_trtllm.perf.planner import PlanSpec, plan
+from dwdp_trtllm.perf.planner import plan
+from dwdp_trtllm.perf.plan_spec import PlanSpec
 
 R1_8 = get_model("deepseek-r1").truncated(8)
 
