@@ -187,7 +187,9 @@ class AdapterRuntime:
 
     def begin_forward(self) -> None:
         """Forward start: the first MoE positions are made held (issued if not already), as upstream's
-        DwdpManager.prefetch_first_layers re-primes them at every forward start."""
+        DwdpManager.prefetch_first_layers re-primes them at every forward start. A peer that exited is dealt with
+        before any copy is issued (PeerWatch.check)."""
+        self.peers.check(forward_start=True)
         self.prefetcher.begin_forward()
 
     def wait_and_bind(self, pos: int) -> None:
@@ -215,7 +217,10 @@ class AdapterRuntime:
         return b[1] if b is not None and b[0] == pos else None
 
     def release(self, pos: int) -> None:
-        """Position pos's kernels are enqueued: the slot may be refilled after them (next forward wraps)."""
+        """Position pos's kernels are enqueued: the slot may be refilled after them (next forward wraps). Where the
+        transport does not keep a dead peer's memory, no refill is issued from a peer that exited (PeerLost)."""
+        if not self.transport.keeps_peer_memory:
+            self.peers.check(forward_start=False)
         self.prefetcher.release(pos)
         self._bound = None
 
@@ -260,6 +265,9 @@ class AdapterRuntime:
             self.transport.close()
 
         def release_local():
+            if local is not None and local.keep_shared:  # a live worker thread may still be inside a forward:
+                self.peers.close()  # its scheduler, slots and bound tensors stay as they are, like the mappings
+                return
             try:
                 self.scheduler.close()
             finally:

@@ -66,13 +66,26 @@ def _mpi_store(world: int, comm_world, timeout: timedelta):
     comm = context_comm(comm_world, world)
     try:
         me = comm.Get_rank()
-        store = dist.TCPStore(socket.gethostname(), 0, world, True, timeout=timeout,
-                              wait_for_workers=False) if me == 0 else None
-        host, port = comm.bcast((socket.gethostname(), store.port) if me == 0 else None, root=0)
+        store, where = None, None
+        if me == 0:  # its failure is broadcast too: the other ranks would otherwise wait in bcast with no timeout
+            try:
+                store = dist.TCPStore(socket.gethostname(), 0, world, True, timeout=timeout, wait_for_workers=False)
+                where = (socket.gethostname(), store.port)
+            except Exception as e:  # noqa: BLE001 - re-raised below on every rank, named
+                where = ("", f"{type(e).__name__}: {e}")
+        host, port = comm.bcast(where, root=0)
+        if not host:
+            raise RuntimeError(f"the DWDP group's store could not be opened on context rank 0: {port}")
         if me != 0:
             store = dist.TCPStore(host, port, world, False, timeout=timeout)
     finally:
         comm.Free()
+    # rank 0 serves the store: it goes on only once every context rank has connected (bounded by the store's
+    # timeout), so it cannot finish and take the store down before a late rank reaches it
+    if store.add("dwdp_joined", 1) == world:
+        store.set("dwdp_all_joined", "1")
+    if me == 0:
+        store.wait(["dwdp_all_joined"], timeout)
     return store, me
 
 

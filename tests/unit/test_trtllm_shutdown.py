@@ -85,6 +85,8 @@ def test_hung_executor_closes_locally_without_the_barrier(tmp_path):
     assert r1["barrier_skipped"] is not None and "hang detector fired" in r1["barrier_skipped"], r1["barrier_skipped"]
     assert r1["barrier_waited_s"] == 0.0 and r1["shutdown_s"] < 2.0, (r1["barrier_waited_s"], r1["shutdown_s"])
     assert r1["released_at"] is None and r1["shm_after_shutdown"]["maps"], r1["shm_after_shutdown"]
+    # nothing the live forward may still use is taken from under it: its expert tensors stay bound (rank 0 empties its)
+    assert 0 not in r1["expert_numel_after"] and set(r0["expert_numel_after"]) == {0}, r1["expert_numel_after"]
     assert any("stay mapped until the process exits" in ln and "worker thread is still running" in ln
                for ln in r1["log"]), r1["log"][-3:]
     assert r1["closed_at_shutdown"] and r1["global_after_shutdown"] == "None"
