@@ -42,3 +42,13 @@ def test_survivor_fails_fast_naming_the_dead_rank_when_the_transport_does_not_ke
         assert e["type"] == "PeerLost" and e["seconds"] < 2.0, e
         assert "dwdp rank 1 (DWDP group 0" in e["message"] and "global rank 1, pid" in e["message"], e
         assert "does not keep a peer's memory" in e["message"], e
+
+
+def test_a_peer_of_another_pid_namespace_is_never_watched(tmp_path):
+    """A peer's pid is watched only when it reported our pid namespace: a context server in another container sharing
+    /dev/shm (--ipc=host) reports a pid that names another process here, or none, and was taken for dead."""
+    from dwdp_trtllm.core.transport.pidfd import pid_namespace, same_pid_namespace
+
+    ns = pid_namespace()
+    assert ns is not None  # the CPU machine's /proc is this process's
+    assert same_pid_namespace(ns) and not same_pid_namespace(ns + 1) and not same_pid_namespace(None)

@@ -19,6 +19,7 @@ import torch
 from ..cuda_utils import CudaError, check, cuda_bindings, tensor_from_ptr
 from . import group_ops
 from .base import PeerTransport, TransportError
+from .pidfd import pid_namespace, same_pid_namespace
 
 IPC_HANDLE_BYTES = 64
 
@@ -111,14 +112,16 @@ class CudaIpcTransport(PeerTransport):
         self._runtime()
         torch.cuda.synchronize(self.device)  # peers may read as soon as they open: own fills must be done
         table = {key: (*export_handle(ptr), self._sizes[key]) for key, ptr in self._own_ptrs.items()}
-        tables = group_ops.all_gather_object(self.group, {"rank": self.dwdp_rank, "pid": os.getpid(), "buffers": table})
+        tables = group_ops.all_gather_object(self.group, {"rank": self.dwdp_rank, "pid": os.getpid(),
+                                                          "pidns": pid_namespace(), "buffers": table})
         for peer, entry in enumerate(tables):
             if entry["rank"] != peer:
                 raise TransportError(f"ipc: group member {peer} reports dwdp_rank {entry['rank']}: the group must list "
                                      "the DWDP ranks in dwdp_rank order")
             if peer == self.dwdp_rank:
                 continue
-            self.peer_pids[peer] = entry["pid"]
+            if same_pid_namespace(entry.get("pidns")):  # a pid of another namespace cannot be watched from here
+                self.peer_pids[peer] = entry["pid"]
             views = {}
             for key, (raw, offset, nbytes) in entry["buffers"].items():
                 try:

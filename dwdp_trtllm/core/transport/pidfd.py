@@ -80,3 +80,23 @@ def getfd_permitted(pid: int, remote_fd: int) -> tuple[bool, str]:
         return True, ""
     except PidfdError as e:
         return False, str(e)
+
+
+def pid_namespace() -> int | None:
+    """The inode of this process's pid namespace, or None when /proc cannot prove it: no /proc, or a /proc mounted
+    for another pid namespace (its /proc/self is not this process)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            if int(f.read().split(b" ", 1)[0]) != os.getpid():
+                return None
+        return os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return None
+
+
+def same_pid_namespace(peer_ns: int | None) -> bool:
+    """Whether a peer's pid (as it reported it, with its pid namespace `peer_ns`) names a process in ours: only then
+    can its pid be watched (a pid of another namespace, e.g. a container sharing /dev/shm with --ipc=host, names
+    some other process here, or none)."""
+    mine = pid_namespace()
+    return mine is not None and peer_ns == mine

@@ -37,6 +37,7 @@ import torch
 
 from . import group_ops
 from .base import PeerTransport, TransportError
+from .pidfd import pid_namespace, same_pid_namespace
 
 _SHM_DIR = "/dev/shm"
 _BAD = re.compile(r"[^A-Za-z0-9_.-]")
@@ -44,18 +45,6 @@ _BAD = re.compile(r"[^A-Za-z0-9_.-]")
 
 #: the launcher's run tag: dwdp_n<pid namespace inode>_p<pid>_s<start time in clock ticks>_<8 hex digits>
 _OWNER = re.compile(r"^dwdp_n(\d+)_p(\d+)_s(\d+)_[0-9a-f]{8}_")
-
-
-def _pid_namespace() -> int | None:
-    """The inode of this process's pid namespace, or None when /proc cannot prove it: no /proc, or a /proc mounted
-    for another pid namespace (its /proc/self is not this process)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            if int(f.read().split(b" ", 1)[0]) != os.getpid():
-                return None
-        return os.stat("/proc/self/ns/pid").st_ino
-    except (OSError, ValueError):
-        return None
 
 
 def _start_time(pid: int) -> int | None:
@@ -74,7 +63,7 @@ def owner_tag(run_id: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{8}", run_id):
         raise ValueError(f"owner_tag: run_id must be 8 lowercase hex digits, got {run_id!r}")
     pid = os.getpid()
-    return f"dwdp_n{_pid_namespace() or 0}_p{pid}_s{_start_time(pid) or 0}_{run_id}"
+    return f"dwdp_n{pid_namespace() or 0}_p{pid}_s{_start_time(pid) or 0}_{run_id}"
 
 
 def sweep_orphaned(shm_dir: str = _SHM_DIR) -> list[str]:
@@ -83,7 +72,7 @@ def sweep_orphaned(shm_dir: str = _SHM_DIR) -> list[str]:
     this process, and its pid gone or held by a process that started at another time. Never removed: a segment of
     another pid namespace, one whose name records no owner (another tag, or namespace/start time unknown: 0), any
     segment when this process's own namespace cannot be read. Returns the removed paths."""
-    ns = _pid_namespace()
+    ns = pid_namespace()
     if ns is None:
         return []
     removed = []
@@ -200,7 +189,7 @@ class ShmTransport(PeerTransport):
         """Collective (gloo group): gather every rank's (key -> size) table and map peers read-only."""
         if self._opened:
             raise TransportError("shm: open_peers called twice")
-        mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "sizes": dict(self._sizes)}
+        mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "pidns": pid_namespace(), "sizes": dict(self._sizes)}
         tables = group_ops.all_gather_object(self.group, mine)
         for peer, table in enumerate(tables):
             if table["rank"] != peer:
@@ -208,7 +197,8 @@ class ShmTransport(PeerTransport):
                                      "the DWDP ranks in dwdp_rank order")
             if peer == self.dwdp_rank:
                 continue
-            self.peer_pids[peer] = table["pid"]
+            if same_pid_namespace(table.get("pidns")):  # a pid of another namespace cannot be watched from here
+                self.peer_pids[peer] = table["pid"]
             views = {}
             for key, nbytes in table["sizes"].items():
                 views[key] = self._attach(peer, key, nbytes)

@@ -16,7 +16,7 @@ import torch
 from ..cuda_utils import CudaError, check, cuda_bindings, tensor_from_ptr
 from . import group_ops
 from .base import PeerTransport, TransportError
-from .pidfd import PidfdError, getfd_from
+from .pidfd import PidfdError, getfd_from, pid_namespace, same_pid_namespace
 
 HANDLE_TYPES = ("fd", "fabric")
 
@@ -185,7 +185,7 @@ class VmmTransport(PeerTransport):
         self._driver()
         torch.cuda.synchronize(self.device)
         exported = {key: (self._export(h), self._sizes[key], padded) for key, (h, _, padded) in self._own.items()}
-        mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "buffers": exported}
+        mine = {"rank": self.dwdp_rank, "pid": os.getpid(), "pidns": pid_namespace(), "buffers": exported}
         try:
             tables = group_ops.all_gather_object(self.group, mine)
             for peer, entry in enumerate(tables):
@@ -194,7 +194,7 @@ class VmmTransport(PeerTransport):
                                          "must list the DWDP ranks in dwdp_rank order")
                 if peer == self.dwdp_rank:
                     continue
-                if handle_type_watchable(self.handle_type):
+                if handle_type_watchable(self.handle_type) and same_pid_namespace(entry.get("pidns")):
                     self.peer_pids[peer] = entry["pid"]
                 self._peers[peer] = {key: self._open_one(peer, key, entry["pid"], exp, nbytes, padded)
                                      for key, (exp, nbytes, padded) in entry["buffers"].items()}
