@@ -70,16 +70,18 @@ def experts_us(m, rows_S, local_experts: int):
     return (fc1 + fc2) * 1e6
 
 
-def comm_us(m, gpu, tokens_SR, group: int):
-    """DeepEP normal dispatch (FP8 + 1x128 scales) + combine (BF16) of the busiest rank, once per remote rank."""
+def comm_us(m, gpu, tokens_SR, group: int, measured_bytes_per_s: float | None = None):
+    """DeepEP normal dispatch (FP8 + 1x128 scales) + combine (BF16) of the busiest rank, once per remote rank: at
+    DeepEP's published fraction of the peer link, or at a measured all-to-all bandwidth (a calibration's)."""
     from .cost_model import remote_ranks_per_token
 
     tok = np.asarray(tokens_SR, float).max(-1)
     remote = remote_ranks_per_token(m, group)
-    bw = gpu.peer_bytes_per_s_for(group)
+    bw = measured_bytes_per_s or gpu.peer_bytes_per_s_for(group)
+    frac = {k: 1.0 for k in DEEPEP_FRACTION} if measured_bytes_per_s else DEEPEP_FRACTION
     H = m.hidden_size
-    dispatch = tok * remote * (H + H / 128 * 4) / (bw * DEEPEP_FRACTION["dispatch"])
-    combine = tok * remote * H * 2 / (bw * DEEPEP_FRACTION["combine"])
+    dispatch = tok * remote * (H + H / 128 * 4) / (bw * frac["dispatch"])
+    combine = tok * remote * H * 2 / (bw * frac["combine"])
     return (dispatch + combine) * 1e6
 
 
@@ -102,16 +104,18 @@ def deepep_deepgemm(spec, ph, tokens_SR, group: int, skew_factor: float = 1.0):
     rows_S = tokens_SR.sum(-1) * m.top_k / group * skew_factor  # the busiest EP rank's rows (skew from the tables)
     local = -(-m.num_experts // group)
     experts = experts_us(m, rows_S, local)
-    comm = comm_us(m, spec.gpu, tokens_SR, group)
+    gbps = spec.calibration.all_to_all_gbps  # measured (perf/inputs.py): then neither ranged nor anchored
+    comm = comm_us(m, spec.gpu, tokens_SR, group, gbps * 1e9 if gbps else None)
     beyond = {k: v for k, v in ph.beyond.items() if not k.startswith(("routed experts (DEP", "DEP communication"))}
     src = (f"deepep_deepgemm: DeepGEMM grouped GEMM {DEEPGEMM_TFLOPS['fc1']:g}/{DEEPGEMM_TFLOPS['fc2']:g} TFLOPS "
-           f"(DeepGEMM README) + DeepEP normal dispatch/combine at {DEEPEP_FRACTION['dispatch']:.2f}/"
-           f"{DEEPEP_FRACTION['combine']:.2f} of the peer link (DeepEP legacy.md)")
+           f"(DeepGEMM README) + DeepEP normal dispatch/combine " + (
+               f"at the measured all-to-all bandwidth {gbps:g} GB/s (calibration)" if gbps else
+               f"at {DEEPEP_FRACTION['dispatch']:.2f}/{DEEPEP_FRACTION['combine']:.2f} of the peer link (DeepEP legacy.md)"))
     alt, b_anchor = comm, 0.0
     if not _deepseek_shapes(m):  # the published rates are DeepSeek-V3 shapes': no slower than TensorRT-LLM's MoE op
         src += f"; rates of DeepSeek-V3 shapes (none published for {m.name}'s), range up to TensorRT-LLM's op + comm"
         alt = np.maximum(ph.experts_dep_S + ph.comm_S - experts, comm)
-    elif spec.gpu.name == "h200" and group == 8:
+    elif spec.gpu.name == "h200" and group == 8 and not gbps:
         total, b = anchor_us(tokens_SR.max(-1) * skew_factor)
         slow = np.maximum(total - experts, comm)
         comm, alt = slow, np.minimum(slow, alt)

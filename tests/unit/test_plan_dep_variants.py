@@ -57,3 +57,22 @@ def test_deepgemm_variant_priced_from_the_published_rates():
     # the components alone (DeepEP at 153/160 and 158/160 of the link) are the range's DEP-fast end
     comp = dv.comm_us(spec.model, spec.gpu, [[16384] * 8], 8)[0]
     assert comp < dg.t_all2all_us and dg.speedup_low < dg.speedup < dg.speedup_high
+
+
+def test_a_measured_all_to_all_prices_the_deepep_deepgemm_dep_too(tmp_path, capsys):
+    """A calibration's all_to_all_gbps makes DEP communication a measured input: every DEP the plan compares against
+    is priced with it (the DeepEP + DeepGEMM variant ignored it while the plan listed it as measured)."""
+    import json
+
+    from dwdp_trtllm.cli import main
+
+    f = tmp_path / "a2a.json"
+    f.write_text(json.dumps({"all_to_all_gbps": 300.0}))
+
+    def rows(*extra):
+        assert main(["plan", "--isl", "8192", "--no-bench-results", "--json", "--dep", "deepep_deepgemm", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+    base, cal = rows(), rows("--calibration", str(f))
+    (b,), (c,) = base["rows"], cal["rows"]
+    assert c["t_dep_us"] != b["t_dep_us"] and "measured all-to-all bandwidth 300 GB/s" in c["dep_comm"]
+    assert {i["input"]: i["status"] for i in cal["inputs"]}["DEP communication"] == "measured"
