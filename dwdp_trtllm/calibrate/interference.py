@@ -51,8 +51,10 @@ def phase_interference(timer: CopyTimer, compute: Callable[[], None], pull_bytes
 
 def interference_by_phase(timer: CopyTimer, phases: dict[str, Callable[[], None]], pull_bytes: int,
                           slice_bytes: int, max_bytes: int = MAX_PULL_BYTES) -> tuple[dict[str, float], dict[str, float]]:
-    """({phase: compute slowdown}, {phase: copy slowdown}) for every phase closure given."""
+    """({phase: compute slowdown}, {phase: copy slowdown}) for every phase closure given; each at least 1 (copies
+    beside compute do not speed either up: a reading below 1 is timing noise, written as 1)."""
     comp, copy = {}, {}
     for name, fn in phases.items():
-        comp[name], copy[name] = phase_interference(timer, fn, pull_bytes, slice_bytes, max_bytes)
+        c, k = phase_interference(timer, fn, pull_bytes, slice_bytes, max_bytes)
+        comp[name], copy[name] = max(c, 1.0), max(k, 1.0)
     return comp, copy

@@ -145,6 +145,10 @@ def parse_detail(data: dict, file: str, known: tuple[str, ...]) -> dict:
             if not m:
                 raise ConfigError(file, k, f"expected a mapping with keys among {', '.join(PHASES)}, got {{}}")
             kw[k] = {p: _pos(file, f"{k}.{p}", v) for p, v in m.items()}
+            low = {p: v for p, v in kw[k].items() if v < 1}
+            if low:  # a slowdown: copies beside compute cannot speed it up (a reading below 1 is noise)
+                p, v = next(iter(low.items()))
+                raise ConfigError(file, f"{k}.{p}", f"expected a slowdown >= 1, got {v:g}")
     if "dep_comm" in data:
         m = _mapping(file, "dep_comm", data["dep_comm"], DEP_BACKENDS)
         if not m:

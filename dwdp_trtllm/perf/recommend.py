@@ -243,7 +243,8 @@ def recommend(spec, rows) -> Recommendation:
     lo = _geomean([r.speedup_low or r.speedup for r in best_rows])
     hi = _geomean([r.speedup_high or r.speedup for r in best_rows])
     setup = f"G={best[0]}, redundant_experts={best[1]}, slice {fmt_slice(best[2])}"
-    rng = f"{lo:.2f}-{hi:.2f}x (nominal {score:.2f}x) DWDP/DEP throughput over ISL {', '.join(str(r.isl) for r in best_rows)}"
+    rng = (f"{lo:.2f}-{hi:.2f}x (nominal {score:.2f}x; geometric means over ISL "
+           f"{', '.join(str(r.isl) for r in best_rows)}) DWDP/DEP throughput")
     notes: list[str] = []
     wins = [r for r in best_rows if r.verdict == "DWDP"]
     lost = [r for r in best_rows if r.verdict == "DEP"]
@@ -256,9 +257,12 @@ def recommend(spec, rows) -> Recommendation:
     measure = f"depends on {dep_on} - {SETTLE.get(dep_on, 'a multi-GPU run measures it')}"
     if wins:  # DEP stays available at the other ISLs: the setup is recommended where its whole range is above 1
         verdict, use = "DWDP", True
+        above = all(r.dep_fits for r in wins)  # a row DWDP wins because DEP's ranks do not fit may have a range across 1
         reason = (f"DWDP with {setup} at ISL {', '.join(str(r.isl) for r in wins)}: "
                   + ", ".join(f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x" + ("" if r.dep_fits else " (DEP does not fit)")
-                              for r in wins) + " DWDP/DEP throughput, the whole range above 1")
+                              for r in wins) + " DWDP/DEP throughput"
+                  + (", the whole range above 1" if above else "; where DEP does not fit at this size the choice is "
+                     "memory's, not speed's"))
         rest = [r for r in best_rows if r.verdict != "DWDP"]
         if rest:
             notes.insert(0, "elsewhere: " + ", ".join(f"ISL {r.isl} {r.verdict} ({r.speedup_low:.2f}-{r.speedup_high:.2f}x)"
@@ -292,6 +296,6 @@ def recommend(spec, rows) -> Recommendation:
         s_best = max(cal.slice_efficiency, key=lambda pt: (pt[1], pt[0]))
         notes.append(f"measured slice efficiency is best at {fmt_slice(int(s_best[0]))} ({s_best[1]:.2f} of bulk)")
     elif best[2]:
-        notes.append(f"slice size {fmt_slice(best[2])} is not calibrated: measure it with scripts/bench_copy.py")
+        notes.append(f"slice size {fmt_slice(best[2])} is not calibrated: `dwdp calibrate` measures it (slice_efficiency)")
     return Recommendation(use, best[0], best[1], best[2], score, reason, tuple(notes), verdict=verdict,
                           speedup_range=(lo, hi), depends_on=dep_on, by_isl=tuple((r.isl, r.verdict) for r in configs[best]))

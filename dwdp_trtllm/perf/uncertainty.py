@@ -59,7 +59,8 @@ SETTLE = {
     "peer bandwidth": "`dwdp calibrate` measures it (many-to-one pulls, 2+ GPUs)",
     "DEP communication": "state it with --dep-comm (the path your DEP runs), or `dwdp calibrate` measures it",
     "routing": "state it with --routing-skew (power_law_<alpha> or your expert counts file)",
-    "extrapolated table cells": "`dwdp calibrate` measures the routed-expert op at the DEP call size",
+    "extrapolated table cells": "no file measures TensorRT-LLM's op past its table yet: time its fused MoE at the DEP "
+                                "call size (scripts/bench_moe_kernels.py) or plan a smaller --mnt",
     "compute efficiencies": "`dwdp calibrate` measures the kernels on one GPU (or --gpu-spec a measured spec file)",
 }
 
