@@ -148,7 +148,10 @@ def gen_config_argv(args, d) -> list[str]:
             "--preset", args.model, "--weight-dtype", args.weight_dtype, "--dwdp-size", str(d.ctx_group),
             "--num-groups", str(d.ctx_servers // d.ctx_group), "--ctx-servers", str(d.ctx_servers),
             "--gen-servers", str(d.gen_servers), "--gen-tp", str(d.gen_tp), "--max-num-tokens", str(d.mnt),
-            "--gpu", args.gpu, "--gpus-per-node", str(args.gpus_per_node)]
+            "--gpu", args.gpu, "--gpus-per-node", str(args.gpus_per_node),
+            # the generation side as it was sized: its batch per rank, the traffic's output length, no MTP (the
+            # decode model does not price draft tokens), so the files deploy what the simulation ran
+            "--gen-batch", str(d.gen_batch), "--osl", str(args.osl), "--mtp", "0"]
     if args.gpu_memory_gb is not None:
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
     return argv

@@ -50,6 +50,10 @@ def test_out_writes_gen_configs_files_for_the_same_deployment(tmp_path, capsys):
     assert argv[:1] == ["gen-config"] and "--dwdp-size" in argv
     assert argv[argv.index("--dwdp-size") + 1] == str(dep["ctx_group"])
     assert argv[argv.index("--gen-servers") + 1] == str(dep["gen_servers"])
+    # the generation side as simulated: its batch per rank, no MTP draft tokens (the decode model prices none)
+    assert argv[argv.index("--gen-batch") + 1] == str(dep["gen_batch"]) and argv[argv.index("--mtp") + 1] == "0"
+    worker = (out / "disagg_worker.yaml").read_text()
+    assert f"max_batch_size: {dep['gen_batch']}" in worker and "speculative_config" not in worker, worker
     ref = tmp_path / "ref"
     assert main(argv[:-2] + ["--out", str(ref)]) == 0  # gen-config itself, same deployment
     capsys.readouterr()
