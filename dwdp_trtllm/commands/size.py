@@ -128,6 +128,10 @@ def problems(args):
                  mnts=_ints(args.mnt, "--mnt", 256, 1 << 20), gen_tps=_ints(args.gen_tp, "--gen-tp", 1, 64),
                  gen_batches=_ints(args.gen_batch, "--gen-batch", 1, 4096),
                  redundant=_ints(args.redundant_experts, "--redundant-experts", 0, 256))
+    wide = [t for t in space["gen_tps"] if t > args.gpus_per_node]
+    if wide:  # a generation server is one node (gen-config lays servers out without straddling nodes)
+        raise ConfigError(None, "--gen-tp", f"generation servers of at most --gpus-per-node {args.gpus_per_node} GPUs, "
+                                            f"got {', '.join(map(str, wide))}")
     isl = tr.LengthDist(args.isl, args.isl_dist, args.isl_ratio, args.isl_cv)
     osl = tr.LengthDist(args.osl, args.osl_dist, args.osl_ratio, args.osl_cv)
     if args.trace is not None:

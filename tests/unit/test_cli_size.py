@@ -68,7 +68,7 @@ def test_out_writes_gen_configs_files_for_the_same_deployment(tmp_path, capsys):
     (["--rate", "1", "--isl", "0"], "--isl"), (["--rate", "1", "--osl-dist", "zipf"], "--osl-dist"),
     (["--rate", "1", "--ttft-p99", "-1"], "--ttft-p99"), (["--rate", "1", "--tps-user", "nan"], "--tps-user"),
     (["--rate", "1", "--gpu-budget", "0"], "--gpu-budget"), (["--rate", "1", "--mnt", "x"], "--mnt"),
-    (["--trace", "/nonexistent/trace.jsonl"], "--trace")])
+    (["--trace", "/nonexistent/trace.jsonl"], "--trace"), (["--rate", "8", "--gen-tp", "16"], "--gen-tp")])
 def test_bad_input_is_refused_naming_the_argument(argv, arg, capsys):
     assert main(["size", *argv]) == 2
     err = capsys.readouterr().err
