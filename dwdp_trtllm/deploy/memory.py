@@ -131,6 +131,17 @@ def kv_cache_floor_bytes(spec: ModelSpec, max_num_tokens: int) -> int:
     return max_num_tokens * spec.num_layers * per * KV_BYTES
 
 
+#: the share of a generation rank's free memory its KV cache gets: upstream's generation servers'
+#: kv_cache_config.free_gpu_memory_fraction (examples/dwdp/reproduce.py @ 1f939488, build_worker_config)
+GEN_KV_FRACTION = 0.75
+
+
+def kv_batch_fit(room_bytes: float, kv_bytes_per_token: int, seq_tokens: int) -> int:
+    """Requests of seq_tokens (ISL + OSL) whose KV cache fits GEN_KV_FRACTION of room_bytes, what a generation rank
+    has left after its weights and activations: the one count gen-config writes and `dwdp size` simulates."""
+    return int(max(room_bytes, 0) * GEN_KV_FRACTION) // (kv_bytes_per_token * seq_tokens)
+
+
 def all_to_all_bytes(spec: ModelSpec, max_num_tokens: int) -> int:
     """DEP's dispatch send + combine receive buffers: max_num_tokens x top_k hidden vectors each, bf16 (ESTIMATE)."""
     return 2 * max_num_tokens * spec.top_k * spec.hidden_size * A2A_BYTES

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..byte_units import fmt_bytes
+from ..deploy.memory import GEN_KV_FRACTION, kv_batch_fit
 from ..spec.config import DwdpConfig
 from ..spec.schema import ConfigError
 from .settings import to_upstream
@@ -27,7 +28,6 @@ RECIPE_SCRIPT = "examples/dwdp/reproduce.py @ 1f939488 (build_worker_config)"
 #: tokens a request carries beyond its ISL in upstream's recipe (reproduce.py calc_seq_lens: ctx_max_seq_len = isl + 1024)
 SEQ_MARGIN_TOKENS = 1024
 #: generation servers' kv_cache_config.free_gpu_memory_fraction (reproduce.py build_worker_config's gen_cfg)
-GEN_KV_FRACTION = 0.75
 #: the largest generation batch (max_batch_size per attention-DP rank) in upstream's recipe (dwdp_reproduce.yaml)
 GEN_BATCH_CAP = 256
 
@@ -117,7 +117,7 @@ def gen_settings(*, isl: int, osl: int, mtp: int, kv_room_bytes: int | None, kv_
             why.append(f"max_batch_size {batch}: the largest batch of upstream's recipe ({RECIPE}); no model dims to "
                        "check its KV cache (give --preset)")
         else:
-            fit = int(kv_room_bytes * GEN_KV_FRACTION) // (kv_bytes_per_token * seq)
+            fit = kv_batch_fit(kv_room_bytes, kv_bytes_per_token, seq)
             if fit < 1:
                 raise ConfigError(None, "--gen-tp", f"a generation rank has KV room for no request of {seq:,} tokens "
                                                     f"(--isl {isl} + --osl {osl}): use a larger --gen-tp")

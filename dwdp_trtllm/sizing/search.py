@@ -162,11 +162,11 @@ def best_context(p: Problem, mode: str) -> tuple[Deployment | None, Metrics | No
 
 def gen_batch_fits(p: Problem, tp: int, batch: int) -> bool:
     """A generation rank of a tp-GPU server holds its weights and `batch` requests' KV cache (ISL + OSL, the
-    traffic's largest)."""
+    traffic's largest) in the share of its free memory gen-config gives the KV cache (memory.kv_batch_fit)."""
     m = mem.rank_memory(p.spec.model, "dep", group_size=tp, weight_dtype=p.spec.weight_dtype, max_num_tokens=GEN_MNT,
                         gpu_bytes=p.gpu_bytes, kv_tokens=0)
     ctx_len = int(np.max(p.arrivals.isl) + np.max(p.arrivals.osl))
-    return m.total + batch * mem.kv_cache_floor_bytes(p.spec.model, ctx_len) <= p.gpu_bytes
+    return batch <= mem.kv_batch_fit(p.gpu_bytes - m.total, mem.kv_cache_floor_bytes(p.spec.model, 1), ctx_len)
 
 
 def best_generation(p: Problem, ctx: Deployment, dc: DecodeCost) -> tuple[Deployment | None, Metrics | None, str]:
