@@ -22,6 +22,11 @@ DWDP_NO_FUSE = "DWDP_NO_FUSE"
 #: A built DeepGEMM source tree (scripts/gpu/deepgemm_build.sh's DEST) put on sys.path before `import deep_gemm`
 #: (ops/deepgemm.py).
 DWDP_DEEPGEMM_DIR = "DWDP_DEEPGEMM_DIR"
+#: The FP8 routed experts' GEMM mainloop under gemm multi_buffer / composite_view on sm_90: "auto" (default: DeepGEMM
+#: when built, else dwdp::grouped_gemm's CUTLASS kernels with one warning), "cutlass" (always ours; the op before
+#: DeepGEMM, for side-by-side timings or as an escape hatch).
+DWDP_MOE_MAINLOOP = "DWDP_MOE_MAINLOOP"
+MOE_MAINLOOPS = ("auto", "cutlass")
 #: Which DeepGEMM source scripts/bench_deepgemm.py records beside its numbers (default DEEPGEMM_SOURCE_DEFAULT).
 DWDP_DEEPGEMM_SOURCE = "DWDP_DEEPGEMM_SOURCE"
 #: Rendezvous launch of DWDP context workers (one single-GPU `trtllm-serve` per context rank, no MPI world between
@@ -57,6 +62,14 @@ def no_fuse() -> bool:
 def deepgemm_dir() -> str | None:
     """DWDP_DEEPGEMM_DIR as set (None or empty: unset)."""
     return os.environ.get(DWDP_DEEPGEMM_DIR) or None
+
+
+def moe_mainloop() -> str:
+    """DWDP_MOE_MAINLOOP (default "auto"); ValueError naming the variable on any other value."""
+    v = os.environ.get(DWDP_MOE_MAINLOOP) or "auto"
+    if v not in MOE_MAINLOOPS:
+        raise ValueError(f"{DWDP_MOE_MAINLOOP}={v!r}: expected one of {', '.join(MOE_MAINLOOPS)}")
+    return v
 
 
 def deepgemm_source() -> str:

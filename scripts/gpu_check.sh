@@ -2,7 +2,7 @@
 # Everything the GPU machine (device tool) runs in one call: build the ops, run the GPU tests, run the
 # benchmarks; logs and results under $OUT (at most 8 files come back: per-section logs + one tarball).
 #   usage: scripts/gpu_check.sh [sections...]
-#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop verify calibrate calib floorsust bench (default: env plugin transport engine bench)
+#     sections: env host_gpus build tune plugin transport engine profile attn trtllm fp8 grouped deepgemm moeop routedop verify calibrate calib floorsust bench (default: env plugin transport engine bench)
 #   DWDP_BENCH_CONFIGS="a.yaml b.yaml" picks the bench configs, BENCH_ARGS="--floor" adds `dwdp bench` flags
 # Carry `.carry` (CUTLASS headers copied from the nvidia-cutlass wheel to .carry/cutlass) with the call. `build`
 # returns the built library as $OUT/ops_lib.tgz (ops/<key>/dwdp_ops_cuda.so); unpacked into .carry/ and carried,
@@ -170,6 +170,40 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       timeout "${MOEOP_TIMEOUT:-240}" python3 scripts/bench_moe_op_vs_trtllm.py --out "$OUT/raw/moeop" --rounds 3 --deepgemm $dg >> "$OUT/moeop.log" 2>&1 || rc=1
       [ $dg = auto ] && tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/BUILT_WITH" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null
       grep -E "^paths|prewarm|did not build|rror" "$OUT/moeop.log" | tail -n 12; tail -n 34 "$OUT/moeop.log" ;;
+    routedop)  # the routed-expert op a DWDP rank runs (DeepGEMM's mainloop over [local | slot], one call per buffer)
+               # beside its GEMMs alone and the op before (CUTLASS): builds the CUDA ops and DeepGEMM side by side
+               # unless carried (.carry/ops, .carry/deepgemm with _C), JIT-compiles DeepGEMM's kernels for every
+               # point in parallel processes, runs the op's GPU tests, then scripts/bench_routed_op.py
+               # (ROUTEDOP_ARGS); returns ops_lib.tgz and deepgemm_built.tgz (with the JIT cache) to carry next time
+      section routedop; mkdir -p "$OUT/raw/routedop"; : > "$OUT/routedop.log"
+      export DWDP_DEEPGEMM_DIR=/tmp/deepgemm DG_JIT_CACHE_DIR=/tmp/deepgemm_jit
+      mkdir -p "$DG_JIT_CACHE_DIR"; [ -d .carry/deepgemm_jit ] && cp -r .carry/deepgemm_jit/. "$DG_JIT_CACHE_DIR/"
+      t0=$(date +%s)
+      (MAX_JOBS=${MAX_JOBS:-12} python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/raw/routedop/build_ops.log" 2>&1; echo "build-ops exit $?" >> "$OUT/raw/routedop/build_ops.log") & bpid=$!
+      MAX_JOBS=4 timeout "${DEEPGEMM_BUILD_TIMEOUT:-400}" bash scripts/gpu/deepgemm_build.sh "$DWDP_DEEPGEMM_DIR" >> "$OUT/routedop.log" 2>&1 || { rc=1; echo "gpu_check: DeepGEMM did not build" >> "$OUT/routedop.log"; }
+      wait $bpid; tail -n 3 "$OUT/raw/routedop/build_ops.log" >> "$OUT/routedop.log"
+      (cd "$DWDP_CACHE_DIR" && tar -czf "$OUT/ops_lib.tgz" ops/*/dwdp_ops_cuda.so) 2>/dev/null
+      echo "gpu_check: builds took $(( $(date +%s) - t0 )) s" >> "$OUT/routedop.log"
+      # one process per point, as many at once as the GPU's free memory holds (~30 GB each: two copies of R1's FP8 experts)
+      t0=$(date +%s); par=$(( $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -n 1) / 30000 ))
+      [ "$par" -lt 1 ] && par=1; echo "gpu_check: prewarm $par at a time" >> "$OUT/routedop.log"
+      for T in ${ROUTEDOP_PREWARM_TOKENS:-4096 8192 16384 32768}; do for r in uniform power_law; do
+        while [ "$(jobs -rp | wc -l)" -ge "$par" ]; do wait -n || echo "gpu_check: a prewarm failed" >> "$OUT/routedop.log"; done
+        timeout "${ROUTEDOP_PREWARM_TIMEOUT:-300}" python3 scripts/bench_routed_op.py --out /tmp/prewarm_$T$r --tokens $T --routings $r \
+          --variants op,op_one,gemm_dg --rounds 1 --warmup-ms 1 --rep-ms 1 > /tmp/prewarm_$T$r.log 2>&1 &
+      done; done
+      while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || echo "gpu_check: a prewarm failed" >> "$OUT/routedop.log"; done
+      cat /tmp/prewarm_*.log | grep -E "rror|Traceback" | head -n 20 >> "$OUT/routedop.log"
+      echo "gpu_check: DeepGEMM prewarm took $(( $(date +%s) - t0 )) s" >> "$OUT/routedop.log"
+      built() { tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/BUILT_WITH" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
+      built
+      timeout "${ROUTEDOP_TEST_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_deepgemm_cuda.py > "$OUT/raw/routedop/tests.log" 2>&1 || rc=1
+      grep -E "T=|passed|failed|FAILED|Error" "$OUT/raw/routedop/tests.log" | tail -n 30 >> "$OUT/routedop.log"
+      built
+      timeout "${ROUTEDOP_TIMEOUT:-400}" python3 scripts/bench_routed_op.py --out "$OUT/raw/routedop" ${ROUTEDOP_ARGS:-} >> "$OUT/routedop.log" 2>&1 || rc=1
+      cp "$OUT/raw/routedop/routed_op.json" "$OUT/routed_op.json" 2>/dev/null
+      built
+      tail -n 60 "$OUT/routedop.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1

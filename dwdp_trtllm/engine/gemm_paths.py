@@ -17,7 +17,30 @@ import torch
 
 from ..ops import grouped_gemm
 from .fp8_rows import Fp8Rows, quantize_act_1x128
-from .moe_deepgemm import deepgemm_gemm, padded_mlp
+from .. import env
+from .moe_deepgemm import deepgemm_gemm, routed_mlp, usable
+
+_said: set[str] = set()
+
+
+def _deepgemm_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw):
+    """gemm: deepgemm: DeepGEMM always (DeepGEMMUnavailable, naming how to build it, when it is not there)."""
+    return routed_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw)
+
+
+def _auto_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw):
+    """gemm: multi_buffer / composite_view with FP8 experts: DeepGEMM's mainloop over the same buffers when it can run
+    here (moe_deepgemm.usable), else None (the caller runs dwdp::grouped_gemm) after one warning on a CUDA device."""
+    why = "DWDP_MOE_MAINLOOP=cutlass" if env.moe_mainloop() == "cutlass" else \
+        usable(w13, kw.get("w13_scale_sources"), w2)
+    if why is None:
+        return routed_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw)
+    if x_TH.is_cuda and why not in _said:
+        _said.add(why)
+        import warnings
+        warnings.warn(f"routed experts: FP8 GEMMs on dwdp::grouped_gemm (CUTLASS), not DeepGEMM: {why}",
+                      RuntimeWarning, stacklevel=3)
+    return None
 
 def _multi_buffer(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
     buf_idx_E, row_E, offs_E = buf_idx_E.to(torch.int32), row_E.to(torch.int32), offs_E.to(torch.int32)
@@ -39,5 +62,5 @@ def _composite_view(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):
 
 #: name -> (fn, supports_fp8, fp8_activations, padded_mlp), registered by moe_compute.gemm_path on first lookup;
 #: deepgemm (opt-in; engine/moe_deepgemm.py) imports deep_gemm only when it computes
-PLUGINS = {"multi_buffer": (_multi_buffer, True, True, None), "composite_view": (_composite_view, True, True, None),
-           "deepgemm": (deepgemm_gemm, True, True, padded_mlp)}
+PLUGINS = {"multi_buffer": (_multi_buffer, True, True, _auto_mlp), "composite_view": (_composite_view, True, True, _auto_mlp),
+           "deepgemm": (deepgemm_gemm, True, True, _deepgemm_mlp)}

@@ -39,9 +39,10 @@ class GemmPath:
     fn: GemmFn
     supports_fp8: bool  # fn accepts fp8 buffers with `scales` (128x128 block scales per buffer)
     fp8_activations: bool = False  # with fp8 buffers, fn takes Fp8Rows (activations quantised 1x128 by the caller)
-    # the expert MLP on the GEMM's own padded row layout (routed_experts_forward's one gather writes it, combine reads
-    # it through the index): padded_mlp(x_TH, rows_A, offs_E, w13, w2, buf_idx_E, row_E, *, w13_scale_sources,
-    # w2_scale_sources, up_first, act, identity) -> (y_MH, dest_A: the padded row of each sorted pair); None: unpadded
+    # the expert MLP on the GEMM's own padded row layout (its one gather writes it, combine reads it through the
+    # index): padded_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, *, w13_scale_sources, w2_scale_sources,
+    # up_first, act) -> (y_MH, perm_A, dest_A: the padded row of sorted pair a), or None where it declines (the
+    # unpadded op runs); None here: the path has no padded MLP (engine/moe_deepgemm.routed_mlp is the one there is)
     padded_mlp: Callable | None = None
 
 
@@ -246,16 +247,17 @@ def routed_experts_forward(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, topk_w
                            w13_scale_sources: list[torch.Tensor] | None = None,
                            w2_scale_sources: list[torch.Tensor] | None = None, up_first: bool = False) -> torch.Tensor:
     """y_TH (x's dtype) = sum_k w[t,k] * expert_{ids[t,k]}(x[t]): sort, gather rows, expert_mlp, combine.
-    A path with padded_mlp (gemm: deepgemm) runs the MLP on its padded rows: its gather writes them, the combine
-    reads them through dest_A."""
+    A path with padded_mlp (FP8 experts: gemm deepgemm, and multi_buffer / composite_view where DeepGEMM runs) runs the
+    MLP on its padded rows (engine/moe_deepgemm.routed_mlp): its gather writes them, the combine reads them through
+    dest_A."""
     path = gemm_path(gemm)
     if path.padded_mlp is not None and _is_fp8(w13_sources) and topk_ids_TK.numel():  # no rows: the path below
-        perm_A, offs_E, _ = sort_by_expert(topk_ids_TK, expert_buffer_idx_E.shape[0])
-        rows_A = torch.div(perm_A, topk_ids_TK.shape[1], rounding_mode="floor")
-        y_MH, dest_A = path.padded_mlp(x_TH, rows_A, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E,
-                                       w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources,
-                                       up_first=up_first, act=silu_mul_quant)
-        return combine(y_MH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype, y_rows_A=dest_A)
+        r = path.padded_mlp(x_TH, topk_ids_TK, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E,
+                            w13_scale_sources=w13_scale_sources, w2_scale_sources=w2_scale_sources,
+                            up_first=up_first, act=silu_mul_quant)
+        if r is not None:  # None: the path declined here (multi_buffer without DeepGEMM): the unpadded op below
+            y_MH, perm_A, dest_A = r
+            return combine(y_MH, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype, y_rows_A=dest_A)
     x_sorted_AH, perm_A, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, expert_buffer_idx_E.shape[0],
                                                    fp8_rows=wants_fp8_rows(gemm, _is_fp8(w13_sources)))
     y_sorted_AH = expert_mlp(x_sorted_AH, offs_E, w13_sources, w2_sources, expert_buffer_idx_E, expert_row_E, gemm=gemm,

@@ -1,26 +1,20 @@
-"""gemm: deepgemm: the routed experts' FP8 block-scale GEMMs through DeepGEMM (`m_grouped_fp8_gemm_nt_contiguous`,
-ops/deepgemm.py), opt-in (issue 25; docs/BENCHMARKS.md section 13: 1.10-1.27x faster than our kernel at 16K+ tokens,
-bit-identical outputs, but a separate pad/unpad pass ate the gain).
+"""The routed experts' FP8 block-scale GEMMs through DeepGEMM (deepseek-ai/DeepGEMM, ops/deepgemm.py): the fastest
+Hopper FP8 grouped-GEMM mainloop measured here (docs/BENCHMARKS.md, "Routed-expert op"), run over the weights where
+they lie: one [E, ...] buffer (DEP, the composite view) or a DWDP rank's [local | slot] buffers, no merge copy.
 
-DeepGEMM reads ONE [E, N, K] weight tensor with expert e at row e (DEP's buffer, the single-rank engine, the VMM
-composite view): it cannot read per-expert pointers, so a [local | slot] split is refused with a ValueError naming
-the gemm and why (as gemm: composite_view refuses it), and so is a single buffer whose expert map is not the
-identity_map. Weights must be FP8 (e4m3 + 128x128 FP32 scales); BF16 weights are refused.
+DeepGEMM groups rows along M over ONE [G, N, K] weight tensor; it cannot read per-expert pointers. routed_mlp sorts the
+token-expert pairs buffer-major (section_rows), so each buffer's rows form one contiguous section of the padded rows,
+and calls DeepGEMM once per buffer on its section (weights in place). What it runs (routed_mlp's docstring has the
+passes): one 1x128 quantisation of the T token rows, one gather to the padded rows, per buffer fc1, SwiGLU +
+quantisation, fc2; then moe_compute.combine reads the padded output through dest_A (one deterministic pass).
 
-padded_mlp is what routed_experts_forward runs (no pad or unpad pass): with M = padded_height(A, E) (no host sync)
-  1. the gather writes each sorted row straight to its padded row: the T token rows quantised 1x128 once, then ONE
-     index_select by padded_source_rows (padding rows read token row 0: real numbers, never read into an output);
-     scales gathered outer-dim-major, the layout DeepGEMM takes as is (no transpose kernel);
-  2. fc1 on the M padded rows (m_indices: -1 on padding rows, whose output DeepGEMM leaves undefined);
-  3. SwiGLU + 1x128 quantisation over all M rows (wasted on padding rows, harmless: row-wise);
-  4. fc2 on the M padded rows;
-  5. the combine reads row dest_A[a] for sorted pair a (moe_compute.combine y_rows_A).
-Real rows see exactly the multi_buffer path's arithmetic (the same quantiser, the same SwiGLU kernel, the same
-combine kernel, and DeepGEMM's GEMM output equals ours bit for bit, section 13).
-deepgemm_gemm is the GemmFn contract on unpadded rows (grouped_gemm / expert_mlp callers: DWDP's and DEP's
-backends): it pads and unpads around the GEMM (a host sync for the exact height; correct, slower).
+Who runs it: gemm: deepgemm always (DeepGEMM required); gemm: multi_buffer and composite_view with FP8 experts on
+sm_90 when DeepGEMM is built (`usable` says why not otherwise; then dwdp::grouped_gemm, our CUTLASS kernels, run, with
+one warning). deepgemm_gemm is the GemmFn contract on unpadded rows (grouped_gemm / expert_mlp callers): it pads and
+unpads around the GEMM (a host sync for the exact height; correct, slower).
 
-Shape legend: T tokens, A sorted pairs, M padded rows, E experts, H hidden, I intermediate, N out, K in.
+Shape legend: T tokens, A sorted pairs, M padded rows, E experts, V groups over all buffers (sum of their rows),
+B buffers, H hidden, I intermediate, N out, K in.
 """
 from __future__ import annotations
 
@@ -65,22 +59,113 @@ def _gemm_padded(a_M: Fp8Rows, w_ENK: torch.Tensor, sw: torch.Tensor, lay: dgl.P
                                        use_psum=USE_PSUM)
 
 
-def padded_mlp(x_TH: torch.Tensor, rows_A: torch.Tensor, offs_E: torch.Tensor, w13_sources: list[torch.Tensor],
+#: the section heights of a [local | slot] split are read back once per call (a host wait on the sort, not a device
+#: stall: the T-row quantisation is queued behind it); see routed_mlp
+def section_rows(buf_idx_E: torch.Tensor, row_E: torch.Tensor, rows_B: tuple[int, ...]) -> torch.Tensor:
+    """virt_E int64: expert e's group in the buffer-major order of its weights, base[buffer e] + row e (base[b] = rows
+    of the buffers before b). Sorting pairs by it lays the rows out buffer by buffer, each buffer's rows by its row
+    order: one DeepGEMM call per buffer then reads that buffer's weights in place (no merge copy)."""
+    base_B = torch.tensor((0, *rows_B[:-1]), dtype=torch.int64, device=buf_idx_E.device).cumsum(0)
+    return base_B[buf_idx_E.long()] + row_E.long()
+
+
+def _sort(ids_TK: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(perm_A stable by group, offs_G int32 cumulative ends): moe_compute.sort_by_expert's order (no host sync)."""
+    flat_A = ids_TK.reshape(-1)
+    counts_G = torch.zeros(groups, dtype=torch.int64, device=flat_A.device)
+    counts_G.scatter_add_(0, flat_A, torch.ones_like(flat_A))
+    return torch.sort(flat_A, stable=True).indices, counts_G.cumsum(0).to(torch.int32)
+
+
+def usable(w13_sources: list[torch.Tensor], w13_scale_sources: list[torch.Tensor] | None,
+           w2_sources: list[torch.Tensor]) -> str | None:
+    """None when routed_mlp can run these experts on this device, else why not (one phrase)."""
+    w = w13_sources[0]
+    if not w.is_cuda:
+        return "not on a CUDA device"
+    if w.dtype != FP8 or not w13_scale_sources:
+        return f"{w.dtype} experts (DeepGEMM's path takes FP8 block scales)"
+    if torch.cuda.get_device_capability(w.device)[0] != 9:
+        return "not an sm_90 GPU"
+    N2, K = w.shape[1], w.shape[2]
+    if N2 % 256 or K % 128 or w2_sources[0].shape[1] % 128:
+        return f"expert dims {tuple(w.shape[1:])} not multiples of DeepGEMM's 128-wide blocks"
+    if not dgl.available():
+        return "DeepGEMM is not built (dwdp build-ops --deepgemm)"
+    return None
+
+
+def routed_mlp(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, w13_sources: list[torch.Tensor],
                w2_sources: list[torch.Tensor], buf_idx_E: torch.Tensor, row_E: torch.Tensor, *,
-               w13_scale_sources: list[torch.Tensor] | None, w2_scale_sources: list[torch.Tensor] | None,
-               up_first: bool, act: Callable[..., Fp8Rows], identity: bool | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y_MH bf16 padded, dest_A int64: the padded row of sorted pair a). rows_A: token row of each expert-sorted pair;
-    offs_E: int32 cumulative ends; act: moe_compute.silu_mul_quant (passed in: this module imports nothing of
-    moe_compute). No host sync when identity is given or the maps are identity_map's tensors (check_one_buffer)."""
-    check_one_buffer("w13", w13_sources, w13_scale_sources, buf_idx_E, row_E, identity)
-    check_one_buffer("w2", w2_sources, w2_scale_sources, buf_idx_E, row_E, True)  # the same map: checked once
-    A, E = rows_A.shape[0], buf_idx_E.shape[0]
-    lay = dgl.padded_layout(offs_E, rows=A, rows_padded=dgl.padded_height(A, E))
-    x_M = quantize_act_1x128(x_TH, scale_col_major=True).index_select(dgl.padded_source_rows(rows_A, lay))
-    h_M2I = _gemm_padded(x_M, w13_sources[0], w13_scale_sources[0], lay)
-    y_MH = _gemm_padded(act(h_M2I, up_first, scale_col_major=True), w2_sources[0], w2_scale_sources[0], lay)
-    return y_MH, lay.dest_R
+               w13_scale_sources: list[torch.Tensor], w2_scale_sources: list[torch.Tensor], up_first: bool,
+               act: Callable[..., Fp8Rows]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The routed experts' MLP over any number of weight buffers ([local | slot] or one [E, ...]) on DeepGEMM:
+    (y_MH bf16 padded, perm_A, dest_A int64: the padded row of sorted pair a). The combine reads y through dest_A.
+
+    Pairs are sorted by section_rows (buffer-major), laid out in DeepGEMM's padded rows (each group from a multiple of
+    ALIGN_M, padded_layout), so buffer b's rows are one contiguous section [S_b, S_b + h_b). Then
+      1. x's T rows quantised 1x128 once; ONE gather (8-byte words) writes every padded row of the codes; the scales
+         of each section gathered outer-dim-major (DeepGEMM's layout, taken as is);
+      2. per buffer: fc1 on its section (its weights read in place), SwiGLU + 1x128 quantisation (act, one Triton
+         pass, scales outer-dim-major), fc2 into the section of y.
+    One buffer: S_0 = 0 and the height is padded_height(A, E) (no host sync). Several: the section heights are read
+    back once (one small copy, its wait on the host only: the quantisation is already queued behind it).
+    Every real row sees the arithmetic of gemm multi_buffer (same quantiser, SwiGLU kernel and combine) with
+    DeepGEMM's GEMM (bit-equal to ours, docs/BENCHMARKS.md). Streams: everything on the current stream."""
+    T, K = topk_ids_TK.shape
+    rows_B = tuple(int(w.shape[0]) for w in w13_sources)
+    V = sum(rows_B)
+    virt_E = section_rows(buf_idx_E, row_E, rows_B)
+    perm_A, offs_V = _sort(virt_E[topk_ids_TK.long()], V)
+    A = perm_A.shape[0]
+    rows_A = torch.div(perm_A, K, rounding_mode="floor")
+    lay = dgl.padded_layout(offs_V, rows=A, rows_padded=dgl.padded_height(A, V))
+    if len(rows_B) == 1:
+        starts, heights = [0], [lay.rows_padded]
+    else:
+        ends_V = offs_V.to(torch.int64)
+        aligned_V = (torch.diff(ends_V, prepend=ends_V.new_zeros(1)) + dgl.ALIGN_M - 1) // dgl.ALIGN_M * dgl.ALIGN_M
+        sec_end_B = aligned_V.cumsum(0)[torch.tensor(rows_B, device=x_TH.device).cumsum(0) - 1]
+        on_gpu = x_TH.is_cuda
+        sec_end_host = torch.empty(len(rows_B), dtype=torch.int64, pin_memory=on_gpu)
+        sec_end_host.copy_(sec_end_B, non_blocking=on_gpu)
+        done = torch.cuda.Event() if on_gpu else None
+        if done is not None:
+            done.record()
+    x_T = quantize_act_1x128(x_TH)  # T rows, row-major scales; queued before the host waits
+    if len(rows_B) > 1:
+        if done is not None:
+            done.synchronize()
+        ends = sec_end_host.tolist()
+        starts, heights = [0, *ends[:-1]], [e - s for s, e in zip([0, *ends[:-1]], ends)]
+    M = starts[-1] + heights[-1]
+    src_M = dgl.padded_source_rows(rows_A, lay)[:M]
+    q_M = dgl._as_words(x_T.q.view(torch.uint8)).index_select(0, src_M).view(torch.uint8).view(FP8).view(M, -1)
+    sT_GT = x_T.scale.t()
+    N13, H = w13_sources[0].shape[1], w2_sources[0].shape[1]
+    h_M = torch.empty(M, N13, dtype=torch.bfloat16, device=x_TH.device)
+    y_MH = torch.empty(M, H, dtype=torch.bfloat16, device=x_TH.device)
+    base = 0
+    for b, (S, h) in enumerate(zip(starts, heights)):
+        if h:
+            sec = _section_layout(lay, S, h, base, rows_B[b])
+            sa = sT_GT.index_select(1, src_M[S:S + h]).t()  # [h, G] outer-dim-major
+            dgl.grouped_gemm_fp8_padded(q_M[S:S + h], sa, w13_sources[b], w13_scale_sources[b], sec,
+                                        out_MN=h_M[S:S + h], use_psum=USE_PSUM)
+            a = act(h_M[S:S + h], up_first, scale_col_major=True)
+            dgl.grouped_gemm_fp8_padded(a.q, a.scale, w2_sources[b], w2_scale_sources[b], sec,
+                                        out_MN=y_MH[S:S + h], use_psum=USE_PSUM)
+        base += rows_B[b]
+    return y_MH, perm_A, lay.dest_R
+
+
+def _section_layout(lay: "dgl.PaddedLayout", S: int, h: int, base: int, rows: int) -> "dgl.PaddedLayout":
+    """The layout DeepGEMM takes for section [S, S + h) of lay over buffer rows [base, base + rows): group indices
+    relative to the buffer, row ends relative to S."""
+    m_M = lay.m_indices_M[S:S + h]
+    return dgl.PaddedLayout(dest_R=lay.dest_R, expert_R=lay.expert_R,
+                            m_indices_M=torch.where(m_M >= 0, m_M - base, m_M),
+                            psum_E=(lay.psum_E[base:base + rows] - S).clamp_(min=0).to(torch.int32), rows_padded=h)
 
 
 def deepgemm_gemm(a_AD, offs_E, weights, buf_idx_E, row_E, scales=None):

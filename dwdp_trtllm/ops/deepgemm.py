@@ -153,12 +153,20 @@ def module():
     return deep_gemm
 
 
+_AVAILABLE: dict[tuple, bool] = {}
+
+
 def available() -> bool:
-    try:
-        module()
-        return True
-    except DeepGEMMUnavailable:
-        return False
+    """module() loads (asked once per DWDP_DEEPGEMM_DIR value: the routed-expert op asks on every call)."""
+    from .. import env  # noqa: PLC0415
+    key = (env.deepgemm_dir(), "deep_gemm" in sys.modules, id(sys.modules.get("deep_gemm")))
+    if key not in _AVAILABLE:
+        try:
+            module()
+            _AVAILABLE[key] = True
+        except DeepGEMMUnavailable:
+            _AVAILABLE[key] = False
+    return _AVAILABLE[key]
 
 
 def transform_activation_scales(a_scale_Rk: torch.Tensor) -> torch.Tensor:

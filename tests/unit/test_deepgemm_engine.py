@@ -138,10 +138,9 @@ def test_padding_rows_are_poisoned_and_the_combine_skips_them(fake_dg):
     x = torch.randn(T, H, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     ids, w = _routing(T, True, 5)
     bidx, row = mc.identity_map(E, "cpu")
-    perm, offs, _ = mc.sort_by_expert(ids, E)
-    rows_A = torch.div(perm, K, rounding_mode="floor")
-    y_MH, dest_A = mdg.padded_mlp(x, rows_A, offs, [q13], [q2], bidx, row, w13_scale_sources=[s13],
-                                  w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant, identity=True)
+    y_MH, perm, dest_A = mdg.routed_mlp(x, ids, [q13], [q2], bidx, row, w13_scale_sources=[s13],
+                                        w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant)
+    assert torch.equal(perm, mc.sort_by_expert(ids, E)[0])  # one buffer in expert order: the expert sort
     real = torch.zeros(y_MH.shape[0], dtype=torch.bool)
     real[dest_A] = True
     assert torch.isnan(y_MH[~real]).all() and torch.isfinite(y_MH[real]).all()
@@ -162,29 +161,74 @@ def test_combine_through_the_padded_index_equals_combine_of_the_rows():
     assert torch.equal(mc.combine(y_M, perm, w, T, y_rows_A=lay.dest_R), mc.combine(y_A, perm, w, T))
 
 
-def test_split_buffers_non_identity_maps_and_bf16_weights_are_refused(fake_dg):
+@pytest.mark.parametrize("T,skew,psum", [(90, True, True), (90, True, False), (41, False, True), (1, False, False)])
+def test_split_buffers_run_one_call_per_buffer_and_equal_the_loop(fake_dg, monkeypatch, T, skew, psum):
+    """A DWDP rank's [local | slot] split (and a shuffled map: slot rows out of expert order) runs DeepGEMM once per
+    buffer on that buffer's section of the padded rows, weights read in place, and equals the unpadded FP8 path bit
+    for bit; an empty section is skipped."""
+    monkeypatch.setattr(mdg, "USE_PSUM", psum)
+    q13, s13, q2, s2 = _experts(T + 3)
+    x = torch.randn(T, H, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    ids, w = _routing(T, skew, T + 7)
+    order = torch.tensor([3, 0, 4, 1, 2])  # buffer 0 holds experts 3, 0; buffer 1 holds 4, 1, 2 in that row order
+    split_idx, split_row = torch.tensor([0, 1, 1, 0, 1]), torch.tensor([1, 1, 2, 0, 0])
+    split = lambda t: [t[order[:2]].clone(), t[order[2:]].clone()]  # noqa: E731
+    kw = dict(w13_scale_sources=split(s13), w2_scale_sources=split(s2))
+    y_dg = mc.routed_experts_forward(x, ids, w, split(q13), split(q2), split_idx, split_row, gemm="deepgemm", **kw)
+    y_ref = mc.routed_experts_forward(x, ids, w, split(q13), split(q2), split_idx, split_row, gemm="fp8_loop", **kw)
+    assert torch.isfinite(y_dg).all() and torch.equal(y_dg, y_ref)
+    groups_by_call = [c for c in fake_dg.calls]
+    used = {int(split_idx[e]) for e in ids.flatten().tolist()}
+    assert len(groups_by_call) == 2 * len(used)  # fc1 + fc2 per buffer that has rows
+    assert all(M % 128 == 0 for M, _, _ in groups_by_call) and fake_dg.transposed == 0
+
+
+def test_split_sections_hold_each_buffers_rows_only(fake_dg):
+    """section_rows orders groups buffer-major: every row of buffer b's section belongs to an expert of buffer b."""
+    split_idx, split_row = torch.tensor([0, 1, 1, 0, 1]), torch.tensor([1, 1, 2, 0, 0])
+    virt = mdg.section_rows(split_idx, split_row, (2, 3))
+    assert virt.tolist() == [1, 3, 4, 0, 2]
+
+
+def test_unpadded_split_and_bf16_weights_are_refused(fake_dg):
     T = 8
     q13, s13, q2, s2 = _experts(4)
     x = torch.randn(T, H).to(torch.bfloat16)
     ids, w = _routing(T, False, 7)
     split_idx = torch.tensor([0, 0, 1, 1, 1])
     split_row = torch.tensor([0, 1, 0, 1, 2])
-    with pytest.raises(ValueError, match=r"gemm='deepgemm' \(w13\) takes one \[E, N, K\] buffer, got 2.*per-expert pointers"):
-        mc.routed_experts_forward(x, ids, w, [q13[:2], q13[2:]], [q2[:2], q2[2:]], split_idx, split_row, gemm="deepgemm",
-                                  w13_scale_sources=[s13[:2], s13[2:]], w2_scale_sources=[s2[:2], s2[2:]])
     with pytest.raises(ValueError, match=r"gemm='deepgemm' \(grouped_gemm\) takes one \[E, N, K\] buffer, got 2"):
         mc.grouped_gemm(x, torch.tensor([8, 8, 8, 8, 8], dtype=torch.int32), [q13[:2], q13[2:]], split_idx, split_row,
                         gemm="deepgemm", scales=[s13[:2], s13[2:]])
-    shuffled = torch.tensor([1, 0, 2, 3, 4])
-    with pytest.raises(ValueError, match="expert e at row e"):
-        mc.routed_experts_forward(x, ids, w, [q13], [q2], torch.zeros(E, dtype=torch.int64), shuffled, gemm="deepgemm",
-                                  w13_scale_sources=[s13], w2_scale_sources=[s2])
     bidx, row = mc.identity_map(E, "cpu")
     w13 = torch.randn(E, 2 * I, H).to(torch.bfloat16)
     w2 = torch.randn(E, H, I).to(torch.bfloat16)
     with pytest.raises(ValueError, match="FP8 block-scale weights"):
         mc.routed_experts_forward(x, ids, w, [w13], [w2], bidx, row, gemm="deepgemm")
     assert fake_dg.calls == []
+
+
+def test_multi_buffer_declines_where_deepgemm_cannot_run(fake_dg, monkeypatch):
+    """gemm: multi_buffer runs DeepGEMM's mainloop only where moe_deepgemm.usable allows (CUDA, sm_90, FP8, dims,
+    DeepGEMM built) and DWDP_MOE_MAINLOOP is not cutlass; elsewhere the padded MLP declines (None) and the unpadded
+    op runs. An unknown DWDP_MOE_MAINLOOP names the variable."""
+    from dwdp_trtllm.engine import gemm_paths
+    q13, s13, q2, s2 = _experts(11)
+    ids, w = _routing(6, False, 12)
+    bidx, row = mc.identity_map(E, "cpu")
+    x = torch.randn(6, H).to(torch.bfloat16)
+    kw = dict(w13_scale_sources=[s13], w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant)
+    assert mdg.usable([q13], [s13], [q2]) == "not on a CUDA device"
+    assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None
+    monkeypatch.setattr(mdg, "usable", lambda *a: None)  # as on an H100 / H200 with DeepGEMM built
+    monkeypatch.setattr(gemm_paths, "usable", lambda *a: None)
+    y_MH, _, _ = gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw)
+    assert len(fake_dg.calls) == 2
+    monkeypatch.setenv("DWDP_MOE_MAINLOOP", "cutlass")
+    assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None and len(fake_dg.calls) == 2
+    monkeypatch.setenv("DWDP_MOE_MAINLOOP", "fast")
+    with pytest.raises(ValueError, match="DWDP_MOE_MAINLOOP='fast'"):
+        gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw)
 
 
 def test_identity_map_by_value_is_accepted(fake_dg):
@@ -267,12 +311,10 @@ def test_moe_op_bench_times_deepgemm_beside_multi_buffer_interleaved(fake_dg):
     assert len(fake_dg.calls) == 2 * 3  # fc1 + fc2 per op call: the first call, then one per round
 
 
-@pytest.mark.parametrize("identity", [True, None])
-def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch, identity):
-    """With identity known (given, or None with identity_map's tensors: check_one_buffer recognises them, as in
-    routed_experts_forward) nothing between the sort and
-    the combine reads a device value: the height is padded_height, the layout comes from offs on the device. The
-    stand-in's own reads (it loops on the host) are not counted."""
+def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch):
+    """One buffer: nothing between the sort and the combine reads a device value (the height is padded_height, the
+    layout comes from offs on the device; any map, no identity check). The stand-in's own reads (it loops on the
+    host) are not counted. A [local | slot] split reads its section heights back once, and nothing else."""
     T = 33
     q13, s13, q2, s2 = _experts(8)
     x = torch.randn(T, H).to(torch.bfloat16)
@@ -300,10 +342,14 @@ def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch,
         return read
     for name in ("item", "tolist", "__int__", "__bool__", "__float__"):
         monkeypatch.setattr(torch.Tensor, name, counting(name))
-    y_MH, dest_A = mdg.padded_mlp(x, rows_A, offs, [q13], [q2], bidx, row, w13_scale_sources=[s13],
-                                  w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant, identity=identity)
+    y_MH, _, dest_A = mdg.routed_mlp(x, ids, [q13], [q2], bidx, row, w13_scale_sources=[s13],
+                                     w2_scale_sources=[s2], up_first=False, act=mc.silu_mul_quant)
+    split_idx, split_row = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([0, 1, 0, 1, 2])
+    mdg.routed_mlp(x, ids, [q13[:2], q13[2:]], [q2[:2], q2[2:]], split_idx, split_row,
+                   w13_scale_sources=[s13[:2], s13[2:]], w2_scale_sources=[s2[:2], s2[2:]], up_first=False,
+                   act=mc.silu_mul_quant)
     monkeypatch.undo()
-    assert reads == [], reads
+    assert reads == ["tolist"], reads  # one buffer: none; the split: its section heights, once
     assert y_MH.shape == (dgl.padded_height(T * K, E), H) and dest_A.shape == (T * K,)
 
 
