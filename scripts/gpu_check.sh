@@ -176,12 +176,21 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
                # point in parallel processes, runs the op's GPU tests, then scripts/bench_routed_op.py
                # (ROUTEDOP_ARGS); returns ops_lib.tgz and deepgemm_built.tgz (with the JIT cache) to carry next time
       section routedop; mkdir -p "$OUT/raw/routedop"; : > "$OUT/routedop.log"
-      export DWDP_DEEPGEMM_DIR=/tmp/deepgemm DG_JIT_CACHE_DIR=/tmp/deepgemm_jit
-      mkdir -p "$DG_JIT_CACHE_DIR"; [ -d .carry/deepgemm_jit ] && cp -r .carry/deepgemm_jit/. "$DG_JIT_CACHE_DIR/"
+      # DeepGEMM as the product builds it: `dwdp build-ops --deepgemm` from the pinned source (.carry/deepgemm, a
+      # DeepGEMM tree at ops/deepgemm_build.PIN_DEEPGEMM with third-party/fmt) into $DWDP_CACHE_DIR/deepgemm/<pin>,
+      # where ops/deepgemm.module() finds it (no DWDP_DEEPGEMM_DIR); a carried build (.carry/deepgemm_cache) is reused
+      unset DWDP_DEEPGEMM_DIR; export DG_JIT_CACHE_DIR=/tmp/deepgemm_jit
+      mkdir -p "$DG_JIT_CACHE_DIR" "$DWDP_CACHE_DIR"; [ -d .carry/deepgemm_jit ] && cp -r .carry/deepgemm_jit/. "$DG_JIT_CACHE_DIR/"
+      [ -d .carry/deepgemm_cache ] && cp -a .carry/deepgemm_cache/. "$DWDP_CACHE_DIR/deepgemm/"
       t0=$(date +%s)
       (MAX_JOBS=${MAX_JOBS:-12} python3 -m dwdp_trtllm.cli build-ops --cuda > "$OUT/raw/routedop/build_ops.log" 2>&1; echo "build-ops exit $?" >> "$OUT/raw/routedop/build_ops.log") & bpid=$!
-      MAX_JOBS=4 timeout "${DEEPGEMM_BUILD_TIMEOUT:-400}" bash scripts/gpu/deepgemm_build.sh "$DWDP_DEEPGEMM_DIR" >> "$OUT/routedop.log" 2>&1 || { rc=1; echo "gpu_check: DeepGEMM did not build" >> "$OUT/routedop.log"; }
+      timeout "${DEEPGEMM_BUILD_TIMEOUT:-400}" python3 -c "
+import sys; from pathlib import Path
+from dwdp_trtllm.ops import build, deepgemm_build as dgb
+print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4))" >> "$OUT/routedop.log" 2>&1 \
+        || { rc=1; echo "gpu_check: DeepGEMM did not build" >> "$OUT/routedop.log"; }
       wait $bpid; tail -n 3 "$OUT/raw/routedop/build_ops.log" >> "$OUT/routedop.log"
+      python3 -m dwdp_trtllm.cli build-ops --cuda --deepgemm --deepgemm-src .carry/deepgemm >> "$OUT/routedop.log" 2>&1 || rc=1
       (cd "$DWDP_CACHE_DIR" && tar -czf "$OUT/ops_lib.tgz" ops/*/dwdp_ops_cuda.so) 2>/dev/null
       echo "gpu_check: builds took $(( $(date +%s) - t0 )) s" >> "$OUT/routedop.log"
       # one process per point, as many at once as the GPU's free memory holds (~30 GB each: two copies of R1's FP8 experts)
@@ -195,7 +204,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || echo "gpu_check: a prewarm failed" >> "$OUT/routedop.log"; done
       cat /tmp/prewarm_*.log | grep -E "rror|Traceback" | head -n 20 >> "$OUT/routedop.log"
       echo "gpu_check: DeepGEMM prewarm took $(( $(date +%s) - t0 )) s" >> "$OUT/routedop.log"
-      built() { tar -czf "$OUT/deepgemm_built.tgz" -C / "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/$(cd "$DWDP_DEEPGEMM_DIR/deep_gemm" && ls _C*.so | head -n 1)" "${DWDP_DEEPGEMM_DIR#/}/deep_gemm/BUILT_WITH" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
+      built() { tar -czf "$OUT/deepgemm_built.tgz" --exclude='*.o' -C / "${DWDP_CACHE_DIR#/}/deepgemm" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
       built
       timeout "${ROUTEDOP_TEST_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_deepgemm_cuda.py > "$OUT/raw/routedop/tests.log" 2>&1 || rc=1
       grep -E "T=|passed|failed|FAILED|Error" "$OUT/raw/routedop/tests.log" | tail -n 30 >> "$OUT/routedop.log"

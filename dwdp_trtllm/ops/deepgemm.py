@@ -130,6 +130,9 @@ def module():
     """The deep_gemm module (imported on first use). DWDP_DEEPGEMM_DIR names a built source tree to put on sys.path."""
     from .. import env  # noqa: PLC0415 - every environment variable is read there
     root = env.deepgemm_dir()
+    if not root:  # `dwdp build-ops --deepgemm` builds the pinned DeepGEMM into the ops cache
+        from .deepgemm_build import build_dir, built  # noqa: PLC0415
+        root = str(build_dir()) if built() else None
     if root and root not in sys.path:
         sys.path.insert(0, root)
     if "deep_gemm" not in sys.modules and sys.platform.startswith("linux"):
@@ -148,8 +151,8 @@ def module():
         import deep_gemm  # noqa: PLC0415 - optional dependency, never needed on CPU
     except Exception as e:  # ImportError, or its _C failing to load / to init CUDA
         raise DeepGEMMUnavailable(
-            f"DeepGEMM is not available ({type(e).__name__}: {e}); build it on a CUDA machine with "
-            "scripts/gpu/deepgemm_build.sh and set DWDP_DEEPGEMM_DIR to the built tree") from e
+            f"DeepGEMM is not available ({type(e).__name__}: {e}); build the pinned version on a CUDA machine with "
+            "`dwdp build-ops --deepgemm` (or scripts/gpu/deepgemm_build.sh and DWDP_DEEPGEMM_DIR)") from e
     return deep_gemm
 
 

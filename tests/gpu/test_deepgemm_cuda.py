@@ -32,9 +32,12 @@ def deepgemm_gate() -> None:
     try:
         dgl.module()
     except dgl.DeepGEMMUnavailable as e:
+        from dwdp_trtllm.ops import deepgemm_build
         root = env.deepgemm_dir()
         if root:
             pytest.fail(f"DWDP_DEEPGEMM_DIR={root} is set but {e}")
+        if deepgemm_build.built():
+            pytest.fail(f"`dwdp build-ops --deepgemm` built {deepgemm_build.build_dir()} but {e}")
         pytest.skip(str(e))
 
 
