@@ -33,6 +33,8 @@ def _auto_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw):
     here (moe_deepgemm.usable), else None (the caller runs dwdp::grouped_gemm) after one warning on a CUDA device."""
     why = "DWDP_MOE_MAINLOOP=cutlass" if env.moe_mainloop() == "cutlass" else \
         usable(w13, kw.get("w13_scale_sources"), w2)
+    if why is None and len(w13) > 1 and x_TH.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None  # a split reads its section heights back (no capture); ours is capturable, and bit-equal
     if why is None:
         return routed_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw)
     if x_TH.is_cuda and why not in _said:
