@@ -206,11 +206,12 @@ print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4
       echo "gpu_check: DeepGEMM prewarm took $(( $(date +%s) - t0 )) s" >> "$OUT/routedop.log"
       built() { tar -czf "$OUT/deepgemm_built.tgz" --exclude='*.o' -C / "${DWDP_CACHE_DIR#/}/deepgemm" "${DG_JIT_CACHE_DIR#/}" 2>/dev/null; }
       built
-      timeout "${ROUTEDOP_TEST_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_deepgemm_cuda.py > "$OUT/raw/routedop/tests.log" 2>&1 || rc=1
-      grep -E "T=|passed|failed|FAILED|Error" "$OUT/raw/routedop/tests.log" | tail -n 30 >> "$OUT/routedop.log"
-      built
       timeout "${ROUTEDOP_TIMEOUT:-400}" python3 scripts/bench_routed_op.py --out "$OUT/raw/routedop" ${ROUTEDOP_ARGS:-} >> "$OUT/routedop.log" 2>&1 || rc=1
       cp "$OUT/raw/routedop/routed_op.json" "$OUT/routed_op.json" 2>/dev/null
+      built
+      timeout "${ROUTEDOP_TEST_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_deepgemm_cuda.py > "$OUT/raw/routedop/tests.log" 2>&1 || rc=1
+      grep -E "T=|passed|failed|FAILED|Error" "$OUT/raw/routedop/tests.log" | tail -n 30 >> "$OUT/routedop.log"
+      cp "$OUT/raw/routedop/tests.log" "$OUT/routedop_tests.log"
       built
       tail -n 60 "$OUT/routedop.log" ;;
     verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
