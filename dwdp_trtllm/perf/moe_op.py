@@ -1,0 +1,280 @@
+"""This project's whole routed-expert op as measured (ms per call), and how `dwdp plan` prices DWDP's routed experts
+with it (pure: numpy and json only).
+
+The op: engine/moe_compute.routed_experts_forward (sort, gather + quantisation, GEMM1, SwiGLU + quantisation, GEMM2,
+weighted combine) on one rank holding all E experts in a DWDP rank's buffers ([local | slot]). The TensorRT-LLM
+host runs it on DWDP layers with `gemm: multi_buffer` (integration/trtllm/moe_unit.py: the adapter's default for FP8
+block scales on sm_90, integration/moe_evidence.default_gemm); with the composite view or merge the host runs
+TensorRT-LLM's own CUTLASS MoE (docs/TRTLLM.md), priced from its kernel table (perf/kernel_tables.py) as before.
+
+A measurement is one *record* (`dwdp calibrate` writes one as the calibration file's `moe_op` key; a shipped table
+`dwdp_trtllm/data/moe_op/<gpu>.json` lists several under "records"; data/moe_op/README.md):
+
+    {"gemm": "multi_buffer", "weight_dtype": "fp8",
+     "model": {"name": "deepseek-r1", "hidden": 7168, "moe_inter": 2048, "experts": 256, "top_k": 8},
+     "split": {"dwdp_size": 8, "local_experts": 32, "slot_experts": 224},
+     "ms": {"balanced": [[4096, 5.36], [8192, 8.46], [16384, 15.14]], "power_law_1.01": [[4096, 6.04], ...]},
+     "source": {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07", "commit": "f9ac0a7", "command": "...",
+                "how": "..."}}
+
+`ms` rows: tokens entering the op on the rank (before top-k) -> ms per call, per routing (kernel_tables.DISTS names;
+`balanced` required). Lookup (`curve_ms`): log-log interpolation between rows; past the last row the last row's rate
+(constant ms per token, what the kernel tables do); below the first row the first row's time (the op's time does not
+fall with fewer tokens below the weight reads); outside the rows the cell is marked with its doublings from the
+nearest row, so the planner's range widens it (kernel_tables.EXTRAP_PER_DOUBLING). A routing the record lacks is
+its balanced row times TensorRT-LLM's own EP1 ratio of that routing to balanced (said in the label).
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..spec.schema import ConfigError
+from .kernel_tables import DISTS
+
+FORMAT = "dwdp-moe-op/1"
+#: gemm paths on which the TensorRT-LLM host runs this project's op on DWDP layers (integration/trtllm/moe_unit.py);
+#: composite_view and merge feed TensorRT-LLM's CUTLASS MoE (integration/moe_evidence.VIEW, gemm_choice.MERGE_WHAT)
+OUR_OP_GEMMS = ("multi_buffer",)
+GEMMS = ("multi_buffer", "composite_view", "merge")
+WEIGHT_DTYPES = ("fp8", "bf16")
+MODEL_KEYS = {"name": str, "hidden": int, "moe_inter": int, "experts": int, "top_k": int}
+SPLIT_KEYS = ("dwdp_size", "local_experts", "slot_experts")
+SOURCE_KEYS = ("gpu", "date", "commit", "command", "how", "host")
+#: the source fields a record must carry (provenance: where, when, which code, what ran)
+SOURCE_NEED = ("gpu", "date", "commit", "command")
+
+
+def _err(file: str, key: str, expected: str):
+    return ConfigError(file, key, expected)
+
+
+def _int(file: str, key: str, v: Any, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise _err(file, key, f"expected an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _rows(file: str, key: str, v: Any) -> tuple[tuple[float, float], ...]:
+    """[[tokens, ms], ...]: tokens integers >= 1, distinct; ms > 0 and finite; sorted by tokens."""
+    if not isinstance(v, list) or not v:
+        raise _err(file, key, f"expected a non-empty list of [tokens, ms] pairs, got {v!r}")
+    out = []
+    for i, p in enumerate(v):
+        if not isinstance(p, list) or len(p) != 2:
+            raise _err(file, f"{key}[{i}]", f"expected a pair [tokens, ms], got {p!r}")
+        t = _int(file, f"{key}[{i}][0]", p[0])
+        ms = p[1]
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not (0 < ms < float("inf")):
+            raise _err(file, f"{key}[{i}][1]", f"expected ms > 0, got {ms!r}")
+        out.append((float(t), float(ms)))
+    if len({t for t, _ in out}) != len(out):
+        raise _err(file, key, f"token counts must be distinct, got {[int(t) for t, _ in out]}")
+    return tuple(sorted(out))
+
+
+def _keys(file: str, key: str, v: Any, allowed, need=()) -> dict:
+    if not isinstance(v, dict):
+        raise _err(file, key, f"expected a mapping, got {v!r}")
+    for k in v:
+        if k not in allowed:
+            raise _err(file, f"{key}.{k}", f"unknown key; expected one of {', '.join(allowed)}")
+    for k in need:
+        if k not in v:
+            raise _err(file, f"{key}.{k}", "missing")
+    return v
+
+
+def parse_record(v: Any, file: str, key: str = "moe_op") -> dict:
+    """A validated record (module docstring), `ms` rows as sorted tuples; ConfigError naming file and dotted key."""
+    r = _keys(file, key, v, ("gemm", "weight_dtype", "model", "split", "ms", "source"),
+              need=("gemm", "weight_dtype", "model", "split", "ms", "source"))
+    if r["gemm"] not in GEMMS:
+        raise _err(file, f"{key}.gemm", f"expected one of {', '.join(GEMMS)}, got {r['gemm']!r}")
+    if r["weight_dtype"] not in WEIGHT_DTYPES:
+        raise _err(file, f"{key}.weight_dtype", f"expected one of {', '.join(WEIGHT_DTYPES)}, got {r['weight_dtype']!r}")
+    m = _keys(file, f"{key}.model", r["model"], tuple(MODEL_KEYS), need=tuple(MODEL_KEYS))
+    model = {}
+    for k, t in MODEL_KEYS.items():
+        model[k] = m[k] if t is str else _int(file, f"{key}.model.{k}", m[k])
+        if t is str and (not isinstance(m[k], str) or not m[k]):
+            raise _err(file, f"{key}.model.{k}", f"expected a non-empty string, got {m[k]!r}")
+    s = _keys(file, f"{key}.split", r["split"], SPLIT_KEYS, need=SPLIT_KEYS)
+    split = {k: _int(file, f"{key}.split.{k}", s[k], lo=0 if k == "slot_experts" else 1) for k in SPLIT_KEYS}
+    if split["local_experts"] + split["slot_experts"] != model["experts"]:
+        raise _err(file, f"{key}.split", f"local_experts + slot_experts must be the model's {model['experts']} "
+                                         f"experts, got {split['local_experts']} + {split['slot_experts']}")
+    ms = _keys(file, f"{key}.ms", r["ms"], DISTS, need=("balanced",))
+    src = _keys(file, f"{key}.source", r["source"], SOURCE_KEYS, need=SOURCE_NEED)
+    for k, x in src.items():
+        if not isinstance(x, str) or not x:
+            raise _err(file, f"{key}.source.{k}", f"expected a non-empty string, got {x!r}")
+    return {"gemm": r["gemm"], "weight_dtype": r["weight_dtype"], "model": model, "split": split,
+            "ms": {d: _rows(file, f"{key}.ms.{d}", x) for d, x in ms.items()}, "source": dict(src)}
+
+
+def record_json(rec: dict) -> dict:
+    """A parsed record back as JSON values (rows as [int tokens, ms] lists)."""
+    return {**rec, "ms": {d: [[int(t), ms] for t, ms in rows] for d, rows in rec["ms"].items()}}
+
+
+def curve_ms(rows, tokens) -> tuple[np.ndarray, np.ndarray]:
+    """(ms, doublings outside the rows) at `tokens` (elementwise): log-log between rows, the last row's rate past it,
+    the first row's time below it (module docstring)."""
+    xs = np.log([r[0] for r in rows])
+    ys = np.log([r[1] for r in rows])
+    t = np.maximum(np.asarray(tokens, float), 1.0)
+    lt = np.log(t)
+    inside = np.exp(np.interp(lt, xs, ys))  # np.interp clamps: the first row's time below it
+    x0, x1, y1 = rows[0][0], rows[-1][0], rows[-1][1]
+    ms = np.where(t > x1, y1 * t / x1, inside)
+    beyond = np.where(t > x1, np.log2(np.maximum(t, x1) / x1), np.where(t < x0, np.log2(x0 / np.minimum(t, x0)), 0.0))
+    return ms, beyond
+
+
+def model_dims(model) -> dict:
+    """A ModelSpec's dims as a record's `model` names them."""
+    return {"name": model.name, "hidden": model.hidden_size, "moe_inter": model.moe_intermediate,
+            "experts": model.num_experts, "top_k": model.top_k}
+
+
+def same_shape(rec: dict, model) -> bool:
+    """The record measured this model's expert shapes (the name is not compared: a config.json of R1's dims is R1)."""
+    d = model_dims(model)
+    return all(rec["model"][k] == d[k] for k in ("hidden", "moe_inter", "experts", "top_k"))
+
+
+def gpu_matches(device_name: str, gpu: str) -> bool:
+    """'NVIDIA H100 80GB HBM3' matches h100; 'NVIDIA GB200' matches gb200 but not b200 (calibration.device_matches)."""
+    from .calibration import device_matches
+    return device_matches(device_name, gpu)
+
+
+# ---- shipped tables ------------------------------------------------------------------------------------------------
+def package_table_path(gpu: str) -> Path | None:
+    """The shipped table for `gpu` (h100, h200), or None."""
+    p = resources.files("dwdp_trtllm") / "data" / "moe_op" / f"{gpu.lower()}.json"
+    return Path(str(p)) if p.is_file() else None
+
+
+def read_table(path: str | Path) -> dict:
+    """A table file {"format", "gpu", "records": [...]}, every record validated."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(str(p), "", f"not a readable moe-op table JSON ({e.__class__.__name__}: {e})") from None
+    return parse_table(data, str(p))
+
+
+def parse_table(data: Any, file: str) -> dict:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(file, "format", f"expected {FORMAT!r} (dwdp_trtllm/data/moe_op/README.md)")
+    _keys(file, "", data, ("format", "gpu", "about", "records"), need=("format", "gpu", "records"))
+    if not isinstance(data["records"], list) or not data["records"]:
+        raise ConfigError(file, "records", f"expected a non-empty list of records, got {data['records']!r}")
+    recs = [parse_record(r, file, f"records[{i}]") for i, r in enumerate(data["records"])]
+    for i, r in enumerate(recs):
+        if not gpu_matches(r["source"]["gpu"], data["gpu"]):
+            raise ConfigError(file, f"records[{i}].source.gpu", f"measured on {r['source']['gpu']}, in the "
+                                                                f"{data['gpu']} table")
+    return {**data, "records": recs}
+
+
+@functools.lru_cache(maxsize=16)
+def _shipped(gpu: str) -> tuple[dict, ...]:
+    p = package_table_path(gpu)
+    return tuple(read_table(p)["records"]) if p is not None else ()
+
+
+def table_with(record: dict, gpu: str, table: dict | None = None) -> dict:
+    """The table `gpu`'s file should hold with `record` in it: `table`'s records (read_table's) with the one of the
+    same (gemm, weight dtype, expert shapes) replaced, else appended. Raises ConfigError when the record was measured
+    on another GPU. What scripts/moe_op_table.py writes from a calibration file's moe_op record."""
+    if not gpu_matches(record["source"]["gpu"], gpu):
+        raise ConfigError(None, "moe_op.source.gpu", f"measured on {record['source']['gpu']}, not {gpu}")
+    key = lambda r: (r["gemm"], r["weight_dtype"], tuple(r["model"][k] for k in ("hidden", "moe_inter", "experts",  # noqa: E731
+                                                                                  "top_k")))
+    old = list((table or {}).get("records", ()))
+    recs = [r for r in old if key(r) != key(record)] + [record]
+    recs.sort(key=key)
+    about = (table or {}).get("about", "This project's whole routed-expert op, ms per call; dwdp_trtllm/data/moe_op/"
+                                        "README.md. Written by scripts/moe_op_table.py.")
+    return {"format": FORMAT, "gpu": gpu.lower(), "about": about, "records": [record_json(r) for r in recs]}
+
+
+def dumps_table(table: dict) -> str:
+    """A table as its file holds it: indented JSON with each [tokens, ms] row on one line."""
+    import re
+    text = json.dumps(table, indent=1)
+    return re.sub(r"\[\s+(\d+),\s+([-\d.eE+]+)\s+\]", r"[\1, \2]", text) + "\n"
+
+
+# ---- the op that prices DWDP's routed experts ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DwdpExpertOp:
+    """This project's op as one record prices it; `where`: the calibration file or the shipped table."""
+
+    record: dict
+    where: str
+
+    @property
+    def label(self) -> str:
+        r, s = self.record, self.record["source"]
+        sp = r["split"]
+        return (f"this project's op ({r['gemm']}, {r['weight_dtype']}, [{sp['local_experts']} local | "
+                f"{sp['slot_experts']} slot]; {self.where}: {s['gpu']}, {s['date']}, commit {s['commit']})")
+
+    def ms(self, dist: str, tokens, ratio_to_balanced=None) -> tuple[np.ndarray, np.ndarray]:
+        """(ms, doublings outside the rows) of one call at `tokens` with routing `dist`; a dist the record lacks is
+        its balanced row x ratio_to_balanced(tokens) (TensorRT-LLM's EP1 ratio; 1 without one)."""
+        rows = self.record["ms"].get(dist)
+        if rows is not None:
+            return curve_ms(rows, tokens)
+        ms, b = curve_ms(self.record["ms"]["balanced"], tokens)
+        return ms * (ratio_to_balanced(tokens) if ratio_to_balanced is not None else 1.0), b
+
+
+@dataclass(frozen=True)
+class ExpertPricing:
+    """How DWDP's routed experts are priced: `op` None = TensorRT-LLM's table; `why` one short phrase."""
+
+    op: DwdpExpertOp | None
+    why: str
+
+
+def dwdp_pricing(model, gpu: str, weight_dtype: str, gemm: str | None, calibration) -> ExpertPricing:
+    """Which op prices DWDP's routed experts for the TensorRT-LLM host running `gemm` (None: not known, TensorRT-LLM's
+    table): multi_buffer runs this project's op, from the calibration's `moe_op` record when it matches (gemm, dtype,
+    shapes), else the shipped table for `gpu`; other paths, or no measurement, TensorRT-LLM's table. A record measured
+    on another GPU than `gpu` is refused (ConfigError naming the file and key), never used."""
+    if gemm not in OUR_OP_GEMMS:
+        return ExpertPricing(None, f"gemm {gemm} runs TensorRT-LLM's CUTLASS MoE" if gemm else
+                             "TensorRT-LLM's CUTLASS MoE (no gemm)")
+    rec = getattr(calibration, "moe_op", None) or None
+    skipped = ""
+    if rec:
+        file = next((f for f in reversed(calibration.sources) if f), "the calibration")
+        dev = rec["source"]["gpu"]
+        if not gpu_matches(dev, gpu):
+            raise ConfigError(file, "moe_op.source.gpu", f"measured on {dev}, not this plan's --gpu {gpu}: calibrate "
+                                                         "on the GPU you plan for, or leave this file out")
+        if rec["gemm"] == gemm and rec["weight_dtype"] == weight_dtype and same_shape(rec, model):
+            return ExpertPricing(DwdpExpertOp(rec, f"calibration {file}"), "")
+        skipped = (f"the calibration's moe_op is {rec['weight_dtype']} {rec['gemm']} on {rec['model']['name']}'s "
+                   f"shapes, not this plan's; ")
+    for r in _shipped(gpu.lower()):
+        if r["gemm"] == gemm and r["weight_dtype"] == weight_dtype and same_shape(r, model):
+            return ExpertPricing(DwdpExpertOp(r, f"shipped table data/moe_op/{gpu.lower()}.json"), skipped)
+    return ExpertPricing(None, f"{skipped}no measurement of this project's op ({weight_dtype}, {model.name}'s shapes) "
+                               f"on {gpu}: TensorRT-LLM's CUTLASS MoE table")
+
+
+__all__ = ["DwdpExpertOp", "ExpertPricing", "FORMAT", "OUR_OP_GEMMS", "curve_ms", "dwdp_pricing", "model_dims",
+           "dumps_table", "package_table_path", "parse_record", "read_table", "record_json", "table_with"]
