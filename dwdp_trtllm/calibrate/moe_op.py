@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..core.placement import make_placement
-from ..perf.moe_op import model_dims
+from ..perf.moe_op_record import model_dims
 
 #: the routings measured: exactly balanced rows per expert (as the GEMM-only step and the tables' `balanced` rows)
 #: and aiconfigurator's power_law_1.01 (spec/routing_skew.py, steered by the engine's router.skew_select)

@@ -63,6 +63,7 @@ from ..spec.schema import ConfigError
 from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, parse_detail
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
+from .moe_op_record import parse_record
 
 Points = tuple[tuple[float, float], ...]
 
@@ -244,7 +245,6 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
             raise ConfigError(file, "contention_slowdown", f"expected a mapping with keys sliced and/or unsliced, got {c!r}")
         kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, lo=1.0, lo_incl=True) for k, v in c.items()}
     if "moe_op" in data:
-        from .moe_op import parse_record  # moe_op reads calibration.device_matches: imported here, not at the top
         kw["moe_op"] = parse_record(data["moe_op"], file)
     for k, allowed in (("floor_tflops", FLOOR_RATE_KEYS), ("engine_over_floor", ENGINE_PHASES)):
         if k in data:
