@@ -169,8 +169,7 @@ def dwdp_pricing(model, gpu: str, weight_dtype: str, gemm: str | None, calibrati
     shapes), else the shipped table for `gpu`; other paths, or no measurement, TensorRT-LLM's table. A record measured
     on another GPU than `gpu` is refused (ConfigError naming the file and key), never used."""
     if gemm not in OUR_OP_GEMMS:
-        return ExpertPricing(None, f"gemm {gemm} runs TensorRT-LLM's CUTLASS MoE" if gemm else
-                             "TensorRT-LLM's CUTLASS MoE (no gemm)")
+        return ExpertPricing(None, "")  # the host runs TensorRT-LLM's CUTLASS MoE on this path (or it is not known)
     rec = getattr(calibration, "moe_op", None) or None
     skipped = ""
     if rec:
@@ -187,7 +186,7 @@ def dwdp_pricing(model, gpu: str, weight_dtype: str, gemm: str | None, calibrati
         if r["gemm"] == gemm and r["weight_dtype"] == weight_dtype and same_shape(r, model):
             return ExpertPricing(DwdpExpertOp(r, f"shipped table data/moe_op/{gpu.lower()}.json"), skipped)
     return ExpertPricing(None, f"{skipped}no measurement of this project's op ({weight_dtype}, {model.name}'s shapes) "
-                               f"on {gpu}: TensorRT-LLM's CUTLASS MoE table")
+                               f"on {gpu}")
 
 
 __all__ = ["DwdpExpertOp", "ExpertPricing", "FORMAT", "GEMMS", "OUR_OP_GEMMS", "curve_ms", "dwdp_pricing", "model_dims",

@@ -121,8 +121,8 @@ def test_the_plans_text_names_the_op_of_each_side(capsys, tmp_path, monkeypatch)
                          "published grouped-GEMM rates")
     assert main(["plan", *R1, *ONE_8K, "--gemm", "merge", "--dep", "trtllm"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("experts: "))
-    assert line == ("experts: DWDP TensorRT-LLM's CUTLASS MoE table at EP1; gemm merge (--gemm); gemm merge runs "
-                    "TensorRT-LLM's CUTLASS MoE; DEP TensorRT-LLM's CUTLASS MoE table at EP=G")
+    assert line == ("experts: DWDP TensorRT-LLM's CUTLASS MoE table at EP1; gemm merge (--gemm); DEP TensorRT-LLM's "
+                    "CUTLASS MoE table at EP=G")
     assert main(["plan", *R1, *ONE_8K, "--target", "engine", "--no-bench-results"]) == 0
     assert "experts: " not in capsys.readouterr().out  # the engine's cost model prices both sides
 
