@@ -19,9 +19,9 @@ A measurement is one *record* (`dwdp calibrate` writes one as the calibration fi
 
 `ms` rows: tokens entering the op on the rank (before top-k) -> ms per call, per routing (kernel_tables.DISTS names;
 `balanced` required). Lookup (`curve_ms`): log-log interpolation between rows; past the last row the last row's rate
-(constant ms per token, what the kernel tables do); below the first row the first row's time (the op's time does not
-fall with fewer tokens below the weight reads); outside the rows the cell is marked with its doublings from the
-nearest row, so the planner's range widens it (kernel_tables.EXTRAP_PER_DOUBLING). A routing the record lacks is
+(constant ms per token, what the kernel tables do), marked with its doublings past the row so the planner's range
+widens it (kernel_tables.EXTRAP_PER_DOUBLING); below the first row the first row's time, unmarked as the kernel
+tables' latency floor is: an upper bound, since the op's time grows with its tokens (DWDP's worse side). A routing the record lacks is
 its balanced row times TensorRT-LLM's own EP1 ratio of that routing to balanced (said in the label).
 """
 from __future__ import annotations
@@ -46,16 +46,16 @@ OUR_OP_GEMMS = ("multi_buffer",)
 
 
 def curve_ms(rows, tokens) -> tuple[np.ndarray, np.ndarray]:
-    """(ms, doublings outside the rows) at `tokens` (elementwise): log-log between rows, the last row's rate past it,
-    the first row's time below it (module docstring)."""
+    """(ms, doublings past the last row) at `tokens` (elementwise): log-log between rows, the last row's rate past it
+    (marked), the first row's time below it (an upper bound: not marked, as the kernel tables' latency floor)."""
     xs = np.log([r[0] for r in rows])
     ys = np.log([r[1] for r in rows])
     t = np.maximum(np.asarray(tokens, float), 1.0)
     lt = np.log(t)
     inside = np.exp(np.interp(lt, xs, ys))  # np.interp clamps: the first row's time below it
-    x0, x1, y1 = rows[0][0], rows[-1][0], rows[-1][1]
+    x1, y1 = rows[-1][0], rows[-1][1]
     ms = np.where(t > x1, y1 * t / x1, inside)
-    beyond = np.where(t > x1, np.log2(np.maximum(t, x1) / x1), np.where(t < x0, np.log2(x0 / np.minimum(t, x0)), 0.0))
+    beyond = np.where(t > x1, np.log2(np.maximum(t, x1) / x1), 0.0)
     return ms, beyond
 
 
