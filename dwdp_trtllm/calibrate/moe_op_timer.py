@@ -30,6 +30,14 @@ def _experts(E: int, N: int, D: int, fp8: bool, dev, g):
     return w, torch.rand(E, -(-N // 128), -(-D // 128), device=dev, generator=g) * 1e-3 + 1e-4
 
 
+def _rows(w, experts: list[int]):
+    """w[experts] as a new contiguous tensor (FP8 rows moved as bytes: index kernels lack float8 on some devices)."""
+    idx = torch.tensor(experts, device=w.device)
+    if w.dtype == torch.float8_e4m3fn:
+        return w.view(torch.uint8).index_select(0, idx).view(w.dtype).contiguous()
+    return w.index_select(0, idx).contiguous()
+
+
 class EngineMoeOp:
     """MoeOpTimer of engine/moe_compute.routed_experts_forward with `gemm` over DWDP rank 0's buffers."""
 
@@ -51,8 +59,8 @@ class EngineMoeOp:
             order = [o for o in order if o]  # G = 1: no slot
             self.idx_E = torch.tensor([b for b, _ in loc], dtype=torch.int32, device=device)
             self.row_E = torch.tensor([r for _, r in loc], dtype=torch.int32, device=device)
-            self.bufs = {k: ([w[o].contiguous() for o in order], [s[o].contiguous() for o in order] if s is not None
-                             else None) for k, (w, s) in full.items()}
+            self.bufs = {k: ([_rows(w, o) for o in order], [_rows(s, o) for o in order] if s is not None else None)
+                         for k, (w, s) in full.items()}
         del full
         self._gen = torch.Generator(device=device).manual_seed(1)
 

@@ -70,3 +70,20 @@ def test_the_timed_call_is_the_engines_op_over_those_buffers(gemm):
     want = routed_experts_forward(x, ids, w, [full["w13"]], [full["w2"]], idx, row, gemm="reference")
     assert y.shape == (32, TINY.hidden_size)
     torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_fp8_experts_split_over_local_and_slot_give_the_one_range_result():
+    """FP8 block-scale experts (the calibration's GPU case, on CPU shapes of 128-multiples): multi_buffer over
+    [2 local | 14 slot] computes exactly what the same op over one expert-ordered range (the composite view) does."""
+    import dataclasses
+    sp = dataclasses.replace(TINY, hidden_size=256, moe_intermediate=128)
+    outs = {}
+    for gemm in ("multi_buffer", "composite_view"):
+        calls = []
+        op = EngineMoeOp(sp, "fp8", gemm, 8, torch.device("cpu"), lambda fn: (calls.append(fn()), 1.0)[1])
+        assert op.bufs["w13"][0][0].dtype == torch.float8_e4m3fn and op.bufs["w13"][1] is not None
+        op.time_ms(48, "power_law_1.01")
+        outs[gemm] = calls[0]
+    assert [w.shape[0] for w in EngineMoeOp(sp, "fp8", "multi_buffer", 8, torch.device("cpu"),
+                                            lambda fn: 0.0).bufs["w2"][0]] == [2, 14]
+    assert torch.equal(outs["multi_buffer"], outs["composite_view"])
