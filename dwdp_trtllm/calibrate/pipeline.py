@@ -19,7 +19,7 @@ from ..core.expert_buffers import expert_layout
 from ..spec.models import ModelSpec
 from ..perf.calibration_detail import FUNCTIONAL, SCHEMA_VERSION
 from ..perf.uncertainty import PRIOR_SOURCES
-from . import dep_comm, interference, kernels, peer
+from . import dep_comm, interference, kernels, moe_op, peer
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 #: dispatch activations' bytes per element (FP8: `dwdp plan`'s default --dispatch-dtype; combine is BF16)
@@ -40,16 +40,18 @@ class Shapes:
     memory_bytes: int  # bytes of each operand of the memory-bound kernel (HBM, interference)
     group_experts: int  # routed experts of the group pull's layer
     reps: int
+    moe_tokens: tuple[int, ...] = ()  # tokens per call of the whole routed-expert op (calibrate/moe_op.py)
 
 
 def shapes_for(device: str, quick: bool, spec: ModelSpec) -> Shapes:
     if device == "cpu":  # a functional check: tiny sizes, the same code paths
-        return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, 4 * MiB, 1 * MiB, spec.num_experts, 2)
+        return Shapes((64, 128), (64, 128), (0, 64 * KiB), 1 * MiB, 4 * MiB, 1 * MiB, spec.num_experts, 2, (64, 128))
     if quick:
         return Shapes((8192,), (4096, 8192), (0, 2 * MiB), 256 * MiB, QUICK_MAX_PULL_BYTES,
-                      interference.MEMORY_BOUND_BYTES, min(spec.num_experts, 64), 3)
+                      interference.MEMORY_BOUND_BYTES, min(spec.num_experts, 64), 3, (8192, 16384))
     return Shapes((4096, 8192, 16384), (2048, 4096, 8192, 16384), (0, 512 * KiB, 2 * MiB, 8 * MiB), 1 * GiB,
-                  interference.MAX_PULL_BYTES, interference.MEMORY_BOUND_BYTES, spec.num_experts, 5)
+                  interference.MAX_PULL_BYTES, interference.MEMORY_BOUND_BYTES, spec.num_experts, 5,
+                  (4096, 8192, 16384, 32768))
 
 
 def slice_text(sizes: tuple[int, ...]) -> str:
@@ -69,6 +71,9 @@ class Tools:
     deepep: bool = False  # deep_ep importable
     trtllm: bool = False  # tensorrt_llm importable (found, not imported: only integration/trtllm/ imports it)
     memory_bound: Callable = interference.memory_bound_fn  # (device, bytes) -> the memory-bound kernel's closure
+    #: (weight dtype, gemm, dwdp_size) -> calibrate/moe_op.MoeOpTimer of the whole routed-expert op; None: not timed
+    moe_op: Callable | None = None
+    commit: Callable[[], str] = lambda: code_commit()  # the package's commit (the moe_op record's source)
 
 
 def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
@@ -79,7 +84,12 @@ def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
     from .machine import read_machine
 
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
-    return Tools(copy_timer=lambda: SchedulerCopyTimer(device, gpus, reps=reps),
+    def moe_op_timer(wd, gemm, group):
+        from .moe_op_timer import EngineMoeOp
+        ft = FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps)  # its time_ms: CUDA events, median after warm-up
+        return EngineMoeOp(spec, wd, gemm, group, dev, ft.time_ms)
+
+    return Tools(copy_timer=lambda: SchedulerCopyTimer(device, gpus, reps=reps), moe_op=moe_op_timer,
                  floor_timer=lambda wd: FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps, fp8_linear=wd == "fp8"),
                  a2a_timer=dep_comm.SpawnA2aTimer(device, reps=reps),
                  machine=lambda: read_machine(device, gpus), deepep=dep_comm.deepep_installed(),
@@ -107,8 +117,24 @@ PRIOR = {  # where the planner's value comes from when the file does not set the
 }
 
 
-def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus: int) -> tuple[list[Step], dict]:
-    """(steps to run, {key: {prior, why}} for what this node cannot measure)."""
+def code_commit() -> str:
+    """`git rev-parse --short HEAD` of the checkout this package runs from (bounded), else why it is not known."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({type(e).__name__})"
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "unknown (not a git checkout)"
+
+
+def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus: int, *, gemm: str | None = None,
+               dwdp_size: int = 8, command: str = "dwdp calibrate", machine: dict | None = None) -> tuple[list[Step], dict]:
+    """(steps to run, {key: {prior, why}} for what this node cannot measure). gemm: the whole routed-expert op's
+    path (commands/calibrate: --gemm, else moe_evidence.default_gemm for the weights and GPU); None: not timed.
+    machine: the run's measured_on (the op's record names its GPU, time and host)."""
     steps, priors = [], {}
     one, many = ("one GPU", f"{gpus} GPUs") if device == "cuda" else ("the CPU", f"{gpus} logical ranks on the CPU")
     wdts = ("bf16", "fp8") if device == "cuda" else ("bf16",)
@@ -136,6 +162,11 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
                           + (", FP8 block-scale linear layers)" if wd == "fp8" else ")") + "; TensorRT-LLM's kernels "
                           + ("not timed by this version" if tools.trtllm else "not timed: tensorrt_llm not installed"),
                           kernels_step(wd)))
+    if gemm is not None and tools.moe_op is not None:
+        steps.append(_moe_op_step(tools, spec, shapes, one, main, gemm, dwdp_size, command, machine))
+    else:
+        priors["moe_op"] = {"prior": "TensorRT-LLM's CUTLASS MoE table, or the op's table shipped for the GPU "
+                                     "(dwdp_trtllm/data/moe_op)", "why": "no routed-expert op timer in this run"}
     if gpus < 2:
         alone = "one GPU" if device == "cuda" else "one rank"
         why = f"{alone}: no peer to copy from (a same-device copy is not a peer copy)"
@@ -201,6 +232,29 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
     return steps, priors
 
 
+def _moe_op_step(tools: Tools, spec: ModelSpec, shapes: Shapes, one: str, wd: str, gemm: str, dwdp_size: int,
+                 command: str, machine: dict | None) -> Step:
+    """The whole routed-expert op (calibrate/moe_op.py) at shapes.moe_tokens, balanced and power_law_1.01."""
+    sp = moe_op.split_record(spec, dwdp_size)
+    bufs = ("one [E, ...] range (the composite view)" if gemm == "composite_view" else
+            f"[{sp['local_experts']} local | {sp['slot_experts']} slot] as DWDP rank 0 of {dwdp_size} holds them")
+    how = (f"calibrate/moe_op.py: engine/moe_compute.routed_experts_forward (sort, gather + quantisation, GEMM1, "
+           f"SwiGLU + quantisation, GEMM2, combine), gemm {gemm}, {wd} experts of {spec.name} over {bufs}, on {one} "
+           f"at tokens {list(shapes.moe_tokens)}, routing {' and '.join(moe_op.ROUTINGS)}")
+
+    def run():
+        m = machine or tools.machine()
+        timer = tools.moe_op(wd, gemm, dwdp_size)
+        try:
+            src = {"gpu": m.get("gpu_name", "unknown"), "date": m["at"], "commit": tools.commit(), "command": command,
+                   "how": how, "host": m["host"]}
+            return {"moe_op": moe_op.moe_op_record(timer, spec, tokens=shapes.moe_tokens, gemm=gemm, weight_dtype=wd,
+                                                   dwdp_size=dwdp_size, source=src)}
+        finally:
+            timer.release()
+    return Step(f"whole routed-expert op ({gemm}, {wd})", how, run)
+
+
 class StepFailed(RuntimeError):
     def __init__(self, step: str, exc: BaseException):
         super().__init__(f"{step}: {type(exc).__name__}: {exc}")
@@ -208,10 +262,11 @@ class StepFailed(RuntimeError):
 
 
 def run_calibration(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus: int,
-                    progress: Callable[[int, int, str, float | None], None]) -> dict:
-    """The calibration file's data. progress(i, n, name, seconds): seconds None when step i starts."""
+                    progress: Callable[[int, int, str, float | None], None], **op) -> dict:
+    """The calibration file's data. progress(i, n, name, seconds): seconds None when step i starts. op: plan_steps'
+    gemm, dwdp_size and command of the whole routed-expert op."""
     machine = tools.machine()
-    steps, priors = plan_steps(tools, spec, shapes, device, gpus)
+    steps, priors = plan_steps(tools, spec, shapes, device, gpus, machine=machine, **op)
     values: dict = {}
     provenance: dict = {}
     for i, step in enumerate(steps, 1):

@@ -1,9 +1,10 @@
 """`dwdp calibrate`: measure on this node what `dwdp plan` assumes and write one calibration file (docs/CALIBRATION.md).
 
-    dwdp calibrate [--out FILE] [--quick] [--gpus N] [--device cuda|cpu] [--model PRESET]
+    dwdp calibrate [--out FILE] [--quick] [--gpus N] [--device cuda|cpu] [--model PRESET] [--gemm PATH] [--dwdp-size G]
 
 On 2-8 GPUs it measures peer pulls (per pair, sliced and unsliced, many-to-one, the whole group at once), copies
-beside each compute phase, one GPU's kernels at the planned shapes and DEP's dispatch all-to-all (NCCL); on one GPU
+beside each compute phase, one GPU's kernels at the planned shapes (and the whole routed-expert op a DWDP rank runs:
+the `moe_op` record `dwdp plan` prices DWDP's experts with) and DEP's dispatch all-to-all (NCCL); on one GPU
 the peer and all-to-all inputs stay priors and the file says so. `--device cpu` runs the same pipeline as a functional
 check: its file is labelled "CPU: functional, not a calibration" and `dwdp plan --calibration` refuses it.
 The file is written only when every step finished (atomically: Ctrl-C or a failing step leaves no file).
@@ -17,6 +18,10 @@ from ..spec.schema import ConfigError
 
 #: the largest node dwdp calibrate measures (one HGX board)
 MAX_GPUS = 8
+#: the engine's expert paths the whole routed-expert op is timed on (perf/moe_op.GEMMS; engine/moe_compute.PLUGIN_PATHS)
+GEMMS = ("multi_buffer", "composite_view", "merge")
+#: the DWDP group whose rank's buffers the op reads by default (the flagship 8-GPU group)
+DEFAULT_DWDP_SIZE = 8
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +36,38 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda", help="cuda (a calibration) or cpu (a functional check of the pipeline)")
     p.add_argument("--model", default=None, help=f"shapes to measure at: a preset ({', '.join(sorted(PRESETS))}) "
                                                  "(default deepseek-r1; --device cpu: tiny)")
+    p.add_argument("--gemm", default=None, help=f"the expert path the whole routed-expert op is timed on: "
+                                                f"{' | '.join(GEMMS)} (default: the TensorRT-LLM adapter's for the "
+                                                "weights and GPU, moe_evidence.default_gemm: multi_buffer for fp8 on "
+                                                "sm_90; --device cpu: composite_view)")
+    p.add_argument("--dwdp-size", type=int, default=DEFAULT_DWDP_SIZE,
+                   help="G of the DWDP group whose rank 0's [local | slot] buffers the op reads (default "
+                        f"{DEFAULT_DWDP_SIZE}: 32 local + 224 slot experts of DeepSeek-R1)")
     return p
+
+
+def op_args(args, device: str, spec) -> dict:
+    """run_calibration's gemm, dwdp_size and command for the whole routed-expert op; a bad --gemm / --dwdp-size
+    raises ConfigError naming it. Default gemm: moe_evidence.default_gemm for the run's main weight dtype (fp8 on
+    CUDA, bf16 on the CPU) and the GPU's compute capability."""
+    if args.gemm is not None and args.gemm not in GEMMS:
+        raise ConfigError(None, "--gemm", f"expected one of {', '.join(GEMMS)}, got {args.gemm!r}")
+    if not 1 <= args.dwdp_size <= spec.num_experts:
+        raise ConfigError(None, "--dwdp-size", f"expected an integer in [1, {spec.num_experts}] ({spec.name}'s "
+                                               f"experts), got {args.dwdp_size}")
+    gemm = args.gemm
+    if gemm is None:
+        from ..integration.moe_evidence import default_gemm
+        sm = None
+        if device == "cuda":
+            import torch
+            major, minor = torch.cuda.get_device_capability(0)
+            sm = major * 10 + minor
+        gemm = default_gemm("fp8" if device == "cuda" else "bf16", sm)
+    cmd = ["dwdp calibrate", f"--device {device}", f"--model {spec.name}", f"--gemm {gemm}",
+           f"--dwdp-size {args.dwdp_size}"] + (["--quick"] if args.quick else []) + (
+        [f"--gpus {args.gpus}"] if args.gpus is not None else [])
+    return {"gemm": gemm, "dwdp_size": args.dwdp_size, "command": " ".join(cmd)}
 
 
 def check_args(args) -> tuple[str, int, object]:
@@ -66,6 +102,7 @@ def run(args, tools=None) -> int:
 
     device, gpus, spec = check_args(args)
     out = check_out_file(args.out, "--out", suffixes=(".json",))
+    op = op_args(args, device, spec)
     shapes = shapes_for(device, args.quick, spec)
     tools = tools or real_tools(device, gpus, spec, shapes.reps)
     con = Console(highlight=False, soft_wrap=True)
@@ -83,7 +120,7 @@ def run(args, tools=None) -> int:
             live.append(con.status(f"measuring: {name}"))
             live[-1].start()
     try:
-        data = run_calibration(tools, spec, shapes, device, gpus, progress)
+        data = run_calibration(tools, spec, shapes, device, gpus, progress, **op)
     except StepFailed as e:
         con.print(f"dwdp calibrate: measurement failed in step {e}; nothing written to {out}")
         return 1

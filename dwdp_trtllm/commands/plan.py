@@ -19,6 +19,8 @@ from .deploy_args import gpu_budget_bytes
 DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
 #: perf.dep_variants.VARIANTS, likewise
 DEP_VARIANTS = ("trtllm", "deepep_deepgemm")
+#: perf.moe_op.GEMMS, likewise: the TensorRT-LLM host's expert paths on DWDP layers
+GEMMS = ("multi_buffer", "composite_view", "merge")
 
 #: --interference of `dwdp plan` and `dwdp validate-plan` lies in [1, INTERFERENCE_MAX): a slowdown of compute overlapped
 #: with copies of 100x or more describes no GPU (the paper's priors are below 1.5x); one bound for both commands
@@ -98,6 +100,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="the DEP you would otherwise run: trtllm (TensorRT-LLM's CUTLASS fp8_block MoE + its "
                         "communication) or deepep_deepgemm (DeepEP + DeepGEMM, what SGLang deploys on Hopper; FP8 "
                         "experts on H100/H200). Default: every one that applies, one table and verdict each")
+    g.add_argument("--gemm", default=None, choices=GEMMS,
+                   help="the expert path the TensorRT-LLM host runs on DWDP layers (the integration YAML's gemm): "
+                        "multi_buffer runs this project's routed-expert op, priced from a calibration's moe_op record "
+                        "or the table shipped for the GPU; composite_view and merge run TensorRT-LLM's CUTLASS MoE, "
+                        "priced from its kernel table. Default: the adapter's default for the weights and GPU "
+                        "(moe_evidence.default_gemm: multi_buffer for fp8 on h100/h200)")
     g.add_argument("--a2a-dedup", action="store_true",
                    help="DEP sends a token once per remote rank (DeepEP-style) instead of once per remote top-k expert")
     g = p.add_argument_group("candidates")
@@ -308,7 +316,9 @@ def build_spec(args, *, gpu_name: str | None = None):
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
         a2a_dedup=args.a2a_dedup, interference=args.interference, calibration=cal, gpu_memory_gb=args.gpu_memory_gb,
-        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm, not_priced=unpriced)
+        samples=args.samples, seed=args.seed, dep_comm=args.dep_comm, not_priced=unpriced,
+        **dwdp_gemm(args, gpu.name))
+    spec.dwdp_experts  # noqa: B018 - a calibration's moe_op record from another GPU is refused here (exit 2)
     from ..perf.dep_variants import applies, variants
     if args.dep == "deepep_deepgemm" and not applies(spec):
         raise ConfigError(None, "--dep", f"deepep_deepgemm is priced for fp8 experts on {' or '.join(('h100', 'h200'))} "
@@ -316,6 +326,16 @@ def build_spec(args, *, gpu_name: str | None = None):
     spec = dataclasses.replace(spec, dep_variants=variants(spec, args.dep))
     check_candidates(spec)
     return spec
+
+
+def dwdp_gemm(args, gpu_name: str) -> dict:
+    """PlanSpec's gemm and gemm_how: --gemm, else the path the TensorRT-LLM adapter takes first for these weights on
+    this GPU (integration/moe_evidence.priced_gemm, as plan-placement and gen-config price it)."""
+    if args.gemm is not None:
+        return {"gemm": args.gemm, "gemm_how": "--gemm"}
+    from ..integration.moe_evidence import priced_gemm
+    g, how = priced_gemm(args.weight_dtype, gpu_name)
+    return {"gemm": g, "gemm_how": how}
 
 
 def linear_layers_said(cal, weight_dtype: str):

@@ -62,6 +62,32 @@ def describe_pricing(spec, rows=()) -> str:
         f"{head}; DEP communication {', '.join(dep_comm_paths(spec, rows))}"
 
 
+#: what prices DEP's routed experts per DEP variant (perf/phases.trtllm_phases, perf/dep_variants.py)
+DEP_EXPERTS = {"trtllm": "TensorRT-LLM's CUTLASS MoE table at EP=G",
+               "deepep_deepgemm": "DeepGEMM's published grouped-GEMM rates"}
+
+
+def experts_pricing(spec) -> dict | None:
+    """{dwdp, dep: {variant: ...}}: which op priced each side's routed experts (target trtllm with its tables; None
+    otherwise: the engine's cost model prices both)."""
+    if spec.tables is None:
+        return None
+    p = spec.dwdp_experts
+    gemm = f"gemm {spec.gemm}" + (f" ({spec.gemm_how})" if spec.gemm_how else "") if spec.gemm else "gemm not known"
+    dwdp = p.op.label if p.op is not None else "TensorRT-LLM's CUTLASS MoE table at EP1"
+    return {"dwdp": f"{dwdp}; {gemm}" + (f"; {p.why}" if p.why else ""),
+            "dep": {v: DEP_EXPERTS[v] for v in spec.dep_variants}}
+
+
+def experts_line(spec) -> str | None:
+    """'experts: DWDP <op>; DEP <op per variant>' (one line; None where the engine's cost model prices both)."""
+    e = experts_pricing(spec)
+    if e is None:
+        return None
+    deps = "; ".join(f"DEP ({v}) {x}" if len(e["dep"]) > 1 else f"DEP {x}" for v, x in e["dep"].items())
+    return f"experts: DWDP {e['dwdp']}; {deps}"
+
+
 def interference_line(spec) -> str:
     from ..perf.uncertainty import PRIORS
     over = spec.interference if spec.interference is not None else spec.calibration.interference
@@ -92,7 +118,7 @@ def plan_json(spec, rows, recs: dict, root: Path | None = None) -> dict:
     from ..deploy.memory import UNIT
     from ..perf import inputs
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
-            "interference": interference_line(spec), "inputs": inputs.to_dict(spec), "not_priced": list(spec.not_priced), "routing_skew": rows[0].routing_skew if rows else "none",
+            "interference": interference_line(spec), "experts": experts_pricing(spec), "inputs": inputs.to_dict(spec), "not_priced": list(spec.not_priced), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
             "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
@@ -176,6 +202,8 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
         con.print(_table(spec, rs, wide))
     say(LEGEND)
     say(inputs.line(spec, rows))
+    if (ex := experts_line(spec)) is not None:
+        say(ex)
     say(not_priced_line(spec))
     for v, rs in by_variant.items():
         say(f"priced{f' ({v}: {LABELS[v]})' if several else ''}: {describe_pricing(spec, rs)}")

@@ -16,9 +16,13 @@ Calibration file (strict; every key optional, unknown keys are errors naming fil
       "floor_tflops": {"attention_proj": 650.0, "attention_core": 500.0, "expert_gemm_bf16": 560.0, "expert_gemm_fp8": 900.0, "other": 650.0},
                                                        # stock-kernel floor rates per phase, the same at every size
                                                        # (win over floor runs)
-      "engine_over_floor": {"attention": 1.1, "expert_gemm": 1.05, "other": 1.2}
+      "engine_over_floor": {"attention": 1.1, "expert_gemm": 1.05, "other": 1.2},
                                                        # the engine's measured / floor time per phase, the same at
                                                        # every size (win over floor runs)
+      "moe_op": {...}                                  # this project's whole routed-expert op, ms per call per
+                                                       # (routing, tokens), its gemm path, buffer split and source
+                                                       # (perf/moe_op.py; `dwdp plan --target trtllm` prices DWDP's
+                                                       # experts with it under gemm multi_buffer)
     }
 
 Schema 2 (`dwdp calibrate`, docs/CALIBRATION.md) adds `schema_version`, `measured_on` (host, time, GPU, driver, torch,
@@ -59,12 +63,13 @@ from ..spec.schema import ConfigError
 from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, parse_detail
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
+from .moe_op_record import parse_record
 
 Points = tuple[tuple[float, float], ...]
 
 _KEYS = ("gpu", "grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps", "peer_copy_gbps",
          "slice_efficiency", "all_to_all_gbps", "interference", "contention_slowdown", "floor_tflops",
-         "engine_over_floor") + DETAIL_KEYS
+         "engine_over_floor", "moe_op") + DETAIL_KEYS
 FLOOR_RATE_KEYS = ("attention_proj", "attention_core", "expert_gemm_bf16", "expert_gemm_fp8", "expert_gemm_nvfp4", "other")
 
 
@@ -99,6 +104,8 @@ class Calibration:
     interference_by_phase: dict[str, float] = field(default_factory=dict)
     copy_slowdown_by_phase: dict[str, float] = field(default_factory=dict)
     dep_comm: dict[str, dict] = field(default_factory=dict)
+    # this project's whole routed-expert op, ms per call (perf/moe_op.py's record; `dwdp calibrate`'s moe_op step)
+    moe_op: dict = field(default_factory=dict)
 
     def measured(self, key: str) -> bool:
         """Whether this calibration sets `key` (a file key, e.g. peer_copy_gbps): the planner's test of measured."""
@@ -160,7 +167,7 @@ class Calibration:
                 kw[f.name] = a + b
             elif f.name == "schema_version":
                 kw[f.name] = max(a, b)
-            elif f.name == "measured_on":  # one machine's record, never a mix of two
+            elif f.name in ("measured_on", "moe_op"):  # one machine's record, never a mix of two
                 kw[f.name] = b or a
             elif f.name == "provenance":  # a key's provenance follows the value that wins
                 kw[f.name] = {k: (b[k] if k in b and other.measured(k) else a[k] if k in a and self.measured(k)
@@ -237,6 +244,8 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         if not isinstance(c, dict) or not c or set(c) - {"sliced", "unsliced"}:
             raise ConfigError(file, "contention_slowdown", f"expected a mapping with keys sliced and/or unsliced, got {c!r}")
         kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, lo=1.0, lo_incl=True) for k, v in c.items()}
+    if "moe_op" in data:
+        kw["moe_op"] = parse_record(data["moe_op"], file)
     for k, allowed in (("floor_tflops", FLOOR_RATE_KEYS), ("engine_over_floor", ENGINE_PHASES)):
         if k in data:
             c = data[k]

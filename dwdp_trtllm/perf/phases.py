@@ -152,9 +152,10 @@ def _gemms(t: ShapeTables, ops, dtype: str, m, beyond: dict, key: str):
 
 
 def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: IterationLoad, group: int, isl: int,
-                  skew: Skew, dep_comm: str = "allgather_reducescatter") -> Phases:
+                  skew: Skew, dep_comm: str = "allgather_reducescatter", dwdp_op=None) -> Phases:
     """TensorRT-LLM's kernels from the tables (module docstring); DEP communication on `dep_comm`, the other path
-    kept as comm_alt_S (the range's DEP-fast end takes the faster of the two)."""
+    kept as comm_alt_S (the range's DEP-fast end takes the faster of the two). dwdp_op (perf/moe_op.DwdpExpertOp):
+    the op the host runs on DWDP layers when it is this project's (gemm multi_buffer), else None: the table's EP1 row."""
     tokens_SR = load.tokens_SR
     beyond: dict = {}
     dt = weight_dtype
@@ -177,7 +178,14 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
     moe_dt = dt if t.moe_eps(dt) else None
     if moe_dt is None:
         raise ValueError(f"no {dt} MoE rows")
-    dwdp_ms, b_dwdp = t.moe_ms(moe_dt, 1, skew.dist, tokens_SR)
+    if dwdp_op is None:
+        dwdp_ms, b_dwdp = t.moe_ms(moe_dt, 1, skew.dist, tokens_SR)
+        dwdp_key = "routed experts (DWDP, EP1)"
+    else:  # a routing the record lacks: its balanced row x the table's EP1 ratio of that routing to balanced
+        def ratio(x):
+            return t.moe_ms(moe_dt, 1, skew.dist, x)[0] / t.moe_ms(moe_dt, 1, "balanced", x)[0]
+        dwdp_ms, b_dwdp = dwdp_op.ms(skew.dist, tokens_SR, ratio)
+        dwdp_key = "routed experts (DWDP, this project's op)"
     dwdp = dwdp_ms * 1e3 * skew.dwdp_gemm
     group_tokens_S = tokens_SR.sum(-1)
     dep_ms, b_dep = t.moe_ms(moe_dt, group, skew.dist, group_tokens_S)
@@ -185,7 +193,7 @@ def trtllm_phases(spec: ModelSpec, t: ShapeTables, weight_dtype: str, load: Iter
         dep_ms, b_dep = t.moe_ms(moe_dt, 1, skew.dist, group_tokens_S / group)
         notes.append(f"no EP{group} MoE rows: DEP's experts priced as the EP1 op on 1/{group} of the tokens")
     dep = dep_ms * 1e3 * skew.dep_expert
-    beyond["routed experts (DWDP, EP1)"] = float(np.max(b_dwdp))
+    beyond[dwdp_key] = float(np.max(b_dwdp))
     beyond[f"routed experts (DEP, EP{group})"] = float(np.max(b_dep))
     comm_src = ""
     if group > 1:

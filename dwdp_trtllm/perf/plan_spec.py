@@ -53,6 +53,8 @@ class PlanSpec:
     not_priced: tuple = ()  # model features / config.json keys the planner does not price (model_dims.not_priced)
     dep_variants: tuple = ("trtllm",)  # the DEPs compared against (perf/dep_variants.py; `dwdp plan` prices every one
     #                                    that applies unless --dep names one)
+    gemm: str | None = None  # the TensorRT-LLM host's expert path on DWDP layers (perf/moe_op.GEMMS); None: not known
+    gemm_how: str = ""  # how it was chosen (--gemm, or integration/moe_evidence.priced_gemm's default)
 
     @property
     def dep_comm_path(self) -> str:
@@ -77,6 +79,15 @@ class PlanSpec:
         if t is None or not t.moe_eps(self.weight_dtype) or t.core_grid(KV_DTYPE[self.weight_dtype]) is None:
             return None
         return t
+
+    @property
+    def dwdp_experts(self):
+        """moe_op.ExpertPricing: which op prices DWDP's routed experts (target trtllm; this project's op under gemm
+        multi_buffer, from the calibration's moe_op record or the shipped table, else TensorRT-LLM's table)."""
+        from .moe_op import ExpertPricing, dwdp_pricing
+        if self.tables is None:
+            return ExpertPricing(None, "")
+        return dwdp_pricing(self.model, self.gpu.name, self.weight_dtype, self.gemm, self.calibration)
 
     @property
     def priced_as(self) -> str:

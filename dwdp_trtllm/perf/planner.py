@@ -99,7 +99,7 @@ def phases(spec: PlanSpec, load: IterationLoad, group: int, isl: int, skew: Skew
     if t is None:
         return engine_phases(spec.model, spec.params(), load, group, isl, skew, spec.dep_comm_for(group))
     path = spec.dep_comm_for(group)
-    ph = trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, path)
+    ph = trtllm_phases(spec.model, t, spec.weight_dtype, load, group, isl, skew, path, spec.dwdp_experts.op)
     if variant == "deepep_deepgemm":
         from . import dep_variants
         g_tok = load.tokens_SR.sum(-1)

@@ -7,6 +7,8 @@ Copy model (ms): a job pulls bytes_s from each source s; a source pulled by n_s 
 LINK_GBPS; unsliced plans pull source after source (sum over sources), sliced ones from all sources at once (the
 slowest source, but at least the destination's LINK_GBPS for its total); every op costs OP_US more.
 Compute beside copies is SLOWDOWN[phase] slower and the copy COPY_SLOWDOWN[phase] slower.
+The whole routed-expert op (calibrate/moe_op.MoeOpTimer) takes MOE_OP_FIXED_MS + its 6*T*K*H*I FLOPs at
+MOE_OP_TFLOPS, MOE_OP_SKEW times that with power_law_1.01 routing; the commit is COMMIT.
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ COPY_SLOWDOWN = {"attention_core": 1.1, "gemm": 1.2, "memory_bound": 1.5, "group
 RATES = {"grouped_bf16": 600.0, "grouped_fp8": 900.0, "gemm": 700.0, "attention": 450.0}  # TFLOP/s
 HBM_TBPS = 4.0
 A2A_GBPS = 250.0  # bytes a rank sends to the others per second
+MOE_OP_FIXED_MS = 0.5
+MOE_OP_TFLOPS = 700.0
+MOE_OP_SKEW = 1.2
+COMMIT = "abc1234"
 
 
 class FakeKernel:
@@ -99,6 +105,28 @@ def fake_memory_bound(device, nbytes):
     return FakeKernel("memory_bound", 3 * nbytes / (HBM_TBPS * 1e9))
 
 
+def moe_op_ms(spec, tokens: int, routing: str) -> float:
+    """The fake op's time (module docstring): the answer a test computes independently."""
+    flops = 6.0 * tokens * spec.top_k * spec.hidden_size * spec.moe_intermediate
+    return (MOE_OP_FIXED_MS + flops / (MOE_OP_TFLOPS * 1e9)) * (MOE_OP_SKEW if routing == "power_law_1.01" else 1.0)
+
+
+class FakeMoeOp:
+    """calibrate/moe_op.MoeOpTimer of known answers; `made` records each (weight dtype, gemm, dwdp_size) asked."""
+
+    made: list = []
+
+    def __init__(self, spec, weight_dtype: str, gemm: str, dwdp_size: int):
+        self.spec, self.released = spec, False
+        FakeMoeOp.made.append((weight_dtype, gemm, dwdp_size))
+
+    def time_ms(self, tokens: int, routing: str) -> float:
+        return moe_op_ms(self.spec, tokens, routing)
+
+    def release(self) -> None:
+        self.released = True
+
+
 class FakeA2aTimer:
     backend = "nccl"
 
@@ -116,4 +144,5 @@ def fake_tools(spec, gpus: int, **copy_kw):
 
     return Tools(copy_timer=lambda: FakeCopyTimer(gpus, **copy_kw), floor_timer=lambda wd: FakeFloorTimer(spec, wd),
                  a2a_timer=FakeA2aTimer(), machine=lambda: {**MACHINE, "gpu_count": gpus},
-                 memory_bound=fake_memory_bound)
+                 memory_bound=fake_memory_bound, moe_op=lambda wd, gemm, g: FakeMoeOp(spec, wd, gemm, g),
+                 commit=lambda: COMMIT)

@@ -35,6 +35,7 @@ def node(monkeypatch):
     opts = {"copy": {}}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H200 (sm_90)
     monkeypatch.setattr(pipeline, "real_tools", lambda device, gpus, spec, reps: fakes.fake_tools(spec, gpus, **opts["copy"]))
     return opts
 
@@ -48,8 +49,8 @@ def _calibrate(capsys, tmp_path, *argv, name="cal.json"):
 def test_eight_gpus_every_input_measured_with_provenance_and_progress(node, capsys, tmp_path):
     rc, out, cap = _calibrate(capsys, tmp_path, "--quick")
     assert rc == 0, cap.err
-    for i in range(1, 7):
-        assert f"[{i}/6]" in cap.out
+    for i in range(1, 8):
+        assert f"[{i}/7]" in cap.out
     assert f"wrote {out}" in cap.out
     data = json.loads(out.read_text())
     assert data["schema_version"] == SCHEMA_VERSION and data["measured_on"]["host"] == "fake-node"
@@ -75,6 +76,52 @@ def test_eight_gpus_every_input_measured_with_provenance_and_progress(node, caps
     assert cal.floor_tflops["attention_proj"] == pytest.approx(fakes.RATES["gemm"])
     assert cal.hbm_tbps == pytest.approx(fakes.HBM_TBPS)
     assert cal.all_to_all_gbps == pytest.approx(fakes.A2A_GBPS) == cal.dep_comm["nccl"]["gbps"]
+
+
+def test_the_whole_routed_expert_op_is_recorded_per_tokens_and_routing_for_the_deployments_gemm(node, capsys,
+                                                                                              tmp_path):
+    """The moe_op record: the fake op's ms at every (routing, tokens) of the run, the gemm the adapter defaults to on
+    sm_90 for FP8 (multi_buffer), DWDP8 rank 0's [32 local | 224 slot] buffers, and where / when / which commit; the
+    GEMM-only rates beside it. Fails on a calibrate without the step (no moe_op key)."""
+    fakes.FakeMoeOp.made.clear()
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1")
+    assert rc == 0, cap.err
+    assert "whole routed-expert op (multi_buffer, fp8)" in cap.out
+    data = json.loads(out.read_text())
+    rec = data["moe_op"]
+    assert fakes.FakeMoeOp.made == [("fp8", "multi_buffer", 8)]
+    assert rec["gemm"] == "multi_buffer" and rec["weight_dtype"] == "fp8"
+    assert rec["split"] == {"dwdp_size": 8, "local_experts": 32, "slot_experts": 224}
+    assert rec["model"] == {"name": "deepseek-r1", "hidden": 7168, "moe_inter": 2048, "experts": 256, "top_k": 8}
+    tokens = pipeline.shapes_for("cuda", True, R1).moe_tokens
+    assert tokens == (8192, 16384)
+    for routing in ("balanced", "power_law_1.01"):  # independent: 0.5 ms + 6*T*8*7168*2048 FLOPs at 700 TFLOP/s
+        want = [[T, (0.5 + 6 * T * 8 * 7168 * 2048 / 700e9) * (1.2 if routing != "balanced" else 1.0)] for T in tokens]
+        assert [r[0] for r in rec["ms"][routing]] == list(tokens), routing
+        assert [r[1] for r in rec["ms"][routing]] == pytest.approx([w[1] for w in want]), routing
+    src = rec["source"]
+    assert (src["gpu"], src["date"], src["commit"], src["host"]) == ("NVIDIA H200", fakes.MACHINE["at"], "abc1234",
+                                                                     "fake-node")
+    assert src["command"] == "dwdp calibrate --device cuda --model deepseek-r1 --gemm multi_buffer --dwdp-size 8 " \
+                             "--quick --gpus 1"
+    assert "routed_experts_forward" in src["how"] and "[32 local | 224 slot]" in src["how"]
+    assert "measured" in data["provenance"]["moe_op"] and "grouped_gemm_tflops" in data
+    cal = load_calibration(out)
+    assert cal.measured("moe_op") and cal.moe_op["ms"]["balanced"][0] == (8192.0, pytest.approx(want[0][1] / 1.2))
+
+
+def test_the_ops_gemm_and_group_follow_the_flags(node, capsys, tmp_path):
+    fakes.FakeMoeOp.made.clear()
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1", "--gemm", "merge", "--dwdp-size", "4")
+    assert rc == 0, cap.err
+    rec = json.loads(out.read_text())["moe_op"]
+    assert fakes.FakeMoeOp.made == [("fp8", "merge", 4)] and rec["gemm"] == "merge"
+    assert rec["split"] == {"dwdp_size": 4, "local_experts": 64, "slot_experts": 192}
+    for argv, flag in ((["--gemm", "cutlass"], "--gemm"), (["--dwdp-size", "0"], "--dwdp-size"),
+                       (["--dwdp-size", "257"], "--dwdp-size")):
+        assert main(["calibrate", "--out", str(tmp_path / "x.json"), "--quick", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err, err
 
 
 def test_one_gpu_keeps_every_peer_input_a_prior_and_says_why(node, capsys, tmp_path):
@@ -234,7 +281,7 @@ def test_measured_interference_per_phase_prices_the_plan_and_fixes_its_range(tmp
 def test_cpu_functional_check_runs_the_real_pipeline_and_the_planner_refuses_its_file(capsys, tmp_path):
     rc, out, cap = _calibrate(capsys, tmp_path, "--device", "cpu")
     assert rc == 0, cap.err
-    assert FUNCTIONAL in cap.out and "[5/5]" in cap.out
+    assert FUNCTIONAL in cap.out and "[6/6]" in cap.out
     data = json.loads(out.read_text())
     assert data["measured_on"]["purpose"] == FUNCTIONAL and "gpu" not in data
     assert load_calibration(out, functional_ok=True).dep_comm["gloo"]["ranks"] == 2

@@ -52,11 +52,13 @@ def test_mi355x_4k_8k_no_longer_claim_dwdp():
 
 def test_default_range_holds_both_answers_of_the_two_defaults():
     """R1 FP8 DEP8 vs DWDP8, 16K tokens per rank: balanced + DeepEP (the nominal) and aiconfigurator's power_law_1.01 +
-    all-gather/reduce-scatter both lie inside the default plan's range; stating them collapses it."""
-    _, rows, rec = _plan(*R1_H200, "--isl", "8192")
-    _, stated, _ = _plan(*R1_H200, "--isl", "8192", "--routing-skew", "power_law_1.01", "--dep-comm",
+    all-gather/reduce-scatter both lie inside the default plan's range; stating them collapses it. DWDP's experts
+    priced with TensorRT-LLM's table (`--gemm merge`: the host runs its CUTLASS MoE), where the range straddles 1."""
+    merge = ("--gemm", "merge")
+    _, rows, rec = _plan(*R1_H200, *merge, "--isl", "8192")
+    _, stated, _ = _plan(*R1_H200, *merge, "--isl", "8192", "--routing-skew", "power_law_1.01", "--dep-comm",
                          "allgather_reducescatter")
-    _, bal, _ = _plan(*R1_H200, "--isl", "8192", "--routing-skew", "none", "--dep-comm", "deepep")
+    _, bal, _ = _plan(*R1_H200, *merge, "--isl", "8192", "--routing-skew", "none", "--dep-comm", "deepep")
     r = rows[0]
     assert r.speedup_low <= bal[0].speedup <= r.speedup_high
     assert r.speedup_low <= stated[0].speedup <= r.speedup_high and stated[0].speedup > 1.3
