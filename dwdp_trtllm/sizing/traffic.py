@@ -86,8 +86,8 @@ class Traffic:
         if not (math.isfinite(self.duration_s) and 1 <= self.duration_s <= 86_400):
             raise ConfigError(None, "--duration", f"expected seconds in [1, 86400], got {self.duration_s}")
         if self.requests is not None and (self.concurrency is None or not 1 <= self.requests <= MAX_REQUESTS):
-            raise ConfigError(None, "--requests", f"expected a prompt count in [1, {MAX_REQUESTS:,}] with "
-                                                  f"--concurrency, got {self.requests}")
+            raise ConfigError(None, "requests", f"expected a prompt count in [1, {MAX_REQUESTS:,}] with "
+                                                  f"a closed loop (--concurrency), got {self.requests}")
         self.isl.check("--isl")
         self.osl.check("--osl")
         if self.rate is not None and self.rate * self.duration_s > MAX_REQUESTS:

@@ -102,9 +102,9 @@ def test_closed_loop_stops_after_its_prompt_count():
     t = tr.Traffic(tr.LengthDist(1024), tr.LengthDist(1), concurrency=8, duration_s=600, seed=0, requests=40)
     a = tr.generate(t)
     assert len(a) == 40 and a.closed_users == 8 and np.all(a.isl == 1024)
-    with pytest.raises(ConfigError, match="--requests"):
+    with pytest.raises(ConfigError, match="requests"):
         tr.generate(replace(t, requests=0))
-    with pytest.raises(ConfigError, match="--requests"):
+    with pytest.raises(ConfigError, match="requests"):
         tr.generate(tr.Traffic(tr.LengthDist(1024), tr.LengthDist(1), rate=1.0, requests=10))
 
 
