@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from dwdp_trtllm.perf.hardware import get_gpu
@@ -353,8 +353,9 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
 # ------------------------------------------------------------------------------------------ aiconfigurator
 #: aiconfigurator 0.12.0's static context estimate of one DEP8 rank of DeepSeek-R1 FP8 on H200 (h200_sxm, TensorRT-LLM
 #: 1.3.0rc20 tables; fp8_block MoE with power_law_1.01 routing, NCCL all-gather + reduce-scatter): whole-model TTFT in
-#: ms of one iteration of `batch` requests of `isl` tokens per rank, as /work/shared/reference's
-#: aiconfigurator-crosscheck.md s1 records them ("whole model TTFT (61 layers + embedding + logits)")
+#: ms of one iteration of `batch` requests of `isl` tokens per rank (61 layers + embedding + logits), from
+#: `aiconfigurator cli estimate --estimate-mode static_ctx` (deepseek-ai/DeepSeek-R1, tp 1, attention DP 8, EP 8,
+#: OSL 1, batch_size = batch), run 2026-12-03
 AIC_DEP8_TTFT_MS = {(4096, 4): 3524, (8192, 2): 3745, (16384, 1): 4198, (4096, 8): 7041, (8192, 4): 7218,
                     (16384, 2): 8489, (32768, 1): 9835}
 AIC_TOL = 0.10  # the agreement asked of the DEP context iteration under aiconfigurator's own assumptions

@@ -109,7 +109,7 @@ def test_closed_loop_stops_after_its_prompt_count():
 
 
 def test_dep8_iteration_under_aiconfigurator_assumptions_within_10_percent(sv):
-    """aiconfigurator's DEP8 context iteration (crosscheck s1's whole-model times) against ours with its routing
+    """aiconfigurator's DEP8 context iteration (its recorded whole-model times) against ours with its routing
     and communication stated: within 10% at every recorded shape; `dwdp size`'s defaults (balanced routing,
     DeepEP) are faster by more than 10%, so the side-by-side's difference is those two assumptions."""
     rows = sv.aic_rows()
