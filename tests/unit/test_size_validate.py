@@ -121,3 +121,15 @@ def test_dep8_iteration_under_aiconfigurator_assumptions_within_10_percent(sv):
     assert all(r.ours < 0.9 * r.published for r in defaults)
     # the table's verdict column is the computed one
     assert "within 10%" in sv.render_ms(rows)
+
+
+def test_sizing_md_shows_what_the_script_computes_now(sv):
+    """docs/SIZING.md's generated rows are the script's output on this checkout: the aiconfigurator section whole,
+    and every Table 3a / 3d row (the end-to-end rows take minutes: `--write` regenerates them)."""
+    doc = (ROOT / "docs" / "SIZING.md").read_text(encoding="utf-8")
+    assert sv.section(sv.aic_rows(), sv.AIC_BEGIN, sv.AIC_END, sv.render_ms) in doc
+    rows = sv.table3(sv.spec())
+    table = sv.render(rows).splitlines()[2:]
+    assert len(table) == len(rows) > 10
+    for line in table:
+        assert line in doc, line
