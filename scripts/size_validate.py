@@ -428,6 +428,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer prompts (a look, not the docs)")
     ap.add_argument("--only", choices=("3", "5", "aic"), help="one table group")
     args = ap.parse_args(argv)
+    if args.write and (args.quick or args.only in ("3", "5")):
+        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only aic")
     s = spec()
     rows: list[Row] = []
     if args.only in (None, "3"):

@@ -133,3 +133,15 @@ def test_sizing_md_shows_what_the_script_computes_now(sv):
     assert len(table) == len(rows) > 10
     for line in table:
         assert line in doc, line
+
+
+def test_write_refuses_partial_or_quick_sections(sv, tmp_path, capsys):
+    """--write replaces a whole generated section, so a partial (--only 3 / 5) or --quick run must not write it."""
+    doc = tmp_path / "SIZING.md"
+    doc.write_text(f"{sv.BEGIN}\nkept\n{sv.END}\n", encoding="utf-8")
+    for extra in (["--only", "3"], ["--only", "5"], ["--quick"]):
+        with pytest.raises(SystemExit) as e:
+            sv.main(["--write", str(doc), *extra])
+        assert e.value.code == 2
+        assert "--write regenerates whole sections" in capsys.readouterr().err
+    assert "kept" in doc.read_text(encoding="utf-8")
