@@ -23,8 +23,8 @@ data/validation/published.yaml's paper-t3-* setup (`--dep-comm alltoall --interf
   below the bands that ran MTP; the band is the published deployment's, not our TPS/user.
 
 Verdicts (`verdict`): a row is within TOL of its OWN published value or outside it; an outside row counts as
-explained only beside an ablation row (same table) that changes one named modelled effect and moves the value
-inside TOL; a trend row passes when ours moves in the published direction at every step; an order row when ours
+explained only beside an ablation row (same table) that changes a named modelled effect (or a named
+combination of them) and moves the value inside TOL; a trend row passes when ours moves in the published direction at every step; an order row when ours
 is on the published side of 1; a ratio of two runs that are the same deployment is "not a comparison".
 
 Run: PYTHONPATH=. python3 scripts/size_validate.py [--write docs/SIZING.md] [--quick]  (a few minutes on 2 cores;
