@@ -3,7 +3,7 @@
 Two sources, one result (`Arrivals`: arrival time, ISL, OSL per request, sorted by time):
 - generated: an open loop at `rate` requests/s (Poisson: exponential gaps) or a closed loop of `concurrency`
   users (each sends its next request when its previous one finished; the simulator draws those arrivals, so here
-  only the lengths are drawn), ISL and OSL each `fixed`, `uniform_ratio` (uniform in [ratio x mean, mean], the
+  only the lengths are drawn; `requests` stops the loop after that many prompts, as a benchmark client does), ISL and OSL each `fixed`, `uniform_ratio` (uniform in [ratio x mean, mean], the
   paper's "ratio 0.8") or `normal` (coefficient of variation `cv`), seeded;
 - a trace file in the Mooncake format (kvcache-ai/Mooncake `FAST25-release/README.md` @ 40ea55f8): one JSON object
   per line with `timestamp` (ms since the trace start), `input_length`, `output_length` (other keys, e.g.
@@ -71,6 +71,9 @@ class Traffic:
     concurrency: int | None = None  # users, each with one request in flight
     duration_s: float = 600.0
     seed: int = 0
+    #: closed loop only: the benchmark client's prompt count (the loop stops after issuing it, as a serving
+    #: benchmark's num_prompts does); None: as many as the duration allows (CLOSED_PER_USER_S per user per second)
+    requests: int | None = None
 
     def check(self) -> None:
         if (self.rate is None) == (self.concurrency is None):
@@ -82,6 +85,9 @@ class Traffic:
             raise ConfigError(None, "--concurrency", f"expected users in [1, 100000], got {self.concurrency}")
         if not (math.isfinite(self.duration_s) and 1 <= self.duration_s <= 86_400):
             raise ConfigError(None, "--duration", f"expected seconds in [1, 86400], got {self.duration_s}")
+        if self.requests is not None and (self.concurrency is None or not 1 <= self.requests <= MAX_REQUESTS):
+            raise ConfigError(None, "requests", f"expected a prompt count in [1, {MAX_REQUESTS:,}] with "
+                                                  f"a closed loop (--concurrency), got {self.requests}")
         self.isl.check("--isl")
         self.osl.check("--osl")
         if self.rate is not None and self.rate * self.duration_s > MAX_REQUESTS:
@@ -133,7 +139,7 @@ def generate(t: Traffic) -> Arrivals:
         n = int(keep.sum())
         times = times[:n]
     else:
-        n = min(MAX_REQUESTS, int(t.concurrency * max(1.0, t.duration_s) * CLOSED_PER_USER_S))
+        n = t.requests or min(MAX_REQUESTS, int(t.concurrency * max(1.0, t.duration_s) * CLOSED_PER_USER_S))
         times = np.full(n, np.nan)
     return Arrivals(times, t.isl.draw(rng, n), t.osl.draw(rng, n), t.label(),
                     closed_users=t.concurrency or 0, closed_duration_s=t.duration_s if t.concurrency else 0.0)
