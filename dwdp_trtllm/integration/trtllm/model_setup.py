@@ -66,6 +66,21 @@ def loader_args(loader):
                        "TensorRT-LLM version is not supported by dwdp_trtllm (run `dwdp check-trtllm`)")
 
 
+def checkpoint_mtp_layers(checkpoint_dir) -> int | None:
+    """The checkpoint's MTP layer count (config.json num_nextn_predict_layers, absent: 0) for the serving-feature
+    check's speculative mode (serving_features.speculative_mode); None where it cannot be read here (an HF name, no
+    config.json, not JSON): upstream then decides as for one layer."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(checkpoint_dir) / "config.json").read_text(encoding="utf-8"))
+    except (TypeError, OSError, ValueError, RecursionError):
+        return None
+    n = data.get("num_nextn_predict_layers", 0) if isinstance(data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
 #: per-expert activation constants (non-persistent buffers) that install_activation_params writes
 #: (tensorrt_llm/_torch/moe/fused_moe/activation.py @ 1262edbc3809, index id 68736167005)
 ACTIVATION_SLOTS = ("act_alpha", "act_beta", "act_clamp")
