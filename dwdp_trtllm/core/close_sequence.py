@@ -119,7 +119,7 @@ def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout
         if result.drained and keep_shared is None:
             release_shared()
             result.released_at = time.time()
-        elif result.drained:
+        elif keep_shared is not None:  # said with its reason, drained or not (a hang: not waited for)
             log.warning("dwdp_trtllm: %s: its composite view and transport (exported buffers, peer mappings) stay "
                         "mapped until the process exits: %s", label, keep_shared)
         else:

@@ -128,7 +128,7 @@ def _dotted(args, key: str) -> Any:
     return _get(args, key) if not leaf else _get(_get(args, head), leaf)
 
 
-def _types(args) -> list[Refusal]:
+def check_value_types(args) -> list[Refusal]:
     """A value of the wrong type or range for a key the matrix (or TensorRT-LLM's parser) reads as a number, a bool or
     a section: one refusal naming the key, what was found and what belongs there (the other checks skip such a value
     instead of comparing it). TensorRT-LLM's own objects are validated already; this catches a YAML read as a mapping
@@ -381,7 +381,7 @@ def check_serving_args(args: Any, loader_values: dict[str, Any] | None = None) -
     not None in place of the args' (the values the loader builds the model with)."""
     given = {k: v for k, v in (loader_values or {}).items() if v is not None}
     view = _WithLoader(args, given) if given else args
-    typed = _types(view)  # a key of the wrong type is said once, there, and not compared by the rows below
+    typed = check_value_types(view)  # a key of the wrong type is said once, there, and not compared by the rows below
     bad = {r.key for r in typed}
     return typed + [r for f in SERVING_FEATURES if f.check is not None for r in f.check(view)
                     if r.key not in bad and r.key.partition(".")[0] not in bad]
