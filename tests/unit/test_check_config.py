@@ -181,3 +181,24 @@ def test_role_flags_and_gen_config_output(tmp_path, capsys):
     rc, out, err = _check(capsys, "deploy/disagg_worker.yaml", "--dwdp", "deploy/dwdp.yaml")
     assert rc == 0, out + err
     assert out.count("verdict: loads") == 2 and not _wide(out)
+
+
+def test_docs_show_the_real_output_on_upstreams_recipe(tmp_path, capsys):
+    """docs/TRTLLM.md "Following upstream's recipe on Hopper" prints check-config's output on the recipe's
+    e2e_20_40_dwdp_minus_1 row (Hopper variant, groups of 8) and on its published context server: the same text."""
+    from pathlib import Path
+    w = worker_config("e2e_20_40_dwdp_minus_1")
+    ctx, ours = hopper(w["ctx"])
+    gen = copy.deepcopy(w["gen"])
+    gen["moe_config"]["backend"] = "CUTLASS"
+    ours["dwdp_config"] = {"dwdp_size": 8, "num_groups": 2}
+    _write(tmp_path / "ctx_config.yaml", ctx), _write(tmp_path / "gen_config.yaml", gen)
+    _write(tmp_path / "dwdp.yaml", ours), _write(tmp_path / "ctx_published.yaml", w["ctx"])
+    docs = (Path(__file__).resolve().parents[2] / "docs/TRTLLM.md").read_text()
+    section = docs.split("## Following upstream's recipe on Hopper", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0].strip("\n") for b in section.split("```text\n")[1:]]
+    rc, out, _ = _check(capsys, "ctx_config.yaml", "gen_config.yaml", "--dwdp", "dwdp.yaml")
+    assert rc == 0 and out.rstrip("\n") == blocks[0]
+    rc, out, _ = _check(capsys, "ctx_published.yaml")
+    assert rc == 2 and out.rstrip("\n") == blocks[1]
+    assert "dwdp_size: 8\n     num_groups: 2" in section
