@@ -24,7 +24,7 @@ from ...core.transport import make_transport
 from ..adapter import AdapterRuntime
 from ..gemm_choice import transport_for
 from ..group import dwdp_process_group
-from ..moe_hooks import MoeHooks, refuse_precomputed_route
+from ..moe_hooks import MoeHooks, route_precomputed
 from ..process_role import engine_for_process, global_rank, integration_config, process_manager
 from . import moe_unit
 from .targets import refuse_unverified_backend
@@ -207,7 +207,7 @@ def setup_after_load(model) -> None:
         raise
     hooks = MoeHooks(manager, moes, owners, layer_ids).attach() if lifecycle == "hooks" else None
     refuse_weight_updates(model, owners, rt.gemm)
-    refuse_precomputed_route(moes, layer_ids)  # bypasses forward_impl and the hooks (moe_hooks.py)
+    route_precomputed(manager, moes, owners, layer_ids)  # bypasses forward_impl and the hooks: bound here (moe_hooks)
     model._dwdp_trtllm_runtime = {"transport": transport, "runtime": rt, "manager": manager, "hooks": hooks,
                                   "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason, "units": units,
                                   "pid": os.getpid(), "dwdp_rank": dwdp_rank}
