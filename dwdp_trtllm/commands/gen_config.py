@@ -304,8 +304,8 @@ def run(args) -> int:
     if args.mode != "disaggregated":
         gc.aggregated(early, args.mode)
     sizing = size_servers(args, dwdp, spec, engine)
+    ctx_kv = context_kv(args, spec, sizing, isl)  # the context servers first, as they are laid out
     gen = serving.generation(args, spec, sizing, isl, mtp)
-    ctx_kv = context_kv(args, spec, sizing, isl)
     key = serving.mtp_key(args) if mtp else ("max_draft_len", "")
     gen_backend = None
     if args.mode == "disaggregated":
