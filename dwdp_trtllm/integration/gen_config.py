@@ -140,12 +140,13 @@ def installed_mtp_key() -> tuple[str, str]:
         found = False
     if not found:
         return "max_draft_len", "no TensorRT-LLM importable here: the current key (--mtp-key for older versions)"
+    from .trtllm.mtp_config import mtp_decoding_config
     try:
-        from tensorrt_llm.llmapi.llm_args import MTPDecodingConfig
+        cls = mtp_decoding_config()
     except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
         return "max_draft_len", (f"TensorRT-LLM here could not be read ({type(e).__name__}): the current key "
                                  "(--mtp-key for older versions)")
-    return mtp_key_of(MTPDecodingConfig), "read from the TensorRT-LLM importable here"
+    return mtp_key_of(cls), "read from the TensorRT-LLM importable here"
 
 
 #: the recipe's CUDA-graph ladder (RECIPE_SCRIPT_CTX _cuda_graph_batch_sizes): 1, 2, 4, then steps of 8 to 1024 and
