@@ -115,7 +115,9 @@ def _rendezvous_slurm(nodes: NodeLayout, lines: list[str], env: bool) -> str:
     """launch.slurm of a rendezvous launch: the proxy YAML with the job's node names, one srun per server."""
     n = nodes.num_nodes
     subst = " ".join(f'-e "s/{PLACEHOLDER.format(i)}/${{H[{i}]}}/g"' for i in range(n))
-    head = ["#!/bin/bash", f"#SBATCH --nodes={n}", f"#SBATCH --gres=gpu:{nodes.gpus_per_node}",
+    # one task per GPU: a server of N GPUs is a step of N tasks (trtllm-llmapi-launch; rendezvous_lines)
+    head = ["#!/bin/bash", f"#SBATCH --nodes={n}", f"#SBATCH --ntasks-per-node={nodes.gpus_per_node}",
+            f"#SBATCH --gres=gpu:{nodes.gpus_per_node}",
             "#SBATCH --job-name=dwdp-rendezvous", "#SBATCH --time=02:00:00",
             "# add --partition / --account as your cluster needs; submit from this directory: sbatch launch.slurm",
             "set -e", 'D="${SLURM_SUBMIT_DIR:?submit with sbatch from the gen-config directory}"',
