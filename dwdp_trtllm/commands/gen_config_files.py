@@ -160,7 +160,7 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
     from . import gen_config_serving as serving
     head += ["# " + serving.storage_line("this folder", args.model, nodes.num_nodes)]
     head += ["set -e", 'D="$(cd "$(dirname "$0")" && pwd)"']
-    if multi and hosts[0] == PLACEHOLDER.format(0):
+    if multi and hosts[0] == PLACEHOLDER.format(0) and args.launch == "mpi":  # rendezvous writes no hostfile
         head += ['if grep -q "_HOST " "$D/hostfile"; then echo "replace NODE<i>_HOST in hostfile and disagg_*.yaml '
                  'with your node names (or rerun dwdp gen-config --hosts h0,h1,...), or use: sbatch launch.slurm" >&2; '
                  'exit 1; fi']

@@ -214,3 +214,12 @@ def test_rendezvous_commands_sh_runs_under_dash_with_every_log_filled(tmp_path):
         assert "trtllm-serve /ckpt/m --host localhost" in log and "trtllm-serve stderr" in log, (role, i, log)
     # the terminal got only the proxy's (foreground) and the install hook's lines
     assert "--extra_llm_api_options" not in r.stdout and "disaggregated -c" in r.stdout
+
+
+@pytest.mark.skipif(DASH is None, reason="dash is not installed (apt-get install dash): commands.sh not run under it")
+def test_several_node_rendezvous_commands_sh_points_to_slurm_only(tmp_path):
+    """A rendezvous launch over two nodes has no hostfile: commands.sh says to submit launch.slurm and nothing else
+    (it grepped a hostfile that is not written)."""
+    out = _gen(tmp_path, "o", SHAPES["rendezvous-2nodes"])
+    r = subprocess.run([DASH, str(out / "commands.sh")], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (1, "several nodes: run sbatch launch.slurm\n")
