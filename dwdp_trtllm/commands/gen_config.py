@@ -233,26 +233,6 @@ def size_servers(args, dwdp: DwdpConfig, spec: ModelSpec | None, engine: str = "
                                         "and no smaller power of two fits either")
 
 
-def context_kv(args, spec: ModelSpec | None, sizing: Sizing, isl: int) -> mem.ContextKv | None:
-    """The context servers' KV cache (memory.context_kv of the priced DWDP rank: --ctx-batch requests of ISL + 1024
-    tokens in --kv-dtype); None without model dims or outside --mode disaggregated. ConfigError naming --ctx-batch
-    when it does not fit what the rank has left."""
-    from ..integration.gen_config import SEQ_MARGIN_TOKENS
-    if args.mode != "disaggregated" or spec is None or sizing.context is None:
-        return None
-    seq, batch = isl + SEQ_MARGIN_TOKENS, args.ctx_batch or serving.CTX_BATCH
-    kv = mem.context_kv(spec, sizing.context.dwdp, max_batch_size=batch, max_seq_len=seq, kv_dtype=args.kv_dtype)
-    if not kv.fits and args.ctx_batch is None and kv.batch_that_fits >= 1:  # the default: as many as fit, at most 4
-        kv = mem.context_kv(spec, sizing.context.dwdp, max_batch_size=kv.batch_that_fits, max_seq_len=seq,
-                            kv_dtype=args.kv_dtype)
-    if not kv.fits:
-        flag = "--ctx-batch" if args.ctx_batch is not None else "--isl"
-        raise ConfigError(None, flag, f"context servers' KV cache must fit what a rank has left: {kv.describe()}; "
-                                      f"{kv.batch_that_fits} request(s) of {seq:,} tokens fit: lower --ctx-batch or "
-                                      "--isl, use --kv-dtype fp8, or a larger --dwdp-size")
-    return kv
-
-
 def run(args) -> int:
     from ..integration import gen_config as gc
 
@@ -304,7 +284,7 @@ def run(args) -> int:
     if args.mode != "disaggregated":
         gc.aggregated(early, args.mode)
     sizing = size_servers(args, dwdp, spec, engine)
-    ctx_kv = context_kv(args, spec, sizing, isl)  # the context servers first, as they are laid out
+    ctx_kv = serving.context_kv(args, spec, sizing, isl)  # the context servers first, as they are laid out
     gen = serving.generation(args, spec, sizing, isl, mtp)
     key = serving.mtp_key(args) if mtp else ("max_draft_len", "")
     gen_backend = None
@@ -334,7 +314,8 @@ def run(args) -> int:
                       weight_dtype=args.weight_dtype, hostname=hosts[0], port=args.port, isl=isl, mtp=mtp,
                       gen_batch=gen and gen.batch, gen_kv_fraction=gen and gen.kv_fraction,
                       server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None,
-                      mtp_key=key[0], ctx_batch=ctx_kv.max_batch_size if ctx_kv else (args.ctx_batch or serving.CTX_BATCH),
+                      mtp_key=key[0],
+                      ctx_batch=ctx_kv.max_batch_size if ctx_kv else (args.ctx_batch or serving.CTX_BATCH),
                       ctx_kv_dtype=args.kv_dtype,
                       ctx_kv_fraction=ctx_kv and ctx_kv.fraction, gen_moe_backend=gen_backend and gen_backend[0])
     out = args.out.resolve()

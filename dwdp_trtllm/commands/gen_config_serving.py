@@ -98,6 +98,26 @@ def resolve(args) -> tuple[int, int]:
     return isl, mtp
 
 
+def context_kv(args, spec, sizing, isl: int) -> mem.ContextKv | None:
+    """The context servers' KV cache (memory.context_kv of the priced DWDP rank: --ctx-batch requests of ISL + 1024
+    tokens in --kv-dtype); None without model dims or outside --mode disaggregated. ConfigError naming --ctx-batch
+    when it does not fit what the rank has left."""
+    from ..integration.gen_config import SEQ_MARGIN_TOKENS
+    if args.mode != "disaggregated" or spec is None or sizing.context is None:
+        return None
+    seq, batch = isl + SEQ_MARGIN_TOKENS, args.ctx_batch or CTX_BATCH
+    kv = mem.context_kv(spec, sizing.context.dwdp, max_batch_size=batch, max_seq_len=seq, kv_dtype=args.kv_dtype)
+    if not kv.fits and args.ctx_batch is None and kv.batch_that_fits >= 1:  # the default: as many as fit, at most 4
+        kv = mem.context_kv(spec, sizing.context.dwdp, max_batch_size=kv.batch_that_fits, max_seq_len=seq,
+                            kv_dtype=args.kv_dtype)
+    if not kv.fits:
+        flag = "--ctx-batch" if args.ctx_batch is not None else "--isl"
+        raise ConfigError(None, flag, f"context servers' KV cache must fit what a rank has left: {kv.describe()}; "
+                                      f"{kv.batch_that_fits} request(s) of {seq:,} tokens fit: lower --ctx-batch or "
+                                      "--isl, use --kv-dtype fp8, or a larger --dwdp-size")
+    return kv
+
+
 def generation(args, spec, sizing, isl: int, mtp: int):
     """integration.gen_config.GenSettings of the generation servers (None unless --mode disaggregated). The KV room is
     what the generation rank memory.rank_memory prices leaves of the GPU besides its KV-cache floor."""
@@ -114,7 +134,8 @@ def generation(args, spec, sizing, isl: int, mtp: int):
 
 
 def mtp_key(args) -> tuple[str, str]:
-    """(speculative_config key of the draft count, why): --mtp-key, or auto: integration/gen_config.installed_mtp_key."""
+    """(speculative_config key of the draft count, why): --mtp-key, or auto:
+    integration/gen_config_mtp.installed_mtp_key."""
     from ..integration.gen_config import installed_mtp_key
     if args.mtp_key != "auto":
         return args.mtp_key, "--mtp-key"

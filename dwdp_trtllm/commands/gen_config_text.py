@@ -23,8 +23,9 @@ def prose(line: str, width: int = WIDTH) -> list[str]:
     body = line.strip()
     for u in _UNITS:
         body = body.replace(u, _GLUE + u[1:])
-    return [w.replace(_GLUE, " ") for w in textwrap.wrap(body, width, initial_indent=lead, subsequent_indent=lead + "  ",
-                                                         break_long_words=False, break_on_hyphens=False)]
+    lines = textwrap.wrap(body, width, initial_indent=lead, subsequent_indent=lead + "  ", break_long_words=False,
+                          break_on_hyphens=False)
+    return [w.replace(_GLUE, " ") for w in lines]
 
 
 def _words(line: str) -> list[str]:

@@ -15,6 +15,7 @@ from ..byte_units import fmt_bytes
 from ..deploy.memory import GEN_KV_FRACTION, kv_batch_fit
 from ..spec.config import DwdpConfig
 from ..spec.schema import ConfigError
+from .gen_config_mtp import MTP_KEY_AT, MTP_KEYS, installed_mtp_key, mtp_key_of, speculative_config  # noqa: F401
 from .settings import to_upstream
 
 _LLM_ARGS = "tensorrt_llm/llmapi/llm_args.py"
@@ -29,9 +30,6 @@ RECIPE_SCRIPT = "examples/dwdp/reproduce.py @ 1f939488 (build_worker_config)"
 RECIPE_SCRIPT_CTX = "examples/dwdp/reproduce.py @ 4400b395 (build_worker_config)"
 #: the recipe's context max_batch_size (ctx_max_bs default in build_worker_config)
 CTX_BATCH = 4
-#: where MTPDecodingConfig moved the draft count to max_draft_len (num_nextn_predict_layers: "Do not set manually")
-MTP_KEY_AT = "llm_args.py @ 0004396720054fd8 (MTPDecodingConfig._remap_deprecated_num_nextn_predict_layers)"
-MTP_KEYS = ("max_draft_len", "num_nextn_predict_layers")
 
 #: tokens a request carries beyond its ISL in upstream's recipe (reproduce.py calc_seq_lens: ctx_max_seq_len = isl + 1024)
 SEQ_MARGIN_TOKENS = 1024
@@ -77,7 +75,8 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "cuda_graph_config.enable_padding": (_LLM_ARGS + " BaseCudaGraphConfig.enable_padding (default False)",
                                          RECIPE_SCRIPT_CTX + ": gen_cfg enable_padding true"),
     "cuda_graph_config.batch_sizes": (_LLM_ARGS + " BaseCudaGraphConfig.batch_sizes (max_batch_size = their max)",
-                                      RECIPE_SCRIPT_CTX + " _cuda_graph_batch_sizes, up to the server's max_batch_size"),
+                                      RECIPE_SCRIPT_CTX + " _cuda_graph_batch_sizes, up to the server's "
+                                      "max_batch_size"),
     "dwdp_config": (_LLM_ARGS + " TorchLlmArgs.dwdp_config (Optional[DwdpConfig], prototype)", _LLM_ARGS_AT),
     "dwdp_config.dwdp_size": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453 (config.dwdp_size)"),
     "dwdp_config.num_groups": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
@@ -102,51 +101,6 @@ def kv_transfer_tokens(isl: int) -> int:
     SEQ_MARGIN_TOKENS) rounded up to 64, as upstream's recipe sizes it (RECIPE_SCRIPT: max_tokens_in_buffer =
     ceil(ctx_max_seq_len / 64) * 64). A request longer than the buffer is sent in several transfers."""
     return math.ceil((isl + SEQ_MARGIN_TOKENS) / 64) * 64
-
-
-def speculative_config(mtp: int, key: str = "max_draft_len") -> dict[str, Any]:
-    """One-model MTP with `mtp` draft tokens on context and generation servers, as RECIPE_SCRIPT; the count under
-    `key` (MTP_KEYS): max_draft_len where MTPDecodingConfig remaps the old key (MTP_KEY_AT), num_nextn_predict_layers
-    before (mtp_key_of)."""
-    if key not in MTP_KEYS:
-        raise ValueError(f"MTP key {key!r}: expected one of {MTP_KEYS}")
-    return {"decoding_type": "MTP", key: mtp}
-
-
-def mtp_key_of(config_cls: Any) -> str:
-    """The key an MTPDecodingConfig class takes the draft count under. max_draft_len where num_nextn_predict_layers is
-    gone, remapped (`_remap_deprecated_num_nextn_predict_layers`, MTP_KEY_AT) or an init=False field; else
-    num_nextn_predict_layers (llm_args.py @ 7019226376-era `num_nextn_predict_layers: PositiveInt = 1`, which a lone
-    max_draft_len leaves at 1 draft step)."""
-    fields = getattr(config_cls, "model_fields", None) or {}
-    notes: dict = {}
-    for k in reversed(getattr(config_cls, "__mro__", ())):
-        notes.update(getattr(k, "__annotations__", {}) or {})
-    f = fields.get("num_nextn_predict_layers")
-    if f is None and "num_nextn_predict_layers" not in notes:
-        return "max_draft_len"
-    if hasattr(config_cls, "_remap_deprecated_num_nextn_predict_layers") or getattr(f, "init", None) is False:
-        return "max_draft_len"
-    return "num_nextn_predict_layers"
-
-
-def installed_mtp_key() -> tuple[str, str]:
-    """(key, how it was chosen) for the TensorRT-LLM importable here; without one, max_draft_len (MTP_KEY_AT) and a
-    reason saying so (gen-config --mtp-key picks either explicitly)."""
-    import importlib.util
-    try:
-        found = importlib.util.find_spec("tensorrt_llm") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        return "max_draft_len", "no TensorRT-LLM importable here: the current key (--mtp-key for older versions)"
-    from .trtllm.mtp_config import mtp_decoding_config
-    try:
-        cls = mtp_decoding_config()
-    except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
-        return "max_draft_len", (f"TensorRT-LLM here could not be read ({type(e).__name__}): the current key "
-                                 "(--mtp-key for older versions)")
-    return mtp_key_of(cls), "read from the TensorRT-LLM importable here"
 
 
 #: the recipe's CUDA-graph ladder (RECIPE_SCRIPT_CTX _cuda_graph_batch_sizes): 1, 2, 4, then steps of 8 to 1024 and
@@ -345,9 +299,10 @@ def _gen_parallel(d: Deployment) -> dict[str, Any]:
 
 
 def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(proxy config, worker config). Context servers: TP1 instances forming the DWDP group(s), placed
-    first in the MPI world, batch / sequence / KV cache as _ctx_serving; generation servers: gen_tp GPUs each with
-    attention DP + EP (_gen_parallel), overlap scheduler default, CUDA graphs padded to the batch sizes they run. URLs name each server's node (server_hosts) when given."""
+    """(proxy config, worker config). Context servers: TP1 instances forming the DWDP group(s), placed first in the
+    MPI world, batch / sequence / KV cache as _ctx_serving; generation servers: gen_tp GPUs each with attention DP +
+    EP (_gen_parallel), overlap scheduler default, CUDA graphs padded to the batch sizes they run. URLs name each
+    server's node (server_hosts) when given."""
     if d.ctx_servers != d.dwdp.world_size:
         raise ConfigError(None, "--ctx-servers", f"{d.ctx_servers} context servers but num_groups*dwdp_size = "
                           f"{d.dwdp.world_size}: every context server is one DWDP rank")

@@ -129,7 +129,8 @@ def test_every_launch_flag_exists_in_each_stored_upstream_cli(tmp_path):
     for name, args in SHAPES.items():
         for script, text in _scripts(_gen(tmp_path, name, args)).items():
             for prog, argv in _invocations(text):
-                seen.add(prog if prog == "trtllm-bench" else f"{prog} {argv[0] if argv and argv[0].startswith('disagg') else 'serve'}")
+                sub = argv[0] if argv and argv[0].startswith("disagg") else "serve"
+                seen.add(prog if prog == "trtllm-bench" else f"{prog} {sub}")
                 bad += [f"{name}/{script}: {b}" for b in _check(prog, argv)]
     # every command kind was checked (a parser that found nothing would pass everything)
     assert seen == {"trtllm-serve serve", "trtllm-serve disaggregated", "trtllm-serve disaggregated_mpi_worker",
