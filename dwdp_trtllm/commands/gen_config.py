@@ -332,6 +332,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"summary": head, "args": files.argv_of(args), "num_gpus": nodes.num_gpus, "num_nodes": nodes.num_nodes, "hosts": list(hosts),
                           "engine": engine, "gen_tp": sizing.gen_tp, "memory": sizing.to_dict(),
+                          "context_kv": ctx_kv and ctx_kv.to_dict(),
                           "isl": isl, "mtp": mtp, "launch": args.launch, "settings": settings, "storage": storage,
                           "nodes": nodes.node_lines(hosts), "written": [str(w) for w in written]}, indent=1))
         return 0

@@ -426,6 +426,12 @@ class ContextKv:
         per = self.need // self.max_batch_size
         return max(self.free, 0) // per if per else 0
 
+    def to_dict(self) -> dict:
+        """gen-config --json's `context_kv`: GB as every command's JSON, the fraction as written."""
+        return {"unit": UNIT, "kv_dtype": self.kv_dtype, "max_batch_size": self.max_batch_size,
+                "max_seq_len": self.max_seq_len, "need_gb": round(gb(self.need), 6), "free_gb": round(gb(self.free), 6),
+                "free_gpu_memory_fraction": self.fraction, "fits": self.fits}
+
     def describe(self) -> str:
         return (f"KV cache {self.kv_dtype}, {self.max_batch_size} x {self.max_seq_len:,} tokens: "
                 f"{fmt_bytes(self.need, digits=1)} of the {fmt_bytes(self.free, digits=1)} left after weights, "

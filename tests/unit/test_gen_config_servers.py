@@ -138,7 +138,7 @@ def test_without_tensorrt_llm_the_current_key_and_an_explicit_flag(tmp_path, cap
 
 # ---- context servers: KV cache, batch and sequence as the memory model prices them ----------------------------------
 def test_context_kv_fraction_equals_what_memory_budgets(tmp_path, capsys):
-    _, _, docs = _gen(tmp_path, capsys, "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--json")
+    _, printed, docs = _gen(tmp_path, capsys, "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--json")
     ctx = docs["disagg_worker.yaml"]["context_servers"]
     rank = mem.rank_memory(R1, "dwdp", dwdp=DwdpConfig(dwdp_size=8), weight_dtype="fp8", max_num_tokens=16384,
                            gpu_bytes=141 * mem.GB, gemm="multi_buffer")  # the priced rank (gen-config --json says so)
@@ -151,6 +151,7 @@ def test_context_kv_fraction_equals_what_memory_budgets(tmp_path, capsys):
     free = 141 * mem.GB - (rank.total - rank.kv_cache_floor)
     need = 4 * 17408 * 61 * (512 + 64)
     assert (kv.free, kv.need) == (free, need) and kv.fraction == math.ceil(need / free * 100) / 100 == 0.2
+    assert json.loads(printed)["context_kv"] == kv.to_dict()  # --json reports the same numbers
 
 
 def test_context_kv_dtype_auto_is_priced_in_bf16(tmp_path, capsys):
