@@ -11,7 +11,8 @@ land in --out only once every check passed (written into a temporary directory, 
 Writes into --out: the TensorRT-LLM YAML(s), for --engine dwdp_trtllm a dwdp.yaml with our settings
 (DWDP_TRTLLM_CONFIG points at it) plus launch.env, and commands.sh with the launch lines (--launch mpi: one MPI
 world; rendezvous: one single-GPU trtllm-serve per context server). The folder and the checkpoint must be on
-storage every node sees. Serving settings (--isl, --osl, --mtp, --gen-batch): gen_config_serving.py.
+storage every node sees. Serving settings (--isl, --osl, --mtp, --gen-batch, --ctx-batch, --kv-dtype,
+--mtp-key): gen_config_serving.py. The printed report fits 80 columns (gen_config_text.py).
 Keys and their TensorRT-LLM sources: dwdp_trtllm/integration/gen_config.py KEY_SOURCES, docs/TRTLLM.md.
 """
 from __future__ import annotations
