@@ -10,10 +10,11 @@ Per server (server_configs.ServerConfig):
   moe_expert_parallel_size (else tensor_parallel_size) GPUs, each at its own max_num_tokens;
 - KV cache: TensorRT-LLM sizes it after the model is loaded and warmed up, as kv_cache_config.free_gpu_memory_fraction
   of the memory then free (KvCacheConfig.free_gpu_memory_fraction, default 0.9: tensorrt_llm/llmapi/llm_args.py @
-  0004396720054fd8, "Default is 90%"). Free is estimated as the GPU's memory less the rank's parts other than the
-  KV-cache floor (weights, prefetch slots, activations, all-to-all); the cache must hold max(max_num_tokens,
-  max_seq_len) tokens (one full forward, and one request of the longest length) in its dtype (fp8: 1 byte per value,
-  otherwise 2, as memory.KV_BYTES).
+  0004396720054fd8, "Default is 90%"). Free and the bytes per token in the cache's dtype are memory.context_kv's
+  (the GPU's memory less the rank's parts other than the KV-cache floor; fp8 1 byte per value, else 2); the cache must
+  hold max(max_num_tokens, max_seq_len) tokens (one full forward, and one request of the longest length), and how many
+  of max_batch_size requests of max_seq_len it holds at once is said (fewer is not a load failure: TensorRT-LLM then
+  schedules fewer at a time).
 A server loads when nothing is refused, its rank fits the GPU and the KV cache holds what it needs.
 """
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _int(v) -> int | None:
 
 @dataclass(frozen=True)
 class KvCache:
-    """What TensorRT-LLM would give the KV cache of one rank, and what the server needs."""
+    """What TensorRT-LLM would give the KV cache of one rank, and what the server needs (memory.context_kv's free
+    and per-token bytes)."""
 
     fraction: float
     fraction_from: str
@@ -50,6 +52,8 @@ class KvCache:
     need_from: str
     dtype: str
     bytes_per_token: int  # in dtype
+    max_batch_size: int | None = None
+    max_seq_len: int | None = None
 
     @property
     def alloc_bytes(self) -> int:
@@ -63,13 +67,22 @@ class KvCache:
     def fits(self) -> bool:
         return self.free_bytes > 0 and self.tokens >= self.need_tokens
 
+    @property
+    def requests_held(self) -> int | None:
+        """Requests of max_seq_len tokens the cache holds at once (None: no max_seq_len in the YAML)."""
+        return None if not self.max_seq_len else self.tokens // self.max_seq_len
+
     def text(self) -> str:
         need = f"needs {self.need_tokens:,} ({self.need_from}): " + ("fits" if self.fits else "does NOT fit")
         if self.free_bytes <= 0:
             return f"KV cache: nothing left for it after weights and activations; {need}"
-        return (f"KV cache: {self.fraction:g} ({self.fraction_from}) x {fmt_bytes(self.free_bytes, digits=1)} free after "
-                f"weights and activations = {fmt_bytes(self.alloc_bytes, digits=2)}, {self.tokens:,} tokens in "
-                f"{self.dtype}; {need}")
+        out = (f"KV cache: {self.fraction:g} ({self.fraction_from}) x {fmt_bytes(self.free_bytes, digits=1)} free after "
+               f"weights and activations = {fmt_bytes(self.alloc_bytes, digits=2)}, {self.tokens:,} tokens in "
+               f"{self.dtype}; {need}")
+        if self.requests_held is not None and self.max_batch_size:
+            out += (f"; holds {min(self.requests_held, self.max_batch_size):,} of max_batch_size "
+                    f"{self.max_batch_size:,} requests of max_seq_len {self.max_seq_len:,}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,7 @@ class ServerVerdict:
                 "kv_cache": kv and {"unit": mem.UNIT, "fraction": kv.fraction, "fraction_from": kv.fraction_from,
                                     "free_gb": mem.gb(kv.free_bytes), "alloc_gb": mem.gb(kv.alloc_bytes),
                                     "tokens": kv.tokens, "need_tokens": kv.need_tokens, "dtype": kv.dtype,
+                                    "requests_held": kv.requests_held, "max_batch_size": kv.max_batch_size,
                                     "fits": kv.fits}}
 
 
@@ -123,22 +137,21 @@ def _section(args: dict, key: str) -> dict:
     return v if isinstance(v, dict) else {}
 
 
-def _kv(args: dict, spec: ModelSpec, m: mem.RankMemory, gpu_bytes: int, max_num_tokens: int) -> KvCache:
+def _kv(args: dict, spec: ModelSpec, m: mem.RankMemory, max_num_tokens: int) -> KvCache:
     kvc = _section(args, "kv_cache_config")
     frac = kvc.get("free_gpu_memory_fraction")
     if isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 <= frac <= 1:
         fraction, where = float(frac), f"its {FRACTION_KEY}"
     else:
         fraction, where = KV_FRACTION_DEFAULT, KV_FRACTION_SOURCE
-    seq = _int(args.get("max_seq_len"))
+    seq, batch = _int(args.get("max_seq_len")), _int(args.get("max_batch_size"))
     need, need_from = (seq, "max_seq_len") if seq is not None and seq > max_num_tokens else \
         (max_num_tokens, "max_num_tokens")
     dtype = str(kvc.get("dtype", "auto"))
-    per_token = mem.kv_cache_floor_bytes(spec, 1)  # bf16 (memory.KV_BYTES per value)
-    if dtype.lower() == "fp8":
-        per_token //= mem.KV_BYTES
-    return KvCache(fraction, where, gpu_bytes - (m.total - m.kv_cache_floor), need, need_from,
-                   dtype if dtype != "auto" else "auto (priced as bf16)", per_token)
+    priced = dtype.lower() if dtype.lower() in mem.KV_DTYPE_BYTES else "auto"
+    ctx = mem.context_kv(spec, m, max_batch_size=1, max_seq_len=need, kv_dtype=priced)  # free, and need's bytes
+    shown = dtype if priced == dtype.lower() and priced != "auto" else f"{dtype} (priced as bf16)"
+    return KvCache(fraction, where, ctx.free, need, need_from, shown, ctx.need // need, batch, seq)
 
 
 def check_server(server: ServerConfig, *, spec: ModelSpec, gpu_bytes: int, weight_dtype: str,
@@ -171,4 +184,4 @@ def check_server(server: ServerConfig, *, spec: ModelSpec, gpu_bytes: int, weigh
         m = mem.rank_memory(spec, "dep", group_size=ep, weight_dtype=weight_dtype, max_num_tokens=mnt,
                             gpu_bytes=gpu_bytes)
         note = f"priced as one rank of DEP{ep} (experts over {ep} GPUs)"
-    return ServerVerdict(server, refused, m, _kv(args, spec, m, gpu_bytes, mnt), note)
+    return ServerVerdict(server, refused, m, _kv(args, spec, m, mnt), note)

@@ -202,3 +202,18 @@ def test_docs_show_the_real_output_on_upstreams_recipe(tmp_path, capsys):
     rc, out, _ = _check(capsys, "ctx_published.yaml")
     assert rc == 2 and out.rstrip("\n") == blocks[1]
     assert "dwdp_size: 8\n     num_groups: 2" in section
+
+
+def test_a_kv_cache_short_of_the_full_batch_still_loads(tmp_path, capsys):
+    """The recipe's generation server on DEP8 holds fewer of its 256 requests of 10,240 tokens at once than
+    max_batch_size: said, not a load failure (TensorRT-LLM schedules fewer at a time); its KV is the yaml's 0.75."""
+    import json
+    _, gen, _ = _hopper_files(tmp_path)
+    data = yaml.safe_load(open(gen))
+    data.update(tensor_parallel_size=8, moe_expert_parallel_size=8, max_batch_size=256)
+    rc, out, _ = _check(capsys, _write(tmp_path / "gen_server.yaml", data), "--json")
+    (v,) = json.loads(out)["servers"]
+    kv = v["kv_cache"]
+    assert rc == 0 and v["loads"] and kv["fits"] and kv["requests_held"] == kv["tokens"] // 10240 < 256
+    rc, out, _ = _check(capsys, "gen_server.yaml")
+    assert f"holds {kv['requests_held']:,} of max_batch_size 256 requests of max_seq_len 10,240" in " ".join(out.split())
