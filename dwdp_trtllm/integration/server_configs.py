@@ -70,8 +70,8 @@ def load_mapping(path: str) -> dict:
         raise ConfigError(path, "", f"not valid YAML{where} ({getattr(e, 'problem', None) or 'parse error'})") from None
     if not isinstance(data, dict):
         raise ConfigError(path, "", "expected a mapping: TensorRT-LLM settings (an extra-llm-api YAML) or "
-                                    f"context_servers / generation_servers (a disaggregated YAML), got "
-                                    f"{type(data).__name__}")
+                                    "context_servers / generation_servers (a disaggregated YAML), got "
+                                    + ("an empty file" if data is None else type(data).__name__))
     return data
 
 
