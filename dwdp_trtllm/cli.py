@@ -14,7 +14,7 @@ from pathlib import Path
 from .spec.schema import ConfigError
 
 #: subcommand module names (commands/<module>.py); a module that is missing is not offered
-COMMANDS = ("bench", "verify", "plan", "plan_placement", "validate_plan", "calibrate", "build_ops", "check_trtllm", "gen_config", "serve", "size")
+COMMANDS = ("bench", "verify", "plan", "plan_placement", "validate_plan", "calibrate", "build_ops", "check_trtllm", "gen_config", "serve", "size", "check_config")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,8 @@ land in --out only once every check passed (written into a temporary directory, 
 Writes into --out: the TensorRT-LLM YAML(s), for --engine dwdp_trtllm a dwdp.yaml with our settings
 (DWDP_TRTLLM_CONFIG points at it) plus launch.env, and commands.sh with the launch lines (--launch mpi: one MPI
 world; rendezvous: one single-GPU trtllm-serve per context server). The folder and the checkpoint must be on
-storage every node sees. Serving settings (--isl, --osl, --mtp, --gen-batch): gen_config_serving.py.
+storage every node sees. Serving settings (--isl, --osl, --mtp, --gen-batch, --ctx-batch, --kv-dtype,
+--mtp-key): gen_config_serving.py. The printed report fits 80 columns (gen_config_text.py).
 Keys and their TensorRT-LLM sources: dwdp_trtllm/integration/gen_config.py KEY_SOURCES, docs/TRTLLM.md.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..deploy.out_path import check_out_dir
 from ..spec.schema import ConfigError
 from . import gen_config_files as files
 from . import gen_config_serving as serving
+from . import gen_config_text as text
 from .deploy_args import add_gpu_args, gpu_budget_bytes, gpu_label
 
 #: TensorRT-LLM's max_num_tokens when a server's YAML gives none (llm_args.py BaseLlmArgs.max_num_tokens)
@@ -128,6 +130,9 @@ def check_args(args, num_experts: int) -> None:
         lo = 0 if arg in ("--num-experts-per-worker", "--num-prefetch-experts") else 1
         if v is not None and not lo <= v <= hi:
             raise ConfigError(None, arg, f"expected an integer in [{lo}, {hi:,}], got {v}")
+    if args.hosts is not None and not args.hosts.strip():
+        raise ConfigError(None, "--hosts", "expected comma-separated host names, got an empty string (leave --hosts "
+                                           "out for localhost / NODE<i>_HOST placeholders)")
     for arg, names in (("--hostname", [args.hostname]), ("--hosts", (args.hosts or "x").split(","))):
         for h in names:
             if not _HOSTNAME.fullmatch(h):
@@ -135,6 +140,15 @@ def check_args(args, num_experts: int) -> None:
     if not args.model.strip():
         raise ConfigError(None, "--model", "expected a checkpoint path or HF name, got an empty string")
     args.out = check_out_dir(args.out, "--out")  # empty, loops, dangling links, too long, a file in the way
+
+
+def check_ports(args, num_servers: int) -> None:
+    """The proxy listens on --port and server i on --port + 1 + i: the highest port used must be a port (<= 65535)."""
+    top = args.port + num_servers
+    if top > 65535:
+        raise ConfigError(None, "--port", f"expected a port whose {num_servers} servers fit below 65536 (server i "
+                                          f"listens on --port + 1 + i, the highest {top:,} here): use --port "
+                                          f"{65535 - num_servers} or lower, got {args.port}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +250,11 @@ def run(args) -> int:
             max_num_tokens=args.max_num_tokens)
     dims_only = spec and dims_only_reason(spec)  # a family the embedded engine does not run
     engine = args.engine or ("upstream" if args.weight_dtype == "nvfp4" or dims_only else "dwdp_trtllm")
+    if engine == "upstream" and args.launch == "rendezvous":
+        raise ConfigError(None, "--launch", "rendezvous with --engine upstream: upstream's DWDP group forms over MPI "
+                                            "only (tensorrt_llm/_torch/pyexecutor/dwdp.py _create_dwdp_comm: "
+                                            "COMM_WORLD.Create_group), which single-GPU trtllm-serve context servers "
+                                            "cannot form; use --launch mpi")
     if engine == "dwdp_trtllm" and dims_only:
         raise ConfigError(None, "--engine", f"dwdp_trtllm cannot serve it: {dims_only}; use --engine upstream "
                                             "(NVFP4 only)")
@@ -259,13 +278,23 @@ def run(args) -> int:
         src = "--num-experts" if args.num_experts is not None else f"--preset {args.preset or args.model}"
         raise ConfigError(None, "--" + e.key.replace("_", "-"), e.expected.replace(
             "the model's", f"the model's ({src})")) from None
+    ctx_servers = args.ctx_servers or dwdp.world_size
+    check_ports(args, ctx_servers + args.gen_servers if args.mode == "disaggregated" else 0)
     # engine / dtype / mode combinations are refused before any sizing
     early = gc.Deployment(model=args.model, num_experts=num_experts, dwdp=dwdp, engine=engine, weight_dtype=args.weight_dtype)
     if args.mode != "disaggregated":
         gc.aggregated(early, args.mode)
     sizing = size_servers(args, dwdp, spec, engine)
+    ctx_kv = serving.context_kv(args, spec, sizing, isl)  # the context servers first, as they are laid out
     gen = serving.generation(args, spec, sizing, isl, mtp)
-    ctx_servers = args.ctx_servers or dwdp.world_size
+    key = serving.mtp_key(args) if mtp else ("max_draft_len", "")
+    gen_backend = None
+    if args.mode == "disaggregated":
+        priced = serving.priced_moe_backend(spec, args.gpu, args.weight_dtype)
+        gen_backend = ((priced, f"the fused-MoE kernels `dwdp size` prices its decode steps with "
+                                f"(perf/kernel_tables.py, {args.gpu} {args.weight_dtype})") if priced else
+                       (early.moe_backend, "the context servers' (no shipped kernel table prices this GPU / model / "
+                                           "dtype)"))
     if args.mode == "disaggregated":
         servers = [("context", 1)] * ctx_servers + [("generation", sizing.gen_tp)] * args.gen_servers
     else:
@@ -285,7 +314,11 @@ def run(args) -> int:
                       gen_max_num_tokens=gen.max_num_tokens if gen else args.gen_max_num_tokens,
                       weight_dtype=args.weight_dtype, hostname=hosts[0], port=args.port, isl=isl, mtp=mtp,
                       gen_batch=gen and gen.batch, gen_kv_fraction=gen and gen.kv_fraction,
-                      server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None)
+                      server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None,
+                      mtp_key=key[0],
+                      ctx_batch=ctx_kv.max_batch_size if ctx_kv else (args.ctx_batch or serving.CTX_BATCH),
+                      ctx_kv_dtype=args.kv_dtype,
+                      ctx_kv_fraction=ctx_kv and ctx_kv.fraction, gen_moe_backend=gen_backend and gen_backend[0])
     out = args.out.resolve()
     docs, cmds = files.build(args, d, nodes, hosts, out)  # every document in memory: nothing written yet
     written = files.write_all(out, docs)
@@ -296,18 +329,20 @@ def run(args) -> int:
             else f"one {args.mode} server of {dwdp.world_size} GPUs (DWDP{dwdp.dwdp_size}{groups})")
             + f", {sizing.gpu}, {args.gpus_per_node} GPUs per node")
     storage = serving.storage_line(f"{out} (this folder)", args.model, nodes.num_nodes)
-    settings = serving.settings_lines(args, isl, mtp, gen)
+    settings = serving.settings_lines(args, isl, mtp, gen, key=key, ctx_kv=ctx_kv, gen_backend=gen_backend)
     if args.json:
         print(json.dumps({"summary": head, "args": files.argv_of(args), "num_gpus": nodes.num_gpus, "num_nodes": nodes.num_nodes, "hosts": list(hosts),
                           "engine": engine, "gen_tp": sizing.gen_tp, "memory": sizing.to_dict(),
+                          "context_kv": ctx_kv and ctx_kv.to_dict(),
                           "isl": isl, "mtp": mtp, "launch": args.launch, "settings": settings, "storage": storage,
                           "nodes": nodes.node_lines(hosts), "written": [str(w) for w in written]}, indent=1))
         return 0
-    print(head)
-    print(f"engine: {engine} ({args.weight_dtype}, {num_experts} experts, dwdp_size {dwdp.dwdp_size}{groups})")
-    for line in sizing.lines() + settings + (nodes.node_lines(hosts) if nodes.num_nodes > 1 else []) + [storage]:
-        print(line)
-    for w in written:
-        print(f"wrote {w}")
-    print("\n".join(cmds))
+    lines = [head, f"engine: {engine} ({args.weight_dtype}, {num_experts} experts, dwdp_size {dwdp.dwdp_size}{groups})"]
+    lines += sizing.lines() + settings + (nodes.node_lines(hosts) if nodes.num_nodes > 1 else []) + [storage]
+    lines.append(f"wrote into {out}: " + ", ".join(w.name for w in written))
+    for line in lines:
+        print("\n".join(text.prose(line)))
+    print("launch lines (commands.sh):")
+    for c in cmds:
+        print("\n".join(text.shell(c)))
     return 0

@@ -6,11 +6,17 @@ launch.slurm in the shape of TensorRT-LLM's examples/disaggregated/slurm (disagg
 gen_yaml.py, stored id 9853323699 / 9215451866 / 9307534881): the job's node names replace the NODE<i>_HOST
 placeholders in a per-job copy of the YAML (as gen_yaml.py fills urls from SLURM_JOB_NODELIST), one srun of
 every worker rank runs `trtllm-serve disaggregated_mpi_worker`, and one task on the first node the proxy.
---launch rendezvous (`rendezvous_lines`): no MPI world; every server is its own `trtllm-serve MODEL --config
-ctx_server.yaml | gen_server.yaml` on its node's GPUs (CUDA_VISIBLE_DEVICES), the context servers meeting through
-TRTLLM_DWDP_RANK / TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT (integration/group.py), as NVIDIA's srt-slurm
-launches DWDP prefill workers (`src/srtctl/backends/trtllm.py`, `TRTLLMBackend.get_process_environment`); several
-nodes: launch.slurm starts each with one srun on its node.
+--launch rendezvous (`rendezvous_lines`): no MPI world between servers; every server is its own `trtllm-serve MODEL
+--extra_llm_api_options ctx_server.yaml | gen_server.yaml` on its node's GPUs (CUDA_VISIBLE_DEVICES), the context
+servers meeting through TRTLLM_DWDP_RANK / TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT (integration/group.py),
+as NVIDIA's srt-slurm launches DWDP prefill workers (`src/srtctl/backends/trtllm.py`,
+`TRTLLMBackend.get_process_environment`); several nodes: launch.slurm starts each with one srun step on its node,
+one task per GPU under `trtllm-llmapi-launch` (the server's MPI workers are the step's tasks), as srt-slurm's
+`build_worker_command` does.
+Launch flags every stored TensorRT-LLM CLI takes: `--extra_llm_api_options` (trtllm-serve @ 00209af1 and @ 4c05a748,
+trtllm-bench throughput @ 000a01de; `--config` is an alias only in the newer serve), `--tp_size`, `--max_num_tokens`.
+Every srun step runs with `--mpi=pmix` (srt-slurm `TRTLLMBackend.get_srun_config`: SrunConfig(mpi="pmix")).
+Output redirection is POSIX (`>file 2>&1`): commands.sh runs under /bin/sh, which may be dash.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ import yaml
 
 from ..deploy.node_layout import PLACEHOLDER, NodeLayout
 from ..spec.schema import ConfigError
+
+#: every srun step's MPI plugin (NVIDIA srt-slurm src/srtctl/backends/trtllm.py get_srun_config: mpi="pmix")
+MPI = "--mpi=pmix"
 
 
 def _yaml(doc: dict, header: str) -> str:
@@ -58,10 +67,12 @@ def _slurm(nodes: NodeLayout, world: int, env: bool) -> str:
     ]
     if env:
         lines += ['export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"',
-                  f"srun --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates us in MPI workers"]
-    lines += [f'SLURM_HOSTFILE="$R/tasks" srun --mpi=pmix --distribution=arbitrary -n {world} '
-              'trtllm-serve disaggregated_mpi_worker -c "$R/disagg_worker.yaml" &> "$R/workers.log" &',
-              'srun --overlap -N 1 -n 1 -w "${H[0]}" trtllm-serve disaggregated -c "$R/disagg_proxy.yaml" &> "$R/proxy.log" &',
+                  f"srun {MPI} --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates "
+                  "us in MPI workers"]
+    lines += [f'SLURM_HOSTFILE="$R/tasks" srun {MPI} --distribution=arbitrary -n {world} '
+              'trtllm-serve disaggregated_mpi_worker -c "$R/disagg_worker.yaml" >"$R/workers.log" 2>&1 &',
+              f'srun {MPI} --overlap -N 1 -n 1 -w "${{H[0]}}" trtllm-serve disaggregated -c "$R/disagg_proxy.yaml" '
+              '>"$R/proxy.log" 2>&1 &',
               'echo "proxy: http://${H[0]}:$(grep "^port:" "$R/disagg_proxy.yaml" | cut -d" " -f2)"; wait', ""]
     return "\n".join(lines)
 
@@ -87,12 +98,13 @@ def rendezvous_lines(d, nodes: NodeLayout, hosts: tuple[str, ...], model: str, *
                 f"TRTLLM_DWDP_MASTER_PORT={serving.RENDEZVOUS_PORT}"]
         yaml_name = "ctx_server.yaml" if s.role == "context" else "gen_server.yaml"
         log = f'"$R/{s.role}{s.index}.log"' if slurm else f'"$D/{s.role}{s.index}.log"'
-        serve = f'trtllm-serve {model} --host {host} --port {port} --config "$D/{yaml_name}"'
-        if slurm:  # the step sees the node's GPUs; env (not srun --export, which splits at commas) picks them
-            lines.append(f'srun --overlap -N 1 -n 1 -w "{host}" --gres=gpu:{nodes.gpus_per_node} env {" ".join(env)} '
-                         f'{serve} &> {log} &')
+        serve = f'trtllm-serve {model} --host {host} --port {port} --extra_llm_api_options "$D/{yaml_name}"'
+        if slurm:  # the step sees the node's GPUs; env (not srun --export, which splits at commas) picks them; one
+            # task per GPU, trtllm-llmapi-launch making task 0 the server and the others its MPI workers (srt-slurm)
+            lines.append(f'srun {MPI} --overlap -N 1 -n {s.gpus} -w "{host}" --gres=gpu:{nodes.gpus_per_node} env '
+                         f'{" ".join(env)} trtllm-llmapi-launch {serve} >{log} 2>&1 &')
         else:
-            lines.append(f"{' '.join(env)} {serve} &> {log} &")
+            lines.append(f"{' '.join(env)} {serve} >{log} 2>&1 &")
         port += 1
     proxy = '"$R/disagg_proxy.yaml"' if slurm else '"$D/disagg_proxy.yaml"'
     lines.append(f'trtllm-serve disaggregated -c {proxy}')
@@ -103,7 +115,9 @@ def _rendezvous_slurm(nodes: NodeLayout, lines: list[str], env: bool) -> str:
     """launch.slurm of a rendezvous launch: the proxy YAML with the job's node names, one srun per server."""
     n = nodes.num_nodes
     subst = " ".join(f'-e "s/{PLACEHOLDER.format(i)}/${{H[{i}]}}/g"' for i in range(n))
-    head = ["#!/bin/bash", f"#SBATCH --nodes={n}", f"#SBATCH --gres=gpu:{nodes.gpus_per_node}",
+    # one task per GPU: a server of N GPUs is a step of N tasks (trtllm-llmapi-launch; rendezvous_lines)
+    head = ["#!/bin/bash", f"#SBATCH --nodes={n}", f"#SBATCH --ntasks-per-node={nodes.gpus_per_node}",
+            f"#SBATCH --gres=gpu:{nodes.gpus_per_node}",
             "#SBATCH --job-name=dwdp-rendezvous", "#SBATCH --time=02:00:00",
             "# add --partition / --account as your cluster needs; submit from this directory: sbatch launch.slurm",
             "set -e", 'D="${SLURM_SUBMIT_DIR:?submit with sbatch from the gen-config directory}"',
@@ -111,8 +125,8 @@ def _rendezvous_slurm(nodes: NodeLayout, lines: list[str], env: bool) -> str:
             f'[ "${{#H[@]}}" -ge {n} ] || {{ echo "need {n} nodes, got ${{#H[@]}}" >&2; exit 1; }}',
             'R="$D/run.$SLURM_JOB_ID"; mkdir -p "$R"', f'sed {subst} "$D/disagg_proxy.yaml" > "$R/disagg_proxy.yaml"']
     if env:  # DWDP_TRTLLM_CONFIG: on the context servers' lines only
-        head += [f"srun --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates us"]
-    proxy = f'srun --overlap -N 1 -n 1 -w "${{H[0]}}" {lines[-1]} &> "$R/proxy.log" &'
+        head += [f"srun {MPI} --nodes={n} --ntasks-per-node=1 dwdp serve --install-hook   # the .pth that activates us"]
+    proxy = f'srun {MPI} --overlap -N 1 -n 1 -w "${{H[0]}}" {lines[-1]} >"$R/proxy.log" 2>&1 &'
     return "\n".join(head + lines[:-1] + [proxy, "wait", ""])
 
 
@@ -139,12 +153,14 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
     head = ["#!/bin/sh", "# launch lines generated by `dwdp gen-config`; regenerate with:",
             "# dwdp gen-config " + shlex.join(argv_of(args)) + " --out DIR"]
     if multi:
-        head += [f"# {nodes.summary()}: run this on node 0 ({hosts[0]}); mpirun starts every node's ranks (hostfile)"]
+        head += [f"# {nodes.summary()}: " + ("run this on node 0 ({hosts[0]}); mpirun starts every node's ranks "
+                                              "(hostfile)" if args.launch == "mpi" else "launch.slurm starts every "
+                                              "server on its node").format(hosts=hosts)]
         head += [f"#   {line}" for line in nodes.node_lines(hosts)]
     from . import gen_config_serving as serving
     head += ["# " + serving.storage_line("this folder", args.model, nodes.num_nodes)]
     head += ["set -e", 'D="$(cd "$(dirname "$0")" && pwd)"']
-    if multi and hosts[0] == PLACEHOLDER.format(0):
+    if multi and hosts[0] == PLACEHOLDER.format(0) and args.launch == "mpi":  # rendezvous writes no hostfile
         head += ['if grep -q "_HOST " "$D/hostfile"; then echo "replace NODE<i>_HOST in hostfile and disagg_*.yaml '
                  'with your node names (or rerun dwdp gen-config --hosts h0,h1,...), or use: sbatch launch.slurm" >&2; '
                  'exit 1; fi']
@@ -167,18 +183,22 @@ def build(args, d, nodes: NodeLayout, hosts: tuple[str, ...], out: Path) -> tupl
             cmds.append('export DWDP_TRTLLM_CONFIG="$D/dwdp.yaml"')
     model, world = shlex.quote(args.model), d.dwdp.world_size
     if args.mode == "aggregated":
-        docs["trtllm_serve.yaml"] = _yaml(gc.aggregated(d), "trtllm-serve MODEL --config <this>")
-        cmds.append(f'trtllm-serve {model} --tp_size {world} --max_num_tokens {args.max_num_tokens} --config "$D/trtllm_serve.yaml"')
+        docs["trtllm_serve.yaml"] = _yaml(gc.aggregated(d), "trtllm-serve MODEL --extra_llm_api_options <this>")
+        cmds.append(f'trtllm-serve {model} --tp_size {world} --max_num_tokens {args.max_num_tokens} '
+                    '--extra_llm_api_options "$D/trtllm_serve.yaml"')
     elif args.mode == "bench":
-        docs["trtllm_bench_extra.yaml"] = _yaml(gc.bench_options(d), "trtllm-bench ... throughput --config <this>")
+        docs["trtllm_bench_extra.yaml"] = _yaml(gc.bench_options(d),
+                                                "trtllm-bench ... throughput --extra_llm_api_options <this>")
         cmds.append(f"trtllm-bench -m {model} throughput --backend pytorch --dataset ds.jsonl --tp {world} "
-                    f'--max_num_tokens {args.max_num_tokens} --streaming --config "$D/trtllm_bench_extra.yaml"')
+                    f'--max_num_tokens {args.max_num_tokens} --streaming --extra_llm_api_options '
+                    '"$D/trtllm_bench_extra.yaml"')
     elif args.launch == "rendezvous":
         proxy, worker = gc.disaggregated(d)
         docs["disagg_proxy.yaml"] = _yaml(proxy, "trtllm-serve disaggregated -c <this>")
         for name, section in (("ctx_server.yaml", "context_servers"), ("gen_server.yaml", "generation_servers")):
             server = {k: v for k, v in worker[section].items() if k not in ("num_instances", "urls")}
-            docs[name] = _yaml(server, f"trtllm-serve MODEL --config <this>: each of the {section.split('_')[0]} servers")
+            docs[name] = _yaml(server, f"trtllm-serve MODEL --extra_llm_api_options <this>: each of the "
+                                       f"{section.split('_')[0]} servers")
         run = rendezvous_lines(d, nodes, hosts, model, slurm=False)
         if multi:
             docs["launch.slurm"] = _rendezvous_slurm(nodes, rendezvous_lines(d, nodes, hosts, model, slurm=True), env)

@@ -14,6 +14,10 @@ Order, every wait inside ONE deadline (timeout_s from the call):
  5. after_barrier() (the adapter: the DWDP group's process groups destroyed): the group carries nothing more.
 A local close (the host's executor hung or its worker thread still runs: integration/executor_shutdown.py) skips
 step 2 (this rank does not wait for peers; the result says why) and, when asked (keep_shared), leaves step 4 out too.
+After a detected hang (skip_drain) step 1 is left out as well: the close returns at once instead of waiting up to the
+timeout for copies or kernels that may never finish, as TensorRT-LLM's PyExecutor.shutdown returns at once there
+(py_executor.py @ 0004396720054fd8, `if self.hang_detector.detected(): ... return`); the result says the drain was
+not waited for, and the mappings stay (step 4 needs a finished drain).
 Nothing here raises for a failed drain or a missing peer (both are said in the log and in CloseResult); a failure
 of a release step propagates after the later steps ran.
 """
@@ -74,25 +78,31 @@ def device_synchronize(device: torch.device, timeout_s: float) -> bool:
 def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout_s: float, label: str,
                    log: logging.Logger, release_local: Callable[[], None], release_shared: Callable[[], None],
                    after_barrier: Callable[[], None] | None = None, local_only: str | None = None,
-                   keep_shared: str | None = None) -> CloseResult:
+                   keep_shared: str | None = None, skip_drain: str | None = None) -> CloseResult:
     """Close one DWDP rank (module docstring: the order), all of it within timeout_s seconds. prefetcher: None when
     none was started; label: the group as the log names it. local_only: why this rank must not wait for its peers
     (the shutdown barrier is skipped with that reason); keep_shared: why the composite view and the transport must
-    stay mapped even after a finished drain."""
+    stay mapped even after a finished drain; skip_drain: why this rank must not wait for its own copies and device
+    either (a detected hang: nothing of step 1 runs, the close returns at once)."""
     deadline = time.monotonic() + timeout_s
 
     def left() -> float:
         return max(deadline - time.monotonic(), 0.0)
 
     not_drained = None
-    try:
-        if prefetcher is not None:
-            prefetcher.drain(deadline=deadline)
-        if not device_synchronize(device, left()):
-            not_drained = f"the device did not synchronize within the {timeout_s:g} s shutdown timeout"
-    except Exception as e:  # noqa: BLE001 - said, and the barrier still runs
-        not_drained = f"{type(e).__name__}: {e}"
-    if not_drained is not None:
+    if skip_drain is not None:  # a hung rank: its copies or kernels may never finish, so nothing waits for them
+        not_drained = f"not waited for ({skip_drain}): copies or kernels may still be in flight"
+    else:
+        try:
+            if prefetcher is not None:
+                prefetcher.drain(deadline=deadline)
+            if not device_synchronize(device, left()):
+                not_drained = f"the device did not synchronize within the {timeout_s:g} s shutdown timeout"
+        except Exception as e:  # noqa: BLE001 - said, and the barrier still runs
+            not_drained = f"{type(e).__name__}: {e}"
+    if skip_drain is not None:
+        log.warning("dwdp_trtllm: %s: this rank's copies and device were %s", label, not_drained)
+    elif not_drained is not None:
         log.warning("dwdp_trtllm: %s: this rank's copies did not finish within the %g s shutdown timeout before its "
                     "shutdown barrier (%s)", label, timeout_s, not_drained)
     entered_at = time.time()
@@ -109,7 +119,7 @@ def close_in_order(*, prefetcher: Any, device: torch.device, group: Any, timeout
         if result.drained and keep_shared is None:
             release_shared()
             result.released_at = time.time()
-        elif result.drained:
+        elif keep_shared is not None:  # said with its reason, drained or not (a hang: not waited for)
             log.warning("dwdp_trtllm: %s: its composite view and transport (exported buffers, peer mappings) stay "
                         "mapped until the process exits: %s", label, keep_shared)
         else:

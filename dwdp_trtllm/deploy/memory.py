@@ -390,3 +390,71 @@ def estimate_group_memory(spec: ModelSpec, cfg: DwdpConfig, placement: ExpertPla
     return dwdp_ranks(spec, cfg, weight_dtype=weight_dtype or cfg.weight_dtype, max_num_tokens=max_num_tokens or 0,
                       placement=placement, engine_dense=True)
 
+
+
+# ---- a context server's KV cache as TensorRT-LLM allocates it --------------------------------------
+#: bytes per KV element of kv_cache_config.dtype ("auto": the checkpoint's own KV dtype, bf16 for the releases priced
+#: here; "fp8": upstream's DWDP recipe, examples/dwdp/reproduce.py @ 4400b395 build_worker_config)
+KV_DTYPE_BYTES = {"auto": KV_BYTES, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class ContextKv:
+    """A context server's KV cache against what its rank has left (bytes): the numbers gen-config writes and checks.
+
+    free: the GPU less the rank's weights, prefetch slots and activations (RankMemory without its KV-cache floor),
+    what TensorRT-LLM's free_gpu_memory_fraction is a share of; need: max_batch_size requests of max_seq_len tokens
+    in kv_dtype; fraction: the share of `free` that holds `need` (rounded up to 0.01)."""
+
+    free: int
+    need: int
+    max_batch_size: int
+    max_seq_len: int
+    kv_dtype: str
+
+    @property
+    def fraction(self) -> float:
+        return context_kv_fraction(self.need, self.free)
+
+    @property
+    def fits(self) -> bool:
+        return 0 < self.need <= self.free
+
+    @property
+    def batch_that_fits(self) -> int:
+        """The most requests of max_seq_len tokens whose KV fits `free` (0: not one)."""
+        per = self.need // self.max_batch_size
+        return max(self.free, 0) // per if per else 0
+
+    def to_dict(self) -> dict:
+        """gen-config --json's `context_kv`: GB as every command's JSON, the fraction as written."""
+        return {"unit": UNIT, "kv_dtype": self.kv_dtype, "max_batch_size": self.max_batch_size,
+                "max_seq_len": self.max_seq_len, "need_gb": round(gb(self.need), 6), "free_gb": round(gb(self.free), 6),
+                "free_gpu_memory_fraction": self.fraction, "fits": self.fits}
+
+    def describe(self) -> str:
+        return (f"KV cache {self.kv_dtype}, {self.max_batch_size} x {self.max_seq_len:,} tokens: "
+                f"{fmt_bytes(self.need, digits=1)} of the {fmt_bytes(self.free, digits=1)} left after weights, "
+                f"prefetch slots and activations")
+
+
+def context_kv_fraction(need_bytes: int, free_bytes: int) -> float:
+    """kv_cache_config.free_gpu_memory_fraction that gives a context server `need_bytes` of KV out of the
+    `free_bytes` its rank has left: need / free rounded up to 0.01 (TensorRT-LLM then allocates at least `need`),
+    at least 0.01; above 1.0 when it does not fit (ContextKv.fits says so)."""
+    if free_bytes <= 0:
+        return math.inf
+    return max(math.ceil(round(need_bytes / free_bytes * 100, 6)) / 100, 0.01)
+
+
+def context_kv(spec: ModelSpec, rank: RankMemory, *, max_batch_size: int, max_seq_len: int,
+               kv_dtype: str = "fp8") -> ContextKv:
+    """The KV cache of a context server whose rank `rank_memory` priced: `free` is what the rank has left of its GPU
+    besides its KV-cache floor (rank.gpu_bytes needed), `need` max_batch_size requests of max_seq_len tokens."""
+    if rank.gpu_bytes is None:
+        raise ValueError("context_kv needs a rank priced against a GPU (rank_memory(gpu_bytes=...))")
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"kv_dtype {kv_dtype!r}: expected one of {tuple(KV_DTYPE_BYTES)}")
+    per_token = kv_cache_floor_bytes(spec, 1) // KV_BYTES * KV_DTYPE_BYTES[kv_dtype]
+    free = rank.gpu_bytes - (rank.total - rank.kv_cache_floor)
+    return ContextKv(free, max_batch_size * max_seq_len * per_token, max_batch_size, max_seq_len, kv_dtype)

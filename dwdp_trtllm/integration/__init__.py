@@ -6,6 +6,8 @@ Host-neutral (no tensorrt_llm import):
   process_role.py   this process: integration config, MPI rank, engine, expert placement, HopperDwdpManager
   settings.py       the integration config file; translation to/from upstream's dwdp_config
   serving_features.py  the serving-feature matrix: each TensorRT-LLM setting supported or refused before load
+  server_configs.py the servers of extra-llm-api / disaggregated YAML files, read as TensorRT-LLM reads them
+  config_check.py   one verdict per server before launch (dwdp check-config): refusals, memory, KV cache
   gen_config.py     YAML generators for trtllm-serve / disaggregated deployments
   group.py          the DWDP group of the context ranks (Create_group, as upstream)
   adapter.py        AdapterRuntime: TensorRT-LLM's expert tensors on the core's transport / CopyScheduler / Prefetcher;

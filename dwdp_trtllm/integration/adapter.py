@@ -233,7 +233,8 @@ class AdapterRuntime:
         """Executor shutdown (HopperDwdpManager.cleanup); collective over the DWDP group, all of it (drain included)
         within close_timeout_s, one deadline. local: an executor_shutdown.LocalClose when the executor hung or its
         worker thread still runs: then nothing collective runs (no barrier: step 2 is skipped with its reason) and,
-        when it says so, step 4 too (the composite view and transport stay mapped until the process exits).
+        when it says so, step 4 too (the composite view and transport stay mapped until the process exits); after a
+        detected hang step 1 too (nothing waits for this rank's copies or device: the close returns at once).
 
         Order, as upstream's DWDPWeightManager.release (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269,
         stored id 57555330583: synchronize, peer views dropped, WeightBuffer released, then DWDPTransport.release,
@@ -285,7 +286,8 @@ class AdapterRuntime:
                              timeout_s=self.close_timeout_s, label=self.group_label, log=log,
                              release_local=release_local, release_shared=release_shared, after_barrier=destroy,
                              local_only=None if local is None else local.why,
-                             keep_shared=None if local is None else local.keep_shared)
+                             keep_shared=None if local is None else local.keep_shared,
+                             skip_drain=local.why if local is not None and local.hung else None)
         self.close_info = res.as_info()
 
     def _unbind_owners(self) -> None:

@@ -7,6 +7,8 @@ joins `self.worker_thread`; the process is about to end. Our close then must not
 barrier (a hung group would hold this rank for the whole shutdown timeout), and while the worker thread still runs a
 forward it may be issuing copies from, or kernels on, the mapped peer memory: that stays mapped until the process
 exits.
+After a detected hang the close does not wait for this rank's own copies or device either: upstream returns at once
+there, and a hung kernel would otherwise hold the process for the whole shutdown timeout.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ class LocalClose:
 
     why: str
     keep_shared: str | None
+    #: the hang detector fired: the close does not wait for this rank's copies or device either (close_in_order's
+    #: skip_drain), as upstream's shutdown returns at once then
+    hung: bool = False
 
 
 def local_close(executor) -> LocalClose | None:
@@ -32,5 +37,7 @@ def local_close(executor) -> LocalClose | None:
     if not (hung or alive):
         return None
     why = "TensorRT-LLM's hang detector fired" if hung else "the executor's worker thread is still running"
-    keep = "the executor's worker thread is still running and may still read them" if alive else None
-    return LocalClose(why, keep)
+    keep = "the executor's worker thread is still running and may still read them" if alive else \
+        "TensorRT-LLM's hang detector fired: copies and kernels were not waited for and may still use them" if hung \
+        else None
+    return LocalClose(why, keep, hung)

@@ -15,6 +15,7 @@ from ..byte_units import fmt_bytes
 from ..deploy.memory import GEN_KV_FRACTION, kv_batch_fit
 from ..spec.config import DwdpConfig
 from ..spec.schema import ConfigError
+from .gen_config_mtp import MTP_KEY_AT, MTP_KEYS, installed_mtp_key, mtp_key_of, speculative_config  # noqa: F401
 from .settings import to_upstream
 
 _LLM_ARGS = "tensorrt_llm/llmapi/llm_args.py"
@@ -24,6 +25,11 @@ _DISAGG_AT = "stored versions read via code search (2 versions, one with **kwarg
 #: upstream's DWDP reproduction recipe: the experiment matrix and the script that turns it into server configs
 RECIPE = "examples/dwdp/dwdp_reproduce.yaml @ 6ed140e9"
 RECIPE_SCRIPT = "examples/dwdp/reproduce.py @ 1f939488 (build_worker_config)"
+#: the same script at the commit whose context-server settings (KV cache, max_batch_size, max_seq_len) and generation
+#: CUDA graphs gen-config follows (build_worker_config, _cuda_graph_batch_sizes, calc_seq_lens)
+RECIPE_SCRIPT_CTX = "examples/dwdp/reproduce.py @ 4400b395 (build_worker_config)"
+#: the recipe's context max_batch_size (ctx_max_bs default in build_worker_config)
+CTX_BATCH = 4
 
 #: tokens a request carries beyond its ISL in upstream's recipe (reproduce.py calc_seq_lens: ctx_max_seq_len = isl + 1024)
 SEQ_MARGIN_TOKENS = 1024
@@ -59,7 +65,18 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
                            RECIPE_SCRIPT + ": ctx_cfg and gen_cfg speculative_config when mtp > 0"),
     "speculative_config.decoding_type": (_LLM_ARGS + " MTPDecodingConfig (decoding_type MTP)", RECIPE_SCRIPT),
     "speculative_config.num_nextn_predict_layers": (_LLM_ARGS + " MTPDecodingConfig.num_nextn_predict_layers",
-                                                    RECIPE_SCRIPT + ": = the recipe's mtp (1 or 3)"),
+                                                    RECIPE_SCRIPT + ": = the recipe's mtp (1 or 3); versions before "
+                                                    "0004396720054fd8 only (--mtp-key)"),
+    "speculative_config.max_draft_len": (_LLM_ARGS + " DecodingBaseConfig.max_draft_len", MTP_KEY_AT),
+    "max_seq_len": (_LLM_ARGS + " BaseLlmArgs.max_seq_len", RECIPE_SCRIPT_CTX + ": ctx max_seq_len = isl + 1024"),
+    "kv_cache_config.enable_block_reuse": (_LLM_ARGS + " KvCacheConfig.enable_block_reuse (default True)",
+                                           RECIPE_SCRIPT_CTX + ": false on context servers"),
+    "kv_cache_config.dtype": (_LLM_ARGS + " KvCacheConfig.dtype (default 'auto')", RECIPE_SCRIPT_CTX + ": fp8"),
+    "cuda_graph_config.enable_padding": (_LLM_ARGS + " BaseCudaGraphConfig.enable_padding (default False)",
+                                         RECIPE_SCRIPT_CTX + ": gen_cfg enable_padding true"),
+    "cuda_graph_config.batch_sizes": (_LLM_ARGS + " BaseCudaGraphConfig.batch_sizes (max_batch_size = their max)",
+                                      RECIPE_SCRIPT_CTX + " _cuda_graph_batch_sizes, up to the server's "
+                                      "max_batch_size"),
     "dwdp_config": (_LLM_ARGS + " TorchLlmArgs.dwdp_config (Optional[DwdpConfig], prototype)", _LLM_ARGS_AT),
     "dwdp_config.dwdp_size": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453 (config.dwdp_size)"),
     "dwdp_config.num_groups": (_LLM_ARGS + " DwdpConfig", "usage in _torch/pyexecutor/dwdp.py @ 198af0453"),
@@ -86,9 +103,20 @@ def kv_transfer_tokens(isl: int) -> int:
     return math.ceil((isl + SEQ_MARGIN_TOKENS) / 64) * 64
 
 
-def speculative_config(mtp: int) -> dict[str, Any]:
-    """One-model MTP with `mtp` draft tokens, as RECIPE_SCRIPT writes it on context and generation servers."""
-    return {"decoding_type": "MTP", "num_nextn_predict_layers": mtp}
+#: the recipe's CUDA-graph ladder (RECIPE_SCRIPT_CTX _cuda_graph_batch_sizes): 1, 2, 4, then steps of 8 to 1024 and
+#: of 16 to 2048
+_GRAPH_STAGES = ((8, 1024, 8), (1040, 2048, 16))
+
+
+def cuda_graph_batch_sizes(max_batch: int) -> list[int]:
+    """CUDA-graph batch sizes of a generation server whose ranks run up to `max_batch` requests: the recipe's ladder
+    (RECIPE_SCRIPT_CTX _cuda_graph_batch_sizes) cut at max_batch, max_batch itself last (upstream's
+    BaseCudaGraphConfig takes max(batch_sizes) as its max_batch_size; with enable_padding a batch rounds up to the
+    next size)."""
+    sizes = [b for b in (1, 2, 4) if b < max_batch]
+    for start, limit, step in _GRAPH_STAGES:
+        sizes += [b for b in range(start, min(max_batch, limit + 1), step) if b < max_batch]
+    return sizes + [max_batch]
 
 
 @dataclass(frozen=True)
@@ -177,6 +205,15 @@ class Deployment:
     gen_kv_fraction: float | None = None
     #: host of every server in MPI rank order (context servers, then generation servers); None: `hostname` for all
     server_hosts: tuple[str, ...] | None = None
+    #: speculative_config's draft-count key (MTP_KEYS)
+    mtp_key: str = "max_draft_len"
+    #: context servers: max_batch_size, kv_cache_config.dtype and free_gpu_memory_fraction (None: not computed, no
+    #: model dims); max_seq_len is isl + SEQ_MARGIN_TOKENS
+    ctx_batch: int = CTX_BATCH
+    ctx_kv_dtype: str = "fp8"
+    ctx_kv_fraction: float | None = None
+    #: generation servers' moe_config.backend (None: the context servers' backend)
+    gen_moe_backend: str | None = None
 
     def __post_init__(self) -> None:
         for arg, v in (("--ctx-servers", self.ctx_servers), ("--gen-servers", self.gen_servers),
@@ -204,8 +241,18 @@ def _ctx_common(d: Deployment) -> dict[str, Any]:
     if d.engine == "upstream":
         out["dwdp_config"] = d.upstream_dwdp()
     if d.mtp > 0:
-        out["speculative_config"] = speculative_config(d.mtp)
+        out["speculative_config"] = speculative_config(d.mtp, d.mtp_key)
     return out
+
+
+def _ctx_serving(d: Deployment) -> dict[str, Any]:
+    """A context server's batch, sequence and KV cache as RECIPE_SCRIPT_CTX sets them (max_batch_size, max_seq_len =
+    ISL + SEQ_MARGIN_TOKENS, kv_cache_config with block reuse off and the recipe's dtype), the KV fraction the one
+    memory model budgets (deploy/memory.context_kv_fraction; absent without model dims)."""
+    kv: dict[str, Any] = {"enable_block_reuse": False, "dtype": d.ctx_kv_dtype}
+    if d.ctx_kv_fraction is not None:
+        kv["free_gpu_memory_fraction"] = d.ctx_kv_fraction
+    return {"max_batch_size": d.ctx_batch, "max_seq_len": d.isl + SEQ_MARGIN_TOKENS, "kv_cache_config": kv}
 
 
 def aggregated(d: Deployment, mode: str = "aggregated") -> dict[str, Any]:
@@ -239,19 +286,23 @@ def _gen_parallel(d: Deployment) -> dict[str, Any]:
         out.update(moe_expert_parallel_size=d.gen_tp, enable_attention_dp=True)
     if d.gen_batch is not None:
         out["max_batch_size"] = d.gen_batch
+        # the batch sizes the ranks run, padded up to the next graph (RECIPE_SCRIPT_CTX gen_cfg cuda_graph_config)
+        out["cuda_graph_config"] = {"enable_padding": True, "batch_sizes": cuda_graph_batch_sizes(d.gen_batch)}
+    out["moe_config"] = {"backend": d.gen_moe_backend or d.moe_backend}
     if d.gen_max_num_tokens is not None:
         out["max_num_tokens"] = d.gen_max_num_tokens
     if d.gen_kv_fraction is not None:
         out["kv_cache_config"] = {"free_gpu_memory_fraction": d.gen_kv_fraction}
     if d.mtp > 0:
-        out["speculative_config"] = speculative_config(d.mtp)
+        out["speculative_config"] = speculative_config(d.mtp, d.mtp_key)
     return out
 
 
 def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(proxy config, worker config). Context servers: TP1 instances forming the DWDP group(s), placed
-    first in the MPI world; generation servers: gen_tp GPUs each with attention DP + EP (_gen_parallel), overlap
-    scheduler and CUDA graphs default. URLs name each server's node (server_hosts) when given."""
+    """(proxy config, worker config). Context servers: TP1 instances forming the DWDP group(s), placed first in the
+    MPI world, batch / sequence / KV cache as _ctx_serving; generation servers: gen_tp GPUs each with attention DP +
+    EP (_gen_parallel), overlap scheduler default, CUDA graphs padded to the batch sizes they run. URLs name each
+    server's node (server_hosts) when given."""
     if d.ctx_servers != d.dwdp.world_size:
         raise ConfigError(None, "--ctx-servers", f"{d.ctx_servers} context servers but num_groups*dwdp_size = "
                           f"{d.dwdp.world_size}: every context server is one DWDP rank")
@@ -263,7 +314,7 @@ def disaggregated(d: Deployment) -> tuple[dict[str, Any], dict[str, Any]]:
     xfer = {"backend": "UCX", "max_tokens_in_buffer": kv_transfer_tokens(d.isl)}
     worker = {"model": d.model, "backend": "pytorch", "hostname": d.hostname, "port": d.port,
               "context_servers": {"num_instances": d.ctx_servers, "urls": ctx_urls, "tensor_parallel_size": 1,
-                                  **_ctx_common(d), "cache_transceiver_config": dict(xfer)},
+                                  **_ctx_common(d), **_ctx_serving(d), "cache_transceiver_config": dict(xfer)},
               "generation_servers": {"num_instances": d.gen_servers, "urls": gen_urls, **_gen_parallel(d),
                                      "cache_transceiver_config": dict(xfer)}}
     return proxy, worker

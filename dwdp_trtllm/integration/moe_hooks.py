@@ -11,42 +11,54 @@ model never fires. Only the MoE modules are called through nn.Module.__call__ (D
 which are exactly the calls upstream's ConfigurableMoE.forward_impl makes in versions that have the
 lifecycle (see hopper_manager.py).
 
-refuse_precomputed_route (both lifecycles): upstream's newer ConfigurableMoE.forward_precomputed_route runs a top-k
-computed elsewhere through the scheduler, bypassing forward_impl (where the lifecycle's wait_and_bind / record calls
-are) and nn.Module.__call__ (where the hooks are). On a DWDP layer the backend would then run on whatever its
-weights were last bound to (merge / composite_view: another layer's slot) or fail without a bound slot
-(multi_buffer). Its source was not available to verify whether it makes the DWDP calls itself, so it is refused on
-DWDP layers, by name, instead of guessed at.
+route_precomputed (both lifecycles): ConfigurableMoE.forward_precomputed_route runs a top-k computed elsewhere
+through the scheduler (ConfigurableMoE.forward_precomputed_route -> ExternalCommMoEScheduler.forward_precomputed_route
+-> backend.quantize_input / run_moe, as NVIDIA/TensorRT-LLM's unit tests test_external_comm_scheduler_uses_precomputed_
+route and test_configurable_moe_precomputed_route_advances_repeat_idx drive it), bypassing forward_impl (where the
+lifecycle's wait_and_bind / record calls are) and nn.Module.__call__ (where the hooks are). No stored upstream prefill
+path calls it: its one caller in the stored source is the DeepSeek resident decode engine (a decode-only native
+engine shim, whose `_run_precomputed_moe_experts_stage` calls `experts.forward_precomputed_route` when callable),
+which a context server never runs. So that a DWDP layer stays correct wherever it is called, it is routed through the
+same calls forward_impl makes: wait_and_bind(owner, layer) before, record_compute_and_prefetch_next(layer) after (a
+nested call through the same wrapper makes them once). A version whose own method also called wait_and_bind would
+meet the manager's DwdpOrderError ("still bound"), not a silent double bind.
 """
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import torch
 
 
-class PrecomputedRouteRefused(RuntimeError):
-    """ConfigurableMoE.forward_precomputed_route was called on a DWDP layer."""
-
-
-def refuse_precomputed_route(moe_modules: Sequence[torch.nn.Module], layer_ids: Sequence[int]) -> int:
-    """Shadow `forward_precomputed_route` on every DWDP MoE module whose class has it with a refusal naming the layer
-    (an instance attribute: callers look the method up on the instance); returns how many were shadowed."""
+def route_precomputed(manager, moe_modules: Sequence[torch.nn.Module], owners: Sequence[torch.nn.Module],
+                      layer_ids: Sequence[int]) -> int:
+    """Wrap `forward_precomputed_route` on every DWDP MoE module whose class has it (an instance attribute: callers
+    look the method up on the instance) so that it binds the layer's DWDP weights first and releases its slot after,
+    as forward_impl does (module docstring); returns how many were wrapped."""
     n = 0
-    for mod, lid in zip(moe_modules, layer_ids):
+    for mod, owner, lid in zip(moe_modules, owners, layer_ids):
         if callable(getattr(type(mod), "forward_precomputed_route", None)):
-            mod.forward_precomputed_route = _refusal(type(mod).__name__, lid)
+            mod.forward_precomputed_route = _bound_route(manager, mod.forward_precomputed_route, owner, lid)
             n += 1
     return n
 
 
-def _refusal(cls: str, layer_idx: int):
+def _bound_route(manager, orig, owner, layer_idx: int):
+    active = threading.local()
+
     def forward_precomputed_route(*args, **kwargs):
-        raise PrecomputedRouteRefused(
-            f"dwdp_trtllm: {cls}.forward_precomputed_route (layer {layer_idx}) is not supported on DWDP layers: it "
-            "bypasses forward_impl, where the layer's DWDP weights are bound (wait_and_bind) and its slot released, so "
-            "the experts would run on another layer's weights. Route this layer through its forward() (the model path "
-            "that precomputes the top-k), or serve this model without dwdp_trtllm (engine: upstream)")
+        if getattr(active, "on", False):  # nested through this wrapper: the layer is bound already
+            return orig(*args, **kwargs)
+        manager.wait_and_bind(owner, layer_idx)
+        active.on = True
+        try:
+            out = orig(*args, **kwargs)
+        finally:
+            active.on = False
+        manager.record_compute_and_prefetch_next(layer_idx)  # as forward_impl: after the scheduler returned
+        return out
+    forward_precomputed_route.__wrapped__ = orig
     return forward_precomputed_route
 
 

@@ -22,11 +22,14 @@ PYTORCH_CONFIG = "tensorrt_llm/_torch/pyexecutor/config.py @ 01303b3887e0 (PyTor
 #: the one refusal of TensorRT-LLM's own dwdp_config beside our engine (also raised where upstream's creator builds its
 #: DwdpManager and where our manager is registered: trtllm/patches.py)
 _BOTH_WHY = "the TensorRT-LLM YAML also sets dwdp_config (upstream's engine would run too)"
-_BOTH_INSTEAD = "remove dwdp_config there, or set engine: upstream in DWDP_TRTLLM_CONFIG"
+_BOTH_INSTEAD = ("move dwdp_config from there into the DWDP_TRTLLM_CONFIG file (same keys), or set engine: upstream "
+                 "in that file")
 BOTH_ENGINES = f"engine dwdp_trtllm but {_BOTH_WHY}: {_BOTH_INSTEAD}"
 #: the only MoE backend DWDP binds its expert weights into (trtllm/targets.py VERIFIED_BACKENDS holds its class)
 MOE_BACKEND = "CUTLASS"
 _ABSENT = object()
+#: loader value: the checkpoint's MTP layer count (config.json num_nextn_predict_layers), where the caller read it
+_MTP_LAYERS = "checkpoint_mtp_layers"
 _NOT_VERIFIED = "not verified with DWDP"
 
 
@@ -103,6 +106,73 @@ def _must_be(key: str, want: Any, why: str, instead: str) -> Callable[[Any], lis
     return check
 
 
+#: keys whose value must be an integer of at least `lo` (TorchLlmArgs / BaseLlmArgs / MoeConfig / MTPDecodingConfig
+#: field types in llm_args.py @ 0004396720054fd8; MTP: set_max_total_draft_tokens raises "max_draft_len must be > 0 for
+#: MTP", and num_nextn_predict_layers is remapped to max_draft_len there)
+_INT_KEYS = {"max_num_tokens": 1, "max_batch_size": 1, "max_seq_len": 1, "tensor_parallel_size": 1,
+             "pipeline_parallel_size": 1, "context_parallel_size": 1, "moe_expert_parallel_size": -1,
+             "moe_tensor_parallel_size": -1, "moe_config.max_num_tokens": 1, "moe_max_num_tokens": 1,
+             "speculative_config.num_nextn_predict_layers": 1, "speculative_config.max_draft_len": 1}
+_BOOL_KEYS = ("enable_attention_dp", "disable_overlap_scheduler", "enable_chunked_prefill", "use_cuda_graph",
+              "torch_compile_enabled", "speculative_config.use_mtp_vanilla", "speculative_config.mtp_eagle_one_model",
+              "speculative_config.eagle3_one_model", "kv_cache_config.enable_block_reuse")
+#: sections that are mappings (or config objects) in TensorRT-LLM's YAML
+_SECTIONS = ("moe_config", "speculative_config", "kv_cache_config", "cuda_graph_config", "torch_compile_config",
+             "dwdp_config", "cache_transceiver_config")
+#: KvCacheConfig.free_gpu_memory_fraction: a fraction of the free memory (ge=0, le=1 where upstream bounds it)
+FRACTION_KEY = "kv_cache_config.free_gpu_memory_fraction"
+
+
+def _dotted(args, key: str) -> Any:
+    head, _, leaf = key.partition(".")
+    return _get(args, key) if not leaf else _get(_get(args, head), leaf)
+
+
+def check_value_types(args) -> list[Refusal]:
+    """A value of the wrong type or range for a key the matrix (or TensorRT-LLM's parser) reads as a number, a bool or
+    a section: one refusal naming the key, what was found and what belongs there (the other checks skip such a value
+    instead of comparing it). TensorRT-LLM's own objects are validated already; this catches a YAML read as a mapping
+    (dwdp check-config) before TensorRT-LLM's parser would stop on it, or turn "2" into 2 silently."""
+    out = []
+    for key in _SECTIONS:
+        v = _get(args, key)
+        if v is not _ABSENT and v is not None and isinstance(v, (str, int, float, list, tuple)) \
+                and not isinstance(v, enum.Enum):
+            out.append(Refusal(key, _show_any(v), f"expected a section (a mapping of {key}'s fields), got "
+                               f"{_kind(v)}", f"write {key} as a mapping, or null"))
+    for key, lo in _INT_KEYS.items():
+        v = _dotted(args, key)
+        if v is _ABSENT or v is None:
+            continue
+        if _int(v) is None or v < lo:
+            what = "an integer" + (f" of at least {lo}" if lo > -1 else "")
+            out.append(Refusal(key, _show_any(v), f"expected {what}, got {_kind(v) if _int(v) is None else v}",
+                               f"write {key} as {what} (no quotes), or remove it"))
+    for key in _BOOL_KEYS:
+        v = _dotted(args, key)
+        if v is not _ABSENT and v is not None and not isinstance(v, bool):
+            out.append(Refusal(key, _show_any(v), f"expected true or false, got {_kind(v)}",
+                               f"write {key} as true or false (no quotes)"))
+    v = _dotted(args, FRACTION_KEY)
+    if v is not _ABSENT and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                               or not 0 <= v <= 1):
+        out.append(Refusal(FRACTION_KEY, _show_any(v), "expected a fraction of the free GPU memory in [0, 1], got "
+                           + (_kind(v) if isinstance(v, bool) or not isinstance(v, (int, float)) else str(v)),
+                           f"write {FRACTION_KEY} as a number in [0, 1]"))
+    return out
+
+
+def _kind(v: Any) -> str:
+    return {str: "a string", list: "a list", tuple: "a list", dict: "a mapping", bool: "a bool", float: "a number",
+            int: "an integer"}.get(type(v), type(v).__name__)
+
+
+def _show_any(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_show_any(x) for x in v[:4]) + (", ...]" if len(v) > 4 else "]")
+    return _show(v)
+
+
 _GRAPH_WHY = ("a CUDA graph captured at warmup would hold DWDP's per-layer wait and bind (waits on copies recorded "
               "outside the capture, slot choices baked in, prefetch copies captured instead of run)")
 
@@ -146,7 +216,7 @@ def _moe(args) -> list[Refusal]:
         key, v = (f"moe_config.{field}", _get(moe, field)) if moe is not _ABSENT else (old, _get(args, old))
         if v is _ABSENT:
             continue
-        if field == "backend" and _text(v).upper() != MOE_BACKEND:
+        if field == "backend" and isinstance(v, (str, enum.Enum)) and _text(v).upper() != MOE_BACKEND:
             why = ("AUTO chooses the backend per model and GPU after this check" if _text(v).upper() == "AUTO" else
                    "its expert kernel is not one DWDP binds its weights into")
             out.append(Refusal(key, _show(v), why + "; DWDP runs on CutlassFusedMoE only", f"set {key}: {MOE_BACKEND}"))
@@ -154,24 +224,38 @@ def _moe(args) -> list[Refusal]:
             out.append(Refusal(key, _show(v), "the expert load balancer moves experts between ranks at run time while "
                                "DWDP's placement is fixed (upstream refuses the two together as well)",
                                f"remove {key}"))
-        if field == "max_num_tokens" and v is not None:
-            limit = _get(args, "max_num_tokens")
-            if not isinstance(limit, int) or v < limit:
-                at = f"at least max_num_tokens ({limit})" if isinstance(limit, int) else "at least max_num_tokens"
+        if field == "max_num_tokens" and _int(v) is not None:
+            limit = _int(_get(args, "max_num_tokens"))
+            if limit is None or v < limit:
+                at = f"at least max_num_tokens ({limit})" if limit is not None else "at least max_num_tokens"
                 out.append(Refusal(key, _show(v), "MoE chunking runs a layer's experts in several chunks (an auxiliary "
                                    "stream overlapping them) inside one DWDP bind: " + _NOT_VERIFIED,
                                    f"remove {key}, or set it to {at}"))
     return out
 
 
+def _int(v: Any) -> int | None:
+    """v when it is an integer (not a bool), else None: a value of another type is refused by _types, not compared."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _parallelism(args) -> list[Refusal]:
     tp1 = "DWDP context servers are TP1 instances, one GPU each (attention is data-parallel across them)"
-    out = _must_be("enable_attention_dp", False, tp1, "set enable_attention_dp: false")(args)
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        out += _must_be(key, 1, tp1, f"set {key}: 1 (one context server per GPU)")(args)
-    for key in ("moe_expert_parallel_size", "moe_tensor_parallel_size"):
+    out = []
+    tp = _int(_get(args, "tensor_parallel_size"))
+    if _get(args, "enable_attention_dp") is True and tp is not None and tp > 1:
+        # at TP1 attention DP changes nothing (attention TP size 1, one rank per DP group: the recipe's context
+        # servers); beside TP > 1 it is part of the TP layout refused below
+        out.append(Refusal("enable_attention_dp", "True", f"{tp1}; with tensor_parallel_size {tp} attention DP "
+                           "spreads one server over several GPUs", "set enable_attention_dp: false, or keep it with "
+                           "tensor_parallel_size: 1"))
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size"):
         v = _get(args, key)
-        if v is not _ABSENT and v is not None and v > 1:
+        if _int(v) is not None and v != 1:
+            out.append(Refusal(key, _show(v), tp1, f"set {key}: 1 (one context server per GPU)"))
+    for key in ("moe_expert_parallel_size", "moe_tensor_parallel_size"):
+        v = _int(_get(args, key))
+        if v is not None and v > 1:
             out.append(Refusal(key, _show(v), tp1 + "; DWDP partitions the experts itself", f"remove {key}"))
     return out
 
@@ -184,18 +268,34 @@ _SPEC_INSTEAD = ("use decoding_type: MTP with mtp_eagle_one_model: true (one-mod
                  "speculative_config on the DWDP context servers")
 
 
-def speculative_mode(spec: Any) -> str:
+def checkpoint_mtp_layers(spec: Any, mtp_layers: int | None = None) -> int | None:
+    """MTP layers of the checkpoint as upstream's spec_dec_mode reads them: `mtp_layers` (the checkpoint's config.json
+    num_nextn_predict_layers, where the caller has it), else the config's num_nextn_predict_layers_from_model_config
+    (versions that keep it: set from the model config at load, default 1); None: not known before the model loads,
+    which upstream treats as 1 (llm_args.py @ 0004396720054fd8, MTPDecodingConfig.spec_dec_mode: "Treat None (before
+    model load) as 1")."""
+    if _int(mtp_layers) is not None:
+        return mtp_layers
+    return _int(_get(spec, "num_nextn_predict_layers_from_model_config"))
+
+
+def speculative_mode(spec: Any, mtp_layers: int | None = None) -> str:
     """'none' | 'one-model MTP' | 'two-model' | 'other' for a speculative_config (object or mapping), as upstream's
-    spec_dec_mode decides it before the model is loaded (llm_args.py @ 0004396720054fd8: MTPDecodingConfig gives
-    MTP_EAGLE (two-model) for use_mtp_vanilla false + mtp_eagle_one_model false, else MTP_EAGLE_ONE_MODEL or MTP, both
-    inside the target model; EagleDecodingConfig gives EAGLE3 (two-model) for eagle3_one_model false;
-    DraftTargetDecodingConfig loads a separate draft checkpoint)."""
+    spec_dec_mode decides it (llm_args.py @ 0004396720054fd8, MTPDecodingConfig.spec_dec_mode: with n the checkpoint's
+    MTP layers, n == 1 and not use_mtp_vanilla gives MTP_EAGLE_ONE_MODEL for mtp_eagle_one_model true and MTP_EAGLE,
+    the two-model path, for false; anything else, n > 1 included, gives MTP, run inside the target model. The same
+    commit's log_two_model_deprecation_warning also turns mtp_eagle_one_model false back to true, so from there on
+    MTP is always one-model; earlier versions key on num_nextn_predict_layers_from_model_config the same way and keep
+    the false). mtp_layers: the checkpoint's MTP layer count where known (checkpoint_mtp_layers). EagleDecodingConfig
+    gives EAGLE3 (two-model) for eagle3_one_model false; DraftTargetDecodingConfig loads a separate draft checkpoint."""
     if spec is None or spec is _ABSENT:
         return "none"
     kind = _text(_get(spec, "decoding_type")) if _get(spec, "decoding_type") is not _ABSENT else type(spec).__name__
     kind = kind.upper().replace("DECODINGCONFIG", "")
     if kind == "MTP":
-        two = _get(spec, "use_mtp_vanilla") is not True and _get(spec, "mtp_eagle_one_model") is False
+        n = checkpoint_mtp_layers(spec, mtp_layers)
+        two = (_get(spec, "use_mtp_vanilla") is not True and _get(spec, "mtp_eagle_one_model") is False
+               and (n is None or n == 1))
         return "two-model" if two else "one-model MTP"
     if kind in ("EAGLE", "EAGLE3") and _get(spec, "eagle3_one_model") is False:
         return "two-model"
@@ -206,12 +306,15 @@ def speculative_mode(spec: Any) -> str:
 
 def _speculative(args) -> list[Refusal]:
     spec = _get(args, "speculative_config")
-    mode = speculative_mode(spec)
+    mode = speculative_mode(spec, _get(args, _MTP_LAYERS) if isinstance(args, _WithLoader) else None)
     if mode in ("none", "one-model MTP"):
         return []
     kind = _get(spec, "decoding_type")
     shown = f"{{decoding_type: {_show(kind)}, ...}}" if kind is not _ABSENT else _show(spec)
     why = _TWO_MODEL_WHY if mode == "two-model" else "this speculative decoding method is " + _NOT_VERIFIED
+    if mode == "two-model" and _text(kind).upper() == "MTP":
+        why += ("; MTP with mtp_eagle_one_model false is two-model only on a checkpoint with one MTP layer (with more, "
+                "TensorRT-LLM runs MTP inside the target model)")
     return [Refusal("speculative_config", shown, why, _SPEC_INSTEAD)]
 
 
@@ -256,16 +359,19 @@ SERVING_FEATURES: tuple[ServingFeature, ...] = (
                    LLM_ARGS + " MoeConfig (backend default AUTO); " + PYTORCH_CONFIG + " moe_backend, "
                    "moe_max_num_tokens, moe_load_balancer", _moe),
     ServingFeature("attention DP, tensor / pipeline / MoE parallelism",
-                   ("enable_attention_dp", "tensor_parallel_size", "pipeline_parallel_size",
-                    "moe_expert_parallel_size", "moe_tensor_parallel_size"), "refused (TP1 context servers)",
-                   LLM_ARGS + " BaseLlmArgs", _parallelism),
+                   ("enable_attention_dp", "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size",
+                    "moe_expert_parallel_size", "moe_tensor_parallel_size"),
+                   "TP1 context servers; attention DP accepted at TP1", LLM_ARGS + " BaseLlmArgs", _parallelism),
     ServingFeature("upstream's own DWDP", ("dwdp_config",), "refused beside engine dwdp_trtllm",
                    LLM_ARGS + " TorchLlmArgs.dwdp_config", _dwdp_config),
     ServingFeature("chunked prefill", ("enable_chunked_prefill",), "supported", LLM_ARGS + " BaseLlmArgs"),
     ServingFeature("KV cache settings", ("kv_cache_config",), "supported", LLM_ARGS + " BaseLlmArgs.kv_cache_config"),
     ServingFeature("batch limits", ("max_num_tokens", "max_batch_size"), "supported", LLM_ARGS + " BaseLlmArgs"),
-    ServingFeature("weight updates (update_weights, ModelLoader.reload)", (), "refused at upstream's preflight",
-                   "tensorrt_llm/llmapi/rlhf_utils.py WorkerExtension.update_weights", None),
+    ServingFeature("weight updates (update_weights, ModelLoader.reload)", (), "refused before any weight changes",
+                   "tensorrt_llm/llmapi/rlhf_utils.py WorkerExtension.update_weights: NVIDIA's @ 65b31db1 starts with "
+                   "the pre_reload_weights walk (refused at its first module, the model root); the fork "
+                   "Barry-Delaney/TensorRT-LLM @ c513246cf9aa runs a check_reload_capability preflight first "
+                   "(refused there)", None),
 )
 
 
@@ -275,7 +381,10 @@ def check_serving_args(args: Any, loader_values: dict[str, Any] | None = None) -
     not None in place of the args' (the values the loader builds the model with)."""
     given = {k: v for k, v in (loader_values or {}).items() if v is not None}
     view = _WithLoader(args, given) if given else args
-    return [r for f in SERVING_FEATURES if f.check is not None for r in f.check(view)]
+    typed = check_value_types(view)  # a key of the wrong type is said once, there, and not compared by the rows below
+    bad = {r.key for r in typed}
+    return typed + [r for f in SERVING_FEATURES if f.check is not None for r in f.check(view)
+                    if r.key not in bad and r.key.partition(".")[0] not in bad]
 
 
 def refuse_unsupported(args: Any, loader_values: dict[str, Any] | None = None) -> None:

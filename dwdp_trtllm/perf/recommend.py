@@ -173,7 +173,7 @@ def _no_fit(spec, rows) -> Recommendation:
     fix = (f"the smallest dwdp_size that fits every ISL is {smallest}" if smallest and smallest > g else
            f"DWDP{g} without redundant experts fits" if smallest else f"no dwdp_size up to {MAX_DWDP_SIZE} fits")
     return Recommendation(False, None, None, None, None, (
-        f"use DEP here: memory does not fit: {_misfit(spec, g, mine)}; {fix} (DWDP{g} at ISL {lo.isl}: {parts} GB)"),
+        f"use DEP here: memory does not fit: {_misfit(spec, g, mine)}; {fix} (DWDP{g} at ISL {lo.isl}: {parts})"),
         by_isl=by_isl)
 
 

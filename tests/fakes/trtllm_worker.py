@@ -85,12 +85,23 @@ def build():
     return model, create_py_executor(args, PyTorchModelEngine(model))
 
 
+def precomputed_route(model, rank):
+    """The first MoE layer run on a top-k computed outside it, through ConfigurableMoE.forward_precomputed_route (what
+    upstream's scheduler tests drive), every expert of the layer chosen by some token."""
+    x = inputs(rank, 0)
+    experts = model.mlp[0].experts
+    ids = (torch.arange(x.shape[0] * 2, device=x.device).view(-1, 2) * 3 + rank) % experts.num_experts
+    return experts.forward_precomputed_route(x, ids.to(torch.int32), torch.full(ids.shape, 0.5, device=x.device))
+
+
 if mode == "reference":
     model, ex = build()
     if os.environ.get("FAKE_REF_GEMM") == "multi_buffer":
         from dwdp_trtllm.integration.trtllm.moe_unit import install_reference
         assert len(install_reference(model)) > 0
-    torch.save({(r, s): step(model, ex, r, s) for r in range(ctx) for s in range(steps)}, f"{out_dir}/ref.pt")
+    ref = {(r, s): step(model, ex, r, s) for r in range(ctx) for s in range(steps)}
+    ref.update({("precomputed", r): precomputed_route(model, r) for r in range(ctx)})
+    torch.save(ref, f"{out_dir}/ref.pt")
     sys.exit(0)
 
 if "TRTLLM_DWDP_RANK" in os.environ:  # a rendezvous launch: one single-GPU trtllm-serve per context rank, no MPI
@@ -184,13 +195,10 @@ def serve_one():
         reload_refused = None
     except RuntimeError as e:
         reload_refused = str(e)
-    try:  # a top-k computed elsewhere, through ConfigurableMoE.forward_precomputed_route (dwdp_trtllm refuses it)
-        x = inputs(rank, 0)
-        ids = torch.zeros(x.shape[0], 2, dtype=torch.int32, device=x.device)
-        model.mlp[0].experts.forward_precomputed_route(x, ids, torch.ones(ids.shape, device=x.device))
-        precomputed_refused = None
-    except RuntimeError as e:
-        precomputed_refused = str(e)
+    try:  # a top-k computed elsewhere, through ConfigurableMoE.forward_precomputed_route (bound by dwdp_trtllm)
+        precomputed_out, precomputed_refused = precomputed_route(model, rank), None
+    except Exception as e:  # noqa: BLE001 - a lost peer (dead-peer worlds) fails it too: the test reads what was raised
+        precomputed_out, precomputed_refused = None, f"{type(e).__name__}: {e}"
     tag = info["transport"].tag
     shm_before = shm_state(tag)
     delay = dict(tuple(map(float, d.split(":"))) for d in os.environ.get("FAKE_SHUTDOWN_DELAY", "").split(",") if d)
@@ -235,7 +243,7 @@ def serve_one():
         "layer_ids": sorted(info["manager"]._pos, key=info["manager"]._pos.get), "trace": list(info["hooks"].trace) if info["hooks"] else None,
         "closed_at_shutdown": info["manager"].closed and info["runtime"]._closed, "reload_refused": reload_refused,
         "update_refused": update_refused, "weights_changed_by_refused_update": weights_changed,
-        "precomputed_refused": precomputed_refused, "capture_refused": capture_refused,
+        "precomputed_refused": precomputed_refused, "precomputed_out": precomputed_out, "capture_refused": capture_refused,
         "global_after_shutdown": None if dwdp is None else repr(dwdp.get_global_dwdp_manager())}
 
 

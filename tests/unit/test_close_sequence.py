@@ -245,7 +245,8 @@ def test_local_close_reads_the_executors_hang_detector_and_worker_thread():
     assert local_close(ex) is None
     ex.hang_detector.fire()
     lc = local_close(ex)
-    assert lc.why == "TensorRT-LLM's hang detector fired" and lc.keep_shared is None
+    assert lc.why == "TensorRT-LLM's hang detector fired" and lc.hung
+    assert "were not waited for" in lc.keep_shared  # nothing drained, so nothing may be unmapped under it
     stop = threading.Event()
     ex.worker_thread = threading.Thread(target=stop.wait, daemon=True)
     ex.worker_thread.start()
@@ -253,3 +254,77 @@ def test_local_close_reads_the_executors_hang_detector_and_worker_thread():
         assert "worker thread is still running" in local_close(ex).keep_shared
     finally:
         stop.set()
+
+
+def test_after_a_detected_hang_the_close_returns_without_waiting_for_a_hung_copy(monkeypatch, caplog):
+    """TensorRT-LLM's PyExecutor.shutdown returns at once when its hang detector fired (py_executor.py @
+    0004396720054fd8). Our local close used to drain the prefetcher and synchronize the device first, bounded only by
+    shutdown_timeout_s (here 3600 s): a copy that never finishes beside it held the close for all of it. Now, with
+    skip_drain, neither the drain nor the synchronize is entered, no barrier runs and the mappings stay. Event-based:
+    the close runs in a thread, and whichever comes first (it returns, or it enters the hung drain / synchronize)
+    decides; the hung copy is released at the end either way."""
+    import threading
+    from dwdp_trtllm.core.prefetcher import Prefetcher
+    entered, settled, hung = threading.Event(), threading.Event(), threading.Event()
+
+    class HungCopy(NeverDone):
+        def synchronize(self, timeout_s):
+            entered.set()
+            settled.set()
+            hung.wait(timeout_s)  # a copy that does not finish until the test lets it
+
+    def synchronize(device=None):
+        entered.set()
+        settled.set()
+        hung.wait(3600)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(close_sequence, "close_barrier", lambda g, t: entered.set() or BarrierResult((), 0, 0.0))
+    pf = Prefetcher(SimpleNamespace(issue=lambda layer, slot, after=None: HungCopy(layer, slot)), num_layers=3,
+                    num_slots=2, device=torch.device("cpu"), timeout_s=3600.0)
+    pf.start()  # copies of layers 0 and 1 issued, never done
+    seen, out = [], {}
+
+    def close():
+        try:
+            out["res"] = close_sequence.close_in_order(
+                prefetcher=pf, device=torch.device("cuda", 0), group=object(), timeout_s=3600.0, label="g",
+                log=logging.getLogger("dwdp_trtllm.test"), release_local=lambda: seen.append("local"),
+                release_shared=lambda: seen.append("shared"), local_only="TensorRT-LLM's hang detector fired",
+                keep_shared="copies were not waited for", skip_drain="TensorRT-LLM's hang detector fired")
+        finally:
+            settled.set()
+    t = threading.Thread(target=close, daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="dwdp_trtllm.test"):
+            t.start()
+            assert settled.wait(300), "the close neither returned nor entered a wait"
+            assert not entered.is_set(), "the close waited for the hung copy or the device (or ran the barrier)"
+            t.join(300)
+    finally:
+        hung.set()
+    res = out["res"]
+    assert not res.drained and "not waited for (TensorRT-LLM's hang detector fired)" in res.not_drained
+    assert res.barrier.skipped.startswith("TensorRT-LLM's hang detector fired") and res.released_at is None
+    assert seen == ["local"]  # the composite view and the transport stay mapped
+    assert any("copies and device were not waited for" in r.getMessage() for r in caplog.records)
+
+
+def test_adapter_close_after_a_hang_skips_the_drain(calls):
+    """AdapterRuntime.close with executor_shutdown's LocalClose for a fired hang detector: no drain, no barrier, the
+    scheduler and the owners' tensors left as they are (a hung forward may still use them), nothing released."""
+    from dwdp_trtllm.integration.adapter import AdapterRuntime
+    from dwdp_trtllm.integration.executor_shutdown import LocalClose
+    rt = object.__new__(AdapterRuntime)
+    owner = torch.nn.Module()
+    owner.w = torch.nn.Parameter(torch.ones(2, 3), requires_grad=False)
+    rt.owners, rt.names, rt.shapes = [owner], ("w",), {"w": ((3,), torch.float32)}
+    rt.views, rt.sources, rt.slots, rt._bound, rt._closed = {}, {}, [], None, False
+    rt.device, rt.close_timeout_s, rt.group_label, rt.owns_group = torch.device("cpu"), 3600.0, "g", False
+    rt.peers = SimpleNamespace(close=lambda: calls.seen.append("peers"))
+    rt.prefetcher = StuckPrefetcher()  # would raise if drained
+    rt.prefetcher.drain = lambda **kw: calls.seen.append("drain")
+    rt.scheduler, rt.composite = Recorder(calls, "scheduler"), Recorder(calls, "composite")
+    rt.transport = Recorder(calls, "transport")
+    rt.close(LocalClose("TensorRT-LLM's hang detector fired", "not waited for", hung=True))
+    assert calls.seen == ["peers"], calls.seen
+    assert owner.w.numel() == 6 and rt.close_info["drained"] is False and rt.close_info["released_at"] is None

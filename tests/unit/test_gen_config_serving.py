@@ -15,7 +15,7 @@ R1 = ["--preset", "deepseek-r1", "--dwdp-size", "4", "--gen-tp", "4", "--gpu-mem
 def _gen(tmp_path, capsys, *args, name="o"):
     out = tmp_path / name
     assert main(["gen-config", "--model", "/ckpt/m", "--out", str(out), *args]) == 0, capsys.readouterr().err
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())  # prose wrapped at 80 columns: compared as one line
     return out, printed, {p.name: yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")}
 
 
@@ -38,11 +38,11 @@ def test_mtp_as_the_recipe_sets_it(tmp_path, capsys):
     layers refuses --mtp > 0 naming the flag; a config.json's num_nextn_predict_layers is read."""
     _, printed, docs = _gen(tmp_path, capsys, *R1)
     ctx, gen = docs["disagg_worker.yaml"]["context_servers"], docs["disagg_worker.yaml"]["generation_servers"]
-    assert ctx["speculative_config"] == gen["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 1}
+    assert ctx["speculative_config"] == gen["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": 1}
     assert "cuda_graph_config" in ctx and ctx["cuda_graph_config"] is None
-    assert "MTP: 1 draft token (speculative_config on every server" in printed
+    assert "MTP: 1 draft token (speculative_config.max_draft_len on every server" in printed
     _, _, docs = _gen(tmp_path, capsys, *R1, "--mtp", "3", name="m3")
-    assert docs["disagg_worker.yaml"]["context_servers"]["speculative_config"]["num_nextn_predict_layers"] == 3
+    assert docs["disagg_worker.yaml"]["context_servers"]["speculative_config"]["max_draft_len"] == 3
     _, _, docs = _gen(tmp_path, capsys, *R1, "--mtp", "0", name="m0")
     assert "speculative_config" not in docs["disagg_worker.yaml"]["context_servers"]
     assert main(["gen-config", "--model", "m", "--out", str(tmp_path / "q"), "--preset", "qwen3-30b-a3b",
@@ -112,10 +112,10 @@ def test_rendezvous_launch_writes_one_trtllm_serve_per_server(tmp_path, capsys):
         assert (f'CUDA_VISIBLE_DEVICES={r} DWDP_TRTLLM_CONFIG="$D/dwdp.yaml" TRTLLM_DWDP_RANK={r} '
                 f"TRTLLM_DWDP_MASTER_ADDR=localhost "
                 f"TRTLLM_DWDP_MASTER_PORT=29600 trtllm-serve /ckpt/m --host localhost --port {8001 + r} "
-                '--config "$D/ctx_server.yaml"') in cmds
+                f'--extra_llm_api_options "$D/ctx_server.yaml" >"$D/context{r}.log" 2>&1 &') in cmds
     # the generation server gets no DWDP_TRTLLM_CONFIG: it has no context rank and must not start our engine
-    assert "\nCUDA_VISIBLE_DEVICES=4,5,6,7 trtllm-serve /ckpt/m --host localhost --port 8005 --config " \
-           '"$D/gen_server.yaml"' in cmds and "export DWDP_TRTLLM_CONFIG" not in cmds
+    assert "\nCUDA_VISIBLE_DEVICES=4,5,6,7 trtllm-serve /ckpt/m --host localhost --port 8005 " \
+           '--extra_llm_api_options "$D/gen_server.yaml"' in cmds and "export DWDP_TRTLLM_CONFIG" not in cmds
     assert cmds.rstrip().endswith('trtllm-serve disaggregated -c "$D/disagg_proxy.yaml"')
     urls = docs["disagg_proxy.yaml"]["context_servers"]["urls"]
     assert urls == [f"localhost:{8001 + r}" for r in range(4)]
@@ -123,8 +123,14 @@ def test_rendezvous_launch_writes_one_trtllm_serve_per_server(tmp_path, capsys):
                      "rendezvous", name="two")
     slurm = (out / "launch.slurm").read_text()
     assert slurm.count("TRTLLM_DWDP_RANK=") == 8 and "TRTLLM_DWDP_MASTER_ADDR=${H[0]}" in slurm
-    assert 'srun --overlap -N 1 -n 1 -w "${H[1]}" --gres=gpu:8 env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 trtllm-serve' in slurm
-    assert "mpi" not in slurm
+    # the TP8 generation server: one task per GPU in a pmix step, trtllm-llmapi-launch making tasks 1-7 its MPI
+    # workers (NVIDIA srt-slurm src/srtctl/backends/trtllm.py: get_srun_config mpi="pmix", build_worker_command)
+    assert ('srun --mpi=pmix --overlap -N 1 -n 8 -w "${H[1]}" --gres=gpu:8 env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 '
+            'trtllm-llmapi-launch trtllm-serve') in slurm
+    assert 'srun --mpi=pmix --overlap -N 1 -n 1 -w "${H[0]}" --gres=gpu:8 env CUDA_VISIBLE_DEVICES=0 ' in slurm
+    srun = [ln for ln in slurm.splitlines() if "srun " in ln]
+    assert len(srun) == 11 and all("srun --mpi=pmix " in ln for ln in srun), srun  # hook, 8 ctx, 1 gen, proxy
+    assert "mpirun" not in slurm and "disaggregated_mpi_worker" not in slurm
     assert main(["gen-config", "--model", "m", "--out", str(tmp_path / "a"), "--mode", "aggregated", "--preset",
                  "deepseek-r1", "--weight-dtype", "nvfp4", "--gpu", "gb200", "--launch", "rendezvous"]) == 2
     assert "--launch: rendezvous starts the context servers" in capsys.readouterr().err

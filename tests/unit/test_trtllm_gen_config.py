@@ -16,8 +16,10 @@ LLM = {"disable_overlap_scheduler", "cuda_graph_config", "moe_config", "moe_conf
 UP = {"dwdp_config"} | {f"dwdp_config.{k}" for k in ("dwdp_size", "num_groups", "num_experts_per_worker",
                                                       "num_prefetch_experts", "contention_opt")}
 XFER = {"cache_transceiver_config", "cache_transceiver_config.backend", "cache_transceiver_config.max_tokens_in_buffer"}
-GEN = {"max_batch_size", "kv_cache_config", "kv_cache_config.free_gpu_memory_fraction"}
-SPEC = {"speculative_config", "speculative_config.decoding_type", "speculative_config.num_nextn_predict_layers"}
+GEN = {"max_batch_size", "kv_cache_config", "kv_cache_config.free_gpu_memory_fraction", "cuda_graph_config.enable_padding",
+       "cuda_graph_config.batch_sizes"}
+CTX = {"max_seq_len", "kv_cache_config.enable_block_reuse", "kv_cache_config.dtype"}
+SPEC = {"speculative_config", "speculative_config.decoding_type", "speculative_config.max_draft_len"}
 SERVERS = {"hostname", "port", "backend", "context_servers", "generation_servers", "context_servers.num_instances",
            "context_servers.urls", "generation_servers.num_instances", "generation_servers.urls"}
 
@@ -35,10 +37,10 @@ def test_disaggregated_hopper_engine(tmp_path):
     assert emitted_keys(docs["disagg_proxy.yaml"]) == SERVERS
     w = docs["disagg_worker.yaml"]
     assert emitted_keys(w) == SERVERS | {"model", "tensor_parallel_size", "moe_expert_parallel_size",
-                                         "enable_attention_dp"} | LLM | XFER | GEN | SPEC
+                                         "enable_attention_dp"} | LLM | XFER | GEN | CTX | SPEC
     ctx, gen = w["context_servers"], w["generation_servers"]
     assert ctx["num_instances"] == 4 and ctx["tensor_parallel_size"] == 1 and ctx["moe_config"] == {"backend": "CUTLASS"}
-    assert "dwdp_config" not in ctx and gen["tensor_parallel_size"] == 4 and "moe_config" not in gen
+    assert "dwdp_config" not in ctx and gen["tensor_parallel_size"] == 4 and gen["moe_config"] == {"backend": "CUTLASS"}
     assert gen["moe_expert_parallel_size"] == 4 and gen["enable_attention_dp"] is True  # DEP4, as upstream's examples
     assert len(set(ctx["urls"] + gen["urls"])) == 5
     d = docs["dwdp.yaml"]
@@ -254,7 +256,7 @@ def test_gen_config_names_the_priced_path_and_the_merge_fallback(tmp_path, capsy
     assert round(m["context_dwdp_merge_fallback"]["total_gb"] - m["context_dwdp"]["total_gb"], 2) == 2.82
     assert main(["gen-config", "--preset", "deepseek-r1", "--dwdp-size", "8", "--gen-tp", "8", "--model", "m",
                  "--gpu", "b200", "--gpu-memory-gb", "1000", "--weight-dtype", "bf16", "--out", str(tmp_path / "p")]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # prose wrapped at 80 columns
     assert "prefetch slots priced for gemm composite_view: moe_evidence.default_gemm for bf16 on b200 (sm_100)" in out
     assert "on the merge fallback, where the composite view and multi_buffer are both refused" in out
     # upstream's engine (NVFP4) is not priced for our paths

@@ -138,23 +138,33 @@ def test_executor_shutdown_exits_our_manager(tmp_path):
 def test_dwdp_config_with_our_engine_fails_with_our_message(tmp_path):
     """TensorRT-LLM's own dwdp_config together with engine dwdp_trtllm: upstream's creator builds and enters its
     DwdpManager before any model is loaded (PR #14453 review-thread diff), and its __enter__ would raise 'DwdpManager
-    already registered globally' (ours is registered; dwdp.py stored id 56230681187). Our message names the fix; our
-    manager stays registered."""
+    already registered globally' (ours is registered; dwdp.py stored id 56230681187). Our create_py_executor wrap
+    refuses first, in one message with every other refused setting of the config (here the CUDA graphs left on);
+    where the creator is not wrapped, the DwdpManager.__init__ wrap still names the fix. Our manager stays
+    registered. Before, the DwdpManager wrap's message came alone and the rest only on the next start."""
     tree = era_tree(tmp_path, "lifecycle")
     r = _run(tmp_path, tree, """
         from types import SimpleNamespace
-        from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
-        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        from tensorrt_llm._torch.pyexecutor import py_executor_creator
+        from tensorrt_llm._torch.pyexecutor.dwdp import DwdpManager, get_global_dwdp_manager
+        from dwdp_trtllm.errors import ConfigError
         cfg = SimpleNamespace(dwdp_size=2, num_groups=1, num_experts_per_worker=4, num_prefetch_experts=4)
         try:
-            create_py_executor(SimpleNamespace(dwdp_config=cfg), None)
+            py_executor_creator.create_py_executor(SimpleNamespace(dwdp_config=cfg, cuda_graph_config={}), None)
+        except ConfigError as e:
+            print("refused:", str(e).replace(chr(10), " | "))
+        try:
+            DwdpManager(config=cfg, dist=None, mapping=None)
         except RuntimeError as e:
-            print("refused:", e)
+            print("manager refused:", e)
         print("ours registered:", getattr(get_global_dwdp_manager(), "is_dwdp_trtllm", False))
     """)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout, r.stdout
-    assert "remove dwdp_config there, or set engine: upstream" in r.stdout
+    assert "refused: dwdp_trtllm: 2 TensorRT-LLM setting(s)" in r.stdout, r.stdout
+    assert "cuda_graph_config = {}" in r.stdout
+    assert "dwdp_config = SimpleNamespace(...): engine dwdp_trtllm but the TensorRT-LLM YAML also sets" in r.stdout
+    assert "manager refused: engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config" in r.stdout
+    assert "move dwdp_config from there into the DWDP_TRTLLM_CONFIG file (same keys), or set engine: upstream" in r.stdout
     assert "ours registered: True" in r.stdout
 
 
@@ -201,7 +211,12 @@ def test_load_after_shutdown_refuses_upstreams_own_manager(tmp_path):
         ours.attach(StubRuntime(), [3], "upstream")
         PyExecutor(model_engine=None).shutdown()
         cfg = SimpleNamespace(dwdp_size=2, num_groups=1, num_experts_per_worker=4, num_prefetch_experts=4)
-        create_py_executor(SimpleNamespace(dwdp_config=cfg), None)
+        try:  # our creator wrap refuses the config before upstream's manager is built
+            create_py_executor(SimpleNamespace(dwdp_config=cfg), None)
+        except ValueError as e:
+            print("creator refused:", type(e).__name__)
+        from tensorrt_llm._torch.pyexecutor.dwdp import DwdpManager
+        DwdpManager(config=cfg, dist=None, mapping=None).__enter__()  # as an unwrapped creator would
         print("upstream's registered:", type(get_global_dwdp_manager()).__name__)
         for args in (SimpleNamespace(quant=None, seed=7, dwdp_config=cfg), SimpleNamespace(quant=None, seed=7)):
             try:
@@ -210,6 +225,7 @@ def test_load_after_shutdown_refuses_upstreams_own_manager(tmp_path):
                 print("refused:", type(e).__name__, str(e).replace(chr(10), " | "))
     """)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "creator refused: ServingFeaturesRefused" in r.stdout, r.stdout
     assert "upstream's registered: DwdpManager" in r.stdout, r.stdout
     # the loader's llm_args carry dwdp_config: the serving-feature check refuses it first, before anything is built
     both = "engine dwdp_trtllm but the TensorRT-LLM YAML also sets dwdp_config"

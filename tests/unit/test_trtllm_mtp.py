@@ -34,6 +34,7 @@ def test_mtp_and_skipped_tails_match_the_reference(tmp_path, era, quant, gemm, m
             assert torch.equal(y, ref[key]), f"rank {r} step {key[1]}: max diff {(y - ref[key]).abs().max()}"
         if gemm == "multi_buffer":  # our unit computed every run of every layer: trunk layers as far as each ran
             runs = [sum(1 for s in range(STEPS) if SKIP.get(s, 3) > i) for i in range(3)] + [mtp * len(full)]
+            runs[0] += 1  # and layer 0 once more through forward_precomputed_route, after the forwards
             assert got["unit_calls"] == runs, got["unit_calls"]
         if era == "hooks":  # the hooks saw the MTP layer once per draft step
             first = [("wait", 0), ("release", 0), ("wait", 1), ("release", 1), ("wait", 2), ("release", 2)]
@@ -41,21 +42,42 @@ def test_mtp_and_skipped_tails_match_the_reference(tmp_path, era, quant, gemm, m
         # only the first repeat of the MTP layer (not yet seen) is fetched on demand; a stopped forward's next start
         # re-primes the first layers, and the repeat count is remembered across the stopped forwards
         assert got["misses"] == (1 if mtp > 1 else 0), got["misses"]
-        # ConfigurableMoE.forward_precomputed_route bypasses forward_impl and the hooks: refused on DWDP layers by name
-        assert "forward_precomputed_route (layer 3) is not supported on DWDP layers" in (got["precomputed_refused"] or "")
+        # ConfigurableMoE.forward_precomputed_route bypasses forward_impl and the hooks: bound by our wrapper, it
+        # computes on the layer's own experts (before: refused on every DWDP layer, per call)
+        assert got["precomputed_refused"] is None, got["precomputed_refused"]
+        assert torch.equal(got["precomputed_out"], ref[("precomputed", r)])
         assert_transport_released(got, r)
 
 
-def test_precomputed_route_is_refused_only_where_the_class_has_it():
-    from dwdp_trtllm.integration.moe_hooks import PrecomputedRouteRefused, refuse_precomputed_route
+def test_precomputed_route_is_bound_like_forward_impl():
+    """route_precomputed wraps forward_precomputed_route where the class has it: wait_and_bind(owner, layer) before,
+    record_compute_and_prefetch_next(layer) after, once even when it calls itself; nothing recorded when it raises;
+    a module without the method is left alone and the class keeps its own."""
+    from dwdp_trtllm.integration.moe_hooks import route_precomputed
+    seen = []
+
+    class Manager:
+        def wait_and_bind(self, owner, layer):
+            seen.append(("wait", owner, layer))
+
+        def record_compute_and_prefetch_next(self, layer):
+            seen.append(("release", layer))
 
     class WithRoute(torch.nn.Linear):
-        def forward_precomputed_route(self, x, ids, scales):
-            return x
+        def forward_precomputed_route(self, x, ids, scales, nested=False):
+            seen.append(("route", ids))
+            if ids == "boom":
+                raise RuntimeError("scheduler failed")
+            return self.forward_precomputed_route(x, "inner", scales) if nested else x
 
-    a, b = WithRoute(2, 2), torch.nn.Linear(2, 2)
-    assert refuse_precomputed_route([a, b], [7, 8]) == 1
-    with pytest.raises(PrecomputedRouteRefused, match=r"WithRoute.forward_precomputed_route \(layer 7\).*forward\(\)"):
-        a.forward_precomputed_route(torch.zeros(1, 2), None, None)
+    a, b, owner = WithRoute(2, 2), torch.nn.Linear(2, 2), object()
+    assert route_precomputed(Manager(), [a, b], [owner, b], [7, 8]) == 1
+    x = torch.ones(1, 2)
+    assert a.forward_precomputed_route(x, "ids", None, nested=True) is x
+    assert seen == [("wait", owner, 7), ("route", "ids"), ("route", "inner"), ("release", 7)]
+    seen.clear()
+    with pytest.raises(RuntimeError, match="scheduler failed"):
+        a.forward_precomputed_route(x, "boom", None)
+    assert seen == [("wait", owner, 7), ("route", "boom")]
     assert not hasattr(b, "forward_precomputed_route")
-    assert torch.equal(WithRoute.forward_precomputed_route(a, torch.ones(1), None, None), torch.ones(1))  # class kept
+    assert WithRoute.forward_precomputed_route(a, x, "plain", None) is x  # the class is untouched

@@ -78,6 +78,7 @@ def test_check_trtllm_without_tensorrt_llm(tmp_path):
         (f"{fm}.configurable_moe", "ConfigurableMoE._should_enable_dwdp", True, True),
         ("tensorrt_llm._torch.pyexecutor.dwdp", "set_global_dwdp_manager", True, True),
         ("tensorrt_llm._torch.pyexecutor.dwdp", "DwdpManager.__init__", True, False),
+        ("tensorrt_llm._torch.pyexecutor.py_executor_creator", "create_py_executor", True, False),
         ("tensorrt_llm._torch.pyexecutor.py_executor", "PyExecutor.shutdown", True, False),
         ("tensorrt_llm._torch.pyexecutor.dwdp", "DwdpManager.wait_and_bind", True, True),
     ]

@@ -267,3 +267,125 @@ def test_backend_gate_accepts_exactly_the_verified_class(tmp_path):
     assert re.match(r"refused: dwdp_trtllm: MoE backend __main__\.CutlassFusedMoEVariant is not one DWDP was verified "
                     r"with \(exactly CutlassFusedMoE", lines[1]), lines[1]
     assert "set moe_config: {backend: CUTLASS}" in lines[1]
+
+
+# ---- upstream's recipe (examples/dwdp/reproduce.py @ 4400b395, dwdp_reproduce.yaml @ d897f44d; upstream_recipe.py) --
+from upstream_recipe import ROWS, hopper, worker_config  # noqa: E402
+
+
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_upstreams_recipe_context_server_passes_on_hopper(row):
+    """Every DWDP row of upstream's recipe: its context server (attention DP on at TP1, MTP 0 / 1 / 3, fp8 KV at 0.3,
+    cache transceiver, max_num_tokens 33000) passes once the backend is CUTLASS and dwdp_config sits in our file.
+    Before, `enable_attention_dp: true` was refused even at TP1."""
+    ctx, ours = hopper(worker_config(row)["ctx"])
+    assert ctx["enable_attention_dp"] is True and ctx["tensor_parallel_size"] == 1
+    assert check_serving_args(ctx) == [], [r.line() for r in check_serving_args(ctx)]
+    assert set(ours["dwdp_config"]) == {"dwdp_size", "num_groups", "num_experts_per_worker", "num_prefetch_experts"}
+
+
+def test_upstreams_recipe_as_published_is_refused_once_naming_every_setting():
+    """The published context server (CUTEDSL, dwdp_config in the TensorRT-LLM YAML) names both in one message."""
+    refused = check_serving_args(worker_config("e2e_80_100_dwdp_minus_1")["ctx"])
+    assert [r.key for r in refused] == ["moe_config.backend", "dwdp_config"]
+    assert "into the DWDP_TRTLLM_CONFIG file (same keys)" in refused[1].instead
+
+
+def test_attention_dp_is_refused_beside_tensor_parallelism():
+    assert _keys(_ok(enable_attention_dp=True, tensor_parallel_size=1)) == []
+    assert _keys(_ok(enable_attention_dp=True)) == []  # tensor_parallel_size unset: TorchLlmArgs' default 1
+    keys = _keys(_ok(enable_attention_dp=True, tensor_parallel_size=4, context_parallel_size=2))
+    assert keys == ["enable_attention_dp", "tensor_parallel_size", "context_parallel_size"]
+
+
+@pytest.mark.parametrize("kw,key,says", [
+    ({"moe_config": {"backend": "CUTLASS", "max_num_tokens": "big"}, "max_num_tokens": 8192},
+     "moe_config.max_num_tokens", "expected an integer of at least 1, got a string"),
+    ({"moe_config": {"backend": "CUTLASS", "max_num_tokens": [4096]}}, "moe_config.max_num_tokens", "got a list"),
+    ({"moe_expert_parallel_size": "2"}, "moe_expert_parallel_size", "expected an integer, got a string"),
+    ({"tensor_parallel_size": [1]}, "tensor_parallel_size", "got a list"),
+    ({"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": -1}},
+     "speculative_config.num_nextn_predict_layers", "expected an integer of at least 1, got -1"),
+    ({"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 0}},
+     "speculative_config.num_nextn_predict_layers", "got 0"),
+    ({"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": "2"}},
+     "speculative_config.num_nextn_predict_layers", "got a string"),
+    ({"moe_config": "CUTLASS"}, "moe_config", "expected a section"),
+    ({"disable_overlap_scheduler": "true"}, "disable_overlap_scheduler", "expected true or false, got a string"),
+    ({"kv_cache_config": {"free_gpu_memory_fraction": 1.5}}, "kv_cache_config.free_gpu_memory_fraction", "[0, 1]"),
+])
+def test_a_value_of_the_wrong_type_is_one_refusal_naming_its_key(kw, key, says):
+    """A YAML read as a mapping: a string or list where a number belongs, an MTP draft length below 1 or quoted, a
+    scalar where a section belongs: one refusal naming the key (before: TypeError from a comparison, or silence)."""
+    args = {"cuda_graph_config": None, "disable_overlap_scheduler": True, "moe_config": {"backend": "CUTLASS"}, **kw}
+    (r,) = check_serving_args(args)
+    assert r.key == key and says in r.why, r.line()
+    with pytest.raises(ServingFeaturesRefused, match=re.escape(key)):
+        refuse_unsupported(args)
+
+
+def test_mtp_two_model_flag_is_one_model_on_a_checkpoint_of_several_mtp_layers():
+    """MTPDecodingConfig.spec_dec_mode (llm_args.py @ 0004396720054fd8): mtp_eagle_one_model false is two-model
+    (MTP_EAGLE) only where the checkpoint has one MTP layer; with more it is MTP, inside the target model. Before, any
+    mtp_eagle_one_model false was refused."""
+    spec = {"decoding_type": "MTP", "mtp_eagle_one_model": False}
+    assert speculative_mode(spec) == "two-model"  # layer count unknown: upstream treats it as 1
+    assert speculative_mode(spec, mtp_layers=1) == "two-model"
+    assert speculative_mode(spec, mtp_layers=3) == "one-model MTP"
+    assert speculative_mode({**spec, "num_nextn_predict_layers_from_model_config": 2}) == "one-model MTP"
+    assert _keys(_ok(speculative_config=spec)) == ["speculative_config"]
+    assert check_serving_args(_ok(speculative_config=spec), {"checkpoint_mtp_layers": 3}) == []
+    (r,) = check_serving_args(_ok(speculative_config=spec), {"checkpoint_mtp_layers": 1})
+    assert "two-model only on a checkpoint with one MTP layer" in r.why
+
+
+def test_the_loader_wrap_reads_the_checkpoints_mtp_layers(tmp_path):
+    from dwdp_trtllm.integration.trtllm.model_setup import checkpoint_mtp_layers
+    (tmp_path / "config.json").write_text('{"num_nextn_predict_layers": 3}')
+    assert checkpoint_mtp_layers(tmp_path) == 3
+    (tmp_path / "config.json").write_text('{"hidden_size": 7}')
+    assert checkpoint_mtp_layers(tmp_path) == 0
+    (tmp_path / "config.json").write_text('[1')
+    assert checkpoint_mtp_layers(tmp_path) is None
+    assert checkpoint_mtp_layers("deepseek-ai/DeepSeek-R1") is None and checkpoint_mtp_layers(None) is None
+
+
+def test_upstreams_recipe_loads_through_the_fake_loader_and_creator(tmp_path):
+    """The Hopper variant of the recipe's context server (MTP 3, attention DP at TP1) goes through our
+    create_py_executor wrap and ModelLoader.load (the fake TensorRT-LLM, lifecycle era) and the model is built; the
+    published one is refused at create_py_executor in one message naming the backend and dwdp_config, before
+    upstream's DwdpManager or any model is built (before, only dwdp_config was named, by the DwdpManager wrap)."""
+    import json
+    ctx, _ = hopper(worker_config("e2e_80_100_dwdp_minus_1")["ctx"])
+    published = worker_config("e2e_80_100_dwdp_minus_1")["ctx"]
+    tree = era_tree(tmp_path, "lifecycle")
+    r = _run(tmp_path, tree, f"""
+        import json
+        import dwdp_trtllm.integration.trtllm.model_setup as ms
+        ms.setup_after_load = lambda model: None  # the DWDP runtime itself: test_trtllm_fake_world.py
+        from tensorrt_llm._torch.models import modeling_tiny
+        from tensorrt_llm._torch.pyexecutor.model_loader import ModelLoader
+        from tensorrt_llm._torch.pyexecutor.py_executor_creator import create_py_executor
+        from tensorrt_llm._torch.pyexecutor.dwdp import get_global_dwdp_manager
+        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+        from dwdp_trtllm.errors import ConfigError
+        built = []
+        init = modeling_tiny.TinyDecoder.__init__
+        modeling_tiny.TinyDecoder.__init__ = lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1]
+        hopper = TorchLlmArgs(quant=None, seed=7, **json.loads({json.dumps(json.dumps(ctx))}))
+        print("executor", type(create_py_executor(hopper, None)).__name__)
+        ModelLoader(hopper).load("ckpt", None)
+        print("built", len(built))
+        try:
+            create_py_executor(TorchLlmArgs(**json.loads({json.dumps(json.dumps(published))})), None)
+        except ConfigError as e:
+            print("REFUSED", str(e).replace(chr(10), " | "))
+        print("upstream manager", type(get_global_dwdp_manager()).__name__, "built", len(built))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["executor PyExecutor", "built 1"], r.stdout
+    (refused,) = [ln for ln in lines if ln.startswith("REFUSED")]
+    assert "2 TensorRT-LLM setting(s)" in refused and "moe_config.backend = 'CUTEDSL'" in refused
+    assert "dwdp_config = {dwdp_size: 4" in refused, refused
+    assert lines[-1] == "upstream manager HopperDwdpManager built 1", r.stdout

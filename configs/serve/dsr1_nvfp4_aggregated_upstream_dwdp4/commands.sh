@@ -4,4 +4,4 @@
 # shared storage: this folder and the checkpoint /ckpt/DeepSeek-R1-NVFP4 must be readable at the same path on every node that runs a server (one node here: nothing to share unless you move servers); every server reads its YAML from this folder and loads the checkpoint itself
 set -e
 D="$(cd "$(dirname "$0")" && pwd)"
-trtllm-serve /ckpt/DeepSeek-R1-NVFP4 --tp_size 4 --max_num_tokens 16384 --config "$D/trtllm_serve.yaml"
+trtllm-serve /ckpt/DeepSeek-R1-NVFP4 --tp_size 4 --max_num_tokens 16384 --extra_llm_api_options "$D/trtllm_serve.yaml"

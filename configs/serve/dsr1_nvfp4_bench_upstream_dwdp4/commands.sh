@@ -4,4 +4,4 @@
 # shared storage: this folder and the checkpoint /ckpt/DeepSeek-R1-NVFP4 must be readable at the same path on every node that runs a server (one node here: nothing to share unless you move servers); every server reads its YAML from this folder and loads the checkpoint itself
 set -e
 D="$(cd "$(dirname "$0")" && pwd)"
-trtllm-bench -m /ckpt/DeepSeek-R1-NVFP4 throughput --backend pytorch --dataset ds.jsonl --tp 4 --max_num_tokens 16384 --streaming --config "$D/trtllm_bench_extra.yaml"
+trtllm-bench -m /ckpt/DeepSeek-R1-NVFP4 throughput --backend pytorch --dataset ds.jsonl --tp 4 --max_num_tokens 16384 --streaming --extra_llm_api_options "$D/trtllm_bench_extra.yaml"

@@ -24,7 +24,7 @@ from ...core.transport import make_transport
 from ..adapter import AdapterRuntime
 from ..gemm_choice import transport_for
 from ..group import dwdp_process_group
-from ..moe_hooks import MoeHooks, refuse_precomputed_route
+from ..moe_hooks import MoeHooks, route_precomputed
 from ..process_role import engine_for_process, global_rank, integration_config, process_manager
 from . import moe_unit
 from .targets import refuse_unverified_backend
@@ -64,6 +64,21 @@ def loader_args(loader):
             return args
     raise RuntimeError(f"{type(loader).__name__} has neither llm_args nor pytorch_backend_config; this "
                        "TensorRT-LLM version is not supported by dwdp_trtllm (run `dwdp check-trtllm`)")
+
+
+def checkpoint_mtp_layers(checkpoint_dir) -> int | None:
+    """The checkpoint's MTP layer count (config.json num_nextn_predict_layers, absent: 0) for the serving-feature
+    check's speculative mode (serving_features.speculative_mode); None where it cannot be read here (an HF name, no
+    config.json, not JSON): upstream then decides as for one layer."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(checkpoint_dir) / "config.json").read_text(encoding="utf-8"))
+    except (TypeError, OSError, ValueError, RecursionError):
+        return None
+    n = data.get("num_nextn_predict_layers", 0) if isinstance(data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 #: per-expert activation constants (non-persistent buffers) that install_activation_params writes
@@ -192,7 +207,7 @@ def setup_after_load(model) -> None:
         raise
     hooks = MoeHooks(manager, moes, owners, layer_ids).attach() if lifecycle == "hooks" else None
     refuse_weight_updates(model, owners, rt.gemm)
-    refuse_precomputed_route(moes, layer_ids)  # bypasses forward_impl and the hooks (moe_hooks.py)
+    route_precomputed(manager, moes, owners, layer_ids)  # bypasses forward_impl and the hooks: bound here (moe_hooks)
     model._dwdp_trtllm_runtime = {"transport": transport, "runtime": rt, "manager": manager, "hooks": hooks,
                                   "lifecycle": lifecycle, "gemm": rt.gemm, "gemm_reason": rt.reason, "units": units,
                                   "pid": os.getpid(), "dwdp_rank": dwdp_rank}

@@ -62,13 +62,17 @@ def _patch_model_loader(module: ModuleType) -> None:
     loader's LLM args (serving_features.refuse_unsupported: every refused setting in one message, before the model
     is built), then our manager registered, the original, and our runtime set up on the loaded model."""
     from ..serving_features import refuse_unsupported
-    from .model_setup import loader_args, setup_after_load
+    from .model_setup import checkpoint_mtp_layers, loader_args, setup_after_load
 
     def make(orig):
         def load(self, *args, **kwargs):
-            # before any weight is loaded (or the model built); the loader's own spec_config / max_num_tokens win
+            # before any weight is loaded (or the model built); the loader's own spec_config / max_num_tokens win, and
+            # the checkpoint's MTP layer count decides MTP's mode as upstream's spec_dec_mode does (load(checkpoint_dir,
+            # checkpoint_loader), model_loader.py @ 004b733e0ed7)
+            ckpt = args[0] if args else kwargs.get("checkpoint_dir")
             refuse_unsupported(loader_args(self), {"speculative_config": getattr(self, "spec_config", None),
-                                                   "max_num_tokens": getattr(self, "max_num_tokens", None)})
+                                                   "max_num_tokens": getattr(self, "max_num_tokens", None),
+                                                   "checkpoint_mtp_layers": checkpoint_mtp_layers(ckpt)})
             register_process_manager()  # before the model (its ConfigurableMoEs read the global manager) is built
             result = orig(self, *args, **kwargs)
             model = result[0] if isinstance(result, tuple) else result
@@ -126,6 +130,22 @@ def _patch_dwdp_gate(module: ModuleType) -> None:
             return True
         return _should_enable_dwdp
     wrap_method(module.ConfigurableMoE, "_should_enable_dwdp", make)
+
+
+def _patch_executor_creator(module: ModuleType) -> None:
+    """create_py_executor(llm_args, ...) (py_executor_creator.py @ 000429d57d42, stored id 36005802797: llm_args first;
+    the DWDP-era creator builds upstream's DwdpManager from llm_args.dwdp_config before any model, PR #14453's
+    review-thread diff): the serving-feature matrix on llm_args first, so that a config with dwdp_config and other
+    refused settings is refused in one message naming all of them, before upstream's manager or any model is built.
+    ModelLoader.load checks again with the loader's own values (a draft engine, versions without this function)."""
+    from ..serving_features import refuse_unsupported
+
+    def make(orig):
+        def create_py_executor(*args, **kwargs):
+            refuse_unsupported(args[0] if args else kwargs.get("llm_args"))
+            return orig(*args, **kwargs)
+        return create_py_executor
+    wrap_method(module, "create_py_executor", make)
 
 
 def _patch_upstream_manager(module: ModuleType) -> None:

@@ -30,6 +30,7 @@ LLM_ARGS = "tensorrt_llm.llmapi.llm_args"
 CONFIGURABLE_MOE = f"{MOE_ROOTS[0]}.configurable_moe"
 DWDP_MODULE = "tensorrt_llm._torch.pyexecutor.dwdp"
 PY_EXECUTOR = "tensorrt_llm._torch.pyexecutor.py_executor"
+PY_EXECUTOR_CREATOR = "tensorrt_llm._torch.pyexecutor.py_executor_creator"
 
 
 def _moe_alts(module: str) -> tuple[str, ...]:
@@ -120,6 +121,13 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "manager is registered); py_executor_creator.py per PR #14453's review-thread diff (DwdpManager(config="
                 "llm_args.dwdp_config, ...) then __enter__() when dwdp_config is set)",
                 "_patch_upstream_manager", optional=True),
+    PatchTarget(PY_EXECUTOR_CREATOR, "create_py_executor",
+                "wrap (optional): the serving-feature matrix on its llm_args before anything is built, so a config "
+                "that sets dwdp_config beside other refused settings is refused once, naming every one (upstream's "
+                "creator builds its DwdpManager from dwdp_config before the model)",
+                "tensorrt_llm/_torch/pyexecutor/py_executor_creator.py @ 000429d57d42 (create_py_executor(llm_args, "
+                "checkpoint_dir=None, ...)); PR #14453's review-thread diff (DwdpManager built there when dwdp_config "
+                "is set)", "_patch_executor_creator", optional=True),
     PatchTarget(PY_EXECUTOR, "PyExecutor.shutdown",
                 "wrap (optional): after the original ran, exit our HopperDwdpManager (runtime closed: prefetcher "
                 "drained; the transport, which holds the model's local experts, stays open; unregistered); "
