@@ -92,8 +92,10 @@ def plan_json(spec, rows, recs: dict, root: Path | None = None) -> dict:
     from ..deploy.memory import UNIT
     from ..perf import inputs
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
+            "mnt": spec.mnt, "batch": spec.batch, "mnt_is_default": spec.mnt_default,
             "interference": interference_line(spec), "inputs": inputs.to_dict(spec), "not_priced": list(spec.not_priced), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
+            "calibration_not_used": {f: list(v) for f, v in inputs.not_used(spec)},
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
             "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
             "dep_variants": list(spec.dep_variants), "recommendation": next(iter(recs.values())).to_dict(),
@@ -163,6 +165,7 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
     rows = [r for rs in by_variant.values() for r in rs]
     first = next(iter(by_variant.values()))
     wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
+    wl += " (gen-config's default; --mnt to change)" if spec.mnt_default else ""
     wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
     wl += f", imbalance CV {spec.imbalance_cv}"
     if rows and rows[0].routing_skew != "none":
