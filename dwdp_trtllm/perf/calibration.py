@@ -55,8 +55,10 @@ from typing import Any
 
 import numpy as np
 
+from ..spec.json_values import MAX_DEPTH
+from ..spec.json_values import _depth as json_depth  # the config.json reader's bound and its non-recursive count
 from ..spec.schema import ConfigError
-from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, parse_detail
+from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, in_range, parse_detail
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
 
@@ -184,24 +186,34 @@ def interp_log(points: Points, x):
     return float(out) if out.ndim == 0 else out
 
 
-def _num(file: str, key: str, v: Any, *, lo: float = 0.0, lo_incl: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= lo if lo_incl else v > lo):
-        raise ConfigError(file, key, f"expected a number {'>=' if lo_incl else '>'} {lo}, got {v!r}")
-    return float(v)
+def _num(file: str, key: str, v: Any, kind: str, *, lo: float = 0.0, lo_incl: bool = False) -> float:
+    """A finite number above `lo` (or at it with lo_incl), within the plausible range of its kind
+    (calibration_detail.LIMITS)."""
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            or not (v >= lo if lo_incl else v > lo)):
+        raise ConfigError(file, key, f"expected a number {'>=' if lo_incl else '>'} {lo} (finite), got {v!r}")
+    return in_range(file, key, float(v), kind)
 
 
-def _points(file: str, key: str, v: Any) -> Points:
+def _points(file: str, key: str, v: Any, x_kind: str, y_kind: str) -> Points:
     if not isinstance(v, list) or not v:
         raise ConfigError(file, key, f"expected a non-empty list of [x, y] pairs, got {v!r}")
     out = []
     for i, p in enumerate(v):
         if not isinstance(p, (list, tuple)) or len(p) != 2:
             raise ConfigError(file, f"{key}[{i}]", f"expected a pair [x, y], got {p!r}")
-        out.append((_num(file, f"{key}[{i}][0]", p[0]), _num(file, f"{key}[{i}][1]", p[1])))
+        out.append((_num(file, f"{key}[{i}][0]", p[0], x_kind), _num(file, f"{key}[{i}][1]", p[1], y_kind)))
     xs = [p[0] for p in out]
     if len(set(xs)) != len(xs):
         raise ConfigError(file, key, f"x values must be distinct, got {xs}")
     return tuple(sorted(out))
+
+
+#: the kind (calibration_detail.LIMITS) of each summary key's numbers: (x, y) for a list of points
+KINDS = {"grouped_gemm_tflops": ("tokens", "tflops"), "attention_tflops": "tflops", "attention_us_by_isl": ("tokens", "us"),
+         "hbm_tbps": "tbps", "peer_copy_gbps": "gbps", "slice_efficiency": ("bytes", "fraction"), "all_to_all_gbps": "gbps",
+         "interference": "slowdown", "contention_slowdown": "slowdown", "floor_tflops": "tflops",
+         "engine_over_floor": "engine_over_floor"}
 
 
 def calibration_from_dict(data: Any, *, file: str) -> Calibration:
@@ -223,40 +235,65 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         for dt in g:
             if dt not in ("bf16", "fp8", "nvfp4"):
                 raise ConfigError(file, f"grouped_gemm_tflops.{dt}", "unknown dtype; expected bf16, fp8 or nvfp4")
-        kw["grouped_gemm_tflops"] = {dt: _points(file, f"grouped_gemm_tflops.{dt}", v) for dt, v in g.items()}
+        kw["grouped_gemm_tflops"] = {dt: _points(file, f"grouped_gemm_tflops.{dt}", v, *KINDS["grouped_gemm_tflops"])
+                                     for dt, v in g.items()}
     for k in ("attention_tflops", "hbm_tbps", "peer_copy_gbps", "all_to_all_gbps"):
         if k in data:
-            kw[k] = _num(file, k, data[k])
+            kw[k] = _num(file, k, data[k], KINDS[k])
     for k in ("attention_us_by_isl", "slice_efficiency"):
         if k in data:
-            kw[k] = _points(file, k, data[k])
+            kw[k] = _points(file, k, data[k], *KINDS[k])
     if "interference" in data:
-        kw["interference"] = _num(file, "interference", data["interference"], lo=1.0, lo_incl=True)
+        kw["interference"] = _num(file, "interference", data["interference"], "slowdown", lo=1.0, lo_incl=True)
     if "contention_slowdown" in data:
         c = data["contention_slowdown"]
         if not isinstance(c, dict) or not c or set(c) - {"sliced", "unsliced"}:
             raise ConfigError(file, "contention_slowdown", f"expected a mapping with keys sliced and/or unsliced, got {c!r}")
-        kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, lo=1.0, lo_incl=True) for k, v in c.items()}
+        kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, "slowdown", lo=1.0, lo_incl=True)
+                                     for k, v in c.items()}
     for k, allowed in (("floor_tflops", FLOOR_RATE_KEYS), ("engine_over_floor", ENGINE_PHASES)):
         if k in data:
             c = data[k]
             if not isinstance(c, dict) or not c or set(c) - set(allowed):
                 raise ConfigError(file, k, f"expected a mapping with keys among {', '.join(allowed)}, got {c!r}")
-            kw[k] = {n: _num(file, f"{k}.{n}", v) for n, v in c.items()}
+            kw[k] = {n: _num(file, f"{k}.{n}", v, KINDS[k]) for n, v in c.items()}
     return Calibration(**kw)
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a measurement gives")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text} overflows a 64-bit float")
+    return v
+
+
 def read_json(path: Path) -> Any:
+    """A calibration or results file parsed strictly: NaN, Infinity and numbers past a float's range (1e400) are
+    refused (json.loads takes them), and so is nesting deeper than spec/json_values.MAX_DEPTH, as for a checkpoint's
+    JSON (Python's reader raises RecursionError on a deep one); each as one ConfigError naming the file."""
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found" if not path.exists() else "not a regular file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise ConfigError(str(path), "", f"not valid JSON: {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(str(path), "", f"not UTF-8 text (byte {e.start}): a JSON file is expected") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", f"nested deeper than Python's JSON reader allows; expected at most {MAX_DEPTH} "
+                                         "levels of arrays and objects") from None
+    except ValueError as e:  # _reject_constant, _finite_float
+        raise ConfigError(str(path), "", f"not a finite number: {e}") from None
     except OSError as e:
         raise ConfigError(str(path), "", f"cannot read the file ({e.strerror or e})") from None
+    if json_depth(data) > MAX_DEPTH:
+        raise ConfigError(str(path), "", f"nested more than {MAX_DEPTH} levels deep; expected at most {MAX_DEPTH} "
+                                         "levels of arrays and objects")
+    return data
 
 
 def load_calibration(path: str | Path, *, functional_ok: bool = False) -> Calibration:
