@@ -72,8 +72,14 @@ def interference_line(spec) -> str:
         return ("interference measured per phase (calibration): "
                 + ", ".join(f"{k.replace('_', ' ')} {by_phase.get(k, v):g}x" + ("" if k in by_phase else " (prior)")
                             for k, v in PRIORS.items()))
+    from ..perf.inputs import is_measured
+    from ..perf.uncertainty import NO_EVIDENCE_INTERFERENCE, peer_evidence
+    measured = is_measured(spec, "peer bandwidth")
+    wide = any(peer_evidence(spec.gpu, g, measured) for g in spec.dwdp_sizes)
+    rng = (f"none to {NO_EVIDENCE_INTERFERENCE:g}x each excess: nothing measured copies on {spec.gpu.name}" if wide else
+           "half to 1.5x each excess")
     return ("interference priors: " + ", ".join(f"{k.replace('_', ' ')} {v:g}x" for k, v in PRIORS.items())
-            + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
+            + f" (paper / blog 19 Table 3; range: {rng})")
 
 
 def not_priced_line(spec) -> str:

@@ -378,8 +378,14 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
 
 
 def device_matches(device_name: str, gpu: str) -> bool:
-    """'NVIDIA H200' matches h200; 'NVIDIA GB200' matches gb200 but not b200."""
-    return any(tok.startswith(gpu.lower()) for tok in re.split(r"[^a-z0-9]+", device_name.lower()))
+    """'NVIDIA H200' matches h200; 'NVIDIA GB200' matches gb200 but not b200; a GPU spec file's name of several
+    words ('h200-copy') matches a device naming those words in order ('h200 copy'), the last one as a prefix."""
+    dev = [t for t in re.split(r"[^a-z0-9]+", device_name.lower()) if t]
+    want = [t for t in re.split(r"[^a-z0-9]+", gpu.lower()) if t]
+    if not want:
+        return False
+    n = len(want)
+    return any(dev[i:i + n - 1] == want[:-1] and dev[i + n - 1].startswith(want[-1]) for i in range(len(dev) - n + 1))
 
 
 def load_bench_results(directory: str | Path, gpu: str) -> Calibration:
