@@ -398,8 +398,11 @@ def load_bench_results(directory: str | Path, gpu: str) -> Calibration:
     for p in sorted(d.rglob("*.json")):
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        except (OSError, ValueError, RecursionError) as e:  # unreadable, not UTF-8, not JSON, nested too deep
             notes.append(f"skipped {p}: not readable JSON ({e.__class__.__name__})")
+            continue
+        if json_depth(data) > MAX_DEPTH:  # _walk below recurses: a deep tree is no benchmark record
+            notes.append(f"skipped {p}: nested more than {MAX_DEPTH} levels deep")
             continue
         c = calibration_from_bench(data, file=str(p))
         if not c.gpu or not device_matches(c.gpu, gpu):

@@ -75,3 +75,17 @@ def test_implausible_values_are_refused_naming_file_and_key(capsys, tmp_path, ca
     assert f"{tmp_path / 'cal.json'}: " in err and words in err, err
     if key:
         assert f"cal.json: {key}: " in err, err
+
+
+def test_a_deeply_nested_benchmark_file_is_skipped_with_a_note(capsys, tmp_path):
+    """--bench-results reads every JSON under a directory tolerantly: a file nested past the bound is skipped and
+    said so (it was a RecursionError traceback), the others still calibrate."""
+    d = tmp_path / "bench"
+    d.mkdir()
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "deep2.json").write_text("[" * 40 + "]" * 40)
+    rc = main(["plan", "--isl", "8192", "--dwdp-size", "8", "--target", "engine", "--bench-results", str(d),
+               "--verbose"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "Traceback" not in err, err
+    assert "deep.json: not readable JSON (RecursionError)" in out and "deep2.json: nested more than 32 levels" in out
