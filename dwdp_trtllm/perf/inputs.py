@@ -6,6 +6,8 @@ An input is
 - given iff the user stated it with its flag (FLAGS: `--dep-comm`, `--routing-skew`, `--interference`);
 - else a prior: the plan carries it as a range (perf/uncertainty.py) and a verdict is DWDP or DEP only when it holds
   over the whole range.
+A loaded field the plan's pricing does not read (the compute fields where TensorRT-LLM's kernel tables price compute:
+TABLE_PRICED) makes nothing measured: the inputs line lists its file as "not used by --target trtllm" (not_used).
 Extrapolated kernel-table cells are a prior wherever a row reached past a table's last row (PlanRow.extrapolated):
 no file measures them today. Measured and given inputs are fixed at their value (uncertainty.scenario's `fixed`).
 """

@@ -11,7 +11,8 @@ Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
   342.40 -> 337.42 us = 0.99x, i.e. none; paper appendix A.2: power-induced clock drops, 114% of TDP during
   overlap). A one-GPU measurement (a "peer" copy that is a same-device copy) never sets it. Range: half to one
   and a half times each prior's excess over 1 (how GB200's throttling transfers to Hopper is unmeasured); the
-  grouped GEMM from 1.0 to the dense GEMMs' 1.07.
+  grouped GEMM from 1.0 to the dense GEMMs' 1.07; on a family nothing measured the copies of (peer_evidence), from
+  none to NO_EVIDENCE_INTERFERENCE times each excess.
 - peer bandwidth achieved under many-to-one pulls beside compute: measured (a calibration's peer_copy_gbps):
   MEASURED_PEER_RANGE; a prior: PEER_RANGE of the copy model (375 GB/s one-way NVLink4 public p2p measurement x
   slice efficiency / contention model), and no narrower than the evidence behind it: where no calibration measured
