@@ -27,6 +27,10 @@ the keys above (per-pair and many-to-one peer bandwidth, sliced vs unsliced, int
 dispatch per backend); perf/calibration_detail.py validates them. A key is measured iff the file sets it; a newer
 schema_version is refused, and so is a CPU functional check's file (`measured_on.purpose`).
 
+Every number must be one a GPU node can measure: finite (NaN, Infinity and 1e400 are refused by read_json, as is
+nesting deeper than a checkpoint's JSON may go) and within its kind's plausible range (calibration_detail.LIMITS:
+TFLOP/s, GB/s, TB/s, slowdowns as --interference, times); an error names the file and the key.
+
 `grouped_gemm_tflops` tokens are the tokens entering the MoE on one rank (before top-k); values are
 interpolated log-linearly in tokens and clamped at the ends.
 
