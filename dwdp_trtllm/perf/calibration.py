@@ -62,7 +62,7 @@ import numpy as np
 from ..spec.json_values import MAX_DEPTH
 from ..spec.json_values import _depth as json_depth  # the config.json reader's bound and its non-recursive count
 from ..spec.schema import ConfigError
-from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, in_range, parse_detail
+from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, in_range, limits_off, parse_detail
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
 
@@ -303,11 +303,15 @@ def read_json(path: Path) -> Any:
 def load_calibration(path: str | Path, *, functional_ok: bool = False) -> Calibration:
     """A strict calibration file (schema in the module docstring). A CPU functional check's file (`dwdp calibrate
     --device cpu`) is refused unless `functional_ok` (its tests): its numbers describe no GPU."""
-    cal = calibration_from_dict(read_json(Path(path)), file=str(path))
-    if cal.measured_on.get("purpose") == FUNCTIONAL and not functional_ok:
-        raise ConfigError(str(path), "measured_on.purpose", f"{FUNCTIONAL} (written by `dwdp calibrate --device "
-                                                            "cpu`): run `dwdp calibrate` on the GPU node to plan with it")
-    return cal
+    data = read_json(Path(path))
+    on = data.get("measured_on") if isinstance(data, dict) else None
+    if isinstance(on, dict) and on.get("purpose") == FUNCTIONAL:
+        if not functional_ok:
+            raise ConfigError(str(path), "measured_on.purpose", f"{FUNCTIONAL} (written by `dwdp calibrate --device "
+                                                                "cpu`): run `dwdp calibrate` on the GPU node to plan with it")
+        with limits_off():  # a CPU's tiny-shape numbers lie outside a GPU's plausible ranges
+            return calibration_from_dict(data, file=str(path))
+    return calibration_from_dict(data, file=str(path))
 
 
 def _walk(node: Any):

@@ -28,6 +28,8 @@ whose provenance is a prior must be absent, and a key that is present must say i
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from typing import Any
 
@@ -62,8 +64,24 @@ FIELD_KIND = {"gbps": "gbps", "alone_gbps": "gbps", "together_gbps": "gbps", "sl
 MAX_GPUS = 1024
 
 
+#: whether LIMITS hold (off only while a CPU functional check's file is read for its tests: tiny shapes on a CPU
+#: measure no GPU, and the planner refuses such a file anyway)
+_LIMITS_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("calibration_limits_on", default=True)
+
+
+@contextlib.contextmanager
+def limits_off():
+    token = _LIMITS_ON.set(False)
+    try:
+        yield
+    finally:
+        _LIMITS_ON.reset(token)
+
+
 def in_range(file: str, key: str, v: float, kind: str) -> float:
     """v when it lies in LIMITS[kind], else ConfigError naming the file and key with the range."""
+    if not _LIMITS_ON.get():
+        return v
     lo, hi = LIMITS[kind]
     if not lo <= v <= hi:
         raise ConfigError(file, key, f"expected a number in [{lo:g}, {hi:g}] (a plausible {kind.replace('_', ' ')} "
