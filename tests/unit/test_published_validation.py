@@ -34,7 +34,7 @@ def test_every_published_source_is_covered():
 #: tolerance, or the model gains the effect
 NOT_ABLATED = {"blog19-t3-attn", "blog19-t3-dense", "blog19-t3-grouped", "blog19-t3-others", "blog19-t3-sync",
                "blog19-t3-total", "paper-t3-imbalance", "paper-t3-isl1k", "paper-t3-isl32k", "paper-t3-isl8k",
-               "paper-t4-merge-only-r05", "rocm-mi355x-isl32k", "sglang-b200-isl4k", "sglang-b200-isl8k"}
+               "paper-t4-merge-only-r05", "rocm-mi355x-isl32k"}
 
 
 def test_each_row_agrees_or_names_the_missing_effect(results):
@@ -52,7 +52,8 @@ def test_an_explanation_counts_only_beside_an_ablation_within_tolerance(results)
     words_only = {r.row.id for r in results if r.error is not None and not r.agrees and not r.explained}
     assert words_only == NOT_ABLATED
     by = {r.row.id: r for r in results}
-    for rid in ("rocm-mi355x-isl4k", "rocm-mi355x-isl8k"):  # the port's copies at 0.24 of the modelled rate
+    # the port's copies at 0.24 of the modelled rate; B200's at 0.95 of NVLink 5 instead of Hopper's assumed 0.83
+    for rid in ("rocm-mi355x-isl4k", "rocm-mi355x-isl8k", "sglang-b200-isl4k", "sglang-b200-isl8k"):
         r = by[rid]
         assert not r.agrees and r.explained and abs(r.ablation_error) <= r.row.tolerance
     table = markdown(results)
