@@ -72,8 +72,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--gen-tp", type=int, default=None,
                    help="GPUs per generation server (attention DP + expert parallel); default: the smallest power "
                         "of two up to 64 whose rank fits")
-    p.add_argument("--max-num-tokens", type=int, default=mem.DEFAULT_MAX_NUM_TOKENS,
-                   help="context servers' max_num_tokens (also the KV-cache floor of every server)")
+    p.add_argument("--max-num-tokens", type=int, default=mem.context_max_num_tokens(),
+                   help="context servers' max_num_tokens (also the KV-cache floor of every server; default "
+                        "%(default)s: memory.context_max_num_tokens, what `dwdp plan` prices "
+                        "without --mnt)")
     p.add_argument("--gen-max-num-tokens", type=int, default=None,
                    help="generation servers' max_num_tokens (default: max_batch_size x (1 + --mtp); the rank is priced "
                         f"with TensorRT-LLM's {TRTLLM_DEFAULT_MAX_NUM_TOKENS} unless given)")

@@ -118,8 +118,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = p.add_argument_group("workload")
     g.add_argument("--isl", default="1024,4096,8192,16384,32768", help="mean input sequence lengths, comma-separated")
     b = g.add_mutually_exclusive_group()
-    b.add_argument("--batch", type=int, default=None, help="requests per rank per iteration (default 1)")
-    b.add_argument("--mnt", type=int, default=None, help="max tokens per rank per iteration: whole requests packed up to it")
+    b.add_argument("--batch", type=int, default=None, help="requests per rank per iteration, instead of --mnt")
+    b.add_argument("--mnt", type=int, default=None,
+                   help="max tokens per rank per iteration: whole requests packed up to it (default "
+                        f"{mem.context_max_num_tokens()}: the context servers' max_num_tokens `dwdp gen-config` "
+                        "writes, memory.context_max_num_tokens)")
     g.add_argument("--isl-dist", default="fixed", help="fixed | uniform_ratio | normal (default fixed)")
     g.add_argument("--isl-ratio", type=float, default=0.8, help="uniform_ratio lower bound as a fraction of ISL (default 0.8)")
     g.add_argument("--isl-cv", type=float, default=0.0, help="normal: coefficient of variation of ISL")
@@ -142,6 +145,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "per-phase priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
+    g.add_argument("--accept-calibration-gpu", action="store_true",
+                   help="use a --calibration file measured on another GPU than --gpu / --gpu-spec (refused otherwise)")
     g.add_argument("--bench-results", default=None,
                    help="directory of benchmark JSON to calibrate --target engine from (default: the floor campaign "
                         "shipped with the package, dwdp_trtllm/data/engine_calibration; e.g. docs/bench_results)")
@@ -218,11 +223,30 @@ def load_cal(args, gpu_name: str, validated: str | None = None, validated_ids=()
                 raise ConfigError(str(path), "", f"measured on {c.gpu or 'an unnamed device'}, not {gpu_name}")
             cal = cal.merged(_noted(c, str(path), provenance, dc_fields))
         else:
-            cal = cal.merged(_noted(load_calibration(path), str(path), provenance, dc_fields))
+            c = load_calibration(path)
+            c = _same_gpu(c, str(path), gpu_name, args)
+            cal = cal.merged(_noted(c, str(path), provenance, dc_fields))
     # the embedded engine's measured/floor factors describe our engine, not a deployment: planning uses the
     # stock-kernel floor rates only (validate-plan, which compares against the engine, applies both)
     engine = bool(getattr(args, "engine_efficiency", False))
     return dataclasses.replace(cal, floor=cal.floor.select(validated, run_ids=validated_ids, measured=engine), engine_efficiency=engine)
+
+
+def _same_gpu(cal, file: str, gpu_name: str, args):
+    """`cal` when the GPU it names (measured_on.gpu_name, else the schema-1 `gpu`) is the one planned for (or it names
+    none); measured on another GPU: refused naming both, unless --accept-calibration-gpu (then a note says so)."""
+    from ..perf.calibration import device_matches
+
+    key = "measured_on.gpu_name" if cal.measured_on.get("gpu_name") else "gpu"
+    measured = cal.measured_on.get("gpu_name") or cal.gpu
+    if not measured or device_matches(measured, gpu_name):
+        return cal
+    flag = f"--gpu-spec {args.gpu_spec}" if getattr(args, "gpu_spec", None) else f"--gpu {gpu_name}"
+    if not getattr(args, "accept_calibration_gpu", False):
+        raise ConfigError(file, key, f"measured on {measured}, but the plan is for {gpu_name} ({flag}): calibrate on "
+                                     "that GPU, or pass --accept-calibration-gpu to use this file anyway")
+    return dataclasses.replace(cal, notes=cal.notes + (
+        f"{file} was measured on {measured}, used for {gpu_name} on purpose (--accept-calibration-gpu)",))
 
 
 def _noted(cal, file: str, provenance: list | None, dc_fields):
@@ -295,6 +319,8 @@ def build_spec(args, *, gpu_name: str | None = None):
         raise ConfigError(None, "--interference", problem)
     check_bench_results(args)
     isls = int_list(args.isl, "--isl", hi=MAX_TOKENS)
+    if args.mnt is None and args.batch is None:  # a context server's iterations: the MNT gen-config writes
+        args.mnt, args.mnt_default = mem.context_max_num_tokens(), True
     gpu = load_gpu_spec(spec_file) if spec_file else get_gpu(gpu_name)
     model = base_model if args.num_layers is None else base_model.truncated(args.num_layers)
     sizes = auto_dwdp_size(args, model, gpu, isls) if args.dwdp_size == "auto" else int_list(args.dwdp_size, "--dwdp-size")
@@ -312,6 +338,7 @@ def build_spec(args, *, gpu_name: str | None = None):
         routing_skew=parse_skew(args.routing_skew or "none"), stated=stated_inputs(args), provenance=tuple(provenance),
         dwdp_sizes=sizes, isls=isls,
         batch=None if args.mnt else (args.batch or 1), mnt=args.mnt, isl_dist=args.isl_dist,
+        mnt_default=bool(getattr(args, "mnt_default", False)),
         isl_ratio=args.isl_ratio, isl_cv=args.isl_cv, imbalance_cv=args.imbalance_cv,
         redundant_experts=int_list(args.redundant_experts, "--redundant-experts", lo=0),
         slice_bytes=size_list(args.slice_bytes, "--slice-bytes"), dispatch_dtype=args.dispatch_dtype,
@@ -357,7 +384,7 @@ def linear_layers_said(cal, weight_dtype: str):
 def auto_dwdp_size(args, model, gpu, isls) -> tuple[int, ...]:
     """--dwdp-size auto: memory.default_dwdp_size (the group size every deployment command defaults to), priced at
     --mnt, else batch x the longest ISL (tokens per rank), on --gpu-memory-gb or the GPU's datasheet memory."""
-    mnt = args.mnt or (args.batch or 1) * max(isls)
+    mnt = args.mnt or args.batch * max(isls)
     budget = gpu_budget_bytes(gpu, args.gpu_memory_gb)
     return (mem.default_dwdp_size(model, budget, weight_dtype=args.weight_dtype, max_num_tokens=mnt),)
 

@@ -98,8 +98,14 @@ def interference_line(spec) -> str:
         return ("interference measured per phase (calibration): "
                 + ", ".join(f"{k.replace('_', ' ')} {by_phase.get(k, v):g}x" + ("" if k in by_phase else " (prior)")
                             for k, v in PRIORS.items()))
+    from ..perf.inputs import is_measured
+    from ..perf.uncertainty import NO_EVIDENCE_INTERFERENCE, peer_evidence
+    measured = is_measured(spec, "peer bandwidth")
+    wide = any(peer_evidence(spec.gpu, g, measured) for g in spec.dwdp_sizes)
+    rng = (f"none to {NO_EVIDENCE_INTERFERENCE:g}x each excess: nothing measured copies on {spec.gpu.name}" if wide else
+           "half to 1.5x each excess")
     return ("interference priors: " + ", ".join(f"{k.replace('_', ' ')} {v:g}x" for k, v in PRIORS.items())
-            + " (paper / blog 19 Table 3; range: half to 1.5x each excess)")
+            + f" (paper / blog 19 Table 3; range: {rng})")
 
 
 def not_priced_line(spec) -> str:
@@ -118,8 +124,10 @@ def plan_json(spec, rows, recs: dict, root: Path | None = None) -> dict:
     from ..deploy.memory import UNIT
     from ..perf import inputs
     return {"priced_as": spec.priced_as, "pricing": describe_pricing(spec, rows), "dep_comm": ", ".join(dep_comm_paths(spec, rows)), "memory_unit": UNIT,
+            "mnt": spec.mnt, "batch": spec.batch, "mnt_is_default": spec.mnt_default,
             "interference": interference_line(spec), "experts": experts_pricing(spec), "inputs": inputs.to_dict(spec), "not_priced": list(spec.not_priced), "routing_skew": rows[0].routing_skew if rows else "none",
             "calibration": [rel_to_root(x, root) for x in spec.calibration.sources],
+            "calibration_not_used": {f: list(v) for f, v in inputs.not_used(spec)},
             "calibration_notes": [rel_to_root(x, root) for x in calibration_notes(spec)],
             "floor_campaign": rel_to_root(spec.calibration.floor.choice, root) or None,
             "dep_variants": list(spec.dep_variants), "recommendation": next(iter(recs.values())).to_dict(),
@@ -189,6 +197,7 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
     rows = [r for rs in by_variant.values() for r in rs]
     first = next(iter(by_variant.values()))
     wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
+    wl += " (gen-config's default; --mnt to change)" if spec.mnt_default else ""
     wl += f", ISL {spec.isl_dist}" + (f" ratio {spec.isl_ratio}" if spec.isl_dist == "uniform_ratio" else "")
     wl += f", imbalance CV {spec.imbalance_cv}"
     if rows and rows[0].routing_skew != "none":

@@ -26,7 +26,8 @@ QUANTITIES = ("speedup", "compute_over_prefetch", "tps_ratio", "prefetch_over_dw
 #: slice_gain: DWDP's TPS/GPU with 2 MiB round-robin slices over unsliced copies at the row's setup (the contention
 #: model's output: perf/contention.py)
 SLICE_GAIN_SLICES = ("2MiB", "0")
-_KEYS = {"id", "source", "what", "published", "bound", "quantity", "plan", "vary", "tolerance", "missing_effect"}
+_KEYS = {"id", "source", "what", "published", "bound", "quantity", "plan", "vary", "tolerance", "missing_effect",
+         "ablation"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Row:
     vary: tuple[str, ...] = ()
     tolerance: float = 0.15
     missing_effect: str = ""
+    ablation: str = ""  # `dwdp plan` arguments (merged into `plan`) that model the missing effect
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Result:
     variants: dict = field(default_factory=dict)  # argument set -> prediction
     basis: str = ""  # which inputs of the base setup were measured, stated by the row, or assumed (inputs_basis)
     verdict: str = ""  # the plan's verdict at the base setup (PlanRow.verdict: DWDP only over the whole range)
+    ablation_value: float | None = None  # the prediction with the row's ablation arguments (None: no ablation)
+    ablation_error: float | None = None
 
     @property
     def agrees(self) -> bool:
@@ -74,7 +78,14 @@ class Result:
 
     @property
     def explained(self) -> bool:
-        return bool(self.row.missing_effect)
+        """A disagreement is explained by the effect the row names only where the planner cannot predict the quantity
+        at all, or beside an ablation: the same setup with that effect modelled (`ablation`) within tolerance."""
+        if not self.row.missing_effect:
+            return False
+        if self.error is None:
+            return True
+        e = self.ablation_error
+        return e is not None and (e == 0 if self.row.bound is not None else abs(e) <= self.row.tolerance)
 
 
 def _row(d: dict, file: str, i: int) -> Row:
@@ -106,12 +117,16 @@ def _row(d: dict, file: str, i: int) -> Row:
         raise ConfigError(file, f"{where}.plan", "expected the `dwdp plan` arguments of the published setup")
     if d["quantity"] == "none" and not d.get("missing_effect"):
         raise ConfigError(file, f"{where}.missing_effect", "a row the planner cannot predict must name the missing effect")
+    if d.get("ablation") is not None and (not isinstance(d["ablation"], str) or not d.get("missing_effect")):
+        raise ConfigError(file, f"{where}.ablation", "expected the `dwdp plan` arguments that model the row's "
+                                                     f"missing_effect (a string, beside missing_effect), got {d['ablation']!r}")
     vary = d.get("vary") or []
     if not isinstance(vary, list) or not all(isinstance(v, str) for v in vary):
         raise ConfigError(file, f"{where}.vary", f"expected a list of argument strings, got {vary!r}")
     return Row(id=d["id"], source=d["source"], what=d["what"], quantity=d["quantity"],
                published=float(pub) if isinstance(pub, (int, float)) else pub, bound=bound, plan=d.get("plan") or "",
-               vary=tuple(vary), tolerance=float(d.get("tolerance", 0.15)), missing_effect=d.get("missing_effect") or "")
+               vary=tuple(vary), tolerance=float(d.get("tolerance", 0.15)), missing_effect=d.get("missing_effect") or "",
+               ablation=d.get("ablation") or "")
 
 
 def load_rows(path: str | Path = DATA_FILE) -> list[Row]:
@@ -255,7 +270,14 @@ def evaluate(row: Row, root: Path | None = None) -> Result:
         values[v], vlo, vhi, _, _ = predict_range(_merge(base, shlex.split(v)), row.quantity)
         ends += [vlo, vhi]
     finite = [x for x in ends if math.isfinite(x)]
-    return Result(row, pred, min(finite), max(finite), error_of(row, pred), values, basis, verdict)
+    abl = predict_range(_merge(base, _rooted(shlex.split(row.ablation), root)), row.quantity)[0] if row.ablation else None
+    return Result(row, pred, min(finite), max(finite), error_of(row, pred), values, basis, verdict, abl,
+                  None if abl is None else error_of(row, abl))
+
+
+def _rooted(args: list[str], root: Path | None) -> list[str]:
+    """Data-file paths (dwdp_trtllm/data/...) relative to the source checkout."""
+    return [str(root / a) if root is not None and a.startswith("dwdp_trtllm/data/") else a for a in args]
 
 
 def validate(path: str | Path = DATA_FILE) -> list[Result]:
@@ -277,6 +299,19 @@ def _published(row: Row) -> str:
     return _fmt(row.published)
 
 
+def _explanation(res: Result) -> str:
+    """The named effect, with its ablation's value and error; an explanation of a predicted row without an ablation
+    is shown as not counted (Result.explained)."""
+    r = res.row
+    if not r.missing_effect or res.error is None:
+        return r.missing_effect or ""
+    if res.ablation_value is None:
+        return f"{r.missing_effect} (no ablation row: not counted as explained)"
+    ok = "within" if res.explained else "still outside"
+    return (f"{r.missing_effect}; ablation `{r.ablation}`: {_fmt(res.ablation_value)} ({res.ablation_error:+.0%}, "
+            f"{ok} ±{r.tolerance:.0%})")
+
+
 def markdown(results: list[Result]) -> str:
     """docs/PLANNER.md's validation table (one row per published number)."""
     lines = ["| id | published number (source) | published | predicted (range) | plan verdict | error | within | published in range | inputs measured / stated / assumed | inputs (`dwdp plan` ...) | disagreement explained by |",
@@ -292,5 +327,5 @@ def markdown(results: list[Result]) -> str:
         inputs = f"`{r.plan}`" + (" vary: " + "; ".join(f"`{v}`" for v in r.vary) if r.vary else "")
         inside = "-" if res.prediction is None else ("yes" if res.covers else "no")
         lines.append(f"| {r.id} | {r.what} ({r.source}) | {_published(r)} | {pred} | {res.verdict or '-'} | {err} | {ok} ({tol}) | {inside} "
-                     f"| {res.basis or '-'} | {inputs if r.plan else '-'} | {r.missing_effect or ''} |")
+                     f"| {res.basis or '-'} | {inputs if r.plan else '-'} | {_explanation(res)} |")
     return "\n".join(lines) + "\n"

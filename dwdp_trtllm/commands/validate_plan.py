@@ -54,6 +54,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="compare runs measured on another device (the CPU, another GPU) with the --gpu prediction anyway")
     p.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
+    p.add_argument("--accept-calibration-gpu", action="store_true",
+                   help="use a --calibration file measured on another GPU than the results' (refused otherwise)")
     p.add_argument("--bench-results", default=None,
                    help="directory of benchmark JSON to calibrate from (default: the floor campaign shipped with the "
                         "package, dwdp_trtllm/data/engine_calibration, as `dwdp plan`; docs/bench_results: the "

@@ -336,6 +336,15 @@ def smallest_fitting(spec: ModelSpec, mode: str, gpu_bytes: int, *, weight_dtype
 
 
 
+def context_max_num_tokens() -> int:
+    """The context server's max_num_tokens a deployment gets when none is given: what `dwdp gen-config` writes
+    without --max-num-tokens and what `dwdp plan` prices without --mnt / --batch (one place, so that the plan
+    describes the iterations the written server runs). DEFAULT_MAX_NUM_TOKENS for every model and GPU: a model too
+    large for a GPU is fitted by its group size (default_dwdp_size, priced at this MNT), not by a smaller MNT.
+    TensorRT-LLM's own default, when a YAML gives none, is 8192 (llm_args.py BaseLlmArgs.max_num_tokens)."""
+    return DEFAULT_MAX_NUM_TOKENS
+
+
 def default_dwdp_size(spec: ModelSpec, gpu_bytes: int, *, weight_dtype: str, max_num_tokens: int,
                       gemm: str | None = None) -> int:
     """The group size every deployment command takes when none is given (`dwdp plan --dwdp-size auto`,

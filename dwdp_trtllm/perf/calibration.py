@@ -31,6 +31,10 @@ the keys above (per-pair and many-to-one peer bandwidth, sliced vs unsliced, int
 dispatch per backend); perf/calibration_detail.py validates them. A key is measured iff the file sets it; a newer
 schema_version is refused, and so is a CPU functional check's file (`measured_on.purpose`).
 
+Every number must be one a GPU node can measure: finite (NaN, Infinity and 1e400 are refused by read_json, as is
+nesting deeper than a checkpoint's JSON may go) and within its kind's plausible range (calibration_detail.LIMITS:
+TFLOP/s, GB/s, TB/s, slowdowns as --interference, times); an error names the file and the key.
+
 `grouped_gemm_tflops` tokens are the tokens entering the MoE on one rank (before top-k); values are
 interpolated log-linearly in tokens and clamped at the ends.
 
@@ -59,8 +63,10 @@ from typing import Any
 
 import numpy as np
 
+from ..spec.json_values import MAX_DEPTH
+from ..spec.json_values import _depth as json_depth  # the config.json reader's bound and its non-recursive count
 from ..spec.schema import ConfigError
-from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, parse_detail
+from .calibration_detail import DETAIL_KEYS, FUNCTIONAL, in_range, limits_off, parse_detail
 from .floor_calibration import FloorCalibration
 from .floor_points import ENGINE_PHASES, points_from_bench
 from .moe_op_record import parse_record
@@ -191,24 +197,34 @@ def interp_log(points: Points, x):
     return float(out) if out.ndim == 0 else out
 
 
-def _num(file: str, key: str, v: Any, *, lo: float = 0.0, lo_incl: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= lo if lo_incl else v > lo):
-        raise ConfigError(file, key, f"expected a number {'>=' if lo_incl else '>'} {lo}, got {v!r}")
-    return float(v)
+def _num(file: str, key: str, v: Any, kind: str, *, lo: float = 0.0, lo_incl: bool = False) -> float:
+    """A finite number above `lo` (or at it with lo_incl), within the plausible range of its kind
+    (calibration_detail.LIMITS)."""
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            or not (v >= lo if lo_incl else v > lo)):
+        raise ConfigError(file, key, f"expected a number {'>=' if lo_incl else '>'} {lo} (finite), got {v!r}")
+    return in_range(file, key, float(v), kind)
 
 
-def _points(file: str, key: str, v: Any) -> Points:
+def _points(file: str, key: str, v: Any, x_kind: str, y_kind: str) -> Points:
     if not isinstance(v, list) or not v:
         raise ConfigError(file, key, f"expected a non-empty list of [x, y] pairs, got {v!r}")
     out = []
     for i, p in enumerate(v):
         if not isinstance(p, (list, tuple)) or len(p) != 2:
             raise ConfigError(file, f"{key}[{i}]", f"expected a pair [x, y], got {p!r}")
-        out.append((_num(file, f"{key}[{i}][0]", p[0]), _num(file, f"{key}[{i}][1]", p[1])))
+        out.append((_num(file, f"{key}[{i}][0]", p[0], x_kind), _num(file, f"{key}[{i}][1]", p[1], y_kind)))
     xs = [p[0] for p in out]
     if len(set(xs)) != len(xs):
         raise ConfigError(file, key, f"x values must be distinct, got {xs}")
     return tuple(sorted(out))
+
+
+#: the kind (calibration_detail.LIMITS) of each summary key's numbers: (x, y) for a list of points
+KINDS = {"grouped_gemm_tflops": ("tokens", "tflops"), "attention_tflops": "tflops", "attention_us_by_isl": ("tokens", "us"),
+         "hbm_tbps": "tbps", "peer_copy_gbps": "gbps", "slice_efficiency": ("bytes", "fraction"), "all_to_all_gbps": "gbps",
+         "interference": "slowdown", "contention_slowdown": "slowdown", "floor_tflops": "tflops",
+         "engine_over_floor": "engine_over_floor"}
 
 
 def calibration_from_dict(data: Any, *, file: str) -> Calibration:
@@ -230,20 +246,22 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
         for dt in g:
             if dt not in ("bf16", "fp8", "nvfp4"):
                 raise ConfigError(file, f"grouped_gemm_tflops.{dt}", "unknown dtype; expected bf16, fp8 or nvfp4")
-        kw["grouped_gemm_tflops"] = {dt: _points(file, f"grouped_gemm_tflops.{dt}", v) for dt, v in g.items()}
+        kw["grouped_gemm_tflops"] = {dt: _points(file, f"grouped_gemm_tflops.{dt}", v, *KINDS["grouped_gemm_tflops"])
+                                     for dt, v in g.items()}
     for k in ("attention_tflops", "hbm_tbps", "peer_copy_gbps", "all_to_all_gbps"):
         if k in data:
-            kw[k] = _num(file, k, data[k])
+            kw[k] = _num(file, k, data[k], KINDS[k])
     for k in ("attention_us_by_isl", "slice_efficiency"):
         if k in data:
-            kw[k] = _points(file, k, data[k])
+            kw[k] = _points(file, k, data[k], *KINDS[k])
     if "interference" in data:
-        kw["interference"] = _num(file, "interference", data["interference"], lo=1.0, lo_incl=True)
+        kw["interference"] = _num(file, "interference", data["interference"], "slowdown", lo=1.0, lo_incl=True)
     if "contention_slowdown" in data:
         c = data["contention_slowdown"]
         if not isinstance(c, dict) or not c or set(c) - {"sliced", "unsliced"}:
             raise ConfigError(file, "contention_slowdown", f"expected a mapping with keys sliced and/or unsliced, got {c!r}")
-        kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, lo=1.0, lo_incl=True) for k, v in c.items()}
+        kw["contention_slowdown"] = {k: _num(file, f"contention_slowdown.{k}", v, "slowdown", lo=1.0, lo_incl=True)
+                                     for k, v in c.items()}
     if "moe_op" in data:
         kw["moe_op"] = parse_record(data["moe_op"], file)
     for k, allowed in (("floor_tflops", FLOOR_RATE_KEYS), ("engine_over_floor", ENGINE_PHASES)):
@@ -251,31 +269,58 @@ def calibration_from_dict(data: Any, *, file: str) -> Calibration:
             c = data[k]
             if not isinstance(c, dict) or not c or set(c) - set(allowed):
                 raise ConfigError(file, k, f"expected a mapping with keys among {', '.join(allowed)}, got {c!r}")
-            kw[k] = {n: _num(file, f"{k}.{n}", v) for n, v in c.items()}
+            kw[k] = {n: _num(file, f"{k}.{n}", v, KINDS[k]) for n, v in c.items()}
     return Calibration(**kw)
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a measurement gives")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text} overflows a 64-bit float")
+    return v
+
+
 def read_json(path: Path) -> Any:
+    """A calibration or results file parsed strictly: NaN, Infinity and numbers past a float's range (1e400) are
+    refused (json.loads takes them), and so is nesting deeper than spec/json_values.MAX_DEPTH, as for a checkpoint's
+    JSON (Python's reader raises RecursionError on a deep one); each as one ConfigError naming the file."""
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found" if not path.exists() else "not a regular file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise ConfigError(str(path), "", f"not valid JSON: {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(str(path), "", f"not UTF-8 text (byte {e.start}): a JSON file is expected") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", f"nested deeper than Python's JSON reader allows; expected at most {MAX_DEPTH} "
+                                         "levels of arrays and objects") from None
+    except ValueError as e:  # _reject_constant, _finite_float
+        raise ConfigError(str(path), "", f"not a finite number: {e}") from None
     except OSError as e:
         raise ConfigError(str(path), "", f"cannot read the file ({e.strerror or e})") from None
+    if json_depth(data) > MAX_DEPTH:
+        raise ConfigError(str(path), "", f"nested more than {MAX_DEPTH} levels deep; expected at most {MAX_DEPTH} "
+                                         "levels of arrays and objects")
+    return data
 
 
 def load_calibration(path: str | Path, *, functional_ok: bool = False) -> Calibration:
     """A strict calibration file (schema in the module docstring). A CPU functional check's file (`dwdp calibrate
     --device cpu`) is refused unless `functional_ok` (its tests): its numbers describe no GPU."""
-    cal = calibration_from_dict(read_json(Path(path)), file=str(path))
-    if cal.measured_on.get("purpose") == FUNCTIONAL and not functional_ok:
-        raise ConfigError(str(path), "measured_on.purpose", f"{FUNCTIONAL} (written by `dwdp calibrate --device "
-                                                            "cpu`): run `dwdp calibrate` on the GPU node to plan with it")
-    return cal
+    data = read_json(Path(path))
+    on = data.get("measured_on") if isinstance(data, dict) else None
+    if isinstance(on, dict) and on.get("purpose") == FUNCTIONAL:
+        if not functional_ok:
+            raise ConfigError(str(path), "measured_on.purpose", f"{FUNCTIONAL} (written by `dwdp calibrate --device "
+                                                                "cpu`): run `dwdp calibrate` on the GPU node to plan with it")
+        with limits_off():  # a CPU's tiny-shape numbers lie outside a GPU's plausible ranges
+            return calibration_from_dict(data, file=str(path))
+    return calibration_from_dict(data, file=str(path))
 
 
 def _walk(node: Any):
@@ -350,8 +395,14 @@ def calibration_from_bench(data: Any, *, file: str) -> Calibration:
 
 
 def device_matches(device_name: str, gpu: str) -> bool:
-    """'NVIDIA H200' matches h200; 'NVIDIA GB200' matches gb200 but not b200."""
-    return any(tok.startswith(gpu.lower()) for tok in re.split(r"[^a-z0-9]+", device_name.lower()))
+    """'NVIDIA H200' matches h200; 'NVIDIA GB200' matches gb200 but not b200; a GPU spec file's name of several
+    words ('h200-copy') matches a device naming those words in order ('h200 copy'), the last one as a prefix."""
+    dev = [t for t in re.split(r"[^a-z0-9]+", device_name.lower()) if t]
+    want = [t for t in re.split(r"[^a-z0-9]+", gpu.lower()) if t]
+    if not want:
+        return False
+    n = len(want)
+    return any(dev[i:i + n - 1] == want[:-1] and dev[i + n - 1].startswith(want[-1]) for i in range(len(dev) - n + 1))
 
 
 def load_bench_results(directory: str | Path, gpu: str) -> Calibration:
@@ -364,8 +415,11 @@ def load_bench_results(directory: str | Path, gpu: str) -> Calibration:
     for p in sorted(d.rglob("*.json")):
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        except (OSError, ValueError, RecursionError) as e:  # unreadable, not UTF-8, not JSON, nested too deep
             notes.append(f"skipped {p}: not readable JSON ({e.__class__.__name__})")
+            continue
+        if json_depth(data) > MAX_DEPTH:  # _walk below recurses: a deep tree is no benchmark record
+            notes.append(f"skipped {p}: nested more than {MAX_DEPTH} levels deep")
             continue
         c = calibration_from_bench(data, file=str(p))
         if not c.gpu or not device_matches(c.gpu, gpu):

@@ -28,6 +28,9 @@ whose provenance is a prior must be absent, and a key that is present must say i
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
 from typing import Any
 
 from ..spec.schema import ConfigError
@@ -44,12 +47,58 @@ MACHINE_KEYS = {"host": str, "at": str, "device": str, "purpose": str, "gpu_name
 DETAIL_KEYS = ("schema_version", "measured_on", "provenance", "peer_pairs", "slice_gbps", "many_to_one", "group_pull",
                "interference_by_phase", "copy_slowdown_by_phase", "dep_comm")
 
+#: the plausible range of each kind of measured number, (lo, hi) inclusive: a value outside it is a unit error or a
+#: broken measurement, never a GPU node's reading (the flags have theirs: --interference [1, 100), a GPU spec file's
+#: peaks up to 1e6 TFLOP/s). TFLOP/s: 0.1 (a CPU) to 1e5 (10x the densest FP4 peak shipped, MI355X's 10 PFLOP/s);
+#: GB/s one way: 0.1 (PCIe-class through host memory, far below) to 1e5 (55x NVLink 5's 1.8 TB/s); TB/s of HBM: 0.01
+#: to 100 (12x HBM3E's 8 TB/s); slowdowns: 1 to 100 (--interference's bound; many-to-one pulls from 63 peers at most
+#: make 63x); times in ms: up to 1e7 (almost 3 hours for one call); fractions of a bulk copy: up to 1.5 (noise above
+#: 1; the planner caps them at 1).
+LIMITS = {"tflops": (0.1, 1e5), "gbps": (0.1, 1e5), "tbps": (0.01, 100.0), "slowdown": (1.0, 100.0),
+          "ms": (1e-6, 1e7), "us": (1e-3, 1e10), "fraction": (1e-6, 1.5), "tokens": (1.0, float(1 << 24)),
+          "bytes": (0.0, float(1 << 44)), "engine_over_floor": (0.1, 100.0), "ratio": (0.01, 100.0)}
+#: a record field's kind (LIMITS); a record's slowdown is a ratio of two timings (noise may put it just below 1)
+FIELD_KIND = {"gbps": "gbps", "alone_gbps": "gbps", "together_gbps": "gbps", "slowdown": "ratio", "ms": "ms",
+              "max_ms": "ms", "bytes_per_rank": "bytes", "slice_bytes": "bytes"}
+#: the most GPUs a calibration can name (ranks, GPU indices below it)
+MAX_GPUS = 1024
+
+
+#: whether LIMITS hold (off only while a CPU functional check's file is read for its tests: tiny shapes on a CPU
+#: measure no GPU, and the planner refuses such a file anyway)
+_LIMITS_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("calibration_limits_on", default=True)
+
+
+@contextlib.contextmanager
+def limits_off():
+    token = _LIMITS_ON.set(False)
+    try:
+        yield
+    finally:
+        _LIMITS_ON.reset(token)
+
+
+def in_range(file: str, key: str, v: float, kind: str) -> float:
+    """v when it lies in LIMITS[kind], else ConfigError naming the file and key with the range."""
+    if not _LIMITS_ON.get():
+        return v
+    lo, hi = LIMITS[kind]
+    if not lo <= v <= hi:
+        raise ConfigError(file, key, f"expected a number in [{lo:g}, {hi:g}] (a plausible {kind.replace('_', ' ')} "
+                                     f"value), got {v!r}")
+    return v
+
 
 def _pos(file: str, key: str, v: Any, *, integer: bool = False, zero: bool = False) -> float:
+    """A finite number > 0 (>= 0 with `zero`), within LIMITS of its field's kind (FIELD_KIND, by the key's last part)."""
     kind = int if integer else (int, float)
-    if isinstance(v, bool) or not isinstance(v, kind) or not (v >= 0 if zero else v > 0) or v != v:
-        raise ConfigError(file, key, f"expected {'an integer' if integer else 'a number'} {'>=' if zero else '>'} 0, "
-                                     f"got {v!r}")
+    if (isinstance(v, bool) or not isinstance(v, kind) or (not integer and not math.isfinite(v))
+            or not (v >= 0 if zero else v > 0)):
+        raise ConfigError(file, key, f"expected {'an integer' if integer else 'a number'} {'>=' if zero else '>'} 0"
+                                     f"{'' if integer else ' (finite)'}, got {v!r}")
+    field = key.rsplit(".", 1)[-1]
+    if field in FIELD_KIND:
+        in_range(file, key, v, FIELD_KIND[field])
     return v if integer else float(v)
 
 
@@ -86,7 +135,8 @@ def _slice_points(file: str, v: Any) -> tuple[tuple[int, float], ...]:
     for i, p in enumerate(v):
         if not isinstance(p, list) or len(p) != 2:
             raise ConfigError(file, f"slice_gbps[{i}]", f"expected a pair [slice_bytes, gbps], got {p!r}")
-        out.append((_pos(file, f"slice_gbps[{i}][0]", p[0], integer=True, zero=True), _pos(file, f"slice_gbps[{i}][1]", p[1])))
+        out.append((_pos(file, f"slice_gbps[{i}][0]", p[0], integer=True, zero=True),
+                    in_range(file, f"slice_gbps[{i}][1]", _pos(file, f"slice_gbps[{i}][1]", p[1]), "gbps")))
     if len({s for s, _ in out}) != len(out):
         raise ConfigError(file, "slice_gbps", f"slice sizes must be distinct, got {[s for s, _ in out]}")
     return tuple(sorted(out))
@@ -114,8 +164,9 @@ def parse_detail(data: dict, file: str, known: tuple[str, ...]) -> dict:
         m = _mapping(file, "measured_on", data["measured_on"], MACHINE_KEYS, need=("host", "at", "device", "purpose"))
         for k, v in m.items():
             t = MACHINE_KEYS[k]
-            if isinstance(v, bool) or not isinstance(v, t) or (t is int and v < 0):
-                raise ConfigError(file, f"measured_on.{k}", f"expected {'an integer >= 0' if t is int else 'a string'}, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, t) or (t is int and not 1 <= v <= MAX_GPUS):
+                raise ConfigError(file, f"measured_on.{k}", f"expected {f'an integer in [1, {MAX_GPUS}]' if t is int else 'a string'}, "
+                                                           f"got {v!r}")
         if m["device"] not in ("cuda", "cpu"):
             raise ConfigError(file, "measured_on.device", f"expected cuda or cpu, got {m['device']!r}")
         if m["purpose"] not in (CALIBRATION, FUNCTIONAL):
@@ -149,13 +200,51 @@ def parse_detail(data: dict, file: str, known: tuple[str, ...]) -> dict:
             if low:  # a slowdown: copies beside compute cannot speed it up (a reading below 1 is noise)
                 p, v = next(iter(low.items()))
                 raise ConfigError(file, f"{k}.{p}", f"expected a slowdown >= 1, got {v:g}")
+            for p, v in kw[k].items():
+                in_range(file, f"{k}.{p}", v, "slowdown")
     if "dep_comm" in data:
         m = _mapping(file, "dep_comm", data["dep_comm"], DEP_BACKENDS)
         if not m:
             raise ConfigError(file, "dep_comm", f"expected a mapping with keys among {', '.join(DEP_BACKENDS)}, got {{}}")
         fields = {"ranks": (True, False), "bytes_per_rank": (True, False), "ms": (False, False), "gbps": (False, False)}
         kw["dep_comm"] = {b: _record(file, f"dep_comm.{b}", r, fields) for b, r in m.items()}
+    _within_gpu_count(kw, file)
+    if kw["schema_version"] >= 2:
+        _every_key_has_provenance(data, file, kw.get("provenance", {}))
     return kw
+
+
+#: keys that describe the file, not a measurement: no provenance entry
+_DESCRIBE = ("schema_version", "measured_on", "provenance", "gpu")
+
+
+def _every_key_has_provenance(data: dict, file: str, provenance: dict) -> None:
+    """A schema-2 file (`dwdp calibrate` writes one provenance entry per key it handles) sets no value without
+    saying where it was measured."""
+    for k in data:
+        if k not in _DESCRIBE and k not in provenance:
+            raise ConfigError(file, f"provenance.{k}", f"missing: the file sets {k} but does not say where it was "
+                                                       "measured (a schema_version 2 file has a provenance entry for "
+                                                       "every key it sets)")
+
+
+def _within_gpu_count(kw: dict, file: str) -> None:
+    """GPU indices below, and rank counts at most, the GPUs the file was measured on (measured_on.gpu_count, else
+    MAX_GPUS)."""
+    count = kw.get("measured_on", {}).get("gpu_count")
+    n = count or MAX_GPUS
+    said = f"measured_on.gpu_count {count}" if count else f"at most {MAX_GPUS} GPUs"
+    for i, r in enumerate(kw.get("peer_pairs", ())):
+        for end in ("src", "dst"):
+            if r[end] >= n:
+                raise ConfigError(file, f"peer_pairs[{i}].{end}", f"expected a GPU index in [0, {n - 1}] ({said}), "
+                                                                  f"got {r[end]}")
+    checks = [(f"many_to_one[{i}].destinations", r["destinations"], n - 1) for i, r in enumerate(kw.get("many_to_one", ()))]
+    checks += [(f"group_pull[{i}].ranks", r["ranks"], n) for i, r in enumerate(kw.get("group_pull", ()))]
+    checks += [(f"dep_comm.{b}.ranks", r["ranks"], n) for b, r in kw.get("dep_comm", {}).items()]
+    for key, v, hi in checks:
+        if v > hi:
+            raise ConfigError(file, key, f"expected at most {hi} ({said}), got {v}")
 
 
 def _provenance(data: dict, file: str, known: tuple[str, ...]) -> dict:

@@ -46,6 +46,8 @@ class GpuSpec:
     peer_links: int = 1  # mesh: links per GPU (peers reachable at once); switch: 1
     peer_measured_peers: int | None = None  # concurrent peers behind copy_efficiency's measurement (None: one pair
     #                                        or a public report); the planner's range trusts no more links than that
+    peer_evidence: str | None = None  # the published measurement of this family's peer copies (None: none; the
+    #                                  planner then ranges the copies and interference wide: uncertainty.peer_evidence)
     source: str = ""  # the spec file it was read from
 
     def matmul_tflops(self, dtype: str) -> float:
@@ -91,7 +93,7 @@ class GpuSpec:
 
 # ---- the file format -----------------------------------------------------------------------------
 _TOP = {"name", "memory_gb", "hbm_tbps", "tdp_w", "dense_tflops", "peer", "efficiency", "a2a_latency_us"}
-_PEER = {"topology", "gbps_per_direction", "links", "copy_efficiency", "copy_engines", "measured_peers"}
+_PEER = {"topology", "gbps_per_direction", "links", "copy_efficiency", "copy_engines", "measured_peers", "evidence"}
 _EFF = {"gemm", "attention", "hbm", "a2a"}
 
 
@@ -155,6 +157,10 @@ def spec_from_dict(data: dict, file: str = "<gpu spec>") -> GpuSpec:
     mp = peer.get("measured_peers")
     if mp is not None and (isinstance(mp, bool) or not isinstance(mp, int) or not 1 <= mp <= 1024):
         raise ConfigError(file, "peer.measured_peers", f"expected an integer in [1, 1024] or null, got {mp!r}")
+    ev = peer.get("evidence")
+    if ev is not None and (not isinstance(ev, str) or not ev.strip()):
+        raise ConfigError(file, "peer.evidence", f"expected the published measurement of these peer copies (a "
+                                                 f"non-empty string) or null, got {ev!r}")
     frac = dict(hi=1.0)
     return GpuSpec(
         name=name.strip().lower(), source=file,
@@ -166,7 +172,7 @@ def spec_from_dict(data: dict, file: str = "<gpu spec>") -> GpuSpec:
         fp4_tflops=s.num(tf, "fp4", "dense_tflops.fp4", hi=1e6, optional=True),
         nvlink_gbps=s.num(peer, "gbps_per_direction", "peer.gbps_per_direction", hi=1e5),
         nvlink_eff=s.num(peer, "copy_efficiency", "peer.copy_efficiency", **frac),
-        copy_engines=ce, peer_measured_peers=mp, peer_topology=topology, peer_links=links if topology == "mesh" else 1,
+        copy_engines=ce, peer_measured_peers=mp, peer_evidence=ev and ev.strip(), peer_topology=topology, peer_links=links if topology == "mesh" else 1,
         gemm_eff={k: s.num(gemm, k, f"efficiency.gemm.{k}", **frac) for k in MATMUL_DTYPES},
         attention_eff=s.num(eff, "attention", "efficiency.attention", **frac),
         hbm_eff=s.num(eff, "hbm", "efficiency.hbm", **frac),

@@ -6,6 +6,8 @@ An input is
 - given iff the user stated it with its flag (FLAGS: `--dep-comm`, `--routing-skew`, `--interference`);
 - else a prior: the plan carries it as a range (perf/uncertainty.py) and a verdict is DWDP or DEP only when it holds
   over the whole range.
+A loaded field the plan's pricing does not read (the compute fields where TensorRT-LLM's kernel tables price compute:
+TABLE_PRICED) makes nothing measured: the inputs line lists its file as "not used by --target trtllm" (not_used).
 Extrapolated kernel-table cells are a prior wherever a row reached past a table's last row (PlanRow.extrapolated):
 no file measures them today. Measured and given inputs are fixed at their value (uncertainty.scenario's `fixed`).
 """
@@ -20,6 +22,9 @@ FIELDS = {"interference": ("interference", "interference_by_phase"), "peer bandw
           "DEP communication": ("all_to_all_gbps",),
           "compute efficiencies": ("grouped_gemm_tflops", "attention_tflops", "attention_us_by_isl", "hbm_tbps",
                                    "floor_tflops")}
+#: the Calibration fields a plan priced from TensorRT-LLM's kernel tables does not read (the tables price compute;
+#: perf/phases.trtllm_phases): a file that sets only these changes no number under --target trtllm
+TABLE_PRICED = FIELDS["compute efficiencies"] + ("engine_over_floor",)
 #: GPU spec keys whose ASSUMPTION mark makes compute efficiencies a prior (target engine)
 EFF_KEYS = ("gemm", "attention", "hbm")
 #: the flag that states an input
@@ -46,10 +51,28 @@ def _files(spec, names: tuple[str, ...]) -> str | None:
     """The calibration file(s) that set any of `names` (PlanSpec.provenance: (field, file) pairs from the loader), or
     the calibration's sources when the fields are set without a recorded file; None when none is set."""
     cal = spec.calibration
+    names = tuple(n for n in names if n not in unread_fields(spec))
     if not any(getattr(cal, n, None) not in (None, (), {}) for n in names):
         return None
     files = [f for field, f in spec.provenance if field in names]
     return ", ".join(dict.fromkeys(files)) or ", ".join(cal.sources) or "a calibration"
+
+
+def unread_fields(spec) -> tuple[str, ...]:
+    """The Calibration fields this plan's pricing does not read: the compute fields where TensorRT-LLM's kernel tables
+    price compute (TABLE_PRICED), none on the engine target."""
+    return TABLE_PRICED if spec.tables is not None else ()
+
+
+def not_used(spec) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(file, fields it sets) for every loaded file with fields this plan does not read (unread_fields), in load
+    order: what the inputs line lists as "not used by --target X" instead of measured."""
+    unread = unread_fields(spec)
+    out: dict[str, list[str]] = {}
+    for name, f in spec.provenance:
+        if name in unread:
+            out.setdefault(f, []).append(name)
+    return tuple((f, tuple(dict.fromkeys(v))) for f, v in out.items())
 
 
 def statuses(spec) -> tuple[InputStatus, ...]:
@@ -104,6 +127,10 @@ def line(spec, rows=()) -> str:
             continue  # compute from the tables or a sourced spec: said by the "priced:" line
         parts[s.status].append(s.name if s.status == "prior" else f"{s.name} ({s.source})")
     out = [f"{k if k != 'prior' else 'priors (ranged)'}: {', '.join(v)}" for k, v in parts.items() if v]
+    unused = not_used(spec)
+    if unused:
+        out.append(f"not used by --target {spec.target}: " + ", ".join(f"{f} ({', '.join(v)})" for f, v in unused)
+                   + " (compute is priced from TensorRT-LLM's kernel tables)")
     return "inputs: " + "; ".join(out)
 
 

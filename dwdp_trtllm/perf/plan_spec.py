@@ -29,6 +29,7 @@ class PlanSpec:
     isls: tuple[int, ...] = (8192,)
     batch: int | None = 1
     mnt: int | None = None
+    mnt_default: bool = False  # mnt is the context servers' default (memory.context_max_num_tokens), not given
     isl_dist: str = "fixed"
     isl_ratio: float = 0.8
     isl_cv: float = 0.0

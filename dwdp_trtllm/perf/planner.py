@@ -29,7 +29,7 @@ from .plan_row import PlanRow
 from .plan_spec import PlanSpec
 from .recommend import row_verdict
 from . import inputs as inp
-from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_range, scaled_gpu, scenario
+from .uncertainty import INPUTS, SKEWED_ROUTING, apply, peer_evidence, peer_range, scaled_gpu, scenario
 
 
 def _dwdp_config(spec: PlanSpec, group: int, redundant: int) -> DwdpConfig:
@@ -133,8 +133,10 @@ def _interference_override(spec: PlanSpec) -> float | dict | None:
 
 def _scenario(spec: PlanSpec, group: int, which: str, only: str | None = None):
     """uncertainty.scenario with this plan's fixed inputs (perf/inputs.py) and its peer range at this group size."""
+    measured = inp.is_measured(spec, "peer bandwidth")
     return scenario(which, only=only, interference=_interference_override(spec), fixed=inp.fixed(spec),
-                    peer_range=peer_range(spec.gpu, group, inp.is_measured(spec, "peer bandwidth")))
+                    peer_range=peer_range(spec.gpu, group, measured),
+                    wide_interference=bool(peer_evidence(spec.gpu, group, measured)))
 
 
 def _layer(spec, phs, load, t_p, which, only=None, group=1, eff=None):

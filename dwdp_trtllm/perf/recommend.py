@@ -24,7 +24,8 @@ import numpy as np
 
 from ..byte_units import fmt_bytes
 from ..deploy.memory import GB, MAX_DWDP_SIZE, gpu_count_text, parts_text, smallest_line
-from .uncertainty import SETTLE
+from .inputs import is_measured
+from .uncertainty import SETTLE, peer_evidence
 
 
 def more_redundant_experts(spec, group: int, redundant: int, headroom_bytes: float) -> int:
@@ -254,7 +255,9 @@ def recommend(spec, rows) -> Recommendation:
         return Counter(r.depends_on for r in rs).most_common(1)[0][0]  # "": no row's range crosses 1
 
     dep_on = depends(marg or best_rows)
-    measure = f"depends on {dep_on} - {SETTLE.get(dep_on, 'a multi-GPU run measures it')}"
+    missing = peer_evidence(spec.gpu, best[0], is_measured(spec, "peer bandwidth"))
+    measure = (f"no measurement of {missing}" if missing else
+               f"depends on {dep_on} - {SETTLE.get(dep_on, 'a multi-GPU run measures it')}")
     if wins:  # DEP stays available at the other ISLs: the setup is recommended where its whole range is above 1
         verdict, use = "DWDP", True
         above = all(r.dep_fits for r in wins)  # a row DWDP wins because DEP's ranks do not fit may have a range across 1
@@ -266,7 +269,8 @@ def recommend(spec, rows) -> Recommendation:
         rest = [r for r in best_rows if r.verdict != "DWDP"]
         if rest:
             notes.insert(0, "elsewhere: " + ", ".join(f"ISL {r.isl} {r.verdict} ({r.speedup_low:.2f}-{r.speedup_high:.2f}x)"
-                                                      for r in rest) + "; use DEP where DWDP is not certain to win")
+                                                      for r in rest) + "; use DEP where DWDP is not certain to win"
+                         + (f" (marginal: no measurement of {missing})" if missing and marg else ""))
     elif not marg:
         exposed = [r for r in best_rows if not r.prefetch_hidden]
         why = ("prefetch exposed at ISL " + ", ".join(str(r.isl) for r in exposed)) if exposed else \

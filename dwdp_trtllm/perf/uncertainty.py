@@ -11,12 +11,15 @@ Inputs (docs/PLANNER.md "Uncertainty" lists each with its source):
   342.40 -> 337.42 us = 0.99x, i.e. none; paper appendix A.2: power-induced clock drops, 114% of TDP during
   overlap). A one-GPU measurement (a "peer" copy that is a same-device copy) never sets it. Range: half to one
   and a half times each prior's excess over 1 (how GB200's throttling transfers to Hopper is unmeasured); the
-  grouped GEMM from 1.0 to the dense GEMMs' 1.07.
+  grouped GEMM from 1.0 to the dense GEMMs' 1.07; on a family nothing measured the copies of (peer_evidence), from
+  none to NO_EVIDENCE_INTERFERENCE times each excess.
 - peer bandwidth achieved under many-to-one pulls beside compute: measured (a calibration's peer_copy_gbps):
   MEASURED_PEER_RANGE; a prior: PEER_RANGE of the copy model (375 GB/s one-way NVLink4 public p2p measurement x
-  slice efficiency / contention model), and no better than the evidence behind it: a GPU spec whose copy efficiency
-  was measured with n concurrent peers (peer.measured_peers) is scaled to more links only at the high end, its low
-  end keeps the measured aggregate (n / links used: 3 of 7 on MI355X).
+  slice efficiency / contention model), and no narrower than the evidence behind it: where no calibration measured
+  the copies and the GPU spec names no published measurement of them (peer.evidence), or one that pulled from fewer
+  peers at once than a rank of the plan does (peer.measured_peers: 3 on MI355X, where DWDP8 pulls from 7), from
+  NO_EVIDENCE_PEER_LOW, and the interference with it from none to NO_EVIDENCE_INTERFERENCE x each prior's excess
+  (peer_evidence; the verdict then says "marginal: no measurement of ..." unless the whole range is on one side).
 - DEP communication (not given with --dep-comm, not measured): trtllm: from the faster to the slower of the paths
   TensorRT-LLM selects among on that GPU (phases.default_dep_comm: DeepEP where it runs, AllGatherReduceScatter
   where it falls back: a chunked forward or DeepEP disabled; NVLinkOneSided on an MNNVL GPU, its modelled bandwidth
@@ -45,6 +48,14 @@ PRIOR_SOURCES = {
 PEER_RANGE = (0.75, 1.0)  # achieved / modelled peer-copy bandwidth, a prior (low end first)
 #: a measured peer bandwidth: run-to-run spread, and many-to-one pulls beside compute are not a plain copy's
 MEASURED_PEER_RANGE = (0.9, 1.0)
+#: a family with no published measurement of its peer copies (GpuSpec.peer_evidence None, or one that pulled from
+#: fewer peers than the plan does) and no calibration: achieved / modelled peer bandwidth from this low end. The one
+#: DWDP port on such a family (ROCm on MI355X, sgl-project/sglang#33310) ran at 0.579x / 0.529x of DEP at ISL 4K / 8K
+#: (DWDP8, 32K tokens per rank), which this model reproduces only with its pulls at 0.22-0.28 of the modelled rate
+NO_EVIDENCE_PEER_LOW = 0.2
+#: likewise the interference: from none (1.0) to this multiple of each prior's excess over 1 (the priors are GB200's;
+#: nothing transfers them to a family nobody measured copies on)
+NO_EVIDENCE_INTERFERENCE = 2.0
 #: the skew the routing range's DWDP-better end takes (kernel tables' rows; aiconfigurator's default)
 SKEWED_ROUTING = "power_law_1.01"
 ENGINE_A2A_EFF = (0.90, 0.77, 0.60)  # engine target: a2a efficiency at the low (DEP fast), nominal, high ends
@@ -65,9 +76,11 @@ SETTLE = {
 }
 
 
-def _end(p: float, which: str) -> float:
+def _end(p: float, which: str, wide: bool = False) -> float:
     if which == "nominal":
         return p
+    if wide:  # no evidence on this family (NO_EVIDENCE_INTERFERENCE)
+        return 1 + (p - 1) * (NO_EVIDENCE_INTERFERENCE if which == "low" else 0.0)
     return 1 + (p - 1) * (1.5 if which == "low" else 0.5)
 
 
@@ -84,28 +97,32 @@ class Scenario:
     eff: str = "nominal"  # nominal | low (assumed compute efficiencies x EFF_RANGE[0]) | high (x EFF_RANGE[1])
 
 
-def interference_at(which: str, override: float | dict | None) -> dict:
+def interference_at(which: str, override: float | dict | None, wide: bool = False) -> dict:
     """Per-phase slowdowns at `which` end: `override` (--interference, or a calibration's one number: every phase;
-    a calibration's interference_by_phase: the measured phases, the others at their prior's nominal) is fixed."""
+    a calibration's interference_by_phase: the measured phases, the others at their prior's nominal) is fixed.
+    `wide`: a family with no evidence of its peer copies (peer_evidence), from none to NO_EVIDENCE_INTERFERENCE x
+    each excess."""
     if isinstance(override, dict):
         return {k: float(override.get(k, v)) for k, v in PRIORS.items()}
     if override is not None:
         return {k: override for k in PRIORS}
-    out = {k: _end(v, which) for k, v in PRIORS.items()}
+    out = {k: _end(v, which, wide) for k, v in PRIORS.items()}
     if which == "low":
-        out["grouped_gemm"] = PRIORS["gemm"]
+        out["grouped_gemm"] = _end(PRIORS["gemm"], which, wide) if wide else PRIORS["gemm"]
     return out
 
 
 def scenario(which: str, *, only: str | None = None, interference: float | dict | None = None,
-             peer_range: tuple[float, float] = PEER_RANGE, fixed: frozenset = frozenset()) -> Scenario:
+             peer_range: tuple[float, float] = PEER_RANGE, fixed: frozenset = frozenset(),
+             wide_interference: bool = False) -> Scenario:
     """`which` in nominal / low / high; `only`: move just that input (one of INPUTS) to `which`'s end; inputs in
-    `fixed` (stated or measured: perf/inputs.py) stay nominal; the peer bandwidth spans `peer_range`."""
+    `fixed` (stated or measured: perf/inputs.py) stay nominal; the peer bandwidth spans `peer_range`; the
+    interference priors span their wide range where nothing measured the family's copies (`wide_interference`)."""
     def at(inp: str) -> str:
         return which if only in (None, inp) and inp not in fixed else "nominal"
     sign = {"nominal": 0.0, "low": -1.0, "high": 1.0}
     return Scenario(name=which if only is None else f"{which}:{only}",
-                    interference=interference_at(at("interference"), interference),
+                    interference=interference_at(at("interference"), interference, wide_interference),
                     peer={"nominal": 1.0, "low": peer_range[0], "high": peer_range[1]}[at("peer bandwidth")],
                     comm=at("DEP communication"), extrap=sign[at("extrapolated table cells")],
                     routing="skewed" if at("routing") == "high" else "balanced", eff=at("compute efficiencies"))
@@ -121,17 +138,31 @@ def scaled_gpu(gpu, which: str):
                    attention_eff=min(1.0, gpu.attention_eff * f), hbm_eff=min(1.0, gpu.hbm_eff * f))
 
 
+def peer_evidence(gpu, group: int, measured: bool) -> str:
+    """What no one has measured of this plan's peer copies: '' when a calibration measured them (`measured`) or the
+    GPU spec names a published measurement (GpuSpec.peer_evidence) that pulled from as many peers at once as a rank of
+    `group` does; else the missing measurement in words (the verdict's "no measurement of ...")."""
+    if measured:
+        return ""
+    name = getattr(gpu, "name", "this GPU")
+    ev = getattr(gpu, "peer_evidence", None)
+    if not ev:
+        return f"peer copies on {name} (no calibration, no published measurement: `dwdp calibrate` measures them)"
+    n, peers = getattr(gpu, "peer_measured_peers", None), max(group - 1, 1)
+    if n and peers > n:
+        return (f"peer copies from {peers} peers at once on {name} (the published one pulled from {n}: {ev}; "
+                "`dwdp calibrate` measures them)")
+    return ""
+
+
 def peer_range(gpu, group: int, measured: bool) -> tuple[float, float]:
-    """The achieved / modelled peer bandwidth range for a pull from group-1 peers (module docstring)."""
+    """The achieved / modelled peer bandwidth range for a pull from group-1 peers (module docstring); from
+    NO_EVIDENCE_PEER_LOW where nothing measured the family's copies at this many peers (peer_evidence)."""
     if measured:
         return MEASURED_PEER_RANGE
-    lo, hi = PEER_RANGE
-    n = getattr(gpu, "peer_measured_peers", None)
-    if n and gpu.peer_topology == "mesh":
-        used = min(max(group - 1, 1), gpu.peer_links)
-        if used > n:  # the model scales the n-peer measurement to `used` links; the evidence covers n
-            lo = min(lo, n / used)
-    return lo, hi
+    if peer_evidence(gpu, group, measured):
+        return NO_EVIDENCE_PEER_LOW, PEER_RANGE[1]
+    return PEER_RANGE
 
 
 def effective_slowdown(parts: dict, f: dict):

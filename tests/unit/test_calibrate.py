@@ -267,7 +267,8 @@ def test_measured_interference_per_phase_prices_the_plan_and_fixes_its_range(tmp
     kept["provenance"] = {"interference_by_phase": data["provenance"]["interference_by_phase"]}
     path = tmp_path / "interference.json"
     path.write_text(json.dumps(kept))
-    base, measured, given = (_plan(a) for a in ([], ["--calibration", str(path)], ["--interference", "1.3"]))
+    # one request per rank: the copy is exposed, so interference moves the prefetch wait
+    base, measured, given = (_plan(["--batch", "1", *a]) for a in ([], ["--calibration", str(path)], ["--interference", "1.3"]))
     b, m, g = base["rows"][0], measured["rows"][0], given["rows"][0]
     for k in ("t_dwdp_us", "t_prefetch_wait_us", "speedup", "speedup_low", "speedup_high"):
         assert m[k] == pytest.approx(g[k]), k

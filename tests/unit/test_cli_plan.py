@@ -174,7 +174,8 @@ def test_auto_group_size_is_the_one_every_deployment_command_takes(capsys, tmp_p
     spec = dims_from_config_json(path)
     assert smallest_fitting(spec, "dwdp", 26 * 10 ** 9, weight_dtype="fp8", max_num_tokens=8192) == 6
     want = default_dwdp_size(spec, 26 * 10 ** 9, weight_dtype="fp8", max_num_tokens=8192)
-    rows = _json(capsys, ["plan", "--model", str(path), "--gpu-memory-gb", "26", "--isl", "8192", "--json"])
+    rows = _json(capsys, ["plan", "--model", str(path), "--gpu-memory-gb", "26", "--isl", "8192", "--mnt", "8192",
+                          "--json"])
     assert want == 6 and {r["dwdp_size"] for r in rows} == {want}
 
 
@@ -187,7 +188,7 @@ def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsy
     """R1 FP8 DWDP8 at 130 GB fits ISL <= 16384 (122-129 GB) and not 32768 (137 GB; the MTP layer included): the advice is for the ISLs that
     fit and names the one that does not (it fell into "memory does not fit ... needs 121.0 GB > 130.0 GB; the
     smallest dwdp_size that fits is 8")."""
-    out = _plan(capsys, ["--gpu-memory-gb", "130", "--dwdp-size", "8"])
+    out = _plan(capsys, ["--gpu-memory-gb", "130", "--dwdp-size", "8", "--batch", "1"])  # one request per rank
     rows, rec = out["rows"], out["recommendation"]
     assert [r["fits"] for r in rows] == [True] * 4 + [False]
     assert rec["dwdp_size"] == 8 and rec["by_isl"]["32768"] == "DEP"
@@ -204,7 +205,7 @@ def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsy
     assert "ISL 8192-16384" in rec["reason"] or "at ISL 16384" in rec["reason"]
     # G=7 on a 143 GB budget: ISL 32768 needs 149 GB; DWDP7's whole range is above 1 at ISL 16384, which fits (142 GB,
     # the MTP layer's experts included: on the H200's 141 GB DWDP7 fits no ISL)
-    rec = _plan(capsys, ["--dwdp-size", "7", "--gpu-memory-gb", "143"])["recommendation"]
+    rec = _plan(capsys, ["--dwdp-size", "7", "--gpu-memory-gb", "143", "--batch", "1"])["recommendation"]
     assert rec["verdict"] == "DWDP" and rec["dwdp_size"] == 7 and rec["reason"].startswith("DWDP with G=7")
     assert "at ISL 16384:" in rec["reason"] and "DWDP7 does not fit at ISL 32768" in rec["reason"]
     # at an MNT every ISL needs the same bytes: the MNT is named
@@ -213,12 +214,12 @@ def test_only_the_longest_isl_misfits_names_it_and_recommends_for_the_rest(capsy
 
 
 def test_headline_follows_the_per_isl_verdicts(capsys):
-    """No arguments: DEP where the whole range is below 1, marginal where it straddles 1, in one line (it read
+    """One request per rank: DEP where the whole range is below 1, marginal where it straddles 1, in one line (it read
     "marginal ... predicts 0.40-0.58x", a geometric mean over every ISL wholly below 1). DWDP's experts priced with
-    TensorRT-LLM's table (`--gemm merge`), whose default plan has both kinds of ISL."""
+    TensorRT-LLM's table (`--gemm merge`), whose plan at one request per rank has both kinds of ISL."""
     from dwdp_trtllm.perf.recommend import isl_set
 
-    out = _plan(capsys, ["--gemm", "merge"])
+    out = _plan(capsys, ["--gemm", "merge", "--batch", "1"])
     rows, rec = out["rows"], out["recommendation"]
     isls = [r["isl"] for r in rows]
     dep = [r["isl"] for r in rows if r["speedup_high"] < 1]

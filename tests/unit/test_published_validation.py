@@ -4,6 +4,7 @@ planner misses, and its error is pinned (pinned_errors.json, scripts/validate_pu
 change that moves agreement fails here."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -28,13 +29,39 @@ def test_every_published_source_is_covered():
         assert sum(i.startswith(prefix) for i in ids) == n, prefix
 
 
+#: rows outside their tolerance whose named effect has no ablation yet (an explanation in words, not counted as
+#: explained: docs/PLANNER.md's table says so); the list only shrinks: a row gains an ablation that moves it within
+#: tolerance, or the model gains the effect
+NOT_ABLATED = {"blog19-t3-attn", "blog19-t3-dense", "blog19-t3-grouped", "blog19-t3-others", "blog19-t3-sync",
+               "blog19-t3-total", "paper-t3-imbalance", "paper-t3-isl1k", "paper-t3-isl32k", "paper-t3-isl8k",
+               "paper-t4-merge-only-r05", "rocm-mi355x-isl32k"}
+
+
 def test_each_row_agrees_or_names_the_missing_effect(results):
     for res in results:
         if res.error is None:
             assert res.row.missing_effect, res.row.id
             continue
-        assert res.agrees or res.explained, f"{res.row.id}: error {res.error:+.1%} beyond ±{res.row.tolerance:.0%}, no named effect"
+        assert res.agrees or res.row.missing_effect, f"{res.row.id}: error {res.error:+.1%} beyond ±{res.row.tolerance:.0%}, no named effect"
         assert res.low <= res.prediction <= res.high
+
+
+def test_an_explanation_counts_only_beside_an_ablation_within_tolerance(results):
+    """A row outside its tolerance is explained only by an ablation (the setup with the named effect modelled) that
+    lands within it; the rows explained in words alone are exactly NOT_ABLATED, and the table marks them."""
+    words_only = {r.row.id for r in results if r.error is not None and not r.agrees and not r.explained}
+    assert words_only == NOT_ABLATED
+    by = {r.row.id: r for r in results}
+    # the port's copies at 0.24 of the modelled rate; B200's at 0.95 of NVLink 5 instead of Hopper's assumed 0.83
+    for rid in ("rocm-mi355x-isl4k", "rocm-mi355x-isl8k", "sglang-b200-isl4k", "sglang-b200-isl8k"):
+        r = by[rid]
+        assert not r.agrees and r.explained and abs(r.ablation_error) <= r.row.tolerance
+    table = markdown(results)
+    assert table.count("(no ablation row: not counted as explained)") == len(words_only)
+    assert "ablation `--calibration dwdp_trtllm/data/validation/mi355x-port-copies.json`" in table
+    # a named effect alone no longer passes: the same row without its ablation is not explained
+    r = by["rocm-mi355x-isl4k"]
+    assert not dataclasses.replace(r, ablation_value=None, ablation_error=None).explained
 
 
 def test_errors_hold_their_pins(results):
