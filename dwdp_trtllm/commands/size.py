@@ -123,6 +123,8 @@ def check_lengths(args, model, arrivals) -> None:
     if limit is None or not len(arrivals):
         return
     isl, total = int(arrivals.isl.max()), int((arrivals.isl + arrivals.osl).max())
+    if args.trace is None:  # the stated lengths too, not only this seed's draws
+        isl, total = max(isl, args.isl), max(total, args.isl + args.osl)
     if total <= limit:
         return
     if args.trace is not None:
