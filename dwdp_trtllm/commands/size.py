@@ -1,15 +1,20 @@
-"""`dwdp size`: how many GPUs, in which shape, serve this traffic within these SLOs: DWDP context servers beside DEP
-and TP ones.
+"""`dwdp size`: how many GPUs, in which shape, serve this traffic within these
+SLOs: DWDP context servers beside DEP and TP ones.
 
-Inputs: the model and GPU (as `dwdp plan`: a preset or config.json, a shipped GPU or spec file, --calibration
-files loaded by plan's own code), traffic (--rate, one or several comma-separated, or --concurrency, with ISL / OSL
-distributions; or --trace, a Mooncake-format JSONL file), SLOs (TTFT p50 / p99, TPS/user), a GPU budget and GPUs per
-node; the pricing flags `dwdp plan` has (commands/pricing_flags.py) and MTP. Searches context servers (DWDP group
-size and ranks, DEP or TP size and servers; max_num_tokens; redundancy) and, behind each mode's own context side,
-generation servers (GPUs, batch, count) by simulation (dwdp_trtllm/sizing/, docs/SIZING.md) and prints the best
-deployment of each mode side by side; none at all exits 1 naming the binding constraint. `--out DIR` writes the best DWDP deployment with `dwdp gen-config`'s own
-code (its parser and run: the same files as the gen-config line printed); `--plot DIR` writes the TTFT-vs-rate and
-TPS/GPU-vs-TPS/user plots; `--write-trace FILE` the generated arrivals (Mooncake format).
+Inputs: the model and GPU (as `dwdp plan`: a preset or config.json, a shipped
+GPU or spec file, --calibration files loaded by plan's own code), traffic
+(--rate, one or several comma-separated, or --concurrency, with ISL / OSL
+distributions; or --trace, a Mooncake-format JSONL file), SLOs (TTFT p50 / p99,
+TPS/user), a GPU budget and GPUs per node; the pricing flags `dwdp plan` has
+(commands/pricing_flags.py) and MTP. Searches context servers (DWDP group size
+and ranks, DEP or TP size and servers; max_num_tokens; redundancy) and, behind
+each mode's own context side, generation servers (GPUs, batch, count) by
+simulation (dwdp_trtllm/sizing/, docs/SIZING.md) and prints the best deployment
+of each mode side by side; none at all exits 1 naming the binding constraint.
+`--out DIR` writes the best DWDP deployment with `dwdp gen-config`'s own code
+(its parser and run: the same files as the gen-config line printed); `--plot
+DIR` writes the TTFT-vs-rate and TPS/GPU-vs-TPS/user plots; `--write-trace
+FILE` the generated arrivals (Mooncake format).
 """
 from __future__ import annotations
 
