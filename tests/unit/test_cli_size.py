@@ -35,6 +35,11 @@ def test_size_json_has_both_modes_with_ranges(capsys):
         assert lo["ttft_p99_s"] > 0 and hi["ttft_p99_s"] > 0
     # DWDP's worse end of the planner's range is slower than its better end
     assert run["dwdp"]["low"]["ttft_p50_s"] >= run["dwdp"]["high"]["ttft_p50_s"]
+    # the third option: TP context servers (--tp-size, default 8), with a range holding its nominal
+    tp = run["tp"]
+    assert tp["deployment"]["mode"] == "tp" and tp["deployment"]["label"].endswith("x TP8")
+    for key, (a, b) in tp["range"].items():
+        assert a <= tp["metrics"][key] <= b, key
 
 
 def _files(d):
