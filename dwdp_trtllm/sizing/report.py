@@ -147,19 +147,40 @@ def plot_rates(rows: list[tuple[float, dict[str, Outcome]]], path: Path, slo: Sl
     plt.close(fig)
 
 
+#: two modes' Pareto points coincide when every point is within this fraction of the other's (the same generation
+#: setups behind the same context GPUs differ only by their first tokens' timing)
+COINCIDE = 0.01
+
+
+def _same(a: list, b: list) -> bool:
+    a, b = sorted(a), sorted(b)
+    return len(a) == len(b) and all(abs(p[0] - q[0]) <= COINCIDE * max(abs(q[0]), 1e-9)
+                                    and abs(p[1] - q[1]) <= COINCIDE * max(abs(q[1]), 1e-9) for p, q in zip(a, b))
+
+
+def coinciding(points: dict[str, list]) -> list[list[str]]:
+    """Groups (of two or more) of modes whose Pareto points coincide (COINCIDE)."""
+    groups: list[list[str]] = []
+    for mode, pts in points.items():
+        if not pts:
+            continue
+        for g in groups:
+            if _same(points[g[0]], pts):
+                g.append(mode)
+                break
+        else:
+            groups.append([mode])
+    return [g for g in groups if len(g) > 1]
+
+
 def shared_note(points: dict[str, list[tuple[float, float, str]]], ctx: dict[str, object]) -> str:
     """What modes whose Pareto points coincide share (their context GPUs and the generation side), or ""."""
-    groups: dict[tuple, list[str]] = {}
-    for mode, pts in points.items():
-        if pts:
-            groups.setdefault(tuple(sorted((round(x, 3), round(y, 3)) for x, y, _ in pts)), []).append(mode)
     notes = []
-    for modes in groups.values():
-        if len(modes) > 1:
-            gpus = sorted({ctx[m].ctx_gpus for m in modes})
-            notes.append(f"{' and '.join(LABELS[m] for m in modes)} coincide: the same generation side behind "
-                         f"{'/'.join(map(str, gpus))} context GPUs each ("
-                         + ", ".join(ctx[m].ctx_short() for m in modes) + ")")
+    for modes in coinciding(points):
+        gpus = sorted({ctx[m].ctx_gpus for m in modes})
+        notes.append(f"{' and '.join(LABELS[m] for m in modes)} coincide (within {COINCIDE:.0%}): the same "
+                     f"generation side behind {'/'.join(map(str, gpus))} context GPUs each ("
+                     + ", ".join(ctx[m].ctx_short() for m in modes) + "); points labelled once")
     return "; ".join(notes)
 
 
@@ -170,12 +191,13 @@ def plot_pareto(points: dict[str, list[tuple[float, float, str]]], path: Path, t
     share) on the plot."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    quiet = {m for g in coinciding(points) for m in g[1:]}  # a coinciding line's labels are drawn once
     for mode, color in COLORS.items():
         pts = sorted(points.get(mode, []))
         if not pts:
             continue
         ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "o-", color=color, label=LABELS[mode])
-        for x, y, label in pts:
+        for x, y, label in ([] if mode in quiet else pts):
             ax.annotate(label, (x, y), fontsize=5, color=color, textcoords="offset points", xytext=(3, 3))
     if slo is not None and slo.tps_user is not None:
         ax.axvline(slo.tps_user, color="red", linestyle="-.", linewidth=1, label="TPS/user SLO")

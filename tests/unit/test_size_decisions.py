@@ -300,6 +300,8 @@ def test_the_plots_draw_the_slos_label_each_point_and_say_what_coinciding_lines_
     note = report.shared_note({"dwdp": pts, "dep": list(pts)}, d)
     assert "DWDP and DEP coincide" in note and "8 context GPUs" in note
     assert report.shared_note({"dwdp": pts, "dep": [(21.0, 300.0, "x")]}, d) == ""
+    near = [(x * 1.005, y * 0.995, lab) for x, y, lab in pts]  # the same setups, first tokens timed differently
+    assert "coincide" in report.shared_note({"dwdp": pts, "dep": near}, d)
     report.plot_pareto({"dwdp": pts, "dep": pts}, tmp_path / "p.png", "t", Slo(None, 5.0, 25.0), note)
     fig = figs[-1]
     texts = [t.get_text() for t in fig.axes[0].texts] + [t.get_text() for t in fig.texts]
