@@ -227,6 +227,8 @@ def problems(args):
     spec = plan_spec(args)
     for _, a in arrs:
         check_lengths(args, spec.model, a)
+    if space["tp_sizes"] and spec.tables is None and args.tp_size == DEFAULTS["tp_size"]:
+        space["tp_sizes"] = ()  # the default TP option needs the kernel tables: left out, said in the notes
     if space["tp_sizes"]:
         from ..sizing.tp_cost import check_tp
         check_tp(spec)
@@ -304,6 +306,9 @@ def notes_lines(spec, probs, dc) -> list[str]:
            inputs.line(spec)]
     if p.tp_sizes:
         out.append(TP_ROWS)
+    elif spec.tables is None:
+        out.append(f"TP context servers: not compared (priced from TensorRT-LLM's kernel tables, none for "
+                   f"--target {spec.target} here)")
     out.append(f"KV transfer at {p.kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the nominal and the "
                "planner's uncertain inputs at DWDP's worse / better end")
     return out

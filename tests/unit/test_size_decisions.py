@@ -100,6 +100,14 @@ def test_tp_iteration_equals_a_hand_composition_of_the_table_rows():
     assert _iteration_s(p, "tp", group=8, isl=isl, k=k) == pytest.approx(want, rel=0.01)
 
 
+def test_tp_is_left_out_by_default_without_kernel_tables_and_refused_when_asked():
+    p = _problem("--target", "engine")
+    assert p.tp_sizes == ()
+    with pytest.raises(ConfigError) as e:
+        _problem("--target", "engine", "--tp-size", "4")
+    assert e.value.key == "--tp-size"
+
+
 # ---- 3. the search: each mode's own generation side --------------------------------------------------------
 
 BUG = ["--rate", "13.95", "--isl", "4096", "--osl", "1024", "--gpu-budget", "32", "--duration", "120",
