@@ -323,3 +323,43 @@ def test_the_plots_draw_the_slos_label_each_point_and_say_what_coinciding_lines_
     labels = [ln.get_label() for ln in fig.axes[0].lines]
     assert "TTFT p50 SLO" in labels and "TTFT p99 SLO" in labels
     assert any("1 x DEP8" in t.get_text() and "24 GPUs" in t.get_text() for t in fig.axes[0].texts)
+
+
+# ---- values pinned by hand (a mutation of the metric or the threshold fails here) ------------------------
+
+def _run(ttft, tpot, osl=11, window=10.0):
+    from dwdp_trtllm.sizing.simulator import SimResult
+    n = len(ttft)
+    arr = np.linspace(0.0, window, n)
+    first = arr + np.asarray(ttft, float)
+    done = first + np.asarray(tpot, float) * (osl - 1)
+    return SimResult(arr, first, done, np.full(n, 100), np.full(n, osl), window, 0.0, 0, 0.0)
+
+
+def test_goodput_counts_only_requests_within_their_own_ttft_and_tps_targets():
+    """4 requests in a 10 s window: TTFTs 1, 2, 3, 4 s and TPOTs 10, 10, 10, 100 ms. TTFT <= 2.5 s keeps 2 (0.2
+    req/s); adding TPS/user >= 50 drops none of those; TPS/user >= 50 alone drops the 100 ms one (0.3 req/s)."""
+    r = _run([1, 2, 3, 4], [0.01, 0.01, 0.01, 0.1])
+    assert summarize(r, 1, Slo(None, 2.5, None)).goodput_rps == pytest.approx(0.2)
+    assert summarize(r, 1, Slo(None, 2.5, 50.0)).goodput_rps == pytest.approx(0.2)
+    assert summarize(r, 1, Slo(None, None, 50.0)).goodput_rps == pytest.approx(0.3)
+    assert summarize(r, 1, Slo()).goodput_rps == pytest.approx(0.4) == summarize(r, 1, Slo()).offered_rps
+
+
+def test_the_binding_constraint_thresholds():
+    """The side holding at least half the GPUs binds; on the generation side KV transfer binds above 10% of a
+    request's generation time (TPOT x OSL)."""
+    from dwdp_trtllm.sizing.context_cost import ContextCost
+    from dwdp_trtllm.sizing.search import _binding
+    p = _problem("--ttft-p99", "5")
+    cost = ContextCost(p.spec, "dep", 8)
+    r = _run([1, 1], [0.02, 0.02], osl=101)  # TPOT 20 ms, OSL 101: a request's generation 2.02 s
+    m = summarize(r, 16, Slo())
+    even = Deployment("dep", 8, 2, 8192, 8, 2, 32)  # 16 ctx + 16 gen: the context side binds
+    assert _binding(p, even, r, cost, m).startswith("context compute (TTFT SLO)")
+    gen = Deployment("dep", 8, 2, 8192, 8, 3, 32)  # 16 ctx + 24 gen
+    for kv_each, want in ((0.19, "generation"), (0.21, "KV transfer")):  # 10% of 2.02 s is 0.202 s
+        r.kv_s = kv_each * 2
+        assert _binding(p, gen, r, cost, m).startswith(want), kv_each
+    no_ttft = _problem()
+    assert "TTFT" not in _binding(no_ttft, even, r, cost, m)
