@@ -15,11 +15,10 @@ from ..spec.models import PRESETS
 from ..spec.schema import ConfigError
 from .deploy_args import gpu_budget_bytes
 
-#: perf.phases.DEP_COMMS, spelled here so the parser does not import numpy (a test holds them equal)
-DEP_COMMS = ("allgather_reducescatter", "alltoall", "deepep")
-#: perf.dep_variants.VARIANTS, likewise
-DEP_VARIANTS = ("trtllm", "deepep_deepgemm")
-#: perf.moe_op.GEMMS, likewise: the TensorRT-LLM host's expert paths on DWDP layers
+from . import pricing_flags as pf
+from .pricing_flags import DEP_COMMS, DEP_VARIANTS  # noqa: F401  (plan's names since before the shared parser)
+#: perf.moe_op.GEMMS, spelled here so the parser does not import numpy: the TensorRT-LLM host's expert paths on
+#: DWDP layers
 GEMMS = ("multi_buffer", "composite_view", "merge")
 
 #: --interference of `dwdp plan` and `dwdp validate-plan` lies in [1, INTERFERENCE_MAX): a slowdown of compute overlapped
@@ -89,17 +88,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="usable memory per GPU in GB (1e9 bytes; default: the datasheet's)")
     g.add_argument("--weight-dtype", default=mem.DEFAULT_WEIGHT_DTYPE, help="routed-expert weights: bf16 | fp8 | mxfp4 | nvfp4, scales included (default fp8)")
     g.add_argument("--dispatch-dtype", default="fp8", help="DEP dispatch activations: bf16 | fp8 | nvfp4 (default fp8)")
-    g.add_argument("--dep-comm", default=None, choices=DEP_COMMS,
-                   help="DEP's dispatch/combine path (TensorRT-LLM's fused_moe/communication strategies): "
-                        "allgather_reducescatter (AllGatherReduceScatter, NCCL), alltoall (NVLinkOneSided) or deepep (DeepEP "
-                        "high-throughput). "
-                        "Default: what TensorRT-LLM 1.3.0rc20 auto-selects on the GPU (alltoall where MNNVL exists: "
-                        "gb200; else deepep at DEP 2/4/8, allgather_reducescatter at other sizes), alltoall for "
-                        "--target engine (docs/PLANNER.md)")
-    g.add_argument("--dep", default=None, choices=DEP_VARIANTS,
-                   help="the DEP you would otherwise run: trtllm (TensorRT-LLM's CUTLASS fp8_block MoE + its "
-                        "communication) or deepep_deepgemm (DeepEP + DeepGEMM, what SGLang deploys on Hopper; FP8 "
-                        "experts on H100/H200). Default: every one that applies, one table and verdict each")
+    pf.add_dep_comm(g)
+    pf.add_dep(g)
     g.add_argument("--gemm", default=None, choices=GEMMS,
                    help="the expert path the TensorRT-LLM host runs on DWDP layers (the integration YAML's gemm): "
                         "multi_buffer runs this project's routed-expert op, priced from a calibration's moe_op record "
@@ -114,7 +104,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "ranks fit the GPU memory, at most the expert count: memory.default_dwdp_size, as "
                         "plan-placement and gen-config)")
     g.add_argument("--redundant-experts", default="0", help="candidate extra experts per rank, comma-separated (default 0)")
-    g.add_argument("--slice-bytes", default="2MiB", help="candidate copy slice sizes, e.g. 2MiB,8MiB; 0 = unsliced (default 2MiB)")
+    pf.add_slice_bytes(g)
     g = p.add_argument_group("workload")
     g.add_argument("--isl", default="1024,4096,8192,16384,32768", help="mean input sequence lengths, comma-separated")
     b = g.add_mutually_exclusive_group()
@@ -129,10 +119,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--imbalance-cv", type=float, default=0.0, help="across-rank CV of each rank's mean ISL (default 0)")
     g.add_argument("--samples", type=int, default=256, help="Monte-Carlo iterations for random workloads (default 256)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--routing-skew", default=None,
-                   help="expert-popularity skew: none | power_law_<alpha> (aiconfigurator's rows: 1.01, 1.2) | "
-                        "zipf_<alpha> | a counts file (routing_skew.py); DEP's slowest EP rank and DWDP's GEMM tiles "
-                        "(default: not known, a range from balanced (the nominal) to power_law_1.01)")
+    pf.add_routing_skew(g)
     g = p.add_argument_group("model knobs and calibration")
     g.add_argument("--target", default="trtllm", choices=("trtllm", "engine"),
                    help="price compute and DEP communication for TensorRT-LLM's kernels (trtllm: measured kernel "
@@ -140,9 +127,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "measures); default trtllm")
     g.add_argument("--kernel-tables", default=None, metavar="FILE",
                    help="kernel-table JSON (scripts/extract_aiconfigurator.py) instead of the shipped one (target trtllm)")
-    g.add_argument("--interference", type=float, default=None,
-                   help="slowdown of compute overlapped with copies, every phase, in [1, 100) (default: the paper's "
-                        "per-phase priors, docs/PLANNER.md; a one-GPU measurement never sets it)")
+    pf.add_interference(g)
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON, or a `dwdp bench --floor` results.json (repeatable; see docs/PLANNER.md)")
     g.add_argument("--accept-calibration-gpu", action="store_true",

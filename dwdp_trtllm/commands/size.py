@@ -1,18 +1,27 @@
-"""`dwdp size`: how many GPUs, in which shape, serve this traffic within these SLOs: DWDP context servers beside DEP.
+"""`dwdp size`: how many GPUs, in which shape, serve this traffic within these
+SLOs: DWDP context servers beside DEP and TP ones.
 
-Inputs: the model and GPU (as `dwdp plan`: a preset or config.json, a shipped GPU or spec file, --calibration
-files loaded by plan's own code), traffic (--rate, one or several comma-separated, or --concurrency, with ISL / OSL
-distributions; or --trace, a Mooncake-format JSONL file), SLOs (TTFT p50 / p99, TPS/user), a GPU budget and GPUs per
-node. Searches context servers (DWDP group size and ranks, or DEP size and servers; max_num_tokens; redundancy) and
-generation servers (GPUs, batch, count) by simulation (dwdp_trtllm/sizing/, docs/SIZING.md) and prints the best
-DWDP and DEP deployments side by side. `--out DIR` writes the best DWDP deployment with `dwdp gen-config`'s own
-code (its parser and run: the same files as the gen-config line printed); `--plot DIR` writes the TTFT-vs-rate and
-TPS/GPU-vs-TPS/user plots; `--write-trace FILE` the generated arrivals (Mooncake format).
+Inputs: the model and GPU (as `dwdp plan`: a preset or config.json, a shipped
+GPU or spec file, --calibration files loaded by plan's own code), traffic
+(--rate, one or several comma-separated, or --concurrency, with ISL / OSL
+distributions; or --trace, a Mooncake-format JSONL file), SLOs (TTFT p50 / p99,
+TPS/user), a GPU budget and GPUs per node; the pricing flags `dwdp plan` has
+(commands/pricing_flags.py) and MTP. Searches context servers (DWDP group size
+and ranks, DEP or TP size and servers; max_num_tokens; redundancy) and, behind
+each mode's own context side, generation servers (GPUs, batch, count) by
+simulation (dwdp_trtllm/sizing/, docs/SIZING.md) and prints the best deployment
+of each mode side by side; none at all exits 1 naming the binding constraint.
+`--out DIR` writes the best DWDP deployment with `dwdp gen-config`'s own code
+(its parser and run: the same files as the gen-config line printed); `--plot
+DIR` writes the TTFT-vs-rate and TPS/GPU-vs-TPS/user plots; `--write-trace
+FILE` the generated arrivals (Mooncake format).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -20,8 +29,11 @@ from ..deploy import memory as mem
 from ..spec.models import PRESETS
 from ..spec.schema import ConfigError
 
-DEFAULTS = {"dwdp_size": "2,4,8,16", "dep_size": "4,8,16", "mnt": "8192,16384,32768", "gen_tp": "4,8",
-            "gen_batch": "8,16,32,64,128"}
+from . import pricing_flags as pf
+from .size_inputs import _ints, _rates, check_lengths, mtp_setting
+
+DEFAULTS = {"dwdp_size": "2,4,8,16", "dep_size": "4,8,16", "tp_size": "8", "mnt": "8192,16384,32768",
+            "gen_tp": "4,8", "gen_batch": "8,16,32,64,128"}
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -37,6 +49,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="price context iterations with TensorRT-LLM's kernels (default) or our engine's calibration")
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON or `dwdp bench --floor` results.json, loaded as `dwdp plan --calibration`")
+    g = p.add_argument_group("pricing (as `dwdp plan`: one parser, commands/pricing_flags.py)")
+    pf.add_all(g)
+    g.add_argument("--mtp", type=int, default=None,
+                   help="MTP draft tokens per generation step, priced on the generation side and written by --out "
+                        "(default: gen-config's: 1 when the checkpoint has an MTP layer, else 0)")
+    g.add_argument("--mtp-acceptance", type=float, default=None,
+                   help="acceptance rate of each MTP draft token (default 0.85: DeepSeek-V3 Technical Report, "
+                        "section 5.4.3, 85-90%% for the second token)")
     g = p.add_argument_group("traffic")
     g.add_argument("--rate", default=None, help="requests/s, Poisson arrivals; several comma-separated: one answer each")
     g.add_argument("--concurrency", type=int, default=None, help="closed loop of this many users")
@@ -59,7 +79,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--gpus-per-node", type=int, default=8)
     g = p.add_argument_group("search space")
     for k, v in DEFAULTS.items():
-        g.add_argument("--" + k.replace("_", "-"), default=v, help=f"candidates (default {v})")
+        extra = " TP context servers (TP attention + EP experts); 0: none" if k == "tp_size" else ""
+        g.add_argument("--" + k.replace("_", "-"), default=v, help=f"candidates{extra} (default {v})")
     g.add_argument("--redundant-experts", default="0", help="DWDP redundancy candidates (default 0)")
     g.add_argument("--kv-gbps", type=float, default=None, help="context -> generation KV bandwidth, GB/s (default 50)")
     g = p.add_argument_group("output")
@@ -69,26 +90,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--plot", default=None, help="write ttft_vs_rate.png and pareto.png into this directory")
     g.add_argument("--write-trace", default=None, help="write the generated arrivals (first --rate) as a JSONL trace")
     return p
-
-
-def _ints(text: str, arg: str, lo: int, hi: int) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(None, arg, f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(not lo <= v <= hi for v in vals):
-        raise ConfigError(None, arg, f"expected integers in [{lo}, {hi:,}], got {text!r}")
-    return tuple(dict.fromkeys(vals))
-
-
-def _rates(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(None, "--rate", f"expected requests/s (comma-separated numbers), got {text!r}") from None
-    if not vals:
-        raise ConfigError(None, "--rate", f"expected requests/s, got {text!r}")
-    return vals
 
 
 def plan_spec(args):
@@ -102,7 +103,11 @@ def plan_spec(args):
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
     for c in args.calibration or ():
         argv += ["--calibration", c]
-    return plan.build_spec(ap.parse_args(argv))
+    spec = plan.build_spec(ap.parse_args(argv + pf.plan_argv(args)))
+    if len(spec.slice_bytes) != 1:
+        raise ConfigError(None, "--slice-bytes", f"expected one slice size for dwdp size (0: unsliced), got "
+                                                 f"{args.slice_bytes!r}")
+    return spec
 
 
 def problems(args):
@@ -132,18 +137,36 @@ def problems(args):
     if wide:  # a generation server is one node (gen-config lays servers out without straddling nodes)
         raise ConfigError(None, "--gen-tp", f"generation servers of at most --gpus-per-node {args.gpus_per_node} GPUs, "
                                             f"got {', '.join(map(str, wide))}")
+    space["tp_sizes"] = tuple(t for t in _ints(args.tp_size, "--tp-size", 0, 256) if t)
     isl = tr.LengthDist(args.isl, args.isl_dist, args.isl_ratio, args.isl_cv)
     osl = tr.LengthDist(args.osl, args.osl_dist, args.osl_ratio, args.osl_cv)
+    span = None
     if args.trace is not None:
         arrs = [(None, tr.read_trace(args.trace))]
     elif args.concurrency is not None:
         arrs = [(None, tr.generate(tr.Traffic(isl, osl, concurrency=args.concurrency, duration_s=args.duration,
                                               seed=args.seed)))]
     else:
+        rates = _rates(args.rate)
+        for r in rates:
+            tr.Traffic(isl, osl, rate=r, duration_s=args.duration, seed=args.seed).check()
+            if r * args.duration < 1:  # the simulation needs at least one request inside the traffic's span
+                raise ConfigError(None, "--rate", f"at least one request in --duration {args.duration:g} s: expected "
+                                                  f"--rate >= {1 / args.duration:.3g} requests/s, got {r:g}")
         arrs = [(r, tr.generate(tr.Traffic(isl, osl, rate=r, duration_s=args.duration, seed=args.seed)))
-                for r in _rates(args.rate)]
+                for r in rates]
+        span = float(args.duration)
     spec = plan_spec(args)
-    return spec, [(r, Problem(spec, a, slo, args.gpu_budget, args.gpus_per_node, kv_gbps=kv, **space)) for r, a in arrs]
+    for _, a in arrs:
+        check_lengths(args, spec.model, a)
+    if space["tp_sizes"] and spec.tables is None and args.tp_size == DEFAULTS["tp_size"]:
+        space["tp_sizes"] = ()  # the default TP option needs the kernel tables: left out, said in the notes
+    if space["tp_sizes"]:
+        from ..sizing.tp_cost import check_tp
+        check_tp(spec)
+    extra = dict(dep_variant=args.dep or "trtllm", slice_bytes=spec.slice_bytes[0], span_s=span)
+    return spec, [(r, Problem(spec, a, slo, args.gpu_budget, args.gpus_per_node, kv_gbps=kv, **space, **extra))
+                  for r, a in arrs]
 
 
 def gen_config_argv(args, d) -> list[str]:
@@ -153,12 +176,21 @@ def gen_config_argv(args, d) -> list[str]:
             "--num-groups", str(d.ctx_servers // d.ctx_group), "--ctx-servers", str(d.ctx_servers),
             "--gen-servers", str(d.gen_servers), "--gen-tp", str(d.gen_tp), "--max-num-tokens", str(d.mnt),
             "--gpu", args.gpu, "--gpus-per-node", str(args.gpus_per_node),
-            # the generation side as it was sized: its batch per rank, the traffic's output length, no MTP (the
-            # decode model does not price draft tokens), so the files deploy what the simulation ran
-            "--gen-batch", str(d.gen_batch), "--osl", str(args.osl), "--mtp", "0"]
+            # the generation side as it was sized: its batch per rank, the traffic's output length, its MTP draft
+            # tokens (priced by decode_cost), so the files deploy what the simulation ran
+            "--gen-batch", str(d.gen_batch), "--osl", str(args.osl), "--mtp", str(mtp_setting(args, PRESETS.get(
+                args.model) or _dims(args))[0])]
+    from .plan import size_list
+    if size_list(args.slice_bytes, "--slice-bytes")[0] == 0:
+        argv.append("--no-contention-opt")  # unsliced copies, as sized
     if args.gpu_memory_gb is not None:
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
     return argv
+
+
+def _dims(args):
+    from ..spec.model_dims import dims_from_config_json
+    return dims_from_config_json(args.model)
 
 
 def write_deployment(args, d, out: str) -> tuple[list[str], str]:
@@ -178,8 +210,44 @@ def write_deployment(args, d, out: str) -> tuple[list[str], str]:
     return argv, said.getvalue()
 
 
+def _progress():
+    """A rich progress line on stderr while the search runs (transient: gone when it ends; nothing when stderr is
+    not a terminal), and the callback that advances it."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    con = Console(stderr=True)
+    prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed} simulated"),
+                    TimeElapsedColumn(), console=con, transient=True, disable=not con.is_terminal)
+    task = prog.add_task("dwdp size", total=None)
+
+    def tick(what: str) -> None:
+        prog.update(task, description=f"dwdp size: {what}"[:60], advance=1)
+    return prog, tick
+
+
+def notes_lines(spec, probs, dc) -> list[str]:
+    """What the numbers assume: pricing, the plan's inputs line (measured / given / prior), MTP, KV transfer."""
+    from ..perf import inputs
+    from ..sizing.tp_cost import ROWS as TP_ROWS
+    p = probs[0][1]
+    out = [f"priced: context iterations {spec.priced_as} (the planner, `dwdp plan`), DEP as --dep "
+           f"{p.dep_variant}, DWDP copies {'unsliced' if p.slice_bytes == 0 else f'in {p.slice_bytes:,}-byte slices'}"
+           f" (--slice-bytes); decode steps TensorRT-LLM's generation rows ({spec.gpu.name}), {dc.describe_mtp()}; "
+           "not priced: CUDA-graph batch padding, host gaps between steps",
+           inputs.line(spec)]
+    if p.tp_sizes:
+        out.append(TP_ROWS)
+    elif spec.tables is None:
+        out.append(f"TP context servers: not compared (priced from TensorRT-LLM's kernel tables, none for "
+                   f"--target {spec.target} here)")
+    out.append(f"KV transfer at {p.kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the nominal and the "
+               "planner's uncertain inputs at DWDP's worse / better end")
+    return out
+
+
 def run(args) -> int:
-    from ..deploy.out_path import check_out_dir
+    from ..deploy.out_path import check_out_dir, check_out_file
     from ..sizing import report, search as se
     from ..sizing.decode_cost import decode_cost
     from ..sizing.traffic import write_trace
@@ -187,20 +255,27 @@ def run(args) -> int:
     for flag in ("out", "plot"):
         if getattr(args, flag) is not None:
             check_out_dir(getattr(args, flag), f"--{flag}")
+    if args.write_trace is not None:  # checked before the search, which can take minutes
+        if args.rate is None:
+            raise ConfigError(None, "--write-trace", "writes generated Poisson arrivals: give --rate (a closed loop "
+                                                     "or a --trace has none to write)")
+        check_out_file(args.write_trace, "--write-trace")
     t0 = time.monotonic()
     spec, probs = problems(args)
-    dc = decode_cost(spec.model, spec.gpu.name, spec.weight_dtype)
+    mtp, acc = mtp_setting(args, spec.model)
+    dc = decode_cost(spec.model, spec.gpu.name, spec.weight_dtype, mtp, acc)
     if args.write_trace:
         write_trace(probs[0][1].arrivals, args.write_trace)
-    results = [(r, p, se.search(p, dc)) for r, p in probs]
-    notes = [f"priced: context iterations {spec.priced_as} (the planner, `dwdp plan`), decode steps TensorRT-LLM's "
-             f"generation rows ({spec.gpu.name}); not priced: MTP, CUDA-graph batch padding, host gaps between steps",
-             f"KV transfer at {probs[0][1].kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the planner's "
-             "uncertain inputs at DWDP's worse / better end"]
-    pareto = {}
-    if args.plot:  # the Pareto behind each mode's best context side at the highest rate
-        _, p, out = results[-1]
-        pareto = {m: se.pareto(p, o.deployment, dc) for m, o in out.items() if o.deployment is not None}
+    prog, tick = _progress()
+    probs = [(r, dataclasses.replace(p, progress=tick)) for r, p in probs]
+    with prog:
+        results = [(r, p, se.search(p, dc)) for r, p in probs]
+        pareto, ctxs = {}, {}
+        if args.plot:  # the Pareto behind each mode's best context side at the highest rate
+            _, p, out = results[-1]
+            ctxs = {m: o.deployment for m, o in out.items() if o.deployment is not None}
+            pareto = {m: se.pareto(p, d, dc) for m, d in ctxs.items()}
+    notes = notes_lines(spec, probs, dc)
     written, said = None, ""
     best = results[0][2]["dwdp"].deployment
     if args.out and best is not None:
@@ -209,7 +284,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"runs": [{"rate": r, "traffic": p.arrivals.label, "slo": report.slo_text(p.slo),
                                     "budget": p.budget, **report.to_dict(out)} for r, p, out in results],
-                          "notes": notes, "gen_config": written,
+                          "notes": notes, "mtp": {"draft_tokens": mtp, "acceptance": acc},
+                          "gen_config": written,
                           "gen_config_output": said.splitlines(), "seconds": round(elapsed, 2)}, indent=1))
     else:
         for r, p, out in results:
@@ -224,13 +300,28 @@ def run(args) -> int:
             print("\n".join(report.wrap("wrote the DWDP deployment with: dwdp " + " ".join(written), 80)))
             print(said, end="")
         elif args.out:
-            print(f"--out: nothing written: no DWDP deployment meets the SLOs ({results[0][2]['dwdp'].why_none})")
+            print("\n".join(report.wrap("--out: nothing written: no DWDP deployment meets the SLOs ("
+                                         f"{results[0][2]['dwdp'].why_none})", 80)))
+        if args.out and any(o.deployment is not None for k, o in results[0][2].items() if k != "dwdp"):
+            print("\n".join(report.wrap("--out writes DWDP context servers (gen-config's); a DEP or TP deployment "
+                                         "above is not written", 80)))
         print(f"searched in {elapsed:.1f} s")
     if args.plot:
         d = Path(args.plot)
         d.mkdir(parents=True, exist_ok=True)
-        report.plot_rates([(r, out) for r, _, out in results if r is not None], d / "ttft_vs_rate.png")
+        report.plot_rates([(r, out) for r, _, out in results if r is not None], d / "ttft_vs_rate.png",
+                          probs[0][1].slo)
         rate = results[-1][0]
         report.plot_pareto(pareto, d / "pareto.png", f"{spec.model.name} {spec.weight_dtype} on {spec.gpu.name}"
-                                                     + (f", {rate:g} req/s" if rate is not None else ""))
+                           + (f", {rate:g} req/s" if rate is not None else ""), probs[0][1].slo,
+                           report.shared_note(pareto, ctxs))
+    found = [o for _, _, out in results for o in out.values() if o.deployment is not None]
+    if not found:  # nothing deployable: exit non-zero naming what binds
+        r, _, out = results[0]
+        at = f" at {r:g} req/s" if r is not None else ""
+        lines = [f"dwdp size: no deployment meets the SLOs{at}:"]
+        for k, o in out.items():
+            lines += report.wrap(f"{report.LABELS[k]}: {o.why_none}", 78)
+        print("\n  ".join(lines), file=sys.stderr)
+        return 1
     return 0

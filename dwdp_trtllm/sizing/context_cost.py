@@ -52,6 +52,7 @@ class ContextCost:
     redundant: int = 0
     slice_bytes: int = 2 << 20
     which: str = "nominal"
+    variant: str = "trtllm"  # the DEP priced (perf/dep_variants.py; `--dep`)
     _cache: dict = field(default_factory=dict, repr=False)
     prefetch_bound: int = 0  # DWDP iterations whose exposed prefetch set the time (binding constraint)
     iterations: int = 0
@@ -74,7 +75,8 @@ class ContextCost:
                tuple(_bin(c) for c in load.core_flops_SR[0]), tuple(int(s) for s in load.segments_SR[0]), _bin(isl))
         hit = self._cache.get(key)
         if hit is None:
-            it = iteration_times(self.spec, load, self.group, self.redundant, self.slice_bytes, isl, self.which)
+            it = iteration_times(self.spec, load, self.group, self.redundant, self.slice_bytes, isl, self.which,
+                                 self.variant)
             if self.mode == "dwdp":
                 hit = (float(it.dwdp_SR[0, 0]) * 1e-6, bool(it.dwdp_prefetch_bound_SR[0, 0]), 0.0)
             else:

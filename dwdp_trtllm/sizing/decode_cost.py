@@ -12,8 +12,17 @@ all ranks' tokens in lock-step. One step of one rank, per layer (times from the 
   the tables have the EP size (8 on H100/H200/B200, 4 on GB200), else NCCL all-gather + reduce-scatter of the
   BF16 hidden states;
 - the first_k_dense layers: attention + the dense MLP GEMMs; once per step the LM head GEMM (BF16).
-Not priced (named where a number is shown): MTP / speculative decoding, CUDA-graph padding of the batch, the
-executor's host overhead between steps, imbalance between attention-DP ranks (a step is priced at the mean batch).
+MTP (TensorRT-LLM's one-model MTP, `speculative_config` with `num_nextn_predict_layers` k, what gen-config writes):
+a step verifies k draft tokens per request, so the target model runs 1 + k tokens per request (every part above
+priced at batch x (1 + k) tokens, the attention module at batch x (1 + k) rows: an upper bound on its KV reads),
+then the MTP layer (one MoE layer) drafts k tokens, one pass each at `batch`; the step yields 1 + a + ... + a^k
+tokens per request on average (a: the acceptance rate of a draft given the previous one was accepted). The
+simulator advances requests one token at a time, so `step_ms` is the step's time per expected token. Default
+acceptance 0.85: DeepSeek-V3 Technical Report (arXiv:2412.19437, section 5.4.3, "Multi-Token Prediction
+Evaluation"): "the acceptance rate of the second token prediction ranges between 85% and 90%" (the low end).
+Not priced (named where a number is shown): CUDA-graph padding of the batch, the executor's host overhead between
+steps, imbalance between attention-DP ranks (a step is priced at the mean batch), the variance of accepted tokens
+(a request gains the mean per step).
 """
 from __future__ import annotations
 
@@ -30,6 +39,8 @@ from ..perf.kernel_tables import ShapeTables, curve_ms, shape_tables
 from ..spec.schema import ConfigError
 
 FORMAT = "dwdp-generation-tables/1"
+#: acceptance rate of an MTP draft token (module docstring: DeepSeek-V3 Technical Report, section 5.4.3)
+DEFAULT_MTP_ACCEPTANCE = 0.85
 #: planner weight dtype -> the module rows' (gemm_type, kv_cache_dtype)
 MODULE_KEY = {"fp8": "fp8_block/fp8", "bf16": "bfloat16/bfloat16", "nvfp4": "nvfp4/fp8", "mxfp4": "fp8_block/fp8"}
 
@@ -76,6 +87,8 @@ class DecodeCost:
     tables: ShapeTables
     gen: dict  # the model's generation-table entry
     comm: dict  # the GPU's generation communication rows
+    mtp: int = 0  # MTP draft tokens per step (0: none)
+    acceptance: float = DEFAULT_MTP_ACCEPTANCE  # of each draft token, given the previous one was accepted
 
     @functools.cached_property
     def module_grid(self):
@@ -123,26 +136,49 @@ class DecodeCost:
         us = cm.all_to_all_us(self.model, p, np.full((1, tp), float(batch)), tp)
         return float(np.max(us)) * 1e-3, f"modelled all-to-all ({tp} GPUs, no rows)"
 
-    def step_ms(self, tp: int, batch: float, kv: float) -> float:
-        """One decode step (ms) of a server of `tp` GPUs whose ranks each hold `batch` requests of mean KV length
-        `kv` (module docstring)."""
-        m = self.model
-        b = max(batch, 1.0)
+    def moe_layer_ms(self, tp: int, b: float, kv: float) -> float:
+        """One MoE layer of one rank at `b` tokens per rank (module docstring)."""
         moe, _ = self.tables.moe_ms(self.weight_dtype, tp, "balanced", b * tp)
         if moe is None:  # no EP rows at this size: the EP1 op on this rank's share
             moe, _ = self.tables.moe_ms(self.weight_dtype, 1, "balanced", b)
-        attn = self.module_ms(b, kv)
-        other = sum(self._gemm(op, b) for op in (("shared_fc1", "shared_fc2") if m.num_shared_experts else ()))
+        other = sum(self._gemm(op, b) for op in (("shared_fc1", "shared_fc2") if self.model.num_shared_experts else ()))
         other += self._gemm("router", b)
-        moe_layer = attn + float(moe) + other + self.comm_ms(tp, b)[0]
-        dense_layer = attn + self._gemm("dense_fc1", b) + self._gemm("dense_fc2", b)
+        return self.module_ms(b, kv) + float(moe) + other + self.comm_ms(tp, b)[0]
+
+    def forward_ms(self, tp: int, b: float, kv: float) -> float:
+        """One target-model forward (ms) at `b` tokens per rank: every layer and the LM head."""
+        m = self.model
+        dense_layer = self.module_ms(b, kv) + self._gemm("dense_fc1", b) + self._gemm("dense_fc2", b)
         lm = self.gen.get("gemm", {}).get("lm_head")
         head = float(curve_ms(lm["points"], b)[0]) if lm else 0.0
-        return m.num_moe_layers * moe_layer + m.first_k_dense * dense_layer + head
+        return m.num_moe_layers * self.moe_layer_ms(tp, b, kv) + m.first_k_dense * dense_layer + head
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a request gains per step: 1 + a + ... + a^k (module docstring)."""
+        return sum(self.acceptance ** i for i in range(self.mtp + 1))
+
+    def step_ms(self, tp: int, batch: float, kv: float) -> float:
+        """Time (ms) per generated token of a server of `tp` GPUs whose ranks each hold `batch` requests of mean KV
+        length `kv`: one decode step, with MTP its verify + draft passes over the expected tokens per step (module
+        docstring)."""
+        b = max(batch, 1.0)
+        if self.mtp <= 0:
+            return self.forward_ms(tp, b, kv)
+        step = self.forward_ms(tp, b * (1 + self.mtp), kv) + self.mtp * self.moe_layer_ms(tp, b, kv)
+        return step / self.tokens_per_step
+
+    def describe_mtp(self) -> str:
+        if self.mtp <= 0:
+            return "no MTP (--mtp 0)"
+        return (f"MTP {self.mtp} draft token{'s' if self.mtp > 1 else ''} per step, acceptance {self.acceptance:g} "
+                f"(--mtp-acceptance): {self.tokens_per_step:.3g} tokens per step")
 
 
-def decode_cost(model: ModelSpec, gpu: str, weight_dtype: str) -> DecodeCost:
-    """The decode prices of `model` on `gpu`; ConfigError naming --gpu / --model when the tables lack them."""
+def decode_cost(model: ModelSpec, gpu: str, weight_dtype: str, mtp: int = 0,
+                acceptance: float = DEFAULT_MTP_ACCEPTANCE) -> DecodeCost:
+    """The decode prices of `model` on `gpu` (with `mtp` draft tokens per step at `acceptance`); ConfigError naming
+    --gpu / --model when the tables lack them."""
     path = package_path(gpu)
     t = shape_tables(model, gpu)
     if path is None or t is None or not t.moe_eps(weight_dtype):
@@ -153,4 +189,4 @@ def decode_cost(model: ModelSpec, gpu: str, weight_dtype: str) -> DecodeCost:
     if gen is None or MODULE_KEY.get(weight_dtype) not in gen.get("mla_generation_module", {}):
         raise ConfigError(None, "--model", f"generation rows for {model.name} ({weight_dtype}) on {gpu}: only MLA "
                                            "models (DeepSeek-V3/R1 shapes) have them")
-    return DecodeCost(model, gpu.lower(), weight_dtype, t, gen, data.get("comm", {}))
+    return DecodeCost(model, gpu.lower(), weight_dtype, t, gen, data.get("comm", {}), mtp, acceptance)

@@ -33,9 +33,9 @@ class Deployment:
     """One disaggregated deployment: context servers (DWDP ranks of groups of ctx_group, or DEP servers of
     ctx_group GPUs) and generation servers of gen_tp GPUs (attention DP + EP), gen_batch requests per rank."""
 
-    mode: str  # dwdp | dep
+    mode: str  # dwdp | dep | tp
     ctx_group: int
-    ctx_servers: int  # DWDP: ranks (a multiple of ctx_group); DEP: servers of ctx_group GPUs
+    ctx_servers: int  # DWDP: ranks (a multiple of ctx_group); DEP, TP: servers of ctx_group GPUs
     mnt: int
     gen_tp: int
     gen_servers: int
@@ -54,10 +54,14 @@ class Deployment:
     def gpus(self) -> int:
         return self.ctx_gpus + self.gen_gpus
 
+    def ctx_short(self) -> str:
+        """'16 DWDP8 ranks', '2 x DEP8', '3 x TP8'."""
+        if self.mode == "dwdp":
+            return f"{self.ctx_servers} DWDP{self.ctx_group} ranks"
+        return f"{self.ctx_servers} x {self.mode.upper()}{self.ctx_group}"
+
     def ctx_label(self) -> str:
-        ctx = (f"{self.ctx_servers} DWDP{self.ctx_group} ranks" if self.mode == "dwdp"
-               else f"{self.ctx_servers} x DEP{self.ctx_group}")
-        return f"{ctx}, MNT {self.mnt}"
+        return f"{self.ctx_short()}, MNT {self.mnt}"
 
 
 @dataclass
@@ -99,7 +103,7 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
     no request after it (default: the arrivals' own span)."""
     n_req = len(arrivals)
     closed = arrivals.closed_users
-    ctx_ranks = 1 if dep.mode == "dwdp" else dep.ctx_group
+    ctx_ranks = dep.ctx_group if dep.mode == "dep" else 1  # a TP server is one scheduler over its GPUs
     ctxs = [_Ctx(ctx_ranks, dep.mnt) for _ in range(dep.ctx_servers)]
     gens = [_Gen(dep.gen_tp * dep.gen_batch) for _ in range(dep.gen_servers)]
     t_arr = np.full(n_req, np.nan)

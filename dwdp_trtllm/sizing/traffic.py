@@ -155,6 +155,8 @@ def read_trace(path: str | Path) -> Arrivals:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(None, "--trace", f"a readable JSONL file, got {str(path)!r} ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(p), "", f"UTF-8 JSONL text (byte {e.start} is not UTF-8)") from None
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -163,6 +165,8 @@ def read_trace(path: str | Path) -> Arrivals:
             d = json.loads(line)
         except ValueError as e:
             raise ConfigError(f"{p}:{i}", "", f"one JSON object per line ({e})") from None
+        except RecursionError:  # a line nested deeper than the JSON parser recurses
+            raise ConfigError(f"{p}:{i}", "", "one flat JSON object per line (nested too deeply to read)") from None
         if not isinstance(d, dict):
             raise ConfigError(f"{p}:{i}", "", "a JSON object with timestamp, input_length, output_length")
         vals = []
@@ -170,6 +174,8 @@ def read_trace(path: str | Path) -> Arrivals:
             v = d.get(key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
                 raise ConfigError(f"{p}:{i}", key, f"a number in [{lo:g}, {hi:g}], got {v!r}")
+            if key != "timestamp" and v != int(v):  # token counts are whole
+                raise ConfigError(f"{p}:{i}", key, f"a whole number of tokens, got {v!r}")
             vals.append(v)
         rows.append(vals)
         if len(rows) > MAX_REQUESTS:

@@ -35,6 +35,11 @@ def test_size_json_has_both_modes_with_ranges(capsys):
         assert lo["ttft_p99_s"] > 0 and hi["ttft_p99_s"] > 0
     # DWDP's worse end of the planner's range is slower than its better end
     assert run["dwdp"]["low"]["ttft_p50_s"] >= run["dwdp"]["high"]["ttft_p50_s"]
+    # the third option: TP context servers (--tp-size, default 8), with a range holding its nominal
+    tp = run["tp"]
+    assert tp["deployment"]["mode"] == "tp" and tp["deployment"]["label"].endswith("x TP8")
+    for key, (a, b) in tp["range"].items():
+        assert a <= tp["metrics"][key] <= b, key
 
 
 def _files(d):
@@ -50,10 +55,11 @@ def test_out_writes_gen_configs_files_for_the_same_deployment(tmp_path, capsys):
     assert argv[:1] == ["gen-config"] and "--dwdp-size" in argv
     assert argv[argv.index("--dwdp-size") + 1] == str(dep["ctx_group"])
     assert argv[argv.index("--gen-servers") + 1] == str(dep["gen_servers"])
-    # the generation side as simulated: its batch per rank, no MTP draft tokens (the decode model prices none)
-    assert argv[argv.index("--gen-batch") + 1] == str(dep["gen_batch"]) and argv[argv.index("--mtp") + 1] == "0"
+    # the generation side as simulated: its batch per rank and MTP draft tokens (gen-config's default for R1: 1)
+    assert argv[argv.index("--gen-batch") + 1] == str(dep["gen_batch"]) and argv[argv.index("--mtp") + 1] == "1"
+    assert d["mtp"]["draft_tokens"] == 1
     worker = (out / "disagg_worker.yaml").read_text()
-    assert f"max_batch_size: {dep['gen_batch']}" in worker and "speculative_config" not in worker, worker
+    assert f"max_batch_size: {dep['gen_batch']}" in worker and "speculative_config" in worker, worker
     ref = tmp_path / "ref"
     assert main(argv[:-2] + ["--out", str(ref)]) == 0  # gen-config itself, same deployment
     capsys.readouterr()
@@ -104,7 +110,9 @@ def test_concurrency_closed_loop(capsys):
 def test_a_budget_too_small_says_so_and_writes_nothing(tmp_path, capsys):
     """8 context GPUs (R1 FP8 needs a DWDP or DEP group of 8 on H200) + an 8-GPU generation server exceed 12."""
     out = tmp_path / "none"
-    assert main(["size", *SMALL, "--gpu-budget", "12", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "DWDP: no deployment:" in text and "DEP: no deployment:" in text and "12-GPU budget" in text
+    assert main(["size", *SMALL, "--gpu-budget", "12", "--out", str(out)]) == 1  # nothing deployable: non-zero
+    cap = capsys.readouterr()
+    text = cap.out
+    assert "DWDP: no deployment:" in text and "DEP: no deployment:" in text and "--gpu-budget 12" in text
     assert "--out: nothing written" in text and not out.exists()
+    assert "--gpu-budget 12" in cap.err and "16 GPUs" in cap.err  # the binding constraint, on stderr
