@@ -305,7 +305,9 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     t0 = time.perf_counter()
     with GpuSampler(0, period_s=0.005) as s:
-        time.sleep(0.05)
+        end = time.monotonic() + 60  # two samples taken, however slowly the thread runs (a sleep of 0.05 s was not
+        while len(s.samples) < 2 and time.monotonic() < end:  # enough on a loaded machine)
+            time.sleep(0.005)
     t1 = time.perf_counter()
     assert s.source == "nvml" and len(s.samples) >= 2
     assert {(mhz, w) for _, mhz, w in s.samples} == {(1552.0, 417.0)}
