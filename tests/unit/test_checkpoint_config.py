@@ -103,7 +103,7 @@ def _yaml(tmp_path: Path, checkpoint, **model) -> Path:
     f.write_text(yaml.safe_dump({"model": {"checkpoint": checkpoint, **model},
                                  "dwdp": {"dwdp_size": 2, "weight_dtype": "float32"},
                                  "workload": {"isl": 12, "requests_per_rank": 1, "max_num_tokens": 16},
-                                 "run": {"ranks": 2, "warmup_iters": 0, "timeout_s": 60}}))
+                                 "run": {"ranks": 2, "warmup_iters": 0, "timeout_s": 240}}))
     return f
 
 
