@@ -44,7 +44,7 @@ def _named_ranks(parent: subprocess.Popen, names: set[str]) -> list[psutil.Proce
 
 
 @pytest.mark.slow  # runs `dwdp calibrate --device cpu` up to its all-to-all step: ~10 s on 2 cores
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_kill_9_of_calibrate_takes_its_ranks_with_it(tmp_path):
     """The all-to-all ranks are stopped (SIGSTOP: they cannot finish and leave on their own), then the parent gets
     SIGKILL: the ranks go with it (PR_SET_PDEATHSIG, as bench's ranks), none is left. They lived on (3-10 s while

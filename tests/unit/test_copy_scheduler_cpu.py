@@ -12,7 +12,7 @@ from dwdp_trtllm.core.copy_plan import ExpertLayout, build_copy_plan
 from dwdp_trtllm.core.copy_scheduler import CopyScheduler
 from dwdp_trtllm.core.placement import make_placement
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(900)
 
 
 def expert_bytes(layer: int, expert: int, t: int, nbytes: int) -> torch.Tensor:

@@ -156,7 +156,7 @@ def _kill_group(proc):
     proc.wait(timeout=10)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("sig,when", [(signal.SIGKILL, "starting"), (signal.SIGTERM, "running"),
                                       (signal.SIGKILL, "running"), (signal.SIGHUP, "running")])
 @pytest.mark.slow  # spawns the quickstart: 7-41 s per case on 2 cores
@@ -172,7 +172,7 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
         assert when == "starting" or any("/dwdp_" in f for f in mapped), mapped
         t = time.monotonic()
         os.kill(proc.pid, sig)
-        proc.wait(timeout=15)
+        proc.wait(timeout=60)
         if sig != signal.SIGKILL:  # handled like Ctrl-C: the ranks are stopped at once, one line says so
             err = proc.stderr.read()
             assert proc.returncode == 128 + sig and "terminated by" in err and "Traceback" not in err, err
@@ -192,7 +192,7 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
 
 
 @pytest.mark.slow  # spawns ranks: ~28 s on 2 cores
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_group_kill_leaves_nothing_the_next_run_does_not_clean(tmp_path):
     """`kill -9 -<pgid>` (a closed terminal's process group, a batch system): nobody of the run can clean up."""
     proc = _start(tmp_path, "--set", "run.modes=[dwdp]")
@@ -201,7 +201,7 @@ def test_a_group_kill_leaves_nothing_the_next_run_does_not_clean(tmp_path):
         everything = [proc.pid] + [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
         mapped = _shm_mapped(everything)
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
+        proc.wait(timeout=60)
         assert _gone(everything) == []
         shm.sweep_orphaned()  # what the next run does first
         assert [p for p in mapped if os.path.exists(p)] == [] and not glob.glob(f"/dev/shm/dwdp_n*_p{proc.pid}_*")
@@ -220,7 +220,7 @@ def _no_rank(monkeypatch) -> None:
 
 def _dead_pid() -> int:
     return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                              timeout=60).stdout.strip())
+                              timeout=300).stdout.strip())
 
 
 def test_the_next_run_sweeps_segments_of_dead_runs_only(tmp_path):
@@ -258,7 +258,7 @@ def test_no_segment_is_swept_when_this_process_cannot_read_its_pid_namespace(tmp
 
 
 @pytest.mark.slow  # spawns ranks: 15-35 s on 2 cores
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["dep", "dwdp"])
 def test_a_killed_rank_is_named_with_its_signal(tmp_path, mode):
     proc = _start(tmp_path, "--set", f"run.modes=[{mode}]")
@@ -280,7 +280,7 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path, mode):
 
 
 @pytest.mark.slow  # waits for run.timeout_s: ~37 s on 2 cores
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_stopped_rank_is_named_when_the_run_times_out(tmp_path):
     proc = _start(tmp_path, "--set", "run.modes=[dwdp]", "--set", "run.timeout_s=25", requests=400)
     try:
@@ -403,7 +403,7 @@ SET_BOMB = "{a: &a [1,1,1,1,1,1,1,1,1], " + ", ".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "}"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("name,text,args,needle", [
     ("bomb", BOMB, [], "aliases expand"),
     ("recursive", "model: &m {preset: tiny, x: *m}\n", [], "recursive alias"),
@@ -453,7 +453,7 @@ def test_version_and_python_m(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.startswith("dwdp ")
-    r = subprocess.run([sys.executable, "-m", "dwdp_trtllm", "--version"], capture_output=True, text=True, timeout=60,
+    r = subprocess.run([sys.executable, "-m", "dwdp_trtllm", "--version"], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stdout.startswith("dwdp ")
 
@@ -565,7 +565,7 @@ def test_gen_config_quotes_every_path_it_writes_into_commands(tmp_path, capsys):
     line = (out / "bench" / "commands.sh").read_text().splitlines()[-1]
     assert shlex.split(line)[:3] == ["trtllm-bench", "-m", model]
     env = subprocess.run(["sh", "-c", f". {shlex.quote(str(out / 'disaggregated' / 'launch.env'))} && "
-                                      "printf %s \"$DWDP_TRTLLM_CONFIG\""], capture_output=True, text=True, timeout=30)
+                                      "printf %s \"$DWDP_TRTLLM_CONFIG\""], capture_output=True, text=True, timeout=300)
     assert env.stdout == str(out.resolve() / "disaggregated" / "dwdp.yaml"), env
 
 
@@ -626,7 +626,7 @@ def test_plan_calibration_does_not_depend_on_the_working_directory(tmp_path, mon
     assert capsys.readouterr().out == here
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(900)
 def test_warmup_longer_than_the_run_is_refused_before_any_rank(tmp_path, capsys):
     """Issue 22: exit 2 naming run.warmup_iters, before any rank starts (was: the whole run, then exit 1)."""
     code = cli.main(["bench", str(ROOT / "configs/bench/ci_smoke.yaml"), "--out", str(tmp_path / "o"), "--no-plots",
@@ -708,10 +708,10 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_segments(tmp_path):
         assert shm.sweep_orphaned(str(tmp_path)) == [] and seg.exists()  # alive there: kept
     finally:
         os.killpg(other.pid, signal.SIGKILL)
-        other.wait(timeout=30)
+        other.wait(timeout=300)
     assert shm.sweep_orphaned(str(tmp_path)) == [] and seg.exists()  # dead there, but not provably so from here
     sweep = ("import sys; sys.path.insert(0, sys.argv[1]); from dwdp_trtllm.core.transport import shm; "
              "print(len(shm.sweep_orphaned(sys.argv[2])))")
     r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", sweep, root, str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=300)
     assert r.stdout.strip() == "0" and seg.exists(), r.stderr

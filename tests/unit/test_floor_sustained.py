@@ -322,7 +322,7 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
 
 
 @pytest.mark.slow  # the real engine, the burst floor and the sustained floor: ~20 s on 2 cores
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_bench_floor_sustained_on_the_real_engine(tmp_path, capsys):
     """run_bench's plumbing (the CLI refuses --floor on a CPU; run_bench still runs it for this check): every mode
     gets its sustained floor and ratio in results.json, and the table shows both floors."""

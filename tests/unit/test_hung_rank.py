@@ -86,7 +86,7 @@ def _requests(n: int) -> list[list[Request]]:
 
 
 @pytest.mark.slow  # two ranks, waits for run.timeout_s: ~35-50 s each on 2 cores
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("modes", [["dep"], ["dwdp"], ["dep", "dwdp"]])
 def test_a_hung_rank_is_named_by_the_heartbeat_it_missed(modes, capfd):
     """Rank 1 hangs at the start of iteration 2 (an injected wait, not a stop: it keeps beating). In DEP rank 0 waits

@@ -22,7 +22,7 @@ def _ns() -> int:
 
 def _dead_pid() -> int:
     return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                              timeout=60).stdout.strip())
+                              timeout=300).stdout.strip())
 
 
 def _segment(d, pid: int, started: int, run: str, uid: int | None = None):

@@ -20,7 +20,7 @@ from dwdp_trtllm.core.placement import make_placement
 from dwdp_trtllm.core.transport import TransportError, make_transport
 from dwdp_trtllm.core.transport.shm import ShmTransport, segment_name
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(900)
 
 # (num_experts, redundant, tensor bytes, sliced, slice_bytes, max_inflight_slices)
 SCENARIOS = [
