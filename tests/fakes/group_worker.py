@@ -41,7 +41,7 @@ print("ok", int(t.item()))
 print("default_world", dist.is_initialized())
 if os.environ.get("FAKE_LATER_INIT"):
     dist.init_process_group("gloo", init_method=f"file://{os.environ['FAKE_LATER_INIT']}", rank=rank, world_size=ctx,
-                            timeout=timedelta(seconds=30))
+                            timeout=timedelta(seconds=300))
     w = torch.tensor([float(rank)])
     dist.all_reduce(w)
     print("later_init", int(w.item()))

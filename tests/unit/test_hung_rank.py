@@ -65,7 +65,7 @@ def test_the_heartbeat_thread_says_where_the_main_thread_is_and_whether_it_waits
     beat = heartbeat.Heartbeat(3, sent.append, period_s=0.05)
     beat.at("dwdp", 9)
     beat.start()
-    end = time.monotonic() + 10.0
+    end = time.monotonic() + 120.0  # three beats, however slowly the thread runs (polled: returns once they came)
     while len(sent) < 3 and time.monotonic() < end:
         time.sleep(0.01)  # this frame (a test file, not the package) is the main thread's innermost
     beat.stop()
