@@ -97,7 +97,7 @@ def test_a_hung_rank_is_named_by_the_heartbeat_it_missed(modes, capfd):
     mode = modes[0]
     with pytest.raises(RankTimeout if len(modes) == 1 else RankFailed) as exc:
         # run.timeout_s counts from the spawn, the ranks' imports included: 60 s leaves a loaded machine room to reach
-        # the injected hang (30 s did not, under load: the run timed out while the ranks were still starting)
+        # the injected hang (with 30 s, a loaded machine can time the run out while the ranks still import torch)
         run_modes(_cfg(60), modes, _requests(6), fail_at=(1, 2, "hang"))
     text = str(exc.value)
     head = text.split("\n--- rank")[0]
