@@ -7,8 +7,9 @@ copied between logical ranks that all live in this one process (calibrate/copy_t
   buffers of one MoE layer, pipeline.plan_steps' contention step) and the bytes the run fills with fresh data at
   least (the kernel step's and the interference step's expert weights, the group pull's buffers); both lower bounds.
 - `fill_rate`: bytes per second this machine fills fresh memory with random bf16 now (a short probe, as _buf fills).
-- `cpu_refusal`: why the run cannot finish here (the bytes do not fit what the host has available, or the fill alone
-  takes longer than CPU_LIMIT_S), or None. The models that fit are computed by the same test over the presets.
+- `cpu_refusal`: why the run cannot finish here (the bytes and RESERVE_BYTES do not fit what the host has available,
+  or the fill alone takes longer than CPU_LIMIT_S), or None. The models that fit are computed by the same test over
+  the presets.
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from ..spec.models import ModelSpec
 
 #: the longest a CPU functional check may take (its fill alone): past it the run is refused up front
 CPU_LIMIT_S = 600.0
+#: host bytes the run needs beside its buffers: this process's Python and torch, the fill's fp32 temporaries (256 MiB
+#: drawn at a time, FloorKernels._buf) and the activations
+RESERVE_BYTES = 2 << 30
 #: bytes the fill-rate probe writes (large enough to leave the caches, small enough to take well under a second)
 PROBE_BYTES = 32 << 20
 
@@ -65,7 +69,7 @@ def seconds(fp: Footprint, bps: float) -> float:
 
 
 def feasible(fp: Footprint, available: int | None, bps: float, limit_s: float = CPU_LIMIT_S) -> bool:
-    return (available is None or fp.peak_bytes <= available) and seconds(fp, bps) <= limit_s
+    return (available is None or fp.peak_bytes + RESERVE_BYTES <= available) and seconds(fp, bps) <= limit_s
 
 
 def duration(s: float) -> str:
@@ -89,8 +93,9 @@ def cpu_refusal(spec: ModelSpec, ranks: int, available: int | None, why_availabl
             f"rank(s) sharing one MoE layer of {size(fp.layer_bytes)}, bf16) and fills at least "
             f"{size(fp.filled_bytes)}: about {duration(took)} at the {size(bps)}/s measured here")
     have = []
-    if available is not None and fp.peak_bytes > available:
-        have.append(f"{size(available)} available ({why_available})")
+    if available is not None and fp.peak_bytes + RESERVE_BYTES > available:
+        have.append(f"{size(available)} available ({why_available}), {size(RESERVE_BYTES)} of it for the process "
+                    "itself")
     if took > limit_s:
         have.append(f"a CPU functional check is limited to {duration(limit_s)}")
     fits = sorted(n for n, s in presets.items() if feasible(cpu_footprint(s, ranks), available, bps, limit_s))

@@ -130,6 +130,9 @@ def test_the_limit_is_the_work_not_a_list_of_names(monkeypatch):
     fp = cpu_footprint(r1, 2)
     assert fp.layer_bytes == 256 * 3 * 7168 * 2048 * 2 and fp.peak_bytes == 2 * fp.layer_bytes
     assert cpu_refusal(r1, 2, 100 * GB, "m", 10 * GB, PRESETS) is None  # a big host with fast memory runs it
+    # one rank holds one layer (22.55 GB): not on 24 GB, where the process itself needs its 2 GiB beside it
+    one = cpu_refusal(r1, 1, 24 * GB, "m", 10 * GB, PRESETS)
+    assert "holds at least 22.55 GB" in one and "24.00 GB available (m), 2.15 GB of it for the process itself" in one
     on_memory = cpu_refusal(r1, 2, 40 * GB, "m", 10 * GB, PRESETS)
     assert "40.00 GB available" in on_memory and "limited to" not in on_memory
     slow = fp.filled_bytes / (CPU_LIMIT_S * 2)  # the fill alone takes twice the limit

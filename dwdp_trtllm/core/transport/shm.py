@@ -5,8 +5,8 @@ name that already exists is an error here, never silently reused. A segment's na
 allocate() until every peer has mapped it (the end of open_peers): then its owner unlinks it and the
 memory lives on in the mappings alone, so a run killed any later (SIGKILL, a group kill, a closed
 terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the next run removes
-(`sweep_orphaned`, called by engine/launcher.py), but only this user's files whose owner it can prove dead: the launcher's tag
-(`owner_tag`) records the owning process's pid namespace (the inode of /proc/self/ns/pid) and start time (field
+(`sweep_orphaned`, called by engine/launcher.py), but only this user's files whose owner it can prove dead: the
+launcher's tag (`owner_tag`) records the owning process's pid namespace (the inode of /proc/self/ns/pid) and start time (field
 22 of /proc/<pid>/stat, clock ticks since boot) beside its pid. /dev/shm is shared across pid namespaces
 (`docker run --ipc=host`, the setup the README recommends), where a pid names another process or none at all; a
 bare pid proves nothing there, and a reused pid proves nothing anywhere.
