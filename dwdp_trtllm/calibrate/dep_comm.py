@@ -4,7 +4,9 @@ repeats on rank 0. `all_to_all_gbps` is the bytes a rank sends to the others per
 perf/cost_model.a2a_bps_for prices dispatch and combine with.
 
 Every wait is bounded: the process group's timeout, and the parent's wait for the result and for the processes
-(a rank that hangs is killed; the step then fails and the calibration writes nothing).
+(a rank that hangs is killed; the step then fails and the calibration writes nothing). Each rank dies with the
+`dwdp calibrate` that started it, as `dwdp bench`'s ranks do (engine/rank_entry.die_with_parent: PR_SET_PDEATHSIG
+before any heavy import), and then takes the name dwdp-a2a-rank<r>: a kill -9 of the parent leaves no rank behind.
 DeepEP (`deep_ep`) is detected but not timed by this version: its keys stay priors, and the file says so.
 """
 from __future__ import annotations
@@ -15,6 +17,8 @@ import socket
 import statistics
 from datetime import timedelta
 from typing import Protocol
+
+from ..engine.rank_entry import die_with_parent, set_name
 
 #: seconds the parent waits for the ranks' result (start-up included) and the process group's own timeout
 WAIT_S = 300.0
@@ -50,7 +54,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, ranks: int, port: int, device: str, nbytes: int, reps: int, out) -> None:
+def _worker(parent_pid: int, rank: int, ranks: int, port: int, device: str, nbytes: int, reps: int, out) -> None:
+    die_with_parent(parent_pid)  # first: the imports below take seconds on a loaded machine
+    set_name(f"dwdp-a2a-rank{rank}")
     import time
 
     import torch
@@ -91,13 +97,15 @@ class SpawnA2aTimer:
         self.backend = "nccl" if device == "cuda" else "gloo"
 
     def time_ms(self, ranks: int, bytes_per_rank: int) -> float:
+        import os
+
         import torch.multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         nbytes = bytes_per_rank // ranks * ranks
         port = _free_port()
-        procs = [ctx.Process(target=_worker, args=(r, ranks, port, self.device, nbytes, self.reps, out), daemon=True)
+        procs = [ctx.Process(target=_worker, args=(os.getpid(), r, ranks, port, self.device, nbytes, self.reps, out), daemon=True)
                  for r in range(ranks)]
         status, value = "error", "interrupted"
         for p in procs:

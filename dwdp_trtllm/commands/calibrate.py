@@ -6,7 +6,9 @@ On 2-8 GPUs it measures peer pulls (per pair, sliced and unsliced, many-to-one, 
 beside each compute phase, one GPU's kernels at the planned shapes (and the whole routed-expert op a DWDP rank runs:
 the `moe_op` record `dwdp plan` prices DWDP's experts with) and DEP's dispatch all-to-all (NCCL); on one GPU
 the peer and all-to-all inputs stay priors and the file says so. `--device cpu` runs the same pipeline as a functional
-check: its file is labelled "CPU: functional, not a calibration" and `dwdp plan --calibration` refuses it.
+check: its file is labelled "CPU: functional, not a calibration" and `dwdp plan --calibration` refuses it; a
+model whose MoE layer this host cannot hold, or fill within 10 minutes, is refused before anything runs
+(calibrate/footprint.py), naming the presets that fit.
 The file is written only when every step finished (atomically: Ctrl-C or a failing step leaves no file).
 """
 from __future__ import annotations
@@ -92,6 +94,21 @@ def check_args(args) -> tuple[str, int, object]:
     return "cuda", args.gpus or min(visible, MAX_GPUS), PRESETS[model]
 
 
+def check_cpu_model(spec, ranks: int) -> str:
+    """--device cpu: raise ConfigError naming --model when this host cannot hold or fill the run's buffers in
+    reasonable time (calibrate/footprint.py); else the estimate the header prints."""
+    from ..calibrate import footprint
+    from ..deploy.host_resources import host_available
+
+    available, why = host_available()
+    bps = footprint.fill_rate()
+    refusal = footprint.cpu_refusal(spec, ranks, available, why, bps, PRESETS)
+    if refusal is not None:
+        raise ConfigError(None, "--model", refusal)
+    fp = footprint.cpu_footprint(spec, ranks)
+    return f"fills at least {footprint.size(fp.filled_bytes)}: {footprint.duration(footprint.seconds(fp, bps))} here"
+
+
 def run(args, tools=None) -> int:
     """tools: calibrate.pipeline.Tools (the tests' fakes); None = the real devices."""
     from rich.console import Console
@@ -102,13 +119,15 @@ def run(args, tools=None) -> int:
 
     device, gpus, spec = check_args(args)
     out = check_out_file(args.out, "--out", suffixes=(".json",))
+    estimate = check_cpu_model(spec, gpus) if device == "cpu" and tools is None else None
     op = op_args(args, device, spec)
     shapes = shapes_for(device, args.quick, spec)
     tools = tools or real_tools(device, gpus, spec, shapes.reps)
     con = Console(highlight=False, soft_wrap=True)
     what = f"{gpus} logical rank(s) on the CPU: {FUNCTIONAL}" if device == "cpu" else f"{gpus} GPU(s)"
     con.print(f"dwdp calibrate: {what}; {spec.name} shapes, {'quick' if args.quick else 'full'} "
-              f"(tokens {list(shapes.tokens)}, ISLs {list(shapes.isls)}, slices {slice_text(shapes.slice_sizes)})")
+              f"(tokens {list(shapes.tokens)}, ISLs {list(shapes.isls)}, slices {slice_text(shapes.slice_sizes)})"
+              + (f"; {estimate}" if estimate else ""))
 
     live = []  # the running step's spinner (a terminal only; piped output gets the lines alone)
 

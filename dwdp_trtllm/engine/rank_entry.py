@@ -46,6 +46,12 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def set_name(name: str) -> None:
+    """Linux: the process's name as ps, top and /proc/<pid>/comm show it (15 bytes at most); set after
+    die_with_parent, so a process under this name is tied to its parent."""
+    _prctl(PR_SET_NAME, name[:15].encode())
+
+
 #: the most of the ranks' stderr kept (its end): warnings, not a log
 STDERR_TAIL_BYTES = 64 * 1024
 
@@ -106,7 +112,7 @@ def main(parent_pid: int, rank: int, conn, payload: bytes, stderr_path: str | No
     (appended; None: keep the parent's), start the heartbeat (before the payload's imports: a rank importing torch on
     a loaded machine beats, it is not hung), then run run_child(*pickle.loads(payload), conn, beat)."""
     die_with_parent(parent_pid)
-    _prctl(PR_SET_NAME, f"dwdp-rank{rank}"[:15].encode())
+    set_name(f"dwdp-rank{rank}")
     if stderr_path is not None:
         fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, 2)

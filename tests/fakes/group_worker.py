@@ -36,17 +36,17 @@ cfg = DwdpConfig(dwdp_size=dwdp_size, num_groups=ctx // dwdp_size)
 res = getattr(importlib.import_module(mod), fn)(cfg, rank)
 group = res[0] if isinstance(res, tuple) else res
 t = torch.tensor([float(rank)])
-group_ops.process_group(group).allreduce([t]).wait(timedelta(seconds=30))
+group_ops.process_group(group).allreduce([t]).wait(timedelta(seconds=300))
 print("ok", int(t.item()))
 print("default_world", dist.is_initialized())
 if os.environ.get("FAKE_LATER_INIT"):
     dist.init_process_group("gloo", init_method=f"file://{os.environ['FAKE_LATER_INIT']}", rank=rank, world_size=ctx,
-                            timeout=timedelta(seconds=30))
+                            timeout=timedelta(seconds=300))
     w = torch.tensor([float(rank)])
     dist.all_reduce(w)
     print("later_init", int(w.item()))
     t2 = torch.tensor([1.0])  # the DWDP group still works beside the new default world
-    group_ops.process_group(group).allreduce([t2]).wait(timedelta(seconds=30))
+    group_ops.process_group(group).allreduce([t2]).wait(timedelta(seconds=300))
     print("group_after", int(t2.item()))
 if dist.is_initialized():
     dist.destroy_process_group()

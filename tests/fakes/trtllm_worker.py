@@ -1,8 +1,9 @@
 """One rank of a fake disaggregated TensorRT-LLM world (or the single-process reference).
 
 Argv: OUT_DIR MODE, MODE in {world, reference}. Env: FAKE_CTX_RANKS, FAKE_GEN_RANKS, FAKE_QUANT (bf16 |
-fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks sleep before
-their executor's shutdown), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
+fp8_block_scales), FAKE_STEPS, FAKE_TOKENS, FAKE_SHUTDOWN_DELAY ("rank:seconds,...": those ranks begin their executor's
+shutdown that long after every other context rank began its), FAKE_SHUTDOWN_AFTER ("rank:peer,...": that rank begins
+its shutdown once the peer's returned), FAKE_SHUTDOWN_DIE (a rank that exits before its shutdown, saving only
 {"died_before_shutdown": True}), TRTLLM_DWDP_RANK (a rendezvous launch: no MPI world, that context rank; the
 integration forms its group from TRTLLM_DWDP_MASTER_ADDR / PORT), FAKE_DIE_AFTER_FORWARD ("rank:n": that rank exits
 after its n-th forward, saving {"died_after_forward": n, "outs": ...}; the others wait until it is gone, then go on;
@@ -153,6 +154,36 @@ def exported_bytes(transport):
     return sum(max(n, 1) for n in transport._sizes.values())
 
 
+#: the longest a rank waits for a peer's step (a bound against a broken test, never a pace: steps are ordered by files)
+WAIT_S = 300.0
+
+
+def wait_for_file(path):
+    """The content of `path` once it exists (the peers order their steps by files, not by sleeps: a loaded machine
+    only makes the wait longer)."""
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        if time.monotonic() - t0 > WAIT_S:
+            raise TimeoutError(f"{path} not written within {WAIT_S:g} s")
+        time.sleep(0.02)
+    with open(path) as f:
+        return f.read()
+
+
+def wait_gone(pid):
+    """Until process `pid` has exited (a pidfd turns readable; a zombie counts as gone, as for PeerWatch)."""
+    import select
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if not select.select([fd], [], [], WAIT_S)[0]:
+            raise TimeoutError(f"pid {pid} still alive after {WAIT_S:g} s")
+    finally:
+        os.close(fd)
+
+
 def serve_one():
     """One model's life: build, FAKE_STEPS forwards, a refused reload, executor shutdown; what the test checks."""
     model, ex = build()
@@ -164,20 +195,24 @@ def serve_one():
     marker = f"{out_dir}/died_{die_rank}"
     for s in range(steps):
         if die and rank != die_rank and s == die_n:  # the survivors go on once the peer is gone
-            t0 = time.monotonic()
-            while not os.path.exists(marker) and time.monotonic() - t0 < 60:
-                time.sleep(0.05)
-            time.sleep(1.0)  # the marker is written just before the peer's os._exit
+            wait_gone(int(wait_for_file(marker)))
         t0 = time.monotonic()
         try:
             outs[(rank, s)] = step(model, ex, rank, s)
         except Exception as e:  # noqa: BLE001 - a lost peer: the forward's error is what the test checks
             errors[s] = {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+        if die:
+            open(f"{out_dir}/forward_{rank}_{s}", "w").close()  # the dying rank leaves only after this (below)
         if s == 0 and os.environ.get("FAKE_CAPTURE") == "1":  # CUDA: capture a graph around one DWDP layer
             capture_refused = capture_moe_layer(model, inputs(rank, 0))
         if rank == die_rank and s + 1 == die_n:  # a peer that dies while serving: no shutdown, no close
             torch.save({"died_after_forward": die_n, "outs": outs}, f"{out_dir}/out_{rank}.pt")
-            open(marker, "w").close()
+            for r in range(ctx):  # every survivor finished the same forward: none of it ran without us
+                if r != rank:
+                    wait_for_file(f"{out_dir}/forward_{r}_{s}")
+            with open(marker + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(marker + ".tmp", marker)
             os._exit(0)
     from tensorrt_llm._torch.models.modeling_tiny import tiny_checkpoint
     from tensorrt_llm.llmapi.rlhf_utils import update_weights
@@ -202,8 +237,14 @@ def serve_one():
     tag = info["transport"].tag
     shm_before = shm_state(tag)
     delay = dict(tuple(map(float, d.split(":"))) for d in os.environ.get("FAKE_SHUTDOWN_DELAY", "").split(",") if d)
-    if rank in delay:  # a slow (or, past shutdown_timeout_s, an absent) peer: its shutdown comes late
-        time.sleep(delay[rank])
+    after = dict(tuple(map(int, d.split(":"))) for d in os.environ.get("FAKE_SHUTDOWN_AFTER", "").split(",") if d)
+    if rank in delay:  # a slow peer: its shutdown comes that long after every other context rank's began
+        for r in range(ctx):
+            if r != rank:
+                wait_for_file(f"{out_dir}/shutdown_called_{r}")
+        time.sleep(delay[rank])  # the lateness itself (the order is the files')
+    if rank in after:  # an absent peer: its shutdown comes only after that peer's returned (its barrier gave up)
+        wait_for_file(f"{out_dir}/shutdown_done_{after[rank]}")
     if str(rank) == os.environ.get("FAKE_SHUTDOWN_DIE"):  # a dead peer: gone before its executor shuts down
         torch.save({"died_before_shutdown": True}, f"{out_dir}/out_{rank}.pt")
         os._exit(0)
@@ -219,7 +260,9 @@ def serve_one():
         ex.worker_thread.start()
         ex.hang_detector.fire()
     shutdown_called_at = time.time()
+    open(f"{out_dir}/shutdown_called_{rank}", "w").close()
     ex.shutdown()  # our PyExecutor.shutdown wrap exits the manager: runtime closed (transport too), unregistered
+    open(f"{out_dir}/shutdown_done_{rank}", "w").close()
     if memory is not None:
         ctx_barrier()  # every rank shut down: imported VMM handles (which keep an exporter's pages) released too
         memory["free_after"] = torch.cuda.mem_get_info()[0]

@@ -71,7 +71,7 @@ def test_a_bad_counts_file_given_by_set_blames_set(tmp_path, capsys):
 
 
 @pytest.mark.slow  # the real engine, two modes of two ranks: ~15 s on 2 cores
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_ranks_read_no_counts_file(tmp_path):
     """The counts file is removed once the sweep is loaded, before any rank starts: the run still steers routing
     to the file's popularity (was: every rank read the file per mode, and the report read it again)."""

@@ -139,7 +139,8 @@ def test_the_whole_close_is_bounded_by_its_timeout_and_says_what_was_in_flight(m
                                             label="g", log=logging.getLogger("t"), release_local=lambda: None,
                                             release_shared=lambda: None)
     took = time.monotonic() - t0
-    assert 0.55 <= took < 1.5, took
+    # the deadline held: not before it, and far from the 300 s per copy it replaces (a loaded machine adds seconds)
+    assert 0.55 <= took < 30, took
     assert budgets and budgets[0] < 0.1, budgets  # the drain used the deadline up; the barrier got the rest
     assert not res.drained and res.released_at is None
     assert "2 copies still in flight at the deadline: layer 0 into slot 0, layer 1 into slot 1" in res.not_drained
@@ -152,10 +153,10 @@ def test_device_synchronize_is_bounded(monkeypatch):
     import threading
     import time
     release = threading.Event()
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: release.wait(5))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: release.wait(120))
     t0 = time.monotonic()
     assert close_sequence.device_synchronize(torch.device("cuda", 0), 0.3) is False
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 60  # the 0.3 s it was given, far from the stuck call's 120 s (margin: load)
     release.set()
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     assert close_sequence.device_synchronize(torch.device("cuda", 0), 0.3) is True

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -79,18 +78,21 @@ def test_one_list_for_presets_yaml_specs_and_config_json():
         get_model(name)  # every preset is within bounds
 
 
-def test_a_nan_rope_theta_checkpoint_exits_2_before_any_rank(tmp_path, capsys):
+def test_a_nan_rope_theta_checkpoint_exits_2_before_any_rank(tmp_path, capsys, monkeypatch):
+    from dwdp_trtllm.bench import runner
     from dwdp_trtllm.cli import main
+
+    # "before any rank" is an event, not a time (a 30 s bound on this call went red on a loaded machine)
+    monkeypatch.setattr(runner, "engine_run_mode", lambda: pytest.fail("a rank was started"))
 
     ckpt = _config_json(tmp_path / "ckpt", "deepseek_v3", rope_theta=float("nan"))
     cfg = tmp_path / "b.yaml"
     cfg.write_text(yaml.safe_dump({"model": {"checkpoint": str(ckpt)}, "dwdp": {"dwdp_size": 2},
                                    "run": {"ranks": 2, "device": "cpu"}}))
-    t0 = time.monotonic()
     assert main(["bench", str(cfg), "--out", str(tmp_path / "o"), "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert "config.json" in err and "rope_theta" in err and "got nan" in err and len(err.strip().splitlines()) == 1, err
-    assert time.monotonic() - t0 < 30 and not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists()
 
 
 _YARN_NO_FACTOR = {"rope_type": "yarn", "original_max_position_embeddings": 64, "rope_theta": 1e4}

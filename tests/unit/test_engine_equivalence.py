@@ -56,7 +56,7 @@ def _check(out: dict, reqs) -> None:
             assert sum(it.num_tokens for it in res.iterations) == sum(r.isl for r in q)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_g3_redundancy_balanced_sliced():
     cfg = _cfg(3, {"dwdp_size": 3, "redundant_experts": 2, "gemm": "reference", "slice_bytes": 1024})
     reqs = _requests(3, 3, seed=1)
@@ -76,7 +76,7 @@ def test_g3_redundancy_balanced_sliced():
     assert not glob.glob(f"/dev/shm/dwdp_n*_p{os.getpid()}_*"), "shared memory leaked"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_two_groups_upstream_overlap_unsliced_merge_pacing():
     # 4 ranks = 2 DWDP groups of 2; upstream placement with overlapping ranges (16 experts: 10 + stride 6);
     # one-token requests leave most experts without tokens; merge GEMM path, paced copies, 3 slots.
@@ -88,7 +88,7 @@ def test_two_groups_upstream_overlap_unsliced_merge_pacing():
     _check(out, reqs)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_gqa_softmax_model():
     cfg = _cfg(2, {"dwdp_size": 2, "gemm": "reference"}, model={"preset": "tiny-gqa"})
     reqs = _requests(2, 2, seed=3)
@@ -96,7 +96,7 @@ def test_gqa_softmax_model():
     _check(out, reqs)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_multi_buffer_op_path():
     # the dwdp::grouped_gemm C++ op (CPU build) reads local experts and the prefetch slot in place
     cfg = _cfg(2, {"dwdp_size": 2, "gemm": "multi_buffer", "slice_bytes": 2048})
@@ -111,7 +111,7 @@ def test_composite_view_needs_cuda_and_vmm():
         _cfg(2, {"dwdp_size": 2, "gemm": "composite_view"})
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["dwdp", "dep"])
 def test_rank_crash_mid_forward_ends_run(mode):
     cfg = _cfg(2, {"dwdp_size": 2})
@@ -123,7 +123,7 @@ def test_rank_crash_mid_forward_ends_run(mode):
     assert not glob.glob(f"/dev/shm/dwdp_n*_p{os.getpid()}_*"), "shared memory leaked"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_model_checkpoint_is_what_the_ranks_load(tmp_path):
     # a checkpoint written from seed 0 reproduces the seeded run bit for bit; one from seed 1 changes it
     from dwdp_trtllm.engine.loader import save_checkpoint

@@ -73,7 +73,7 @@ def test_iteration_flops_are_the_planners_counts():
 
 
 @pytest.mark.slow  # the real engine plus the floor: ~15 s on 2 cores
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_bench_floor_on_the_real_engine(tmp_path, capsys):
     """The floor's plumbing on the real engine (the CLI refuses --floor on a CPU: the numbers mean nothing there,
     tests/unit/test_bench_newcomer.py; run_bench still runs it for this check)."""

@@ -305,7 +305,9 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     t0 = time.perf_counter()
     with GpuSampler(0, period_s=0.005) as s:
-        time.sleep(0.05)
+        end = time.monotonic() + 60  # two samples taken, however slowly the thread runs (a sleep of 0.05 s was not
+        while len(s.samples) < 2 and time.monotonic() < end:  # enough on a loaded machine)
+            time.sleep(0.005)
     t1 = time.perf_counter()
     assert s.source == "nvml" and len(s.samples) >= 2
     assert {(mhz, w) for _, mhz, w in s.samples} == {(1552.0, 417.0)}
@@ -320,7 +322,7 @@ def test_nvml_sampler_reads_the_gpu_cuda_index_names(monkeypatch):
 
 
 @pytest.mark.slow  # the real engine, the burst floor and the sustained floor: ~20 s on 2 cores
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_bench_floor_sustained_on_the_real_engine(tmp_path, capsys):
     """run_bench's plumbing (the CLI refuses --floor on a CPU; run_bench still runs it for this check): every mode
     gets its sustained floor and ratio in results.json, and the table shows both floors."""

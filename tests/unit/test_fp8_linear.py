@@ -194,7 +194,7 @@ def test_fp8_linear_follows_the_expert_dtype_unless_set():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_verify_with_fp8_linears_on_the_real_engine():
     """`dwdp verify` on the CPU (2 ranks, float32) with FP8 linear layers in every mode (the recipe's reference):
     DEP and DWDP against the reference mode within the float32 tolerance (the worker builds the model with

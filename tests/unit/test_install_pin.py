@@ -68,7 +68,7 @@ def test_pip_keeps_the_containers_torch(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
     site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+                               capture_output=True, text=True, check=True, timeout=300).stdout.strip())
     info = site / f"torch-{NGC_TORCH}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {NGC_TORCH}\n")

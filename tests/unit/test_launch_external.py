@@ -30,7 +30,7 @@ def _check(out: Path, proc: subprocess.CompletedProcess, assert_run_consistent) 
     assert_run_consistent(run)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_bench_under_torchrun(tmp_path, assert_run_consistent):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -40,7 +40,7 @@ def test_bench_under_torchrun(tmp_path, assert_run_consistent):
     _check(out, proc, assert_run_consistent)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed here (Open MPI; run on the GPU machine)")
 def test_bench_under_mpirun(tmp_path, assert_run_consistent):
     pytest.importorskip("mpi4py", reason="mpi4py not installed here (run on the GPU machine)")

@@ -18,7 +18,7 @@ from dwdp_trtllm.core.prefetcher import RECENT_ISSUES, LayerSlots
 sys.path.insert(0, str(Path(__file__).parent))
 from test_copy_scheduler_cpu import World  # noqa: E402  (every rank's exported buffers, random bytes per expert)
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(900)
 
 L = 5  # positions 0..3: the trunk's MoE layers; 4: the checkpoint's MTP layer (DeepSeek-V3: one)
 

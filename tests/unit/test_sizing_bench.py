@@ -68,6 +68,6 @@ def check_replay(device: str, dtype: str, rate: float) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_simulator_fed_measured_iterations_reproduces_bench_ttft():
     check_replay("cpu", "float32", rate=400.0)

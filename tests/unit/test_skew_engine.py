@@ -52,7 +52,7 @@ def _metrics(cfg, out):
 
 
 @pytest.mark.slow  # three engine modes with ranks: ~24 s on 2 cores
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_skew_same_routing_in_every_mode_and_dep_waits_dwdp_does_not():
     spec = _cfg(SKEW).model.spec()
     target = dep_expert_skew(RoutingSkewConfig(**SKEW), spec.num_moe_layers, spec.num_experts, spec.top_k, 2)
@@ -96,7 +96,7 @@ def test_skew_same_routing_in_every_mode_and_dep_waits_dwdp_does_not():
           % (frac(off_dep), frac(on_dep), per_attn(m_off), per_attn(m_on)))
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_skew_off_is_bit_exact():
     reqs = _requests(2, 40)
     a = run_modes(_cfg(None, model="tiny", mnt=48), ["reference", "dwdp"], reqs, collect_outputs=True)

@@ -15,7 +15,7 @@ from dwdp_trtllm.core.transport.pidfd import PidfdError, getfd_from, getfd_permi
 from dwdp_trtllm.core.transport.shm import ShmTransport, segment_name
 from dwdp_trtllm.core.transport.vmm import choose_handle_type, round_up
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(900)
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
 
 

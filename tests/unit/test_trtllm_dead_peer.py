@@ -1,6 +1,7 @@
 """A DWDP rank that dies while serving (transport/liveness.py PeerWatch), in the fake disaggregated world of
 test_trtllm_fake_world on CPU (2 context ranks + 1 generation rank, shm transport): rank 1 exits after its first
-forward, without shutdown; rank 0 goes on.
+forward, without shutdown, once rank 0 finished the same forward; rank 0 goes on once rank 1's process is gone
+(the fake world orders the two by files and a pidfd, never by sleeps: tests/fakes/trtllm_worker.py).
 
 - shm keeps the dead peer's memory (rank 0's mapping holds the unlinked segment's pages): rank 0's next forwards are
   bit-exact against the single-process reference, the death is said once as a warning, and its shutdown does not
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow  # a multi-process fake world per case, ~15-30 s e
 
 def test_survivor_stays_bit_exact_when_the_transport_keeps_the_memory(tmp_path):
     outs, ref = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, steps=4,
-                          env_extra={"FAKE_DIE_AFTER_FORWARD": "1:1"}, cfg_extra={"shutdown_timeout_s": 10})
+                          env_extra={"FAKE_DIE_AFTER_FORWARD": "1:1"}, cfg_extra={"shutdown_timeout_s": 60})
     r0, r1 = outs
     assert r1["died_after_forward"] == 1
     assert r0["errors"] == {} and sorted(s for _, s in r0["outs"]) == [0, 1, 2, 3]
@@ -28,18 +29,21 @@ def test_survivor_stays_bit_exact_when_the_transport_keeps_the_memory(tmp_path):
     warn = [ln for ln in r0["log"] if "exited while serving" in ln]
     assert len(warn) == 1 and warn[0].startswith("WARNING") and "dwdp rank 1 (DWDP group 0" in warn[0], warn
     assert "global rank 1, pid" in warn[0] and "keeps the memory" in warn[0]
-    assert list(r0["barrier_missing"]) == [1] and r0["barrier_waited_s"] < 5.0, r0["barrier_missing"]
+    # the dead peer is seen at once, not after the 60 s timeout (the margin is a loaded machine's)
+    assert list(r0["barrier_missing"]) == [1] and r0["barrier_waited_s"] < 30.0, r0["barrier_missing"]
 
 
 def test_survivor_fails_fast_naming_the_dead_rank_when_the_transport_does_not_keep_it(tmp_path):
     outs, ref = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, steps=4,
                           env_extra={"FAKE_DIE_AFTER_FORWARD": "1:1", "FAKE_KEEPS_PEER_MEMORY": "0"},
-                          cfg_extra={"shutdown_timeout_s": 10})
+                          cfg_extra={"shutdown_timeout_s": 60})
     r0 = outs[0]
     assert sorted(s for _, s in r0["outs"]) == [0] and r0["outs"][(0, 0)].equal(ref[(0, 0)])
     assert sorted(r0["errors"]) == [1, 2, 3]  # every forward after the death fails; none returns an output
     for e in r0["errors"].values():
-        assert e["type"] == "PeerLost" and e["seconds"] < 2.0, e
+        # raised as the forward starts: without the check it would copy from the dead peer's memory and wait on
+        # the prefetcher's copies (300 s each at most); the margin is a loaded machine's
+        assert e["type"] == "PeerLost" and e["seconds"] < 30.0, e
         assert "dwdp rank 1 (DWDP group 0" in e["message"] and "global rank 1, pid" in e["message"], e
         assert "does not keep a peer's memory" in e["message"], e
 

@@ -70,8 +70,12 @@ def _env(tree: Path, tmp: Path, extra: dict) -> dict:
            if not k.startswith(("DWDP_TRTLLM", "OMPI_", "PMI_", "TRTLLM_DWDP_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), FAKE_MPI_DIR=str(tmp / "mpi"),
-               FAKE_MPI_TIMEOUT="30", **extra)
+               FAKE_MPI_TIMEOUT=str(WORLD_WAIT_S // 2), **extra)
     return env
+
+
+#: bounds of a world's processes and rendezvous: against a hang, never a pace (a loaded 2-core machine takes minutes)
+WORLD_WAIT_S = 600
 
 
 def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | None = None, steps=3,
@@ -94,16 +98,16 @@ def run_world(tmp: Path, era: str, quant: str, *, ctx=2, gen=1, dwdp: dict | Non
     for r in range(ctx + gen):
         launch = ({"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(ctx + gen)} if rendezvous_port is None
                   else {"TRTLLM_DWDP_RANK": str(r), "TRTLLM_DWDP_MASTER_ADDR": "127.0.0.1",
-                        "TRTLLM_DWDP_MASTER_PORT": str(rendezvous_port), "TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S": "60"})
+                        "TRTLLM_DWDP_MASTER_PORT": str(rendezvous_port), "TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S": "300"})
         env = _env(tree, tmp, {**common, "DWDP_TRTLLM_CONFIG": str(cfg), **launch})
         procs.append(subprocess.Popen([sys.executable, str(tree / "trtllm_worker.py"), str(tmp), "world"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     if reference:
         ref = subprocess.run([sys.executable, str(tree / "trtllm_worker.py"), str(tmp), "reference"],
-                             env=_env(tree, tmp, common), capture_output=True, text=True, timeout=180)
+                             env=_env(tree, tmp, common), capture_output=True, text=True, timeout=WORLD_WAIT_S)
         assert ref.returncode == 0, ref.stderr[-3000:]
     for r, p in enumerate(procs):
-        _, err = p.communicate(timeout=180)
+        _, err = p.communicate(timeout=WORLD_WAIT_S)
         assert p.returncode == 0, f"rank {r}: {err[-3000:]}"
     ref_out = torch.load(tmp / "ref.pt") if reference else None
     return [torch.load(tmp / f"out_{r}.pt") for r in range(ctx)], ref_out

@@ -16,11 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"
 
 
-def _world(tmp_path, ctx: int, gen: int, dwdp_size: int, group_fn: str | None = None, timeout_s: float = 8.0,
+def _world(tmp_path, ctx: int, gen: int, dwdp_size: int, group_fn: str | None = None, timeout_s: float = 120.0,
            extra: dict | None = None, rendezvous_port: int | None = None, start_late: dict | None = None):
     """ctx context + gen generation ranks of tests/fakes/group_worker.py; rendezvous_port: no MPI world, each context
     rank its own process meeting at TRTLLM_DWDP_MASTER_ADDR:PORT (gen must be 0); start_late: {rank: seconds} waited
-    before that rank (and the ones after it) start."""
+    before that rank (and the ones after it) start. timeout_s: the fake MPI's collectives (every rank must reach one
+    within it: generous, a loaded machine starts the processes seconds apart)."""
     procs = []
     for r in range(ctx + gen):
         time.sleep((start_late or {}).get(r, 0.0))
@@ -32,14 +33,14 @@ def _world(tmp_path, ctx: int, gen: int, dwdp_size: int, group_fn: str | None = 
             env.update(OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(ctx + gen))
         else:
             env.update(TRTLLM_DWDP_RANK=str(r), TRTLLM_DWDP_MASTER_ADDR="127.0.0.1",
-                       TRTLLM_DWDP_MASTER_PORT=str(rendezvous_port), TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S="30")
+                       TRTLLM_DWDP_MASTER_PORT=str(rendezvous_port), TRTLLM_DWDP_RENDEZVOUS_TIMEOUT_S="300")
         if group_fn:
             env["GROUP_FN"] = group_fn
         procs.append(subprocess.Popen([sys.executable, str(FAKES / "group_worker.py")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     out = []
     for p in procs:
-        o, e = p.communicate(timeout=120)
+        o, e = p.communicate(timeout=600)
         out.append((p.returncode, o, e))
     return out
 
@@ -124,7 +125,7 @@ def test_fake_mpi_times_out_on_a_collective_not_all_members_join(tmp_path):
     for r in range(2):
         env = dict(os.environ, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE="2", FAKE_MPI_DIR=str(tmp_path),
                    FAKE_MPI_TIMEOUT="2", PYTHONPATH=str(FAKES))
-        procs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60))
+        procs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300))
     assert procs[1].returncode == 0
     assert procs[0].returncode != 0 and "not joined by world ranks [1]" in procs[0].stderr
 
@@ -133,7 +134,10 @@ def test_fake_mpi_times_out_on_a_collective_not_all_members_join(tmp_path):
 def test_the_old_split_times_out_beside_generation_ranks(tmp_path):
     """D2 is caught: the pre-issue-13 `COMM_WORLD.Split` by context ranks only (tests/fakes/old_split_group.py,
     runtime.py @ b9fe433) fails with the fake MPI's timeout naming the generation ranks; they exit cleanly."""
-    res = _world(tmp_path, ctx=4, gen=2, dwdp_size=2, group_fn="old_split_group:old_process_group", timeout_s=4.0)
+    # the world's first Split (every rank, at start-up) gets the generous default; the old Split, which the
+    # generation ranks never join, times out after 10 s (the context ranks reach it together, just after the first)
+    res = _world(tmp_path, ctx=4, gen=2, dwdp_size=2, group_fn="old_split_group:old_process_group",
+                 extra={"FAKE_OLD_SPLIT_TIMEOUT": "10"})
     for r in range(4):
         rc, _, err = res[r]
         assert rc != 0 and "TimeoutError" in err and "Split on world" in err and "not joined by world ranks [4, 5]" in err

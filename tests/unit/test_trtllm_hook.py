@@ -21,7 +21,7 @@ def _run(code: str, env_extra: dict, path_extra: list[str] = ()) -> subprocess.C
     env = {k: v for k, v in os.environ.items() if k not in ("DWDP_TRTLLM_CONFIG", "DWDP_TRTLLM")}
     env.update(env_extra)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *path_extra])
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
 
 
 FAKE_INTERFACE = '''

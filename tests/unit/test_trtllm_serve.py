@@ -18,7 +18,7 @@ def _env(path_dir: Path | None) -> dict:
 
 
 def _dwdp(args, env):
-    return subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def _fake_serve(tmp_path: Path) -> Path:

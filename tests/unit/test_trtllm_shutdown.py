@@ -19,15 +19,16 @@ pytestmark = pytest.mark.slow  # a multi-process fake world per case, ~10-20 s e
 
 
 def test_fast_rank_waits_for_the_slow_one_before_releasing(tmp_path):
-    """Rank 1 shuts down 3 s late; rank 0 (shut down at once) releases its transport only after rank 1 reached the
-    barrier. Today's code never released: released_at was missing."""
+    """Rank 1 shuts down 3 s after rank 0 began its shutdown; rank 0 releases its transport only after rank 1 reached
+    the barrier. Today's code never released: released_at was missing."""
     outs, _ = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, reference=False,
                         env_extra={"FAKE_SHUTDOWN_DELAY": "1:3"})
     fast, slow = outs
     for r, got in enumerate(outs):
         assert_transport_released(got, r)
     assert fast["released_at"] >= slow["barrier_entered_at"] >= slow["shutdown_called_at"], (fast, slow)
-    assert fast["barrier_waited_s"] >= 2.0, fast["barrier_waited_s"]  # it did wait (3 s late, minus setup skew)
+    # it did wait: at the barrier from its own entry until the slow rank's (one clock, one machine)
+    assert fast["barrier_waited_s"] >= slow["barrier_entered_at"] - fast["barrier_entered_at"] - 0.05, (fast, slow)
     assert any("all 2 ranks reached the shutdown barrier" in ln for ln in fast["log"]), fast["log"][-3:]
 
 
@@ -36,32 +37,34 @@ def _barrier_warnings(got):
 
 
 def test_absent_peer_releases_after_the_timeout_with_a_warning(tmp_path):
-    """Rank 1 is alive but shuts down 6 s late, past shutdown_timeout_s 2: rank 0 releases after ~2 s, with a warning
-    naming the group and the missing rank. Rank 1, arriving late, finds the connection rank 0 closed when it stopped
-    waiting (gloo closes it at a timeout) and releases at once, naming rank 0; it does not wait its own timeout."""
+    """Rank 1 is alive but begins its shutdown only after rank 0's returned, past shutdown_timeout_s 10: rank 0
+    releases after the 10 s, with a warning naming the group and the missing rank. Rank 1, arriving late, finds the
+    connection rank 0 closed when it stopped waiting (gloo closes it at a timeout) and releases at once, naming rank
+    0; it does not wait its own timeout. (Rank 1 slept 6 s against a 2 s timeout: a loaded machine broke the order.)"""
     outs, _ = run_world(tmp_path, "hooks", "bf16", dwdp={"gemm": "merge"}, reference=False,
-                        env_extra={"FAKE_SHUTDOWN_DELAY": "1:6"}, cfg_extra={"shutdown_timeout_s": 2})
+                        env_extra={"FAKE_SHUTDOWN_AFTER": "1:0"}, cfg_extra={"shutdown_timeout_s": 10})
     r0 = outs[0]
     assert_transport_released_despite_missing(r0, missing=1)
-    assert 1.9 <= r0["barrier_waited_s"] < 5.0, r0["barrier_waited_s"]
+    # the timeout ran out, not earlier; the upper bound only says it did not hang (a loaded machine adds seconds)
+    assert 9.9 <= r0["barrier_waited_s"] < 10 + 30, r0["barrier_waited_s"]
     (warn,) = _barrier_warnings(r0)
     assert "DWDP group 0 (dwdp_trtllm_" in warn and "global ranks [0, 1]" in warn, warn
-    assert "dwdp rank 1 (global rank 1): did not arrive (timed out)" in warn and "within 2 s" in warn, warn
+    assert "dwdp rank 1 (global rank 1): did not arrive (timed out)" in warn and "within 10 s" in warn, warn
     assert r0["released_at"] < outs[1]["shutdown_called_at"]  # released before the late peer came: no hang
     r1 = outs[1]
     assert_transport_released_despite_missing(r1, missing=0)
-    assert r1["barrier_waited_s"] < 1.5 and "stopped waiting at its own timeout" in r1["barrier_missing"][0], r1["log"][-3:]
+    assert r1["barrier_waited_s"] < 5.0 and "stopped waiting at its own timeout" in r1["barrier_missing"][0], r1["log"][-3:]
 
 
 def test_dead_peer_releases_with_a_warning(tmp_path):
     """Rank 1's process exits before its executor shuts down: rank 0 releases (the lost connection is seen at once,
     within the timeout at the latest), warning that rank 1 was not seen at the barrier (its connection lost)."""
     outs, _ = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, reference=False,
-                        env_extra={"FAKE_SHUTDOWN_DIE": "1"}, cfg_extra={"shutdown_timeout_s": 20})
+                        env_extra={"FAKE_SHUTDOWN_DIE": "1"}, cfg_extra={"shutdown_timeout_s": 60})
     assert outs[1] == {"died_before_shutdown": True}
     r0 = outs[0]
     assert_transport_released_despite_missing(r0, missing=1)
-    assert r0["barrier_waited_s"] < 20.5, r0["barrier_waited_s"]
+    assert r0["barrier_waited_s"] < 30, r0["barrier_waited_s"]  # seen at once: far below the 60 s timeout
     assert "connection lost" in r0["barrier_missing"][1], r0["barrier_missing"]  # seen as gone, not timed out
     (warn,) = _barrier_warnings(r0)
     assert "dwdp rank 1 (global rank 1)" in warn and "releasing this rank's buffers anyway" in warn, warn
@@ -80,10 +83,11 @@ def test_hung_executor_closes_locally_without_the_barrier(tmp_path):
     (the live worker thread may still read it). Rank 0 shuts down normally and releases after the timeout at the
     latest, naming rank 1. Today's code ran the collective close on rank 1 too (its barrier was not skipped)."""
     outs, _ = run_world(tmp_path, "lifecycle", "bf16", dwdp={"gemm": "merge"}, reference=False,
-                        env_extra={"FAKE_HANG": "1"}, cfg_extra={"shutdown_timeout_s": 4})
+                        env_extra={"FAKE_HANG": "1"}, cfg_extra={"shutdown_timeout_s": 10})
     r0, r1 = outs
     assert r1["barrier_skipped"] is not None and "hang detector fired" in r1["barrier_skipped"], r1["barrier_skipped"]
-    assert r1["barrier_waited_s"] == 0.0 and r1["shutdown_s"] < 2.0, (r1["barrier_waited_s"], r1["shutdown_s"])
+    # at once: no barrier, far below the 10 s it would wait at one (the margin is a loaded machine's)
+    assert r1["barrier_waited_s"] == 0.0 and r1["shutdown_s"] < 5.0, (r1["barrier_waited_s"], r1["shutdown_s"])
     assert r1["released_at"] is None and r1["shm_after_shutdown"]["maps"], r1["shm_after_shutdown"]
     # nothing the live forward may still use is taken from under it: its expert tensors stay bound (rank 0 empties its)
     assert 0 not in r1["expert_numel_after"] and set(r0["expert_numel_after"]) == {0}, r1["expert_numel_after"]
@@ -91,4 +95,4 @@ def test_hung_executor_closes_locally_without_the_barrier(tmp_path):
                for ln in r1["log"]), r1["log"][-3:]
     assert r1["closed_at_shutdown"] and r1["global_after_shutdown"] == "None"
     assert_transport_released_despite_missing(r0, missing=1)
-    assert r0["barrier_waited_s"] < 4.5, r0["barrier_waited_s"]
+    assert r0["barrier_waited_s"] < 10 + 30, r0["barrier_waited_s"]  # the timeout at the latest, plus a loaded machine

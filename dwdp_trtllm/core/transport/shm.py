@@ -5,8 +5,8 @@ name that already exists is an error here, never silently reused. A segment's na
 allocate() until every peer has mapped it (the end of open_peers): then its owner unlinks it and the
 memory lives on in the mappings alone, so a run killed any later (SIGKILL, a group kill, a closed
 terminal) leaves nothing in /dev/shm. What a run killed during setup leaves, the next run removes
-(`sweep_orphaned`, called by engine/launcher.py), but only what it can prove dead: the launcher's tag
-(`owner_tag`) records the owning process's pid namespace (the inode of /proc/self/ns/pid) and start time (field
+(`sweep_orphaned`, called by engine/launcher.py), but only this user's files whose owner it can prove dead: the
+launcher's tag (`owner_tag`) records the owning process's pid namespace (the inode of /proc/self/ns/pid) and start time (field
 22 of /proc/<pid>/stat, clock ticks since boot) beside its pid. /dev/shm is shared across pid namespaces
 (`docker run --ipc=host`, the setup the README recommends), where a pid names another process or none at all; a
 bare pid proves nothing there, and a reused pid proves nothing anywhere.
@@ -66,12 +66,40 @@ def owner_tag(run_id: str) -> str:
     return f"dwdp_n{pid_namespace() or 0}_p{pid}_s{_start_time(pid) or 0}_{run_id}"
 
 
+def owner_alive(pid: int, started: int) -> bool:
+    """Whether the process that recorded (pid, start time) may still live: False only when this process can prove it
+    gone. /proc/<pid>/stat readable: its start time decides (another start time: the pid was reused). Unreadable: a
+    process of another user that /proc hides (mounted hidepid=2), or a permission error, reads the same as a dead
+    one there; kill(pid, 0) tells them apart (ESRCH: no such process; EPERM: one lives that we may not signal), and
+    anything but ESRCH counts as alive."""
+    seen = _start_time(pid)
+    if seen is not None:
+        return seen == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: a process lives there (another user's); anything else proves nothing either
+        return True
+    return True  # it lives, and /proc will not show its start time: it may be the owner
+
+
+def _owned_by_me(path: str) -> bool:
+    """The file is this user's (st_uid == effective uid). A /dev/shm without the sticky bit (a Kubernetes emptyDir,
+    say) lets any user unlink any file; the sweep removes only what this user could have created."""
+    try:
+        return os.lstat(path).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
 def sweep_orphaned(shm_dir: str = _SHM_DIR) -> list[str]:
     """Remove segments (and other files named by a run tag, e.g. engine/rank_entry.py's stderr files in the temp dir)
-    under shm_dir whose owner (recorded by `owner_tag`) is provably dead: same pid namespace as
-    this process, and its pid gone or held by a process that started at another time. Never removed: a segment of
-    another pid namespace, one whose name records no owner (another tag, or namespace/start time unknown: 0), any
-    segment when this process's own namespace cannot be read. Returns the removed paths."""
+    under shm_dir that this user owns and whose owner (recorded by `owner_tag`) is provably dead: same pid namespace
+    as this process, and its pid gone or held by a process that started at another time (`owner_alive`). Never
+    removed: another user's file, a segment of another pid namespace, one whose name records no owner (another tag,
+    or namespace/start time unknown: 0), one whose owner /proc hides or will not let us read, any segment when this
+    process's own namespace cannot be read. Returns the removed paths."""
     ns = pid_namespace()
     if ns is None:
         return []
@@ -83,9 +111,9 @@ def sweep_orphaned(shm_dir: str = _SHM_DIR) -> list[str]:
         owner_ns, pid, started = (int(g) for g in m.groups())
         if owner_ns != ns or started == 0:
             continue  # another namespace's pid means nothing here; an unknown start time proves nothing
-        if _start_time(pid) == started:
-            continue  # the owner lives
         path = os.path.join(shm_dir, name)
+        if not _owned_by_me(path) or owner_alive(pid, started):
+            continue
         try:
             os.unlink(path)
         except OSError:
