@@ -197,6 +197,7 @@ def run(args) -> int:
              f"generation rows ({spec.gpu.name}); not priced: MTP, CUDA-graph batch padding, host gaps between steps",
              f"KV transfer at {probs[0][1].kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the planner's "
              "uncertain inputs at DWDP's worse / better end"]
+    notes.append(searched_sizes_note(probs[0][1]))
     pareto = {}
     if args.plot:  # the Pareto behind each mode's best context side at the highest rate
         _, p, out = results[-1]
@@ -234,3 +235,11 @@ def run(args) -> int:
         report.plot_pareto(pareto, d / "pareto.png", f"{spec.model.name} {spec.weight_dtype} on {spec.gpu.name}"
                                                      + (f", {rate:g} req/s" if rate is not None else ""))
     return 0
+
+
+def searched_sizes_note(p) -> str:
+    """The context server sizes the search tried (Problem.dwdp_sizes / dep_sizes): why a deployment here can hold more
+    GPUs than `dwdp plan-placement`'s smallest count that fits, which counts any GPU number."""
+    return (f"context servers searched: DWDP groups of {', '.join(map(str, p.dwdp_sizes))} GPUs, DEP servers of "
+            f"{', '.join(map(str, p.dep_sizes))} GPUs (--dwdp-size, --dep-size); `dwdp plan-placement` gives the "
+            "smallest GPU count that fits, any count")

@@ -63,3 +63,76 @@ def test_check_trtllm_report_with_statuses_fits():
     text = "\n".join(report_lines(rep))
     assert long_lines(text) == [], long_lines(text)
     assert "    missing  " in text and "ModelLoader.load" in text
+
+
+WALK_PLAN = ["plan", "--dwdp-size", "4,8", "--isl", "8192", "--mnt", "16384"]  # README's walk-through step 1
+
+
+@pytest.mark.parametrize("extra", [[], ["--wide"], ["--verbose"]])
+def test_plan_prose_fits(capsys, extra):
+    """The legend (684 characters on one line before), pricing and recommendation lines wrap within 80 columns; only
+    --wide's table may be wider."""
+    out = run(WALK_PLAN + extra, capsys)
+    lines = out.splitlines()
+    if "--wide" in extra:  # the wide tables: the lines from a table's header to its last row
+        lines = [ln for ln in lines if not re.match(r"^[\s┃│┏┡└━─╇┳┗┻╋┣┫┠┨]*(G\b|\d|[━─])", ln.lstrip("┃│ "))]
+    assert long_lines("\n".join(lines)) == [], long_lines("\n".join(lines))
+    flat = " ".join(out.split())
+    assert "recommendation against trtllm: marginal: depends on extrapolated table cells" in flat
+
+
+def test_plan_says_each_pricing_clause_once(capsys):
+    """The walk-through's `plan` printed "DEP communication deepep_deepgemm: DeepGEMM grouped GEMM ..." twice (the
+    G=4 and G=8 rows share it; G=8 adds the slow end): each clause of a priced line is said once."""
+    flat = " ".join(run(WALK_PLAN, capsys).split())
+    priced = re.findall(r"priced \((\w+):.*?\): (.*?)(?= priced \(| calibration: )", flat)
+    assert [v for v, _ in priced] == ["trtllm", "deepep_deepgemm"]
+    for _, text in priced:
+        clauses = text.split("; ")
+        assert len(clauses) == len(set(clauses)), clauses
+    assert flat.count("DeepGEMM grouped GEMM 1346/1214 TFLOPS") == 1
+    assert "slow end: the published 8xH200 DeepEP + grouped GEMM layer" in flat
+
+
+def test_plan_links_blog_19(capsys):
+    """Every plan that names blog 19 (the interference priors' source) says where to read it."""
+    from dwdp_trtllm.commands.plan_output import REFERENCES
+
+    out = run(WALK_PLAN, capsys)
+    assert "blog 19 Table 3" in out
+    url = REFERENCES["blog 19"]
+    assert url.startswith("https://github.com/NVIDIA/TensorRT-LLM/blob/") and url.endswith(
+        "blog19_DWDP_Distributed_Weight_Data_Parallelism_for_High_Performance_LLM_Inference_on_NVL72.md")
+    assert out.splitlines()[-1] == url and out.splitlines()[-2].startswith("blog 19:")
+
+
+@pytest.mark.parametrize("argv", [["--dwdp-size", "8"], ["--dwdp-size", "16", "--redundant-experts", "3"],
+                                  ["--dwdp-size", "32"], ["--dwdp-size", "8", "--num-experts-per-worker", "46",
+                                                          "--num-prefetch-experts", "30", "--weight-dtype", "nvfp4"]])
+def test_plan_placement_fits_and_names_every_policy(capsys, argv):
+    """The title and memory lines wrap; the per-source load is one row per source rank, so it fits any group size,
+    and the policy names are whole (they were cut to "lowes…" / "balan…" at G=8)."""
+    out = run(["plan-placement", *argv], capsys)
+    assert long_lines(out) == [], long_lines(out)
+    assert "…" not in out
+    head = next(ln for ln in out.splitlines() if ln.startswith("┃") and "source rank" in ln)
+    assert "lowest_rank" in head and "balanced" in head
+
+
+def test_plan_placement_says_why_size_deploys_more_gpus(capsys):
+    """plan-placement's smallest count (DEP 7 GPUs for R1 FP8 on H200) is any count; `dwdp size` deploys its
+    candidate sizes (DEP8 there): the output says so, naming the flags, and size names what it searched."""
+    import argparse
+
+    from dwdp_trtllm.commands import size
+
+    flat = " ".join(run(["plan-placement", "--dwdp-size", "8"], capsys).split())
+    assert "smallest GPU count that fits: DWDP 8 GPUs, DEP 7 GPUs" in flat
+    assert ("`dwdp size` tries only DWDP groups of 2, 4, 8, 16 and DEP servers of 4, 8, 16 GPUs by default "
+            "(--dwdp-size, --dep-size), so here it would deploy DWDP8 and DEP8") in flat
+    ap = argparse.ArgumentParser()
+    size.add_parser(ap.add_subparsers())
+    _, probs = size.problems(ap.parse_args(["size", "--rate", "8", "--duration", "10"]))
+    note = size.searched_sizes_note(probs[0][1])
+    assert note.startswith("context servers searched: DWDP groups of 2, 4, 8, 16 GPUs, DEP servers of 4, 8, 16 GPUs")
+    assert "`dwdp plan-placement` gives the smallest GPU count that fits, any count" in note
