@@ -136,3 +136,26 @@ def test_plan_placement_says_why_size_deploys_more_gpus(capsys):
     note = size.searched_sizes_note(probs[0][1])
     assert note.startswith("context servers searched: DWDP groups of 2, 4, 8, 16 GPUs, DEP servers of 4, 8, 16 GPUs")
     assert "`dwdp plan-placement` gives the smallest GPU count that fits, any count" in note
+
+
+SMOKE = "docs/bench_results/bench_h200_smoke_2026-12-02/results.json"
+FLOOR = ["docs/bench_results/engine_floor_2026-12-03/b2.json", "docs/bench_results/engine_floor_2026-12-03/f8.json"]
+
+
+@pytest.mark.parametrize("argv", [[SMOKE, "--gpu", "h200"], [SMOKE, "--gpu", "h200", "--verbose"],
+                                  ["--bench-results", "docs/bench_results", FLOOR[1]],
+                                  ["--summary", "--bench-results", "docs/bench_results", *FLOOR]])
+def test_validate_plan_fits(capsys, argv, monkeypatch):
+    """The per-run table was 84 columns (a 96-column one with its note column) and the summary 131: without --wide
+    every line fits 80 columns, cells wrap, nothing is cut; --wide keeps one line per row."""
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the results' relative paths
+    out = run(["validate-plan", *argv], capsys)
+    assert long_lines(out) == [], long_lines(out)
+    assert "…" not in out
+    if "--summary" in argv:
+        assert "b2.json" in out and "f8.json" in out and "(-2.0%)" in out  # b2's attention: 36.9 / 37.7
+    else:
+        assert re.search(r"^dep\.\S+ +[\d,.]+ +[\d,.]+ +[+-][\d.]+%", out, re.M)
+    wide = run(["validate-plan", *argv, "--wide"], capsys)
+    assert "┃ file " in wide or "┃ note ┃" in wide  # the boxed table, every column (note too), one line per row
