@@ -284,7 +284,7 @@ def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True, 
             md = replace_between(md, "matrix", matrix(stage), "docs/PLANNER.md")
         if log is not None:
             shutil.copyfile(log, stage / "bench.log")
-        print(bench_table(found))  # for docs/BENCHMARKS.md (the lead's section): the measured points themselves
+        print(bench_table(found))  # for docs/BENCHMARKS.md: the measured points themselves
         # everything computed: write beside each place, then rename (a failure before the renames leaves the repo as
         # it was, but for temporaries that are removed)
         staged: list[tuple[Path, Path]] = []

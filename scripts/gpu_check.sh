@@ -124,7 +124,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       section grouped
       timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --no-knobs --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
       tail -n 20 "$OUT/grouped.log" ;;
-    deepgemm)  # issue 25: DeepGEMM's FP8 grouped GEMM vs ours (docs/BENCHMARKS.md section 13): build DeepGEMM from the
+    deepgemm)  # issue 25: DeepGEMM's FP8 grouped GEMM vs ours (docs/history/benchmarks-2026-12.md section 13): build DeepGEMM from the
                # .carry/deepgemm bundle (scripts/gpu/deepgemm_build.sh), time both on the same inputs
                # (scripts/bench_deepgemm.py), its GPU tests; returns deepgemm_built.tgz (the built _C + the JIT cache:
                # unpacked into .carry/deepgemm/deep_gemm and .carry/deepgemm_jit, a later call compiles nothing)

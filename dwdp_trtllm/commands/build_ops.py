@@ -17,8 +17,10 @@ POLL_S = 0.5
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from .terminal import paragraphs
+
     p = subparsers.add_parser("build-ops", help="prebuild the dwdp C++/CUDA ops (JIT cache) and print the library path",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=paragraphs(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--cuda", dest="cuda", action="store_true", default=None, help="build the CUDA (sm90a) library")
     g.add_argument("--cpu", dest="cuda", action="store_false", help="build the CPU-only library")

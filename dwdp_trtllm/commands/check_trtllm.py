@@ -65,8 +65,10 @@ def verdict(rep: dict) -> tuple[bool, str]:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    from .terminal import paragraphs
+
     p = sub.add_parser("check-trtllm", help="report TensorRT-LLM / DWDP compatibility on this machine (exit 0 READY, "
-                                            "1 NOT READY)", description=__doc__,
+                                            "1 NOT READY)", description=paragraphs(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dwdp", help="integration YAML (as for DWDP_TRTLLM_CONFIG) to evaluate")
     p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=None,

@@ -48,3 +48,12 @@ def labelled(label: str, text: str, *, pad: int = 16, cols: int | None = None) -
     indented as far (check-trtllm's report lines)."""
     head = f"{label}:".ljust(pad - 1) + " "
     return wrap(text, indent=head, hang=" " * len(head), cols=cols)
+
+
+def paragraphs(doc: str) -> str:
+    """A docstring as `--help` shows it (with argparse.RawDescriptionHelpFormatter): each paragraph (lines separated by
+    a blank line) joined and wrapped to width(), the blank lines kept."""
+    import inspect
+
+    paras = [" ".join(p.split()) for p in inspect.cleandoc(doc or "").split("\n\n")]
+    return "\n\n".join(wrap(p, hang=0) for p in paras if p)

@@ -2,7 +2,7 @@
 
 Why not torch.compile: Inductor makes a reduction over the K axis of a [T, K, H] gather whose programs read
 rows K apart; on the H200 at 16K tokens x top-8 x 7168 it took 5.4 ms per MoE layer (profile of 2026-12-02,
-docs/BENCHMARKS.md section 7) for 1.9 GB of reads, about 0.35 TB/s. Here one program owns a [BLOCK_H] slice
+docs/history/benchmarks-2026-12.md section 7) for 1.9 GB of reads, about 0.35 TB/s. Here one program owns a [BLOCK_H] slice
 of one token and reads its K rows with 16-byte coalesced loads, accumulating in float32 in routing order
 (k = 0..K-1), so the bytes are read once at close to HBM speed.
 

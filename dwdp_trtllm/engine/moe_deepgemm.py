@@ -1,5 +1,5 @@
 """gemm: deepgemm: the routed experts' FP8 block-scale GEMMs through DeepGEMM (`m_grouped_fp8_gemm_nt_contiguous`,
-ops/deepgemm.py), opt-in (issue 25; docs/BENCHMARKS.md section 13: 1.10-1.27x faster than our kernel at 16K+ tokens,
+ops/deepgemm.py), opt-in (issue 25; docs/history/benchmarks-2026-12.md section 13: 1.10-1.27x faster than our kernel at 16K+ tokens,
 bit-identical outputs, but a separate pad/unpad pass ate the gain).
 
 DeepGEMM reads ONE [E, N, K] weight tensor with expert e at row e (DEP's buffer, the single-rank engine, the VMM
