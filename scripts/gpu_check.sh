@@ -186,7 +186,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       grep -E "passed|failed|rror|\[[0-9]/|wrote" "$OUT/calibrate.log" | tail -n 30 ;;
     calib)  # issue 25: the planner's engine calibration (one `dwdp bench --floor` campaign, FP8 linear layers on for
             # FP8 experts): exactly perf_check.sh's points b2 b8 b32 f2 f8 f32, one rank each; results under $OUT/raw/calib
-            # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/adopt_floor_campaign.py (docs/PLANNER.md section 5)
+            # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/dev/adopt_floor_campaign.py (docs/PLANNER.md section 5)
       section calib
       OUT="$OUT/raw/calib" BENCH_TIMEOUT="${CALIB_TIMEOUT:-120}" bash scripts/gpu/perf_check.sh f8 b8 f2 b2 f32 b32 \
         > "$OUT/calib.log" 2>&1 || rc=1

@@ -47,7 +47,7 @@ NUM_WARPS = 4
 
 def combine_cuda(y_sorted_AH: torch.Tensor, inv_A: torch.Tensor, w_TK: torch.Tensor,
                  out_dtype: torch.dtype = torch.float32, *, block_h: int = 0, num_warps: int = 0) -> torch.Tensor:
-    """block_h / num_warps: tile overrides for scripts/gpu/bench_moe_kernels.py (0: the module's choice)."""
+    """block_h / num_warps: tile overrides for scripts/bench_moe_kernels.py (0: the module's choice)."""
     T, K = w_TK.shape
     H = y_sorted_AH.shape[1]
     if inv_A.numel() != T * K:  # y_sorted may hold more rows (a padded GEMM output): only inv_A's are read
