@@ -159,3 +159,13 @@ def test_validate_plan_fits(capsys, argv, monkeypatch):
         assert re.search(r"^dep\.\S+ +[\d,.]+ +[\d,.]+ +[+-][\d.]+%", out, re.M)
     wide = run(["validate-plan", *argv, "--wide"], capsys)
     assert "┃ file " in wide or "┃ note ┃" in wide  # the boxed table, every column (note too), one line per row
+
+
+def test_size_says_which_sizes_it_searched(capsys):
+    """`dwdp size` prints the context-server sizes it searched beside its answer (a small search: seconds)."""
+    small = ["--rate", "1", "--duration", "120", "--dwdp-size", "8", "--dep-size", "8", "--mnt", "16384",
+             "--gen-tp", "8", "--gen-batch", "32", "--ttft-p99", "10", "--tps-user", "10"]
+    out = run(["size", *small], capsys)
+    assert long_lines(out) == []
+    assert ("context servers searched: DWDP groups of 8 GPUs, DEP servers of 8 GPUs (--dwdp-size, --dep-size); "
+            "`dwdp plan-placement` gives the smallest GPU count that fits, any count") in " ".join(out.split())
