@@ -26,7 +26,8 @@ def wrap(text: str, *, indent: str = "", hang: str | int = 2, cols: int | None =
     """`text` wrapped at word boundaries to `cols` (default width()): each line of it (a text may hold several) starts
     with `indent`, its continuation lines with `hang` (a string, or that many spaces after `indent`). A word longer
     than a line (a long path) is kept whole on a line of its own rather than split; where it would then overflow the
-    hanging indent, the text is wrapped again under a shallower one (4 columns, then none)."""
+    hanging indent, the text is wrapped again under a shallower one (at most 4 columns); a word longer than that
+    allows (a long temporary path) overflows its line rather than lose the indent that marks a continuation."""
     cols = cols or width()
     rest = hang if isinstance(hang, str) else indent + " " * hang
     out = []
@@ -34,7 +35,7 @@ def wrap(text: str, *, indent: str = "", hang: str | int = 2, cols: int | None =
         if not line.strip():
             out.append("")
             continue
-        for hang_now in dict.fromkeys((rest, rest[:4], "")):
+        for hang_now in dict.fromkeys((rest, rest[:4])):  # never unindented: a continuation stays one
             text_now = textwrap.fill(line, cols, initial_indent=indent, subsequent_indent=hang_now,
                                      break_long_words=False, break_on_hyphens=False)
             if max(map(len, text_now.split("\n"))) <= cols:

@@ -13,12 +13,10 @@ import pytest
 from dwdp_trtllm import cli
 from dwdp_trtllm.commands import terminal
 
-#: a line that is one URL (a reference the output links to): never broken, a broken URL cannot be followed
-URL_LINE = re.compile(r"^\s*(\[\d+\] )?\S*https?://\S+$")
-
-
 def long_lines(text: str, width: int = 80) -> list[str]:
-    return [ln for ln in text.splitlines() if len(ln) > width and not URL_LINE.match(ln)]
+    """Lines over `width`, but a line of one word: a URL or a path longer than a line is never cut (a cut one cannot
+    be followed or copied), and how long a checkout's or temporary path is must not decide a test."""
+    return [ln for ln in text.splitlines() if len(ln) > width and len(ln.split()) > 1]
 
 
 def run(argv: list[str], capsys, code: int = 0) -> str:
@@ -103,7 +101,7 @@ def test_plan_links_blog_19(capsys):
     url = REFERENCES["blog 19"]
     assert url.startswith("https://github.com/NVIDIA/TensorRT-LLM/blob/") and url.endswith(
         "blog19_DWDP_Distributed_Weight_Data_Parallelism_for_High_Performance_LLM_Inference_on_NVL72.md")
-    assert out.splitlines()[-1] == url and out.splitlines()[-2].startswith("blog 19:")
+    assert out.splitlines()[-1].strip() == url and out.splitlines()[-2].startswith("blog 19:")
 
 
 @pytest.mark.parametrize("argv", [["--dwdp-size", "8"], ["--dwdp-size", "16", "--redundant-experts", "3"],
