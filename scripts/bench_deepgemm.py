@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """DeepGEMM's Hopper FP8 block-scale grouped GEMM against ours on DeepSeek-R1 expert shapes, in one process, on the
-same inputs (issue 25, docs/BENCHMARKS.md section 13).
+same inputs (issue 25, docs/history/benchmarks-2026-12.md section 13).
 
   ours mb    torch.ops.dwdp.grouped_gemm, the production dispatch, weights in place over two buffers
              [LOCAL local | E - LOCAL slot] (the engine's multi_buffer unit)
@@ -22,7 +22,7 @@ Checks at every point: ours mb == ours 1buf bit for bit; every output row writte
 with NaN first); ||out - ref|| / ||ref|| < --tol on three experts (a local one, the first slot one, the last)
 against float32 products of the dequantised operands, for ours and both DeepGEMM layouts; ||dg - ours|| / ||ours||
 over the whole output (< --tol; not required bit-exact, as two FP8 block-scale kernels may accumulate in different
-orders: on the H200 they were bit-identical, docs/BENCHMARKS.md section 13).
+orders: on the H200 they were bit-identical, docs/history/benchmarks-2026-12.md section 13).
 Writes <out>/deepgemm.json and deepgemm.md; exit 1 if a check fails.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FP8 block-scale linear layers on DeepSeek-R1 shapes: which kernel the engine uses (issue 25), measured in one run.
+"""FP8 block-scale linear layers on DeepSeek-R1 shapes: which kernel the engine uses, measured in one run.
 
 Per shape (the linear layers an FP8 release quantises: q_a, q_b, kv_a, kv_b, o, dense gate|up and down, shared
 gate|up and down) and token count T, side by side on the same data:

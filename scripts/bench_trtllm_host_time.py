@@ -1,6 +1,6 @@
 """Host time per DeepSeek-R1 MoE layer on the forward thread: TensorRT-LLM adapter (new) vs the old per-op path.
 
-Old path (integration/pipeline.py before issue 13): one Python Tensor.copy_ per op of the full-slot op list
+Old path (integration/pipeline.py before the composite view): one Python Tensor.copy_ per op of the full-slot op list
 (local + peer experts), issued from the MoE pre-hook on the forward thread.
 New path (integration/adapter.py): LayerSlots.acquire (one stream wait) + binding the prebuilt [E, ...] views
 (one param.data store per tensor) + LayerSlots.release (one event record + one CopyScheduler issue = one CUDA

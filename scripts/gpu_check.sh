@@ -124,7 +124,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       section grouped
       timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --no-knobs --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
       tail -n 20 "$OUT/grouped.log" ;;
-    deepgemm)  # issue 25: DeepGEMM's FP8 grouped GEMM vs ours (docs/BENCHMARKS.md section 13): build DeepGEMM from the
+    deepgemm)  # issue 25: DeepGEMM's FP8 grouped GEMM vs ours (docs/history/benchmarks-2026-12.md section 13): build DeepGEMM from the
                # .carry/deepgemm bundle (scripts/gpu/deepgemm_build.sh), time both on the same inputs
                # (scripts/bench_deepgemm.py), its GPU tests; returns deepgemm_built.tgz (the built _C + the JIT cache:
                # unpacked into .carry/deepgemm/deep_gemm and .carry/deepgemm_jit, a later call compiles nothing)
@@ -230,7 +230,7 @@ print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4
       grep -E "passed|failed|rror|\[[0-9]/|wrote" "$OUT/calibrate.log" | tail -n 30 ;;
     calib)  # issue 25: the planner's engine calibration (one `dwdp bench --floor` campaign, FP8 linear layers on for
             # FP8 experts): exactly perf_check.sh's points b2 b8 b32 f2 f8 f32, one rank each; results under $OUT/raw/calib
-            # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/adopt_floor_campaign.py (docs/PLANNER.md section 5)
+            # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/dev/adopt_floor_campaign.py (docs/PLANNER.md section 5)
       section calib
       OUT="$OUT/raw/calib" BENCH_TIMEOUT="${CALIB_TIMEOUT:-120}" bash scripts/gpu/perf_check.sh f8 b8 f2 b2 f32 b32 \
         > "$OUT/calib.log" 2>&1 || rc=1

@@ -6,7 +6,7 @@ Every cell is what `dwdp plan --model M --gpu h200 --weight-dtype fp8 --dwdp-siz
 --isl 4096,8192,16384,32768 --target T [--json]` prints (the same parser and build_spec); ISL fixed, balanced
 routing, no rank imbalance. The engine target reads the floor campaign shipped in dwdp_trtllm/data/engine_calibration
 (the output names it; main(bench_results=DIR) reads DIR instead, as `--bench-results DIR` does: the campaign
-scripts/adopt_floor_campaign.py is about to ship); the trtllm target reads only the shipped kernel tables.
+scripts/dev/adopt_floor_campaign.py is about to ship); the trtllm target reads only the shipped kernel tables.
 
     python3 scripts/plan_matrix.py > /tmp/matrix.md
 """

@@ -1,7 +1,7 @@
 """The floor of the engine's work: what its kernels take for the same per-layer work, each timed alone, on this
 machine. Stock kernels (torch's GEMMs, cuDNN / flash attention) where one does the work, called as the engine calls
 them; the engine's own one-pass kernels for the attention passes no stock kernel takes over (below). Historically
-called the "stock-kernel floor" (`dwdp bench --floor`'s messages, docs/BENCHMARKS.md section 7).
+called the "stock-kernel floor" (`dwdp bench --floor`'s messages, docs/history/benchmarks-2026-12.md section 7).
 
 Files: the kernels as closures (bench/floor_kernels.py), their timer and one iteration's floor (bench/floor_timer.py:
 FloorTimer, Batch; imported from here too), a bench point's floor report (here: floor_report, over_floor), the
@@ -40,12 +40,12 @@ normed input (fused into the norm), SwiGLU, top-k, the sort / gather / combine o
 quantisations, embedding. The floor is therefore what these kernels take alone for the counted work: a reference,
 not a strict lower bound. The engine can come in under it where it runs other kernels (FP8 routed experts: its
 CUTLASS blockwise op, not torch._scaled_grouped_mm), where kernels timed alone on random data run slower than inside
-the engine (docs/BENCHMARKS.md section 7: routed experts at 0.85-0.95 of the floor), and in the attention core of a
+the engine (docs/history/benchmarks-2026-12.md section 7: routed experts at 0.85-0.95 of the floor), and in the attention core of a
 batch whose prefixed chunks favour different ways (above); nor does it bound other implementations (other kernels,
 fused passes).
 
 Clock: kernels timed alone run at the card's boost clock, the engine's back-to-back forwards at what its power limit
-allows (docs/BENCHMARKS.md section 12). floor_report samples the SM clock and power while the floor is timed
+allows (docs/history/benchmarks-2026-12.md section 12). floor_report samples the SM clock and power while the floor is timed
 (bench/gpu_clocks.py; the burst floor's cut to its timed calls, FloorTimer.windows; the engine's during its measured
 iterations, by the caller), and with `--floor-sustained`
 also times the floor under sustained load: these same kernels (every `*_ms` of FloorTimer times a `*_fn` closure) replayed

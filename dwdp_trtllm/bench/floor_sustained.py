@@ -2,7 +2,7 @@
 
 The burst floor (bench/floor.py) times each kernel alone, a few calls at a time on an otherwise idle GPU: it runs at
 the card's boost clock. The engine's forwards run back to back for seconds and, with FP8 at DeepSeek width, at the
-card's power limit, where the SM clock is lower (docs/BENCHMARKS.md section 12: 1980 against 1552 MHz median on the
+card's power limit, where the SM clock is lower (docs/history/benchmarks-2026-12.md section 12: 1980 against 1552 MHz median on the
 H200). Engine / burst floor therefore mixes what the engine adds with what the clock takes away. This module times
 the same kernels (FloorTimer's closures, the attention core in the way the burst floor found fastest) as one
 sequence: every measured iteration's batch in order, each in the engine's layer order (attention; dense MLP or

@@ -1,7 +1,7 @@
 """The GPU's SM clock and power while something runs on it: sampled every 20 ms, summarised in one place.
 
 Why: the floor's kernels timed in short bursts run at the card's boost clock, the engine's back-to-back forwards at
-the clock its power limit allows (docs/BENCHMARKS.md section 12: 1980 against 1552 MHz median on the H200); engine /
+the clock its power limit allows (docs/history/benchmarks-2026-12.md section 12: 1980 against 1552 MHz median on the H200); engine /
 floor is read beside the clocks both ran at (bench/floor.py, bench/floor_sustained.py, scripts/profile_engine.py).
 
 Sources, in order: NVML through the `pynvml` module (package nvidia-ml-py; in the device image), polled by a thread

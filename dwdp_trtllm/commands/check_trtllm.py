@@ -65,8 +65,10 @@ def verdict(rep: dict) -> tuple[bool, str]:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    from .terminal import paragraphs
+
     p = sub.add_parser("check-trtllm", help="report TensorRT-LLM / DWDP compatibility on this machine (exit 0 READY, "
-                                            "1 NOT READY)", description=__doc__,
+                                            "1 NOT READY)", description=paragraphs(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dwdp", help="integration YAML (as for DWDP_TRTLLM_CONFIG) to evaluate")
     p.add_argument("--weight-dtype", choices=("bf16", "fp8", "nvfp4"), default=None,
@@ -157,22 +159,43 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rep, indent=2))
         return code
-    g = rep["gpu"]
-    print(f"TensorRT-LLM:   {rep['tensorrt_llm']}")
-    print(f"GPU:            {g['name'] + ' (sm_' + str(g['sm']) + ')' if g.get('available') else 'none (' + g['reason'] + ')'}")
-    up = rep["upstream_dwdp"]
-    print(f"upstream DWDP:  {'unknown (no tensorrt_llm)' if up is None else 'present (TorchLlmArgs.dwdp_config)' if up else 'absent'}"
-          " - runs only on Blackwell (sm_100+) with NVFP4 weights and the CUTEDSL MoE backend;"
-          f" here: {'yes' if rep['upstream_can_run_here'] else 'no'}")
-    print("patch targets:")
-    for t in rep["patch_targets"]:
-        kind = " (lifecycle, optional)" if t["lifecycle"] else " (optional)" if t["optional"] else ""
-        print(f"  {t['status']:<10} {t['module']}:{t['attribute']}{kind}")
-    print(f"lifecycle:      {rep['lifecycle'] or 'unknown'} - {rep['lifecycle_reason']}")
-    m = rep["our_mode"]
-    print(f"our mode:       engine {m['engine']} ({m['reason']}); weights {m['weight_dtype']}; GEMM: {m['gemm']}")
-    if "multi_buffer" in m:
-        print(f"multi_buffer:   {m['multi_buffer']}"
-              + (f" (configured gemm: {m['gemm_requested']})" if m.get("gemm_requested") else ""))
-    print(f"verdict:        {rep['verdict']['line']}")
+    for line in report_lines(rep):
+        print(line)
     return code
+
+
+def report_lines(rep: dict) -> list[str]:
+    """The text report, every line within the terminal's width (commands/terminal.py, at most 80 columns): a label
+    padded to 16 columns, its text wrapped under itself; patch targets grouped by module, one line each. The last
+    paragraph is the verdict."""
+    from .terminal import labelled, wrap
+
+    g = rep["gpu"]
+    up = rep["upstream_dwdp"]
+    out = [labelled("TensorRT-LLM", str(rep["tensorrt_llm"])),
+           labelled("GPU", f"{g['name']} (sm_{g['sm']})" if g.get("available") else f"none ({g['reason']})"),
+           labelled("upstream DWDP", ("unknown (no tensorrt_llm)" if up is None else
+                                      "present (TorchLlmArgs.dwdp_config)" if up else "absent")
+                    + " - runs only on Blackwell (sm_100+) with NVFP4 weights and the CUTEDSL MoE backend; here: "
+                    + ("yes" if rep["upstream_can_run_here"] else "no"))]
+    statuses = {t["status"] for t in rep["patch_targets"]}
+    same = next(iter(statuses)) if len(statuses) == 1 and "present" not in statuses else None
+    out.append(wrap(f"patch targets{f' ({same})' if same else ''}:"))
+    by_module: dict[str, list[dict]] = {}
+    for t in rep["patch_targets"]:
+        by_module.setdefault(t["module"], []).append(t)
+    for module, ts in by_module.items():
+        out.append(wrap(f"{module}:", indent="  ", hang=6))
+        for t in ts:
+            kind = " (lifecycle, optional)" if t["lifecycle"] else " (optional)" if t["optional"] else ""
+            status = "" if same else f"{t['status']:<8} "
+            out.append(wrap(f"{status}{t['attribute']}{kind}", indent="    ", hang=6))
+    out.append(labelled("lifecycle", f"{rep['lifecycle'] or 'unknown'} - {rep['lifecycle_reason']}"))
+    m = rep["our_mode"]
+    out.append(labelled("our mode", f"engine {m['engine']} ({m['reason']}); weights {m['weight_dtype']}"))
+    out.append(labelled("GEMM", m["gemm"]))
+    if "multi_buffer" in m:
+        out.append(labelled("multi_buffer", m["multi_buffer"]
+                            + (f" (configured gemm: {m['gemm_requested']})" if m.get("gemm_requested") else "")))
+    out.append(labelled("verdict", rep["verdict"]["line"]))
+    return out

@@ -25,13 +25,19 @@ def console(wide: bool = True):
     return Console(width=WIDE_WIDTH) if wide and not con.is_terminal else con
 
 
-LEGEND = ("DEP, DWDP: ms per MoE layer; x: DWDP/DEP throughput (DEP / DWDP time); "
-          "✗: does not fit the GPU memory (DWDP's GB/rank over the budget); †: priced past its kernel table's last row (constant "
-          "rate beyond it; routed-expert and DEP-communication cells widen the range 5% per doubling; --json "
-          "'extrapolated' names the cells); range: DWDP/DEP with "
-          "every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty'); verdict: DWDP / DEP / "
-          "marginal from that range where both fit (DEP where only DEP's ranks fit; nothing fits where neither's do); "
-          "hides at (--wide): tokens per rank per iteration (requests of that ISL) whose compute hides the prefetch")
+#: the tables' legend, one entry a paragraph (wrapped); the last only with --wide, whose column it explains
+LEGEND = ("DEP, DWDP: ms per MoE layer; x: DWDP/DEP throughput (DEP / DWDP time)",
+          "✗: does not fit the GPU memory (DWDP's GB/rank over the budget)",
+          "†: priced past its kernel table's last row (constant rate beyond it; routed-expert and DEP-communication "
+          "cells widen the range 5% per doubling; --json 'extrapolated' names the cells)",
+          "range: DWDP/DEP with every uncertain input at DWDP's worse / better end (docs/PLANNER.md 'Uncertainty')",
+          "verdict: DWDP / DEP / marginal from that range where both fit (DEP where only DEP's ranks fit; nothing "
+          "fits where neither's do)",
+          "hides at: tokens per rank per iteration (requests of that ISL) whose compute hides the prefetch")
+
+#: sources the output names by a short label, with where to read them (printed once, after the text naming them)
+REFERENCES = {"blog 19": "https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/tech_blog/"
+                         "blog19_DWDP_Distributed_Weight_Data_Parallelism_for_High_Performance_LLM_Inference_on_NVL72.md"}
 
 
 def rel_to_root(text: str, root: Path | None) -> str:
@@ -54,12 +60,20 @@ def dep_comm_paths(spec, rows=()) -> list[str]:
 
 
 def describe_pricing(spec, rows=()) -> str:
-    """The target and its tables, then DEP's communication path as the rows priced it (--dep-comm)."""
+    """The target and its tables, then DEP's communication path as the rows priced it (--dep-comm): each row's
+    description clause by clause, a clause said once (rows of two group sizes often share the first)."""
     t = spec.tables
     head = f"trtllm: {t.describe(spec.weight_dtype)}; peer copy: the project's model" if t is not None else spec.priced_as
     comms = list(dict.fromkeys(r.dep_comm for r in rows if r.dep_comm))
-    return head + "".join(f"; DEP communication {c}" for c in comms) if comms else \
-        f"{head}; DEP communication {', '.join(dep_comm_paths(spec, rows))}"
+    if not comms:
+        return f"{head}; DEP communication {', '.join(dep_comm_paths(spec, rows))}"
+    clauses: list[str] = []
+    for c in comms:
+        for i, part in enumerate(c.split("; ")):
+            text = f"DEP communication {part}" if i == 0 else part
+            if text not in clauses:
+                clauses.append(text)
+    return "; ".join([head, *clauses])
 
 
 #: what prices DEP's routed experts per DEP variant (perf/phases.trtllm_phases, perf/dep_variants.py)
@@ -105,7 +119,7 @@ def interference_line(spec) -> str:
     rng = (f"none to {NO_EVIDENCE_INTERFERENCE:g}x each excess: nothing measured copies on {spec.gpu.name}" if wide else
            "half to 1.5x each excess")
     return ("interference priors: " + ", ".join(f"{k.replace('_', ' ')} {v:g}x" for k, v in PRIORS.items())
-            + f" (paper / blog 19 Table 3; range: {rng})")
+            + f" (paper / TensorRT-LLM blog 19 Table 3; range: {rng})")
 
 
 def not_priced_line(spec) -> str:
@@ -187,13 +201,24 @@ def _table(spec, rows, wide: bool):
 def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, root: Path | None = None,
                 wide: bool = False) -> None:
     """The plan as a user reads it: one table per DEP variant (perf/dep_variants.py) that fits 60 columns (--wide:
-    every column), then prose lines printed unsplit (soft-wrapped by the terminal, never cut mid-phrase), one
-    recommendation per DEP variant."""
+    every column), then prose wrapped at word boundaries to the terminal, at most 80 columns (commands/terminal.py),
+    one recommendation per DEP variant, and the references the text names (REFERENCES)."""
+    from rich.text import Text
+
     from ..perf import inputs
     from ..perf.dep_variants import LABELS, SHORT
+    from .terminal import wrap
 
     con = console(wide)  # the narrow table follows the terminal (COLUMNS)
-    say = lambda text: con.print(text, soft_wrap=True)  # noqa: E731
+    said: list[str] = []
+
+    def say(text: str, *, indent: str = "", hang: str | int = 2, bold: str = "") -> None:
+        said.append(text)
+        out = Text(wrap(text, indent=indent, hang=hang))
+        if bold:
+            out.stylize("bold", len(indent), len(indent) + len(bold))
+        con.print(out, soft_wrap=True, highlight=False)  # already wrapped: rich must not cut or re-wrap it
+
     rows = [r for rs in by_variant.values() for r in rs]
     first = next(iter(by_variant.values()))
     wl = f"batch {spec.batch}" if spec.mnt is None else f"MNT {spec.mnt}"
@@ -209,7 +234,8 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
         if several:
             say(f"vs {SHORT[v]}, --dep {v}:")
         con.print(_table(spec, rs, wide))
-    say(LEGEND)
+    for entry in LEGEND if wide else LEGEND[:-1]:
+        say(entry)
     say(inputs.line(spec, rows))
     if (ex := experts_line(spec)) is not None:
         say(ex)
@@ -225,9 +251,9 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
     notes = calibration_notes(spec)
     if verbose:
         for n in notes:
-            say(f"  note: {rel_to_root(n, root)}")
+            say(f"note: {rel_to_root(n, root)}", indent="  ", hang="    ")
     elif notes:
-        say(f"  {len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them")
+        say(f"{len(notes)} calibration note(s) (skipped or dropped inputs); --verbose lists them", indent="  ")
     by_g: dict[int, list] = {}
     for r in first:
         by_g.setdefault(r.dwdp_size, []).append(r)
@@ -237,9 +263,13 @@ def print_table(spec, by_variant: dict, recs: dict, *, verbose: bool = False, ro
             for r in rs[:len(spec.isls)]))
     same = len({rec.reason for rec in recs.values()}) == 1  # memory decided: the DEP variant does not matter
     for v, rec in (list(recs.items())[:1] if same else recs.items()):
-        say(f"[bold]recommendation{f' against {v}' if several and not same else ''}:[/bold] {rec.reason}")
+        head = f"recommendation{f' against {v}' if several and not same else ''}:"
+        say(f"{head} {rec.reason}", bold=head)
         for n in rec.notes:
-            say(f"  - {n}")
+            say(f"- {n}", indent="  ", hang="    ")
+    for label, url in REFERENCES.items():
+        if any(label in text for text in said):
+            say(f"{label}: {url}")
 
 
 def write_plot(spec, rows, path: str) -> None:

@@ -218,36 +218,65 @@ def build_report(spec: ModelSpec, cfg: DwdpConfig, *, weight_dtype: str, max_num
     }
 
 
+def size_candidates_note(fit: mem.DeploymentFit) -> str:
+    """Why `dwdp size` may deploy more GPUs than the smallest count that fits: it searches only its candidate group
+    sizes (commands/size.py DEFAULTS, --dwdp-size / --dep-size), while plan-placement and gen-config count any GPU
+    number. Names the candidate each mode's smallest count rounds up to."""
+    from .size import DEFAULTS
+
+    def sizes(key: str) -> list[int]:
+        return [int(x) for x in DEFAULTS[key].split(",")]
+
+    def deployed(mode: str, n: int | None, cands: list[int]) -> str:
+        up = next((c for c in cands if n is not None and c >= n), None)
+        return f"{mode}{up}" if up is not None else f"no {mode} candidate"
+
+    dw, dp = sizes("dwdp_size"), sizes("dep_size")
+    return (f"(any GPU count; `dwdp size` tries only DWDP groups of {', '.join(map(str, dw))} and DEP servers of "
+            f"{', '.join(map(str, dp))} GPUs by default (--dwdp-size, --dep-size), so here it would deploy "
+            f"{deployed('DWDP', fit.smallest_fitting_dwdp_size, dw)} and "
+            f"{deployed('DEP', fit.smallest_fitting_dep_size, dp)})")
+
+
 def _print_tables(rep: dict, fit: mem.DeploymentFit) -> None:
+    """The report in at most 80 columns (commands/terminal.py's width): the title and memory lines wrapped, the rank
+    table, the per-source load with one row per source rank (any group size fits; names never cut)."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=True)
+    from .terminal import width, wrap
+
+    console = Console(highlight=False, soft_wrap=True, width=width())
+    say = lambda text, **kw: console.print(wrap(text, **kw))  # noqa: E731
     mode = (f"upstream: {rep['num_experts_per_worker']} experts per worker, stride {rep['num_prefetch_experts']}"
             if rep["placement"] == "upstream" else f"derived, redundant_experts={rep['redundant_experts']}")
-    title = (f"{rep['model']} ({rep['num_layers']} layers, {rep['num_moe_layers']} MoE, {rep['num_experts']} experts), "
-             f"dwdp_size={rep['dwdp_size']}, {mode}, {rep['weight_dtype']} "
-             f"(one expert {fmt_bytes(rep['expert_bytes'])}), source_policy={rep['source_policy']}")
-    t = Table(title=title, title_justify="left")
+    say(f"{rep['model']} ({rep['num_layers']} layers, {rep['num_moe_layers']} MoE, {rep['num_experts']} experts), "
+        f"dwdp_size={rep['dwdp_size']}, {mode}, {rep['weight_dtype']} (one expert {fmt_bytes(rep['expert_bytes'])}), "
+        f"source_policy={rep['source_policy']}")
+    t = Table()
     for col in ("dwdp_rank", "local experts", "#local", "#fetched", "fetched/layer", "memory"):
-        t.add_column(col, justify="left" if col == "local experts" else "right")
+        t.add_column(col, justify="left" if col == "local experts" else "right", overflow="fold")
     for r in rep["ranks"]:
         t.add_row(str(r["dwdp_rank"]), r["local_experts"], str(r["num_local"]), str(r["num_fetched"]),
                   fmt_bytes(r["fetch_bytes_per_layer"]), f'{r["memory"]["total_gb"]:.2f} GB')
-    console.print(t)
-    s = Table(title="per-source load (experts served per layer)", title_justify="left")
-    s.add_column("policy")
+    console.print(t, soft_wrap=False)
+    say("per-source load (experts each source rank serves per layer)")
+    s = Table()
+    s.add_column("source rank", justify="right")
+    pols = list(rep["source_load"])
+    for pol in pols:
+        s.add_column(pol, justify="right", no_wrap=True)
     for r in range(rep["dwdp_size"]):
-        s.add_column(f"src {r}", justify="right")
-    s.add_column("max", justify="right")
-    for pol, load in rep["source_load"].items():
-        s.add_row(pol, *map(str, load["per_source"]), str(load["max"]))
-    console.print(s)
+        s.add_row(str(r), *(str(rep["source_load"][pol]["per_source"][r]) for pol in pols))
+    s.add_row("max", *(str(rep["source_load"][pol]["max"]) for pol in pols), style="bold")
+    console.print(s, soft_wrap=False)
     for rank in (fit.dwdp, fit.dep):  # memory's lines, as gen-config prints them
-        console.print(rank.describe(worst=True))
+        say(rank.describe(worst=True))
     if rep["memory"]["gemm_priced_how"]:
-        console.print(f"  (prefetch slots priced for gemm {fit.dwdp.gemm}: {rep['memory']['gemm_priced_how']})")
-    console.print(fit.smallest_line())
+        say(f"(prefetch slots priced for gemm {fit.dwdp.gemm}: {rep['memory']['gemm_priced_how']})", indent="  ",
+            hang="   ")
+    say(fit.smallest_line())
+    say(size_candidates_note(fit), indent="  ", hang="   ")
 
 
 def _weight_dtype(args: argparse.Namespace, data: dict | None) -> str | None:

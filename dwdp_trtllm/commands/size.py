@@ -276,6 +276,7 @@ def run(args) -> int:
             ctxs = {m: o.deployment for m, o in out.items() if o.deployment is not None}
             pareto = {m: se.pareto(p, d, dc) for m, d in ctxs.items()}
     notes = notes_lines(spec, probs, dc)
+    notes.append(searched_sizes_note(probs[0][1]))
     written, said = None, ""
     best = results[0][2]["dwdp"].deployment
     if args.out and best is not None:
@@ -325,3 +326,11 @@ def run(args) -> int:
         print("\n  ".join(lines), file=sys.stderr)
         return 1
     return 0
+
+
+def searched_sizes_note(p) -> str:
+    """The context server sizes the search tried (Problem.dwdp_sizes / dep_sizes): why a deployment here can hold more
+    GPUs than `dwdp plan-placement`'s smallest count that fits, which counts any GPU number."""
+    return (f"context servers searched: DWDP groups of {', '.join(map(str, p.dwdp_sizes))} GPUs, DEP servers of "
+            f"{', '.join(map(str, p.dep_sizes))} GPUs (--dwdp-size, --dep-size); `dwdp plan-placement` gives the "
+            "smallest GPU count that fits, any count")

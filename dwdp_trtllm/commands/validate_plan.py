@@ -69,6 +69,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="one line per file, run and mode: the per-iteration phases and the wall, predicted vs measured")
     p.add_argument("--verbose", action="store_true",
                    help="list every calibration note (campaigns not used, skipped runs) before the table, not one line")
+    p.add_argument("--wide", action="store_true",
+                   help="tables on one line per row, wider than 80 columns (default: they fit the terminal)")
     return p
 
 
@@ -277,14 +279,38 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    con = console()
+    con = console(args.wide)  # --wide: unwrapped rows (180 columns when piped); else the terminal, at most 80
+    if not args.wide:
+        from rich.console import Console
+
+        from .terminal import width
+        con = Console(width=width())
     root = bench_dir(args)
     if args.summary:
-        print_summary(con, results, root)
+        print_summary(con, results, root, wide=args.wide)
         return 0
     for res in results:
-        print_file(con, res, verbose=args.verbose, root=root)
+        print_file(con, res, verbose=args.verbose, root=root, wide=args.wide)
     return 0
+
+
+def _say(con, text: str, *, indent: str = "", hang: str | int = 2) -> None:
+    """Prose wrapped within 80 columns (commands/terminal.py), printed as is (rich neither cuts nor re-wraps it)."""
+    from rich.text import Text
+
+    from .terminal import wrap
+    con.print(Text(wrap(text, indent=indent, hang=hang)), soft_wrap=True, highlight=False)
+
+
+def _new_table(wide: bool, **kw):
+    """A rich Table: --wide's boxed one, or a compact one (no outer edge, one space between columns) that fits the
+    terminal, cells wrapping at word boundaries and long names folded, never cut."""
+    from rich import box
+    from rich.table import Table
+
+    if wide:
+        return Table(**kw)
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), **kw)
 
 
 SUMMARY_PHASES = ("attention", "expert_gemm", "other", "wall")
@@ -306,13 +332,15 @@ def summary_rows(res: dict) -> list[dict]:
     return out
 
 
-def print_summary(con, results: list[dict], root: Path | None = None) -> None:
-    from rich.table import Table
-
-    t = Table(title="per-iteration ms, predicted / measured (error); * = measured statistic not usable (see notes)",
-              title_justify="left")
-    for col in ("file", "mode", "stat", "ISL", "experts", *SUMMARY_PHASES):
-        t.add_column(col, justify="left" if col in ("file", "mode", "stat") else "right")
+def print_summary(con, results: list[dict], root: Path | None = None, *, wide: bool = False) -> None:
+    """One row per file, run, mode and statistic: each phase's predicted / measured (error). Narrow (the default):
+    the run's name, mode, statistic, ISL and expert dtype in one cell, each phase's error under its times, within 80
+    columns."""
+    _say(con, "per-iteration ms, predicted / measured (error); * = measured statistic not usable (see notes)")
+    t = _new_table(wide)
+    cols = ("file", "mode", "stat", "ISL", "experts") if wide else ("run",)
+    for col in (*cols, *SUMMARY_PHASES):
+        t.add_column(col, justify="left" if col in ("file", "mode", "stat", "run") else "right", overflow="fold")
     reasons: dict[str, int] = {}
     for res in results:
         for row in summary_rows(res):
@@ -323,58 +351,66 @@ def print_summary(con, results: list[dict], root: Path | None = None) -> None:
                     cells.append("-")
                     continue
                 mark = f" *{reasons.setdefault(x['excluded'], len(reasons) + 1)}" if x["excluded"] else ""
-                cells.append(f"{_fmt(x['predicted'])} / {_fmt(x['measured'])} ({x['rel_error']:+.1%}){mark}")
+                sep = " " if wide else "\n"
+                cells.append(f"{_fmt(x['predicted'])} / {_fmt(x['measured'])}{sep}({x['rel_error']:+.1%}){mark}")
             name = Path(row["file"]).name + (f"[{row['run']}]" if row["run"] else "")
-            t.add_row(name, row["mode"], row["stat"], str(row["config"]["isl"]), row["config"]["weight_dtype"], *cells)
+            isl, dtype = str(row["config"]["isl"]), row["config"]["weight_dtype"]
+            lead = ([name, row["mode"], row["stat"], isl, dtype] if wide else
+                    [f"{name}\n{row['mode']} {row['stat']}\nISL {isl}, {dtype}"])
+            t.add_row(*lead, *cells)
     con.print(t)
     for why, i in reasons.items():
-        con.print(f"  *{i}: {why}")
+        _say(con, f"*{i}: {why}", indent="  ", hang="    ")
     for res in results:
         lo = "; ".join(n for n in res["calibration"]["notes"] if n.startswith(("floor calibration", "leave-one-out")))
-        con.print(f"  {Path(res['file']).name}: {rel_to_root(lo, root)}")
+        _say(con, f"{Path(res['file']).name}: {rel_to_root(lo, root)}", indent="  ", hang="    ")
 
 
-def print_file(con, res: dict, *, verbose: bool = False, root: Path | None = None) -> None:
-    """One file's tables; before them its calibration in one line (every note with `verbose`), paths relative to
-    the data's root (plan_output.rel_to_root, as `dwdp plan`)."""
-    from rich.table import Table
-
+def print_file(con, res: dict, *, verbose: bool = False, root: Path | None = None, wide: bool = False) -> None:
+    """One file's tables; before them its calibration in one paragraph (every note with `verbose`), paths relative to
+    the data's root (plan_output.rel_to_root, as `dwdp plan`). Prose wraps within 80 columns; the tables fit the
+    terminal unless `wide`."""
     cal = res["calibration"]
     if verbose:
         for n in cal["notes"]:
-            con.print(f"calibration: {rel_to_root(n, root)}")
+            _say(con, f"calibration: {rel_to_root(n, root)}")
     else:
         head = rel_to_root(cal["choice"], root) if cal["choice"] else "no floor campaign (datasheet rates)"
         out = f"; {len(cal['left_out'])} run(s) of the validated file left out" if cal["left_out"] else ""
-        con.print(f"calibration{f' (under {root})' if root else ''}: {head}{out}; {len(cal['notes'])} note(s), "
-                  "--verbose lists them", soft_wrap=True)  # one line, also in a log
+        _say(con, f"calibration{f' (under {root})' if root else ''}: {head}{out}; {len(cal['notes'])} note(s), "
+                  "--verbose lists them")
     for r in res["runs"]:
         if "error" in r:
-            con.print(f"run {r['run']}: {r['error']}")
+            _say(con, f"run {r['run']}: {r['error']}")
             continue
         c = r["config"]
         for n in (first := [n for n in r["notes"] if n.startswith(("OTHER DEVICE", "the run records no device"))]):
-            con.print(f"run {r['run']}: {n}")  # before the table: another device's errors measure the machine gap
-        t = Table(title=f"run {r['run']}: {c['model']} ({c['layers']} layers), G={c['dwdp_size']}, ISL {c['isl']}, "
-                        f"MNT {c['mnt']}, {c['weight_dtype']}, predicted for {c['gpu']}", title_justify="left")
-        for col in ("metric", "predicted", "measured", "rel. error", "note"):
-            t.add_column(col, justify="left" if col in ("metric", "note") else "right")
+            _say(con, f"run {r['run']}: {n}")  # before the table: another device's errors measure the machine gap
+        _say(con, f"run {r['run']}: {c['model']} ({c['layers']} layers), G={c['dwdp_size']}, ISL {c['isl']}, "
+                  f"MNT {c['mnt']}, {c['weight_dtype']}, predicted for {c['gpu']}")
+        t = _new_table(wide)
         marks: dict[str, int] = {}
+        rows = []
         for x in r["comparisons"]:
             note = ""
             if x["excluded"]:
                 note = f"excluded ({marks.setdefault(x['excluded'], len(marks) + 1)})"
-            t.add_row(x["metric"], _fmt(x["predicted"]), _fmt(x["measured"]), f"{x['rel_error']:+.1%}", note)
+            rows.append((x["metric"], _fmt(x["predicted"]), _fmt(x["measured"]), f"{x['rel_error']:+.1%}", note))
+        cols = ("metric", "predicted", "measured", "rel. error") + (("note",) if wide or marks else ())
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("metric", "note") else "right", overflow="fold")
+        for row in rows:
+            t.add_row(*row[:len(cols)])
         con.print(t)
         for why, i in marks.items():
-            con.print(f"  ({i}) measured statistic not usable: {why}")
+            _say(con, f"({i}) measured statistic not usable: {why}", indent="  ", hang="    ")
         missing = r["not_compared"]
         absent = [m for m in ("dep", "dwdp") if all(not k.startswith(m + ".") for k in (x["metric"] for x in r["comparisons"]))]
         shown = [k for k in missing if k.split(".")[0] not in absent and not (absent and k.startswith("ratio."))]
         if absent:
-            con.print(f"  not compared: {', '.join(absent)} (mode not in the results)")
+            _say(con, f"not compared: {', '.join(absent)} (mode not in the results)", indent="  ", hang="    ")
         if shown:
-            con.print("  not compared (missing in the results): " + ", ".join(shown))
+            _say(con, "not compared (missing in the results): " + ", ".join(shown), indent="  ", hang="    ")
         for n in r["notes"]:
             if n not in first:
-                con.print(f"  note: {n}")
+                _say(con, f"note: {n}", indent="  ", hang="    ")

@@ -2,7 +2,7 @@
 
 Why cuDNN: MLA has qk head dim 192 and v 128. torch's flash kernels need one head dim (v zero-padded to 192)
 and run the DeepSeek-R1 core at 269 TFLOP/s on the H200; cuDNN takes v at 128 and runs it at 559 TFLOP/s
-(2 x 8K causal, 128 heads: 20.4 ms vs 9.8 ms; docs/BENCHMARKS.md section 6).
+(2 x 8K causal, 128 heads: 20.4 ms vs 9.8 ms; docs/history/benchmarks-2026-12.md section 6).
 
 Why buckets: cuDNN builds an execution plan per new shape (about 65 ms each on the H200, measured: a layer-0
 attention of 216-569 ms against 15-21 ms in layers 1-2 of the same iteration). Every chunk length would be a new
@@ -37,7 +37,7 @@ from .fused import _lse_merge, fused
 BUCKET = 256
 
 #: flash with v zero-padded to the qk head dim runs the MLA core at this fraction of cuDNN's rate on the H200
-#: (2 x 8192 causal, 128 heads, qk 192, v 128: 269 vs 559 useful TFLOP/s; docs/BENCHMARKS.md section 7)
+#: (2 x 8192 causal, 128 heads, qk 192, v 128: 269 vs 559 useful TFLOP/s; docs/history/benchmarks-2026-12.md section 7)
 FLASH_OVER_CUDNN = 269 / 559
 
 #: rows up to which warm_plans built the causal plans, per device index (absent: none built in this process)

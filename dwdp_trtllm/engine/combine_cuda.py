@@ -2,7 +2,7 @@
 
 Why not torch.compile: Inductor makes a reduction over the K axis of a [T, K, H] gather whose programs read
 rows K apart; on the H200 at 16K tokens x top-8 x 7168 it took 5.4 ms per MoE layer (profile of 2026-12-02,
-docs/BENCHMARKS.md section 7) for 1.9 GB of reads, about 0.35 TB/s. Here one program owns a [BLOCK_H] slice
+docs/history/benchmarks-2026-12.md section 7) for 1.9 GB of reads, about 0.35 TB/s. Here one program owns a [BLOCK_H] slice
 of one token and reads its K rows with 16-byte coalesced loads, accumulating in float32 in routing order
 (k = 0..K-1), so the bytes are read once at close to HBM speed.
 
@@ -47,7 +47,7 @@ NUM_WARPS = 4
 
 def combine_cuda(y_sorted_AH: torch.Tensor, inv_A: torch.Tensor, w_TK: torch.Tensor,
                  out_dtype: torch.dtype = torch.float32, *, block_h: int = 0, num_warps: int = 0) -> torch.Tensor:
-    """block_h / num_warps: tile overrides for scripts/gpu/bench_moe_kernels.py (0: the module's choice)."""
+    """block_h / num_warps: tile overrides for scripts/bench_moe_kernels.py (0: the module's choice)."""
     T, K = w_TK.shape
     H = y_sorted_AH.shape[1]
     if inv_A.numel() != T * K:  # y_sorted may hold more rows (a padded GEMM output): only inv_A's are read

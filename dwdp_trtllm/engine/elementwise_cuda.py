@@ -5,7 +5,7 @@ Why not torch.compile: a torch.compile'd function is traced again whenever a cal
 trace (with dynamic shapes, Dynamo also gives equal sizes one symbol, so relations that held in a warm-up can fail
 later), and each new trace costs seconds; measured bench iterations on the H200 still carried such one-time costs
 (a DEP iteration's attention averaged 1,062 ms against 84 ms in the steady iteration, 2026-12-03,
-docs/BENCHMARKS.md section 7). A Triton kernel compiles once per dtype and specialisation of its integer
+docs/history/benchmarks-2026-12.md section 7). A Triton kernel compiles once per dtype and specialisation of its integer
 arguments, independent of the token count (the grid).
 
 Each function computes what its eager reference in fused.py computes (float32 math, the same roundings to the

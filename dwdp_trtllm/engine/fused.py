@@ -6,7 +6,7 @@ the CPU runs and what each CUDA kernel computes: float32 math, the same rounding
 rope_cuda.py (RoPE, in place), and beside them combine_cuda.py (the MoE combine) and quant_cuda.py (FP8
 activation quantisation). Eagerly each chain is 5-10 kernels over float32 temporaries (measured on the H200 at
 16K tokens x DeepSeek-R1 width: RMSNorm 1.54 ms eager vs 0.30 ms fused, RoPE on q 3.13 vs 1.13 ms, SwiGLU 0.47
-vs 0.09 ms; docs/BENCHMARKS.md section 7). torch.compile made these kernels first; its re-traces (seconds each) can
+vs 0.09 ms; docs/history/benchmarks-2026-12.md section 7). torch.compile made these kernels first; its re-traces (seconds each) can
 land in measured iterations (see elementwise_cuda.py), so the engine no longer uses it.
 
 Contract: `fused(name, *tensors)` returns the CUDA kernel when every tensor is on CUDA and fusing is on, else

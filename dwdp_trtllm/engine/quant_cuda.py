@@ -4,7 +4,7 @@ SwiGLU that produces the down projection's input. Hand-written Triton kernels.
 Why not torch.compile: Inductor splits "amax per group, then divide" into a reduction kernel and a pointwise
 kernel that each read the whole input (and recompute the SwiGLU): on the H200 at 16K tokens x top-8 the fused
 SwiGLU + quantisation took 2.0 ms per MoE layer and the quantisation of the [16K, 7168] tokens 0.5 ms (profile of
-2026-12-03, docs/BENCHMARKS.md section 7). Here one program loads GB groups of one row once, reduces, scales and
+2026-12-03, docs/history/benchmarks-2026-12.md section 7). Here one program loads GB groups of one row once, reduces, scales and
 stores codes and scales.
 
 Contract (the same math as the eager references, ops/reference.py quantize_fp8_blockwise with block (1, 128) and

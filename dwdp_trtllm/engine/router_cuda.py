@@ -4,7 +4,7 @@ Why: the eager chain (router.select_grouped_sigmoid: bias add, a top-2 per group
 a scatter into a group mask, the expand, masked_fill, the top-k over experts, the gather of the weights, the
 normalisation and the scale) is about a dozen kernels over [T, E] float32 per MoE layer; on the H200 at 16K
 tokens the top-k and sort kernels alone took about 0.7 ms per MoE layer (profile of 2026-12-03,
-docs/BENCHMARKS.md section 7b). Here one program owns BLOCK_T tokens and does the whole selection in registers.
+docs/history/benchmarks-2026-12.md section 7b). Here one program owns BLOCK_T tokens and does the whole selection in registers.
 
 Semantics (the reference beside it is router.select_grouped_sigmoid, which the tests compare against):
 - choice = scores + bias (float32, the same IEEE adds as eager);

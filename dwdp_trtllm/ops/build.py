@@ -112,6 +112,19 @@ def _check_toolchain(cuda: bool) -> None:
             raise OpsBuildError(f"nvcc not found (CUDA_HOME={home!r}): install the CUDA toolkit to build the CUDA ops")
 
 
+def build_plan(cuda: bool) -> tuple[str, Path, list[Path]]:
+    """(library name, build directory, sources) of one flavour: where load() builds it and what it compiles (one object
+    file per source, then the link). `dwdp build-ops` shows its progress from these."""
+    name = "dwdp_ops_cuda" if cuda else "dwdp_ops_cpu"
+    return name, env.cache_dir() / "ops" / f"{name}-{build_key(cuda)}", _source_files(cuda)
+
+
+def is_built(cuda: bool) -> bool:
+    """The library of this flavour is in the cache (its key hashes every input, so a library there is current)."""
+    name, build_dir, _ = build_plan(cuda)
+    return (build_dir / f"{name}.so").is_file()
+
+
 def default_cuda() -> bool:
     return torch.cuda.is_available() and torch.version.cuda is not None
 
@@ -133,8 +146,7 @@ def load(cuda: bool | None = None, verbose: bool = False) -> Path:
         _check_toolchain(cuda)
         from torch.utils import cpp_extension
 
-        name = "dwdp_ops_cuda" if cuda else "dwdp_ops_cpu"
-        build_dir = env.cache_dir() / "ops" / f"{name}-{build_key(cuda)}"
+        name, build_dir, sources = build_plan(cuda)
         build_dir.mkdir(parents=True, exist_ok=True)
         includes = [str(plugins_dir() / "include"), str(plugins_dir() / "csrc")]
         if cuda:
@@ -148,7 +160,7 @@ def load(cuda: bool | None = None, verbose: bool = False) -> Path:
             return path
         try:
             cpp_extension.load(
-                name=name, sources=[str(s) for s in _source_files(cuda)], extra_cflags=["-O2"],
+                name=name, sources=[str(s) for s in sources], extra_cflags=["-O2"],
                 extra_cuda_cflags=_CUDA_FLAGS if cuda else None, extra_include_paths=includes,
                 build_directory=str(build_dir), verbose=verbose, with_cuda=cuda, is_python_module=False)
         except (RuntimeError, OSError, ImportError) as e:

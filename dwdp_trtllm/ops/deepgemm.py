@@ -90,7 +90,7 @@ def padded_layout(offs_E: torch.Tensor, rows: int | None = None, rows_padded: in
 def _as_words(t: torch.Tensor) -> torch.Tensor:
     """Rows of a contiguous 2-D tensor as the widest integers that tile a row (int64 when its bytes allow): the row
     copies move 8 bytes per element instead of one (index_copy_ has no float8 kernel, and byte-wide copies of FP8
-    rows ran at ~0.7 TB/s on the H200, docs/BENCHMARKS.md section 13)."""
+    rows ran at ~0.7 TB/s on the H200, docs/history/benchmarks-2026-12.md section 13)."""
     if t.dim() != 2 or not t.is_contiguous():
         return t.view(torch.uint8) if t.dtype.itemsize == 1 and t.is_floating_point() else t
     row_bytes = t.shape[1] * t.dtype.itemsize
@@ -141,7 +141,7 @@ def module():
         # do_unshift ran for collate::transform): its facet id resolved to a copy other than libstdc++'s own (which
         # library exports it was not established; _C links cudart and nvrtc ahead of libstdc++). libstdc++ made
         # global first puts its own symbols ahead of every such copy: with it the same _C ran every test and the
-        # benchmark (docs/BENCHMARKS.md section 13).
+        # benchmark (docs/history/benchmarks-2026-12.md section 13).
         import ctypes  # noqa: PLC0415
         try:
             ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
@@ -198,7 +198,7 @@ def grouped_gemm_fp8(a_RK: torch.Tensor, offs_E: torch.Tensor, w_ENK: torch.Tens
                      w_scale_ENK: torch.Tensor, use_psum: bool = True) -> torch.Tensor:
     """Our op's contract on one [E, N, K] buffer (expert-sorted unpadded rows in, [R, N] BF16 out) through DeepGEMM:
     pad the rows and scales, transform the scales, the grouped GEMM, unpad. The layout steps cost time that a
-    producer writing the padded layout directly would not spend (docs/BENCHMARKS.md section 13 times them)."""
+    producer writing the padded layout directly would not spend (docs/history/benchmarks-2026-12.md section 13 times them)."""
     if a_RK.dtype != torch.float8_e4m3fn or w_ENK.dtype != torch.float8_e4m3fn:
         raise ValueError(f"grouped_gemm_fp8: a and w must be float8_e4m3fn, got {a_RK.dtype} and {w_ENK.dtype}")
     lay = padded_layout(offs_E)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build DeepGEMM (deepseek-ai/DeepGEMM) from the git-ignored source bundle .carry/deepgemm on a CUDA machine, for
-# scripts/bench_deepgemm.py and dwdp_trtllm/ops/deepgemm.py (issue 25, docs/BENCHMARKS.md section 13).
+# scripts/bench_deepgemm.py and dwdp_trtllm/ops/deepgemm.py (issue 25, docs/history/benchmarks-2026-12.md section 13).
 #   usage: scripts/gpu/deepgemm_build.sh [DEST]   (default /tmp/deepgemm; then export DWDP_DEEPGEMM_DIR=DEST)
 # The bundle: DeepGEMM's csrc/, deep_gemm/, setup.py, scripts/generate_pyi.py, LICENSE at 54e2261 and fmt's include/
 # at 553ec11 under third-party/fmt (its submodule pins); CUTLASS/CuTe headers come from .carry/cutlass (4.2.0; the
@@ -22,7 +22,7 @@ rm -rf "$dest"; mkdir -p "$dest"; cp -r "$src"/. "$dest"/
 mkdir -p "$dest/third-party/cutlass"
 ln -sfn "$cut" "$dest/third-party/cutlass/include"
 ln -sfn "$cut/cute" "$dest/deep_gemm/include/cute"; ln -sfn "$cut/cutlass" "$dest/deep_gemm/include/cutlass"
-# DEEPGEMM_BUILD=setup (default; the build measured in docs/BENCHMARKS.md section 13): DeepGEMM's own setup.py
+# DEEPGEMM_BUILD=setup (default; the build measured in docs/history/benchmarks-2026-12.md section 13): DeepGEMM's own setup.py
 # (plain setuptools build_ext); torch: the same extension (sources, include dirs, flags, libraries of its setup.py)
 # through torch.utils.cpp_extension.load (torch's pybind11 ABI flags). A prebuilt _C of the other kind is dropped.
 # Either one's _C segfaults in std::regex at its first JIT call on the H200 image unless libstdc++ is made global

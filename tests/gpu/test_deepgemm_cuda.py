@@ -8,7 +8,7 @@ the same e4m3 values and scales (accumulation order, FP32 promotion per 128-deep
 differ); DeepGEMM vs our op <= 1e-2 likewise (not bit-exact: two kernels, two accumulation orders).
 The engine's whole routed-expert op with gemm=deepgemm (engine/moe_deepgemm.py: one gather to the padded rows, the
 combine through the padded index) against gemm=multi_buffer: <= 1e-2 relative, and bit-identical as a separate claim
-(docs/BENCHMARKS.md section 13 found DeepGEMM's GEMM output bit-identical to ours on R1 shapes). Its first run
+(docs/history/benchmarks-2026-12.md section 13 found DeepGEMM's GEMM output bit-identical to ours on R1 shapes). Its first run
 JIT-compiles two kernels (16 experts: fc1 and fc2 shapes).
 """
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_routed_op_deepgemm_matches_multi_buffer(routing, up_first):
 
 @pytest.mark.parametrize("routing", ["uniform", "skewed"])
 def test_routed_op_deepgemm_is_bit_identical_to_multi_buffer(routing):
-    """docs/BENCHMARKS.md section 13: DeepGEMM's GEMM output equals ours bit for bit on R1 shapes; the rest of the
+    """docs/history/benchmarks-2026-12.md section 13: DeepGEMM's GEMM output equals ours bit for bit on R1 shapes; the rest of the
     op is the same kernels on the same real rows, so the whole op should be bit-identical."""
     y_dg, y_mb, _ = _both(routing, False, seed=12)
     assert torch.equal(y_dg, y_mb), f"max |dg - mb| = {float((y_dg.float() - y_mb.float()).abs().max())}, rel {rel(y_dg, y_mb):.2e}"

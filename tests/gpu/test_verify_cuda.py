@@ -1,6 +1,6 @@
 """`dwdp verify` on CUDA: tiny DeepSeek-shaped model (MLA + YaRN preset dims kept small), bf16, 2 ranks sharing the GPU.
 
-The DeepSeek-R1-width FP8 check is one command (docs/BENCHMARKS.md section 6):
+The DeepSeek-R1-width FP8 check is one command (docs/history/benchmarks-2026-12.md section 6):
     dwdp verify configs/verify/h200_dsr1_fp8.yaml --device cuda
 """
 from __future__ import annotations

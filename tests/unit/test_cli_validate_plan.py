@@ -59,6 +59,17 @@ def test_the_other_device_note_comes_before_the_table(tmp_path, capsys):
     assert 0 <= note < table and out.count("OTHER DEVICE") == 1, out
 
 
+def _paragraphs(text: str) -> list[str]:
+    """Lines with their wrapped continuation lines (indented) joined: the prose validate-plan wraps at 80 columns."""
+    out: list[str] = []
+    for ln in text.splitlines():
+        if ln.startswith("  ") and out:
+            out[-1] += " " + ln.strip()
+        else:
+            out.append(ln)
+    return out
+
+
 def test_calibration_is_one_line_before_the_table_unless_verbose(tmp_path, capsys):
     """validate-plan printed ~16 'calibration:' lines with absolute paths before its table: one line (the floor
     campaign chosen, relative to the data's root) unless --verbose, which lists every note, also relative."""
@@ -72,14 +83,14 @@ def test_calibration_is_one_line_before_the_table_unless_verbose(tmp_path, capsy
     path = _results(tmp_path, "cuda", "NVIDIA H200")
     assert main(["validate-plan", path, "--bench-results", str(bench)]) == 0
     out = capsys.readouterr().out
-    head = out[:out.find("rel. error")].splitlines()
+    head = _paragraphs(out[:out.find("rel. error")])
     cal = [ln for ln in head if ln.startswith("calibration")]
     assert len(cal) == 1 and cal[0].startswith(f"calibration (under {bench}): floor campaign engine_floor_2026-12-03c "
                                                "(the newest complete campaign;"), head
     assert "1 other campaign(s) not used, 1 of them incomplete" in cal[0] and "--verbose lists them" in cal[0]
     assert main(["validate-plan", path, "--bench-results", str(bench), "--verbose"]) == 0
     out = capsys.readouterr().out
-    cal = [ln for ln in out[:out.find("rel. error")].splitlines() if ln.startswith("calibration: ")]
+    cal = [ln for ln in _paragraphs(out[:out.find("rel. error")]) if ln.startswith("calibration: ")]
     assert len(cal) > 1 and any("not used: campaign engine_floor_2026-12-03b" in ln for ln in cal), cal
     assert not any(str(bench) in ln or str(tmp_path) in ln for ln in cal), cal
 

@@ -22,7 +22,7 @@ from dwdp_trtllm.perf.recommend import recommend
 from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
 
 R1 = get_model("deepseek-r1")
-#: the floor campaign shipped in dwdp_trtllm/data/engine_calibration (scripts/adopt_floor_campaign.py rewrites this pin)
+#: the floor campaign shipped in dwdp_trtllm/data/engine_calibration (scripts/dev/adopt_floor_campaign.py rewrites this pin)
 SHIPPED_CAMPAIGN = "engine_floor_2026-12-03e"
 QWEN = get_model("qwen3-235b-a22b")
 

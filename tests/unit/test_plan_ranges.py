@@ -105,8 +105,8 @@ def test_every_plan_lists_measured_given_and_prior_inputs(tmp_path, capsys):
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps({"gpu": "h200", "peer_copy_gbps": 360.0}))
     assert main(["plan", *R1_H200, "--isl", "8192", "--calibration", str(cal), "--routing-skew", "none"]) == 0
-    out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if ln.startswith("inputs: "))
+    out = " ".join(capsys.readouterr().out.split())  # prose wraps at 80 columns: read it as one text
+    line = out[out.index("inputs: "):out.index("not priced: ")]
     assert f"measured: peer bandwidth ({cal})" in line
     assert "given: routing (--routing-skew none)" in line
     assert "priors (ranged): interference, DEP communication, extrapolated table cells" in line

@@ -1,4 +1,4 @@
-"""scripts/adopt_floor_campaign.py: a new floor campaign (gpu_check.sh calib's output) becomes the shipped engine
+"""scripts/dev/adopt_floor_campaign.py: a new floor campaign (gpu_check.sh calib's output) becomes the shipped engine
 calibration only when its six files are the campaign's points (refused otherwise, nothing written), and docs/PLANNER.md
 gets `dwdp plan --target engine`'s before/after table. The source here is a functional stand-in assembled from
 committed H200 runs (engine_floor_2026-12-03c's b*, section 9's run4 f* with FP8 linear layers): it exercises the
@@ -18,7 +18,7 @@ RUN4 = REPO / "docs/bench_results/fp8_linear_2026-12-03/run4"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("adopt_floor_campaign", REPO / "scripts/adopt_floor_campaign.py")
+    spec = importlib.util.spec_from_file_location("adopt_floor_campaign", REPO / "scripts/dev/adopt_floor_campaign.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -1,8 +1,8 @@
 """The dwdp_trtllm engine's FP8 default on sm_90 (issue 25): multi_buffer first, the composite view the fallback, then
 merge, because our whole routed-expert op measured faster on the H200 than TensorRT-LLM's fp8_block CUTLASS MoE
-(aiconfigurator's table, TensorRT-LLM 1.3.0rc20), the stock kernel the composite view feeds, at every point of the
-2026-12-03 run: 1.06-1.39x with uniform routing (only 1.06x at 4K tokens), 1.32-1.44x power-law
-(integration/moe_evidence.py, docs/BENCHMARKS.md section 12). BF16 keeps the composite view first. Before this
+(aiconfigurator's table, TensorRT-LLM 1.3.0rc20), the stock kernel the composite view feeds, at 8K and 16K tokens and
+about even at 4K in the latest 2026-12-03 run: 0.98-1.41x with uniform routing (0.98x at 4K tokens), 1.25-1.48x
+power-law (integration/moe_evidence.py, docs/BENCHMARKS.md "Routed-expert op (FP8, Hopper)"). BF16 keeps the composite view first. Before this
 change gen-config wrote `gemm: composite_view` for every weight dtype and the reasons named no measurement."""
 import subprocess
 import sys
@@ -56,7 +56,7 @@ def test_fp8_default_order_multi_buffer_then_composite_then_merge():
     g, why = _choose(default_gemm("fp8", 90))
     assert g == "multi_buffer"
     assert fp8_sm90_reason() in why  # the measurement and both sources, in the log and gemm_reason
-    assert "5.10 / 8.42 / 15.88 ms" in why and "h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet" in why
+    assert "5.49 / 8.57 / 15.58 ms" in why and "h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet" in why
     g, why = _choose(default_gemm("fp8", 90), mb="w3_w1_bias is set")  # unit refused: the composite view
     assert g == "composite_view" and "multi_buffer requested but not possible (w3_w1_bias is set)" in why
     g, why = _choose(default_gemm("fp8", 90), transport="ipc", mb="w3_w1_bias is set")  # neither: merge

@@ -1,6 +1,6 @@
 """MLA attention core on the H200: which stock kernel runs causal attention with qk head dim 192 and v 128 fastest.
 
-    python3 scripts/bench_attention_options.py [--seq 8192] [--segments 2] [--heads 128]
+    python3 scripts/dev/bench_attention_options.py [--seq 8192] [--segments 2] [--heads 128]
 
 Times (median of CUDA-event timings, ms per call over all segments), each checked against the math
 reference on a slice: SDPA flash with v zero-padded to 192; SDPA cuDNN with v 128 (if this torch allows

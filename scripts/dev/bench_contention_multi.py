@@ -11,7 +11,7 @@ Copies are issued on each DESTINATION's copy stream (pulls, as DWDP does) throug
 batched path; peer access is enabled through torch. Each destination's time comes from its own
 events (starts are aligned by a spin kernel queued before every start event).
 
-    python scripts/bench_contention_multi.py --out $OUT
+    python scripts/dev/bench_contention_multi.py --out $OUT
 Exits 0 with a message when fewer than 2 GPUs are visible (it is meant for a multi-GPU machine).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dwdp_trtllm.bench.checks import exit_code  # noqa: E402
 from dwdp_trtllm.spec.config import DwdpConfig  # noqa: E402

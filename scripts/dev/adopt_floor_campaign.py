@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Adopt a new `dwdp bench --floor` campaign as the planner's engine calibration, and show how DWDP/DEP moved.
 
-    python3 scripts/adopt_floor_campaign.py SRC NAME      # SRC: gpu_check.sh calib's output (a directory or a .tar.gz)
-    python3 scripts/adopt_floor_campaign.py --table AFTER_DIR   # only print the before/after table (nothing written)
-    python3 scripts/adopt_floor_campaign.py --before OLD SRC NAME   # the table's before: docs/bench_results/OLD, not
+    python3 scripts/dev/adopt_floor_campaign.py SRC NAME      # SRC: gpu_check.sh calib's output (a directory or a .tar.gz)
+    python3 scripts/dev/adopt_floor_campaign.py --table AFTER_DIR   # only print the before/after table (nothing written)
+    python3 scripts/dev/adopt_floor_campaign.py --before OLD SRC NAME   # the table's before: docs/bench_results/OLD, not
         # the campaign shipped so far (e.g. the last one before a change, when the shipped one only re-measured it)
 
 SRC holds perf_check.sh's points as <point>/results.json (POINTS; tarballs inside SRC are unpacked first). Each file is
@@ -37,7 +37,7 @@ import tempfile
 from contextlib import redirect_stdout
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # this checkout's package, also where it is not installed
 POINTS = ("b2", "b8", "b32", "f2", "f8", "f32")
 #: (what, `dwdp plan` arguments): DeepSeek-R1 FP8 on 8x H200, and section 3's smoke shape (2 ranks, 3 layers) in FP8
@@ -270,7 +270,7 @@ def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True, 
         for p in POINTS:
             shutil.copyfile(found[p], stage / f"{p}.json")
         md = (repo / "docs/PLANNER.md").read_text(encoding="utf-8")
-        body = (f"Campaign {name} ({held}), adopted by `python3 scripts/adopt_floor_campaign.py`"
+        body = (f"Campaign {name} ({held}), adopted by `python3 scripts/dev/adopt_floor_campaign.py`"
                 + (f" with `--before {before}`" if before else "") + f"; before: {before_p.name}"
                 + ("" if before_p.name == old.name else f" (shipped until now: {old.name})") + ":\n\n"
                 + table(before_p, stage, name))
@@ -284,7 +284,7 @@ def adopt(src: Path, name: str, repo: Path = REPO, *, with_matrix: bool = True, 
             md = replace_between(md, "matrix", matrix(stage), "docs/PLANNER.md")
         if log is not None:
             shutil.copyfile(log, stage / "bench.log")
-        print(bench_table(found))  # for docs/BENCHMARKS.md (the lead's section): the measured points themselves
+        print(bench_table(found))  # for docs/BENCHMARKS.md: the measured points themselves
         # everything computed: write beside each place, then rename (a failure before the renames leaves the repo as
         # it was, but for temporaries that are removed)
         staged: list[tuple[Path, Path]] = []
