@@ -23,10 +23,11 @@ DWDP_NO_FUSE = "DWDP_NO_FUSE"
 #: (ops/deepgemm.py).
 DWDP_DEEPGEMM_DIR = "DWDP_DEEPGEMM_DIR"
 #: The FP8 routed experts' GEMM mainloop under gemm multi_buffer / composite_view on sm_90: "auto" (default: DeepGEMM
-#: when built, else dwdp::grouped_gemm's CUTLASS kernels with one warning), "cutlass" (always ours; the op before
-#: DeepGEMM, for side-by-side timings or as an escape hatch).
+#: when built and the call is large enough for it to win, engine/gemm_paths.DEEPGEMM_MIN_ROWS_PER_EXPERT, else
+#: dwdp::grouped_gemm's CUTLASS kernels), "cutlass" (always ours: the op before DeepGEMM, for side-by-side timings or
+#: as an escape hatch), "deepgemm" (DeepGEMM whenever it can run, whatever the call's size).
 DWDP_MOE_MAINLOOP = "DWDP_MOE_MAINLOOP"
-MOE_MAINLOOPS = ("auto", "cutlass")
+MOE_MAINLOOPS = ("auto", "cutlass", "deepgemm")
 #: Which DeepGEMM source scripts/bench_deepgemm.py records beside its numbers (default DEEPGEMM_SOURCE_DEFAULT).
 DWDP_DEEPGEMM_SOURCE = "DWDP_DEEPGEMM_SOURCE"
 #: Rendezvous launch of DWDP context workers (one single-GPU `trtllm-serve` per context rank, no MPI world between

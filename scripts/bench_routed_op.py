@@ -6,8 +6,9 @@ rest slot], two allocations), bf16 activations in and out, TensorRT-LLM's weight
 the TensorRT-LLM host's execution unit (integration/trtllm/moe_unit.routed_forward: sort, quantise + gather, fc1,
 SwiGLU + quantise, fc2, combine). FP8 block scales (1x128 activations, 128x128 weights):
   op_cutlass   the op with dwdp::grouped_gemm's CUTLASS kernels (DWDP_MOE_MAINLOOP=cutlass: the op before DeepGEMM)
-  op           the op as it runs by default: DeepGEMM's mainloop, one call per buffer (engine/moe_deepgemm.routed_mlp)
-  op_one       the same over ONE [E, ...] buffer (the composite view's / DEP's layout: no section read-back)
+  op_dg        the op on DeepGEMM's mainloop, one call per buffer (DWDP_MOE_MAINLOOP=deepgemm: routed_mlp)
+  op           the op as it runs by default (auto: DeepGEMM from engine/gemm_paths.DEEPGEMM_MIN_ROWS_PER_EXPERT up)
+  op_one       op_dg over ONE [E, ...] buffer (the composite view's / DEP's layout: no section read-back)
   gemm_ours    fc1 + fc2 alone: dwdp::grouped_gemm on the sorted rows, [local | slot]
   gemm_dg      fc1 + fc2 alone: DeepGEMM on the padded rows of one buffer
   gemm_torch   fc1 + fc2 alone: torch._scaled_grouped_mm (rowwise scales: another recipe, the floor's kernel)
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_moe_op_vs_trtllm as mop  # noqa: E402  (its expert sources, routing and commit record)
 
-FP8_VARIANTS = ("op_cutlass", "op", "op_one", "gemm_ours", "gemm_dg", "gemm_torch")
+FP8_VARIANTS = ("op_cutlass", "op_dg", "op", "op_one", "gemm_ours", "gemm_dg", "gemm_torch")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -89,8 +90,9 @@ def fp8_runs(spec, x_TH, ids_TK, w_TK, sources, variants) -> dict:
     g = torch.Generator(device=dev).manual_seed(1)
     a1, a2 = (quantize_act_1x128(torch.randn(A, d, device=dev, generator=g).to(torch.bfloat16)) for d in (H, I))
     runs = {"op_cutlass": _mainloop("cutlass")(lambda: routed_forward(x_TH, ids_TK, w_TK, split, torch.bfloat16)),
+            "op_dg": _mainloop("deepgemm")(lambda: routed_forward(x_TH, ids_TK, w_TK, split, torch.bfloat16)),
             "op": _mainloop("auto")(lambda: routed_forward(x_TH, ids_TK, w_TK, split, torch.bfloat16)),
-            "op_one": _mainloop("auto")(lambda: routed_forward(x_TH, ids_TK, w_TK, one, torch.bfloat16))}
+            "op_one": _mainloop("deepgemm")(lambda: routed_forward(x_TH, ids_TK, w_TK, one, torch.bfloat16))}
     b, ib, rb = split.buffers, split.expert_buffer_idx_E, split.expert_row_E
     runs["gemm_ours"] = lambda: (gemm_paths._multi_buffer(a1, offs_E, b[W13], ib, rb, b[W13_SCALE]),
                                  gemm_paths._multi_buffer(a2, offs_E, b[W2], ib, rb, b[W2_SCALE]))
@@ -131,8 +133,12 @@ def bf16_sources(E, H, I, L, dev, g) -> tuple:
     from dwdp_trtllm.core.runtime import ExpertSources
     from dwdp_trtllm.engine.moe_compute import identity_map
     from dwdp_trtllm.integration.trtllm.moe_unit import W13, W2
-    full = {W13: (torch.randn(E, 2 * I, H, device=dev, generator=g) / 64).to(torch.bfloat16),
-            W2: (torch.randn(E, H, I, device=dev, generator=g) / 64).to(torch.bfloat16)}
+    def draw(*shape):  # 16 experts at a time: R1's in float32 at once would take 28 GiB
+        t = torch.empty(shape, device=dev, dtype=torch.bfloat16)
+        for i in range(0, shape[0], 16):
+            t[i:i + 16] = torch.randn(min(16, shape[0] - i), *shape[1:], device=dev, generator=g) / 64
+        return t
+    full = {W13: draw(E, 2 * I, H), W2: draw(E, H, I)}
     idx_E = torch.tensor([0] * L + [1] * (E - L), dtype=torch.int32, device=dev)
     row_E = torch.tensor(list(range(L)) + list(range(E - L)), dtype=torch.int32, device=dev)
     split = ExpertSources({n: [t[:L].clone(), t[L:].clone()] for n, t in full.items()}, idx_E, row_E)
@@ -185,7 +191,7 @@ def main(argv=None) -> int:
             ids_TK, w_TK = mop._routing(spec, T, routing, dev, g)
             runs = fp8_runs(spec, x_TH, ids_TK, w_TK, sources, args.variants)
             t0 = time.time()
-            outs = {v: runs[v]() for v in ("op_cutlass", "op", "op_one") if v in runs}
+            outs = {v: runs[v]() for v in ("op_cutlass", "op_dg", "op", "op_one") if v in runs}
             torch.cuda.synchronize()
             first_s = time.time() - t0
             if "op_cutlass" in outs:
@@ -197,8 +203,11 @@ def main(argv=None) -> int:
                 rows.append({"dtype": "fp8", "variant": v, "routing": routing, "tokens": T, "ms": res[v],
                              "range": res[f"{v}_range"], "pflops": flop / res[v] / 1e12, "first_calls_s": first_s})
             print(f"{routing} T={T}: " + ", ".join(f"{v} {res[v]:.3f}" for v in runs) + " ms", flush=True)
-    if args.bf16:
-        del sources
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "routed_op.json", json.dumps({"meta": meta, "rows": rows, "op_vs_op_cutlass": checks}, indent=1))
+    if args.bf16:  # the FP8 experts and every closure over them go first: BF16 R1 experts take 2 x 22.5 GB
+        del sources, runs, res
         torch.cuda.empty_cache()
         split, one = bf16_sources(E, H, I, args.local, dev, g)
         for T in args.tokens:
@@ -210,8 +219,6 @@ def main(argv=None) -> int:
                 rows.append({"dtype": "bf16", "variant": v, "routing": "uniform", "tokens": T, "ms": res[v],
                              "range": res[f"{v}_range"], "pflops": 6.0 * T * K * H * I / res[v] / 1e12})
             print(f"bf16 T={T}: op {res['op_bf16']:.3f} ms, GEMMs {res['gemm_bf16']:.3f} ms", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     text = table(rows)
     write_atomic(out / "routed_op.json", json.dumps({"meta": meta, "rows": rows, "op_vs_op_cutlass": checks}, indent=1))
     write_atomic(out / "routed_op.md", f"# Routed-expert op, {meta['device']}, {meta['date']}, commit {meta['commit']}"

@@ -199,7 +199,7 @@ print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4
       for T in ${ROUTEDOP_PREWARM_TOKENS:-4096 8192 16384 32768}; do for r in uniform power_law; do
         while [ "$(jobs -rp | wc -l)" -ge "$par" ]; do wait -n || echo "gpu_check: a prewarm failed" >> "$OUT/routedop.log"; done
         timeout "${ROUTEDOP_PREWARM_TIMEOUT:-300}" python3 scripts/bench_routed_op.py --out /tmp/prewarm_$T$r --tokens $T --routings $r \
-          --variants op,op_one,gemm_dg --rounds 1 --warmup-ms 1 --rep-ms 1 > /tmp/prewarm_$T$r.log 2>&1 &
+          --variants op_dg,op_one,gemm_dg --rounds 1 --warmup-ms 1 --rep-ms 1 > /tmp/prewarm_$T$r.log 2>&1 &
       done; done
       while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || echo "gpu_check: a prewarm failed" >> "$OUT/routedop.log"; done
       cat /tmp/prewarm_*.log | grep -E "rror|Traceback" | head -n 20 >> "$OUT/routedop.log"

@@ -9,6 +9,8 @@ does not fit) or an argument / file is bad (one line naming it); 0 when every se
 """
 from __future__ import annotations
 
+from ..byte_units import fmt_bytes
+
 import argparse
 import json
 from pathlib import Path
@@ -101,7 +103,7 @@ def run(args) -> int:
                           "gpu_gb": mem.gb(gpu_bytes), "servers": [v.to_dict() for v in verdicts],
                           "loads": not failed}, indent=2))
         return 2 if failed else 0
-    print(f"{spec.name}, {args.weight_dtype} weights, {gpu} ({mem.gb(gpu_bytes):g} GB per GPU); "
+    print(f"{spec.name}, {args.weight_dtype} weights, {gpu} ({fmt_bytes(gpu_bytes, digits=None)} per GPU); "
           f"{len(verdicts)} server kind(s)")
     for v in verdicts:
         print()

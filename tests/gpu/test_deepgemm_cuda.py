@@ -189,9 +189,12 @@ def test_fused_op_over_local_and_slot_matches_reference(T, routing):
     from dwdp_trtllm.engine import moe_compute as mc
     x, ids, w, one, two, (bidx, row) = _r1_case(T, routing, seed=T % 97 + len(routing))
     E = bidx.shape[0]
-    y = mc.routed_experts_forward(x, ids, w, two[0], two[1], bidx, row, gemm="multi_buffer", up_first=True, **two[2])
-    y_one = mc.routed_experts_forward(x, ids, w, one[0], one[1], *mc.identity_map(E, "cuda"), gemm="multi_buffer",
-                                      up_first=True, **one[2])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DWDP_MOE_MAINLOOP", "deepgemm")  # DeepGEMM at every size (auto keeps ours below its crossover)
+        y = mc.routed_experts_forward(x, ids, w, two[0], two[1], bidx, row, gemm="multi_buffer", up_first=True,
+                                      **two[2])
+        y_one = mc.routed_experts_forward(x, ids, w, one[0], one[1], *mc.identity_map(E, "cuda"),
+                                          gemm="multi_buffer", up_first=True, **one[2])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DWDP_MOE_MAINLOOP", "cutlass")
         y_cut = mc.routed_experts_forward(x, ids, w, two[0], two[1], bidx, row, gemm="multi_buffer", up_first=True,
@@ -232,6 +235,8 @@ def _recipe_reference(x, ids, w, w13, s13, w2, s2):
 def test_fused_op_is_deterministic():
     from dwdp_trtllm.engine import moe_compute as mc
     x, ids, w, _, two, (bidx, row) = _r1_case(2048, "skewed", seed=5)
-    ys = [mc.routed_experts_forward(x, ids, w, two[0], two[1], bidx, row, gemm="multi_buffer", up_first=True, **two[2])
-          for _ in range(3)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DWDP_MOE_MAINLOOP", "deepgemm")
+        ys = [mc.routed_experts_forward(x, ids, w, two[0], two[1], bidx, row, gemm="multi_buffer", up_first=True,
+                                        **two[2]) for _ in range(3)]
     assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])

@@ -222,10 +222,17 @@ def test_multi_buffer_declines_where_deepgemm_cannot_run(fake_dg, monkeypatch):
     assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None
     monkeypatch.setattr(mdg, "usable", lambda *a: None)  # as on an H100 / H200 with DeepGEMM built
     monkeypatch.setattr(gemm_paths, "usable", lambda *a: None)
+    # 6 tokens x top-3 over 5 experts: 3.6 rows per expert, far below the measured crossover: ours runs
+    assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None and fake_dg.calls == []
+    monkeypatch.setattr(gemm_paths, "DEEPGEMM_MIN_ROWS_PER_EXPERT", 3.6)  # a call at the crossover: DeepGEMM's
     y_MH, _, _ = gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw)
     assert len(fake_dg.calls) == 2
+    monkeypatch.setattr(gemm_paths, "DEEPGEMM_MIN_ROWS_PER_EXPERT", 384)
+    monkeypatch.setenv("DWDP_MOE_MAINLOOP", "deepgemm")  # forced, whatever the size
+    gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw)
+    assert len(fake_dg.calls) == 4
     monkeypatch.setenv("DWDP_MOE_MAINLOOP", "cutlass")
-    assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None and len(fake_dg.calls) == 2
+    assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None and len(fake_dg.calls) == 4
     monkeypatch.setenv("DWDP_MOE_MAINLOOP", "fast")
     with pytest.raises(ValueError, match="DWDP_MOE_MAINLOOP='fast'"):
         gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw)

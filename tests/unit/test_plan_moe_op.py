@@ -114,13 +114,13 @@ def test_the_plans_text_names_the_op_of_each_side(capsys, tmp_path, monkeypatch)
     monkeypatch.setenv("COLUMNS", "80")
     cal = _cal(tmp_path, _record())
     assert main(["plan", *R1, *ONE_8K, "--calibration", cal]) == 0
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("experts: "))
+    line = _paragraph(capsys.readouterr().out, "experts: ")
     assert line.startswith(f"experts: DWDP this project's op (multi_buffer, fp8, [32 local | 224 slot]; calibration "
                            f"{cal}: NVIDIA H200, 2026-12-07T10:00:00Z, commit abc1234); gemm multi_buffer")
     assert line.endswith("; DEP (trtllm) TensorRT-LLM's CUTLASS MoE table at EP=G; DEP (deepep_deepgemm) DeepGEMM's "
                          "published grouped-GEMM rates")
     assert main(["plan", *R1, *ONE_8K, "--gemm", "merge", "--dep", "trtllm"]) == 0
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("experts: "))
+    line = _paragraph(capsys.readouterr().out, "experts: ")
     assert line == ("experts: DWDP TensorRT-LLM's CUTLASS MoE table at EP1; gemm merge (--gemm); DEP TensorRT-LLM's "
                     "CUTLASS MoE table at EP=G")
     assert main(["plan", *R1, *ONE_8K, "--target", "engine", "--no-bench-results"]) == 0
@@ -129,9 +129,13 @@ def test_the_plans_text_names_the_op_of_each_side(capsys, tmp_path, monkeypatch)
 
 def test_a_record_from_another_gpu_is_refused_not_used(capsys, tmp_path):
     cal = _cal(tmp_path, _record(gpu="NVIDIA H100 80GB HBM3"))
-    assert main(["plan", *R1, *ONE_8K, "--calibration", cal]) == 2
+    assert main(["plan", *R1, *ONE_8K, "--calibration", cal]) == 2  # the file's GPU is not the plan's: refused whole
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "moe_op.source.gpu" in err and "NVIDIA H100 80GB HBM3" in err and "h200" in err
+    assert err.count("\n") == 1 and "NVIDIA H100 80GB HBM3" in err and "h200" in err
+    # accepted on purpose, the file's other records may be used, but its op record still prices no H200
+    assert main(["plan", *R1, *ONE_8K, "--calibration", cal, "--accept-calibration-gpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "moe_op.source.gpu" in err and "NVIDIA H100 80GB HBM3" in err
 
 
 def test_bad_records_are_refused_naming_the_key(tmp_path):
@@ -162,13 +166,14 @@ def test_curve_is_log_log_inside_and_marks_both_ends():
 
 
 def test_the_shipped_tables_load_and_carry_their_source():
-    for gpu, dev, date, commit in (("h100", "NVIDIA H100 80GB HBM3", "2026-12-07", "f9ac0a7"),
-                                   ("h200", "NVIDIA H200", "2026-12-05", "8645e25")):
+    for gpu, dev, date, commit, script in (
+            ("h100", "NVIDIA H100 80GB HBM3", "2026-12-07", "01a7651", "scripts/bench_routed_op.py"),
+            ("h200", "NVIDIA H200", "2026-12-05", "8645e25", "scripts/bench_moe_op_vs_trtllm.py")):
         t = moe_op.read_table(moe_op.package_table_path(gpu))
         (r,) = t["records"]
         assert (r["source"]["gpu"], r["source"]["date"], r["source"]["commit"]) == (dev, date, commit)
         assert r["gemm"] == "multi_buffer" and r["split"]["local_experts"] == 32
-        assert r["source"]["command"].startswith("python3 scripts/bench_moe_op_vs_trtllm.py")
+        assert script in r["source"]["command"]
     assert "data/moe_op/*.json" in (ROOT / "pyproject.toml").read_text()
 
 
@@ -200,3 +205,16 @@ def test_the_table_script_writes_a_calibrations_record_and_keeps_the_others(tmp_
     assert script.main([_cal(tmp_path, new, "n2.json"), "--gpu", "h100", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "moe_op.source.gpu" in err
+
+
+def _paragraph(out: str, prefix: str) -> str:
+    """The line starting with prefix and its indented continuation lines (plan's prose wraps at 80 columns), joined
+    with single spaces."""
+    lines = out.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith(prefix))
+    block = [lines[i]]
+    for ln in lines[i + 1:]:
+        if not ln.startswith(" ") or not ln.strip():
+            break
+        block.append(ln)
+    return " ".join(" ".join(block).split())
