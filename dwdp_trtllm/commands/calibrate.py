@@ -13,6 +13,8 @@ The file is written only when every step finished (atomically: Ctrl-C or a faili
 """
 from __future__ import annotations
 
+from .terminal import paragraphs
+
 import argparse
 
 from ..spec.models import PRESETS
@@ -29,7 +31,7 @@ DEFAULT_DWDP_SIZE = 8
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("calibrate", help="measure this node's peer copies, interference, kernels and DEP "
                                                 "all-to-all; write a calibration file for dwdp plan",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=paragraphs(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="calibration.json", help="the calibration file to write (default calibration.json)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (one token count, two slice sizes)")
     p.add_argument("--gpus", type=int, default=None,

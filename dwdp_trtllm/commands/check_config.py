@@ -9,6 +9,8 @@ does not fit) or an argument / file is bad (one line naming it); 0 when every se
 """
 from __future__ import annotations
 
+from .terminal import paragraphs
+
 from ..byte_units import fmt_bytes
 
 import argparse
@@ -25,7 +27,7 @@ MAX_DWDP_SIZE = mem.MAX_DWDP_SIZE
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("check-config", help="check TensorRT-LLM server YAML files before launch: refusals, KV, fit",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=paragraphs(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="extra-llm-api or disaggregated YAML files; a plain file is a generation server when its "
                         "name holds 'gen', else a context server (--ctx / --gen say otherwise)")

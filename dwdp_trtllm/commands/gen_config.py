@@ -17,6 +17,8 @@ Keys and their TensorRT-LLM sources: dwdp_trtllm/integration/gen_config.py KEY_S
 """
 from __future__ import annotations
 
+from .terminal import paragraphs
+
 import argparse
 import dataclasses
 import json
@@ -42,7 +44,7 @@ GEN_TPS = (1, 2, 4, 8, 16, 32, 64)
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("gen-config", help="write TensorRT-LLM YAML for DWDP serving/benchmarking",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=paragraphs(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=("aggregated", "disaggregated", "bench"), default="disaggregated",
                    help="disaggregated: DWDP context servers + generation servers (default); aggregated: one "
                         "trtllm-serve (upstream engine only); bench: trtllm-bench options (upstream engine only)")

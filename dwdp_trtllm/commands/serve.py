@@ -10,6 +10,8 @@ Exit 2 with a message when trtllm-serve is not on PATH or the config is invalid.
 """
 from __future__ import annotations
 
+from .terminal import paragraphs
+
 import argparse
 import importlib.util
 import os
@@ -22,7 +24,7 @@ from .. import env
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("serve", help="exec trtllm-serve with DWDP activated (--dwdp CONFIG.yaml)", description=__doc__,
+    p = sub.add_parser("serve", help="exec trtllm-serve with DWDP activated (--dwdp CONFIG.yaml)", description=paragraphs(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dwdp", help="integration YAML (engine + dwdp_config) to activate")
     p.add_argument("--install-hook", action="store_true", help="only install the activation .pth and exit")

@@ -53,8 +53,21 @@ def labelled(label: str, text: str, *, pad: int = 16, cols: int | None = None) -
 
 def paragraphs(doc: str) -> str:
     """A docstring as `--help` shows it (with argparse.RawDescriptionHelpFormatter): each paragraph (lines separated by
-    a blank line) joined and wrapped to width(), the blank lines kept."""
+    a blank line) joined and wrapped to width(), the blank lines kept. A paragraph whose lines are indented or
+    bulleted (usage lines, lists) keeps its lines; each is wrapped on its own under its indent."""
     import inspect
 
-    paras = [" ".join(p.split()) for p in inspect.cleandoc(doc or "").split("\n\n")]
-    return "\n\n".join(wrap(p, hang=0) for p in paras if p)
+    out = []
+    for p in inspect.cleandoc(doc or "").split("\n\n"):
+        lines = [ln for ln in p.split("\n") if ln.strip()]
+        if not lines:
+            continue
+        if any(ln.startswith((" ", "- ", "* ")) for ln in lines):
+            for ln in lines:
+                lead = ln[:len(ln) - len(ln.lstrip())]
+                bullet = "  " if ln.lstrip().startswith(("- ", "* ")) else ""
+                out.append(wrap(ln.strip(), indent=lead, hang=lead + bullet + "  "))
+        else:
+            out.append(wrap(" ".join(" ".join(lines).split()), hang=0))
+        out.append("")
+    return "\n".join(out).rstrip("\n")

@@ -167,3 +167,15 @@ def test_size_says_which_sizes_it_searched(capsys):
     assert long_lines(out) == []
     assert ("context servers searched: DWDP groups of 8 GPUs, DEP servers of 8 GPUs (--dwdp-size, --dep-size); "
             "`dwdp plan-placement` gives the smallest GPU count that fits, any count") in " ".join(out.split())
+
+
+def test_every_commands_help_fits_80_columns(monkeypatch):
+    """`dwdp X --help` of every subcommand within 80 columns (the descriptions of calibrate, gen-config, serve and
+    check-config were their docstrings' 110-120-column lines)."""
+    import argparse
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = cli.build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(subs.choices) >= len(cli.COMMANDS)
+    wide = {name: long_lines(p.format_help()) for name, p in subs.choices.items()}
+    assert {n: w for n, w in wide.items() if w} == {}
