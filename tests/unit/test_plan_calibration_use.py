@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dwdp_trtllm.cli import main
+from wrapped_text import paragraph  # noqa: E402  (pytest puts tests/unit on sys.path: no __init__.py)
 
 H100 = "NVIDIA H100 80GB HBM3"
 #: compute only: what a one-GPU `dwdp calibrate` measures (kernels; every peer input stays a prior)
@@ -69,7 +70,7 @@ def test_a_file_that_changes_no_number_under_the_target_is_not_listed_as_measure
     assert with_file["calibration_not_used"] == {str(cal): ["grouped_gemm_tflops", "attention_us_by_isl", "hbm_tbps"]}
     assert not any(i["status"] == "measured" and str(cal) in i["source"] for i in with_file["inputs"])
     assert main([*PLAN, "--calibration", str(cal)]) == 0
-    inputs = _paragraph(capsys.readouterr().out, "inputs:")
+    inputs = paragraph(capsys.readouterr().out, "inputs:")
     assert f"not used by --target trtllm: {cal} (" in inputs and "measured:" not in inputs
     # the engine target prices compute from the same file: measured, and the numbers move
     eng = [*PLAN, "--target", "engine", "--no-bench-results"]
@@ -84,16 +85,3 @@ def test_a_file_with_a_used_key_lists_only_its_unused_keys_as_unused(capsys, tmp
     out = _json(capsys, [*PLAN, "--calibration", str(cal)])
     assert {"input": "peer bandwidth", "status": "measured", "source": str(cal)} in out["inputs"]
     assert out["calibration_not_used"] == {str(cal): ["grouped_gemm_tflops", "attention_us_by_isl", "hbm_tbps"]}
-
-
-def _paragraph(out: str, prefix: str) -> str:
-    """The line starting with prefix and its indented continuation lines (plan's prose wraps at 80 columns), joined
-    with single spaces."""
-    lines = out.splitlines()
-    i = next(k for k, ln in enumerate(lines) if ln.startswith(prefix))
-    block = [lines[i]]
-    for ln in lines[i + 1:]:
-        if not ln.startswith(" ") or not ln.strip():
-            break
-        block.append(ln)
-    return " ".join(" ".join(block).split())

@@ -16,6 +16,7 @@ from dwdp_trtllm.cli import main
 from dwdp_trtllm.commands import calibrate as cal_cmd
 from dwdp_trtllm.commands import plan as plan_cmd
 from dwdp_trtllm.perf import moe_op, moe_op_record
+from wrapped_text import paragraph  # noqa: E402  (pytest puts tests/unit on sys.path: no __init__.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 R1 = ["--model", "deepseek-r1", "--gpu", "h200", "--weight-dtype", "fp8", "--dwdp-size", "8"]
@@ -114,13 +115,13 @@ def test_the_plans_text_names_the_op_of_each_side(capsys, tmp_path, monkeypatch)
     monkeypatch.setenv("COLUMNS", "80")
     cal = _cal(tmp_path, _record())
     assert main(["plan", *R1, *ONE_8K, "--calibration", cal]) == 0
-    line = _paragraph(capsys.readouterr().out, "experts: ")
+    line = paragraph(capsys.readouterr().out, "experts: ")
     assert line.startswith(f"experts: DWDP this project's op (multi_buffer, fp8, [32 local | 224 slot]; calibration "
                            f"{cal}: NVIDIA H200, 2026-12-07T10:00:00Z, commit abc1234); gemm multi_buffer")
     assert line.endswith("; DEP (trtllm) TensorRT-LLM's CUTLASS MoE table at EP=G; DEP (deepep_deepgemm) DeepGEMM's "
                          "published grouped-GEMM rates")
     assert main(["plan", *R1, *ONE_8K, "--gemm", "merge", "--dep", "trtllm"]) == 0
-    line = _paragraph(capsys.readouterr().out, "experts: ")
+    line = paragraph(capsys.readouterr().out, "experts: ")
     assert line == ("experts: DWDP TensorRT-LLM's CUTLASS MoE table at EP1; gemm merge (--gemm); DEP TensorRT-LLM's "
                     "CUTLASS MoE table at EP=G")
     assert main(["plan", *R1, *ONE_8K, "--target", "engine", "--no-bench-results"]) == 0
@@ -205,16 +206,3 @@ def test_the_table_script_writes_a_calibrations_record_and_keeps_the_others(tmp_
     assert script.main([_cal(tmp_path, new, "n2.json"), "--gpu", "h100", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "moe_op.source.gpu" in err
-
-
-def _paragraph(out: str, prefix: str) -> str:
-    """The line starting with prefix and its indented continuation lines (plan's prose wraps at 80 columns), joined
-    with single spaces."""
-    lines = out.splitlines()
-    i = next(k for k, ln in enumerate(lines) if ln.startswith(prefix))
-    block = [lines[i]]
-    for ln in lines[i + 1:]:
-        if not ln.startswith(" ") or not ln.strip():
-            break
-        block.append(ln)
-    return " ".join(" ".join(block).split())

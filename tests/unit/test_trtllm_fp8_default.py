@@ -116,8 +116,9 @@ def test_check_trtllm_gemm_line_follows_the_config(tmp_path):
         r = subprocess.run([sys.executable, "-m", "dwdp_trtllm.cli", "check-trtllm", "--json", *args],
                            env=_env(tree, tmp_path, {}), capture_output=True, text=True, timeout=120)
         lines[bool(args)] = json.loads(r.stdout)["our_mode"]["gemm"]
-    assert lines[False].startswith("multi_buffer (") and "1.06-1.39x" in lines[False]
-    assert lines[True].startswith("composite_view (") and "1.06-1.39x" not in lines[True]
+    why = fp8_sm90_reason()  # the measured evidence as moe_evidence words it (it moves with the measurements)
+    assert lines[False].startswith("multi_buffer (") and why in lines[False]
+    assert lines[True].startswith("composite_view (") and why not in lines[True]
 
 
 def test_integration_yaml_without_gemm_gets_the_measured_default(tmp_path):
