@@ -230,17 +230,19 @@ def test_local_close_skips_the_barrier_and_keeps_shared_state_when_asked(calls, 
                    for r in caplog.records)
 
 
-def test_local_close_reads_the_executors_hang_detector_and_worker_thread():
+def test_local_close_reads_the_executors_hang_detector_and_worker_thread(monkeypatch, request):
     """executor_shutdown.local_close on the fake PyExecutor (its hang detector and worker thread as upstream's):
-    None on a normal shutdown; the hang named; a live worker thread keeps the shared state mapped."""
+    None on a normal shutdown; the hang named; a live worker thread keeps the shared state mapped. The fake
+    tensorrt_llm leaves sys.path and sys.modules with the test (a later test in this process, gen-config's
+    installed-version probe among them, must not find it)."""
     import sys
     import threading
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
-    try:
-        from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
-    finally:
-        sys.path.pop(0)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fakes"))
+    before = set(sys.modules)
+    from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
+    fake = [n for n in set(sys.modules) - before if n == "tensorrt_llm" or n.startswith("tensorrt_llm.")]
+    request.addfinalizer(lambda: [sys.modules.pop(n, None) for n in fake])
     from dwdp_trtllm.integration.executor_shutdown import local_close
     ex = PyExecutor(model_engine=None)
     assert local_close(ex) is None

@@ -9,6 +9,7 @@ forms appear elsewhere in the README and run here. A README edit that adds a com
 from __future__ import annotations
 
 import re
+import sys
 import shlex
 from pathlib import Path
 
@@ -110,6 +111,9 @@ def workdir(tmp_path, monkeypatch):
     deploy/) land in the test's temporary folder, never in the checkout."""
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     monkeypatch.chdir(tmp_path)
+    # the README shows a machine without TensorRT-LLM (gen-config's MTP key line says so): a fake one another test of
+    # this process imported must not be found
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", None)
     return tmp_path
 
 
