@@ -145,3 +145,27 @@ def test_write_refuses_partial_or_quick_sections(sv, tmp_path, capsys):
         assert e.value.code == 2
         assert "--write regenerates whole sections" in capsys.readouterr().err
     assert "kept" in doc.read_text(encoding="utf-8")
+
+
+def test_paper_pair_is_dep_recipe_deployment_against_fewer_dwdp_gpus(sv):
+    """The pair the blog compares per band (DEP's e2e_*_dep deployment against DWDP's largest with fewer context
+    GPUs), read off dwdp_reproduce.yaml @ 6ed140e9 by hand: 20 vs 16, 16 vs 12, 28 vs 24, 16 vs 12, 8 vs 4."""
+    pairs = {b.label: tuple(4 * n for n in sv.paper_pair(b)) for b in sv.BANDS}
+    assert pairs == {"20-30": (20, 16), "40-50": (16, 12), "60-70": (28, 24), "80-90": (16, 12),
+                     "170-180": (8, 4)}
+    assert [b.mtp for b in sv.BANDS] == [1, 1, 1, 3, 3]  # the recipe's `mtp` per band
+
+
+def test_table56_prices_the_recipes_mtp_on_the_generation_side(sv):
+    """A band's compared row runs the recipe's MTP through DecodeCost (the old rows said "MTP 3 not priced" and
+    priced it only in an upper-bound ablation); MTP off is an ablation that lowers both modes' TPS/user."""
+    band = [b for b in sv.BANDS if b.label == "170-180"]
+    rows = sv.table56(sv.spec(), rounds_cap=2, bands=tuple(band))
+    main = [r for r in rows if r.kind == "compare"]
+    assert len(main) == 1 and "MTP 3 draft tokens per step" in main[0].detail, main
+    off = [r for r in rows if r.effect.startswith("MTP off") and r.kind == "ablation"]
+    assert len(off) == 1
+    tps_user = lambda det: [float(x.split(" TPS/user")[0].rsplit(", ", 1)[-1]) for x in det.split(";")[:1]][0]
+    assert tps_user(off[0].detail) < tps_user(main[0].detail) / 2  # 3.19 tokens per step against 1
+    pair = [r for r in rows if r.effect.startswith("the paper's pair") and r.kind == "order"]
+    assert pair and all(r.of == "Table 6, 170-180 TPS/user" for r in pair)
