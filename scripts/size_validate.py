@@ -439,11 +439,218 @@ def render_ms(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+# -------------------------------------------------------------------------------- aiconfigurator's questions
+#: aiconfigurator 0.12.0's answers to its own sizing questions (package data; how they were obtained: the file's header)
+AICQ_PATH = Path(__file__).resolve().parents[1] / "dwdp_trtllm" / "data" / "validation" / "aiconfigurator_questions.yaml"
+#: the agreement asked of TTFT, TPOT, TPS/GPU and TPS/user (GPUs: equal)
+AICQ_TOL = TOL
+#: aiconfigurator's TTFT rule: its static prefill latency x this factor must be under the TTFT SLO ("TTFT
+#: pre-correction for queueing under concurrency": aiconfigurator/sdk/sweep.py `_AUTOSCALE_TTFT_CORRECTION_FACTOR`,
+#: applied in `_find_best_disagg_under_constraint`, aiconfigurator 0.12.0); the TTFT it prints is that product
+AIC_TTFT_FACTOR = 1.8
+#: generation batches per rank tried (a grid, not aiconfigurator's picks)
+AICQ_GEN_BATCH = "2,4,6,8,12,16,24,32,48,64,128"
+
+
+@dataclass(frozen=True)
+class QRow:
+    """One figure of one question: aiconfigurator's answer against `dwdp size`'s. kind: compare, ablation (one
+    assumption changed; `effect` names it) or info; tol None: the figure must be equal (GPUs)."""
+
+    question: str
+    quantity: str
+    aic: float | None
+    ours: float | None
+    tol: float | None = AICQ_TOL
+    kind: str = "compare"
+    effect: str = ""
+    detail: str = ""
+
+
+def aicq_agrees(r: QRow) -> bool:
+    if r.aic is None or r.ours is None:
+        return r.aic is None and r.ours is None
+    return r.ours == r.aic if r.tol is None else within(r.aic, r.ours, r.tol)
+
+
+def aicq_verdict(r: QRow, rows: list[QRow] = ()) -> str:
+    """GPUs: equal or not; other figures: within the row's tolerance or not; a disagreeing row counts as explained
+    only beside an ablation row of the same question and figure that agrees."""
+    if r.kind == "info":
+        return "no aiconfigurator value"
+    band = "equal" if r.tol is None else f"within {r.tol:.0%}"
+    err = "" if r.tol is None or r.aic is None or r.ours is None else f" ({rel_error(r.aic, r.ours):+.0%})"
+    ok = aicq_agrees(r)
+    if r.kind == "ablation":
+        return f"ablation: {'agrees' if ok else 'still differs'}{err}"
+    if ok:
+        return f"{band}{err}" if r.aic is not None else "both: none"
+    fixes = [a for a in rows if a.kind == "ablation" and a.question == r.question and a.quantity == r.quantity
+             and aicq_agrees(a)]
+    head = ("DIFFERENT" if r.tol is None else f"OUTSIDE {r.tol:.0%}") + err
+    if fixes:
+        return f"{head.lower()}; explained: {fixes[0].effect} gives {_qfmt(fixes[0].ours)}"
+    return f"{head}, unexplained"
+
+
+def aic_questions_data(path: Path = AICQ_PATH) -> dict:
+    import yaml
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def aic_mode(parallel: str) -> str:
+    """aiconfigurator's prefill parallel string -> our context mode: tpN (attention TP, EP experts) is a TP context
+    server, tp1 with attention DP a DEP one."""
+    return "tp" if not parallel.startswith("tp1pp") else "dep"
+
+
+def aicq_argv(q: dict, data: dict) -> list[str]:
+    """`dwdp size`'s arguments for question q under aiconfigurator's assumptions: its offered rate, fixed ISL / OSL,
+    its TTFT SLO (as our median) and TPOT SLO (as TPS/user), its GPU budget, power_law_1.01 routing, NCCL
+    all-gather + reduce-scatter, no MTP, DEP 8/16 and TP 8 context servers (its candidates), generation servers of
+    8 or 16 GPUs (it deploys DEP16 generation; --gpus-per-node 16 lets ours)."""
+    a = q["answer"]
+    return ["--rate", f"{a['req_s']:g}", "--isl", str(q["isl"]), "--isl-dist", "fixed", "--osl", str(q["osl"]),
+            "--osl-dist", "fixed", "--ttft-p50", f"{data['ttft_ms'] / 1e3:g}", "--tps-user", f"{1e3 / data['tpot_ms']:.2f}",
+            "--gpu-budget", str(q["total_gpus"]), "--routing-skew", "power_law_1.01",
+            "--dep-comm", "allgather_reducescatter", "--mtp", "0", "--dep-size", "8,16", "--tp-size", "8",
+            "--gen-tp", "8,16", "--gpus-per-node", "16", "--gen-batch", AICQ_GEN_BATCH, "--dwdp-size", "8"]
+
+
+def size_outcomes(argv: list[str], modes: tuple[str, ...] = ("dep", "tp"), **override) -> dict:
+    """`dwdp size argv`'s outcomes of the given context modes, through the command's own parser, problem builder and
+    search (commands/size.py); `override`: Problem fields changed (an ablation). DWDP is left out: each mode's
+    search is its own (search.search), so the DEP and TP columns equal `dwdp size argv`'s."""
+    import argparse
+    import dataclasses
+    from dwdp_trtllm.commands import size as sz
+    from dwdp_trtllm.sizing import search as se
+    ap = argparse.ArgumentParser()
+    sz.add_parser(ap.add_subparsers())
+    args = ap.parse_args(["size", *argv])
+    s, probs = sz.problems(args)
+    dc = decode_cost(s.model, s.gpu.name, s.weight_dtype, *sz.mtp_setting(args, s.model))
+    keep = {"dwdp_sizes": (), "dep_sizes": (), "tp_sizes": ()}
+    for m in modes:
+        keep.pop(f"{m}_sizes")
+    p = dataclasses.replace(probs[0][1], **keep, **override)
+    return se.search(p, dc)
+
+
+def aicq_shape_argv(a: dict) -> list[str] | None:
+    """The flags that pin `dwdp size`'s search to aiconfigurator's answer's shape: its context server size (DEP:
+    attention DP x EP; TP: tensor parallel), one request per context iteration (MNT = ISL is set by the caller's
+    ISL: aiconfigurator's prefill batch is 1), its generation server size and batch per rank. None where our
+    generation servers cannot take its shape (attention TP or MoE TP in its decode server: ours are attention DP + EP)."""
+    p, g = a["prefill"], a["decode"]
+    if not g["parallel"].startswith("tp1pp") or "etp1ep" not in g["parallel"]:
+        return None
+    mode = aic_mode(p["parallel"])
+    size = str(p["gpus_per_worker"])
+    return (["--dep-size", size, "--tp-size", "0"] if mode == "dep" else ["--dep-size", "8", "--tp-size", size]) + \
+        ["--gen-tp", str(g["gpus_per_worker"]), "--gen-batch", str(g["batch_per_rank"]),
+         "--gpus-per-node", str(max(16, g["gpus_per_worker"]))]
+
+
+def _override(argv: list[str], extra: list[str]) -> list[str]:
+    """argv with the flags in `extra` replaced (each flag once)."""
+    out, skip = [], set(extra[::2])
+    it = iter(argv)
+    for flag in it:
+        val = next(it)
+        if flag not in skip:
+            out += [flag, val]
+    return out + extra
+
+
+def _qfmt(x) -> str:
+    return "none" if x is None else f"{x:,.0f}" if float(x).is_integer() else f"{x:,.3g}"
+
+
+def _figures(name: str, a: dict | None, o, kind: str = "compare", effect: str = "", detail: str = "") -> list[QRow]:
+    """GPUs / TTFT (ours: median) / TPOT / TPS/GPU / TPS/user of one answer against ours (Outcome)."""
+    m, d = o.metrics, o.deployment
+    pick = (lambda k: None) if a is None else a.get
+    ours = {} if d is None else {"GPUs": float(d.gpus), "TTFT, ms": m.ttft_p50_s * 1e3, "TPOT, ms": m.tpot_s * 1e3,
+                                 "TPS/GPU": m.output_tps_per_gpu, "TPS/user": m.tps_user}
+    theirs = {"GPUs": pick("gpus"), "TTFT, ms": pick("ttft_ms"), "TPOT, ms": pick("tpot_ms"),
+              "TPS/GPU": pick("tps_gpu"), "TPS/user": pick("tps_user")}
+    out = []
+    for k in ("GPUs", "TTFT, ms", "TPOT, ms", "TPS/GPU", "TPS/user"):
+        v = theirs[k]
+        out.append(QRow(name, k, None if v is None else float(v), ours.get(k), None if k == "GPUs" else AICQ_TOL,
+                        kind, effect, detail if k == "GPUs" else ""))
+    return out
+
+
+def _label(d) -> str:
+    if d is None:
+        return "none"
+    return f"{d.ctx_short()} + {d.gen_servers} x gen{d.gen_tp} b{d.gen_batch}"
+
+
+def _aic_label(a: dict | None) -> str:
+    if a is None:
+        return "none"
+    p, g = a["prefill"], a["decode"]
+    return f"{p['workers']} x {p['parallel']} + {g['workers']} x {g['parallel']} b{g['batch_per_rank']}"
+
+
+def aic_questions(data: dict | None = None) -> list[QRow]:
+    """Each of aiconfigurator's questions: its answer (its own context mode) against `dwdp size`'s answer of the
+    same context mode under its assumptions (aicq_argv); then its DEP-restricted answer against our DEP answer."""
+    data = aic_questions_data() if data is None else data
+    rows = []
+    for q in data["questions"]:
+        argv = aicq_argv(q, data)
+        out = size_outcomes(argv)
+        a = q["answer"]
+        mode = aic_mode(a["prefill"]["parallel"])
+        o = out[mode]
+        rows += _figures(f"{q['name']}", a, o, detail=f"aiconfigurator: {_aic_label(a)}; ours ({mode.upper()}): "
+                                                        f"{_label(o.deployment)}" + (f" ({o.why_none})" if o.deployment is None else ""))
+        if o.metrics is not None:  # its TTFT is its static prefill latency x AIC_TTFT_FACTOR; ours a simulated median
+            rows.append(QRow(q["name"], "TTFT, ms", a["ttft_ms"] / AIC_TTFT_FACTOR, o.metrics.ttft_p50_s * 1e3,
+                             AICQ_TOL, "ablation", f"aiconfigurator's TTFT without its x{AIC_TTFT_FACTOR:g} queueing "
+                                                   f"factor (its static prefill latency)"))
+        shape = aicq_shape_argv(a)
+        if shape is not None:  # the same question with aiconfigurator's deployment shape: what the shape moves
+            o2 = size_outcomes(_override(argv, shape), (mode,))[mode]
+            rows += _figures(q["name"], a, o2, "ablation", "aiconfigurator's deployment shape ("
+                             + " ".join(shape) + ")", f"ours: {_label(o2.deployment)}"
+                             + (f" ({o2.why_none})" if o2.deployment is None else ""))
+        if mode != "dep":
+            dep = out["dep"]
+            name = f"{q['name']}, DEP context"
+            rows += _figures(name, q.get("dep_context"), dep,
+                             detail=f"aiconfigurator: {q.get('dep_context_why', '')}; ours: {_label(dep.deployment)}"
+                                    + (f" ({dep.why_none})" if dep.deployment is None else ""))
+            if (dep.deployment is None) != (q.get("dep_context") is None):  # one side found a DEP context, one not
+                slo = f"{data['ttft_ms'] / 1e3 / AIC_TTFT_FACTOR:.2f}"
+                o3 = size_outcomes(_override(argv, ["--ttft-p50", slo]), ("dep",))["dep"]
+                rows += _figures(name, q.get("dep_context"), o3, "ablation",
+                                 f"aiconfigurator's TTFT rule (its TTFT is its prefill latency x {AIC_TTFT_FACTOR:g}, "
+                                 f"held to {data['ttft_ms'] / 1e3:g} s: --ttft-p50 {slo})",
+                                 f"ours: {_label(o3.deployment)}" + (f" ({o3.why_none})" if o3.deployment is None else ""))
+    return rows
+
+
+def render_questions(rows: list[QRow]) -> str:
+    out = ["| question | figure | aiconfigurator | ours | verdict |", "|---|---|---|---|---|"]
+    for r in rows:
+        name = f"{r.question}, ablation: {r.effect}" if r.effect else r.question
+        out.append(f"| {name} | {r.quantity} | {_qfmt(r.aic)} | {_qfmt(r.ours)} | {aicq_verdict(r, rows)} |")
+    details = [f"- {r.question}{', ablation: ' + r.effect if r.effect else ''}: {r.detail}" for r in rows if r.detail]
+    return "\n".join(out + [""] + details)
+
+
 # -------------------------------------------------------------------------------------------------------- docs
 BEGIN = "<!-- size_validate.py: begin (generated; edit scripts/size_validate.py) -->"
 END = "<!-- size_validate.py: end -->"
 AIC_BEGIN = "<!-- size_validate.py aiconfigurator: begin (generated; edit scripts/size_validate.py) -->"
 AIC_END = "<!-- size_validate.py aiconfigurator: end -->"
+AICQ_BEGIN = "<!-- size_validate.py aiconfigurator questions: begin (generated; edit scripts/size_validate.py) -->"
+AICQ_END = "<!-- size_validate.py aiconfigurator questions: end -->"
 
 
 def section(rows: list[Row], begin: str = BEGIN, end: str = END, table=render) -> str:
@@ -463,10 +670,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", type=Path, help="regenerate this markdown file's validation section")
     ap.add_argument("--quick", action="store_true", help="fewer prompts (a look, not the docs)")
-    ap.add_argument("--only", choices=("3", "5", "aic"), help="one table group")
+    ap.add_argument("--only", choices=("3", "5", "aic", "aicq"), help="one table group (aicq: aiconfigurator's "
+                                                                     "sizing questions)")
     args = ap.parse_args(argv)
     if args.write and (args.quick or args.only in ("3", "5")):
-        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only aic")
+        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only aic or aicq")
     s = spec()
     rows: list[Row] = []
     if args.only in (None, "3"):
@@ -484,6 +692,11 @@ def main(argv=None) -> int:
         print(text)
         if args.write:
             write(args.write, text, AIC_BEGIN, AIC_END)
+    if args.only in (None, "aicq"):
+        text = section(aic_questions(), AICQ_BEGIN, AICQ_END, render_questions)
+        print(text)
+        if args.write:
+            write(args.write, text, AICQ_BEGIN, AICQ_END)
     return 0
 
 

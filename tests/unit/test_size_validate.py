@@ -169,3 +169,76 @@ def test_table56_prices_the_recipes_mtp_on_the_generation_side(sv):
     assert tps_user(off[0].detail) < tps_user(main[0].detail) / 2  # 3.19 tokens per step against 1
     pair = [r for r in rows if r.effect.startswith("the paper's pair") and r.kind == "order"]
     assert pair and all(r.of == "Table 6, 170-180 TPS/user" for r in pair)
+
+
+# ---- aiconfigurator's own sizing questions (scripts/size_validate.py aic_questions) ---------------------------
+
+def test_aic_question_verdicts_flip_on_the_gpu_count_and_the_tolerance(sv):
+    """GPUs must be equal (one GPU off is DIFFERENT), other figures within AICQ_TOL; a difference counts as explained
+    only beside an ablation of the same question and figure that agrees."""
+    q = "ISL 8K / OSL 1K, 32 GPUs"
+    same = sv.QRow(q, "GPUs", 32.0, 32.0, None)
+    off = sv.QRow(q, "GPUs", 32.0, 31.0, None)
+    assert sv.aicq_verdict(same, [same]) == "equal"
+    assert sv.aicq_verdict(off, [off]) == "DIFFERENT, unexplained"
+    fix = sv.QRow(q, "GPUs", 32.0, 32.0, None, "ablation", "aiconfigurator's deployment shape (x)")
+    miss = replace(fix, ours=40.0, effect="other")
+    other_q = replace(fix, question="ISL 4K / OSL 1K, 32 GPUs")
+    assert sv.aicq_verdict(off, [off, miss, other_q]) == "DIFFERENT, unexplained"
+    assert sv.aicq_verdict(off, [off, miss, fix]) == \
+        "different; explained: aiconfigurator's deployment shape (x) gives 32"
+    tol = sv.AICQ_TOL
+    assert tol == 0.15
+    inside = sv.QRow(q, "TPOT, ms", 30.0, 30.0 * 1.14)
+    outside = sv.QRow(q, "TPOT, ms", 30.0, 30.0 * 1.16)
+    assert sv.aicq_verdict(inside, [inside]) == "within 15% (+14%)"
+    assert sv.aicq_verdict(outside, [outside]) == "OUTSIDE 15% (+16%), unexplained"
+    none = sv.QRow(q, "GPUs", None, 32.0, None)
+    assert sv.aicq_verdict(none, [none]) == "DIFFERENT, unexplained"
+    assert sv.aicq_verdict(replace(none, ours=None), []) == "both: none"
+    # the rendered table carries the computed verdicts
+    table = sv.render_questions([same, off])
+    assert "| equal |" in table and "| DIFFERENT, unexplained |" in table
+
+
+def test_aic_questions_ask_dwdp_size_what_aiconfigurator_answered(sv):
+    """The reference data holds six questions (ISL 8K and 4K, 16/32/64 GPUs), each with the command that produced
+    it; the `dwdp size` arguments built from each parse with the command's own parser and carry aiconfigurator's
+    rate, budget, SLOs and assumptions."""
+    import argparse
+    from dwdp_trtllm.commands import size as sz
+    data = sv.aic_questions_data()
+    assert data["source"] == "aiconfigurator 0.12.0" and data["ttft_ms"] == 2000 and data["tpot_ms"] == 30
+    qs = data["questions"]
+    assert sorted((q["isl"], q["total_gpus"]) for q in qs) == [(i, g) for i in (4096, 8192) for g in (16, 32, 64)]
+    ap = argparse.ArgumentParser()
+    sz.add_parser(ap.add_subparsers())
+    for q in qs:
+        assert f"--total-gpus {q['total_gpus']} --isl {q['isl']}" in q["command"]
+        a = ap.parse_args(["size", *sv.aicq_argv(q, data)])
+        assert float(a.rate) == q["answer"]["req_s"] and a.gpu_budget == q["total_gpus"] and a.isl == q["isl"]
+        assert a.ttft_p50 == 2 and abs(a.tps_user - 1000 / 30) < 0.01 and a.mtp == 0
+        assert a.routing_skew == "power_law_1.01" and a.dep_comm == "allgather_reducescatter"
+    assert sv.aic_mode("tp8pp1dp1etp1ep8") == "tp" and sv.aic_mode("tp1pp1dp8etp1ep8") == "dep"
+
+
+@pytest.mark.slow
+def test_aic_question_gpu_verdict_flips_when_aiconfigurator_counts_differently(sv):
+    """End to end on one question (ISL 4K, 32 GPUs, where both answer 24 GPUs): the verdict is computed from the
+    search's answer, so the same search against a recorded count one server larger reads DIFFERENT."""
+    data = sv.aic_questions_data()
+    q = next(q for q in data["questions"] if q["isl"] == 4096 and q["total_gpus"] == 32)
+    rows = sv.aic_questions({**data, "questions": [q]})
+    gpus = next(r for r in rows if r.quantity == "GPUs" and r.kind == "compare")
+    assert sv.aicq_verdict(gpus, rows) == "equal" and gpus.ours == 24
+    bumped = {**q, "answer": {**q["answer"], "gpus": 32}}
+    rows = sv.aic_questions({**data, "questions": [bumped]})
+    gpus = next(r for r in rows if r.quantity == "GPUs" and r.kind == "compare")
+    assert sv.aicq_verdict(gpus, rows).startswith("DIFFERENT")
+
+
+@pytest.mark.slow
+def test_sizing_md_aiconfigurator_questions_are_the_script_output(sv):
+    """docs/SIZING.md's aiconfigurator-questions section is exactly what the script computes on this checkout."""
+    doc = (ROOT / "docs" / "SIZING.md").read_text(encoding="utf-8")
+    assert sv.section(sv.aic_questions(), sv.AICQ_BEGIN, sv.AICQ_END, sv.render_questions) in doc
