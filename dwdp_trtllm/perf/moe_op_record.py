@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec.schema import ConfigError
+from .calibration_detail import _mapping
 from .kernel_tables import DISTS
 
 GEMMS = ("multi_buffer", "composite_view", "merge")
@@ -50,15 +51,8 @@ def _rows(file: str, key: str, v: Any) -> tuple[tuple[float, float], ...]:
 
 
 def mapping(file: str, key: str, v: Any, allowed, need=()) -> dict:
-    if not isinstance(v, dict):
-        raise _err(file, key, f"expected a mapping, got {v!r}")
-    for k in v:
-        if k not in allowed:
-            raise _err(file, f"{key}.{k}", f"unknown key; expected one of {', '.join(allowed)}")
-    for k in need:
-        if k not in v:
-            raise _err(file, f"{key}.{k}", "missing")
-    return v
+    """v as a mapping of only `allowed` keys with every `need` key (calibration_detail's one check of a record)."""
+    return _mapping(file, key, v, tuple(allowed), need=need)
 
 
 def parse_record(v: Any, file: str, key: str = "moe_op") -> dict:

@@ -179,14 +179,10 @@ def test_context_batch_shrinks_to_what_fits_and_a_misfit_is_refused(tmp_path, ca
 
 # ---- generation servers: CUDA graphs and the priced MoE backend ---------------------------------------------------
 def _recipe_ladder(gen_max_num_tokens: int) -> list[int]:
-    """examples/dwdp/reproduce.py @ 4400b395 `_cuda_graph_batch_sizes`, transcribed."""
-    sizes = [1, 2, 4]
-    for start, limit, step in [(8, 1024, 8), (1040, 2048, 16)]:
-        if gen_max_num_tokens >= start:
-            sizes.extend(range(start, min(gen_max_num_tokens, limit) + 1, step))
-    if gen_max_num_tokens > 2048:
-        sizes.append(gen_max_num_tokens)
-    return sizes
+    """examples/dwdp/reproduce.py @ 4400b395 `_cuda_graph_batch_sizes`, as tests/unit/upstream_recipe.py transcribes
+    it (one transcription)."""
+    from upstream_recipe import _cuda_graph_batch_sizes
+    return _cuda_graph_batch_sizes(gen_max_num_tokens)
 
 
 @pytest.mark.parametrize("batch", [1, 3, 20, 256, 1100])
