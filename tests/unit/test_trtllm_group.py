@@ -142,3 +142,37 @@ def test_the_old_split_times_out_beside_generation_ranks(tmp_path):
         rc, _, err = res[r]
         assert rc != 0 and "TimeoutError" in err and "Split on world" in err and "not joined by world ranks [4, 5]" in err
     assert all(rc == 0 for rc, _, _ in res[4:])
+
+
+def _gloo_workers() -> int:
+    """This process's gloo worker threads (ProcessGroupGloo's pt_gloo_runloop), read from /proc."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{tid}/comm").read_text().strip())
+        except OSError:  # a thread that ended while we listed
+            pass
+    return names.count("pt_gloo_runloop")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc (Linux) to count threads")
+def test_destroying_a_private_group_joins_its_gloo_workers():
+    """destroy() frees the ProcessGroupGloo while Python is alive: shutdown() alone leaves its worker threads
+    running into interpreter finalisation, where one still dropping a collective's tensors is killed taking the GIL
+    and the rank aborts ("terminate called without an active exception"; seen under load, rank exit after a good
+    run)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from dwdp_trtllm.core.transport import group_ops
+    before = _gloo_workers()
+    store = dist.HashStore()
+    group = group_ops.PrivateGroup(dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=30)), (0,), store)
+    t = torch.ones(4)
+    group_ops.process_group(group).allreduce([t]).wait(timedelta(seconds=30))
+    assert _gloo_workers() > before
+    group_ops.destroy(group)
+    assert group.closed and group_ops.process_group(group) is None
+    assert _gloo_workers() == before

@@ -28,9 +28,9 @@ HANDSHAKE_TIMEOUT_S = 300.0
 class PrivateGroup:
     """A gloo group outside torch.distributed's registry. pg: the ProcessGroupGloo (group ranks 0..size-1);
     ranks: the members' global ranks in group-rank order (for messages); store: kept alive with the group (the
-    rendezvous master serves from it). closed: destroy() ran (the group carries nothing more)."""
+    rendezvous master serves from it). closed: destroy() ran (the group carries nothing more; pg is None then)."""
 
-    pg: dist.ProcessGroup
+    pg: dist.ProcessGroup | None
     ranks: tuple[int, ...]
     store: object
     closed: bool = False
@@ -86,6 +86,11 @@ def destroy(group) -> None:
         if not group.closed:
             group.closed = True
             group.pg.shutdown()
+            # shutdown() leaves gloo's worker threads running; they are joined only when the ProcessGroupGloo is freed
+            # (its destructor releases the GIL). Freed here, while Python is alive: a worker still dropping the last
+            # reference to a collective's tensors once finalisation has begun is killed taking the GIL, and the
+            # process aborts ("terminate called without an active exception")
+            group.pg = None
         return
     if group is not None and dist.is_initialized():
         dist.destroy_process_group(group)
