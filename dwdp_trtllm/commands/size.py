@@ -49,6 +49,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="price context iterations with TensorRT-LLM's kernels (default) or our engine's calibration")
     g.add_argument("--calibration", action="append", default=None,
                    help="calibration JSON or `dwdp bench --floor` results.json, loaded as `dwdp plan --calibration`")
+    g.add_argument("--accept-calibration-gpu", action="store_true",
+                   help="use a --calibration file measured on another GPU than --gpu (refused otherwise)")
     g = p.add_argument_group("pricing (as `dwdp plan`: one parser, commands/pricing_flags.py)")
     pf.add_all(g)
     g.add_argument("--mtp", type=int, default=None,
@@ -103,6 +105,8 @@ def plan_spec(args):
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
     for c in args.calibration or ():
         argv += ["--calibration", c]
+    if args.accept_calibration_gpu:
+        argv.append("--accept-calibration-gpu")
     spec = plan.build_spec(ap.parse_args(argv + pf.plan_argv(args)))
     if len(spec.slice_bytes) != 1:
         raise ConfigError(None, "--slice-bytes", f"expected one slice size for dwdp size (0: unsliced), got "

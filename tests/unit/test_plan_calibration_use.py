@@ -85,3 +85,16 @@ def test_a_file_with_a_used_key_lists_only_its_unused_keys_as_unused(capsys, tmp
     out = _json(capsys, [*PLAN, "--calibration", str(cal)])
     assert {"input": "peer bandwidth", "status": "measured", "source": str(cal)} in out["inputs"]
     assert out["calibration_not_used"] == {str(cal): ["grouped_gemm_tflops", "attention_us_by_isl", "hbm_tbps"]}
+
+
+def test_size_refuses_a_calibration_of_another_gpu_and_takes_it_on_purpose(capsys, tmp_path):
+    """`dwdp size` loads its calibration through `dwdp plan`'s handling: the same refusal, the same flag."""
+    from dwdp_trtllm.commands import size as size_cmd
+    from dwdp_trtllm.cli import build_parser
+    h100 = _schema2(tmp_path, H100, COMPUTE)
+    base = ["size", "--rate", "1", "--gpu", "h200", "--target", "engine", "--calibration", str(h100)]
+    assert main([*base, "--duration", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(h100) in err and H100 in err and "--accept-calibration-gpu" in err
+    spec = size_cmd.plan_spec(build_parser().parse_args([*base, "--accept-calibration-gpu"]))
+    assert any("--accept-calibration-gpu" in n and H100 in n for n in spec.calibration.notes)
