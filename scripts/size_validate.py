@@ -22,8 +22,10 @@ data/validation/published.yaml's paper-t3-* setup (`--dep-comm alltoall --interf
   (its Pareto point at that generation setup). Each band runs the recipe's own `mtp` (1 in 20-70, 3 in 80-180),
   priced by the generation side (sizing/decode_cost.py: verify at batch x (1 + k) tokens, k MTP-layer passes,
   acceptance 0.85); the band is the published deployment's, not our TPS/user. Ablations per band: MTP off, DWDP
-  calibrated to the paper's ISL-8K speedup, the paper's pair of deployments (`paper_pair`), and that pair over the
-  client's full 20000 // users rounds (alone and with the calibration).
+  calibrated to the paper's ISL-8K speedup, the recipe's context servers (whole prompts, at most 4 per rank per
+  iteration, the MTP layer over the prompt: RECIPE_CTX), a DWDP rank's KV transfer sharing its links with its
+  peers' pulls, the paper's pair of deployments (`paper_pair`), that pair over the client's full 20000 // users
+  rounds (alone and with the calibration), and every effect at once.
 
 Verdicts (`verdict`): a row is within TOL of its OWN published value or outside it; an outside row counts as
 explained only beside an ablation row (same table) that changes a named modelled effect (or a named
@@ -36,6 +38,7 @@ Run: PYTHONPATH=. python3 scripts/size_validate.py [--write docs/SIZING.md] [--q
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -207,6 +210,10 @@ class Setting:
     redundant: int = 0
     kv: bool = False  # context only: the KV transfer (50 GB/s) before the user's next request
     dwdp_scale: float = 1.0  # DWDP iteration time x this (an ablation: DWDP calibrated to a published speedup)
+    ctx_max_batch: int = 0  # requests per context iteration per rank (0: no limit)
+    chunked: bool = True  # chunked prefill on the context servers (False: whole prompts)
+    mtp_prompt: bool = False  # the MTP layer runs over the prompt on the context servers
+    kv_contention: bool = False  # DWDP: the KV transfer shares the rank's links with its expert pulls
 
 
 def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
@@ -217,7 +224,9 @@ def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
 def run(s: PlanSpec, d: Deployment, arrivals: tr.Arrivals, st: Setting, dc=None) -> Metrics:
     """Simulate deployment `d` (context cost at the setting's slicing / redundancy; decode `dc` or none: context
     only, the first token is the answer) and summarise it."""
-    cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes)
+    cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes,
+                       mtp_prompt=st.mtp_prompt, kv_contention=st.kv_contention)
+    d = dataclasses.replace(d, ctx_max_batch=st.ctx_max_batch, chunked=st.chunked)
     scale = st.dwdp_scale if d.mode == "dwdp" else 1.0
     p = Problem(spec=s, arrivals=arrivals, slo=Slo(), budget=512, gpus_per_node=72, dwdp_sizes=(4,), dep_sizes=(4,),
                 mnts=(MNT,), gen_tps=(d.gen_tp,), gen_batches=(d.gen_batch,))  # for its kv_time
@@ -328,13 +337,25 @@ def _rounds(band: Band, full: bool = False, cap: int | None = None) -> int:
     return min(r, cap) if cap else r
 
 
+#: the recipe's end-to-end context servers (examples/dwdp/reproduce.py @ 1f939488, build_worker_config's ctx_cfg, with
+#: dwdp_reproduce.yaml's e2e_* ctx_max_bs 4 / ctx_max_num_tokens 33000 / mtp >= 1): max_batch_size 4, no
+#: enable_chunked_prefill (TensorRT-LLM's default: off), speculative_config MTP (the MTP layer over the prompt).
+#: 4 whole prompts of at most 8192 tokens fit our MNT 32768 as they fit its 33000: the budget never binds.
+RECIPE_CTX = dict(ctx_max_batch=4, chunked=False, mtp_prompt=True)
+RECIPE_CTX_EFFECT = ("the recipe's context servers: whole prompts (no chunked prefill), at most 4 per rank per "
+                     "iteration, the MTP layer over the prompt")
+KV_EFFECT = "a DWDP rank's KV transfer sharing its NVLink with its peers' expert pulls"
+
+
 def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float | None = None,
             bands: tuple[Band, ...] = BANDS) -> list[Row]:
     """Table 5 (TPS/GPU) and Table 6 (median TTFT order) rows per band, at the band's own MTP (Band.mtp, priced by
     the generation side: decode_cost.DecodeCost.step_ms at its default acceptance), and their ablations: MTP off;
     with `calibrated_scale`, DWDP's context iteration scaled so that its ISL-8K context speedup equals the paper's
-    (Table 3a); the paper's pair of deployments (`paper_pair`) instead of each mode's best; that pair over the
-    client's full rounds; and the pair, full rounds and calibrated DWDP together."""
+    (Table 3a); the recipe's context servers (RECIPE_CTX); a DWDP rank's KV transfer contending with its peers'
+    pulls (ContextCost.kv_contention); the paper's pair of deployments (`paper_pair`) instead of each mode's best;
+    that pair over the client's full rounds; the pair, full rounds and calibrated DWDP together; and every one of
+    these effects at once."""
     rows = []
     for band in bands:
         rounds = _rounds(band, cap=rounds_cap)
@@ -367,6 +388,11 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
             cal_st = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * rounds,
                              dwdp_scale=calibrated_scale)
             emit(cal, _best(dep_runs), _best(_runs(s, band, "dwdp", a, cal_st, dc)))
+        base = dict(isl_dist="uniform_ratio", users=band.users, prompts=band.users * rounds)
+        rst = Setting(**base, **RECIPE_CTX)
+        emit(RECIPE_CTX_EFFECT, _best(_runs(s, band, "dep", a, rst, dc)), _best(_runs(s, band, "dwdp", a, rst, dc)))
+        kst = Setting(**base, kv_contention=True)
+        emit(KV_EFFECT, _best(dep_runs), _best(_runs(s, band, "dwdp", a, kst, dc)))
         n_dep, n_dw = paper_pair(band)
         pair = (f"the paper's pair: DEP {4 * n_dep} context GPUs (the recipe's e2e_*_dep) against DWDP {4 * n_dw} "
                 f"(fewer)")
@@ -384,6 +410,15 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
                                dwdp_scale=calibrated_scale)
                 emit(f"{pair}, the client's {full} rounds and {cal}", fe,
                      _runs(s, band, "dwdp", fa, fcal, dc, (n_dw,))[0])
+        # every effect at once: the recipe's context servers, the KV contention, the paper's pair over the client's
+        # rounds, and (with the calibration) DWDP at the paper's context speedup
+        ast = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full, **RECIPE_CTX)
+        aa = _arrivals(8192, 1024, ast)
+        dw_all = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full, **RECIPE_CTX,
+                         kv_contention=True, dwdp_scale=calibrated_scale or 1.0)
+        emit(f"all at once: {pair}, the client's {full} rounds, the recipe's context servers, the KV contention"
+             + (f" and DWDP's context iteration x {calibrated_scale:.3f}" if cal else ""),
+             _runs(s, band, "dep", aa, ast, dc, (n_dep,))[0], _runs(s, band, "dwdp", aa, dw_all, dc, (n_dw,))[0])
     return rows
 
 

@@ -171,6 +171,32 @@ def test_table56_prices_the_recipes_mtp_on_the_generation_side(sv):
     assert pair and all(r.of == "Table 6, 170-180 TPS/user" for r in pair)
 
 
+def test_recipe_context_ablation_runs_the_recipes_context_servers(sv, monkeypatch):
+    """The recipe's context servers (reproduce.py @ 1f939488 build_worker_config: ctx max_batch_size 4, chunked
+    prefill off, MTP over the prompt) reach the simulator as a Deployment of whole prompts, 4 per rank, and a
+    ContextCost with the MTP layer; the KV-contention setting reaches ContextCost; the default setting neither."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_sim(arrivals, d, ctx, step, kv):
+        seen.append(d)
+        raise Stop
+
+    made = []
+    real = sv.ContextCost
+    monkeypatch.setattr(sv, "ContextCost", lambda *a, **k: made.append(k) or real(*a, **k))
+    monkeypatch.setattr(sv, "simulate", fake_sim)
+    a = sv._arrivals(8192, 2, sv.Setting(users=2, prompts=2))
+    d = sv._deployment(sv.BANDS[1], "dwdp", 3)
+    for st in (sv.Setting(**sv.RECIPE_CTX), sv.Setting(kv_contention=True), sv.Setting()):
+        with pytest.raises(Stop):
+            sv.run(sv.spec(), d, a, st)
+    assert [(x.ctx_max_batch, x.chunked) for x in seen] == [(4, False), (0, True), (0, True)]
+    assert [(k["mtp_prompt"], k["kv_contention"]) for k in made] == [(True, False), (False, True), (False, False)]
+
+
 # ---- aiconfigurator's own sizing questions (scripts/size_validate.py aic_questions) ---------------------------
 
 def test_aic_question_verdicts_flip_on_the_gpu_count_and_the_tolerance(sv):
