@@ -33,7 +33,8 @@ combination of them) and moves the value inside TOL; a trend row passes when our
 is on the published side of 1; a ratio of two runs that are the same deployment is "not a comparison".
 
 Run: PYTHONPATH=. python3 scripts/size_validate.py [--write docs/SIZING.md] [--quick]  (a few minutes on 2 cores;
---quick: fewer prompts, for a look, not for the docs). Prints the markdown section.
+--quick: fewer prompts, for a look, not for the docs). Prints the markdown section. `--only 5 --write FILE
+[--jobs N]`: the Table 5/6 rows alone (N bands at once), spliced beside FILE's Table 3 rows (splice_rows).
 """
 from __future__ import annotations
 
@@ -701,26 +702,62 @@ def write(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
     path.write_text(pat.sub(lambda _: text, doc), encoding="utf-8")
 
 
+def _band_rows(job: tuple) -> list[Row]:
+    """One band's table56 rows (a worker process of `table56_jobs`)."""
+    rounds_cap, calibrated_scale, i = job
+    return table56(spec(), rounds_cap=rounds_cap, calibrated_scale=calibrated_scale, bands=(BANDS[i],))
+
+
+def table56_jobs(rounds_cap: int | None, calibrated_scale: float | None, jobs: int) -> list[Row]:
+    """table56 over every band, `jobs` bands at a time in worker processes: the same rows in the same order (each
+    band's runs are independent: every run prices its own ContextCost)."""
+    if jobs <= 1:
+        return table56(spec(), rounds_cap=rounds_cap, calibrated_scale=calibrated_scale)
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(jobs) as ex:
+        parts = list(ex.map(_band_rows, [(rounds_cap, calibrated_scale, i) for i in range(len(BANDS))]))
+    return [r for part in parts for r in part]
+
+
+def splice_rows(doc: str, rows: list[Row], keep_prefix: str = "| Table 3") -> str:
+    """`doc`'s generated section with its table's lines that start with `keep_prefix` kept (in their order) and
+    every other row replaced by `rows` rendered: regenerates the Table 5/6 rows alone. The kept rows' verdicts
+    read only rows of their own table (`verdict`), so they do not depend on the replaced ones;
+    tests/unit/test_size_validate.py checks the Table 3 rows against the script."""
+    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    m = pat.search(doc)
+    if not m:
+        raise SystemExit(f"no generated section ({BEGIN!r} ... {END!r})")
+    kept = [line for line in m.group(0).splitlines() if line.startswith(keep_prefix)]
+    lines = render(rows).splitlines()
+    text = "\n".join([BEGIN, "", *lines[:2], *kept, *lines[2:], "", END])
+    return pat.sub(lambda _: text, doc)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", type=Path, help="regenerate this markdown file's validation section")
     ap.add_argument("--quick", action="store_true", help="fewer prompts (a look, not the docs)")
     ap.add_argument("--only", choices=("3", "5", "aic", "aicq"), help="one table group (aicq: aiconfigurator's "
                                                                      "sizing questions)")
+    ap.add_argument("--jobs", type=int, default=1, help="Table 5/6 bands simulated at once (worker processes)")
     args = ap.parse_args(argv)
-    if args.write and (args.quick or args.only in ("3", "5")):
-        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only aic or aicq")
+    if args.write and (args.quick or args.only == "3"):
+        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only 5 (its rows "
+                 "spliced beside the file's Table 3 rows), aic or aicq")
     s = spec()
     rows: list[Row] = []
     if args.only in (None, "3"):
         rows += table3(s, prompts=512 if args.quick else T3_PROMPTS)
     if args.only in (None, "5"):
         sp8, _, _ = ttft_speedup(s, 8192, 4, Setting(prompts=1024))  # Table 3a's ISL-8K setting
-        rows += table56(s, rounds_cap=2 if args.quick else None, calibrated_scale=sp8 / T3A[8192])
+        rows += table56_jobs(2 if args.quick else None, sp8 / T3A[8192], args.jobs)
     if rows:
         text = section(rows)
         print(text)
-        if args.write:
+        if args.write and args.only == "5":
+            args.write.write_text(splice_rows(args.write.read_text(encoding="utf-8"), rows), encoding="utf-8")
+        elif args.write:
             write(args.write, text)
     if args.only in (None, "aic"):
         text = section(aic_rows(), AIC_BEGIN, AIC_END, render_ms)
