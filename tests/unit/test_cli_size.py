@@ -162,3 +162,14 @@ def test_context_batching_flags_reach_every_simulated_context_server(monkeypatch
 def _dc(spec):
     from dwdp_trtllm.sizing.decode_cost import decode_cost
     return decode_cost(spec.model, spec.gpu.name, spec.weight_dtype)
+
+
+def test_size_help_names_the_context_batching_flags_within_80_columns(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as e:
+        main(["size", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    flat = " ".join(out.split())
+    assert "--ctx-max-batch" in flat and "--no-chunked-prefill" in flat and "max_batch_size" in flat
