@@ -22,8 +22,10 @@ data/validation/published.yaml's paper-t3-* setup (`--dep-comm alltoall --interf
   (its Pareto point at that generation setup). Each band runs the recipe's own `mtp` (1 in 20-70, 3 in 80-180),
   priced by the generation side (sizing/decode_cost.py: verify at batch x (1 + k) tokens, k MTP-layer passes,
   acceptance 0.85); the band is the published deployment's, not our TPS/user. Ablations per band: MTP off, DWDP
-  calibrated to the paper's ISL-8K speedup, the paper's pair of deployments (`paper_pair`), and that pair over the
-  client's full 20000 // users rounds (alone and with the calibration).
+  calibrated to the paper's ISL-8K speedup, the recipe's context servers (whole prompts, at most 4 per rank per
+  iteration, the MTP layer over the prompt: RECIPE_CTX), a DWDP rank's KV transfer sharing its links with its
+  peers' pulls, the paper's pair of deployments (`paper_pair`), that pair over the client's full 20000 // users
+  rounds (alone and with the calibration), and every effect at once.
 
 Verdicts (`verdict`): a row is within TOL of its OWN published value or outside it; an outside row counts as
 explained only beside an ablation row (same table) that changes a named modelled effect (or a named
@@ -31,11 +33,13 @@ combination of them) and moves the value inside TOL; a trend row passes when our
 is on the published side of 1; a ratio of two runs that are the same deployment is "not a comparison".
 
 Run: PYTHONPATH=. python3 scripts/size_validate.py [--write docs/SIZING.md] [--quick]  (a few minutes on 2 cores;
---quick: fewer prompts, for a look, not for the docs). Prints the markdown section.
+--quick: fewer prompts, for a look, not for the docs). Prints the markdown section. `--only 5 --write FILE
+[--jobs N]`: the Table 5/6 rows alone (N bands at once), spliced beside FILE's Table 3 rows (splice_rows).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -207,6 +211,10 @@ class Setting:
     redundant: int = 0
     kv: bool = False  # context only: the KV transfer (50 GB/s) before the user's next request
     dwdp_scale: float = 1.0  # DWDP iteration time x this (an ablation: DWDP calibrated to a published speedup)
+    ctx_max_batch: int = 0  # requests per context iteration per rank (0: no limit)
+    chunked: bool = True  # chunked prefill on the context servers (False: whole prompts)
+    mtp_prompt: bool = False  # the MTP layer runs over the prompt on the context servers
+    kv_contention: bool = False  # DWDP: the KV transfer shares the rank's links with its expert pulls
 
 
 def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
@@ -217,7 +225,9 @@ def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
 def run(s: PlanSpec, d: Deployment, arrivals: tr.Arrivals, st: Setting, dc=None) -> Metrics:
     """Simulate deployment `d` (context cost at the setting's slicing / redundancy; decode `dc` or none: context
     only, the first token is the answer) and summarise it."""
-    cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes)
+    cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes,
+                       mtp_prompt=st.mtp_prompt, kv_contention=st.kv_contention)
+    d = dataclasses.replace(d, ctx_max_batch=st.ctx_max_batch, chunked=st.chunked)
     scale = st.dwdp_scale if d.mode == "dwdp" else 1.0
     p = Problem(spec=s, arrivals=arrivals, slo=Slo(), budget=512, gpus_per_node=72, dwdp_sizes=(4,), dep_sizes=(4,),
                 mnts=(MNT,), gen_tps=(d.gen_tp,), gen_batches=(d.gen_batch,))  # for its kv_time
@@ -328,13 +338,25 @@ def _rounds(band: Band, full: bool = False, cap: int | None = None) -> int:
     return min(r, cap) if cap else r
 
 
+#: the recipe's end-to-end context servers (examples/dwdp/reproduce.py @ 1f939488, build_worker_config's ctx_cfg, with
+#: dwdp_reproduce.yaml's e2e_* ctx_max_bs 4 / ctx_max_num_tokens 33000 / mtp >= 1): max_batch_size 4, no
+#: enable_chunked_prefill (TensorRT-LLM's default: off), speculative_config MTP (the MTP layer over the prompt).
+#: 4 whole prompts of at most 8192 tokens fit our MNT 32768 as they fit its 33000: the budget never binds.
+RECIPE_CTX = dict(ctx_max_batch=4, chunked=False, mtp_prompt=True)
+RECIPE_CTX_EFFECT = ("the recipe's context servers: whole prompts (no chunked prefill), at most 4 per rank per "
+                     "iteration, the MTP layer over the prompt")
+KV_EFFECT = "a DWDP rank's KV transfer sharing its NVLink with its peers' expert pulls"
+
+
 def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float | None = None,
             bands: tuple[Band, ...] = BANDS) -> list[Row]:
     """Table 5 (TPS/GPU) and Table 6 (median TTFT order) rows per band, at the band's own MTP (Band.mtp, priced by
     the generation side: decode_cost.DecodeCost.step_ms at its default acceptance), and their ablations: MTP off;
     with `calibrated_scale`, DWDP's context iteration scaled so that its ISL-8K context speedup equals the paper's
-    (Table 3a); the paper's pair of deployments (`paper_pair`) instead of each mode's best; that pair over the
-    client's full rounds; and the pair, full rounds and calibrated DWDP together."""
+    (Table 3a); the recipe's context servers (RECIPE_CTX); a DWDP rank's KV transfer contending with its peers'
+    pulls (ContextCost.kv_contention); the paper's pair of deployments (`paper_pair`) instead of each mode's best;
+    that pair over the client's full rounds; the pair, full rounds and calibrated DWDP together; and every one of
+    these effects at once."""
     rows = []
     for band in bands:
         rounds = _rounds(band, cap=rounds_cap)
@@ -367,6 +389,11 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
             cal_st = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * rounds,
                              dwdp_scale=calibrated_scale)
             emit(cal, _best(dep_runs), _best(_runs(s, band, "dwdp", a, cal_st, dc)))
+        base = dict(isl_dist="uniform_ratio", users=band.users, prompts=band.users * rounds)
+        rst = Setting(**base, **RECIPE_CTX)
+        emit(RECIPE_CTX_EFFECT, _best(_runs(s, band, "dep", a, rst, dc)), _best(_runs(s, band, "dwdp", a, rst, dc)))
+        kst = Setting(**base, kv_contention=True)
+        emit(KV_EFFECT, _best(dep_runs), _best(_runs(s, band, "dwdp", a, kst, dc)))
         n_dep, n_dw = paper_pair(band)
         pair = (f"the paper's pair: DEP {4 * n_dep} context GPUs (the recipe's e2e_*_dep) against DWDP {4 * n_dw} "
                 f"(fewer)")
@@ -384,6 +411,15 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
                                dwdp_scale=calibrated_scale)
                 emit(f"{pair}, the client's {full} rounds and {cal}", fe,
                      _runs(s, band, "dwdp", fa, fcal, dc, (n_dw,))[0])
+        # every effect at once: the recipe's context servers, the KV contention, the paper's pair over the client's
+        # rounds, and (with the calibration) DWDP at the paper's context speedup
+        ast = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full, **RECIPE_CTX)
+        aa = _arrivals(8192, 1024, ast)
+        dw_all = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full, **RECIPE_CTX,
+                         kv_contention=True, dwdp_scale=calibrated_scale or 1.0)
+        emit(f"all at once: {pair}, the client's {full} rounds, the recipe's context servers, the KV contention"
+             + (f" and DWDP's context iteration x {calibrated_scale:.3f}" if cal else ""),
+             _runs(s, band, "dep", aa, ast, dc, (n_dep,))[0], _runs(s, band, "dwdp", aa, dw_all, dc, (n_dw,))[0])
     return rows
 
 
@@ -666,26 +702,62 @@ def write(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
     path.write_text(pat.sub(lambda _: text, doc), encoding="utf-8")
 
 
+def _band_rows(job: tuple) -> list[Row]:
+    """One band's table56 rows (a worker process of `table56_jobs`)."""
+    rounds_cap, calibrated_scale, i = job
+    return table56(spec(), rounds_cap=rounds_cap, calibrated_scale=calibrated_scale, bands=(BANDS[i],))
+
+
+def table56_jobs(rounds_cap: int | None, calibrated_scale: float | None, jobs: int) -> list[Row]:
+    """table56 over every band, `jobs` bands at a time in worker processes: the same rows in the same order (each
+    band's runs are independent: every run prices its own ContextCost)."""
+    if jobs <= 1:
+        return table56(spec(), rounds_cap=rounds_cap, calibrated_scale=calibrated_scale)
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(jobs) as ex:
+        parts = list(ex.map(_band_rows, [(rounds_cap, calibrated_scale, i) for i in range(len(BANDS))]))
+    return [r for part in parts for r in part]
+
+
+def splice_rows(doc: str, rows: list[Row], keep_prefix: str = "| Table 3") -> str:
+    """`doc`'s generated section with its table's lines that start with `keep_prefix` kept (in their order) and
+    every other row replaced by `rows` rendered: regenerates the Table 5/6 rows alone. The kept rows' verdicts
+    read only rows of their own table (`verdict`), so they do not depend on the replaced ones;
+    tests/unit/test_size_validate.py checks the Table 3 rows against the script."""
+    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    m = pat.search(doc)
+    if not m:
+        raise SystemExit(f"no generated section ({BEGIN!r} ... {END!r})")
+    kept = [line for line in m.group(0).splitlines() if line.startswith(keep_prefix)]
+    lines = render(rows).splitlines()
+    text = "\n".join([BEGIN, "", *lines[:2], *kept, *lines[2:], "", END])
+    return pat.sub(lambda _: text, doc)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", type=Path, help="regenerate this markdown file's validation section")
     ap.add_argument("--quick", action="store_true", help="fewer prompts (a look, not the docs)")
     ap.add_argument("--only", choices=("3", "5", "aic", "aicq"), help="one table group (aicq: aiconfigurator's "
                                                                      "sizing questions)")
+    ap.add_argument("--jobs", type=int, default=1, help="Table 5/6 bands simulated at once (worker processes)")
     args = ap.parse_args(argv)
-    if args.write and (args.quick or args.only in ("3", "5")):
-        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only aic or aicq")
+    if args.write and (args.quick or args.only == "3"):
+        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only 5 (its rows "
+                 "spliced beside the file's Table 3 rows), aic or aicq")
     s = spec()
     rows: list[Row] = []
     if args.only in (None, "3"):
         rows += table3(s, prompts=512 if args.quick else T3_PROMPTS)
     if args.only in (None, "5"):
         sp8, _, _ = ttft_speedup(s, 8192, 4, Setting(prompts=1024))  # Table 3a's ISL-8K setting
-        rows += table56(s, rounds_cap=2 if args.quick else None, calibrated_scale=sp8 / T3A[8192])
+        rows += table56_jobs(2 if args.quick else None, sp8 / T3A[8192], args.jobs)
     if rows:
         text = section(rows)
         print(text)
-        if args.write:
+        if args.write and args.only == "5":
+            args.write.write_text(splice_rows(args.write.read_text(encoding="utf-8"), rows), encoding="utf-8")
+        elif args.write:
             write(args.write, text)
     if args.only in (None, "aic"):
         text = section(aic_rows(), AIC_BEGIN, AIC_END, render_ms)

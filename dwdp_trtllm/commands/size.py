@@ -85,6 +85,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
         g.add_argument("--" + k.replace("_", "-"), default=v, help=f"candidates{extra} (default {v})")
     g.add_argument("--redundant-experts", default="0", help="DWDP redundancy candidates (default 0)")
     g.add_argument("--kv-gbps", type=float, default=None, help="context -> generation KV bandwidth, GB/s (default 50)")
+    g.add_argument("--ctx-max-batch", type=int, default=0,
+                   help="requests per context iteration per rank, TensorRT-LLM's max_batch_size (default 0: no limit)")
+    g.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
+                   help="context servers run whole prompts (TensorRT-LLM's default; MNT >= every ISL)")
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true")
     g.add_argument("--out", default=None, help="write the best DWDP deployment with gen-config's files here")
@@ -168,7 +172,16 @@ def problems(args):
     if space["tp_sizes"]:
         from ..sizing.tp_cost import check_tp
         check_tp(spec)
-    extra = dict(dep_variant=args.dep or "trtllm", slice_bytes=spec.slice_bytes[0], span_s=span)
+    if not 0 <= args.ctx_max_batch <= 4096:
+        raise ConfigError(None, "--ctx-max-batch", f"expected requests in [0, 4096] (0: no limit), got "
+                                                   f"{args.ctx_max_batch}")
+    if not args.chunked_prefill:
+        longest = max([int(a.isl.max()) for _, a in arrs if len(a)] + ([args.isl] if args.trace is None else []))
+        if min(space["mnts"]) < longest:
+            raise ConfigError(None, "--mnt", f"every MNT at least the longest ISL ({longest:,}) with "
+                                             f"--no-chunked-prefill, got {args.mnt}")
+    extra = dict(dep_variant=args.dep or "trtllm", slice_bytes=spec.slice_bytes[0], span_s=span,
+                 ctx_max_batch=args.ctx_max_batch, chunked=args.chunked_prefill)
     return spec, [(r, Problem(spec, a, slo, args.gpu_budget, args.gpus_per_node, kv_gbps=kv, **space, **extra))
                   for r, a in arrs]
 
@@ -189,6 +202,8 @@ def gen_config_argv(args, d) -> list[str]:
         argv.append("--no-contention-opt")  # unsliced copies, as sized
     if args.gpu_memory_gb is not None:
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
+    if args.ctx_max_batch:  # the context servers' max_batch_size, as sized
+        argv += ["--ctx-batch", str(args.ctx_max_batch)]
     return argv
 
 
@@ -247,6 +262,9 @@ def notes_lines(spec, probs, dc) -> list[str]:
                    f"--target {spec.target} here)")
     out.append(f"KV transfer at {p.kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the nominal and the "
                "planner's uncertain inputs at DWDP's worse / better end")
+    cap = f"at most {p.ctx_max_batch} requests" if p.ctx_max_batch else "no request limit"
+    out.append(f"context batching: {'chunked prefill to the MNT' if p.chunked else 'whole prompts'} "
+               f"(--no-chunked-prefill), {cap} per rank per iteration (--ctx-max-batch)")
     return out
 
 

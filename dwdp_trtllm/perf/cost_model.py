@@ -239,11 +239,15 @@ def remote_ranks_per_token(spec: ModelSpec, group: int) -> float:
     return (group - 1) * (1 - p_miss)
 
 
-def prefetch_us(spec: ModelSpec, p: CostParams, placement: ExpertPlacement, slice_bytes: int) -> float:
-    """DWDP pull of one layer's missing experts: NVLink-bound, inflated by source contention."""
+def prefetch_us(spec: ModelSpec, p: CostParams, placement: ExpertPlacement, slice_bytes: int,
+                extra_src_bytes: float = 0.0) -> float:
+    """DWDP pull of one layer's missing experts: NVLink-bound, inflated by source contention. `extra_src_bytes`:
+    other bytes the serving rank sends on the same links in that layer's window (its KV-cache transfer to the
+    generation servers, sizing/context_cost.py `kv_contention`), added to the bytes it serves its peers."""
     if placement.dwdp_size <= 1:
         return 0.0
     dest, src = fetch_bytes(spec, placement, p.weight_dtype)
+    src = src + extra_src_bytes
     sliced = slice_bytes > 0
     eff = (p.calibration.slice_eff(slice_bytes) or 1.0) if sliced else 1.0
     return max(dest, src) / (p.peer_bps_for(placement.dwdp_size) * eff) * contention_factor(p, placement.dwdp_size, sliced) * 1e6

@@ -160,16 +160,17 @@ class IterationTimes:
 
 
 def iteration_times(spec: PlanSpec, load: IterationLoad, group: int, redundant: int, slice_bytes: int, isl: float,
-                    which: str = "nominal", variant: str = "trtllm") -> IterationTimes:
+                    which: str = "nominal", variant: str = "trtllm", extra_src_bytes: float = 0.0) -> IterationTimes:
     """Every iteration of `load` (any tokens per rank, e.g. a simulated server's batches) priced as predict prices its
     t_iteration_*: first_k_dense dense layers + MoE layers; DEP = the slowest rank's own work + the shared experts and
     communication, DWDP = each rank's compute overlapped with the prefetch. `which`: the uncertainty scenario
     (nominal / low / high). `isl`: the requests' length the attention tables are read at. `variant`: the DEP priced
-    (perf/dep_variants.py), as predict's."""
+    (perf/dep_variants.py), as predict's. `extra_src_bytes`: bytes per MoE layer a DWDP rank sends besides its
+    experts on the same links (cost_model.prefetch_us)."""
     m, p = spec.model, spec.params()
     phs = scenario_phases(spec, load, group, int(max(1, round(isl))), float(max(load.tokens_SR.mean(), 1.0)), variant)
     ph = phs[("balanced", "nominal")]
-    t_p = cm.prefetch_us(m, p, _placement(spec, group, redundant), slice_bytes)
+    t_p = cm.prefetch_us(m, p, _placement(spec, group, redundant), slice_bytes, extra_src_bytes)
     a, dwdp_SR, _ = _layer(spec, phs, load, t_p, which, group=group)
     dense_SR = ph.dense_layer_SR * m.first_k_dense
     n = m.num_moe_layers

@@ -6,9 +6,11 @@ a run is computed here, once.
   is its inverse; both the median over requests with OSL > 1.
 - output TPS/GPU: a steady-state rate: output tokens produced inside the steady window (each request's tokens
   spread evenly between its first token and its finish) / the window's length / the deployment's GPUs. The window
-  ends where the offered traffic ends (the last arrival; a closed loop's duration) and starts after a warm-up of
-  one median request lifetime (arrival to finish: the time an empty deployment takes to fill), at most half the
-  traffic's span (`tps_window`, stated in the output).
+  ends where the offered traffic ends: an open loop's last arrival; a closed loop's last send (its prompt cap or
+  duration: after it the users drain one by one, the deployment runs below the loop's load, and counting that
+  tail would under-count the steady rate); it starts after a warm-up of one median request lifetime (arrival to
+  finish: the time an empty deployment takes to fill), at most half the window's end (`tps_window`, stated in
+  the output).
 - offered: requests/s arriving inside the traffic's window (from 0 to its end: the stated span, e.g. --duration,
   when longer than the last arrival, so a short run does not count n requests over n - 1 gaps).
 - goodput: requests/s arriving inside the same window whose own TTFT is within the p99 TTFT SLO and whose own
@@ -68,7 +70,7 @@ class Metrics:
 
 def steady_window(r: SimResult) -> tuple[float, float]:
     """(start, end) s of the window output TPS/GPU counts (module docstring)."""
-    end = float(r.window_s)
+    end = float(r.window_s) if math.isnan(r.steady_end_s) else float(r.steady_end_s)
     ok = ~np.isnan(r.done_s)
     life = float(np.median(r.done_s[ok] - r.arrival_s[ok])) if ok.any() else 0.0
     return min(max(life, 0.0), end / 2), end

@@ -61,6 +61,8 @@ class Problem:
     dep_variant: str = "trtllm"  # the DEP priced (perf/dep_variants.py; --dep)
     slice_bytes: int = 2 << 20  # DWDP's copy slices (0: unsliced; --slice-bytes)
     span_s: float | None = None  # the offered traffic's stated span (--duration of generated open-loop traffic)
+    ctx_max_batch: int = 0  # requests per context iteration per rank (0: no limit; --ctx-max-batch)
+    chunked: bool = True  # chunked prefill on the context servers (--no-chunked-prefill: whole prompts)
     progress: object = None  # called with one line per simulated candidate (the command's stderr progress)
 
     def sizes(self, mode: str) -> tuple[int, ...]:
@@ -211,7 +213,8 @@ def best_context(p: Problem, mode: str) -> tuple[Deployment | None, Metrics | No
                 for _ in range(MAX_STEPS):
                     if n * gpus_per > p.budget or (best and n * gpus_per > best[0].ctx_gpus):
                         break
-                    d = Deployment(mode, g, n, mnt, 1, 1, 1, redundant=r)
+                    d = Deployment(mode, g, n, mnt, 1, 1, 1, redundant=r, ctx_max_batch=p.ctx_max_batch,
+                                   chunked=p.chunked)
                     p.tick(f"{mode.upper()} context: {d.ctx_label()}")
                     m = p.summarize(run_deployment(p, d, None, context_only=True)[0], d.ctx_gpus, slo)
                     if meets(m, slo):

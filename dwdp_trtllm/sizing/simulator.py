@@ -4,7 +4,8 @@ Requests arrive (traffic.Arrivals; a closed loop issues a user's next request wh
 go to the context server with the fewest outstanding tokens (ties: the lowest index; inside a DEP server, its
 attention-DP rank with the fewest). A context server runs iterations back to back while it has work: every rank
 packs its queue FCFS with chunked prefill up to max_num_tokens (batching.RankScheduler, the engine's own
-scheduler); `ctx_time` prices the iteration (context_cost.ContextCost: the planner). DWDP servers are one rank
+scheduler; or, with `Deployment.chunked` False, whole prompts only, and at most `ctx_max_batch` requests per
+iteration when set); `ctx_time` prices the iteration (context_cost.ContextCost: the planner). DWDP servers are one rank
 each and free-run; a DEP server's ranks start and end every iteration together (lock-step with the slowest). The
 iteration holding a request's last chunk produces its first token (TTFT), as a disaggregated TensorRT-LLM context
 server does; the KV cache then moves to the generation server with the fewest requests (`kv_time(isl)`), where
@@ -41,6 +42,8 @@ class Deployment:
     gen_servers: int
     gen_batch: int
     redundant: int = 0
+    ctx_max_batch: int = 0  # requests per context iteration per rank (0: no limit; TensorRT-LLM's max_batch_size)
+    chunked: bool = True  # chunked prefill on the context servers (False: whole prompts, spec/batching.py)
 
     @property
     def ctx_gpus(self) -> int:
@@ -77,11 +80,12 @@ class SimResult:
     ctx_busy_s: float  # summed busy time of the context servers
     gen_steps: int
     kv_s: float  # summed KV-transfer time
+    steady_end_s: float = math.nan  # where the offered load stops being steady (nan: window_s): a closed loop's last send
 
 
 class _Ctx:
-    def __init__(self, ranks: int, mnt: int):
-        self.ranks = [RankScheduler([], mnt) for _ in range(ranks)]
+    def __init__(self, ranks: int, mnt: int, max_batch: int = 0, chunked: bool = True):
+        self.ranks = [RankScheduler([], mnt, max_batch or None, chunked) for _ in range(ranks)]
         self.outstanding = [0] * ranks
         self.busy = False
 
@@ -104,7 +108,7 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
     n_req = len(arrivals)
     closed = arrivals.closed_users
     ctx_ranks = dep.ctx_group if dep.mode == "dep" else 1  # a TP server is one scheduler over its GPUs
-    ctxs = [_Ctx(ctx_ranks, dep.mnt) for _ in range(dep.ctx_servers)]
+    ctxs = [_Ctx(ctx_ranks, dep.mnt, dep.ctx_max_batch, dep.chunked) for _ in range(dep.ctx_servers)]
     gens = [_Gen(dep.gen_tp * dep.gen_batch) for _ in range(dep.gen_servers)]
     t_arr = np.full(n_req, np.nan)
     t_first = np.full(n_req, np.nan)
@@ -227,6 +231,9 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
             start_run(k, t)
     last = np.nanmax(t_arr) if issued else 0.0
     window = float(last if not closed else min(horizon, np.nanmax(t_done)))
+    # a closed loop holds its `closed` users in flight until its last send (the prompt cap or the duration); after
+    # it the users drain one by one and the rate falls: the steady load ends there (all sent at once: no steady part)
+    steady = float(last) if closed and last > 0 else math.nan
     m = ~np.isnan(t_arr)
     return SimResult(t_arr[m], t_first[m], t_done[m], isl[m], osl[m], max(window, 1e-9), stats["ctx_busy"],
-                     stats["steps"], stats["kv"])
+                     stats["steps"], stats["kv"], steady)

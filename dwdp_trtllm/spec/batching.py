@@ -12,6 +12,16 @@ Policy (what a context server such as TensorRT-LLM's does with chunked prefill e
   the budget (a chunk, Segment.is_last False) and stays at the head of the queue, so the next
   iteration continues it first;
 - a request's first token is produced by the iteration holding its last chunk (is_last True).
+
+Optional policy (`chunked=False`, `max_batch`): a context server WITHOUT chunked prefill (TensorRT-LLM's default
+`enable_chunked_prefill: false`, what upstream's examples/dwdp/reproduce.py @ 1f939488 `build_worker_config` deploys
+with `max_batch_size` ctx_max_bs): an iteration takes whole requests in FCFS order while the next one fits the
+token budget and fewer than `max_batch` are taken; the first request that does not fit waits for the next
+iteration (it is never cut), as TensorRT-LLM's cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp
+@ b8b7b782 `MicroBatchScheduler::operator()` does in its "skip chunking" branch (`break` when
+batchNumTokens + reqNumTokens exceeds the budget; `break` once maxBatchSizeRuntime requests are scheduled). A
+request longer than the whole budget is refused (ValueError): it could never be scheduled. `max_batch` (requests
+per iteration; None: no limit) applies with chunking too (the same loop counts chunked requests).
 """
 from __future__ import annotations
 
@@ -46,9 +56,15 @@ class RankScheduler:
     has arrived by now_s (sleep until `next_arrival_s()`), or None when every request is scheduled.
     """
 
-    def __init__(self, requests: list[Request], max_num_tokens: int):
+    def __init__(self, requests: list[Request], max_num_tokens: int, max_batch: int | None = None,
+                 chunked: bool = True):
         if max_num_tokens < 1:
             raise ValueError(f"max_num_tokens must be >= 1, got {max_num_tokens}")
+        if max_batch is not None and max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 or None, got {max_batch}")
+        self.max_num_tokens = max_num_tokens
+        self.max_batch = max_batch
+        self.chunked = chunked
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError(f"duplicate request_id in the queue: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
@@ -57,7 +73,7 @@ class RankScheduler:
                 raise ValueError(f"request {r.request_id}: isl must be >= 1, got {r.isl}")
             if r.arrival_s < 0:
                 raise ValueError(f"request {r.request_id}: arrival_s must be >= 0, got {r.arrival_s}")
-        self.max_num_tokens = max_num_tokens
+            self._check_fits(r)
         self._queue = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
         self._head = 0  # index of the first request not fully scheduled
         self._offset = 0  # tokens of the head request already scheduled
@@ -67,9 +83,15 @@ class RankScheduler:
         sizing/simulator.py); the FCFS order of the class doc is kept."""
         if req.isl < 1:
             raise ValueError(f"request {req.request_id}: isl must be >= 1, got {req.isl}")
+        self._check_fits(req)
         if self._queue and (req.arrival_s, req.request_id) < (self._queue[-1].arrival_s, self._queue[-1].request_id):
             raise ValueError(f"request {req.request_id} arrives at {req.arrival_s} s, before the last queued one")
         self._queue.append(req)
+
+    def _check_fits(self, r: Request) -> None:
+        if not self.chunked and r.isl > self.max_num_tokens:
+            raise ValueError(f"request {r.request_id}: isl {r.isl} exceeds max_num_tokens {self.max_num_tokens} "
+                             f"without chunked prefill")
 
     def done(self) -> bool:
         """True when every token of every request has been handed out."""
@@ -91,7 +113,9 @@ class RankScheduler:
         batch: list[Segment] = []
         while budget > 0 and not self.done():
             req = self._queue[self._head]
-            if req.arrival_s > now_s:
+            if req.arrival_s > now_s or (self.max_batch is not None and len(batch) >= self.max_batch):
+                break
+            if not self.chunked and req.isl > budget:  # whole prompts only: it waits for the next iteration
                 break
             take = min(req.isl - self._offset, budget)
             is_last = self._offset + take == req.isl

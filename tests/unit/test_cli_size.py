@@ -74,7 +74,9 @@ def test_out_writes_gen_configs_files_for_the_same_deployment(tmp_path, capsys):
     (["--rate", "1", "--isl", "0"], "--isl"), (["--rate", "1", "--osl-dist", "zipf"], "--osl-dist"),
     (["--rate", "1", "--ttft-p99", "-1"], "--ttft-p99"), (["--rate", "1", "--tps-user", "nan"], "--tps-user"),
     (["--rate", "1", "--gpu-budget", "0"], "--gpu-budget"), (["--rate", "1", "--mnt", "x"], "--mnt"),
-    (["--trace", "/nonexistent/trace.jsonl"], "--trace"), (["--rate", "8", "--gen-tp", "16"], "--gen-tp")])
+    (["--trace", "/nonexistent/trace.jsonl"], "--trace"), (["--rate", "8", "--gen-tp", "16"], "--gen-tp"),
+    (["--rate", "1", "--ctx-max-batch", "-1"], "--ctx-max-batch"),
+    (["--rate", "1", "--isl", "8192", "--mnt", "4096,8192", "--no-chunked-prefill"], "--mnt")])
 def test_bad_input_is_refused_naming_the_argument(argv, arg, capsys):
     assert main(["size", *argv]) == 2
     err = capsys.readouterr().err
@@ -116,3 +118,58 @@ def test_a_budget_too_small_says_so_and_writes_nothing(tmp_path, capsys):
     assert "DWDP: no deployment:" in text and "DEP: no deployment:" in text and "--gpu-budget 12" in text
     assert "--out: nothing written" in text and not out.exists()
     assert "--gpu-budget 12" in cap.err and "16 GPUs" in cap.err  # the binding constraint, on stderr
+
+
+def test_context_batching_flags_reach_every_simulated_context_server(monkeypatch):
+    """--ctx-max-batch 4 --no-chunked-prefill (what upstream's recipe deploys: examples/dwdp/reproduce.py
+    @ 1f939488 build_worker_config, ctx max_batch_size 4, no enable_chunked_prefill) are the Problem's, every
+    context deployment the search simulates carries them, the notes say so, and --out asks gen-config for the
+    same max_batch_size; without the flags: chunked, no limit."""
+    import argparse
+    from dwdp_trtllm.commands import size as sz
+    from dwdp_trtllm.sizing import search as se
+
+    def problem(extra):
+        ap = argparse.ArgumentParser()
+        sz.add_parser(ap.add_subparsers())
+        args = ap.parse_args(["size", *SMALL, *extra])
+        return args, sz.problems(args)
+
+    class Stop(Exception):
+        pass
+
+    def first_run(p, d, dc, which="nominal", context_only=False):
+        seen.append(d)
+        raise Stop
+
+    monkeypatch.setattr(se, "run_deployment", first_run)
+    for extra, want in (([], (0, True)), (["--ctx-max-batch", "4", "--no-chunked-prefill"], (4, False))):
+        seen = []
+        args, (spec, probs) = problem(extra)
+        p = probs[0][1]
+        assert (p.ctx_max_batch, p.chunked) == want
+        with pytest.raises(Stop):
+            se.search(p, None)
+        assert [(d.ctx_max_batch, d.chunked) for d in seen] == [want]
+        notes = " ".join(sz.notes_lines(spec, probs, _dc(spec)))
+        assert ("whole prompts" in notes) == (not want[1]) and ("at most 4 requests" in notes) == bool(want[0])
+        argv = sz.gen_config_argv(args, seen[0])
+        assert ("--ctx-batch" in argv) == bool(want[0])
+        if want[0]:
+            assert argv[argv.index("--ctx-batch") + 1] == "4"
+
+
+def _dc(spec):
+    from dwdp_trtllm.sizing.decode_cost import decode_cost
+    return decode_cost(spec.model, spec.gpu.name, spec.weight_dtype)
+
+
+def test_size_help_names_the_context_batching_flags_within_80_columns(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as e:
+        main(["size", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    flat = " ".join(out.split())
+    assert "--ctx-max-batch" in flat and "--no-chunked-prefill" in flat and "max_batch_size" in flat

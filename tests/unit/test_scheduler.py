@@ -79,3 +79,33 @@ def test_every_token_scheduled_once_in_order_within_budget(isls, mnt, arrivals, 
     assert order == [r.request_id for r in sorted(reqs, key=lambda r: (r.arrival_s, r.request_id))]
     if offline:  # offline: every batch but the last is full
         assert batches == math.ceil(sum(isls) / mnt)
+
+
+def test_without_chunked_prefill_whole_prompts_wait_for_the_next_iteration():
+    """TensorRT-LLM's "skip chunking" branch (microBatchScheduler.cpp @ b8b7b782): FCFS whole requests while the
+    next fits the budget; the one that does not fit is not cut (the chunked scheduler cut request 1 at 212)."""
+    s = RankScheduler([req(0, 300), req(1, 500), req(2, 200)], max_num_tokens=512, chunked=False)
+    assert s.next_batch(0.0) == [Segment(0, 0, 300, True)]  # 300 + 500 > 512: request 1 waits whole
+    assert s.next_batch(0.0) == [Segment(1, 0, 500, True)]  # 500 + 200 > 512
+    assert s.next_batch(0.0) == [Segment(2, 0, 200, True)]
+    assert s.next_batch(0.0) is None
+
+
+def test_max_batch_caps_the_requests_of_an_iteration_with_or_without_chunking():
+    qs = [req(i, 100) for i in range(7)]
+    for chunked in (True, False):
+        s = RankScheduler(list(qs), max_num_tokens=10_000, max_batch=4, chunked=chunked)
+        assert [g.request_id for g in s.next_batch(0.0)] == [0, 1, 2, 3]  # 700 tokens fit; 4 requests at most
+        assert [g.request_id for g in s.next_batch(0.0)] == [4, 5, 6]
+    s = RankScheduler([req(0, 300), req(1, 500)], max_num_tokens=512, max_batch=4)
+    assert s.next_batch(0.0) == [Segment(0, 0, 300, True), Segment(1, 0, 212, False)]  # a chunk counts as one
+
+
+def test_without_chunking_a_prompt_over_the_budget_is_refused():
+    with pytest.raises(ValueError, match="exceeds max_num_tokens 512 without chunked prefill"):
+        RankScheduler([req(0, 513)], max_num_tokens=512, chunked=False)
+    s = RankScheduler([], max_num_tokens=512, chunked=False)
+    with pytest.raises(ValueError, match="request 3: isl 600"):
+        s.append(req(3, 600))
+    with pytest.raises(ValueError, match="max_batch"):
+        RankScheduler([], max_num_tokens=512, max_batch=0)

@@ -136,15 +136,31 @@ def test_sizing_md_shows_what_the_script_computes_now(sv):
 
 
 def test_write_refuses_partial_or_quick_sections(sv, tmp_path, capsys):
-    """--write replaces a whole generated section, so a partial (--only 3 / 5) or --quick run must not write it."""
+    """--write replaces a whole generated section, so a partial (--only 3) or --quick run must not write it
+    (--only 5 splices its rows beside the file's Table 3 rows: test_only_5_splices_its_rows_beside_table3)."""
     doc = tmp_path / "SIZING.md"
     doc.write_text(f"{sv.BEGIN}\nkept\n{sv.END}\n", encoding="utf-8")
-    for extra in (["--only", "3"], ["--only", "5"], ["--quick"]):
+    for extra in (["--only", "3"], ["--only", "5", "--quick"], ["--quick"]):
         with pytest.raises(SystemExit) as e:
             sv.main(["--write", str(doc), *extra])
         assert e.value.code == 2
         assert "--write regenerates whole sections" in capsys.readouterr().err
     assert "kept" in doc.read_text(encoding="utf-8")
+
+
+def test_only_5_splices_its_rows_beside_table3(sv):
+    """`--only 5 --write` keeps the section's Table 3 rows as they are, in order, and replaces every other row by
+    the new Table 5/6 rows (header once, text outside the section untouched)."""
+    old = "\n".join(["before", sv.BEGIN, "", "| row | h |", "|---|---|", "| Table 3a, ISL 1K | a |",
+                      "| Table 3d, ISL 16K, DWDP3 | b |", "| Table 5, 20-30 TPS/user | stale |", "", sv.END, "after"])
+    new = [sv.Row("Table 5, 20-30 TPS/user", "output TPS/GPU DWDP/DEP", 1.10, 1.12, "fresh")]
+    out = sv.splice_rows(old, new)
+    lines = out.splitlines()
+    assert lines[0] == "before" and lines[-1] == "after" and "stale" not in out
+    t = [x for x in lines if x.startswith("| ")]
+    assert t[0].startswith("| row | quantity") and t[1:3] == ["| Table 3a, ISL 1K | a |", "| Table 3d, ISL 16K, DWDP3 | b |"]
+    assert t[3].startswith("| Table 5, 20-30 TPS/user | output TPS/GPU DWDP/DEP | 1.10 | 1.12 | within 15% (+2%)")
+    assert len(t) == 4 and out.count(sv.BEGIN) == 1 and out.count(sv.END) == 1
 
 
 def test_paper_pair_is_dep_recipe_deployment_against_fewer_dwdp_gpus(sv):
@@ -169,6 +185,32 @@ def test_table56_prices_the_recipes_mtp_on_the_generation_side(sv):
     assert tps_user(off[0].detail) < tps_user(main[0].detail) / 2  # 3.19 tokens per step against 1
     pair = [r for r in rows if r.effect.startswith("the paper's pair") and r.kind == "order"]
     assert pair and all(r.of == "Table 6, 170-180 TPS/user" for r in pair)
+
+
+def test_recipe_context_ablation_runs_the_recipes_context_servers(sv, monkeypatch):
+    """The recipe's context servers (reproduce.py @ 1f939488 build_worker_config: ctx max_batch_size 4, chunked
+    prefill off, MTP over the prompt) reach the simulator as a Deployment of whole prompts, 4 per rank, and a
+    ContextCost with the MTP layer; the KV-contention setting reaches ContextCost; the default setting neither."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_sim(arrivals, d, ctx, step, kv):
+        seen.append(d)
+        raise Stop
+
+    made = []
+    real = sv.ContextCost
+    monkeypatch.setattr(sv, "ContextCost", lambda *a, **k: made.append(k) or real(*a, **k))
+    monkeypatch.setattr(sv, "simulate", fake_sim)
+    a = sv._arrivals(8192, 2, sv.Setting(users=2, prompts=2))
+    d = sv._deployment(sv.BANDS[1], "dwdp", 3)
+    for st in (sv.Setting(**sv.RECIPE_CTX), sv.Setting(kv_contention=True), sv.Setting()):
+        with pytest.raises(Stop):
+            sv.run(sv.spec(), d, a, st)
+    assert [(x.ctx_max_batch, x.chunked) for x in seen] == [(4, False), (0, True), (0, True)]
+    assert [(k["mtp_prompt"], k["kv_contention"]) for k in made] == [(True, False), (False, True), (False, False)]
 
 
 # ---- aiconfigurator's own sizing questions (scripts/size_validate.py aic_questions) ---------------------------

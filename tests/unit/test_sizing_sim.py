@@ -198,3 +198,97 @@ def test_iteration_times_equal_predicts_whole_iteration_times(target):
     assert float(it.dwdp_SR.mean()) == pytest.approx(row.t_iteration_dwdp_us, rel=1e-9)
     lo = pl.iteration_times(spec, pl.sampled_load(spec, 8192, 8), 8, 0, 2 << 20, 8192, which="low")
     assert float(lo.dwdp_SR.mean()) > float(it.dwdp_SR.mean())  # DWDP's worse end is slower
+
+
+def _rounds_result(users: int, rounds: int, extra: int, cycle: float, osl: int, steady_end: float):
+    """A closed loop in lock-step rounds (by hand): `users` requests at k x cycle for k < rounds, then `extra` at
+    rounds x cycle; first token 1 s after arrival, finish one cycle after it."""
+    from dwdp_trtllm.sizing.simulator import SimResult
+    arr = np.concatenate([np.full(users, k * cycle) for k in range(rounds)] + [np.full(extra, rounds * cycle)])
+    n = arr.size
+    return SimResult(arr, arr + 1.0, arr + cycle, np.full(n, 100), np.full(n, osl), float(arr.max() + cycle),
+                     0.0, 0, 0.0, steady_end)
+
+
+def test_closed_loop_output_rate_excludes_the_drain_after_the_last_send():
+    """4 users, 10 full rounds of 10 s and 2 prompts in an 11th: the steady rate is users x OSL / cycle = 40.4
+    tokens/s (20.2 per GPU on 2 GPUs). Counting to the last finish (the old window: 11 cycles, 2 users in the
+    last) gives (9 x 4 + 2) x 101 / 100 s = 38.38 (19.19 per GPU), 5% under."""
+    r = _rounds_result(4, 10, 2, 10.0, 101, steady_end=100.0)  # the last send: the 11th round at 100 s
+    m = summarize(r, 2, Slo())
+    assert m.tps_window == (10.0, 100.0)
+    assert m.output_tps_per_gpu == pytest.approx(4 * 101 / 10.0 / 2, rel=1e-9)
+    old = summarize(_rounds_result(4, 10, 2, 10.0, 101, steady_end=math.nan), 2, Slo())  # open-loop rule: window_s
+    assert old.output_tps_per_gpu == pytest.approx((9 * 4 + 2) * 101 / 100.0 / 2, rel=1e-9)
+
+
+def test_simulated_closed_loop_reports_its_last_send_as_the_steady_end():
+    """Closed loop of 2 users, 5 prompts, context 0.25 s per iteration (OSL 1): sends at 0, 0 (together), 0.25,
+    0.25, 0.5: the steady load ends at 0.5 s, the last request finishes at 0.75 s."""
+    a = tr.generate(tr.Traffic(tr.LengthDist(100), tr.LengthDist(1), concurrency=2, duration_s=100.0, seed=0,
+                               requests=5))
+    r = simulate(a, Deployment("dwdp", 1, 1, 1000, 1, 1, 1), lambda s, segs: 0.25, lambda *_: 0.0, lambda isl: 0.0)
+    assert r.steady_end_s == pytest.approx(0.5)
+    assert r.window_s == pytest.approx(0.75)
+    opened = tr.generate(tr.Traffic(tr.LengthDist(100), tr.LengthDist(1), rate=5.0, duration_s=10.0, seed=0))
+    assert math.isnan(simulate(opened, Deployment("dwdp", 1, 1, 1000, 1, 1, 1), lambda s, segs: 0.01,
+                               lambda *_: 0.0, lambda isl: 0.0).steady_end_s)  # open loop: its last arrival
+
+
+def test_context_server_without_chunking_runs_whole_prompts_max_batch_at_a_time():
+    """One DWDP rank, 6 requests of 300 tokens at 0, MNT 1000, iteration 1 s: chunked, 1000-token iterations cut
+    prompts (first tokens at 1, 1, 1, 2, 2, 2: 900 + the 4th's first 100 tokens, then 1000 = 4th's last 200 +
+    the rest); without chunking at max_batch 2: 2 whole prompts per iteration, first tokens at 1, 1, 2, 2, 3, 3."""
+    a = tr.Arrivals(np.zeros(6), np.full(6, 300), np.ones(6, int), "six")
+    one_s = lambda s, segs: 1.0  # noqa: E731
+    r = simulate(a, Deployment("dwdp", 1, 1, 1000, 1, 1, 1), one_s, lambda *_: 0.0, lambda isl: 0.0)
+    assert list(r.first_token_s) == [1, 1, 1, 2, 2, 2]
+    d = Deployment("dwdp", 1, 1, 1000, 1, 1, 1, ctx_max_batch=2, chunked=False)
+    r = simulate(a, d, one_s, lambda *_: 0.0, lambda isl: 0.0)
+    assert list(r.first_token_s) == [1, 1, 2, 2, 3, 3]
+
+
+def _gb200_spec():
+    from dwdp_trtllm.perf.plan_spec import PlanSpec
+    return PlanSpec(model=PRESETS["deepseek-r1"], gpu=get_gpu("gb200"), weight_dtype="nvfp4", target="trtllm",
+                    dep_comm="alltoall", interference=1.19)
+
+
+def test_mtp_over_the_prompt_is_priced_as_one_more_moe_layer():
+    """MTP_EAGLE runs the checkpoint's MTP layer once over the prompt: the iteration costs what the planner prices
+    for the model with one more MoE layer, i.e. base + one MoE layer = base x (1 + 1/58) of the MoE part."""
+    from dataclasses import replace
+    s = _gb200_spec()
+    segs = [Segments(((0, 8192, 8192), (0, 8192, 8192)))]
+    for mode, group, rk in (("dwdp", 4, 1), ("dep", 4, 4)):
+        base = ContextCost(s, mode, group, slice_bytes=0).seconds(segs * rk)
+        with_mtp = ContextCost(s, mode, group, slice_bytes=0, mtp_prompt=True).seconds(segs * rk)
+        m = s.model
+        s62 = replace(s, model=replace(m, num_layers=m.num_layers + 1))
+        assert with_mtp == pytest.approx(ContextCost(s62, mode, group, slice_bytes=0).seconds(segs * rk), rel=1e-12)
+        dense = ContextCost(replace(s, model=replace(m, num_layers=m.first_k_dense)), mode, group,
+                            slice_bytes=0).seconds(segs * rk)  # the dense layers alone (no MoE layer)
+        per_moe = (base - dense) / m.num_moe_layers
+        assert with_mtp == pytest.approx(base + per_moe, rel=1e-6)
+
+
+def test_kv_contention_adds_the_iterations_kv_bytes_to_the_rank_s_served_bytes():
+    """DWDP4 rank at 2 x 8K tokens: its served expert bytes per MoE layer plus the iteration's KV bytes / 58 MoE
+    layers (16384 tokens x 61 layers x 576 elements x 2 B / 58, the bf16 KV the KV transfer is priced at) set the
+    pull; DEP is unchanged."""
+    from dwdp_trtllm.perf import cost_model as cm
+    s = _gb200_spec()
+    m, p = s.model, s.params()
+    placement = pl._placement(s, 4, 0)
+    kv_per_layer = 16384 * 61 * 576 * 2 / 58
+    dest, src = cm.fetch_bytes(m, placement, p.weight_dtype)
+    plain, with_kv = cm.prefetch_us(m, p, placement, 0), cm.prefetch_us(m, p, placement, 0, kv_per_layer)
+    assert with_kv / plain == pytest.approx(max(dest, src + kv_per_layer) / max(dest, src), rel=1e-12)
+    assert with_kv > plain
+    segs = [Segments(((0, 8192, 8192), (0, 8192, 8192)))]
+    load, isl = ContextCost(s, "dwdp", 4)._load(segs)
+    want = pl.iteration_times(s, load, 4, 0, 0, isl, extra_src_bytes=kv_per_layer).dwdp_SR[0, 0] * 1e-6
+    assert ContextCost(s, "dwdp", 4, slice_bytes=0, kv_contention=True).seconds(segs) == pytest.approx(want, rel=1e-12)
+    dep = [segs[0]] * 4
+    assert ContextCost(s, "dep", 4, slice_bytes=0, kv_contention=True).seconds(dep) == \
+        ContextCost(s, "dep", 4, slice_bytes=0).seconds(dep)
