@@ -156,6 +156,9 @@ def test_gen_config_writes_moe_tp_and_attention_tp_as_trtllm_reads_them(tmp_path
         assert gen["tensor_parallel_size"] == 8 and gen["max_batch_size"] == 56
         assert {k: gen.get(k) for k in ("moe_tensor_parallel_size", *want)} == {"moe_tensor_parallel_size": None,
                                                                                **want}
+        # check-config prices the generation rank's experts at 1/(TP x EP) of them: DEP8's share, not EP4's
+        main(["check-config", str(out / "disagg_worker.yaml")])
+        assert "priced as one rank of DEP8 (experts over 8 GPUs)" in capsys.readouterr().out
     for flag, val in (("--gen-moe-tp", "3"), ("--gen-attn-tp", "4")):
         assert main(base + [flag, val, "--out", str(tmp_path / "bad")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
