@@ -48,6 +48,8 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "moe_expert_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_expert_parallel_size",
                                  "examples/disaggregated/slurm/gen_yaml.py (stored id 9307534881: generation_servers "
                                  "tensor_parallel_size = moe_expert_parallel_size with enable_attention_dp)"),
+    "moe_tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_tensor_parallel_size (\"The tensor parallel size for "
+                                 "MoE models's expert weights\"; written only with --gen-moe-tp > 1)", _LLM_ARGS_AT),
     "max_num_tokens": (_LLM_ARGS + " BaseLlmArgs.max_num_tokens", "research notes (reference/trtllm-integration.md), not re-read"),
     "disable_overlap_scheduler": (_LLM_ARGS + " TorchLlmArgs.disable_overlap_scheduler", _LLM_ARGS_AT),
     "cuda_graph_config": (_LLM_ARGS + " TorchLlmArgs.cuda_graph_config (Optional; null disables)", _LLM_ARGS_AT),
