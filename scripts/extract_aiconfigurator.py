@@ -27,7 +27,11 @@ dwdp_trtllm/sizing/decode_cost.py for `dwdp size`): per MLA shape the whole MLA 
 KV length) per (gemm_type, kv_cache_dtype); the LM head GEMM by tokens (bfloat16, off the table's (n, k) grid:
 interpolated as above); and DeepEP low-latency dispatch / combine (trtllm_deepep_ll) by tokens per rank. The fused
 MoE, shared-expert, router and dense-MLP rows a decode step also needs are the context tables' (their curves start
-at 1 token).
+at 1 token). For generation servers with MoE tensor parallelism or attention TP (`dwdp size --gen-moe-tp`,
+`--gen-attn-tp`): the fused MoE op at moe_tp_size > 1 (`moe_tp`: every TP x EP shape and routing the table has), the
+module rows at 128 / a heads (one GPU of an attention-TP group of a, `mla_generation_module_by_heads`), the
+shared-expert, dense-MLP and LM-head GEMMs split over a GPUs (`<op>/tp<a>`), and TensorRT-LLM's custom all-reduce
+(custom_allreduce_perf, BF16, by GPUs) for attention TP's two all-reduces per layer.
 
 Latencies: milliseconds (the DeepEP table's microseconds are converted).
 """
@@ -236,6 +240,13 @@ def extract(system: str, root: Path) -> dict:
 
 #: decode-step GEMMs beyond the context tables' (n, k): the LM head (vocab x hidden, BF16 in an FP8 checkpoint)
 GEN_GEMMS = {"deepseek-v3": {"lm_head": (129280, 7168)}}
+#: attention-TP sizes of a generation server whose split GEMMs are extracted (`<op>/tp<a>`: TensorRT-LLM's column /
+#: row split of the shared experts, dense MLP and LM head over the attention-TP group)
+GEN_ATTN_TPS = (2, 4, 8)
+#: (op, weight dtype, split dim) of those GEMMs: n split for column-parallel, k for row-parallel
+GEN_TP_GEMMS = {"deepseek-v3": (("shared_fc1", "fp8_block", "n"), ("shared_fc2", "fp8_block", "k"),
+                                ("dense_fc1", "fp8_block", "n"), ("dense_fc2", "fp8_block", "k"),
+                                ("lm_head", "bfloat16", "n"))}
 
 
 def extract_generation(system: str, root: Path) -> dict:
@@ -266,7 +277,39 @@ def extract_generation(system: str, root: Path) -> dict:
                 if pts:
                     m["gemm"][op] = {**src(gemm_dir / "gemm_perf.parquet", root, gemm_dtype="bfloat16"), "n": n, "k": k,
                                      "nk_interpolated": interp, "points": pts}
+            shapes = {**s["gemms"], **GEN_GEMMS.get(name, {})}
+            for op, dtype, dim in GEN_TP_GEMMS.get(name, ()):
+                for a in GEN_ATTN_TPS:
+                    n, k = shapes[op]
+                    n, k = (n // a, k) if dim == "n" else (n, k // a)
+                    pts, interp = gemm_curve(gemm, dtype, n, k)
+                    if pts:
+                        m["gemm"][f"{op}/tp{a}"] = {**src(gemm_dir / "gemm_perf.parquet", root, gemm_dtype=dtype),
+                                                    "n": n, "k": k, "nk_interpolated": interp, "points": pts}
+        # attention TP: the module rows at 128 / a heads per GPU (one attention-TP rank of a's)
+        by_heads = {}
+        for a in GEN_ATTN_TPS:
+            h = s["heads"] // a
+            t2 = pd.read_parquet(p)
+            t2 = t2[t2.num_heads == h]
+            for (gt, kv), g in t2.groupby(["gemm_type", "kv_cache_dtype"]):
+                g = g.groupby(["batch_size", "step"]).latency.min().reset_index()
+                by_heads.setdefault(str(h), {})[f"{gt}/{kv}"] = {
+                    **src(p, root, num_heads=h, gemm_type=gt, kv_cache_dtype=kv),
+                    "rows": [[int(r.batch_size), int(r.step), rnd(r.latency)] for r in g.itertuples()]}
+        m["mla_generation_module_by_heads"] = by_heads
+        m["moe_tp"] = moe_tp_rows(base, root, s)
         out["models"][name] = m
+    ar = newest([q for q in (base / "comm" / "trtllm").glob("*") if (q / "custom_allreduce_perf.parquet").exists()])
+    if ar:
+        p = ar / "custom_allreduce_perf.parquet"
+        t = pd.read_parquet(p)
+        t = t[t.allreduce_dtype == "bfloat16"]
+        out["comm"]["custom_allreduce"] = {
+            **src(p, root, allreduce_dtype="bfloat16"), "x": "elements (BF16) reduced",
+            "by_gpus": {str(int(g)): [[int(r.message_size), rnd(r.latency)] for r in
+                                      q.groupby("message_size").latency.min().reset_index().itertuples()]
+                        for g, q in t.groupby("num_gpus")}}
     a2a = sorted(base.glob("comm/trtllm/*/moe_a2a_perf.parquet"))
     if a2a:
         p = a2a[-1]
@@ -279,6 +322,33 @@ def extract_generation(system: str, root: Path) -> dict:
                 [[int(n), rnd(l / 1000.0)] for n, l in g.items()]
         out["comm"]["deepep_ll"] = {**src(p, root, comm_backend="trtllm_deepep_ll", node_num=1, topk=8, num_experts=256),
                                     "x": "tokens per rank", "by_hidden": by}
+    return out
+
+
+def moe_tp_rows(base: Path, root: Path, s: dict) -> dict:
+    """The fused MoE op with MoE tensor parallelism (moe_tp_size > 1) by tokens entering it, per planner weight dtype,
+    `<moe_tp>x<moe_ep>` and routing distribution: what a generation server of TP x EP experts runs (the context
+    tables hold moe_tp_size 1 only). Newest TensorRT-LLM collection first, as the context MoE rows."""
+    import pandas as pd
+    out: dict = {}
+    for v in MOE_VERSIONS:
+        p = base / "moe" / "trtllm" / v / "moe_perf.parquet"
+        if not p.exists():
+            continue
+        t = pd.read_parquet(p)
+        for tdtype, wd in MOE_DTYPES.items():
+            q = t[(t.hidden_size == s["hidden"]) & (t.inter_size == s["moe_inter"]) & (t.num_experts == s["experts"])
+                  & (t.topk == s["top_k"]) & (t.moe_tp_size > 1) & (t.moe_dtype == tdtype)]
+            if q.empty or wd in out:
+                continue
+            shapes: dict = {}
+            for (mtp, ep, dist), g in q.groupby(["moe_tp_size", "moe_ep_size", "distribution"]):
+                if dist in DISTS:
+                    g = g.groupby("num_tokens").latency.min()
+                    shapes.setdefault(f"{int(mtp)}x{int(ep)}", {})[dist] = [[int(n), rnd(l)] for n, l in g.items()]
+            out[wd] = {**src(p, root, hidden_size=s["hidden"], inter_size=s["moe_inter"], num_experts=s["experts"],
+                             topk=s["top_k"], moe_dtype=tdtype),
+                       "x": "tokens entering the op (every attention-DP rank's)", "by_shape": shapes}
     return out
 
 

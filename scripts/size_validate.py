@@ -49,7 +49,7 @@ from dwdp_trtllm.perf.hardware import get_gpu
 from dwdp_trtllm.perf.plan_spec import PlanSpec
 from dwdp_trtllm.sizing import traffic as tr
 from dwdp_trtllm.sizing.context_cost import ContextCost
-from dwdp_trtllm.sizing.decode_cost import decode_cost
+from dwdp_trtllm.sizing.decode_cost import decode_cost, stated_pricing
 from dwdp_trtllm.sizing.metrics import Metrics, Slo, summarize
 from dwdp_trtllm.sizing.search import Problem
 from dwdp_trtllm.sizing.simulator import Deployment, simulate
@@ -544,13 +544,15 @@ def aicq_argv(q: dict, data: dict) -> list[str]:
     """`dwdp size`'s arguments for question q under aiconfigurator's assumptions: its offered rate, fixed ISL / OSL,
     its TTFT SLO (as our median) and TPOT SLO (as TPS/user), its GPU budget, power_law_1.01 routing, NCCL
     all-gather + reduce-scatter, no MTP, DEP 8/16 and TP 8 context servers (its candidates), generation servers of
-    8 or 16 GPUs (it deploys DEP16 generation; --gpus-per-node 16 lets ours)."""
+    8 or 16 GPUs (it deploys DEP16 generation; --gpus-per-node 16 lets ours), attention DP or TP and MoE TP 1/2
+    (its decode candidates include attention TP 8 and TP x EP experts: tp8 / etp2ep4)."""
     a = q["answer"]
     return ["--rate", f"{a['req_s']:g}", "--isl", str(q["isl"]), "--isl-dist", "fixed", "--osl", str(q["osl"]),
             "--osl-dist", "fixed", "--ttft-p50", f"{data['ttft_ms'] / 1e3:g}", "--tps-user", f"{1e3 / data['tpot_ms']:.2f}",
             "--gpu-budget", str(q["total_gpus"]), "--routing-skew", "power_law_1.01",
             "--dep-comm", "allgather_reducescatter", "--mtp", "0", "--dep-size", "8,16", "--tp-size", "8",
-            "--gen-tp", "8,16", "--gpus-per-node", "16", "--gen-batch", AICQ_GEN_BATCH, "--dwdp-size", "8"]
+            "--gen-tp", "8,16", "--gpus-per-node", "16", "--gen-batch", AICQ_GEN_BATCH, "--dwdp-size", "8",
+            "--gen-moe-tp", "1,2", "--gen-attn-tp", "1,8"]
 
 
 def size_outcomes(argv: list[str], modes: tuple[str, ...] = ("dep", "tp"), **override) -> dict:
@@ -565,7 +567,7 @@ def size_outcomes(argv: list[str], modes: tuple[str, ...] = ("dep", "tp"), **ove
     sz.add_parser(ap.add_subparsers())
     args = ap.parse_args(["size", *argv])
     s, probs = sz.problems(args)
-    dc = decode_cost(s.model, s.gpu.name, s.weight_dtype, *sz.mtp_setting(args, s.model))
+    dc = decode_cost(s.model, s.gpu.name, s.weight_dtype, *sz.mtp_setting(args, s.model), **stated_pricing(s))
     keep = {"dwdp_sizes": (), "dep_sizes": (), "tp_sizes": ()}
     for m in modes:
         keep.pop(f"{m}_sizes")
@@ -575,17 +577,40 @@ def size_outcomes(argv: list[str], modes: tuple[str, ...] = ("dep", "tp"), **ove
 
 def aicq_shape_argv(a: dict) -> list[str] | None:
     """The flags that pin `dwdp size`'s search to aiconfigurator's answer's shape: its context server size (DEP:
-    attention DP x EP; TP: tensor parallel), one request per context iteration (MNT = ISL is set by the caller's
-    ISL: aiconfigurator's prefill batch is 1), its generation server size and batch per rank. None where our
-    generation servers cannot take its shape (attention TP or MoE TP in its decode server: ours are attention DP + EP)."""
+    attention DP x EP; TP: tensor parallel), its generation server size, attention TP, MoE TP and batch per
+    attention group (aiconfigurator's `tpApp1dpDetpEepF` decode string: attention TP A, MoE TP E). None where its
+    decode attention TP is neither 1 nor the whole server (ours price those two)."""
     p, g = a["prefill"], a["decode"]
-    if not g["parallel"].startswith("tp1pp") or "etp1ep" not in g["parallel"]:
+    par = re.fullmatch(r"tp(\d+)pp1dp(\d+)etp(\d+)ep(\d+)", g["parallel"])
+    if par is None:
+        return None
+    attn, moe = int(par[1]), int(par[3])
+    if attn not in (1, g["gpus_per_worker"]):
         return None
     mode = aic_mode(p["parallel"])
     size = str(p["gpus_per_worker"])
     return (["--dep-size", size, "--tp-size", "0"] if mode == "dep" else ["--dep-size", "8", "--tp-size", size]) + \
         ["--gen-tp", str(g["gpus_per_worker"]), "--gen-batch", str(g["batch_per_rank"]),
-         "--gpus-per-node", str(max(16, g["gpus_per_worker"]))]
+         "--gen-attn-tp", str(attn), "--gen-moe-tp", str(moe), "--gpus-per-node", str(max(16, g["gpus_per_worker"]))]
+
+
+#: bisection steps of max_rate_within (the rate to 1/16 of the bracket)
+AICQ_RATE_STEPS = 4
+
+
+def max_rate_within(argv: list[str], mode: str, lo: float, at_lo, hi: float, steps: int = AICQ_RATE_STEPS):
+    """aiconfigurator's question the way it answers `--total-gpus G` (the most throughput within G GPUs, the rate an
+    output): the highest offered rate in [lo, hi] at which `dwdp size argv` (its budget G) still answers in `mode`,
+    by bisection (an answer at `lo` is `at_lo`); (rate, Outcome)."""
+    best = (lo, at_lo)
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        o = size_outcomes(_override(argv, ["--rate", f"{mid:.4g}"]), (mode,))[mode]
+        if o.deployment is not None:
+            lo, best = mid, (float(f"{mid:.4g}"), o)
+        else:
+            hi = mid
+    return best
 
 
 def _override(argv: list[str], extra: list[str]) -> list[str]:
@@ -622,7 +647,8 @@ def _figures(name: str, a: dict | None, o, kind: str = "compare", effect: str = 
 def _label(d) -> str:
     if d is None:
         return "none"
-    return f"{d.ctx_short()} + {d.gen_servers} x gen{d.gen_tp} b{d.gen_batch}"
+    shape = f" {d.gen_shape()}" if d.gen_shape() else ""
+    return f"{d.ctx_short()} + {d.gen_servers} x gen{d.gen_tp}{shape} b{d.gen_batch}"
 
 
 def _aic_label(a: dict | None) -> str:
@@ -655,6 +681,11 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
             rows += _figures(q["name"], a, o2, "ablation", "aiconfigurator's deployment shape ("
                              + " ".join(shape) + ")", f"ours: {_label(o2.deployment)}"
                              + (f" ({o2.why_none})" if o2.deployment is None else ""))
+        if o.deployment is not None and o.deployment.gpus < a["gpus"]:  # it answers with its whole budget
+            r, o4 = max_rate_within(argv, mode, a["req_s"], o, a["req_s"] * a["gpus"] / o.deployment.gpus * 1.25)
+            rows += _figures(q["name"], a, o4, "ablation", f"aiconfigurator's question as it answers it: the most "
+                             f"requests/s within --gpu-budget {q['total_gpus']} (ours {r:.3g} req/s, "
+                             f"bisected over --rate)", f"ours: {_label(o4.deployment)} at {r:.3g} req/s")
         if mode != "dep":
             dep = out["dep"]
             name = f"{q['name']}, DEP context"

@@ -74,6 +74,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--gen-tp", type=int, default=None,
                    help="GPUs per generation server (attention DP + expert parallel); default: the smallest power "
                         "of two up to 64 whose rank fits")
+    p.add_argument("--gen-moe-tp", type=int, default=1,
+                   help="generation servers' MoE tensor parallelism: experts moe_tensor_parallel_size x "
+                        "moe_expert_parallel_size (--gen-tp / this) (default 1: EP only)")
+    p.add_argument("--gen-attn-tp", type=int, default=1,
+                   help="generation servers' attention TP: 1 (attention DP, default) or --gen-tp (attention TP over "
+                        "the whole server, enable_attention_dp false; --gen-batch is then the server's)")
     p.add_argument("--max-num-tokens", type=int, default=mem.context_max_num_tokens(),
                    help="context servers' max_num_tokens (also the KV-cache floor of every server; default "
                         "%(default)s: memory.context_max_num_tokens, what `dwdp plan` prices "
@@ -322,7 +328,8 @@ def run(args) -> int:
                       mtp_key=key[0],
                       ctx_batch=ctx_kv.max_batch_size if ctx_kv else (args.ctx_batch or serving.CTX_BATCH),
                       ctx_kv_dtype=args.kv_dtype,
-                      ctx_kv_fraction=ctx_kv and ctx_kv.fraction, gen_moe_backend=gen_backend and gen_backend[0])
+                      ctx_kv_fraction=ctx_kv and ctx_kv.fraction, gen_moe_backend=gen_backend and gen_backend[0],
+                      gen_attn_tp=args.gen_attn_tp, gen_moe_tp=args.gen_moe_tp)
     out = args.out.resolve()
     docs, cmds = files.build(args, d, nodes, hosts, out)  # every document in memory: nothing written yet
     written = files.write_all(out, docs)

@@ -83,6 +83,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     for k, v in DEFAULTS.items():
         extra = " TP context servers (TP attention + EP experts); 0: none" if k == "tp_size" else ""
         g.add_argument("--" + k.replace("_", "-"), default=v, help=f"candidates{extra} (default {v})")
+    g.add_argument("--gen-moe-tp", default="1",
+                   help="generation servers' MoE tensor parallelism candidates: experts TP x EP (--gen-tp / TP), "
+                        "TensorRT-LLM's moe_tensor_parallel_size (default 1: EP only)")
+    g.add_argument("--gen-attn-tp", default="1",
+                   help="generation servers' attention TP candidates: 1 (attention DP) or a --gen-tp size (attention "
+                        "TP over the whole server, enable_attention_dp false) (default 1)")
     g.add_argument("--redundant-experts", default="0", help="DWDP redundancy candidates (default 0)")
     g.add_argument("--kv-gbps", type=float, default=None, help="context -> generation KV bandwidth, GB/s (default 50)")
     g.add_argument("--ctx-max-batch", type=int, default=0,
@@ -140,7 +146,9 @@ def problems(args):
     space = dict(dwdp_sizes=_ints(args.dwdp_size, "--dwdp-size", 1, 256), dep_sizes=_ints(args.dep_size, "--dep-size", 1, 256),
                  mnts=_ints(args.mnt, "--mnt", 256, 1 << 20), gen_tps=_ints(args.gen_tp, "--gen-tp", 1, 64),
                  gen_batches=_ints(args.gen_batch, "--gen-batch", 1, 4096),
-                 redundant=_ints(args.redundant_experts, "--redundant-experts", 0, 256))
+                 redundant=_ints(args.redundant_experts, "--redundant-experts", 0, 256),
+                 gen_moe_tps=_ints(args.gen_moe_tp, "--gen-moe-tp", 1, 64),
+                 gen_attn_tps=_ints(args.gen_attn_tp, "--gen-attn-tp", 1, 64))
     wide = [t for t in space["gen_tps"] if t > args.gpus_per_node]
     if wide:  # a generation server is one node (gen-config lays servers out without straddling nodes)
         raise ConfigError(None, "--gen-tp", f"generation servers of at most --gpus-per-node {args.gpus_per_node} GPUs, "
@@ -197,6 +205,8 @@ def gen_config_argv(args, d) -> list[str]:
             # tokens (priced by decode_cost), so the files deploy what the simulation ran
             "--gen-batch", str(d.gen_batch), "--osl", str(args.osl), "--mtp", str(mtp_setting(args, PRESETS.get(
                 args.model) or _dims(args))[0])]
+    if d.gen_attn_tp != 1 or d.gen_moe_tp != 1:  # the generation server's parallel shape, as priced
+        argv += ["--gen-attn-tp", str(d.gen_attn_tp), "--gen-moe-tp", str(d.gen_moe_tp)]
     from .plan import size_list
     if size_list(args.slice_bytes, "--slice-bytes")[0] == 0:
         argv.append("--no-contention-opt")  # unsliced copies, as sized
@@ -252,7 +262,9 @@ def notes_lines(spec, probs, dc) -> list[str]:
     p = probs[0][1]
     out = [f"priced: context iterations {spec.priced_as} (the planner, `dwdp plan`), DEP as --dep "
            f"{p.dep_variant}, DWDP copies {'unsliced' if p.slice_bytes == 0 else f'in {p.slice_bytes:,}-byte slices'}"
-           f" (--slice-bytes); decode steps TensorRT-LLM's generation rows ({spec.gpu.name}), {dc.describe_mtp()}; "
+           f" (--slice-bytes); decode steps TensorRT-LLM's generation rows ({spec.gpu.name}"
+           f"{'' if dc.routing == 'balanced' else ', routed experts at their ' + dc.routing + ' rows'}"
+           f"), {dc.describe_mtp()}; "
            "not priced: CUDA-graph batch padding, host gaps between steps",
            inputs.line(spec)]
     if p.tp_sizes:
@@ -271,7 +283,7 @@ def notes_lines(spec, probs, dc) -> list[str]:
 def run(args) -> int:
     from ..deploy.out_path import check_out_dir, check_out_file
     from ..sizing import report, search as se
-    from ..sizing.decode_cost import decode_cost
+    from ..sizing.decode_cost import decode_cost, stated_pricing
     from ..sizing.traffic import write_trace
 
     for flag in ("out", "plot"):
@@ -285,7 +297,9 @@ def run(args) -> int:
     t0 = time.monotonic()
     spec, probs = problems(args)
     mtp, acc = mtp_setting(args, spec.model)
-    dc = decode_cost(spec.model, spec.gpu.name, spec.weight_dtype, mtp, acc)
+    dc = decode_cost(spec.model, spec.gpu.name, spec.weight_dtype, mtp, acc, **stated_pricing(spec))
+    for _, p in probs:  # a generation shape the tables cannot price is refused before the minutes of search
+        se.gen_shapes(p, dc)
     if args.write_trace:
         write_trace(probs[0][1].arrivals, args.write_trace)
     prog, tick = _progress()

@@ -181,6 +181,9 @@ def check_server(server: ServerConfig, *, spec: ModelSpec, gpu_bytes: int, weigh
     else:
         ep = next((v for v in (_int(args.get("moe_expert_parallel_size")), _int(args.get("tensor_parallel_size")))
                    if v is not None and v >= 1), 1)
+        mtp = _int(args.get("moe_tensor_parallel_size"))
+        if mtp is not None and mtp > 1:  # TP x EP experts: each GPU holds 1/(TP x EP) of the expert bytes
+            ep *= mtp
         m = mem.rank_memory(spec, "dep", group_size=ep, weight_dtype=weight_dtype, max_num_tokens=mnt,
                             gpu_bytes=gpu_bytes)
         note = f"priced as one rank of DEP{ep} (experts over {ep} GPUs)"

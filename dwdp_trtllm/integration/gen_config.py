@@ -48,6 +48,8 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "moe_expert_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_expert_parallel_size",
                                  "examples/disaggregated/slurm/gen_yaml.py (stored id 9307534881: generation_servers "
                                  "tensor_parallel_size = moe_expert_parallel_size with enable_attention_dp)"),
+    "moe_tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_tensor_parallel_size (\"The tensor parallel size for "
+                                 "MoE models's expert weights\"; written only with --gen-moe-tp > 1)", _LLM_ARGS_AT),
     "max_num_tokens": (_LLM_ARGS + " BaseLlmArgs.max_num_tokens", "research notes (reference/trtllm-integration.md), not re-read"),
     "disable_overlap_scheduler": (_LLM_ARGS + " TorchLlmArgs.disable_overlap_scheduler", _LLM_ARGS_AT),
     "cuda_graph_config": (_LLM_ARGS + " TorchLlmArgs.cuda_graph_config (Optional; null disables)", _LLM_ARGS_AT),
@@ -214,12 +216,21 @@ class Deployment:
     ctx_kv_fraction: float | None = None
     #: generation servers' moe_config.backend (None: the context servers' backend)
     gen_moe_backend: str | None = None
+    #: generation servers' attention TP (1: attention DP over gen_tp; gen_tp: attention TP over the whole server) and
+    #: MoE tensor parallelism (experts moe_tensor_parallel_size x moe_expert_parallel_size = gen_tp / gen_moe_tp)
+    gen_attn_tp: int = 1
+    gen_moe_tp: int = 1
 
     def __post_init__(self) -> None:
         for arg, v in (("--ctx-servers", self.ctx_servers), ("--gen-servers", self.gen_servers),
                        ("--gen-tp", self.gen_tp), ("--max-num-tokens", self.max_num_tokens)):
             if v < 1:
                 raise ConfigError(None, arg, f"expected an integer >= 1, got {v}")
+        if self.gen_moe_tp < 1 or self.gen_tp % self.gen_moe_tp:
+            raise ConfigError(None, "--gen-moe-tp", f"a divisor of --gen-tp {self.gen_tp}, got {self.gen_moe_tp}")
+        if self.gen_attn_tp not in (1, self.gen_tp):
+            raise ConfigError(None, "--gen-attn-tp", f"1 (attention DP) or --gen-tp {self.gen_tp} (attention TP over "
+                                                     f"the whole server), got {self.gen_attn_tp}")
         if self.engine not in ("upstream", "dwdp_trtllm"):
             raise ConfigError(None, "--engine", f"expected upstream or dwdp_trtllm, got {self.engine!r}")
         if self.engine == "upstream" and self.weight_dtype != "nvfp4":
@@ -280,10 +291,15 @@ def _urls(d: Deployment, n: int, first_port: int, first_server: int) -> list[str
 
 def _gen_parallel(d: Deployment) -> dict[str, Any]:
     """A generation server of gen_tp GPUs: attention DP + expert parallelism over them (DEP), as upstream's
-    examples/disaggregated/slurm configs run DeepSeek-R1 generation; TP1 is a single GPU."""
+    examples/disaggregated/slurm configs run DeepSeek-R1 generation; TP1 is a single GPU. With MoE TP
+    (gen_moe_tp > 1) the experts are moe_tensor_parallel_size x moe_expert_parallel_size (TensorRT-LLM's
+    llm_args.py fields; their product is tensor_parallel_size); with attention TP (gen_attn_tp = gen_tp)
+    enable_attention_dp is false: one attention-TP group runs max_batch_size requests."""
     out: dict[str, Any] = {"tensor_parallel_size": d.gen_tp}
     if d.gen_tp > 1:
-        out.update(moe_expert_parallel_size=d.gen_tp, enable_attention_dp=True)
+        out.update(moe_expert_parallel_size=d.gen_tp // d.gen_moe_tp, enable_attention_dp=d.gen_attn_tp == 1)
+        if d.gen_moe_tp > 1:
+            out["moe_tensor_parallel_size"] = d.gen_moe_tp
     if d.gen_batch is not None:
         out["max_batch_size"] = d.gen_batch
         # the batch sizes the ranks run, padded up to the next graph (RECIPE_SCRIPT_CTX gen_cfg cuda_graph_config)

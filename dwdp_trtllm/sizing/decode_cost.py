@@ -12,6 +12,24 @@ all ranks' tokens in lock-step. One step of one rank, per layer (times from the 
   the tables have the EP size (8 on H100/H200/B200, 4 on GB200), else NCCL all-gather + reduce-scatter of the
   BF16 hidden states;
 - the first_k_dense layers: attention + the dense MLP GEMMs; once per step the LM head GEMM (BF16).
+Routing and DEP communication follow what the user states for the context side (`stated_pricing`): the fused
+MoE rows of the stated table distribution (`--routing-skew power_law_1.01`: aiconfigurator's default, which prices
+its decode MoE at those rows too), all-gather + reduce-scatter rows when `--dep-comm allgather_reducescatter`.
+MoE tensor parallelism and attention TP (`dwdp size --gen-moe-tp`, `--gen-attn-tp`; TensorRT-LLM's
+`moe_tensor_parallel_size` x `moe_expert_parallel_size` experts, `enable_attention_dp` false for attention TP): a
+server of `tp` GPUs with attention TP `a` (1: attention DP over every GPU; `tp`: one attention-TP group) and MoE TP
+`e` (EP `tp / e`) is priced from aiconfigurator's rows for that shape, composed as the DEP step above, per layer:
+- attention: the MLA module rows at 128 / a heads (one GPU of the attention-TP group) at the group's `batch`;
+- routed experts: the fused MoE op at (moe_tp e, moe_ep tp / e) with batch x (tp / a) tokens entering it (every
+  attention-DP rank's), the rows `moe_tp` (e > 1) or the context tables' EP rows (e = 1);
+- shared experts, dense MLP and LM head: their GEMMs split over the a GPUs (`<op>/tp<a>` rows), router whole;
+- communication: attention DP (a = 1) all-gathers every rank's tokens before the experts and reduce-scatters after
+  (NCCL all-gather + reduce-scatter rows at batch x tp x hidden elements): TensorRT-LLM uses no all-to-all there
+  (tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @ 7b437aaa, `select_alltoall_method_type`: none when
+  moe_ep_size <= top_k, as every EP of a TP x EP server of 8-16 GPUs is for top-8 routing); attention TP (a = tp)
+  all-reduces twice per layer (after the attention output projection and after the experts: TensorRT-LLM's
+  custom all-reduce rows at batch x hidden BF16 elements). Attention TP below the server's size (1 < a < tp) is
+  not priced (refused: `shape_why`).
 MTP (TensorRT-LLM's one-model MTP, `speculative_config` with `num_nextn_predict_layers` k, what gen-config writes):
 a step verifies k draft tokens per request, so the target model runs 1 + k tokens per request (every part above
 priced at batch x (1 + k) tokens, the attention module at batch x (1 + k) rows: an upper bound on its KV reads),
@@ -89,15 +107,33 @@ class DecodeCost:
     comm: dict  # the GPU's generation communication rows
     mtp: int = 0  # MTP draft tokens per step (0: none)
     acceptance: float = DEFAULT_MTP_ACCEPTANCE  # of each draft token, given the previous one was accepted
+    routing: str = "balanced"  # the fused MoE rows' routing distribution (balanced, power_law_1.01, power_law_1.2)
+    dep_comm: str | None = None  # DEP's stated communication (--dep-comm); None: DeepEP low-latency rows where shipped
 
     @functools.cached_property
     def module_grid(self):
         return _grid(self.gen["mla_generation_module"][MODULE_KEY[self.weight_dtype]]["rows"])
 
-    def module_ms(self, batch: float, kv: float) -> float:
+    def _module_grid(self, heads: int | None):
+        if heads is None or heads == self.model.num_heads:
+            return self.module_grid
+        cache = self.__dict__.setdefault("_grids_by_heads", {})
+        if heads not in cache:
+            rows = self.gen.get("mla_generation_module_by_heads", {}).get(str(heads), {}).get(MODULE_KEY[self.weight_dtype])
+            if rows is None:
+                raise ConfigError(None, "--gen-attn-tp", f"MLA generation rows at {heads} heads per GPU on {self.gpu} "
+                                                         f"(shipped: {self._heads_shipped()})")
+            cache[heads] = _grid(rows["rows"])
+        return cache[heads]
+
+    def _heads_shipped(self) -> str:
+        return ", ".join(sorted(self.gen.get("mla_generation_module_by_heads", {}), key=int, reverse=True)) or "none"
+
+    def module_ms(self, batch: float, kv: float, heads: int | None = None) -> float:
         """The MLA generation module of one layer, bilinear in (log2 batch, log2 KV length), clamped to the grid
-        in batch; past the longest KV length linear in it (the core reads every cached key)."""
-        lb, lk, ms = self.module_grid
+        in batch; past the longest KV length linear in it (the core reads every cached key). `heads`: per GPU
+        (attention TP: num_heads / a; None: every head, one attention-DP rank)."""
+        lb, lk, ms = self._module_grid(heads)
         xb = float(np.clip(np.log2(max(batch, 1.0)), lb[0], lb[-1]))
         xk_raw = np.log2(max(kv, 1.0))
         xk = float(np.clip(xk_raw, lk[0], lk[-1]))
@@ -118,6 +154,11 @@ class DecodeCost:
         """DEP dispatch + combine of one MoE layer at `batch` tokens per rank over `tp` ranks, and how it was priced."""
         if tp <= 1:
             return 0.0, "none (one GPU)"
+        if self.dep_comm == "allgather_reducescatter":  # stated (--dep-comm): the NCCL rows, no DeepEP
+            ag, _ = self.tables.comm_ms("all_gather", tp, batch * tp * self.model.hidden_size)
+            rs, _ = self.tables.comm_ms("reduce_scatter", tp, batch * tp * self.model.hidden_size)
+            if ag is not None and rs is not None:
+                return float(ag + rs), f"NCCL all-gather + reduce-scatter rows ({tp} GPUs, --dep-comm)"
         by = self.comm.get("deepep_ll", {}).get("by_hidden", {}).get(str(self.model.hidden_size), {})
         d = by.get("fp8", {}).get(str(tp), {}).get("dispatch")
         c = by.get("bfloat16", {}).get(str(tp), {}).get("combine")
@@ -136,36 +177,117 @@ class DecodeCost:
         us = cm.all_to_all_us(self.model, p, np.full((1, tp), float(batch)), tp)
         return float(np.max(us)) * 1e-3, f"modelled all-to-all ({tp} GPUs, no rows)"
 
-    def moe_layer_ms(self, tp: int, b: float, kv: float) -> float:
-        """One MoE layer of one rank at `b` tokens per rank (module docstring)."""
-        moe, _ = self.tables.moe_ms(self.weight_dtype, tp, "balanced", b * tp)
-        if moe is None:  # no EP rows at this size: the EP1 op on this rank's share
-            moe, _ = self.tables.moe_ms(self.weight_dtype, 1, "balanced", b)
-        other = sum(self._gemm(op, b) for op in (("shared_fc1", "shared_fc2") if self.model.num_shared_experts else ()))
-        other += self._gemm("router", b)
-        return self.module_ms(b, kv) + float(moe) + other + self.comm_ms(tp, b)[0]
+    def shape_why(self, tp: int, attn_tp: int = 1, moe_tp: int = 1) -> tuple[str, str] | None:
+        """Why a server of `tp` GPUs with attention TP `attn_tp` and MoE TP `moe_tp` cannot be priced here (None: it
+        can): (the flag, what was expected)."""
+        if attn_tp == 1 and moe_tp == 1:
+            return None
+        if tp % moe_tp:
+            return "--gen-moe-tp", f"a divisor of the generation server's {tp} GPUs (--gen-tp), got {moe_tp}"
+        if attn_tp not in (1, tp):
+            return "--gen-attn-tp", (f"1 (attention DP) or the server's {tp} GPUs (attention TP over the whole "
+                                     f"server; TP groups inside a server are not priced), got {attn_tp}")
+        if self.model.num_heads % attn_tp or (attn_tp > 1 and str(self.model.num_heads // attn_tp) not in
+                                             self.gen.get("mla_generation_module_by_heads", {})):
+            return "--gen-attn-tp", (f"MLA generation rows at {self.model.num_heads} / {attn_tp} heads per GPU on "
+                                     f"{self.gpu} (shipped: {self._heads_shipped()} heads)")
+        if attn_tp > 1 and str(tp) not in self.comm.get("custom_allreduce", {}).get("by_gpus", {}):
+            return "--gen-attn-tp", f"all-reduce rows over {tp} GPUs on {self.gpu} (attention TP {attn_tp})"
+        if attn_tp == 1 and (self.tables.comm_ms("all_gather", tp, 1.0)[0] is None
+                             or self.tables.comm_ms("reduce_scatter", tp, 1.0)[0] is None):
+            return "--gen-moe-tp", (f"NCCL all-gather / reduce-scatter rows over {tp} GPUs on {self.gpu} (attention "
+                                    f"DP with MoE TP {moe_tp})")
+        ep = tp // moe_tp
+        if moe_tp > 1 and self._moe_tp_curve(moe_tp, ep) is None:
+            return "--gen-moe-tp", (f"fused MoE rows at MoE TP {moe_tp} x EP {ep} ({self.weight_dtype}, "
+                                    f"{self.routing}) on {self.gpu}")
+        return None
 
-    def forward_ms(self, tp: int, b: float, kv: float) -> float:
-        """One target-model forward (ms) at `b` tokens per rank: every layer and the LM head."""
+    def _moe_tp_curve(self, moe_tp: int, ep: int):
+        t = self.gen.get("moe_tp", {}).get(self.weight_dtype, {}).get("by_shape", {}).get(f"{moe_tp}x{ep}", {})
+        return t.get(self.routing)
+
+    def _split_gemm(self, op: str, m: float, attn_tp: int) -> float:
+        """A GEMM of the layer split over the attention-TP group (attn_tp 1: whole, the context tables' row)."""
+        if attn_tp == 1:
+            return self._gemm(op, m)
+        g = self.gen.get("gemm", {}).get(f"{op}/tp{attn_tp}")
+        if g is None:
+            raise ConfigError(None, "--gen-attn-tp", f"{op} GEMM rows split over {attn_tp} GPUs on {self.gpu}")
+        return float(curve_ms(g["points"], m)[0])
+
+    def allreduce_ms(self, gpus: int, elements: float) -> float:
+        """TensorRT-LLM's custom all-reduce of `elements` BF16 values over `gpus` GPUs (its rows)."""
+        rows = self.comm["custom_allreduce"]["by_gpus"][str(gpus)]
+        return float(curve_ms(rows, elements)[0])
+
+    def shape_comm_ms(self, tp: int, attn_tp: int, moe_tp: int, b: float) -> tuple[float, str]:
+        """Communication of one MoE layer of a server (module docstring) at `b` requests per attention group."""
+        if attn_tp == 1 and moe_tp == 1:
+            return self.comm_ms(tp, b)
+        h = self.model.hidden_size
+        if attn_tp > 1:
+            return 2 * self.allreduce_ms(tp, b * h), f"2 custom all-reduces ({tp} GPUs)"
+        ag, _ = self.tables.comm_ms("all_gather", tp, b * tp * h)
+        rs, _ = self.tables.comm_ms("reduce_scatter", tp, b * tp * h)
+        if ag is None or rs is None:
+            raise ConfigError(None, "--gen-moe-tp", f"NCCL all-gather / reduce-scatter rows over {tp} GPUs on "
+                                                    f"{self.gpu}")
+        return float(ag + rs), f"NCCL all-gather + reduce-scatter rows ({tp} GPUs)"
+
+    def moe_layer_ms(self, tp: int, b: float, kv: float, attn_tp: int = 1, moe_tp: int = 1) -> float:
+        """One MoE layer of one rank at `b` tokens per attention group (DEP: per rank; module docstring)."""
+        if attn_tp == 1 and moe_tp == 1:
+            moe, _ = self.tables.moe_ms(self.weight_dtype, tp, self.routing, b * tp)
+            if moe is None:  # no EP rows at this size: the EP1 op on this rank's share
+                moe, _ = self.tables.moe_ms(self.weight_dtype, 1, self.routing, b)
+            other = sum(self._gemm(op, b) for op in (("shared_fc1", "shared_fc2") if self.model.num_shared_experts
+                                                     else ()))
+            other += self._gemm("router", b)
+            return self.module_ms(b, kv) + float(moe) + other + self.comm_ms(tp, b)[0]
+        why = self.shape_why(tp, attn_tp, moe_tp)
+        if why is not None:
+            raise ConfigError(None, *why)
+        tokens = b * (tp // attn_tp)  # every attention-DP rank's tokens enter the experts
+        if moe_tp > 1:
+            moe = float(curve_ms(self._moe_tp_curve(moe_tp, tp // moe_tp), tokens)[0])
+        else:
+            moe = float(self.tables.moe_ms(self.weight_dtype, tp, self.routing, tokens)[0])
+        other = sum(self._split_gemm(op, b, attn_tp) for op in (("shared_fc1", "shared_fc2")
+                                                                 if self.model.num_shared_experts else ()))
+        other += self._gemm("router", b)
+        att = self.module_ms(b, kv, self.model.num_heads // attn_tp)
+        return att + moe + other + self.shape_comm_ms(tp, attn_tp, moe_tp, b)[0]
+
+    def forward_ms(self, tp: int, b: float, kv: float, attn_tp: int = 1, moe_tp: int = 1) -> float:
+        """One target-model forward (ms) at `b` tokens per attention group: every layer and the LM head."""
         m = self.model
-        dense_layer = self.module_ms(b, kv) + self._gemm("dense_fc1", b) + self._gemm("dense_fc2", b)
-        lm = self.gen.get("gemm", {}).get("lm_head")
+        heads = m.num_heads // attn_tp
+        dense_layer = (self.module_ms(b, kv, heads) + self._split_gemm("dense_fc1", b, attn_tp)
+                       + self._split_gemm("dense_fc2", b, attn_tp))
+        if attn_tp > 1:
+            dense_layer += 2 * self.allreduce_ms(tp, b * m.hidden_size)
+            lm = self.gen.get("gemm", {}).get(f"lm_head/tp{attn_tp}")
+        else:
+            lm = self.gen.get("gemm", {}).get("lm_head")
         head = float(curve_ms(lm["points"], b)[0]) if lm else 0.0
-        return m.num_moe_layers * self.moe_layer_ms(tp, b, kv) + m.first_k_dense * dense_layer + head
+        return (m.num_moe_layers * self.moe_layer_ms(tp, b, kv, attn_tp, moe_tp) + m.first_k_dense * dense_layer
+                + head)
 
     @property
     def tokens_per_step(self) -> float:
         """Expected tokens a request gains per step: 1 + a + ... + a^k (module docstring)."""
         return sum(self.acceptance ** i for i in range(self.mtp + 1))
 
-    def step_ms(self, tp: int, batch: float, kv: float) -> float:
-        """Time (ms) per generated token of a server of `tp` GPUs whose ranks each hold `batch` requests of mean KV
-        length `kv`: one decode step, with MTP its verify + draft passes over the expected tokens per step (module
-        docstring)."""
+    def step_ms(self, tp: int, batch: float, kv: float, attn_tp: int = 1, moe_tp: int = 1) -> float:
+        """Time (ms) per generated token of a server of `tp` GPUs whose attention groups (DEP: ranks) each hold
+        `batch` requests of mean KV length `kv`, attention TP `attn_tp`, MoE TP `moe_tp`: one decode step, with
+        MTP its verify + draft passes over the expected tokens per step (module docstring)."""
         b = max(batch, 1.0)
         if self.mtp <= 0:
-            return self.forward_ms(tp, b, kv)
-        step = self.forward_ms(tp, b * (1 + self.mtp), kv) + self.mtp * self.moe_layer_ms(tp, b, kv)
+            return self.forward_ms(tp, b, kv, attn_tp, moe_tp)
+        step = (self.forward_ms(tp, b * (1 + self.mtp), kv, attn_tp, moe_tp)
+                + self.mtp * self.moe_layer_ms(tp, b, kv, attn_tp, moe_tp))
         return step / self.tokens_per_step
 
     def describe_mtp(self) -> str:
@@ -175,8 +297,18 @@ class DecodeCost:
                 f"(--mtp-acceptance): {self.tokens_per_step:.3g} tokens per step")
 
 
+def stated_pricing(spec) -> dict:
+    """The decode step's share of what the user states for the context side (one fact, both sides): the routing as
+    the fused MoE rows' distribution where the stated skew is one (`--routing-skew power_law_1.01`; other skews:
+    balanced rows) and DEP's communication when `--dep-comm` names all-gather + reduce-scatter."""
+    from ..perf.planner import routing_skew
+    return {"routing": routing_skew(spec, 8, 1.0).dist if spec.tables is not None else "balanced",
+            "dep_comm": spec.dep_comm}
+
+
 def decode_cost(model: ModelSpec, gpu: str, weight_dtype: str, mtp: int = 0,
-                acceptance: float = DEFAULT_MTP_ACCEPTANCE) -> DecodeCost:
+                acceptance: float = DEFAULT_MTP_ACCEPTANCE, routing: str = "balanced",
+                dep_comm: str | None = None) -> DecodeCost:
     """The decode prices of `model` on `gpu` (with `mtp` draft tokens per step at `acceptance`); ConfigError naming
     --gpu / --model when the tables lack them."""
     path = package_path(gpu)
@@ -189,4 +321,4 @@ def decode_cost(model: ModelSpec, gpu: str, weight_dtype: str, mtp: int = 0,
     if gen is None or MODULE_KEY.get(weight_dtype) not in gen.get("mla_generation_module", {}):
         raise ConfigError(None, "--model", f"generation rows for {model.name} ({weight_dtype}) on {gpu}: only MLA "
                                            "models (DeepSeek-V3/R1 shapes) have them")
-    return DecodeCost(model, gpu.lower(), weight_dtype, t, gen, data.get("comm", {}), mtp, acceptance)
+    return DecodeCost(model, gpu.lower(), weight_dtype, t, gen, data.get("comm", {}), mtp, acceptance, routing, dep_comm)

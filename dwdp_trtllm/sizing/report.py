@@ -34,13 +34,22 @@ def _cells(o: Outcome, p: Problem) -> list[str]:
     ctx = f"{d.ctx_servers} ranks DWDP{d.ctx_group}" if d.mode == "dwdp" else f"{d.ctx_servers} x {LABELS[d.mode]}{d.ctx_group}"
     if d.redundant:
         ctx += f" +{d.redundant}r"
-    return [ctx, f"{d.mnt:,}", f"{d.gen_servers} x {d.gen_tp}, batch {d.gen_batch}",
+    return [ctx, f"{d.mnt:,}", gen_cell(d),
             f"{d.gpus} ({d.ctx_gpus}+{d.gen_gpus})",
             _range(m, o.low, o.high, "ttft_p50_s", ".2f"), _range(m, o.low, o.high, "ttft_p99_s", ".2f"),
             f"{m.tpot_s * 1e3:.1f}", f"{m.tps_user:.1f}",
             _range(m, o.low, o.high, "output_tps_per_gpu", ".0f"),
             f"{m.goodput_rps:.2f} of {m.offered_rps:.2f}",
             "yes" if meets(m, p.slo) else "no", f"{o.memory_gb:.1f}"]
+
+
+def gen_cell(d) -> str:
+    """The generation servers in 18 columns: '1 x 8, batch 16' (attention DP + EP), '1x8 etp2ep4 b6' (MoE TP),
+    '1x8 tp8/etp2 b56' (attention TP 8, MoE TP 2: EP the rest)."""
+    if not d.gen_shape():
+        return f"{d.gen_servers} x {d.gen_tp}, batch {d.gen_batch}"
+    shape = d.gen_shape() if d.gen_attn_tp == 1 else f"tp{d.gen_attn_tp}/etp{d.gen_moe_tp}"
+    return f"{d.gen_servers}x{d.gen_tp} {shape} b{d.gen_batch}"
 
 
 ROWS = ("context servers", "max_num_tokens", "gen servers", "GPUs (ctx+gen)", "TTFT p50 s", "TTFT p99 s",
@@ -101,7 +110,8 @@ def to_dict(out: dict[str, Outcome]) -> dict:
         d = o.deployment
         res[k] = {"deployment": {"mode": d.mode, "label": d.ctx_short(), "ctx_group": d.ctx_group, "ctx_servers": d.ctx_servers, "mnt": d.mnt,
                                  "redundant_experts": d.redundant, "gen_tp": d.gen_tp, "gen_servers": d.gen_servers,
-                                 "gen_batch": d.gen_batch, "gpus": d.gpus, "ctx_gpus": d.ctx_gpus, "gen_gpus": d.gen_gpus},
+                                 "gen_batch": d.gen_batch, "gen_attn_tp": d.gen_attn_tp, "gen_moe_tp": d.gen_moe_tp,
+                                 "gpus": d.gpus, "ctx_gpus": d.ctx_gpus, "gen_gpus": d.gen_gpus},
                   "metrics": o.metrics.to_dict(), "low": o.low.to_dict(), "high": o.high.to_dict(),
                   "range": {k: list(metric_range(o.metrics, o.low, o.high, k)) for k in RANGED},
                   "binding": o.binding, "ctx_rank_memory_gb": round(o.memory_gb, 3)}

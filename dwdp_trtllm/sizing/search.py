@@ -9,7 +9,9 @@ mode is simulated whole:
    Modes: DWDP, DEP and TP (tp_cost.py: TensorRT-LLM's TP attention + EP MoE context server; --tp-size).
 2. generation, behind each mode's own context side (DWDP is applied to the context servers only, as in the paper,
    but a mode's context GPUs and first-token timing decide what budget and arrivals its generation side has): every
-   server size `gen_tp` whose ranks fit and batch per rank whose KV cache fits the rank's free memory; the count
+   server size `gen_tp` whose ranks fit, parallel shape (attention TP `gen_attn_tps`, MoE TP `gen_moe_tps`: the
+   shapes decode_cost can price; attention DP + EP by default) and batch per attention group whose KV cache fits the
+   rank's free memory; the count
    starts at the throughput bound and grows until the whole run meets the TPS/user SLO; the fewest GPUs win.
 3. each mode's best whole deployment, also under the planner's low and high scenarios (perf/uncertainty.py) for
    the ranges, and the binding constraint: what stopped one fewer GPU (context compute or prefetch, memory,
@@ -63,6 +65,8 @@ class Problem:
     span_s: float | None = None  # the offered traffic's stated span (--duration of generated open-loop traffic)
     ctx_max_batch: int = 0  # requests per context iteration per rank (0: no limit; --ctx-max-batch)
     chunked: bool = True  # chunked prefill on the context servers (--no-chunked-prefill: whole prompts)
+    gen_attn_tps: tuple[int, ...] = (1,)  # generation servers' attention TP (1: attention DP; else the server's size)
+    gen_moe_tps: tuple[int, ...] = (1,)  # generation servers' MoE TP (EP: gen_tp / moe TP)
     progress: object = None  # called with one line per simulated candidate (the command's stderr progress)
 
     def sizes(self, mode: str) -> tuple[int, ...]:
@@ -117,7 +121,8 @@ def run_deployment(p: Problem, d: Deployment, dc: DecodeCost | None, which: str 
     arr = p.arrivals
     if context_only:
         arr = replace(arr, osl=np.ones_like(arr.osl))
-    step = (lambda tp, b, kv: dc.step_ms(tp, b, kv) * 1e-3) if dc is not None else (lambda tp, b, kv: 0.0)
+    step = ((lambda tp, b, kv: dc.step_ms(tp, b, kv, d.gen_attn_tp, d.gen_moe_tp) * 1e-3) if dc is not None
+            else (lambda tp, b, kv: 0.0))
     r = simulate(arr, d, ctx, step, p.kv_time)
     return r, cost
 
@@ -237,44 +242,66 @@ def best_context(p: Problem, mode: str) -> tuple[Deployment | None, Metrics | No
     return best[0], best[1], ""
 
 
-def gen_batch_fits(p: Problem, tp: int, batch: int) -> bool:
+def gen_batch_fits(p: Problem, tp: int, batch: int, attn_tp: int = 1) -> bool:
     """A generation rank of a tp-GPU server holds its weights and `batch` requests' KV cache (ISL + OSL, the
-    traffic's largest) in the share of its free memory gen-config gives the KV cache (memory.kv_batch_fit)."""
+    traffic's largest) in the share of its free memory gen-config gives the KV cache (memory.kv_batch_fit). With
+    attention TP (`attn_tp` > 1) `batch` is the group's, and every GPU of the group holds all of it (MLA caches one
+    latent vector per token, not split over heads); the weights are priced as a DEP rank's (attention whole: an upper
+    bound where attention TP splits it)."""
     m = mem.rank_memory(p.spec.model, "dep", group_size=tp, weight_dtype=p.spec.weight_dtype, max_num_tokens=GEN_MNT,
                         gpu_bytes=p.gpu_bytes, kv_tokens=0)
     ctx_len = int(np.max(p.arrivals.isl) + np.max(p.arrivals.osl))
     return batch <= mem.kv_batch_fit(p.gpu_bytes - m.total, mem.kv_cache_floor_bytes(p.spec.model, 1), ctx_len)
 
 
+def gen_shapes(p: Problem, dc: DecodeCost) -> list[tuple[int, int, int]]:
+    """(gen_tp, attention TP, MoE TP) of every generation server the problem names and the tables price, in the
+    order the flags give them (an attention TP applies to the servers of its size); ConfigError naming the flag when
+    a named attention TP or MoE TP fits none of the --gen-tp sizes."""
+    out = []
+    for a in p.gen_attn_tps:
+        for e in p.gen_moe_tps:
+            why = None
+            for tp in p.gen_tps:
+                w = dc.shape_why(tp, a, e)
+                if w is None:
+                    out.append((tp, a, e))
+                else:
+                    why = why or w
+            if not any(x[1:] == (a, e) for x in out) and why is not None:
+                raise ConfigError(None, why[0], why[1])
+    return out
+
+
 def best_generation(p: Problem, ctx: Deployment, dc: DecodeCost,
-                    first: tuple[int, int] | None = None) -> tuple[Deployment | None, Metrics | None, str]:
+                    first: tuple[int, int, int, int] | None = None) -> tuple[Deployment | None, Metrics | None, str]:
     """The generation side with the fewest GPUs (module docstring, step 2) behind context side `ctx`. `first`: the
-    (gen_tp, batch) tried first (another mode's answer: it bounds the search early; the answer does not depend on
-    the order)."""
+    (gen_tp, attention TP, MoE TP, batch) tried first (another mode's answer: it bounds the search early; the answer
+    does not depend on the order)."""
     best, miss, smallest = None, None, None
     a = p.arrivals
     out_rate = math.nan if a.closed_users else float(np.sum(a.osl - 1)) / max(a.duration_s, 1e-9)
     kv_mid = float(np.mean(a.isl) + np.mean(a.osl) / 2)
-    cands = [(tp, b) for tp in p.gen_tps for b in p.gen_batches]
+    cands = [(tp, a, e, b) for tp, a, e in gen_shapes(p, dc) for b in p.gen_batches]
     if first in cands:
         cands.remove(first)
         cands.insert(0, first)
     slow = None
-    for tp, b in cands:
-        if tp > p.gpus_per_node or not gen_batch_fits(p, tp, b):
+    for tp, a, e, b in cands:
+        if tp > p.gpus_per_node or not gen_batch_fits(p, tp, b, a):
             continue
         smallest = min(smallest or 1 << 30, tp)
-        step = dc.step_ms(tp, b, kv_mid) * 1e-3
-        fastest = 1.0 / dc.step_ms(tp, 1, kv_mid) * 1e3
+        step = dc.step_ms(tp, b, kv_mid, a, e) * 1e-3
+        fastest = 1.0 / dc.step_ms(tp, 1, kv_mid, a, e) * 1e3
         if p.slo.tps_user is not None and fastest < p.slo.tps_user:
             slow = max(slow or 0.0, fastest)
             continue  # even one request per rank is slower than the target
-        n = 1 if math.isnan(out_rate) else max(1, math.ceil(out_rate / (tp * b / step)))
+        n = 1 if math.isnan(out_rate) else max(1, math.ceil(out_rate / (tp // a * b / step)))
         for _ in range(MAX_STEPS):
-            d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b)
+            d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b, gen_attn_tp=a, gen_moe_tp=e)
             if d.gpus > p.budget or (best and d.gen_gpus > best[0].gen_gpus):
                 break
-            p.tick(f"{ctx.mode.upper()} generation: {n} x {tp} GPUs, batch {b}")
+            p.tick(f"{ctx.mode.upper()} generation: {n} x {tp} GPUs {d.gen_shape() or 'DEP'}, batch {b}")
             m = p.summarize(run_deployment(p, d, dc)[0], d.gpus)
             if meets(m, p.slo):
                 if best is None or (d.gen_gpus, -m.tps_user) < (best[0].gen_gpus, -best[1].tps_user):
@@ -325,7 +352,7 @@ def search(p: Problem, dc: DecodeCost) -> dict[str, Outcome]:
         if gd is None:
             out[mode] = Outcome(mode, None, None, why_none=gwhy)
             continue
-        first = (gd.gen_tp, gd.gen_batch)
+        first = (gd.gen_tp, gd.gen_attn_tp, gd.gen_moe_tp, gd.gen_batch)
         d = gd
         p.tick(f"{mode.upper()}: the chosen deployment, nominal and the range's two ends")
         r, cost = run_deployment(p, d, dc)
@@ -347,14 +374,15 @@ def pareto(p: Problem, ctx: Deployment, dc: DecodeCost) -> list[tuple[float, flo
     kv_mid = float(np.mean(a.isl) + np.mean(a.osl) / 2)
     pts = []
     free = Slo(None, None, None)
-    for tp in p.gen_tps:
+    for tp, a, e in gen_shapes(p, dc):
         for b in p.gen_batches:
-            if tp > p.gpus_per_node or not gen_batch_fits(p, tp, b):
+            if tp > p.gpus_per_node or not gen_batch_fits(p, tp, b, a):
                 continue
-            step = dc.step_ms(tp, b, kv_mid) * 1e-3
-            n = 1 if math.isnan(out_rate) else max(1, math.ceil(out_rate / (tp * b / step)))
-            d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b)
+            step = dc.step_ms(tp, b, kv_mid, a, e) * 1e-3
+            n = 1 if math.isnan(out_rate) else max(1, math.ceil(out_rate / (tp // a * b / step)))
+            d = replace(ctx, gen_tp=tp, gen_servers=n, gen_batch=b, gen_attn_tp=a, gen_moe_tp=e)
             p.tick(f"Pareto {ctx.mode.upper()}: {n} x {tp} GPUs, batch {b}")
             m = p.summarize(run_deployment(p, d, dc)[0], d.gpus, free)
-            pts.append((m.tps_user, m.output_tps_per_gpu, f"{d.gpus} GPUs: {d.ctx_short()} + {n}x{tp} b{b}"))
+            shape = f" {d.gen_shape()}" if d.gen_shape() else ""
+            pts.append((m.tps_user, m.output_tps_per_gpu, f"{d.gpus} GPUs: {d.ctx_short()} + {n}x{tp}{shape} b{b}"))
     return pts

@@ -9,8 +9,9 @@ iteration when set); `ctx_time` prices the iteration (context_cost.ContextCost: 
 each and free-run; a DEP server's ranks start and end every iteration together (lock-step with the slowest). The
 iteration holding a request's last chunk produces its first token (TTFT), as a disaggregated TensorRT-LLM context
 server does; the KV cache then moves to the generation server with the fewest requests (`kv_time(isl)`), where
-the request joins the continuous batch at the next step boundary (up to tp x batch requests; later ones wait).
-Each step every active request gains one token; `step_time(tp, batch per rank, mean KV length)` prices it
+the request joins the continuous batch at the next step boundary (up to attention groups x batch requests; later
+ones wait). Each step every active request gains one token; `step_time(tp, batch per attention group, mean KV
+length)` prices it
 (decode_cost.DecodeCost). Steps are advanced in runs between events (a finish or an admission), each run priced at
 its mid KV length; an arrival during a run ends it at the step then running.
 """
@@ -32,7 +33,9 @@ from .traffic import Arrivals
 @dataclass(frozen=True)
 class Deployment:
     """One disaggregated deployment: context servers (DWDP ranks of groups of ctx_group, or DEP servers of
-    ctx_group GPUs) and generation servers of gen_tp GPUs (attention DP + EP), gen_batch requests per rank."""
+    ctx_group GPUs) and generation servers of gen_tp GPUs, gen_batch requests per attention group: attention DP + EP
+    by default (a group is one rank), attention TP over gen_attn_tp GPUs (1 or gen_tp: one group of gen_tp GPUs),
+    experts MoE TP gen_moe_tp x EP gen_tp / gen_moe_tp."""
 
     mode: str  # dwdp | dep | tp
     ctx_group: int
@@ -44,6 +47,20 @@ class Deployment:
     redundant: int = 0
     ctx_max_batch: int = 0  # requests per context iteration per rank (0: no limit; TensorRT-LLM's max_batch_size)
     chunked: bool = True  # chunked prefill on the context servers (False: whole prompts, spec/batching.py)
+    gen_attn_tp: int = 1  # attention TP of a generation server (1: attention DP over its GPUs)
+    gen_moe_tp: int = 1  # MoE tensor parallelism of a generation server's experts (EP: gen_tp / gen_moe_tp)
+
+    @property
+    def gen_groups(self) -> int:
+        """Attention groups per generation server (attention-DP ranks), each holding up to gen_batch requests."""
+        return self.gen_tp // self.gen_attn_tp
+
+    def gen_shape(self) -> str:
+        """The generation server's parallelism beyond attention DP + EP: '' (DEP), 'etp2ep4', 'tp8 etp2ep4'."""
+        if self.gen_attn_tp == 1 and self.gen_moe_tp == 1:
+            return ""
+        moe = f"etp{self.gen_moe_tp}ep{self.gen_tp // self.gen_moe_tp}"
+        return moe if self.gen_attn_tp == 1 else f"tp{self.gen_attn_tp} {moe}"
 
     @property
     def ctx_gpus(self) -> int:
@@ -103,13 +120,13 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
              step_time: Callable[[int, float, float], float], kv_time: Callable[[int], float],
              duration_s: float | None = None) -> SimResult:
     """Run `arrivals` through `dep` (module docstring). ctx_time(server, per-rank segments) -> s;
-    step_time(tp, requests per rank, mean KV length) -> s; kv_time(isl) -> s. duration_s: a closed loop issues
+    step_time(tp, requests per attention group, mean KV length) -> s; kv_time(isl) -> s. duration_s: a closed loop issues
     no request after it (default: the arrivals' own span)."""
     n_req = len(arrivals)
     closed = arrivals.closed_users
     ctx_ranks = dep.ctx_group if dep.mode == "dep" else 1  # a TP server is one scheduler over its GPUs
     ctxs = [_Ctx(ctx_ranks, dep.mnt, dep.ctx_max_batch, dep.chunked) for _ in range(dep.ctx_servers)]
-    gens = [_Gen(dep.gen_tp * dep.gen_batch) for _ in range(dep.gen_servers)]
+    gens = [_Gen(dep.gen_groups * dep.gen_batch) for _ in range(dep.gen_servers)]
     t_arr = np.full(n_req, np.nan)
     t_first = np.full(n_req, np.nan)
     t_done = np.full(n_req, np.nan)
@@ -156,7 +173,7 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
             return
         steps = min(a[1] for a in g.active)
         kv0 = np.mean([a[2] for a in g.active])
-        step = step_time(dep.gen_tp, len(g.active) / dep.gen_tp, kv0 + steps / 2)
+        step = step_time(dep.gen_tp, len(g.active) / dep.gen_groups, kv0 + steps / 2)
         g.version += 1
         g.run = (t, step, steps, g.version)
         push(t + steps * step, "gen_end", (k, g.version))

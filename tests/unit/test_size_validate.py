@@ -276,7 +276,9 @@ def test_aic_question_gpu_verdict_flips_when_aiconfigurator_counts_differently(s
     bumped = {**q, "answer": {**q["answer"], "gpus": 32}}
     rows = sv.aic_questions({**data, "questions": [bumped]})
     gpus = next(r for r in rows if r.quantity == "GPUs" and r.kind == "compare")
-    assert sv.aicq_verdict(gpus, rows).startswith("DIFFERENT")
+    # different (explained or not: where ours uses fewer GPUs, the ablation asking for the most requests/s within the
+    # budget can account for the count)
+    assert sv.aicq_verdict(gpus, rows).lower().startswith("different")
 
 
 @pytest.mark.slow
