@@ -66,7 +66,8 @@ def test_deepgemm_grouped_gemm_time():
 def test_deepep_dispatch_and_combine_published_fraction_and_measured():
     tokens = np.array([[1000.0, 4000.0, 2000.0, 3000.0]])  # the busiest rank (4000 tokens) sets the time
     remote = _remote(256, 8, 4)
-    want = (4000 * remote * (7168 + 7168 / 128 * 4) / (LINK * 153 / 160) + 4000 * remote * 7168 * 2 / (LINK * 158 / 160))
+    want = (4000 * remote * (7168 + 7168 / 128 * 4) / (LINK * 153 / 160)
+            + 4000 * remote * 7168 * 2 / (LINK * 158 / 160))
     assert dv.comm_us(R1, _spec().gpu, tokens, 4) == pytest.approx([want * 1e6], rel=1e-12)
     at = 120e9  # measured: the whole rate, no published fraction, not the GPU's link
     want_m = 4000 * remote * (7168 + 7168 / 128 * 4) / at + 4000 * remote * 7168 * 2 / at

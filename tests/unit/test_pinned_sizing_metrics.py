@@ -167,3 +167,50 @@ def test_to_dict_rounds_floats_and_lists_the_window():
     assert d["tps_window"] == [2.5, 10.0] and d["requests"] == 10 and math.isnan(d["offered_rps"])
     assert set(d) == {"ttft_p50_s", "ttft_p99_s", "tpot_s", "tps_user", "output_tps_per_gpu", "goodput_rps",
                       "requests", "completed", "offered_rps", "tps_window"}
+
+
+def test_short_runs_and_short_decodes_counted_exactly():
+    # one request decoding 2 tokens (OSL 3) in 0.5 s after its first token at 2 s: tokens spread over half a second
+    r = _run([0], [2], [2.5], [3], 10)
+    assert tokens_between(r, 2.1, 2.35) == pytest.approx(2 * 0.25 / 0.5)
+    # OSL 2: one decode token, TPOT = its whole decode time (not halved, not dropped)
+    two = _run([0.0, 1.0], [1.0, 2.0], [1.3, 2.3], [2, 2], 10)
+    assert summarize(two, 1, Slo()).tpot_s == pytest.approx(0.3)
+    # a 0.5 s run with no stated span: offered over 0.5 s, not over a second
+    half = _run([0.0, 0.5], [0.1, 0.6], [0.2, 0.7], [2, 2], 0.5)
+    assert summarize(half, 1, Slo()).offered_rps == pytest.approx(2 / 0.5)
+    # a 1 s window after a 0.2 s warm-up: the steady window is 0.8 s long
+    short = _run([0.0, 0.1], [0.1, 0.2], [0.2, 0.3], [2, 2], 1.0)
+    m = summarize(short, 1, Slo())
+    assert m.tps_window == (0.2, 1.0)
+    assert m.output_tps_per_gpu == pytest.approx(tokens_between(short, 0.2, 1.0) / 0.8)
+    # request 1: its first token at 0.2 s and its one decoded token; request 0 finished at 0.2 s
+    assert tokens_between(short, 0.2, 1.0) == pytest.approx(2.0)
+
+
+def test_window_reported_to_the_millisecond():
+    r = _run([0.0, 1.0], [0.5, 1.5], [1.23456, 2.23456], [2, 2], 10.12345)
+    assert summarize(r, 1, Slo()).tps_window == (1.235, 10.123)
+
+
+def test_zero_decode_time_has_no_tps_user_and_no_decode_has_no_warning():
+    import warnings
+
+    r = _run([0.0, 1.0], [0.5, 1.5], [0.5, 1.5], [5, 5], 4)  # finished at the first token: TPOT 0
+    m = summarize(r, 1, Slo())
+    assert m.tpot_s == 0.0 and math.isnan(m.tps_user)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "All-NaN slice" warning on a run without decode
+        assert math.isnan(summarize(_run([0.0], [0.5], [0.5], [1], 4), 1, Slo()).tpot_s)
+
+
+def test_ttft_median_between_two_requests_and_goodput_only_inside_the_window():
+    r = _run([0.0, 1.0, 2.0, 11.0], [1.0, 3.0, 5.0, 12.0], [2.0, 4.0, 6.0, math.nan], [2, 2, 2, 2], 10)
+    m = summarize(r, 1, Slo(ttft_p99_s=5.0))
+    assert m.ttft_p50_s == pytest.approx(1.5)  # TTFTs 1, 2, 3, 1: the median of 1, 1, 2, 3
+    # every TTFT is within 5 s, but the last request arrived after the 10 s window (and never finished)
+    assert m.goodput_rps == pytest.approx(3 / 10)
+    late = _run([0.0, 11.0], [1.0, 12.0], [2.0, 13.0], [2, 2], 10)
+    assert summarize(late, 1, Slo(ttft_p99_s=5.0)).goodput_rps == pytest.approx(1 / 10)
+    spread = _run([0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 5.0, 5.0], [2, 2, 2, 2], 10)
+    assert summarize(spread, 1, Slo()).ttft_p50_s == pytest.approx(2.5)
