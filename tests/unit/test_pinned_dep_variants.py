@@ -14,7 +14,8 @@ from dwdp_trtllm.perf import dep_variants as dv
 
 R1 = SimpleNamespace(name="deepseek-r1", hidden_size=7168, moe_intermediate=2048, num_experts=256, top_k=8)
 OTHER = SimpleNamespace(name="other-moe", hidden_size=4096, moe_intermediate=1536, num_experts=128, top_k=8)
-LINK = 400e9  # the stand-in GPU's achievable peer bandwidth, bytes/s
+LINK = 400e9  # the stand-in GPU's achievable peer bandwidth at 8 ranks, bytes/s (other group sizes: LINKS)
+LINKS = {2: 100e9, 3: 200e9, 4: LINK, 8: LINK}
 
 
 def _remote(E, k, G):  # other ranks holding at least one of a token's k experts, E split evenly over G
@@ -42,7 +43,7 @@ class _Ph:  # the fields deepep_deepgemm reads and replaces (perf/phases.Phases 
 
 
 def _spec(model=R1, gpu="h200", gbps=None, dtype="fp8", tables=True):
-    g = SimpleNamespace(name=gpu, peer_bytes_per_s_for=lambda group: LINK)
+    g = SimpleNamespace(name=gpu, peer_bytes_per_s_for=lambda group: LINKS[group])
     return SimpleNamespace(model=model, gpu=g, calibration=SimpleNamespace(all_to_all_gbps=gbps),
                            weight_dtype=dtype, tables=object() if tables else None)
 
@@ -137,6 +138,7 @@ def test_deepep_deepgemm_other_shapes_range_up_to_trtllms_op():
     out = dv.deepep_deepgemm(_spec(model=OTHER), ph, tokens, 8)
     assert out.comm_S == pytest.approx([comm], rel=1e-12)
     assert out.comm_alt_S == pytest.approx([comm + 500.0], rel=1e-9)
+    assert out.comm_source.startswith("deepep_deepgemm: DeepGEMM grouped GEMM 1346/1214 TFLOPS")
     assert out.comm_source.endswith("; rates of DeepSeek-V3 shapes (none published for other-moe's), range up to "
                                     "TensorRT-LLM's op + comm")
     fast_op = _Ph(np.array([1.0]), np.array([1.0]), np.array([0.0]))  # never below the components
@@ -147,3 +149,23 @@ def test_one_rank_has_no_dispatch():
     ph = _Ph(np.array([5.0]), np.array([0.0]), np.array([0.0]))
     out = dv.deepep_deepgemm(_spec(), ph, np.array([[4096.0]]), 1)
     assert out.experts_dep_S.tolist() == [5.0] and out.comm_source == "deepep_deepgemm: one rank, no dispatch"
+
+
+def test_uneven_groups_round_local_experts_up_and_two_ranks_dispatch():
+    ph = _Ph(np.array([0.0]), np.array([0.0]), np.array([0.0]))
+    three = dv.deepep_deepgemm(_spec(gpu="h100"), ph, np.full((1, 3), 900.0), 3)
+    assert three.experts_dep_S == pytest.approx([_experts_us(900 * 3 * 8 / 3, 86, 7168, 2048)], rel=1e-12)  # 256/3
+    assert three.comm_S == pytest.approx([_comm_us(900, _remote(256, 8, 3), 7168, 200e9)], rel=1e-12)
+    two = dv.deepep_deepgemm(_spec(gpu="h100"), ph, np.full((1, 2), 900.0), 2)
+    assert two.comm_S == pytest.approx([_comm_us(900, _remote(256, 8, 2), 7168, 100e9)], rel=1e-12)
+
+
+def test_the_anchor_is_read_per_sample():
+    # two samples: the busiest rank has 2048 tokens in the first, 8192 in the second
+    tokens = np.array([[2048.0] * 8, [1024.0] * 7 + [8192.0]])
+    ph = _Ph(np.zeros(2), np.zeros(2), np.zeros(2))
+    out = dv.deepep_deepgemm(_spec(), ph, tokens, 8)
+    experts = [_experts_us(r * 8 / 8, 32, 7168, 2048) for r in (2048 * 8, 1024 * 7 + 8192)]
+    comm = [_comm_us(t, _remote(256, 8, 8), 7168, LINK) for t in (2048, 8192)]
+    anchor = [2.09 * 1.205e3, 7.49 * 1.205e3]
+    assert out.comm_S == pytest.approx([max(a - e, c) for a, e, c in zip(anchor, experts, comm)], rel=1e-12)
