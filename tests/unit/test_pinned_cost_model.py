@@ -154,3 +154,40 @@ def test_expert_gemm_roofline_without_a_floor():
 
 def test_ceil_div():
     assert (cm.ceil_div(7, 2), cm.ceil_div(8, 2), cm.ceil_div(5, 0)) == (4, 4, 0)
+
+
+DENSE = SimpleNamespace(hidden_size=1000, moe_intermediate=300, num_experts=64, top_k=8, num_shared_experts=2,
+                        dense_intermediate=4000, expert_params=3 * 1000 * 300, attention="gqa",
+                        attention_params=lambda: 5_000_000)
+
+
+class _AttnGpu(_Gpu):
+    attention_flops_per_s = 500e12
+
+
+def test_replicated_phases_are_rooflines_at_the_dense_dtype():
+    p = cm.CostParams(gpu=_AttnGpu())  # FP8 experts: dense GEMMs FP8 (800 TFLOP/s, 1 byte per weight)
+    t = np.array([10.0, 1000.0])  # memory-bound, then compute-bound
+    # shared experts (2 of 3 x 1000 x 300) + router (1000 x 64, BF16)
+    flops = (6 * 1000 * 300 * 2 + 2 * 1000 * 64) * t
+    wbytes = 900_000 * 2 * 1 + 1000 * 64 * 2
+    assert cm.other_us(DENSE, p, t) == pytest.approx(np.maximum(flops / 800e12, wbytes / 3e12) * 1e6, rel=1e-12)
+    mlp = 6 * 1000 * 4000 * t
+    assert cm.dense_mlp_us(DENSE, p, t) == pytest.approx(np.maximum(mlp / 800e12, 3 * 1000 * 4000 / 3e12) * 1e6,
+                                                         rel=1e-12)
+    bf16 = cm.CostParams(gpu=_AttnGpu(), weight_dtype="bf16")  # BF16: 400 TFLOP/s, 2 bytes per weight
+    assert cm.dense_mlp_us(DENSE, bf16, t) == pytest.approx(
+        np.maximum(mlp / 400e12, 2 * 3 * 1000 * 4000 / 3e12) * 1e6, rel=1e-12)
+    # attention projections: 2 x 5M FLOPs per token, 5 MB of FP8 weights + 8 BF16 vectors of H per token; + core
+    proj = np.maximum(2 * 5e6 * t / 800e12, (5e6 + t * 1000 * 2 * 4) / 3e12) * 1e6
+    assert cm.attention_us(DENSE, p, t, 7.0) == pytest.approx(proj + 7.0, rel=1e-12)
+    assert cm.dense_layer_us(DENSE, p, t, 7.0) == pytest.approx(
+        proj + 7.0 + np.maximum(mlp / 800e12, 3 * 1000 * 4000 / 3e12) * 1e6, rel=1e-12)
+
+
+def test_attention_core_at_the_gpus_or_the_measured_rate():
+    flops = np.array([1e12, 4e12])
+    assert cm.core_us(DENSE, cm.CostParams(gpu=_AttnGpu()), flops, 1, 1024) == pytest.approx([2000.0, 8000.0])
+    measured = cm.CostParams(gpu=_AttnGpu(), calibration=Calibration(attention_tflops=250.0))
+    assert cm.core_rate(DENSE, measured) == 250e12
+    assert cm.core_us(DENSE, measured, flops, 1, 1024) == pytest.approx([4000.0, 16000.0])
