@@ -191,3 +191,10 @@ def test_attention_core_at_the_gpus_or_the_measured_rate():
     measured = cm.CostParams(gpu=_AttnGpu(), calibration=Calibration(attention_tflops=250.0))
     assert cm.core_rate(DENSE, measured) == 250e12
     assert cm.core_us(DENSE, measured, flops, 1, 1024) == pytest.approx([4000.0, 16000.0])
+
+
+def test_a_sub_microsecond_copy_and_a_two_rank_group_are_priced():
+    # a 0.5 us copy under 100 us of compute slowed 1.25x: 100 + 0.5 x 0.2
+    assert cm.overlapped_us(np.array([100.0]), 0.5, 1.25).tolist() == pytest.approx([100.1])
+    pl = _Placement(2, [32, 32], 32)  # two ranks: each pulls the other's 32 experts
+    assert cm.prefetch_us(MODEL, _p(), pl, 0) == pytest.approx(32e3 / 200e9 * expected_slowdown(2, False) * 1e6)
