@@ -11,7 +11,8 @@ from dwdp_trtllm.sizing import decode_cost as dc
 
 # batch 1, 4 (log2 0, 2) x KV 1024, 4096 (log2 10, 12): ms per layer
 ROWS = [[1, 1024, 1.0], [1, 4096, 3.0], [4, 1024, 2.0], [4, 4096, 7.0]]
-MODEL = SimpleNamespace(name="stand-in", hidden_size=7168, num_shared_experts=1, num_moe_layers=3, first_k_dense=2)
+MODEL = SimpleNamespace(name="stand-in", hidden_size=7168, num_shared_experts=1, num_moe_layers=3, first_k_dense=2,
+                        num_experts=256, top_k=8)
 
 
 class _Tables:
@@ -121,3 +122,20 @@ def test_mtp_verifies_then_drafts_over_the_expected_tokens():
     one = _Split(MODEL, "h200", "fp8", _Tables(), {}, {}, 1, 0.85)
     assert one.describe_mtp() == "MTP 1 draft token per step, acceptance 0.85 (--mtp-acceptance): 1.85 tokens per step"
     assert dc.DEFAULT_MTP_ACCEPTANCE == 0.85 and math.isclose(dc.DecodeCost.acceptance, 0.85)
+
+
+class _NoCommRows(_Tables):
+    def comm_ms(self, kind, tp, elements):
+        return None, 0
+
+
+def test_without_communication_rows_the_modelled_all_to_all():
+    """No DeepEP and no NCCL rows (e.g. GB200 past EP4): DeepEP-style dispatch at h200.yaml's all-to-all bandwidth
+    (450 GB/s NVLink x 0.77 achievable for dispatch/combine) and 20 us fixed cost; FP8 dispatch (NVFP4 for NVFP4
+    experts) + BF16 combine, each token sent once per remote rank holding one of its 8 experts."""
+    remote = 7 * (1 - math.comb(256 - 32, 8) / math.comb(256, 8))
+    for dtype, dispatch in (("fp8", 1.0), ("nvfp4", 0.5 + 1 / 16)):
+        c = dc.DecodeCost(MODEL, "h200", dtype, _NoCommRows(), {}, {}, 0)
+        ms, how = c.comm_ms(8, 6.0)
+        want_us = 6 * remote * 7168 * (dispatch + 2) / (450e9 * 0.77) * 1e6 + 20.0
+        assert ms == pytest.approx(want_us * 1e-3, rel=1e-9) and how == "modelled all-to-all (8 GPUs, no rows)"
