@@ -139,3 +139,56 @@ def test_without_communication_rows_the_modelled_all_to_all():
         ms, how = c.comm_ms(8, 6.0)
         want_us = 6 * remote * 7168 * (dispatch + 2) / (450e9 * 0.77) * 1e6 + 20.0
         assert ms == pytest.approx(want_us * 1e-3, rel=1e-9) and how == "modelled all-to-all (8 GPUs, no rows)"
+
+
+def _linear_grid_cost():
+    # ms = 2 log2(batch) + 3 log2(KV) + 1 on a 4 x 4 grid: bilinear interpolation in (log2 batch, log2 KV)
+    # reproduces a function linear in both exactly, at any point inside
+    rows = [[b, k, 2 * math.log2(b) + 3 * math.log2(k) + 1] for b in (1, 2, 4, 8) for k in (1024, 2048, 4096, 8192)]
+    gen = {"mla_generation_module": {"fp8_block/fp8": {"rows": rows}}}
+    return dc.DecodeCost(MODEL, "h200", "fp8", _Tables(), gen, {}, 0)
+
+
+def test_module_inside_a_larger_grid_is_exact_on_a_linear_surface():
+    c = _linear_grid_cost()
+    for b, k in ((3, 3000), (1.5, 1500), (6, 6000), (2, 8192), (7.9, 1100), (1, 1024)):
+        assert c.module_ms(b, k) == pytest.approx(2 * math.log2(b) + 3 * math.log2(k) + 1, rel=1e-12), (b, k)
+    assert c.module_ms(16, 2048) == pytest.approx((2 * 3 + 3 * 11 + 1) * 2)  # past the largest batch: x 16 / 8
+    assert c.module_ms(3, 16384) == pytest.approx((2 * math.log2(3) + 3 * 13 + 1) * 2)  # past the longest KV: x 2
+
+
+def test_grid_fills_from_the_nearest_shorter_kv_not_the_shortest():
+    _, _, ms = dc._grid([[1, 256, 1.0], [1, 1024, 2.0], [2, 256, 1.0], [2, 1024, 2.0], [2, 4096, 5.0]])
+    assert ms[0].tolist() == [1.0, 2.0, 2.0 * 4]  # batch 1 lacks KV 4096: from 1024's 2 ms x 4, not 256's x 16
+
+
+class _StrictTables(_Tables):
+    """As _Tables, but only FP8 experts under balanced routing have MoE rows (anything else asked is a bug)."""
+
+    def moe_ms(self, dtype, ep, dist, tokens):
+        assert (dtype, dist) == ("fp8", "balanced"), (dtype, dist)
+        return super().moe_ms(dtype, ep, dist, tokens)
+
+
+def test_moe_rows_asked_for_the_weight_dtype_balanced_and_no_shared_experts():
+    no_shared = SimpleNamespace(**{**vars(MODEL), "num_shared_experts": 0})
+    gen = {"mla_generation_module": {"fp8_block/fp8": {"rows": ROWS}}}
+    c = dc.DecodeCost(no_shared, "h200", "fp8", _StrictTables(), gen, {}, 0)
+    assert c.moe_layer_ms(1, 4.0, 1024) == pytest.approx(2.0 + 0.5 * 4 + 0.01 * 4)  # router only
+    assert c.moe_layer_ms(16, 4.0, 1024) == pytest.approx(2.0 + 0.5 * 4 + 0.01 * 4 + 3e-6 * 4 * 16 * 7168)
+    assert c.forward_ms(1, 4.0, 1024) == pytest.approx(3 * (2.0 + 2.0 + 0.04) + 2 * (2.0 + 0.7 * 4))  # no LM head
+
+
+class _SplitTp(dc.DecodeCost):
+    def forward_ms(self, tp, b, kv):
+        return 10.0 * tp + 2.0 * b + kv / 1000
+
+    def moe_layer_ms(self, tp, b, kv):
+        return 1.0 * tp + 0.5 * b + kv / 100
+
+
+def test_mtp_passes_keep_the_servers_size_and_kv():
+    one = _SplitTp(MODEL, "h200", "fp8", _Tables(), {}, {}, 1, 0.5)
+    # verify at 4 x 2 tokens per rank, one draft pass at 4; over 1 + 0.5 tokens
+    step = (10 * 8 + 2 * 8 + 2.0) + (8 + 2 + 20.0)
+    assert one.step_ms(8, 4.0, 2000) == pytest.approx(step / 1.5)
