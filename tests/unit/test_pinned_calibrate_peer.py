@@ -12,37 +12,43 @@ from dwdp_trtllm.core.copy_plan import ExpertLayout
 
 
 class _Links:
-    """Pull rate (GB/s) of dst <- src: 100 + 10 x src + dst; cut in slices: x 0.5 at 1 MiB, x 0.8 at 4 MiB;
-    N destinations on one source share it (each at 1 / N); a group pull (every rank pulling) is 1.5x slower."""
+    """Pull rate (GB/s) of dst <- src: 100 + 10 x src + dst, read from the plan itself (its destination and its
+    ops' source); cut in slices: x 0.5 at 1 MiB, x 0.8 at 4 MiB; N destinations on one source share it (each at
+    1 / N); a group pull (every rank pulling) is 1.5x slower than the pair rate, rank 1's 1.6x (the slowest)."""
 
     def __init__(self, ranks):
         self.ranks = ranks
 
-    def rate(self, src, dst, plan):
-        r = 100.0 + 10 * src + dst
+    def rate(self, plan):
+        (src,) = {op.source_rank for op in plan.ops}
+        r = 100.0 + 10 * src + plan.dwdp_rank
         if plan.sliced:
             r *= {1 << 20: 0.5, 4 << 20: 0.8}[plan.ops[0].nbytes]
         return r
 
     def time_pulls(self, jobs):
+        assert all(d == p.dwdp_rank for d, p in jobs)
         srcs = {op.source_rank for _, p in jobs for op in p.ops}
-        if len(jobs) > 1 and len(srcs) == 1:  # many to one
-            return [p.total_bytes / (self.rate(0, d, p) / len(jobs) * 1e6) for d, p in jobs]
-        if len(jobs) == self.ranks and len(jobs) > 1:  # the whole group at once: 1.5x the pair rate's time
-            return [p.total_bytes / (self.rate(0, 0, p) * 1e6) * 1.5 for _, p in jobs]
+        if len(jobs) == self.ranks and len(jobs) > 1:  # the whole group at once
+            return [p.total_bytes / (100.0 * (0.5 if p.sliced else 1.0) * 1e6) * (1.6 if d == 1 else 1.5)
+                    for d, p in jobs]
+        if len(jobs) > 1:  # many to one
+            assert len(srcs) == 1
+            return [p.total_bytes / (self.rate(p) / len(jobs) * 1e6) for d, p in jobs]
         (d, p), = jobs
-        return [p.total_bytes / (self.rate(p.ops[0].source_rank, d, p) * 1e6)]
+        return [p.total_bytes / (self.rate(p) * 1e6)]
 
 
 def test_pair_bandwidth_every_ordered_pair():
     recs = peer.pair_bandwidth(_Links(3), 64 << 20)
-    assert recs == [{"src": s, "dst": d, "gbps": pytest.approx(100 + 10 * s + d)}
+    assert recs == [{"src": s, "dst": d, "gbps": pytest.approx(100 + 10 * s + d, rel=1e-12)}
                     for s in range(3) for d in range(3) if s != d]
 
 
 def test_slice_sweep_and_its_efficiency():
     sweep = peer.slice_sweep(_Links(2), 64 << 20, (0, 1 << 20, 4 << 20))
-    assert sweep == [(0, pytest.approx(101.0)), (1 << 20, pytest.approx(50.5)), (4 << 20, pytest.approx(80.8))]
+    assert sweep == [(0, pytest.approx(101.0, rel=1e-12)), (1 << 20, pytest.approx(50.5, rel=1e-12)),
+                     (4 << 20, pytest.approx(80.8, rel=1e-12))]
     keys = peer.summary_keys(peer.pair_bandwidth(_Links(3), 1 << 26), sweep, [])
     assert keys["peer_copy_gbps"] == pytest.approx(111.0)  # median of 101, 102, 110, 112, 120, 121
     assert keys["slice_efficiency"] == [[1 << 20, pytest.approx(0.5)], [4 << 20, pytest.approx(0.8)]]
@@ -51,8 +57,9 @@ def test_slice_sweep_and_its_efficiency():
 
 
 def test_many_to_one_slowdown_is_the_number_of_destinations():
-    recs = peer.many_to_one(_Links(4), 32 << 20, (0,))
-    (r,) = recs
+    recs = peer.many_to_one(_Links(4), 32 << 20, (0, 1 << 20))
+    r, sliced = recs
+    assert sliced["alone_gbps"] == pytest.approx(50.5, rel=1e-12) and sliced["slowdown"] == pytest.approx(3.0)
     # 3 destinations share rank 0: the slowest (dst 1, 101 / 3 GB/s) against dst 1 alone (101 GB/s)
     assert r["destinations"] == 3 and r["slice_bytes"] == 0
     assert r["alone_gbps"] == pytest.approx(101.0) and r["together_gbps"] == pytest.approx(101.0 / 3)
@@ -62,17 +69,17 @@ def test_many_to_one_slowdown_is_the_number_of_destinations():
 def test_group_pull_slowdown_over_the_slice_sizes_own_rate():
     t = _Links(4)
     layout = ExpertLayout(("w1", "w2"), (3 << 20, 5 << 20))  # 8 MiB per expert
-    groups = peer.group_pull(t, layout, 16, (0, 1 << 20), 100.0, {1 << 20: 50.0})
-    # 16 experts over 4 ranks: each pulls the other 12 experts' 8 MiB; the fake's group pull is 1.5x the rate
-    # 100 (one op) or 50 (1 MiB slices) the ideal uses: slowdown 1.5 both ways
+    groups = peer.group_pull(t, layout, 16, (0, 1 << 20), 100.0, {0: 80.0, 1 << 20: 50.0})
+    # 16 experts over 4 ranks: each pulls the other 12 experts' 8 MiB; the fake's slowest rank (1) takes 1.6x what
+    # the rate 100 (one op: the pair's, not a slice entry) or 50 (1 MiB slices) gives: slowdown 1.6 both ways
     assert [g["slice_bytes"] for g in groups] == [0, 1 << 20] and all(g["ranks"] == 4 for g in groups)
     assert [g["bytes_per_rank"] for g in groups] == [12 * (8 << 20)] * 2
-    assert [g["slowdown"] for g in groups] == pytest.approx([1.5, 1.5], rel=1e-12)
-    assert groups[0]["max_ms"] == pytest.approx(12 * (8 << 20) / (100.0 * 1e6) * 1.5)
+    assert [g["slowdown"] for g in groups] == pytest.approx([1.6, 1.6], rel=1e-12)
+    assert groups[0]["max_ms"] == pytest.approx(12 * (8 << 20) / (100.0 * 1e6) * 1.6)
     # the ideal at the pair's one-op rate when the slice size has no rate of its own: the slices' own 0.5
-    # efficiency is then counted as contention (1.5 / 0.5)
+    # efficiency is then counted as contention (1.6 / 0.5)
     fallback = peer.group_pull(t, layout, 16, (1 << 20,), 100.0, {})
-    assert fallback[0]["slowdown"] == pytest.approx(3.0, rel=1e-12)
+    assert fallback[0]["slowdown"] == pytest.approx(3.2, rel=1e-12)
 
 
 def test_contention_keys_prefer_the_planners_slice_and_floor_at_one():
