@@ -151,3 +151,40 @@ def test_interference_by_phase_reads_below_one_as_one():
     assert comp == {"gemm": 1.0, "attention_core": 1.0}
     assert copy == {"gemm": pytest.approx(1.3), "attention_core": pytest.approx(1.3)}
     assert itf.MAX_PULL_BYTES == 8 << 30 and itf.MEMORY_BOUND_BYTES == 256 << 20
+
+
+class _Rank0PullsFrom1(_Overlap):
+    """_Overlap that also checks the setting: rank 0 computes while it pulls from rank 1 (into rank 0), in the
+    slices asked (the pulls' slicing recorded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sliced = []
+
+    def _check(self, jobs):
+        ((dest, plan),) = jobs
+        assert dest == 0 and plan.dwdp_rank == 0 and {op.source_rank for op in plan.ops} == {1}
+        self.sliced.append(plan.sliced)
+
+    def time_pulls(self, jobs):
+        self._check(jobs)
+        return super().time_pulls(jobs)
+
+    def time_compute(self, rank, compute, calls):
+        assert rank == 0
+        return super().time_compute(rank, compute, calls)
+
+    def time_with_compute(self, jobs, compute, calls):
+        self._check(jobs)
+        return super().time_with_compute(jobs, compute, calls)
+
+
+@pytest.mark.parametrize("kernel_over_pull", [0.3, 2.6])
+def test_rank_0_computes_while_pulling_from_rank_1_in_the_slices_asked(kernel_over_pull):
+    t, nbytes, s = _Rank0PullsFrom1(), 64 << 20, 2 << 20
+    kernel = SimpleNamespace(ms=nbytes / (t.GBPS * 1e6) * kernel_over_pull)
+    comp, copy = itf.interference_by_phase(t, {"gemm": kernel}, nbytes, s, max_bytes=1 << 30)
+    assert t.sliced and all(t.sliced)
+    assert t.pulls[0] == nbytes and comp["gemm"] == pytest.approx(1.2)
+    if kernel_over_pull > 1:
+        assert t.pulls[1] == 84 * s  # max_bytes passed through: not capped at the default 8 GiB or below
