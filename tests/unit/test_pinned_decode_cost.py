@@ -192,3 +192,35 @@ def test_mtp_passes_keep_the_servers_size_and_kv():
     # verify at 4 x 2 tokens per rank, one draft pass at 4; over 1 + 0.5 tokens
     step = (10 * 8 + 2 * 8 + 2.0) + (8 + 2 + 20.0)
     assert one.step_ms(8, 4.0, 2000) == pytest.approx(step / 1.5)
+
+
+def test_decode_cost_factory_names_the_flag_and_passes_its_settings():
+    from dwdp_trtllm.errors import ConfigError
+    from dwdp_trtllm.spec.models import PRESETS
+
+    with pytest.raises(ConfigError) as e:
+        dc.decode_cost(PRESETS["deepseek-r1"], "mi355x", "fp8")
+    assert (e.value.key, e.value.expected) == ("--gpu", "TensorRT-LLM decode tables for deepseek-r1 (fp8) on mi355x; "
+                                                        "shipped: DeepSeek-V3/R1 shapes on h100, h200, b200, gb200")
+    with pytest.raises(ConfigError) as e:
+        dc.decode_cost(PRESETS["qwen3-30b-a3b"], "h200", "bf16")
+    assert (e.value.key, e.value.expected) == ("--model", "generation rows for qwen3-30b-a3b (bf16) on h200: only MLA "
+                                                          "models (DeepSeek-V3/R1 shapes) have them")
+    d = dc.decode_cost(PRESETS["deepseek-r1"], "H200", "fp8", 1, 0.7)
+    assert (d.gpu, d.weight_dtype, d.mtp, d.acceptance) == ("h200", "fp8", 1, 0.7)
+    assert "deepep_ll" in d.comm and dc.package_path("h200").name == "h200.json" and dc.package_path("tpu") is None
+
+
+class _DtypeTables(_Tables):
+    """GEMM rows: the router in BF16, the rest in the experts' dtype; no dense_fc2 row (priced 0)."""
+
+    def gemm_ms(self, op, dtype, m):
+        assert dtype == ("bf16" if op == "router" else "fp8"), (op, dtype)
+        return (None, 0) if op == "dense_fc2" else super().gemm_ms(op, dtype, m)
+
+
+def test_router_gemm_in_bf16_and_a_missing_row_priced_zero():
+    gen = {"mla_generation_module": {"fp8_block/fp8": {"rows": ROWS}}}
+    c = dc.DecodeCost(MODEL, "h200", "fp8", _DtypeTables(), gen, {}, 0)
+    assert c.moe_layer_ms(1, 4.0, 1024) == pytest.approx(2.0 + 0.5 * 4 + 0.31 * 4)
+    assert c.forward_ms(1, 4.0, 1024) == pytest.approx(3 * (2.0 + 2.0 + 0.31 * 4) + 2 * (2.0 + 0.3 * 4))
