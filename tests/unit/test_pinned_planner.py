@@ -82,3 +82,28 @@ def test_measured_all_to_all_bandwidth_prices_allgather_reducescatter(capsys, tm
                         "--calibration", str(cal)])
     assert row["t_all2all_us"] == pytest.approx(2 * 7 * 16384 * 7168 * 2 / (gbps * 1e9) * 1e6 + 2 * 20.0, rel=1e-9)
     assert row["dep_comm"] == f"allgather_reducescatter: the measured all-to-all bandwidth {gbps:g} GB/s (calibration)"
+
+
+def test_deepep_deepgemm_rows_scaled_by_the_tables_skewed_over_balanced_moe():
+    """Routing power_law 1.2 (a table distribution): DeepEP + DeepGEMM's busiest rank holds the balanced share of the
+    group's 65,536 x 8 rows times TensorRT-LLM's own skewed / balanced MoE time at that size (16.73 / 10.00 ms in
+    the H200 table): DeepGEMM's padded grouped GEMM (1346 / 1214 TFLOPS) over those rows and 32 local experts."""
+    from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
+
+    skewed_spec = pl.PlanSpec(model=R1, gpu=get_gpu("h200"), target="trtllm", mnt=16384,
+                              routing_skew=RoutingSkewConfig(kind="power_law", alpha=1.2))
+    load = _load([8192] * 8)
+    sk = pl.routing_skew(skewed_spec, 8, 8192.0)
+    assert sk.dist == "power_law_1.2" and sk.dep_expert == 1.0
+    t = skewed_spec.tables
+    ratio = float(t.moe_ms("fp8", 8, "power_law_1.2", np.array([65536.0]))[0][0]
+                  / t.moe_ms("fp8", 8, "balanced", np.array([65536.0]))[0][0])
+    assert ratio == pytest.approx(16.7296 / 9.9968, rel=1e-6)  # the table's rows, read here
+    padded = 65536 * 8 / 8 * ratio + 32 * 127 / 2
+    want = (2 * padded * 7168 * 4096 / 1346e12 + 2 * padded * 2048 * 7168 / 1214e12) * 1e6
+    ph = pl.phases(skewed_spec, load, 8, 8192, sk, "deepep_deepgemm")
+    assert ph.experts_dep_S.tolist() == pytest.approx([want], rel=1e-9)
+    balanced = pl.phases(skewed_spec, load, 8, 8192, pl.Skew(), "deepep_deepgemm")
+    padded_b = 65536 + 32 * 127 / 2
+    assert balanced.experts_dep_S.tolist() == pytest.approx(
+        [(2 * padded_b * 7168 * 4096 / 1346e12 + 2 * padded_b * 2048 * 7168 / 1214e12) * 1e6], rel=1e-9)
