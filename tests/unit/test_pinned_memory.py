@@ -109,3 +109,38 @@ def test_gpu_count_lines():
     assert mem.gpu_count_text(7) == "7 GPUs" and mem.gpu_count_text(None) == "none up to 64 GPUs"
     assert mem.smallest_line(7, None) == "smallest GPU count that fits: DWDP 7 GPUs, DEP none up to 64 GPUs"
     assert mem.smallest_line("7 GPUs at ISL 4096", 6) == "smallest GPU count that fits: DWDP 7 GPUs at ISL 4096, DEP 6 GPUs"
+
+
+def test_activations_where_attention_dominates_and_for_a_dense_model():
+    from types import SimpleNamespace as NS
+
+    gqa = NS(attention="gqa", hidden_size=1024, moe_intermediate=128, top_k=2, num_heads=64, head_dim=128,
+             num_kv_heads=8, num_shared_experts=0, num_experts=8, num_moe_layers=1, dense_intermediate=0)
+    # q and output 64 x 128 each, k and v 8 x 128 each: 18,432 > MoE 2 x (2048 + 384) = 4,864
+    assert mem.activation_bytes(gqa, 10) == 10 * (2 * (3 * 1024 + 64 * 128 * 2 + 2 * 8 * 128) + 4 * 8 + 12 * 2)
+    mla = NS(attention="mla", hidden_size=1024, moe_intermediate=128, top_k=2, num_heads=128, qk_nope_head_dim=128,
+             qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536, kv_lora_rank=512, num_shared_experts=1,
+             num_experts=8, num_moe_layers=1, dense_intermediate=0)
+    attn = 2 * 128 * 192 + 2 * 128 * 128 + 1536 + 512 + 64
+    assert mem.activation_bytes(mla, 10) == 10 * (2 * (3 * 1024 + attn) + 4 * 8 + 12 * 2)
+    dense = NS(**{**vars(gqa), "num_moe_layers": 0, "num_heads": 1, "num_kv_heads": 1, "dense_intermediate": 20000})
+    assert mem.activation_bytes(dense, 10) == 10 * (2 * (3 * 1024 + 3 * 20000))  # no router, no top-k ids
+
+
+def test_dep_rank_fields_and_two_ranks_exchange():
+    r = mem.rank_memory(R1, "dep", weight_dtype="fp8", max_num_tokens=4096, group_size=2)
+    assert (r.mode, r.group_size, r.rank, r.weight_dtype, r.max_num_tokens) == ("dep", 2, 0, "fp8", 4096)
+    assert (r.num_experts_held, r.num_fetched_experts, r.num_slots) == (128, 0, 0)
+    assert r.all_to_all == 2 * 4096 * 8 * 7168 * 2  # two ranks already dispatch
+    d = mem.rank_memory(R1, "dwdp", weight_dtype="fp8", max_num_tokens=4096, group_size=8)
+    assert (d.weight_dtype, d.max_num_tokens, d.rank) == ("fp8", 4096, 0)  # every rank alike: the first is priced
+    with pytest.raises(ValueError) as e:
+        mem.rank_memory(R1, "dep", weight_dtype="fp8", max_num_tokens=100)
+    assert str(e.value) == "rank_memory needs group_size or dwdp"
+    with pytest.raises(ValueError) as e:
+        mem.context_kv(R1, r, max_batch_size=1, max_seq_len=10)
+    assert str(e.value) == "context_kv needs a rank priced against a GPU (rank_memory(gpu_bytes=...))"
+    priced = mem.rank_memory(R1, "dep", weight_dtype="fp8", max_num_tokens=4096, group_size=2, gpu_bytes=10**12)
+    kv = mem.context_kv(R1, priced, max_batch_size=3, max_seq_len=777)
+    assert (kv.max_batch_size, kv.max_seq_len, kv.kv_dtype) == (3, 777, "fp8") and isinstance(kv.need, int)
+    assert mem.kv_batch_fit(0.5, 1, 1) == 0 and mem.context_kv_fraction(10, 1) == 10.0
