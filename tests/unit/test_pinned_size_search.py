@@ -98,3 +98,11 @@ def test_modes_and_sizes():
     arrivals = NS(closed_users=0, isl=np.array([1000, 3000]), duration_s=4.0)
     assert se._offered_tokens_per_s(arrivals) == 1000.0
     assert math.isnan(se._offered_tokens_per_s(NS(closed_users=8, isl=np.array([1]), duration_s=1.0)))
+
+
+def test_finished_share_compares_runs_of_different_sizes_and_one_request_kv():
+    # one request of one finished (100%) beats 9 of 10 (90%), whatever the counts' product
+    assert se._closer(_m(requests=1, completed=1), _m(requests=10, completed=9), Slo())
+    assert not se._closer(_m(requests=10, completed=9), _m(requests=1, completed=1), Slo())
+    # a one-request run: its whole KV time (0.11 s) against a tenth of its 1 s decode
+    assert _binding(4, 12, kv_s=0.11, osl=(100,)) == "KV transfer"
