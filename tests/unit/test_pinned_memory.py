@@ -144,3 +144,17 @@ def test_dep_rank_fields_and_two_ranks_exchange():
     kv = mem.context_kv(R1, priced, max_batch_size=3, max_seq_len=777)
     assert (kv.max_batch_size, kv.max_seq_len, kv.kv_dtype) == (3, 777, "fp8") and isinstance(kv.need, int)
     assert mem.kv_batch_fit(0.5, 1, 1) == 0 and mem.context_kv_fraction(10, 1) == 10.0
+
+
+def test_float32_activations_engine_dwdp_ranks_and_dep_sized_by_a_dwdp_config():
+    from dwdp_trtllm.spec.config import DwdpConfig
+
+    f32 = mem.rank_memory(R1, "dep", weight_dtype="float32", max_num_tokens=100, group_size=8)
+    assert f32.activations == mem.activation_bytes(R1, 100, act_bytes=4)  # float32 activations: 4 bytes each
+    eng = mem.rank_memory(R1, "dwdp", weight_dtype="fp8", max_num_tokens=4096, group_size=8, engine_dense=True)
+    assert eng.kv_cache_floor == 0 and eng.routed_experts == 32 * 58 * EXPERT_FP8  # the engine: trunk only, no KV
+    by_cfg = mem.rank_memory(R1, "dep", weight_dtype="fp8", max_num_tokens=100, dwdp=DwdpConfig(dwdp_size=4))
+    assert (by_cfg.group_size, by_cfg.num_experts_held) == (4, 64)
+    with pytest.raises(ValueError) as e:
+        mem.rank_memory(R1, "dep", weight_dtype="fp8", max_num_tokens=-1, group_size=8)
+    assert str(e.value) == "max_num_tokens must be >= 0, got -1"
