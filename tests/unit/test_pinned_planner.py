@@ -107,3 +107,27 @@ def test_deepep_deepgemm_rows_scaled_by_the_tables_skewed_over_balanced_moe():
     padded_b = 65536 + 32 * 127 / 2
     assert balanced.experts_dep_S.tolist() == pytest.approx(
         [(2 * padded_b * 7168 * 4096 / 1346e12 + 2 * padded_b * 2048 * 7168 / 1214e12) * 1e6], rel=1e-9)
+
+
+def test_each_sample_is_its_own_lock_step(spec):
+    one, two = [8192] * 8, [4096] * 7 + [0]
+    a, b = _load(one), _load(two)
+    both = IterationLoad(*(np.concatenate([x, y]) for x, y in zip(
+        (a.tokens_SR, a.kv_tokens_SR, a.core_flops_SR, a.segments_SR),
+        (b.tokens_SR, b.kv_tokens_SR, b.core_flops_SR, b.segments_SR))))
+    it = pl.iteration_times(spec, both, 8, 0, 2 << 20, 8192)
+    assert it.dep_S.shape == (2,) and it.dep_S[0] > it.dep_S[1]  # the lighter sample is not priced at the heavier
+
+
+@pytest.mark.parametrize("group", [2, 4])
+def test_measured_all_to_all_bandwidth_in_small_groups(capsys, tmp_path, group):
+    """DeepEP at a measured 100 GB/s on 2 and 4 ranks: each rank's 16,384 tokens sent once per remote rank holding
+    one of their 8 experts (256 / G experts per rank), FP8 + BF16, plus 20 us."""
+    import math
+
+    cal = tmp_path / "a2a.json"
+    cal.write_text(json.dumps({"gpu": "h200", "all_to_all_gbps": 100.0}))
+    row = _row(capsys, ["plan", "--model", "deepseek-r1", "--gpu", "h200", "--dwdp-size", str(group), "--isl",
+                        "8192", "--mnt", "16384", "--dep", "trtllm", "--dep-comm", "deepep", "--calibration", str(cal)])
+    remote = (group - 1) * (1 - math.comb(256 - 256 // group, 8) / math.comb(256, 8))
+    assert row["t_all2all_us"] == pytest.approx(16384 * remote * 7168 * 3 / 100e9 * 1e6 + 20.0, rel=1e-9)
