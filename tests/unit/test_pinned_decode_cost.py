@@ -12,7 +12,7 @@ from dwdp_trtllm.sizing import decode_cost as dc
 # batch 1, 4 (log2 0, 2) x KV 1024, 4096 (log2 10, 12): ms per layer
 ROWS = [[1, 1024, 1.0], [1, 4096, 3.0], [4, 1024, 2.0], [4, 4096, 7.0]]
 MODEL = SimpleNamespace(name="stand-in", hidden_size=7168, num_shared_experts=1, num_moe_layers=3, first_k_dense=2,
-                        num_experts=256, top_k=8)
+                        num_experts=256, top_k=8, num_heads=128)
 
 
 class _Tables:
@@ -102,10 +102,10 @@ def test_deepep_low_latency_rows_when_the_ep_size_has_them():
 class _Split(dc.DecodeCost):
     """forward / MoE layer replaced by linear prices, to see MTP's composition alone."""
 
-    def forward_ms(self, tp, b, kv):
+    def forward_ms(self, tp, b, kv, attn_tp=1, moe_tp=1):
         return 10.0 + 2.0 * b + kv / 1000
 
-    def moe_layer_ms(self, tp, b, kv):
+    def moe_layer_ms(self, tp, b, kv, attn_tp=1, moe_tp=1):
         return 1.0 + 0.5 * b
 
 
@@ -180,10 +180,10 @@ def test_moe_rows_asked_for_the_weight_dtype_balanced_and_no_shared_experts():
 
 
 class _SplitTp(dc.DecodeCost):
-    def forward_ms(self, tp, b, kv):
+    def forward_ms(self, tp, b, kv, attn_tp=1, moe_tp=1):
         return 10.0 * tp + 2.0 * b + kv / 1000
 
-    def moe_layer_ms(self, tp, b, kv):
+    def moe_layer_ms(self, tp, b, kv, attn_tp=1, moe_tp=1):
         return 1.0 * tp + 0.5 * b + kv / 100
 
 
