@@ -3,14 +3,13 @@ written by hand), an explanation counts only beside an ablation row that moves t
 paper's Table 3a setting gives a speedup that falls with ISL, as published."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from script_module import load_script  # noqa: E402  (tests/unit on sys.path)
 from dwdp_trtllm.sizing import traffic as tr
 from dwdp_trtllm.spec.schema import ConfigError
 
@@ -19,11 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def sv():
-    spec = importlib.util.spec_from_file_location("size_validate", ROOT / "scripts" / "size_validate.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["size_validate"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("size_validate", "size_validate")
 
 
 @pytest.fixture(scope="module")

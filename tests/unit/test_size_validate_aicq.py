@@ -2,25 +2,18 @@
 flags, and the question asked the way aiconfigurator answers it (the most requests/s within the GPU budget)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from script_module import load_script  # noqa: E402  (tests/unit on sys.path)
 from dwdp_trtllm.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def sv():
-    spec = importlib.util.spec_from_file_location("size_validate_aicq", ROOT / "scripts" / "size_validate.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["size_validate_aicq"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("size_validate", "size_validate_aicq")
 
 
 def _answer(decode: str, gpus: int, batch: int, prefill: str = "tp8pp1dp1etp1ep8") -> dict:

