@@ -10,7 +10,6 @@ from script_module import load_script  # noqa: E402  (tests/unit on sys.path)
 from dwdp_trtllm.cli import build_parser
 
 
-
 @pytest.fixture(scope="module")
 def sv():
     return load_script("size_validate", "size_validate_aicq")
