@@ -42,10 +42,36 @@ def split_record(spec, dwdp_size: int) -> dict:
     return {"dwdp_size": dwdp_size, "local_experts": local, "slot_experts": spec.num_experts - local}
 
 
+#: timed rounds over every (routing, tokens) point after one untimed pass: the median of a point's rounds is its
+#: figure. One pass in order read 9.0 ms for the first point where the same op benchmarked 5.7 ms (an H100,
+#: 2026-12-07: docs/bench_results/routed_op_2026-12-07_h100): the first calls of a process pay the allocator's
+#: growth, kernel selection and the clocks' ramp, so no point is timed before every point has run once.
+ROUNDS = 3
+
+
+def moe_op_ms(timer: MoeOpTimer, tokens: tuple[int, ...], routings: tuple[str, ...] = ROUTINGS,
+              rounds: int = ROUNDS) -> dict[str, list[list]]:
+    """{routing: [[tokens, ms], ...]}: one untimed call of every point, then `rounds` interleaved rounds (each round
+    times every point once, in order), each point's median over its rounds."""
+    import statistics
+
+    if rounds < 1:
+        raise ValueError(f"rounds: expected >= 1, got {rounds}")
+    points = [(r, int(t)) for r in routings for t in tokens]
+    for r, t in points:  # warm-up pass, discarded
+        timer.time_ms(t, r)
+    got: dict[tuple[str, int], list[float]] = {p: [] for p in points}
+    for _ in range(rounds):
+        for r, t in points:
+            got[(r, t)].append(float(timer.time_ms(t, r)))
+    return {r: [[int(t), statistics.median(got[(r, int(t))])] for t in tokens] for r in routings}
+
+
 def moe_op_record(timer: MoeOpTimer, spec, *, tokens: tuple[int, ...], gemm: str, weight_dtype: str, dwdp_size: int,
-                  source: dict, routings: tuple[str, ...] = ROUTINGS) -> dict:
-    """The `moe_op` record: ms per call of the timer at every (routing, tokens), with the gemm path, the split and
-    `source` (gpu, date, commit, command, how, host)."""
-    ms = {r: [[int(t), float(timer.time_ms(int(t), r))] for t in tokens] for r in routings}
+                  source: dict, routings: tuple[str, ...] = ROUTINGS, rounds: int = ROUNDS) -> dict:
+    """The `moe_op` record: ms per call of the timer at every (routing, tokens) (moe_op_ms: a warm-up pass, then the
+    median of `rounds` interleaved rounds), with the gemm path, the split and `source` (gpu, date, commit, command,
+    how, host)."""
+    ms = moe_op_ms(timer, tokens, routings, rounds)
     return {"gemm": gemm, "weight_dtype": weight_dtype, "model": model_dims(spec),
             "split": split_record(spec, dwdp_size), "ms": ms, "source": dict(source)}

@@ -240,7 +240,8 @@ def _moe_op_step(tools: Tools, spec: ModelSpec, shapes: Shapes, one: str, wd: st
             f"[{sp['local_experts']} local | {sp['slot_experts']} slot] as DWDP rank 0 of {dwdp_size} holds them")
     how = (f"calibrate/moe_op.py: engine/moe_compute.routed_experts_forward (sort, gather + quantisation, GEMM1, "
            f"SwiGLU + quantisation, GEMM2, combine), gemm {gemm}, {wd} experts of {spec.name} over {bufs}, on {one} "
-           f"at tokens {list(shapes.moe_tokens)}, routing {' and '.join(moe_op.ROUTINGS)}")
+           f"at tokens {list(shapes.moe_tokens)}, routing {' and '.join(moe_op.ROUTINGS)}; one untimed pass over every "
+           f"point, then each point's median of {moe_op.ROUNDS} interleaved rounds")
 
     def run():
         m = machine or tools.machine()

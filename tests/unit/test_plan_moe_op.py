@@ -206,3 +206,35 @@ def test_the_table_script_writes_a_calibrations_record_and_keeps_the_others(tmp_
     assert script.main([_cal(tmp_path, new, "n2.json"), "--gpu", "h100", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "moe_op.source.gpu" in err
+
+
+class _WarmingTimer:
+    """A MoeOpTimer whose first call of each point is slow (a process's first calls) and whose rounds differ: the
+    record must drop the first and take the median of the rest."""
+
+    def __init__(self):
+        self.calls: list[tuple[int, str]] = []
+
+    def time_ms(self, tokens, routing):
+        n = sum(1 for c in self.calls if c == (tokens, routing))
+        self.calls.append((tokens, routing))
+        if n == 0:
+            return 1000.0  # the warm-up call
+        base = tokens / 1024 * (2.0 if routing == "power_law_1.01" else 1.0)
+        return base * (1.0, 1.5, 0.9)[(n - 1) % 3]  # rounds 1..3: median is the 1.0x one
+
+    def release(self):
+        pass
+
+
+def test_calibrated_op_drops_a_warm_up_pass_and_takes_the_median_of_interleaved_rounds():
+    from dwdp_trtllm.calibrate.moe_op import moe_op_ms
+
+    t = _WarmingTimer()
+    ms = moe_op_ms(t, (4096, 8192), ("balanced", "power_law_1.01"), rounds=3)
+    assert ms == {"balanced": [[4096, 4.0], [8192, 8.0]], "power_law_1.01": [[4096, 8.0], [8192, 16.0]]}
+    pts = [(4096, "balanced"), (8192, "balanced"), (4096, "power_law_1.01"), (8192, "power_law_1.01")]
+    assert t.calls[:4] == pts  # every point once before any is timed
+    assert t.calls[4:] == pts * 3  # then interleaved rounds, not one point's repeats back to back
+    with pytest.raises(ValueError, match="rounds"):
+        moe_op_ms(t, (4096,), rounds=0)
