@@ -1,6 +1,6 @@
 """`dwdp serve`: trtllm-serve with a DWDP config flag.
 
-    dwdp serve --dwdp dwdp.yaml MODEL --config trtllm.yaml [any trtllm-serve arguments]
+    dwdp serve --dwdp dwdp.yaml MODEL --extra_llm_api_options trtllm.yaml [any trtllm-serve arguments]
     dwdp serve --dwdp dwdp.yaml disaggregated_mpi_worker -c worker.yaml   (under mpirun -x DWDP_TRTLLM_CONFIG)
     dwdp serve --install-hook [--hook-site-dir DIR]                        (write the activation .pth only)
 

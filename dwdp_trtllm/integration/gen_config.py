@@ -40,7 +40,7 @@ GEN_BATCH_CAP = 256
 #: dotted key -> (source file in TensorRT-LLM, version/commit it was read from). Sub-keys of
 #: context_servers/generation_servers other than num_instances/urls are LlmArgs keys (other_args).
 KEY_SOURCES: dict[str, tuple[str, str]] = {
-    # LlmArgs (trtllm-serve --config, trtllm-bench --config, per-server sections of disagg configs)
+    # LlmArgs (trtllm-serve / trtllm-bench --extra_llm_api_options, per-server sections of disagg configs)
     "model": (_LLM_ARGS + " BaseLlmArgs.model", _LLM_ARGS_AT),
     "backend": (_LLM_ARGS + " BaseLlmArgs.backend (Optional[str], deprecated)", "newest stored (id 55143598664)"),
     "tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.tensor_parallel_size", "TorchLlmArgs docs signature 1.4.0rc4"),
@@ -267,7 +267,8 @@ def _ctx_serving(d: Deployment) -> dict[str, Any]:
 
 
 def aggregated(d: Deployment, mode: str = "aggregated") -> dict[str, Any]:
-    """`trtllm-serve MODEL --config x.yaml`: attention DP over dwdp_size ranks, DWDP on the MoE (upstream engine).
+    """`trtllm-serve MODEL --extra_llm_api_options x.yaml`: attention DP over dwdp_size ranks, DWDP on the MoE
+    (upstream engine).
     `mode`: the --mode asking (bench: trtllm-bench runs aggregated), named in a refusal."""
     if d.engine != "upstream":
         via = " (trtllm-bench runs aggregated)" if mode == "bench" else ""
@@ -278,7 +279,7 @@ def aggregated(d: Deployment, mode: str = "aggregated") -> dict[str, Any]:
 
 
 def bench_options(d: Deployment) -> dict[str, Any]:
-    """`trtllm-bench ... throughput --config extra.yaml` (aggregated only, like trtllm-bench itself)."""
+    """`trtllm-bench ... throughput --extra_llm_api_options extra.yaml` (aggregated only, like trtllm-bench itself)."""
     doc = aggregated(d, "bench")
     doc.pop("tensor_parallel_size")  # given as trtllm-bench --tp
     return doc

@@ -224,3 +224,34 @@ def test_several_node_rendezvous_commands_sh_points_to_slurm_only(tmp_path):
     out = _gen(tmp_path, "o", SHAPES["rendezvous-2nodes"])
     r = subprocess.run([DASH, str(out / "commands.sh")], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stderr) == (1, "several nodes: run sbatch launch.slurm\n")
+
+
+REPO = Path(__file__).resolve().parents[2]
+#: where a deployer reads a single-server launch line: `dwdp serve --help` (its module docstring), README, TRTLLM.md
+DOCUMENTED = ("dwdp_trtllm/commands/serve.py", "README.md", "docs/TRTLLM.md")
+
+
+def _documented_serve_lines():
+    """(file, trtllm-serve arguments) of every documented `dwdp serve --dwdp X MODEL ...` / `trtllm-serve MODEL ...`
+    line naming flags, up to its closing backtick or a bracketed `[...]` placeholder."""
+    for rel in DOCUMENTED:
+        for line in (REPO / rel).read_text().splitlines():
+            for prog in ("dwdp serve --dwdp ", "trtllm-serve MODEL "):
+                if prog not in line:
+                    continue
+                rest = line.split(prog, 1)[1]
+                rest = rest.split(" ", 1)[1] if prog.startswith("dwdp") and " " in rest else rest  # drop --dwdp's path
+                rest = rest.split("`", 1)[0].split("[", 1)[0]
+                args = shlex.split(rest)
+                if any(a.startswith("--") for a in args):
+                    yield rel, args
+
+
+def test_every_documented_single_server_launch_line_exists_in_each_stored_serve():
+    """`dwdp serve --help` showed `MODEL --config trtllm.yaml`, a flag serve.py @ 4c05a748 does not have: every
+    documented single-server line passes only flags both stored serve commands take."""
+    lines = list(_documented_serve_lines())
+    assert {rel for rel, _ in lines} == set(DOCUMENTED), lines  # each place was read (a parser that found none passes)
+    bad = [f"{rel}: {b}" for rel, args in lines for b in _check("trtllm-serve", args if args[0] != "MODEL" else
+                                                               args[1:])]
+    assert bad == []
