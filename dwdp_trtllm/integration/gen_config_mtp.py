@@ -2,8 +2,9 @@
 
 `llm_args.py` @ 0004396720054fd8 moved it: `MTPDecodingConfig._remap_deprecated_num_nextn_predict_layers` turns
 `num_nextn_predict_layers` into `max_draft_len` with a deprecation warning, the field itself `init=False` ("Do not set
-manually"). Older versions (llm_args.py read_file id 7019226376: `num_nextn_predict_layers: PositiveInt = 1`) take the
-count under `num_nextn_predict_layers` only, and a lone `max_draft_len` leaves them at one draft step. gen-config
+manually"). Older versions (llm_args.py @ fcd3f31682808ae5: `MTPDecodingConfig.num_nextn_predict_layers:
+Optional[int] = 1`, `max_draft_len` a separate DecodingBaseConfig field) take the count under `num_nextn_predict_layers`
+only, and a lone `max_draft_len` leaves them at one draft step. gen-config
 writes what the TensorRT-LLM importable where it runs takes (`installed_mtp_key`), `max_draft_len` without one.
 """
 from __future__ import annotations
@@ -27,8 +28,8 @@ def speculative_config(mtp: int, key: str = "max_draft_len") -> dict[str, Any]:
 def mtp_key_of(config_cls: Any) -> str:
     """The key an MTPDecodingConfig class takes the draft count under. max_draft_len where num_nextn_predict_layers is
     gone, remapped (`_remap_deprecated_num_nextn_predict_layers`, MTP_KEY_AT) or an init=False field; else
-    num_nextn_predict_layers (the older llm_args.py, read_file id 7019226376: `num_nextn_predict_layers:
-    PositiveInt = 1`, which a lone max_draft_len leaves at one draft step)."""
+    num_nextn_predict_layers (llm_args.py @ fcd3f31682808ae5: `num_nextn_predict_layers: Optional[int] = 1`, which a
+    lone max_draft_len leaves at one draft step)."""
     fields = getattr(config_cls, "model_fields", None) or {}
     notes: dict = {}
     for k in reversed(getattr(config_cls, "__mro__", ())):

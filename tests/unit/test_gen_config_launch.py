@@ -25,7 +25,7 @@ import pytest
 from dwdp_trtllm.cli import main
 
 # ---- upstream's click options, as read (option strings of each command, aliases included) ----------------------------
-#: tensorrt_llm/commands/serve.py @ 00209af149e7 `serve` (read_file id 36862894370)
+#: tensorrt_llm/commands/serve.py @ 00209af149e7 `serve`
 SERVE_00209AF1 = {
     "--tokenizer", "--custom_tokenizer", "--host", "--port", "--backend", "--custom_module_dirs", "--log_level",
     "--max_beam_width", "--max_batch_size", "--max_num_tokens", "--max_seq_len", "--tensor_parallel_size", "--tp_size",
@@ -35,7 +35,7 @@ SERVE_00209AF1 = {
     "--config", "--extra_llm_api_options", "--reasoning_parser", "--tool_parser", "--metadata_server_config_file",
     "--server_role", "--fail_fast_on_attention_window_too_large", "--otlp_traces_endpoint", "--disagg_cluster_uri",
     "--enable_chunked_prefill", "--media_io_kwargs", "--chat_template"}
-#: tensorrt_llm/commands/serve.py @ 4c05a74891e4 `serve` (read_file id 901178132): no --config, --tp_size only
+#: tensorrt_llm/commands/serve.py @ 4c05a74891e4 `serve`: no --config, --tp_size only
 SERVE_4C05A748 = {
     "--tokenizer", "--host", "--port", "--backend", "--log_level", "--max_beam_width", "--max_batch_size",
     "--max_num_tokens", "--max_seq_len", "--tp_size", "--pp_size", "--ep_size", "--cluster_size", "--gpus_per_node",
@@ -47,9 +47,9 @@ SERVE_4C05A748 = {
 DISAGGREGATED = {"-c", "--config_file", "-m", "--metadata_server_config_file", "-t", "--server_start_timeout", "-r",
                  "--request_timeout", "-l", "--log_level", "--metrics-log-interval"}
 DISAGG_MPI_WORKER = {"-c", "--config_file", "--log_level"}
-#: tensorrt_llm/commands/bench.py @ 0c9a37db1f06 (the trtllm-bench group, read_file id 19744191942)
+#: tensorrt_llm/commands/bench.py @ 0c9a37db1f06 (the trtllm-bench group)
 BENCH_GROUP = {"--model", "-m", "--model_path", "--workspace", "-w", "--log_level", "--revision"}
-#: tensorrt_llm/bench/benchmark/throughput.py @ 000a01de66f0 (read_file id 9174521714): no --config
+#: tensorrt_llm/bench/benchmark/throughput.py @ 000a01de66f0 `throughput_command`: no --config
 THROUGHPUT_000A01DE = {
     "--engine_dir", "--backend", "--extra_llm_api_options", "--max_batch_size", "--max_num_tokens", "--max_seq_len",
     "--beam_width", "--kv_cache_free_gpu_mem_fraction", "--dataset", "--eos_id", "--modality", "--max_input_len",

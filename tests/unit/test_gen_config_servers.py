@@ -3,8 +3,8 @@
 Upstream read file by file (NVIDIA/TensorRT-LLM):
 - `tensorrt_llm/llmapi/llm_args.py` @ 0004396720054fd8: `MTPDecodingConfig._remap_deprecated_num_nextn_predict_layers`
   moves `num_nextn_predict_layers` to `max_draft_len` with a warning, the field itself `init=False` ("Do not set
-  manually"); an older llm_args.py (read_file id 7019226376) has `num_nextn_predict_layers: PositiveInt = 1` and no
-  remap. `KvCacheConfig` (`enable_block_reuse` True, `dtype` "auto", `free_gpu_memory_fraction` 0.9),
+  manually"); llm_args.py @ fcd3f31682808ae5 has `DecodingBaseConfig.max_draft_len: Optional[int] = None` and
+  `MTPDecodingConfig.num_nextn_predict_layers: Optional[int] = 1`, no remap. `KvCacheConfig` (`enable_block_reuse` True, `dtype` "auto", `free_gpu_memory_fraction` 0.9),
   `BaseCudaGraphConfig` (`batch_sizes`, `enable_padding` False, max_batch_size = max(batch_sizes)), `MoeConfig.backend`
   default "AUTO".
 - `examples/dwdp/reproduce.py` @ 4400b395 `build_worker_config`: context servers `max_batch_size` ctx_max_bs (4),
@@ -67,14 +67,16 @@ class MTPDecodingConfig(BaseModel):
             data.setdefault("max_draft_len", old)
         return data
 """,
-    # the older llm_args.py (read_file id 7019226376): the draft count is num_nextn_predict_layers
-    "7019226376": """
+    # llm_args.py @ fcd3f31682808ae5: the draft count is num_nextn_predict_layers, max_draft_len a separate field
+    "fcd3f316": """
 from typing import Optional
-from pydantic import BaseModel, PositiveInt
+from pydantic import BaseModel
 
-class MTPDecodingConfig(BaseModel):
+class DecodingBaseConfig(BaseModel):
     max_draft_len: Optional[int] = None
-    num_nextn_predict_layers: PositiveInt = 1
+
+class MTPDecodingConfig(DecodingBaseConfig):
+    num_nextn_predict_layers: Optional[int] = 1
 """,
 }
 
@@ -88,7 +90,7 @@ def _era(era: str):
 def test_mtp_key_follows_the_upstream_version():
     pytest.importorskip("pydantic")
     from dwdp_trtllm.integration.gen_config import mtp_key_of, speculative_config
-    new, old = _era("0004396"), _era("7019226376")
+    new, old = _era("0004396"), _era("fcd3f316")
     assert mtp_key_of(new) == "max_draft_len" and mtp_key_of(old) == "num_nextn_predict_layers"
     body = lambda key: {k: v for k, v in speculative_config(3, key).items() if k != "decoding_type"}  # noqa: E731
     assert new(**body("max_draft_len")).max_draft_len == 3
@@ -109,7 +111,7 @@ def _install_fake_trtllm(tmp_path, monkeypatch, era: str):
     monkeypatch.syspath_prepend(str(pkg.parent))
 
 
-@pytest.mark.parametrize("era,key", [("0004396", "max_draft_len"), ("7019226376", "num_nextn_predict_layers")])
+@pytest.mark.parametrize("era,key", [("0004396", "max_draft_len"), ("fcd3f316", "num_nextn_predict_layers")])
 def test_gen_config_writes_the_key_of_the_importable_tensorrt_llm(tmp_path, capsys, monkeypatch, era, key):
     pytest.importorskip("pydantic")
     _install_fake_trtllm(tmp_path, monkeypatch, era)
