@@ -91,7 +91,7 @@ def _gpu() -> dict:
 
 def _multi_buffer_status(run_moe_status: str) -> str:
     """What moe_unit.blocker will say about the installed TensorRT-LLM before any model exists: run_moe must be
-    present, and the backend's int activation_type (interface.py id 57392471995) is judged against the installed
+    present, and the backend's int activation_type (interface.py @ 581f0712) is judged against the installed
     ActivationType.Swiglu, whose value is version dependent (moe_unit.activation_blocker)."""
     if run_moe_status == "missing" or run_moe_status.startswith("module"):
         return f"not possible: CutlassFusedMoE.run_moe {run_moe_status}"

@@ -236,10 +236,10 @@ class AdapterRuntime:
         when it says so, step 4 too (the composite view and transport stay mapped until the process exits); after a
         detected hang step 1 too (nothing waits for this rank's copies or device: the close returns at once).
 
-        Order, as upstream's DWDPWeightManager.release (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269,
-        stored id 57555330583: synchronize, peer views dropped, WeightBuffer released, then DWDPTransport.release,
-        whose _cleanup_resources unmaps peer ranges and releases imported handles before the local ones, stored id
-        60490080739), plus the barrier upstream leaves to VMM reference counting:
+        Order, as upstream's DWDPWeightManager.release (tensorrt_llm/_torch/modules/dwdp/weight_manager.py @ 11eba269:
+        synchronize, peer views dropped, WeightBuffer released, then DWDPTransport.release,
+        whose _cleanup_resources unmaps peer ranges and releases imported handles before the local ones,
+        modules/dwdp/transport.py @ 205f8c25d5e2), plus the barrier upstream leaves to VMM reference counting:
          1. our prefetcher drained, the device synchronized: we read nothing of our peers any more;
          2. the shutdown barrier (transport.close_barrier, on the group the transport exchanged handles on), at most
             what step 1 left of close_timeout_s: every peer has drained its copies from our exported buffers. A peer

@@ -1,7 +1,7 @@
 """The DWDP process group of a TensorRT-LLM context rank, formed by the context ranks alone.
 
 Under `trtllm-serve disaggregated_mpi_worker` every process (context AND generation servers) shares
-one MPI COMM_WORLD; `disagg_utils.split_world_comm` (stored id 56914744111) puts the context servers
+one MPI COMM_WORLD; `disagg_utils.split_world_comm` (disagg_utils.py @ 0228a7122341) puts the context servers
 first (global ranks 0..W-1, W = num_groups * dwdp_size). Generation ranks never call into DWDP, so
 a collective over COMM_WORLD (MPI_Comm_split) made by the context ranks only never completes.
 Like upstream `DwdpManager._init_dwdp_group` (tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af045 /

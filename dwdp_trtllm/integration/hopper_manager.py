@@ -83,7 +83,7 @@ class HopperDwdpManager:
         self.closed = False  # __exit__ ran: the process's next model gets a new manager
 
     # -- upstream's layout attributes -------------------------------------------------------------
-    # Upstream MoE._init_dwdp_expert_layout (interface.py, stored id 57392471995) reads num_experts_per_worker,
+    # Upstream MoE._init_dwdp_expert_layout (interface.py @ 581f0712) reads num_experts_per_worker,
     # dwdp_size and start_expert_id from whatever get_global_dwdp_manager() returns. Plain reads of the layout the
     # MoE.__init__ wrapper computed and checked (trtllm/moe_layout.py owns that check, in every era; the manager is
     # registered only in the VA era, and there our wrap skips upstream's method, so these are a fallback surface,

@@ -57,9 +57,9 @@ def test_layout_attrs_contiguous_and_wrapping():
 
 
 def test_promotion_sets_wrapper_and_backend_and_reinstalls_backend_activation(monkeypatch):
-    """Upstream fixup_moe_backends (setup.py stored id 57786720065): both the ConfigurableMoE wrapper and the
+    """Upstream fixup_moe_backends (setup.py @ 11eba2696184): both the ConfigurableMoE wrapper and the
     backend get ep_size 1 / slots 0..E ..., then install_activation_params(backend) of its package re-sizes the
-    per-expert activation constants (act_* non-persistent buffers, activation.py stored id 68736167005; backend
+    per-expert activation constants (act_* non-persistent buffers, activation.py @ 1262edbc3809; backend
     only; skipped when `activation` is None). Those buffers pass the per-expert guard only when they will be
     re-installed; any other per-expert tensor is refused."""
     from dwdp_trtllm.integration.trtllm.model_setup import PROMOTED, check_per_expert, promote

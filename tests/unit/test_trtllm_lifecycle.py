@@ -37,7 +37,7 @@ def _run(tmp: Path, tree: Path, code: str, *, rank: int = 1, dwdp_size: int = 2,
 
 
 def test_upstream_layout_read_from_our_manager_is_our_placement(tmp_path):
-    """Upstream MoE._init_dwdp_expert_layout (interface.py stored id 57392471995) reads num_experts_per_worker,
+    """Upstream MoE._init_dwdp_expert_layout (interface.py @ 581f0712) reads num_experts_per_worker,
     dwdp_size and start_expert_id from the registered manager. With our wrap of it removed, upstream's own method
     runs against HopperDwdpManager and must compute the layout our placement gives (rank 1 of 2, 8 experts: 4..7);
     before the manager had these attributes this was an AttributeError at model construction."""
@@ -169,7 +169,7 @@ def test_dwdp_config_with_our_engine_fails_with_our_message(tmp_path):
 
 
 def test_reload_refused_once_dwdp_set_the_model_up(tmp_path):
-    """ModelLoader.reload (model_loader.py @ 004b733e, id 46691459895) writes through model.load_weights into the
+    """ModelLoader.reload (model_loader.py @ 004b733e) writes through model.load_weights into the
     expert Parameters, which dwdp_trtllm moved into shared buffers or rebound to slot views: refused for such a model
     (the fake world shows it on a model really set up, test_trtllm_fake_world.py); a model without DWDP reloads."""
     tree = era_tree(tmp_path, "hooks")

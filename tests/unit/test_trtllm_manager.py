@@ -157,7 +157,7 @@ def test_the_bound_position_is_the_runtimes():
 
 
 def test_layout_attributes_upstream_reads_come_from_our_placement():
-    """What upstream MoE._init_dwdp_expert_layout (interface.py stored id 57392471995) reads from the registered manager:
+    """What upstream MoE._init_dwdp_expert_layout (interface.py @ 581f0712) reads from the registered manager:
     num_experts_per_worker, start_expert_id, dwdp_size: plain reads of the layout moe_layout computed from our
     placement (each rank's contiguous range, overlapping ranges included: num_prefetch_experts <
     num_experts_per_worker). The contiguity check is moe_layout's alone (contiguous_range); that the manager's reads

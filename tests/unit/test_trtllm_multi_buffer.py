@@ -220,7 +220,7 @@ def test_blocker_reasons(monkeypatch):
     b.w3_w1_bias = torch.zeros(1)
     assert "w3_w1_bias is set" in moe_unit.blocker(b, names, cpu)
     b.w3_w1_bias = None
-    # upstream MoE.__init__ stores an int (interface.py id 57392471995), read against the installed enum
+    # upstream MoE.__init__ stores an int (interface.py @ 581f0712), read against the installed enum
     ActivationType = _fake_activation_enum()
     monkeypatch.setattr(moe_unit, "upstream_activation_enum", lambda: ActivationType)
     b.activation_type = int(ActivationType.Geglu)

@@ -4,8 +4,8 @@ generation rank, shm transport, gloo group), every context rank's PyExecutor.shu
 54965565749, 67119085479, 57354091563) exiting our manager.
 
 Upstream (dwdp.py VA era, stored id 56230681187: __exit__ = cleanup() + unregister; cleanup drops the
-DWDPWeightManager, whose release (run by its __del__; weight_manager.py stored id 57555330583) synchronizes,
-releases the composite VA, then the transport, transport.py stored id 60490080739) has no barrier: VMM reference counting keeps an exporter's pages
+DWDPWeightManager, whose release (run by its __del__; weight_manager.py @ 11eba2696184) synchronizes,
+releases the composite VA, then the transport, transport.py @ 205f8c25d5e2) has no barrier: VMM reference counting keeps an exporter's pages
 alive while a peer maps them. Ours closes CUDA IPC memory and shm mappings too and must not release what a peer still
 copies, so a rank waits for every peer's token, at most shutdown_timeout_s.
 The released state (no /dev/shm map left, expert tensors empty) is asserted for every world in

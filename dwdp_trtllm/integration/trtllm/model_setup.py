@@ -82,7 +82,7 @@ def checkpoint_mtp_layers(checkpoint_dir) -> int | None:
 
 
 #: per-expert activation constants (non-persistent buffers) that install_activation_params writes
-#: (tensorrt_llm/_torch/moe/fused_moe/activation.py @ 1262edbc3809, index id 68736167005)
+#: (tensorrt_llm/_torch/moe/fused_moe/activation.py @ 1262edbc3809)
 ACTIVATION_SLOTS = ("act_alpha", "act_beta", "act_clamp")
 
 
@@ -107,7 +107,7 @@ def check_per_expert(owners, names, n_local: int) -> None:
 
 def promote(modules, num_experts: int, *, backends=()) -> None:
     """Every module (wrapper and backend) now sees all experts as local (ep_size 1, slots 0..E). Then, like
-    upstream fixup_moe_backends (setup.py @ 11eba2696184, stored id 57786720065), each backend in `backends` whose
+    upstream fixup_moe_backends (setup.py @ 11eba2696184), each backend in `backends` whose
     `activation` is set gets its per-expert activation constants (ACTIVATION_SLOTS) re-materialized for the new
     expert_size_per_partition by `install_activation_params` of its package's `activation` module, where that
     module exists (tensorrt_llm._torch.moe.fused_moe.activation); plain SwiGLU carries none."""

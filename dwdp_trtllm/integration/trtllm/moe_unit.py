@@ -11,8 +11,8 @@ Where it plugs in (upstream source read):
   ExternalCommMoEScheduler `moe.backend.run_moe(x=..., token_selected_experts=..., token_final_scales=..., x_sf=...,
   **_get_backend_kwargs(...))` after `backend.quantize_input(x, post_quant_comm=False)` (moe_scheduler.py stored
   id 52297624341; ConfigurableMoE stored id 3814212287 does the same inline); the MoEImplBase era
-  `run_moe(self, ctx: MoERunContext, *, workspace=None)` (moe/fused_moe/fused_moe_cutlass.py @ 02320c358831,
-  stored id 57675435166; impl_base.py @ 210daf12df52 `run_moe(self, ctx)`; MoERunContext / MoECommPlan in
+  `run_moe(self, ctx: MoERunContext, *, workspace=None)` (moe/fused_moe/fused_moe_cutlass.py @ 02320c358831;
+  impl_base.py @ 210daf12df52 `run_moe(self, ctx)`; MoERunContext / MoECommPlan in
   impl_contract.py, stored ids 58454466051, 57374981836). All return the [T, H] output in `output_dtype`, written
   into `moe_output` / `ctx.comm_plan.moe_output` when one is given.
 - So the unit is installed as an instance attribute `run_moe` on each DWDP layer's CutlassFusedMoE (install()):
@@ -31,8 +31,8 @@ Where it plugs in (upstream source read):
 - FP8 block scales: w3_w1_weight_scaling_factor [E, 2*ceil(I/128), ceil(H/128)], w2_weight_scaling_factor
   [E, ceil(H/128), ceil(I/128)] fp32 (same quantization.py); activations are quantised 1x128 like the engine
   (moe_compute.Fp8Rows / quantize_act_1x128; the CUTLASS FP8 block-scale path also quantises inside the op:
-  quantize_input "handled in kernel", id 57675435166). The op reads [2I, H] weights with ceil(2I/128) row blocks,
-  which is TensorRT-LLM's per-half layout only when I % 128 == 0 (checked).
+  quantize_input "handled in kernel", fused_moe_cutlass.py @ 02320c358831). The op reads [2I, H] weights with
+  ceil(2I/128) row blocks, which is TensorRT-LLM's per-half layout only when I % 128 == 0 (checked).
 
 The computation is the engine's: engine/moe_compute.py routed_experts_forward(gemm="multi_buffer", up_first=True)
 (gather_sorted -> grouped_gemm -> silu_mul / silu_mul_quant -> grouped_gemm -> combine).
@@ -66,7 +66,8 @@ def routed_forward(x_TH: torch.Tensor, ids_TK: torch.Tensor, scales_TK: Optional
     w13 = b[W13]
     fp8 = w13[0].dtype == FP8_DTYPE
     # activations as the CUTLASS MoE takes them: the weights' dtype for BF16 (the op multiplies like dtypes), bf16
-    # for FP8 block scales (_QUANT_SUPPORT_TABLE: FP8_BLOCK_SCALES dtypes {bfloat16}, id 57675435166)
+    # for FP8 block scales (_QUANT_SUPPORT_TABLE: FP8_BLOCK_SCALES dtypes {bfloat16};
+    # fused_moe_cutlass.py @ 02320c358831)
     act_dtype = torch.bfloat16 if fp8 else w13[0].dtype
     if x_TH.dtype != act_dtype:
         x_TH = x_TH.to(act_dtype)
@@ -184,7 +185,7 @@ def install_reference(model: torch.nn.Module) -> list[RunMoe]:
     return units
 
 
-#: the module MoE.__init__ takes ActivationType from (interface.py, stored id 57392471995: `from ...utils import
+#: the module MoE.__init__ takes ActivationType from (interface.py @ 581f0712: `from ...utils import
 #: ActivationType`; `...utils` is tensorrt_llm._torch.utils under both MoE package roots)
 ACTIVATION_ENUM_MODULE = "tensorrt_llm._torch.utils"
 
@@ -200,11 +201,11 @@ def upstream_activation_enum():
 def activation_blocker(act) -> str | None:
     """None when `activation_type` is SwiGLU (or unset), else why the unit cannot compute it.
 
-    Upstream MoE.__init__ stores `self.activation_type = int(activation_type)` (interface.py, stored id 57392471995),
+    Upstream MoE.__init__ stores `self.activation_type = int(activation_type)` (interface.py @ 581f0712),
     so the backend holds an int. Its meaning is the installed enum's, and the value of Swiglu changed between
     versions: cpp/tensorrt_llm/kernels/cutlass_kernels/include/common.h, which tensorrt_llm._torch.utils
-    ActivationType mirrors, has Swiglu = 3 @ 8b532363ce56 (stored id 185374862: `Gelu = 0, Relu, Silu, Swiglu, ...`)
-    and Swiglu = 5 @ 3585984b32cd (stored id 19681781401: `InvalidType = 0, Identity = 1, Gelu = 2, ...`). So the int
+    ActivationType mirrors, has Swiglu = 3 @ 8b532363ce56 (`Gelu = 0, Relu, Silu, Swiglu, ...`)
+    and Swiglu = 5 @ 3585984b32cd (`InvalidType = 0, Identity = 1, Gelu = 2, ...`). So the int
     is compared with int(ActivationType.Swiglu) of the installed TensorRT-LLM; an enum member is judged by name."""
     if act is None:
         return None

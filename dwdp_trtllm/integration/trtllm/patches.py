@@ -38,7 +38,7 @@ def our_global_manager():
 
 
 def _patch_moe_init(module: ModuleType) -> None:
-    """MoE.__init__ (keyword-only: num_experts=..., interface.py stored id 57392471995): the rank's layout is computed
+    """MoE.__init__ (keyword-only: num_experts=..., interface.py @ 581f0712): the rank's layout is computed
     (and checked: moe_layout, its one owner) before the original runs, and handed to our registered manager, whose
     layout attributes upstream's _init_dwdp_expert_layout would read (our wrap skips that method while ours is
     registered); after the original, override_layout sets the same layout on the instance."""
@@ -99,7 +99,7 @@ def _patch_model_reload(module: ModuleType) -> None:
 
 
 def _patch_dwdp_layout(module: ModuleType) -> None:
-    """MoE._init_dwdp_expert_layout (VA era, stored id 57392471995) runs last in MoE.__init__ and, when
+    """MoE._init_dwdp_expert_layout (VA era, interface.py @ 581f0712) runs last in MoE.__init__ and, when
     `get_global_dwdp_manager()` is set, reads manager.num_experts_per_worker / start_expert_id / dwdp_size. With our
     HopperDwdpManager registered it is skipped: our MoE.__init__ wrapper (override_layout, the counterpart of this
     method) sets the layout from our placement right after. Any other manager: the original runs."""
@@ -133,7 +133,7 @@ def _patch_dwdp_gate(module: ModuleType) -> None:
 
 
 def _patch_executor_creator(module: ModuleType) -> None:
-    """create_py_executor(llm_args, ...) (py_executor_creator.py @ 000429d57d42, stored id 36005802797: llm_args first;
+    """create_py_executor(llm_args, ...) (py_executor_creator.py @ 000429d57d42: llm_args first;
     the DWDP-era creator builds upstream's DwdpManager from llm_args.dwdp_config before any model, PR #14453's
     review-thread diff): the serving-feature matrix on llm_args first, so that a config with dwdp_config and other
     refused settings is refused in one message naming all of them, before upstream's manager or any model is built.

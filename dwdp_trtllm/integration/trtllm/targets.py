@@ -79,8 +79,8 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "num_experts_per_worker / start_expert_id / dwdp_size, from our placement; our MoE.__init__ wrapper "
                 "sets the layout right after); optional, but required once our manager is registered globally "
                 "(require_layout_wrap)",
-                "tensorrt_llm/_torch/modules/fused_moe/interface.py, VA-era version with _init_dwdp_expert_layout "
-                "(index id 57392471995)",
+                "tensorrt_llm/_torch/moe/fused_moe/interface.py @ 581f0712, the VA-era version with "
+                "_init_dwdp_expert_layout",
                 "_patch_dwdp_layout", optional=True),
     PatchTarget(MODEL_LOADER, "ModelLoader.load",
                 "wrap: after weights are loaded and post_load_weights ran, build our runtime (group, transport, "
@@ -89,7 +89,7 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
     PatchTarget(MODEL_LOADER, "ModelLoader.reload",
                 "wrap (optional): refused for a model dwdp_trtllm set up (its expert Parameters were moved into shared "
                 "buffers or rebound to slot views: a weight update would write the wrong memory or fail on shape)",
-                "tensorrt_llm/_torch/pyexecutor/model_loader.py @ 004b733e0ed7, id 46691459895 (reload(model, weights, "
+                "tensorrt_llm/_torch/pyexecutor/model_loader.py @ 004b733e0ed7 (reload(model, weights, "
                 "allow_partial_loading=False) -> model.load_weights)", "_patch_model_reload", optional=True),
     PatchTarget(CUTLASS_MOE, "CutlassFusedMoE",
                 "check only: the Hopper BF16/FP8 GEMM backend our full-slot weights are bound into",
@@ -101,7 +101,7 @@ PATCH_TARGETS: tuple[PatchTarget, ...] = (
                 "absent: multi_buffer is not chosen (composite view or merge, with the reason)",
                 "tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py stored id 55194060208 (keyword run_moe, "
                 "called by forward_chunk / moe_scheduler.py id 52297624341); tensorrt_llm/_torch/moe/fused_moe/"
-                "fused_moe_cutlass.py @ 02320c358831, id 57675435166 (run_moe(ctx: MoERunContext, *, workspace))",
+                "fused_moe_cutlass.py @ 02320c358831 (run_moe(ctx: MoERunContext, *, workspace))",
                 None, optional=True),
     PatchTarget(CONFIGURABLE_MOE, "ConfigurableMoE._should_enable_dwdp",
                 "wrap (lifecycle): True for our HopperDwdpManager with the CutlassFusedMoE backend; for any other "

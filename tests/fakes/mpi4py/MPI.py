@@ -2,7 +2,7 @@
 
 Semantics mirrored from the MPI standard as mpi4py exposes it (what TensorRT-LLM relies on):
 - Comm.Split(color, key) (MPI_Comm_split) is collective over ALL ranks of the communicator;
-  disagg_utils.split_world_comm (TensorRT-LLM, stored id 56914744111) calls it once on every rank of
+  disagg_utils.split_world_comm (TensorRT-LLM llmapi/disagg_utils.py @ 0228a7122341) calls it once on every rank of
   COMM_WORLD, context and generation servers alike.
 - Comm.Create_group(group) (MPI_Comm_create_group) is collective over the members of `group` only;
   upstream DwdpManager._init_dwdp_group (tensorrt_llm/_torch/pyexecutor/dwdp.py @ 198af04538bc) uses it.

@@ -1,4 +1,4 @@
-"""split_world_comm, as tensorrt_llm/llmapi/disagg_utils.py @ 0228a7122341 (index id 56914744111) and an earlier
+"""split_world_comm, as tensorrt_llm/llmapi/disagg_utils.py @ 0228a7122341 and an earlier
 version (index id 103242683): server ranks in server order, context servers first; EVERY rank calls
 `COMM_WORLD.Split(color=instance_idx, key=instance_sub_rank)` once, then `sub_comm.Barrier()`, and gets (is_leader,
 instance_idx, sub_comm)."""

@@ -2,7 +2,7 @@
 checkpoint_loader) builds the model, loads the weights, runs post_load_weights on every module that has it
 (skipping modules marked _weights_removed) and returns (model, moe_load_balancer); the loader keeps
 self.llm_args. @ b51992a3 the loader has self.pytorch_backend_config and no llm_args (hooks era here).
-reload(model, weights, allow_partial_loading=False) (@ 004b733e, id 46691459895): writes `weights` through
+reload(model, weights, allow_partial_loading=False) (model_loader.py @ 004b733e): writes `weights` through
 model.load_weights into the model's existing Parameters (the weight mapper and partial loading are not modelled)."""
 from types import SimpleNamespace
 

@@ -2,7 +2,7 @@
 DwdpManager only when TensorRT-LLM's own dwdp_config is set, and hands it to PyExecutor (whose `dwdp_manager`
 parameter defaults to None: py_executor.py stored id 54965565749).
 Sources: no stored copy of the DWDP-era creator was found (the stored NVIDIA/TensorRT-LLM one, @ 000429d57d42,
-id 36005802797, predates DWDP); TensorRT-LLM's DWDP tech blog 19 (docs/source/blogs/tech_blog/, added by PR #12725;
+predates DWDP); TensorRT-LLM's DWDP tech blog 19 (docs/source/blogs/tech_blog/, added by PR #12725;
 stored id 51853955518): "If `dwdp_config` is present, `py_executor_creator.py` creates a `DwdpManager`", "At the
 start of each forward step, `PyExecutor` calls `prefetch_first_layers()`"; the code, as a diff in NVIDIA/TensorRT-LLM PR #14453's review thread
 (py_executor_creator.py, create_py_executor): `dwdp_manager: Optional[DwdpManager] = None` / `if

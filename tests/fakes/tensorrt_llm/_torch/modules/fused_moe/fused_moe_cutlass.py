@@ -9,12 +9,12 @@ run_moe's calling convention, by era (tests/unit/test_trtllm_fake_world.py `era_
   enable_alltoall=None, lora_params=None)` (id 55194060208), called by moe_scheduler.py (stored id 52297624341) as
   `moe.backend.run_moe(x=x, token_selected_experts=..., token_final_scales=..., x_sf=x_sf, **_get_backend_kwargs(...))`;
 - VA era ("# VA" block; the MoEImplBase execution unit, tensorrt_llm/_torch/moe/fused_moe/fused_moe_cutlass.py
-  @ 02320c358831, stored id 57675435166): `run_moe(self, ctx: MoERunContext, *, workspace=None)` reading ctx.x,
+  @ 02320c358831): `run_moe(self, ctx: MoERunContext, *, workspace=None)` reading ctx.x,
   ctx.token_selected_experts, ctx.token_final_scales, ctx.x_sf, ctx.output_dtype and ctx.comm_plan (moe_output,
   enable_alltoall), called by the scheduler (stored id 57366040755) as `moe.backend.run_moe(ctx, workspace=...)`.
   (Upstream's class there is a MoEImplBase, not a MoE; this fake keeps the MoE base in every era.)
 Both return the [T, H] output in output_dtype (the moe_output buffer when one is given).
-activation_type: the int MoE.__init__ stores (interface.py id 57392471995), inherited from the fake MoE;
+activation_type: the int MoE.__init__ stores (interface.py @ 581f0712), inherited from the fake MoE;
 w3_w1_bias / w2_bias: None, set by the quant method's create_weights for bias=False (quantization.py id 55069560202).
 alltoall (id 55194060208): __init__ sets `self.alltoall_method_type = self.select_alltoall_method_type()`, or
 AlltoallMethodType.NotEnabled with `without_comm=True` (what ConfigurableMoE passes, configurable_moe.py stored id

@@ -1,4 +1,4 @@
-"""MoE base, as tensorrt_llm/_torch/modules/fused_moe/interface.py (newest stored, id 57392471995):
+"""MoE base, as interface.py @ 581f0712 (tensorrt_llm/_torch/moe/fused_moe/; modules/fused_moe/ in older versions):
 __init__ sets the layout (num_slots, expert_size_per_partition, slot_start/end, initial_local_expert_ids,
 initial_global_assignments, layer_load_balancer, mapping) via _init_load_balancer (no EPLB: the ceil/floor
 partition of _compute_ep_partition) or, with init_load_balancer=False (a ConfigurableMoE backend), the same
