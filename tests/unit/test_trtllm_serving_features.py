@@ -1,6 +1,7 @@
 """The serving-feature matrix of a DWDP context server (integration/serving_features.py), enforced before any weight
 loads: every setting supported (a test here) or refused in one message naming key, value and what to set instead;
-weight updates refused at upstream's preflight; two-model speculative decoding refused up front; the MoE backend gate
+weight updates refused before any Parameter changes (at NVIDIA's walk, or at the preflight of the fork that has
+one); two-model speculative decoding refused up front; the MoE backend gate
 accepting exactly the verified class. Fakes: tests/fakes/tensorrt_llm (llm_args.py, rlhf_utils.py cite what they
 mirror); one subprocess per fake-tree case, as test_trtllm_lifecycle.py."""
 import importlib.util
@@ -201,9 +202,10 @@ def test_model_loader_refuses_before_the_model_is_built(tmp_path, era):
     assert "speculative_config = {decoding_type: 'Eagle', ...}: two-model speculative decoding" in second
 
 
-def test_weight_update_refused_at_upstreams_preflight_before_the_walk(tmp_path):
-    """Upstream's update_weights (fake rlhf_utils.py: preflight, then the destructive pre_reload_weights walk, then
-    ModelLoader.reload). Unguarded, the walk replaces the backends' expert Parameters. With refuse_weight_updates (what
+def test_weight_update_refused_before_any_parameter_changes_with_and_without_the_forks_preflight(tmp_path):
+    """WorkerExtension.update_weights (fake rlhf_utils.py): the destructive pre_reload_weights walk, then
+    ModelLoader.reload, as NVIDIA's rlhf_utils.py @ 65b31db1 (preflight=False); the Barry-Delaney fork @ c513246cf9aa
+    runs a check_reload_capability preflight before the walk (preflight=True). Unguarded, the walk replaces the backends' expert Parameters. With refuse_weight_updates (what
     setup_after_load installs; the fake world shows it installed on a model really set up) the update is refused with
     and without the preflight, and every Parameter is the same object with the same values."""
     tree = era_tree(tmp_path, "hooks")
