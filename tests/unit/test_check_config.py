@@ -218,3 +218,41 @@ def test_a_kv_cache_short_of_the_full_batch_still_loads(tmp_path, capsys):
     assert rc == 0 and v["loads"] and kv["fits"] and kv["requests_held"] == kv["tokens"] // 10240 < 256
     rc, out, _ = _check(capsys, "gen_server.yaml")
     assert f"holds {kv['requests_held']:,} of max_batch_size 256 requests of max_seq_len 10,240" in " ".join(out.split())
+
+
+def _rank_total(capsys, tmp_path, server: dict, name: str, dwdp_size: int | None = None) -> tuple[bool, float]:
+    """(loads, the rank's GB) of one server file, as check-config --json says (a context server as one rank of a
+    group of dwdp_size)."""
+    import json
+    argv = [_write(tmp_path / name, server), "--json"]
+    if dwdp_size is not None:
+        argv += ["--dwdp", _write(tmp_path / f"dwdp{dwdp_size}.yaml",
+                                  {"engine": "dwdp_trtllm", "dwdp_config": {"dwdp_size": dwdp_size}})]
+    _, out, _ = _check(capsys, *argv)
+    (v,) = json.loads(out)["servers"]
+    return v["loads"], round(v["memory"]["total_gb"], 1)
+
+
+def test_the_recipes_other_rows_on_hopper_as_docs_say(tmp_path, capsys):
+    """docs/TRTLLM.md "Following upstream's recipe on Hopper": on H200 with FP8 weights no context group below 8
+    fits (DWDP7, DWDP6), a group of 12 does, and every row's generation server loads but context_only_dwdp's TP4;
+    the section's numbers are check-config's."""
+    from pathlib import Path
+    from upstream_recipe import ROWS
+    docs = (Path(__file__).resolve().parents[2] / "docs/TRTLLM.md").read_text()
+    section = " ".join(docs.split("## Following upstream's recipe on Hopper", 1)[1].split("\n## ", 1)[0].split())
+    ctx, _ = hopper(worker_config("e2e_40_60_dwdp_minus_1")["ctx"])
+    for size, fits in [(6, False), (7, False), (8, True), (12, True)]:
+        loads, gb = _rank_total(capsys, tmp_path, ctx, "ctx_server.yaml", size)
+        assert loads is fits, (size, gb)
+        if size != 8:
+            assert f"DWDP{size} {gb} GB" in section, (size, gb)
+    for row in ROWS:
+        gen = copy.deepcopy(worker_config(row)["gen"])
+        gen["moe_config"]["backend"] = "CUTLASS"
+        loads, gb = _rank_total(capsys, tmp_path, gen, f"gen_{row}.yaml")
+        assert loads is (row != "context_only_dwdp"), (row, gb)
+        if not loads:
+            assert f"DEP{gen['tensor_parallel_size']} {gb} GB per rank" in section
+    assert sorted({worker_config(r)["ctx"]["dwdp_config"]["dwdp_size"] * worker_config(r)["ctx"]["dwdp_config"][
+        "num_groups"] for r in ROWS}) == [4, 8, 12, 16]  # the server counts the section names
