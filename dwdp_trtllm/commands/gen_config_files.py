@@ -15,7 +15,8 @@ one task per GPU under `trtllm-llmapi-launch` (the server's MPI workers are the 
 `build_worker_command` does.
 Launch flags every stored TensorRT-LLM CLI takes: `--extra_llm_api_options` (trtllm-serve @ 00209af1 and @ 4c05a748,
 trtllm-bench throughput @ 000a01de; `--config` is an alias only in the newer serve), `--tp_size`, `--max_num_tokens`.
-Every srun step runs with `--mpi=pmix` (srt-slurm `TRTLLMBackend.get_srun_config`: SrunConfig(mpi="pmix")).
+Every srun step runs with `--mpi=pmix` (srt-slurm `src/srtctl/backends/trtllm.py` @ 15709a57 `get_srun_config`:
+SrunConfig(mpi="pmix")).
 Output redirection is POSIX (`>file 2>&1`): commands.sh runs under /bin/sh, which may be dash.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ import yaml
 from ..deploy.node_layout import PLACEHOLDER, NodeLayout
 from ..spec.schema import ConfigError
 
-#: every srun step's MPI plugin (NVIDIA srt-slurm src/srtctl/backends/trtllm.py get_srun_config: mpi="pmix")
+#: every srun step's MPI plugin (NVIDIA/srt-slurm src/srtctl/backends/trtllm.py @ 15709a57, get_srun_config: mpi="pmix")
 MPI = "--mpi=pmix"
 
 

@@ -5,10 +5,10 @@
   `tensorrt_llm/commands/serve.py` @ 00209af149e7 and @ 4c05a74891e4, `tensorrt_llm/commands/bench.py` @ 0c9a37db1f06
   (the trtllm-bench group) and `tensorrt_llm/bench/benchmark/throughput.py` @ 000a01de66f0. `--config` is in the
   first serve only and in no throughput command: the old scripts' `--config` fails here.
-- Every srun step of launch.slurm runs `--mpi=pmix` (NVIDIA srt-slurm `src/srtctl/backends/trtllm.py`
-  `TRTLLMBackend.get_srun_config`: `SrunConfig(mpi="pmix", ...)`), a server of N GPUs as N tasks under
+- Every srun step of launch.slurm runs `--mpi=pmix` (NVIDIA/srt-slurm `src/srtctl/backends/trtllm.py`
+  @ 15709a57 `get_srun_config`: `SrunConfig(mpi="pmix", ...)`), a server of N GPUs as N tasks under
   `trtllm-llmapi-launch` (`tensorrt_llm/llmapi/trtllm-llmapi-launch` @ 020c89e6: rank 0 runs the command, the other
-  ranks `mgmn_worker_node`), as srt-slurm's `build_worker_command`.
+  ranks `mgmn_worker_node`), as srt-slurm's `build_worker_command` (same file and commit).
 - commands.sh (`#!/bin/sh`) parses and runs under dash with stub commands: each server's output lands in its log
   (`&>` under dash backgrounds the command and truncates the log, so the output went to the terminal).
 - `--engine upstream --launch rendezvous` is refused: upstream's DWDP group forms over MPI only

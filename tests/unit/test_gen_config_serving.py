@@ -124,7 +124,8 @@ def test_rendezvous_launch_writes_one_trtllm_serve_per_server(tmp_path, capsys):
     slurm = (out / "launch.slurm").read_text()
     assert slurm.count("TRTLLM_DWDP_RANK=") == 8 and "TRTLLM_DWDP_MASTER_ADDR=${H[0]}" in slurm
     # the TP8 generation server: one task per GPU in a pmix step, trtllm-llmapi-launch making tasks 1-7 its MPI
-    # workers (NVIDIA srt-slurm src/srtctl/backends/trtllm.py: get_srun_config mpi="pmix", build_worker_command)
+    # workers (NVIDIA/srt-slurm src/srtctl/backends/trtllm.py @ 15709a57: get_srun_config mpi="pmix",
+    # build_worker_command)
     assert ('srun --mpi=pmix --overlap -N 1 -n 8 -w "${H[1]}" --gres=gpu:8 env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 '
             'trtllm-llmapi-launch trtllm-serve') in slurm
     assert 'srun --mpi=pmix --overlap -N 1 -n 1 -w "${H[0]}" --gres=gpu:8 env CUDA_VISIBLE_DEVICES=0 ' in slurm
