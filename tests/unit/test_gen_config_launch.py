@@ -12,7 +12,8 @@
 - commands.sh (`#!/bin/sh`) parses and runs under dash with stub commands: each server's output lands in its log
   (`&>` under dash backgrounds the command and truncates the log, so the output went to the terminal).
 - `--engine upstream --launch rendezvous` is refused: upstream's DWDP group forms over MPI only
-  (`tensorrt_llm/_torch/pyexecutor/dwdp.py` `_create_dwdp_comm`, `COMM_WORLD.Create_group`).
+  (`tensorrt_llm/_torch/pyexecutor/dwdp.py` @ 198af04538bc `DwdpManager._init_dwdp_group`: "DWDP requires MPI backend
+  (MPIDist)", `COMM_WORLD.Create_group`; its VMM-era successor `_create_dwdp_comm` forms it over MPI as well).
 """
 import os
 import shlex
