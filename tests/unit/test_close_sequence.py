@@ -177,7 +177,8 @@ def test_a_skipped_barrier_with_a_group_is_a_warning(monkeypatch, caplog):
 
 def test_adapter_close_destroys_the_models_process_group_after_the_barrier(tmp_path):
     """integration/group.py made one gloo group per model and nothing destroyed it (a process serving several models
-    kept every one); upstream's DwdpManager.cleanup frees its DWDP communicator (dwdp.py stored id 56230681187).
+    kept every one); upstream's DwdpManager.cleanup frees its DWDP communicator (dwdp.py @ 198af04538bc:
+    `self.dwdp_group.Free()`).
     Now AdapterRuntime.close destroys the group it owns, after the barrier and the release; one it does not own stays."""
     import torch.distributed as dist
     from dwdp_trtllm.integration.adapter import AdapterRuntime

@@ -89,7 +89,7 @@ def test_exit_unregisters_so_create_py_executor_rolls_back(tmp_path):
     """TensorRT-LLM's own test (stored id 57433833011, test_create_py_executor_rolls_back_new_dwdp_manager_on_error)
     with our manager in place of its MagicMock: construction fails after registering a new manager -> its
     __exit__(None, None, None) once, and the global is None afterwards (upstream's __exit__: cleanup() +
-    set_global_dwdp_manager(None), dwdp.py stored id 56230681187). The next model gets a fresh manager."""
+    set_global_dwdp_manager(None), dwdp.py @ 198af04538bc `DwdpManager.__exit__`). The next model gets a fresh manager."""
     tree = era_tree(tmp_path, "lifecycle")
     r = _run(tmp_path, tree, prelude=STUB, code="""
         from tensorrt_llm._torch.pyexecutor import py_executor_creator
