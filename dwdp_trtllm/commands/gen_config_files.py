@@ -2,10 +2,10 @@
 
 Launch shapes: one node: `mpirun -n N` on localhost (as before). Several nodes: an Open MPI `hostfile` giving
 each node exactly the ranks node_layout puts there, commands.sh run on node 0 (mpirun --hostfile), and
-launch.slurm in the shape of TensorRT-LLM's examples/disaggregated/slurm (disaggr_torch.slurm + start_worker.sh +
-gen_yaml.py, stored id 9853323699 / 9215451866 / 9307534881): the job's node names replace the NODE<i>_HOST
-placeholders in a per-job copy of the YAML (as gen_yaml.py fills urls from SLURM_JOB_NODELIST), one srun of
-every worker rank runs `trtllm-serve disaggregated_mpi_worker`, and one task on the first node the proxy.
+launch.slurm in the shape of TensorRT-LLM's examples/disaggregated/slurm (disaggr_torch.slurm and gen_yaml.py
+@ 1bafaa46bf71, start_worker.sh @ 1e37aa1aab73): the job's node names replace the NODE<i>_HOST placeholders
+in a per-job copy of the YAML (as gen_yaml.py fills urls from SLURM_JOB_NODELIST), one srun of every worker rank
+runs `trtllm-serve disaggregated_mpi_worker`, and one task on the first node the proxy.
 --launch rendezvous (`rendezvous_lines`): no MPI world between servers; every server is its own `trtllm-serve MODEL
 --extra_llm_api_options ctx_server.yaml | gen_server.yaml` on its node's GPUs (CUDA_VISIBLE_DEVICES), the context
 servers meeting through TRTLLM_DWDP_RANK / TRTLLM_DWDP_MASTER_ADDR / TRTLLM_DWDP_MASTER_PORT (integration/group.py),

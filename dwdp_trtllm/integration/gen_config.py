@@ -46,7 +46,7 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
     "tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.tensor_parallel_size", "TorchLlmArgs docs signature 1.4.0rc4"),
     "enable_attention_dp": (_LLM_ARGS + " BaseLlmArgs.enable_attention_dp", "TorchLlmArgs docs signature 1.4.0rc4"),
     "moe_expert_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_expert_parallel_size",
-                                 "examples/disaggregated/slurm/gen_yaml.py (stored id 9307534881: generation_servers "
+                                 "examples/disaggregated/slurm/gen_yaml.py @ 1bafaa46bf71 (generation_servers "
                                  "tensor_parallel_size = moe_expert_parallel_size with enable_attention_dp)"),
     "moe_tensor_parallel_size": (_LLM_ARGS + " BaseLlmArgs.moe_tensor_parallel_size (\"The tensor parallel size for "
                                  "MoE models's expert weights\"; written only with --gen-moe-tp > 1)", _LLM_ARGS_AT),
