@@ -44,6 +44,7 @@ steps, imbalance between attention-DP ranks (a step is priced at the mean batch)
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 from dataclasses import dataclass
@@ -134,16 +135,24 @@ class DecodeCost:
         in batch; past the longest KV length linear in it (the core reads every cached key). `heads`: per GPU
         (attention TP: num_heads / a; None: every head, one attention-DP rank)."""
         lb, lk, ms = self._module_grid(heads)
-        xb = float(np.clip(np.log2(max(batch, 1.0)), lb[0], lb[-1]))
+        # the batch's side of the interpolation, once per (heads, batch): the simulator prices a step per change of
+        # a server's running set, hundreds of thousands of times per search, at few distinct batches (the same
+        # arithmetic as one expression over the grid, in the same order: bit-identical results)
+        memo = self.__dict__.setdefault("_module_by_batch", {})
+        hit = memo.get((heads, batch))
+        if hit is None:
+            xb = float(np.clip(np.log2(max(batch, 1.0)), lb[0], lb[-1]))
+            i = int(np.clip(np.searchsorted(lb, xb), 1, len(lb) - 1))
+            wb = (xb - lb[i - 1]) / (lb[i] - lb[i - 1])
+            scale = max(batch, 1.0) / 2 ** lb[-1] if batch > 2 ** lb[-1] else 1.0
+            hit = memo[(heads, batch)] = (i, wb, scale, lk.tolist(), ms.tolist())
+        i, wb, scale, lkl, msl = hit
         xk_raw = np.log2(max(kv, 1.0))
-        xk = float(np.clip(xk_raw, lk[0], lk[-1]))
-        i = int(np.clip(np.searchsorted(lb, xb), 1, len(lb) - 1))
-        j = int(np.clip(np.searchsorted(lk, xk), 1, len(lk) - 1))
-        wb = (xb - lb[i - 1]) / (lb[i] - lb[i - 1])
-        wk = (xk - lk[j - 1]) / (lk[j] - lk[j - 1])
-        v = ((1 - wb) * ((1 - wk) * ms[i - 1, j - 1] + wk * ms[i - 1, j])
-             + wb * ((1 - wk) * ms[i, j - 1] + wk * ms[i, j]))
-        scale = max(batch, 1.0) / 2 ** lb[-1] if batch > 2 ** lb[-1] else 1.0
+        xk = float(min(max(xk_raw, lkl[0]), lkl[-1]))  # np.clip of a scalar
+        j = min(max(bisect.bisect_left(lkl, xk), 1), len(lkl) - 1)  # np.searchsorted (side left), clipped
+        wk = (xk - lkl[j - 1]) / (lkl[j] - lkl[j - 1])
+        v = ((1 - wb) * ((1 - wk) * msl[i - 1][j - 1] + wk * msl[i - 1][j])
+             + wb * ((1 - wk) * msl[i][j - 1] + wk * msl[i][j]))
         return float(v * scale * (2 ** (xk_raw - lk[-1]) if xk_raw > lk[-1] else 1.0))
 
     def _gemm(self, op: str, m: float) -> float:
@@ -238,13 +247,33 @@ class DecodeCost:
     def moe_layer_ms(self, tp: int, b: float, kv: float, attn_tp: int = 1, moe_tp: int = 1) -> float:
         """One MoE layer of one rank at `b` tokens per attention group (DEP: per rank; module docstring)."""
         if attn_tp == 1 and moe_tp == 1:
+            moe, other, comm = self._moe_parts(tp, b)
+            return self.module_ms(b, kv) + moe + other + comm
+        memo = self.__dict__.setdefault("_moe_shaped", {})
+        key = (tp, b, attn_tp, moe_tp)
+        if key not in memo:
+            memo[key] = self._moe_shaped_parts(tp, b, attn_tp, moe_tp)
+        moe, other, comm = memo[key]
+        att = self.module_ms(b, kv, self.model.num_heads // attn_tp)
+        return att + moe + other + comm
+
+    def _moe_parts(self, tp: int, b: float) -> tuple[float, float, float]:
+        """(routed experts, shared experts + router, communication) ms of one MoE layer of a DEP server (attention
+        DP, MoE EP) at `b` tokens per rank: the layer's parts that do not depend on the KV length, once per (tp, b)."""
+        memo = self.__dict__.setdefault("_moe_dep", {})
+        hit = memo.get((tp, b))
+        if hit is None:
             moe, _ = self.tables.moe_ms(self.weight_dtype, tp, self.routing, b * tp)
             if moe is None:  # no EP rows at this size: the EP1 op on this rank's share
                 moe, _ = self.tables.moe_ms(self.weight_dtype, 1, self.routing, b)
             other = sum(self._gemm(op, b) for op in (("shared_fc1", "shared_fc2") if self.model.num_shared_experts
                                                      else ()))
             other += self._gemm("router", b)
-            return self.module_ms(b, kv) + float(moe) + other + self.comm_ms(tp, b)[0]
+            hit = memo[(tp, b)] = (float(moe), other, self.comm_ms(tp, b)[0])
+        return hit
+
+    def _moe_shaped_parts(self, tp: int, b: float, attn_tp: int, moe_tp: int) -> tuple[float, float, float]:
+        """_moe_parts of a server with attention TP `attn_tp` / MoE TP `moe_tp` (module docstring)."""
         why = self.shape_why(tp, attn_tp, moe_tp)
         if why is not None:
             raise ConfigError(None, *why)
@@ -256,23 +285,35 @@ class DecodeCost:
         other = sum(self._split_gemm(op, b, attn_tp) for op in (("shared_fc1", "shared_fc2")
                                                                  if self.model.num_shared_experts else ()))
         other += self._gemm("router", b)
-        att = self.module_ms(b, kv, self.model.num_heads // attn_tp)
-        return att + moe + other + self.shape_comm_ms(tp, attn_tp, moe_tp, b)[0]
+        return moe, other, self.shape_comm_ms(tp, attn_tp, moe_tp, b)[0]
 
     def forward_ms(self, tp: int, b: float, kv: float, attn_tp: int = 1, moe_tp: int = 1) -> float:
         """One target-model forward (ms) at `b` tokens per attention group: every layer and the LM head."""
         m = self.model
         heads = m.num_heads // attn_tp
-        dense_layer = (self.module_ms(b, kv, heads) + self._split_gemm("dense_fc1", b, attn_tp)
-                       + self._split_gemm("dense_fc2", b, attn_tp))
+        att = self.module_ms(b, kv, heads)  # first: a shape without module rows is refused naming them
+        fc1, fc2, ar, head = self._dense_parts(tp, b, attn_tp)
+        dense_layer = att + fc1 + fc2
         if attn_tp > 1:
-            dense_layer += 2 * self.allreduce_ms(tp, b * m.hidden_size)
-            lm = self.gen.get("gemm", {}).get(f"lm_head/tp{attn_tp}")
-        else:
-            lm = self.gen.get("gemm", {}).get("lm_head")
-        head = float(curve_ms(lm["points"], b)[0]) if lm else 0.0
+            dense_layer += ar
         return (m.num_moe_layers * self.moe_layer_ms(tp, b, kv, attn_tp, moe_tp) + m.first_k_dense * dense_layer
                 + head)
+
+    def _dense_parts(self, tp: int, b: float, attn_tp: int) -> tuple[float, float, float, float]:
+        """(dense fc1, dense fc2, the dense layer's 2 all-reduces under attention TP, LM head) ms at `b` tokens per
+        attention group: forward_ms's parts that do not depend on the KV length, once per (tp, b, attn_tp)."""
+        memo = self.__dict__.setdefault("_dense", {})
+        hit = memo.get((tp, b, attn_tp))
+        if hit is None:
+            fc1, fc2 = self._split_gemm("dense_fc1", b, attn_tp), self._split_gemm("dense_fc2", b, attn_tp)
+            if attn_tp > 1:
+                ar = 2 * self.allreduce_ms(tp, b * self.model.hidden_size)
+                lm = self.gen.get("gemm", {}).get(f"lm_head/tp{attn_tp}")
+            else:
+                ar, lm = 0.0, self.gen.get("gemm", {}).get("lm_head")
+            head = float(curve_ms(lm["points"], b)[0]) if lm else 0.0
+            hit = memo[(tp, b, attn_tp)] = (fc1, fc2, ar, head)
+        return hit
 
     @property
     def tokens_per_step(self) -> float:
