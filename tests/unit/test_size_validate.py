@@ -261,17 +261,17 @@ def test_aic_questions_ask_dwdp_size_what_aiconfigurator_answered(sv):
 
 @pytest.mark.slow
 def test_aic_question_gpu_verdict_flips_when_aiconfigurator_counts_differently(sv):
-    """End to end on one question (ISL 4K, 32 GPUs, where both answer 24 GPUs): the verdict is computed from the
-    search's answer, so the same search's rows against a recorded count one server larger read DIFFERENT (the
-    search runs once; only aiconfigurator's recorded count changes)."""
+    """End to end on one question (ISL 8K, 16 GPUs, where both answer 16 GPUs: the cheapest question to search):
+    the verdict is computed from the search's answer, so the same search's rows against a recorded count one
+    server larger read DIFFERENT (the search runs once; only aiconfigurator's recorded count changes)."""
     data = sv.aic_questions_data()
-    q = next(q for q in data["questions"] if q["isl"] == 4096 and q["total_gpus"] == 32)
+    q = next(q for q in data["questions"] if q["isl"] == 8192 and q["total_gpus"] == 16)
     rows = sv.aic_questions({**data, "questions": [q]})
     gpus = next(r for r in rows if r.quantity == "GPUs" and r.kind == "compare")
-    assert sv.aicq_verdict(gpus, rows) == "equal" and gpus.ours == 24
-    bumped = [replace(r, aic=32) if r.quantity == "GPUs" and r.aic == 24 else r for r in rows]
+    assert sv.aicq_verdict(gpus, rows) == "equal" and gpus.ours == 16
+    bumped = [replace(r, aic=24) if r.quantity == "GPUs" and r.aic == 16 else r for r in rows]
     gpus = next(r for r in bumped if r.quantity == "GPUs" and r.kind == "compare")
-    assert gpus.aic == 32 and gpus.ours == 24
+    assert gpus.aic == 24 and gpus.ours == 16
     # different (explained or not: where ours uses fewer GPUs, an agreeing ablation can account for the count)
     assert sv.aicq_verdict(gpus, bumped).lower().startswith("different")
 
