@@ -281,7 +281,7 @@ def _aicq_section(sv, doc: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # a hang bound: the 64-GPU questions bisect over --rate (ISL 4K: 8.5 min on one idle core)
+@pytest.mark.timeout(900)  # a hang bound: the 64-GPU questions bisect over --rate (ISL 4K: 2.3 min on one core)
 @pytest.mark.parametrize("i", range(6))
 def test_sizing_md_aiconfigurator_questions_are_the_script_output(sv, i):
     """docs/SIZING.md's aiconfigurator-questions section is what the script computes on this checkout, one question
