@@ -30,6 +30,9 @@ DWDP_MOE_MAINLOOP = "DWDP_MOE_MAINLOOP"
 MOE_MAINLOOPS = ("auto", "cutlass", "deepgemm")
 #: Which DeepGEMM source scripts/bench_deepgemm.py records beside its numbers (default DEEPGEMM_SOURCE_DEFAULT).
 DWDP_DEEPGEMM_SOURCE = "DWDP_DEEPGEMM_SOURCE"
+#: The commit of the code that runs, where the checkout's own .git cannot say it (a copied tree whose .git is stale):
+#: `dwdp calibrate` records it as its moe_op record's commit instead of `git rev-parse HEAD`.
+DWDP_COMMIT = "DWDP_COMMIT"
 #: Rendezvous launch of DWDP context workers (one single-GPU `trtllm-serve` per context rank, no MPI world between
 #: them), the variables NVIDIA's srt-slurm launcher sets for TensorRT-LLM's DWDP prefill workers
 #: (`src/srtctl/backends/trtllm.py`, `TRTLLMBackend.get_process_environment`): this worker's context rank, the

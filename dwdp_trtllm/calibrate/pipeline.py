@@ -118,9 +118,14 @@ PRIOR = {  # where the planner's value comes from when the file does not set the
 
 
 def code_commit() -> str:
-    """`git rev-parse --short HEAD` of the checkout this package runs from (bounded), else why it is not known."""
+    """$DWDP_COMMIT when set (a copied tree whose .git is stale: the caller knows the commit), else `git rev-parse
+    --short HEAD` of the checkout this package runs from (bounded), else why it is not known."""
     import subprocess
 
+    from .. import env
+
+    if env.get(env.DWDP_COMMIT):
+        return env.get(env.DWDP_COMMIT)
     repo = Path(__file__).resolve().parents[2]
     try:
         r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -238,3 +238,20 @@ def test_calibrated_op_drops_a_warm_up_pass_and_takes_the_median_of_interleaved_
     assert t.calls[4:] == pts * 3  # then interleaved rounds, not one point's repeats back to back
     with pytest.raises(ValueError, match="rounds"):
         moe_op_ms(t, (4096,), rounds=0)
+
+
+def test_the_op_records_commit_is_dwdp_commit_when_the_caller_sets_it(monkeypatch):
+    """A copied tree's .git can be stale (the device copies of 2026-12-07 reported an older HEAD than the code that
+    ran): DWDP_COMMIT, when set, is the commit the moe_op record names; unset, the checkout's own HEAD."""
+    import subprocess
+
+    from dwdp_trtllm.calibrate.pipeline import code_commit
+
+    monkeypatch.setenv("DWDP_COMMIT", "1f8f2d1")
+    assert code_commit() == "1f8f2d1"
+    monkeypatch.delenv("DWDP_COMMIT")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert code_commit() == head.stdout.strip()
+    else:
+        assert code_commit().startswith("unknown")
