@@ -140,9 +140,10 @@ def test_the_report_names_the_generation_shape_in_18_columns():
 
 
 def test_gen_config_writes_moe_tp_and_attention_tp_as_trtllm_reads_them(tmp_path, capsys):
-    """TensorRT-LLM's fields (tensorrt_llm/llmapi/llm_args.py, BaseLlmArgs: moe_tensor_parallel_size and
-    moe_expert_parallel_size, Optional[int] = None; enable_attention_dp, bool = False; as in the stored upstream
-    source read file by file): TP x EP = tensor_parallel_size."""
+    """TensorRT-LLM's fields (tensorrt_llm/llmapi/llm_args.py @ fcd3f31682808ae5, BaseLlmArgs:
+    moe_tensor_parallel_size and moe_expert_parallel_size, Optional[int] = None; enable_attention_dp, bool = False;
+    validate_parallel_config hands them to _ParallelConfig as moe_tp_size / moe_ep_size / enable_attention_dp):
+    TP x EP = tensor_parallel_size."""
     base = ["gen-config", "--mode", "disaggregated", "--model", "m", "--preset", "deepseek-r1", "--dwdp-size", "8",
             "--gen-tp", "8", "--gen-batch", "56", "--mtp", "0"]
     for extra, want in ((["--gen-moe-tp", "2", "--gen-attn-tp", "8"],
