@@ -131,14 +131,16 @@ def test_gemm_multi_buffer_prices_dwdp_experts_with_this_projects_op(spec):
     assert "routed experts (DWDP, EP1)" in pl.phases(spec, _load([[8192] * 8]), 8, 8192, pl.Skew()).beyond
 
 
-def test_prefetch_bound_flag_flips_at_the_break_even_size(spec):
+@pytest.mark.parametrize("isl", [1024, 32768])
+def test_prefetch_bound_flag_flips_at_the_break_even_size(spec, isl):
     # compute slowed 1.5x beside the copy: below the break-even size the slowed compute leaves the copy exposed,
-    # above it hides it (where the unslowed compute alone would still be shorter than the copy)
+    # above it hides it (where the unslowed compute alone would still be shorter than the copy). ISL 32K: the
+    # break-even is a chunk of one request, carrying its share of the attention core
     s = replace(spec, interference=1.5)
-    be = pl.break_even_tokens(s, 8, 0, 2 << 20, 1024)
-    assert 1024 < be < 1e6
-    load = _load([[0.9 * be] * 4 + [1.1 * be] * 4], isl=1024)
-    it = pl.iteration_times(s, load, 8, 0, 2 << 20, 1024)
+    be = pl.break_even_tokens(s, 8, 0, 2 << 20, isl)
+    assert 1024 < be < 1e6 and (be < isl) == (isl == 32768)
+    load = _load([[0.9 * be] * 4 + [1.1 * be] * 4], isl=isl)
+    it = pl.iteration_times(s, load, 8, 0, 2 << 20, isl)
     assert it.dwdp_prefetch_bound_SR.tolist() == [[True] * 4 + [False] * 4]
 
 
@@ -171,3 +173,78 @@ def test_the_peer_range_is_the_groups_a_measurement_from_fewer_peers_widens_the_
     four = _load([[1] * 4])
     assert (pl.iteration_times(three, four, 4, 0, 2 << 20, 8192, which="low").dwdp_SR.tolist()
             == pl.iteration_times(spec, four, 4, 0, 2 << 20, 8192, which="low").dwdp_SR.tolist())
+
+
+# ---- the range's ends ------------------------------------------------------------------------------------------
+def test_deepep_deepgemms_slow_end_is_its_own_skewed_routing(spec):
+    # the DEP-slow end routes skewed (uncertainty.SKEWED_ROUTING) and takes the slower communication path of that
+    # DEP (DeepEP + DeepGEMM: the published 8xH200 layer's slow end), 5% slower per doubling past its anchor
+    from dwdp_trtllm.perf.kernel_tables import EXTRAP_PER_DOUBLING
+
+    load = _load([[8192] * 8])
+    ph = pl.phases(spec, load, 8, 8192, pl.skewed_routing(spec, 8, 8192.0), "deepep_deepgemm")
+    b = ph.beyond["DEP communication"]
+    assert b > 0.01
+    want = max(ph.comm_S[0], ph.comm_alt_S[0]) * (1 + EXTRAP_PER_DOUBLING) ** b
+    high = pl.iteration_times(spec, load, 8, 0, 2 << 20, 8192, which="high", variant="deepep_deepgemm")
+    assert high.dep_comm_S[0] == pytest.approx(58 * want, rel=1e-12)
+
+
+def test_a_stated_routing_is_applied_at_every_end_and_not_ranged():
+    from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
+
+    rs = RoutingSkewConfig(kind="power_law", alpha=1.2)
+    eng = pl.PlanSpec(model=R1, gpu=H200, target="engine", mnt=16384, routing_skew=rs,
+                      stated=(("routing", "power_law_1.2"),))  # as `--routing-skew` sets it
+    load = _load([[8192] * 8])
+    comm = pl.phases(eng, load, 8, 8192, pl.routing_skew(eng, 8, 8192.0)).comm_S[0]  # the stated skew's all-to-all
+    # the engine's all-to-all at 0.90 / 0.77 / 0.60 of the link (uncertainty.ENGINE_A2A_EFF), no skewed end on top
+    for which, f in (("nominal", 1.0), ("low", 0.77 / 0.90), ("high", 0.77 / 0.60)):
+        got = pl.iteration_times(eng, load, 8, 0, 2 << 20, 8192, which=which).dep_comm_S[0]
+        assert got == pytest.approx(58 * comm * f, rel=1e-12), which
+
+
+def test_one_rank_pulls_nothing_so_any_size_hides_it(spec):
+    assert pl.break_even_tokens(spec, 1, 0, 2 << 20, 1024) == 0.0
+
+
+@pytest.mark.parametrize("which", ["nominal", "low"])
+def test_engine_prefetch_bound_flag_flips_at_the_break_even_size_of_each_end(which):
+    # the engine target ranges its assumed compute efficiencies: at the DWDP-slow end (the efficiencies, the peer
+    # bandwidth and the interference at their low ends) the break-even size moves, and iteration_times at that end
+    # flips where break_even_tokens says
+    eng = pl.PlanSpec(model=R1, gpu=H200, target="engine", mnt=16384)
+    be = pl.break_even_tokens(eng, 8, 0, 2 << 20, 1024, which)
+    assert 1024 < be < 1e6
+    load = _load([[0.9 * be] * 4 + [1.1 * be] * 4], isl=1024)
+    it = pl.iteration_times(eng, load, 8, 0, 2 << 20, 1024, which=which)
+    assert it.dwdp_prefetch_bound_SR.tolist() == [[True] * 4 + [False] * 4]
+
+
+def test_one_rank_has_no_skewed_end_and_two_ranks_have_one(spec):
+    from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
+
+    one = _load([[8192]])
+    ends = [pl.iteration_times(spec, one, 1, 0, 2 << 20, 8192, which=w) for w in ("nominal", "high")]
+    assert ends[1].dep_S.tolist() == ends[0].dep_S.tolist() and ends[1].dwdp_SR.tolist() == ends[0].dwdp_SR.tolist()
+    # 2 ranks: an unstated routing's slow end is skewed, slower than a stated balanced routing's
+    two = _load([[8192] * 2])
+    balanced = replace(spec, routing_skew=RoutingSkewConfig(kind="none"), stated=(("routing", "none"),))
+    unstated, stated = (pl.iteration_times(s, two, 2, 0, 2 << 20, 8192, which="high").dep_S[0]
+                        for s in (spec, balanced))
+    assert unstated > stated * 1.01
+
+
+def test_measured_compute_is_not_ranged_on_the_engine_target():
+    # DEP's compute (its iteration less its communication) at the DWDP-fast end: the assumed efficiencies move it,
+    # a measured attention rate (a compute efficiency, perf/inputs.py) fixes them
+    eng = pl.PlanSpec(model=R1, gpu=H200, target="engine", mnt=16384)
+    measured = replace(eng, calibration=Calibration(attention_tflops=500.0),
+                       provenance=(("attention_tflops", "c.json"),))
+    load = _load([[8192] * 8])
+
+    def compute(s, which):
+        it = pl.iteration_times(s, load, 8, 0, 2 << 20, 8192, which=which)
+        return float(it.dep_S[0] - it.dep_comm_S[0])
+    assert compute(measured, "low") == pytest.approx(compute(measured, "nominal"), rel=1e-12)
+    assert compute(eng, "low") < 0.9 * compute(eng, "nominal")
