@@ -33,8 +33,8 @@ def spec():
     return pl.PlanSpec(model=R1, gpu=H200, target="trtllm", mnt=16384)
 
 
-@pytest.fixture(scope="module")
-def row8k(spec):
+@pytest.fixture
+def row8k(spec):  # per test (not per module): each test that reads the row calls predict itself
     return pl.predict(spec, 8, 0, 2 << 20, 8192, load=_load(8192))
 
 
