@@ -193,3 +193,21 @@ def test_rank_0_computes_while_pulling_from_rank_1_in_the_slices_asked(kernel_ov
         assert comp["gemm"] == pytest.approx(1 + 0.2 * 100 / (2.6 * 64), rel=1e-9)
     else:
         assert comp["gemm"] == pytest.approx(1.2)
+
+
+def test_memory_bound_phase_adds_two_seeded_bf16_operands_into_one_buffer():
+    """The memory-bound phase on the CPU (the same code the GPU runs): operands of `nbytes` each (BF16: nbytes / 2
+    elements), drawn from a generator seeded 0 (every rank and run times the same data), and each call writes x + y
+    into one preallocated output (a timed call allocates nothing)."""
+    import torch
+
+    nbytes = 4096
+    fn = itf.memory_bound_fn(torch.device("cpu"), nbytes)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(nbytes // 2, generator=g).to(torch.bfloat16)
+    y = torch.randn(nbytes // 2, generator=g).to(torch.bfloat16)
+    out = fn()
+    assert out.dtype == torch.bfloat16 and out.numel() * out.element_size() == nbytes
+    assert torch.equal(out, x + y)
+    again = fn()
+    assert again.data_ptr() == out.data_ptr() and torch.equal(again, x + y)
