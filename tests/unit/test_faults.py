@@ -164,7 +164,9 @@ def test_killing_the_parent_leaves_no_process_and_no_shared_memory(tmp_path, sig
     """What a job manager, an IDE's stop button or Popen.terminate() does: no rank, no resource tracker and no
     /dev/shm entry of the run (segment or semaphore) is left, with nothing swept by a next run; a handled signal
     stops the ranks at once (before the grace a finished run gives them)."""
-    proc = _start(tmp_path, "--set", "run.modes=[dwdp]")
+    # requests enough that the run is still under way when the signal comes, however fast the machine: with 48 per
+    # rank an idle machine finished the dwdp mode between "running" and the maps read below (nothing mapped)
+    proc = _start(tmp_path, "--set", "run.modes=[dwdp]", requests=2000)
     try:
         kids = _ranks(proc, when=when)
         everything = [proc.pid] + [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
