@@ -39,3 +39,22 @@ def test_grows_with_skew():
 def test_bad_tokens():
     with pytest.raises(ValueError, match="tokens_per_rank"):
         skew_term(RoutingSkewConfig(), tokens_per_rank=0, **R1)
+
+
+def test_a_skew_touching_as_many_experts_per_rank_as_balanced_routing_costs_what_balanced_does(tmp_path):
+    """At 1 token per rank DEP's experts see 64 rows (8 ranks x top-8) over 256 experts: balanced routing gives 8
+    experts on every rank one row each (8 tiles per rank). A measured routing that sends its rows to exactly 8
+    experts of every rank, one row each, is that balanced load: factor 1. (The proportional split once broke the
+    balanced reference's ties to the lowest experts, 32 rows on each of ranks 0 and 1: this read 0.25.)"""
+    import json
+
+    counts = [0.0] * 256
+    for r in range(8):
+        for j in range(8):
+            counts[r * 32 + 3 * j] = 1.0  # 8 experts of each contiguous 32-expert block
+    path = tmp_path / "counts.json"
+    path.write_text(json.dumps({"logical_count": [counts] * 58}))
+    t = skew_term(RoutingSkewConfig(kind="file", path=str(path)), tokens_per_rank=1, **R1)
+    assert t.dep_expert_factor == pytest.approx(1.0) and t.dep_expert_factor_max == pytest.approx(1.0)
+    # the model's own routing stays exactly 1 at one token per rank
+    assert skew_term(RoutingSkewConfig(), tokens_per_rank=1, **R1).dep_expert_factor == 1.0
