@@ -327,7 +327,7 @@ def run(args) -> int:
                       server_hosts=tuple(hosts[s.node] for s in nodes.servers) if nodes.num_nodes > 1 else None,
                       mtp_key=key[0],
                       ctx_batch=ctx_kv.max_batch_size if ctx_kv else (args.ctx_batch or serving.CTX_BATCH),
-                      ctx_kv_dtype=args.kv_dtype,
+                      ctx_kv_dtype=args.kv_dtype, ctx_chunked_prefill=args.chunked_prefill,
                       ctx_kv_fraction=ctx_kv and ctx_kv.fraction, gen_moe_backend=gen_backend and gen_backend[0],
                       gen_attn_tp=args.gen_attn_tp, gen_moe_tp=args.gen_moe_tp)
     out = args.out.resolve()

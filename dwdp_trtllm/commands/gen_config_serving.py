@@ -46,6 +46,9 @@ def add_serving_args(p) -> None:
                    help=f"context servers' max_batch_size: their KV cache holds this many requests of ISL + 1024 "
                         f"tokens (max_seq_len), checked to fit (default: {CTX_BATCH}, upstream's DWDP recipe, or as "
                         "many as fit when fewer do)")
+    p.add_argument("--chunked-prefill", action="store_true",
+                   help="context servers run chunked prefill (enable_chunked_prefill: true), as `dwdp size` prices "
+                        "them by default (default: off, whole prompts, as upstream's DWDP recipe and TensorRT-LLM)")
     p.add_argument("--kv-dtype", choices=("fp8", "auto"), default="fp8",
                    help="context servers' kv_cache_config.dtype (default fp8, upstream's DWDP recipe; auto: the "
                         "checkpoint's own, bf16 for the releases priced here)")

@@ -214,6 +214,8 @@ def gen_config_argv(args, d) -> list[str]:
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
     if args.ctx_max_batch:  # the context servers' max_batch_size, as sized
         argv += ["--ctx-batch", str(args.ctx_max_batch)]
+    if d.chunked:  # chunked prefill, as sized (gen-config writes whole prompts otherwise)
+        argv.append("--chunked-prefill")
     return argv
 
 

@@ -71,6 +71,9 @@ KEY_SOURCES: dict[str, tuple[str, str]] = {
                                                     "0004396720054fd8 only (--mtp-key)"),
     "speculative_config.max_draft_len": (_LLM_ARGS + " DecodingBaseConfig.max_draft_len", MTP_KEY_AT),
     "max_seq_len": (_LLM_ARGS + " BaseLlmArgs.max_seq_len", RECIPE_SCRIPT_CTX + ": ctx max_seq_len = isl + 1024"),
+    "enable_chunked_prefill": (_LLM_ARGS + " BaseLlmArgs.enable_chunked_prefill (default False)",
+                               "dwdp size: context iterations priced with chunked prefill (--no-chunked-prefill: "
+                               "whole prompts, the key not written)"),
     "kv_cache_config.enable_block_reuse": (_LLM_ARGS + " KvCacheConfig.enable_block_reuse (default True)",
                                            RECIPE_SCRIPT_CTX + ": false on context servers"),
     "kv_cache_config.dtype": (_LLM_ARGS + " KvCacheConfig.dtype (default 'auto')", RECIPE_SCRIPT_CTX + ": fp8"),
@@ -212,6 +215,9 @@ class Deployment:
     #: context servers: max_batch_size, kv_cache_config.dtype and free_gpu_memory_fraction (None: not computed, no
     #: model dims); max_seq_len is isl + SEQ_MARGIN_TOKENS
     ctx_batch: int = CTX_BATCH
+    #: context servers: enable_chunked_prefill true (what `dwdp size` prices by default; upstream's recipe and
+    #: TensorRT-LLM's default run whole prompts, BaseLlmArgs.enable_chunked_prefill = False)
+    ctx_chunked_prefill: bool = False
     ctx_kv_dtype: str = "fp8"
     ctx_kv_fraction: float | None = None
     #: generation servers' moe_config.backend (None: the context servers' backend)
@@ -263,7 +269,10 @@ def _ctx_serving(d: Deployment) -> dict[str, Any]:
     kv: dict[str, Any] = {"enable_block_reuse": False, "dtype": d.ctx_kv_dtype}
     if d.ctx_kv_fraction is not None:
         kv["free_gpu_memory_fraction"] = d.ctx_kv_fraction
-    return {"max_batch_size": d.ctx_batch, "max_seq_len": d.isl + SEQ_MARGIN_TOKENS, "kv_cache_config": kv}
+    out = {"max_batch_size": d.ctx_batch, "max_seq_len": d.isl + SEQ_MARGIN_TOKENS, "kv_cache_config": kv}
+    if d.ctx_chunked_prefill:  # as priced (`dwdp size` without --no-chunked-prefill); absent: whole prompts
+        out["enable_chunked_prefill"] = True
+    return out
 
 
 def aggregated(d: Deployment, mode: str = "aggregated") -> dict[str, Any]:

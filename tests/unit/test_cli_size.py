@@ -173,3 +173,33 @@ def test_size_help_names_the_context_batching_flags_within_80_columns(capsys, mo
     assert max(len(line) for line in out.splitlines()) <= 80
     flat = " ".join(out.split())
     assert "--ctx-max-batch" in flat and "--no-chunked-prefill" in flat and "max_batch_size" in flat
+
+
+def test_context_servers_are_written_chunked_as_they_were_priced(tmp_path, capsys):
+    """`dwdp size` prices chunked prefill unless --no-chunked-prefill; `--out` asks gen-config for it
+    (--chunked-prefill), which writes enable_chunked_prefill: true (tensorrt_llm/llmapi/llm_args.py @
+    fcd3f31682808ae5, BaseLlmArgs.enable_chunked_prefill, default False) on the context servers only; whole prompts
+    leave the key out (TensorRT-LLM's default, upstream's recipe). The file passes check-config."""
+    import argparse
+
+    import yaml
+
+    from dwdp_trtllm.commands import size as sz
+    from dwdp_trtllm.sizing.simulator import Deployment
+
+    ap = argparse.ArgumentParser()
+    sz.add_parser(ap.add_subparsers())
+    args = ap.parse_args(["size", "--rate", "1"])
+    assert "--chunked-prefill" in sz.gen_config_argv(args, Deployment("dwdp", 8, 8, 16384, 8, 1, 6))
+    assert "--chunked-prefill" not in sz.gen_config_argv(args, Deployment("dwdp", 8, 8, 16384, 8, 1, 6, chunked=False))
+    base = ["gen-config", "--mode", "disaggregated", "--model", "m", "--preset", "deepseek-r1", "--dwdp-size", "8",
+            "--gen-tp", "8", "--mtp", "0"]
+    for extra, want in ((["--chunked-prefill"], True), ([], None)):
+        out = tmp_path / f"x{len(extra)}"
+        assert main(base + extra + ["--out", str(out)]) == 0
+        capsys.readouterr()
+        doc = yaml.safe_load((out / "disagg_worker.yaml").read_text())
+        assert doc["context_servers"].get("enable_chunked_prefill") == want
+        assert "enable_chunked_prefill" not in doc["generation_servers"]
+        assert main(["check-config", str(out / "disagg_worker.yaml")]) == 0, capsys.readouterr().out
+        capsys.readouterr()
