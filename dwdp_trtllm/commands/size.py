@@ -194,8 +194,9 @@ def problems(args):
                   for r, a in arrs]
 
 
-def gen_config_argv(args, d) -> list[str]:
-    """`dwdp gen-config`'s arguments for deployment `d` (a DWDP one)."""
+def gen_config_argv(args, d, min_isl: int | None = None) -> list[str]:
+    """`dwdp gen-config`'s arguments for deployment `d` (a DWDP one); `min_isl`: the shortest prompt of the traffic
+    it was sized for (without --ctx-max-batch the context servers' max_batch_size is what its iterations held)."""
     argv = ["gen-config", "--mode", "disaggregated", "--model", args.checkpoint or args.model,
             "--preset", args.model, "--weight-dtype", args.weight_dtype, "--dwdp-size", str(d.ctx_group),
             "--num-groups", str(d.ctx_servers // d.ctx_group), "--ctx-servers", str(d.ctx_servers),
@@ -214,6 +215,9 @@ def gen_config_argv(args, d) -> list[str]:
         argv += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
     if args.ctx_max_batch:  # the context servers' max_batch_size, as sized
         argv += ["--ctx-batch", str(args.ctx_max_batch)]
+    elif min_isl:  # no cap was priced: as many requests as one iteration of MNT tokens can hold
+        from ..spec.batching import max_requests_per_iteration
+        argv += ["--ctx-batch", str(max_requests_per_iteration(d.mnt, int(min_isl), d.chunked))]
     if d.chunked:  # chunked prefill, as sized (gen-config writes whole prompts otherwise)
         argv.append("--chunked-prefill")
     return argv
@@ -224,16 +228,16 @@ def _dims(args):
     return dims_from_config_json(args.model)
 
 
-def write_deployment(args, d, out: str) -> tuple[list[str], str]:
+def write_deployment(args, d, out: str, min_isl: int | None = None) -> tuple[list[str], str]:
     """Write deployment `d` with gen-config's parser and run (one code path); the gen-config line it ran and what
-    gen-config printed."""
+    gen-config printed. min_isl: gen_config_argv's."""
     import contextlib
     import io
 
     from ..cli import build_parser
     if d.redundant:
         raise ConfigError(None, "--out", "gen-config writes derived placements only; rerun with --redundant-experts 0")
-    argv = gen_config_argv(args, d) + ["--out", out]
+    argv = gen_config_argv(args, d, min_isl) + ["--out", out]
     ns = build_parser().parse_args(argv)
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
@@ -318,7 +322,7 @@ def run(args) -> int:
     written, said = None, ""
     best = results[0][2]["dwdp"].deployment
     if args.out and best is not None:
-        written, said = write_deployment(args, best, args.out)
+        written, said = write_deployment(args, best, args.out, int(results[0][1].arrivals.isl.min()))
     elapsed = time.monotonic() - t0
     if args.json:
         print(json.dumps({"runs": [{"rate": r, "traffic": p.arrivals.label, "slo": report.slo_text(p.slo),

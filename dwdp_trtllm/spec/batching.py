@@ -48,6 +48,19 @@ class Request:
     arrival_s: float  # seconds after the run's start
 
 
+def max_requests_per_iteration(max_num_tokens: int, min_isl: int, chunked: bool = True) -> int:
+    """The most requests one iteration of RankScheduler can hold when no prompt is shorter than `min_isl` and no
+    max_batch caps it: with chunking, the tail of a request the last iteration cut (1 token at least), whole
+    requests, and the first chunk of the next, 1 + ceil((max_num_tokens - 1) / min_isl); whole prompts only,
+    floor(max_num_tokens / min_isl). What a context server's max_batch_size must allow for its iterations to be
+    the ones `dwdp size` priced without --ctx-max-batch."""
+    if max_num_tokens < 1 or min_isl < 1:
+        raise ValueError(f"max_num_tokens ({max_num_tokens}) and min_isl ({min_isl}) must be >= 1")
+    if not chunked:
+        return max(1, max_num_tokens // min_isl)
+    return 1 + -(-(max_num_tokens - 1) // min_isl)
+
+
 class RankScheduler:
     """FCFS chunked-prefill batching of one rank's queue.
 

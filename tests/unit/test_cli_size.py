@@ -176,8 +176,8 @@ def test_size_help_names_the_context_batching_flags_within_80_columns(capsys, mo
 
 
 def test_context_servers_are_written_chunked_as_they_were_priced(tmp_path, capsys):
-    """`dwdp size` prices chunked prefill unless --no-chunked-prefill; `--out` asks gen-config for it
-    (--chunked-prefill), which writes enable_chunked_prefill: true (tensorrt_llm/llmapi/llm_args.py @
+    """`dwdp size` prices chunked prefill unless --no-chunked-prefill, and no request cap unless --ctx-max-batch;
+    `--out` asks gen-config for both (--chunked-prefill; --ctx-batch of what one iteration held), which writes enable_chunked_prefill: true (tensorrt_llm/llmapi/llm_args.py @
     fcd3f31682808ae5, BaseLlmArgs.enable_chunked_prefill, default False) on the context servers only; whole prompts
     leave the key out (TensorRT-LLM's default, upstream's recipe). The file passes check-config."""
     import argparse
@@ -192,6 +192,14 @@ def test_context_servers_are_written_chunked_as_they_were_priced(tmp_path, capsy
     args = ap.parse_args(["size", "--rate", "1"])
     assert "--chunked-prefill" in sz.gen_config_argv(args, Deployment("dwdp", 8, 8, 16384, 8, 1, 6))
     assert "--chunked-prefill" not in sz.gen_config_argv(args, Deployment("dwdp", 8, 8, 16384, 8, 1, 6, chunked=False))
+    # priced with no request cap: max_batch_size lets an iteration hold what one of MNT tokens can (shortest prompt
+    # 6554 tokens: a 1-token tail, 2 whole, a first chunk = 4; whole prompts: 2)
+    for chunked, want in ((True, "4"), (False, "2")):
+        argv = sz.gen_config_argv(args, Deployment("dwdp", 8, 8, 16384, 8, 1, 6, chunked=chunked), min_isl=6554)
+        assert argv[argv.index("--ctx-batch") + 1] == want
+    capped = ap.parse_args(["size", "--rate", "1", "--ctx-max-batch", "2"])  # a cap: that, whatever the prompts
+    argv = sz.gen_config_argv(capped, Deployment("dwdp", 8, 8, 16384, 8, 1, 6), min_isl=6554)
+    assert argv[argv.index("--ctx-batch") + 1] == "2"
     base = ["gen-config", "--mode", "disaggregated", "--model", "m", "--preset", "deepseek-r1", "--dwdp-size", "8",
             "--gen-tp", "8", "--mtp", "0"]
     for extra, want in ((["--chunked-prefill"], True), ([], None)):

@@ -109,3 +109,43 @@ def test_without_chunking_a_prompt_over_the_budget_is_refused():
         s.append(req(3, 600))
     with pytest.raises(ValueError, match="max_batch"):
         RankScheduler([], max_num_tokens=512, max_batch=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(mnt=st.integers(1, 4096), min_isl=st.integers(1, 600), extra=st.lists(st.integers(0, 900), min_size=1,
+                                                                                max_size=40),
+       chunked=st.booleans())
+def test_no_iteration_holds_more_requests_than_the_bound(mnt, min_isl, extra, chunked):
+    """max_requests_per_iteration bounds every batch the scheduler packs from prompts of at least min_isl tokens
+    (all queued at once, no max_batch)."""
+    from dwdp_trtllm.spec.batching import max_requests_per_iteration
+
+    isls = [min_isl + e for e in extra]
+    if not chunked:
+        isls = [min(i, mnt) for i in isls]  # whole prompts only: longer than the budget is refused
+        if min(isls) < min_isl:
+            return
+    s = RankScheduler([Request(i, 0, n, 0.0) for i, n in enumerate(isls)], mnt, None, chunked)
+    bound = max_requests_per_iteration(mnt, min_isl, chunked)
+    while (b := s.next_batch(0.0)):
+        assert len(b) <= bound
+
+
+@pytest.mark.parametrize("mnt, isl, chunked, want", [(16384, 8192, True, 3), (16385, 8192, True, 3),
+                                                      (16384, 1024, True, 17), (16384, 8192, False, 2),
+                                                      (1, 5, True, 1), (100, 30, False, 3)])
+def test_the_bound_is_reached(mnt, isl, chunked, want):
+    """A first prompt one token longer than the budget leaves a 1-token tail: the next iteration holds it, whole
+    prompts of min_isl, and the first chunk of the next: the bound exactly (whole prompts: budget // isl of them)."""
+    from dwdp_trtllm.spec.batching import max_requests_per_iteration
+
+    assert max_requests_per_iteration(mnt, isl, chunked) == want
+    first = mnt + 1 if chunked else isl
+    reqs = [Request(0, 0, first, 0.0)] + [Request(i, 0, isl, 0.0) for i in range(1, 64)]
+    s = RankScheduler(reqs, mnt, None, chunked)
+    most = 0
+    while (b := s.next_batch(0.0)):
+        most = max(most, len(b))
+    assert most == want
+    with pytest.raises(ValueError, match="min_isl"):
+        max_requests_per_iteration(mnt, 0)
