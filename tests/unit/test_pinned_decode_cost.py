@@ -224,3 +224,165 @@ def test_router_gemm_in_bf16_and_a_missing_row_priced_zero():
     c = dc.DecodeCost(MODEL, "h200", "fp8", _DtypeTables(), gen, {}, 0)
     assert c.moe_layer_ms(1, 4.0, 1024) == pytest.approx(2.0 + 0.5 * 4 + 0.31 * 4)
     assert c.forward_ms(1, 4.0, 1024) == pytest.approx(3 * (2.0 + 2.0 + 0.31 * 4) + 2 * (2.0 + 0.3 * 4))
+
+
+# ---- MoE TP / attention TP servers (`--gen-moe-tp`, `--gen-attn-tp`) on stand-in rows written here -------------
+def _lin(a):
+    """A curve a x ms at x (linear through its two rows, and past the last at the same rate)."""
+    return [[1, a], [64, 64 * a]]
+
+
+def _shaped_gen(heads=("64", "16", "8")):
+    scaled = {"64": 0.5, "16": 0.25, "8": 0.125}
+    by_heads = {h: {"fp8_block/fp8": {"rows": [[b, k, v * scaled[h]] for b, k, v in ROWS]}} for h in heads}
+    gemm = {"shared_fc1/tp8": {"points": _lin(0.02)}, "shared_fc2/tp8": {"points": _lin(0.03)},
+            "dense_fc1/tp8": {"points": _lin(0.04)}, "dense_fc2/tp8": {"points": _lin(0.05)},
+            "lm_head/tp8": {"points": _lin(0.06)}, "lm_head": {"points": _lin(0.7)}}
+    moe_tp = {"fp8": {"by_shape": {"2x4": {"balanced": _lin(0.2), "power_law_1.01": _lin(0.3)}}}}
+    return {"mla_generation_module": {"fp8_block/fp8": {"rows": ROWS}}, "mla_generation_module_by_heads": by_heads,
+            "gemm": gemm, "moe_tp": moe_tp}
+
+
+SHAPED_COMM = {"custom_allreduce": {"by_gpus": {"8": [[1, 1e-5], [1e6, 10.0]]}}}  # 1e-5 ms per BF16 element
+
+
+def _shaped(mtp=0, acceptance=0.85, routing="balanced", tables=None, gen=None, comm=None):
+    return dc.DecodeCost(MODEL, "h200", "fp8", tables or _Tables(), gen or _shaped_gen(),
+                         SHAPED_COMM if comm is None else comm, mtp, acceptance, routing)
+
+
+AR8 = 2 * 1e-5 * 4 * 7168  # two all-reduces of 4 tokens x hidden over 8 GPUs
+
+
+def test_attention_tp_with_moe_tp_composes_its_rows():
+    """tp 8, attention TP 8, MoE TP 2 x EP 4, 4 requests in the group, KV 1024: the 16-head module (0.25 x the
+    128-head rows), the 2x4 MoE row at the group's 4 tokens, shared experts split over 8, router whole, two
+    all-reduces per layer; dense layers with split MLP and their two all-reduces; the LM head split over 8."""
+    c = _shaped()
+    att, moe, other = 0.25 * 2.0, 0.2 * 4, (0.02 + 0.03) * 4 + 0.01 * 4
+    assert c.module_ms(4, 1024, 16) == pytest.approx(att)
+    assert c.shape_comm_ms(8, 8, 2, 4.0) == (pytest.approx(AR8), "2 custom all-reduces (8 GPUs)")
+    assert c.allreduce_ms(8, 1000.0) == pytest.approx(1e-2)
+    layer = att + moe + other + AR8
+    assert c.moe_layer_ms(8, 4.0, 1024, attn_tp=8, moe_tp=2) == pytest.approx(layer)
+    dense = att + (0.04 + 0.05) * 4 + AR8
+    want = 3 * layer + 2 * dense + 0.06 * 4
+    assert c.forward_ms(8, 4.0, 1024, attn_tp=8, moe_tp=2) == pytest.approx(want)
+    assert c.step_ms(8, 4.0, 1024, attn_tp=8, moe_tp=2) == pytest.approx(want)
+    # the same instance, now attention DP: nothing of the attention-TP prices is reused
+    dep_layer = 2.0 + 0.2 * 32 + 0.31 * 4 + 3e-6 * 4 * 8 * 7168
+    assert c.moe_layer_ms(8, 4.0, 1024, attn_tp=1, moe_tp=2) == pytest.approx(dep_layer)
+    assert c.module_ms(4, 1024) == pytest.approx(2.0) and c.module_ms(4, 1024, 128) == pytest.approx(2.0)
+
+
+def test_attention_dp_with_moe_tp_composes_its_rows():
+    """tp 8, attention DP, MoE TP 2: every rank's 4 tokens (32) enter the 2x4 MoE row; 128-head module; shared
+    experts and dense MLP from the whole-GEMM rows; NCCL all-gather + reduce-scatter of 32 x hidden; whole LM head."""
+    for routing, rate in (("balanced", 0.2), ("power_law_1.01", 0.3)):
+        c = _shaped(routing=routing)
+        comm = 3e-6 * 4 * 8 * 7168
+        assert c.shape_comm_ms(8, 1, 2, 4.0) == (pytest.approx(comm), "NCCL all-gather + reduce-scatter rows (8 GPUs)")
+        layer = 2.0 + rate * 32 + 0.31 * 4 + comm
+        assert c.moe_layer_ms(8, 4.0, 1024, moe_tp=2) == pytest.approx(layer)
+        want = 3 * layer + 2 * (2.0 + 0.7 * 4) + 0.7 * 4
+        assert c.step_ms(8, 4.0, 1024, moe_tp=2) == pytest.approx(want)
+        # the same instance at attention TP 8: its own dense parts, not the attention-DP ones
+        att = 0.25 * 2.0
+        tp_layer = att + rate * 4 + 0.24 + AR8
+        assert c.forward_ms(8, 4.0, 1024, 8, 2) == pytest.approx(3 * tp_layer + 2 * (att + 0.36 + AR8) + 0.24)
+
+
+def test_attention_tp_without_moe_tp_uses_the_ep_rows_at_the_groups_tokens():
+    c = _shaped()
+    layer = 0.25 * 2.0 + 0.5 * 4 / 8 + 0.24 + AR8  # EP 8 MoE row at 4 tokens
+    assert c.moe_layer_ms(8, 4.0, 1024, attn_tp=8, moe_tp=1) == pytest.approx(layer)
+    assert c.shape_why(8, 8, 1) is None
+    assert c.shape_comm_ms(8, 1, 1, 4.0) == c.comm_ms(8, 4.0)  # DEP: its own communication
+
+
+def test_mtp_under_attention_tp_verifies_and_drafts_with_the_shape():
+    c = _shaped(mtp=1, acceptance=0.5)
+    att4, att2 = 0.25 * 2.0, 0.25 * 1.5  # module at batch 4 (verify: 2 x 2 tokens) and 2 (draft), KV 1024
+    verify = 3 * (att4 + 0.8 + 0.24 + AR8) + 2 * (att4 + 0.36 + AR8) + 0.24
+    draft = att2 + 0.2 * 2 + 0.05 * 2 + 0.01 * 2 + AR8 / 2
+    assert c.step_ms(8, 2.0, 1024, attn_tp=8, moe_tp=2) == pytest.approx((verify + draft) / 1.5)
+
+
+class _OnlyAg(_Tables):
+    def comm_ms(self, kind, tp, elements):
+        return (None, 0) if kind == "reduce_scatter" else super().comm_ms(kind, tp, elements)
+
+
+class _OnlyRs(_Tables):
+    def comm_ms(self, kind, tp, elements):
+        return (None, 0) if kind == "all_gather" else super().comm_ms(kind, tp, elements)
+
+
+def test_shapes_without_rows_are_refused_naming_the_flag_and_the_rows():
+    from dwdp_trtllm.errors import ConfigError
+
+    c = _shaped()
+    assert c.shape_why(8, 1, 3) == ("--gen-moe-tp", "a divisor of the generation server's 8 GPUs (--gen-tp), got 3")
+    assert c.shape_why(8, 4, 1) == ("--gen-attn-tp", "1 (attention DP) or the server's 8 GPUs (attention TP over the "
+                                                     "whole server; TP groups inside a server are not priced), got 4")
+    assert c.shape_why(3, 3, 1) == ("--gen-attn-tp", "MLA generation rows at 128 / 3 heads per GPU on h200 (shipped: "
+                                                     "64, 16, 8 heads)")
+    assert c.shape_why(4, 4, 1) == ("--gen-attn-tp", "MLA generation rows at 128 / 4 heads per GPU on h200 (shipped: "
+                                                     "64, 16, 8 heads)")
+    assert c.shape_why(2, 2, 1) == ("--gen-attn-tp", "all-reduce rows over 2 GPUs on h200 (attention TP 2)")
+    assert c.shape_why(8, 1, 4) == ("--gen-moe-tp", "fused MoE rows at MoE TP 4 x EP 2 (fp8, balanced) on h200")
+    assert _shaped(routing="power_law_1.2").shape_why(8, 1, 2) == (
+        "--gen-moe-tp", "fused MoE rows at MoE TP 2 x EP 4 (fp8, power_law_1.2) on h200")
+    for t in (_NoCommRows(), _OnlyAg(), _OnlyRs()):
+        assert _shaped(tables=t).shape_why(8, 1, 2) == (
+            "--gen-moe-tp", "NCCL all-gather / reduce-scatter rows over 8 GPUs on h200 (attention DP with MoE TP 2)")
+        with pytest.raises(ConfigError) as e:
+            _shaped(tables=t).shape_comm_ms(8, 1, 2, 4.0)
+        assert (e.value.key, e.value.expected) == ("--gen-moe-tp", "NCCL all-gather / reduce-scatter rows over 8 GPUs "
+                                                                   "on h200")
+    assert _shaped(tables=_NoCommRows()).shape_why(8, 8, 2) is None  # attention TP needs no NCCL rows
+    for shape in ((8, 8, 2), (8, 1, 2), (8, 1, 1), (8, 8, 1)):
+        assert c.shape_why(*shape) is None, shape
+    with pytest.raises(ConfigError) as e:
+        _shaped().step_ms(8, 4.0, 1024, attn_tp=1, moe_tp=4)
+    assert (e.value.key, e.value.expected) == c.shape_why(8, 1, 4)
+
+
+def test_missing_head_rows_and_split_gemms_are_refused_naming_attention_tp():
+    from dwdp_trtllm.errors import ConfigError
+
+    c = _shaped()
+    with pytest.raises(ConfigError) as e:
+        c.module_ms(4, 1024, 32)
+    assert (e.value.key, e.value.expected) == ("--gen-attn-tp", "MLA generation rows at 32 heads per GPU on h200 "
+                                                                "(shipped: 64, 16, 8)")
+    bare = dc.DecodeCost(MODEL, "h200", "fp8", _Tables(), {"mla_generation_module": {"fp8_block/fp8": {"rows": ROWS}}},
+                         {}, 0)
+    with pytest.raises(ConfigError) as e:
+        bare.module_ms(4, 1024, 16)
+    assert e.value.expected == "MLA generation rows at 16 heads per GPU on h200 (shipped: none)"
+    assert bare.shape_why(8, 8, 1) == ("--gen-attn-tp", "MLA generation rows at 128 / 8 heads per GPU on h200 "
+                                                        "(shipped: none heads)")
+    for op in ("dense_fc1", "dense_fc2", "shared_fc1", "shared_fc2"):
+        gen = _shaped_gen()
+        del gen["gemm"][f"{op}/tp8"]
+        with pytest.raises(ConfigError) as e:
+            _shaped(gen=gen).forward_ms(8, 4.0, 1024, attn_tp=8, moe_tp=2)
+        assert (e.value.key, e.value.expected) == ("--gen-attn-tp", f"{op} GEMM rows split over 8 GPUs on h200")
+    gen = _shaped_gen()
+    del gen["gemm"]["lm_head/tp8"]  # no split LM head row: priced 0, as the whole one
+    att = 0.25 * 2.0
+    assert _shaped(gen=gen).forward_ms(8, 4.0, 1024, 8, 2) == pytest.approx(
+        3 * (att + 0.8 + 0.24 + AR8) + 2 * (att + 0.36 + AR8))
+
+
+def test_stated_allgather_reducescatter_replaces_deepep_rows():
+    deepep = {"deepep_ll": {"by_hidden": {"7168": {"fp8": {"8": {"dispatch": [[1, 0.02], [16, 0.05]]}},
+                                                   "bfloat16": {"8": {"combine": [[1, 0.03], [16, 0.09]]}}}}}}
+    c = dc.DecodeCost(MODEL, "h200", "fp8", _Tables(), {}, deepep, 0, dep_comm="allgather_reducescatter")
+    assert c.comm_ms(8, 6.0) == (pytest.approx(3e-6 * 6 * 8 * 7168),
+                                 "NCCL all-gather + reduce-scatter rows (8 GPUs, --dep-comm)")
+    assert c.comm_ms(1, 6.0) == (0.0, "none (one GPU)")
+    for t in (_NoCommRows(), _OnlyAg(), _OnlyRs()):  # no NCCL rows: the DeepEP rows after all
+        c = dc.DecodeCost(MODEL, "h200", "fp8", t, {}, deepep, 0, dep_comm="allgather_reducescatter")
+        assert c.comm_ms(8, 6.0)[1] == "DeepEP low-latency rows (EP8)"
