@@ -386,3 +386,113 @@ def test_stated_allgather_reducescatter_replaces_deepep_rows():
     for t in (_NoCommRows(), _OnlyAg(), _OnlyRs()):  # no NCCL rows: the DeepEP rows after all
         c = dc.DecodeCost(MODEL, "h200", "fp8", t, {}, deepep, 0, dep_comm="allgather_reducescatter")
         assert c.comm_ms(8, 6.0)[1] == "DeepEP low-latency rows (EP8)"
+
+
+def test_attention_tp_over_two_gpus_prices_its_all_reduces():
+    """tp 2 with attention TP 2 (64 heads per GPU) and no MoE TP: the smallest attention-TP server still all-reduces
+    twice per layer, dense layers included, and splits its GEMMs over 2."""
+    gen = _shaped_gen()
+    gen["gemm"].update({f"{op}/tp2": {"points": _lin(a)} for op, a in
+                        (("shared_fc1", 0.02), ("shared_fc2", 0.03), ("dense_fc1", 0.04), ("dense_fc2", 0.05),
+                         ("lm_head", 0.06))})
+    c = _shaped(gen=gen, comm={"custom_allreduce": {"by_gpus": {"2": [[1, 2e-5], [1e6, 20.0]]}}})
+    assert c.shape_why(2, 2, 1) is None
+    ar = 2 * 2e-5 * 4 * 7168
+    assert c.shape_comm_ms(2, 2, 1, 4.0) == (pytest.approx(ar), "2 custom all-reduces (2 GPUs)")
+    att = 0.5 * 2.0
+    layer = att + 0.5 * 4 / 2 + 0.24 + ar  # EP 2 MoE row at the group's 4 tokens
+    assert c.forward_ms(2, 4.0, 1024, attn_tp=2) == pytest.approx(3 * layer + 2 * (att + 0.36 + ar) + 0.24)
+
+
+def test_shaped_prices_ask_for_the_stated_rows_and_skip_absent_shared_experts():
+    no_shared = SimpleNamespace(**{**vars(MODEL), "num_shared_experts": 0})
+    c = dc.DecodeCost(no_shared, "h200", "fp8", _StrictTables(), _shaped_gen(), SHAPED_COMM, 0)
+    assert c.moe_layer_ms(8, 4.0, 1024, attn_tp=8) == pytest.approx(0.5 + 0.25 + 0.01 * 4 + AR8)  # router only
+    assert c.shape_comm_ms(1, 1, 1, 4.0) == (0.0, "none (one GPU)")  # the DEP shape: DEP's communication
+    assert c.shape_why(8) is None and c.shape_why(3) is None  # defaults: attention DP, no MoE TP
+
+
+def test_missing_sections_of_the_tables_are_refusals_not_crashes():
+    from dwdp_trtllm.errors import ConfigError
+
+    for drop in ("moe_tp", "gemm"):
+        gen = _shaped_gen()
+        del gen[drop]
+        c = _shaped(gen=gen)
+        if drop == "moe_tp":
+            assert c.shape_why(8, 1, 2) == ("--gen-moe-tp", "fused MoE rows at MoE TP 2 x EP 4 (fp8, balanced) on h200")
+        else:
+            with pytest.raises(ConfigError) as e:
+                c.moe_layer_ms(8, 4.0, 1024, attn_tp=8, moe_tp=2)
+            assert e.value.expected == "shared_fc1 GEMM rows split over 8 GPUs on h200"
+    for moe_tp in ({"fp8": {}}, {"bf16": {"by_shape": {}}}):
+        assert _shaped(gen={**_shaped_gen(), "moe_tp": moe_tp}).shape_why(8, 1, 2)[0] == "--gen-moe-tp"
+    for comm in ({}, {"custom_allreduce": {}}):
+        assert _shaped(comm=comm).shape_why(8, 8, 2) == ("--gen-attn-tp", "all-reduce rows over 8 GPUs on h200 "
+                                                                          "(attention TP 8)")
+
+
+class _TpComm(_Tables):
+    """NCCL rows whose price grows with the GPU count (tp / 8 x the stand-in's)."""
+
+    def comm_ms(self, kind, tp, elements):
+        return super().comm_ms(kind, tp, elements)[0] * tp / 8, 0
+
+
+def test_dep_communication_falls_back_row_by_row():
+    half = {"deepep_ll": {"by_hidden": {"7168": {"fp8": {"8": {"dispatch": [[1, 0.02], [16, 0.05]]}}}}}}
+    c = dc.DecodeCost(MODEL, "h200", "fp8", _TpComm(), {}, half, 0)  # dispatch rows without combine: NCCL
+    assert c.comm_ms(8, 6.0) == (pytest.approx(3e-6 * 6 * 8 * 7168), "NCCL all-gather + reduce-scatter rows (8 GPUs)")
+    assert c.comm_ms(2, 6.0) == (pytest.approx(3e-6 * 6 * 2 * 7168 * 2 / 8),
+                                 "NCCL all-gather + reduce-scatter rows (2 GPUs)")
+    for t in (_OnlyAg(), _OnlyRs()):  # one NCCL row missing: the modelled all-to-all
+        assert dc.DecodeCost(MODEL, "h200", "fp8", t, {}, {}, 0).comm_ms(8, 6.0)[1] == \
+            "modelled all-to-all (8 GPUs, no rows)"
+
+
+def _curved_cost():
+    # f(batch) x g(KV), neither linear in log2: f 1, 2, 10 at batch 1, 2, 4; g 1, 2, 10 at KV 1024, 2048, 4096
+    f, g = {1: 1.0, 2: 2.0, 4: 10.0}, {1024: 1.0, 2048: 2.0, 4096: 10.0}
+    rows = [[b, k, f[b] * g[k]] for b in f for k in g]
+    return dc.DecodeCost(MODEL, "h200", "fp8", _Tables(), {"mla_generation_module": {"fp8_block/fp8": {"rows": rows}}},
+                         {}, 0)
+
+
+def test_module_interpolates_inside_the_bracketing_rows_of_a_curved_grid():
+    c = _curved_cost()
+    assert c.module_ms(2 ** 0.5, 1024) == pytest.approx(1.5)  # first batch interval: 1 + 0.5 x (2 - 1)
+    assert c.module_ms(2 ** 1.5, 1024) == pytest.approx(6.0)  # last batch interval: 2 + 0.5 x (10 - 2)
+    assert c.module_ms(1, 2 ** 10.5) == pytest.approx(1.5)  # first KV interval
+    assert c.module_ms(1, 2 ** 11.5) == pytest.approx(6.0)  # last KV interval
+    lowest = dc.DecodeCost(MODEL, "h200", "fp8", _Tables(), {"mla_generation_module": {"fp8_block/fp8": {
+        "rows": [[2, 1024, 4.0], [2, 4096, 6.0], [8, 1024, 8.0], [8, 4096, 9.0]]}}}, {}, 0)
+    assert lowest.module_ms(1, 1024) == pytest.approx(4.0)  # below the smallest batch (2): clamped to its row
+
+
+def test_stated_pricing_without_tables_is_balanced_rows():
+    assert dc.stated_pricing(SimpleNamespace(tables=None, dep_comm=None)) == {"routing": "balanced", "dep_comm": None}
+
+
+def test_decode_cost_refuses_a_gpu_without_tables_for_the_dtype(tmp_path, monkeypatch):
+    from dwdp_trtllm.errors import ConfigError
+    from dwdp_trtllm.spec.models import PRESETS
+
+    r1 = PRESETS["deepseek-r1"]
+    with pytest.raises(ConfigError) as e:  # h200's kernel tables have no NVFP4 experts
+        dc.decode_cost(r1, "h200", "nvfp4")
+    assert e.value.key == "--gpu"
+    monkeypatch.setattr(dc, "package_path", lambda gpu: None)  # kernel tables but no generation tables
+    with pytest.raises(ConfigError) as e:
+        dc.decode_cost(r1, "h200", "fp8")
+    assert e.value.key == "--gpu"
+    f = tmp_path / "gen.json"
+    f.write_text('{"format": "dwdp-generation-tables/1", "models": {"deepseek-v3": {}}}')
+    monkeypatch.setattr(dc, "package_path", lambda gpu: f)
+    with pytest.raises(ConfigError) as e:  # the model's entry without MLA module rows
+        dc.decode_cost(r1, "h200", "fp8")
+    assert e.value.key == "--model"
+    f2 = tmp_path / "gen2.json"
+    f2.write_text('{"format": "dwdp-generation-tables/1", "models": {"deepseek-v3": {"mla_generation_module": '
+                  '{"fp8_block/fp8": {"rows": []}}}}}')
+    monkeypatch.setattr(dc, "package_path", lambda gpu: f2)
+    assert dc.decode_cost(r1, "h200", "fp8").comm == {}  # a file without communication rows: none
