@@ -397,6 +397,8 @@ def test_attention_tp_over_two_gpus_prices_its_all_reduces():
                          ("lm_head", 0.06))})
     c = _shaped(gen=gen, comm={"custom_allreduce": {"by_gpus": {"2": [[1, 2e-5], [1e6, 20.0]]}}})
     assert c.shape_why(2, 2, 1) is None
+    assert _shaped(gen=_shaped_gen(heads=("16", "8")), comm=c.comm).shape_why(2, 2, 1) == (
+        "--gen-attn-tp", "MLA generation rows at 128 / 2 heads per GPU on h200 (shipped: 16, 8 heads)")
     ar = 2 * 2e-5 * 4 * 7168
     assert c.shape_comm_ms(2, 2, 1, 4.0) == (pytest.approx(ar), "2 custom all-reduces (2 GPUs)")
     att = 0.5 * 2.0
