@@ -14,6 +14,7 @@ import pytest
 
 from dwdp_trtllm.perf import cost_model as cm
 from dwdp_trtllm.perf.calibration import Calibration
+from placement_fake import FakePlacement  # noqa: E402  (tests/unit is on sys.path)
 
 # an MLA stand-in (kv_b runs over prefix + chunk keys); 64 experts top-8, H 1000, I 300
 MLA = SimpleNamespace(attention="mla", hidden_size=1000, num_heads=4, qk_nope_head_dim=32, qk_rope_head_dim=16,
@@ -223,15 +224,7 @@ def test_allgather_reducescatter_prices_each_sample_by_the_rank_that_gathers_mos
 A2A_EXPERTS = SimpleNamespace(expert_bytes=lambda dtype: {"fp8": 1000}[dtype])  # 1000 bytes per expert
 
 
-class _Placement:
-    def __init__(self, size, pulled, served):
-        self.dwdp_size, self._pulled, self._served = size, pulled, served
-
-    def fetch_experts(self, r):
-        return list(range(self._pulled[r]))
-
-    def max_source_load(self):
-        return self._served
+_Placement = FakePlacement  # tests/unit/placement_fake.py
 
 
 def test_prefetch_counts_the_sources_kv_transfer_on_its_links():

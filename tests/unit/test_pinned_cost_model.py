@@ -12,6 +12,7 @@ import pytest
 from dwdp_trtllm.perf import cost_model as cm
 from dwdp_trtllm.perf.calibration import Calibration
 from dwdp_trtllm.perf.contention import expected_slowdown
+from placement_fake import FakePlacement  # noqa: E402  (tests/unit is on sys.path)
 
 MODEL = SimpleNamespace(top_k=8, hidden_size=1000, num_experts=64, moe_intermediate=300,
                         expert_bytes=lambda dtype: {"fp8": 1000, "bf16": 2000}[dtype])
@@ -99,15 +100,7 @@ def test_allgather_reducescatter_moves_the_others_tokens_twice():
     assert cm.allgather_reducescatter_us(MODEL, _p(), tokens, 1).tolist() == [0.0]
 
 
-class _Placement:
-    def __init__(self, size, pulled, served):
-        self.dwdp_size, self._pulled, self._served = size, pulled, served
-
-    def fetch_experts(self, r):
-        return list(range(self._pulled[r]))
-
-    def max_source_load(self):
-        return self._served
+_Placement = FakePlacement  # tests/unit/placement_fake.py
 
 
 def test_prefetch_is_the_busiest_side_over_the_calibrated_link():
