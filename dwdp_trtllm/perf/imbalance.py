@@ -202,13 +202,10 @@ def skew_term(spec, *, num_moe_layers: int, num_experts: int, top_k: int, ep_siz
     # per rank (64 rows over 256 experts) ranks 0 and 1 got 32 each, so balanced routing read 4x the tiles per rank
     # it has and every skew looked cheaper than balanced (a factor of 0.23 at power_law 1.2). Ties only: where the
     # shares differ, or the split is exact, the counts are split_counts' own.
-    seen: set[int] = set()
-    slot = {}
+    slot: dict[int, tuple[int, int]] = {}  # expert -> (its place in its first rank's list, that rank)
     for r, ex in enumerate(pl):
         for j, e in enumerate(ex):
-            if e not in seen:
-                seen.add(e)
-                slot[e] = (j, r)
+            slot.setdefault(e, (j, r))
     spread = np.array(sorted(range(num_experts), key=lambda e: slot.get(e, (num_experts, e))))
 
     def dep_tiles_max(p: np.ndarray) -> float:

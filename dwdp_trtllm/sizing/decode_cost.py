@@ -145,8 +145,12 @@ class DecodeCost:
             i = int(np.clip(np.searchsorted(lb, xb), 1, len(lb) - 1))
             wb = (xb - lb[i - 1]) / (lb[i] - lb[i - 1])
             scale = max(batch, 1.0) / 2 ** lb[-1] if batch > 2 ** lb[-1] else 1.0
-            hit = memo[(heads, batch)] = (i, wb, scale, lk.tolist(), ms.tolist())
-        i, wb, scale, lkl, msl = hit
+            hit = memo[(heads, batch)] = (i, wb, scale)
+        i, wb, scale = hit
+        lists = self.__dict__.setdefault("_module_lists", {})  # the grid as Python floats, once per heads
+        if heads not in lists:
+            lists[heads] = (lk.tolist(), ms.tolist())
+        lkl, msl = lists[heads]
         xk_raw = np.log2(max(kv, 1.0))
         xk = float(min(max(xk_raw, lkl[0]), lkl[-1]))  # np.clip of a scalar
         j = min(max(bisect.bisect_left(lkl, xk), 1), len(lkl) - 1)  # np.searchsorted (side left), clipped
