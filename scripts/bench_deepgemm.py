@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """DeepGEMM's Hopper FP8 block-scale grouped GEMM against ours on DeepSeek-R1 expert shapes, in one process, on the
-same inputs (issue 25, docs/history/benchmarks-2026-12.md section 13).
+same inputs (docs/history/benchmarks-2026-12.md section 13).
 
   ours mb    torch.ops.dwdp.grouped_gemm, the production dispatch, weights in place over two buffers
              [LOCAL local | E - LOCAL slot] (the engine's multi_buffer unit)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The FP8 grouped GEMM on DeepSeek-R1 expert shapes (issue 25): every CUTLASS variant of the multi_buffer op, the
+"""The FP8 grouped GEMM on DeepSeek-R1 expert shapes: every CUTLASS variant of the multi_buffer op, the
 scheduler knobs, and torch's `_scaled_grouped_mm`, side by side in one run; writes the production choice.
 
   variants  torch.ops.dwdp.grouped_gemm_fp8_tune(..., variant, raster, swizzle): the FP8 blockwise kernels of

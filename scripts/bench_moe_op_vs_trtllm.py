@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Our whole routed-expert op on DeepSeek-R1 shapes against TensorRT-LLM's Hopper fp8_block CUTLASS MoE (issue 25):
+"""Our whole routed-expert op on DeepSeek-R1 shapes against TensorRT-LLM's Hopper fp8_block CUTLASS MoE:
 the evidence of the TensorRT-LLM adapter's FP8 default on sm_90 (integration/gemm_choice.py choose_gemm).
 
 Ours, timed here (CUDA): the multi_buffer execution unit's computation, integration/trtllm/moe_unit.routed_forward

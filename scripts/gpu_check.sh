@@ -29,7 +29,7 @@ for s in $sections; do
       # the GPU tests skip without CUDA: a machine that shows none must not read as green
       python3 -c "import sys, torch; sys.exit(0 if torch.cuda.device_count() else 1)" \
         || { echo "gpu_check: torch sees no CUDA device" | tee -a "$OUT/env.log"; rc=1; } ;;
-    host_gpus)  # helper C: the pre-flight's GPU memory per CUDA index (host_resources.gpu_memory, CUDA_VISIBLE_DEVICES
+    host_gpus)  # the pre-flight's GPU memory per CUDA index (host_resources.gpu_memory, CUDA_VISIBLE_DEVICES
                 # applied) against torch's view of the same devices; seconds. Results: $OUT/raw/host_gpus/result.jsonl
       section host_gpus; mkdir -p "$OUT/raw/host_gpus"
       last=$(( $(nvidia-smi -L | wc -l) - 1 )); uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | tail -n 1 | cut -c1-12)
@@ -56,7 +56,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
         [ $try = 3 ] && rc=1
       done; tail -n 5 "$OUT/build.log"
       (cd "$DWDP_CACHE_DIR" && tar -czf "$OUT/ops_lib.tgz" ops/*/dwdp_ops_cuda.so) 2>/dev/null ;;
-    tune)  # issue 25: every FP8 grouped GEMM variant + scheduler knobs vs torch (scripts/bench_fp8_grouped.py); it writes
+    tune)  # every FP8 grouped GEMM variant + scheduler knobs vs torch (scripts/bench_fp8_grouped.py); it writes
            # the production dispatch header by measurement, the ops are rebuilt with it (the build's objects reused:
            # only the glue recompiles) and returned as ops_lib.tgz with the header; then the grouped GEMM GPU tests
       section tune
@@ -85,14 +85,14 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       section engine
       timeout "${ENGINE_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_fused_cuda.py tests/gpu/test_engine_cuda.py tests/gpu/test_dwdp_layer_graph.py tests/unit/test_launch_external.py > "$OUT/engine.log" 2>&1 || rc=1
       grep -E "max relative error|passed|failed|Error|FAILED" "$OUT/engine.log" | tail -n 20 ;;
-    profile)  # where the engine's time goes (issue 14): chunked-prefill iteration at 16K tokens, BF16 and FP8
+    profile)  # where the engine's time goes: chunked-prefill iteration at 16K tokens, BF16 and FP8
       section profile
       for a in ${PROFILE_RUNS:-"--weight-dtype bf16 --gemm merge" "--weight-dtype fp8 --gemm multi_buffer"}; do
         timeout "${PROFILE_TIMEOUT:-240}" python3 scripts/profile_engine.py --out "$OUT/raw/profile" --isl 8192 --tokens 16384 --mix $a \
           2>&1 | grep -E "^\[|Self CUDA time" | tee -a "$OUT/profile.log" || rc=1
         tar -czf "$OUT/profile.tgz" -C "$OUT/raw" profile 2>/dev/null  # back even if a later step runs out of time
       done ;;
-    attn)  # the engine's attention phase at 8K (helper E, session 6): GPU tests of a chunk over its cached prefix both
+    attn)  # the engine's attention phase at 8K: GPU tests of a chunk over its cached prefix both
            # ways and of the FP8 o_proj input quantised per chunk, then the FP8 8K chunked-prefill profile with the
            # engine's choice (auto) and with the split way forced (the way before): attention phase ms, measured/floor
       section attn
@@ -103,7 +103,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
           --weight-dtype fp8 --gemm multi_buffer --prefix-way $way 2>&1 | grep -E "^\[|Self CUDA time" >> "$OUT/attn.log" || rc=1
       done
       grep -E "passed|failed|FAILED|Error|phase ms|floor ms|wall ms|strides|host syncs|GPU in the|  phase " "$OUT/attn.log" | tail -n 30 ;;
-    trtllm)  # issue 13: the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
+    trtllm)  # the adapter's CUDA path (fake TensorRT-LLM modules, real transport) + host time per layer
       section trtllm
       DWDP_TRTLLM_GPU_RESULTS="$OUT/raw/trtllm" timeout "${TRTLLM_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_trtllm_adapter_cuda.py -k "not shutdown" > "$OUT/trtllm.log" 2>&1 || rc=1
       # executor shutdown frees the exported buffers after the DWDP group's barrier (3 worlds, ~1 min; shutdown_*.json)
@@ -113,18 +113,18 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
         tests/gpu/test_trtllm_capture_cuda.py tests/gpu/test_dead_peer_cuda.py >> "$OUT/trtllm.log" 2>&1 || rc=1
       timeout "${TRTLLM_TIMEOUT:-200}" python3 scripts/bench_trtllm_host_time.py --out "$OUT/raw/trtllm" >> "$OUT/trtllm.log" 2>&1 || rc=1
       grep -E "passed|failed|Error|host|ms" "$OUT/trtllm.log" | tail -n 25 ;;
-    fp8)  # issue 25: FP8 block-scale linear layers: GPU tests (kernel vs the recipe's reference, model vs its
+    fp8)  # FP8 block-scale linear layers: GPU tests (kernel vs the recipe's reference, model vs its
           # dequantised reference, the quantiser), then the kernel choice on DeepSeek-R1 shapes (FP8_BENCH_ARGS, e.g. --no-plugin)
       section fp8
       timeout "${FP8_TIMEOUT:-300}" python3 -m pytest -q -s -rs tests/gpu/test_fp8_linear_cuda.py tests/gpu/test_fused_cuda.py \
         -k "quant or kernel or swiglu or model" > "$OUT/fp8.log" 2>&1 || rc=1
       timeout "${FP8_TIMEOUT:-300}" python3 scripts/bench_fp8_linear.py --out "$OUT/raw/fp8_linear" ${FP8_BENCH_ARGS:-} >> "$OUT/fp8.log" 2>&1 || rc=1
       grep -E "rel error|passed|failed|Error|FAILED|set, T=|^\| (q_b|o|dense_gate_up|kv_a) " "$OUT/fp8.log" | tail -n 40 ;;
-    grouped)  # issue 25: the FP8 grouped GEMM (the op's production dispatch and the variants) against torch._scaled_grouped_mm
+    grouped)  # the FP8 grouped GEMM (the op's production dispatch and the variants) against torch._scaled_grouped_mm
       section grouped
       timeout "${GROUPED_TIMEOUT:-300}" python3 scripts/bench_fp8_grouped.py --no-knobs --out "$OUT/raw/grouped" > "$OUT/grouped.log" 2>&1 || rc=1
       tail -n 20 "$OUT/grouped.log" ;;
-    deepgemm)  # issue 25: DeepGEMM's FP8 grouped GEMM vs ours (docs/history/benchmarks-2026-12.md section 13): build DeepGEMM from the
+    deepgemm)  # DeepGEMM's FP8 grouped GEMM vs ours (docs/history/benchmarks-2026-12.md section 13): build DeepGEMM from the
                # .carry/deepgemm bundle (scripts/gpu/deepgemm_build.sh), time both on the same inputs
                # (scripts/bench_deepgemm.py), its GPU tests; returns deepgemm_built.tgz (the built _C + the JIT cache:
                # unpacked into .carry/deepgemm/deep_gemm and .carry/deepgemm_jit, a later call compiles nothing)
@@ -146,7 +146,7 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
         rc=1; echo "gpu_check: DeepGEMM did not build" >> "$OUT/deepgemm.log"
       fi
       grep -vE "^(\[|  )" "$OUT/deepgemm.log" | grep -E "^fc|^\| fc|deep_gemm|passed|failed|FAILED|rror|did not build" | tail -n 40 ;;
-    moeop)  # issue 25: our whole routed-expert op (multi_buffer unit, one [E, ...] buffer, and gemm: deepgemm on that
+    moeop)  # our whole routed-expert op (multi_buffer unit, one [E, ...] buffer, and gemm: deepgemm on that
             # buffer when DeepGEMM is there) at 4K/8K/16K tokens, uniform + power-law routing, 3 interleaved rounds,
             # beside TensorRT-LLM's fp8_block MoE table (the adapter's FP8 default). DeepGEMM set up as the deepgemm
             # section does (its /tmp tree if that section ran, else deepgemm_build.sh reusing the carried _C;
@@ -214,7 +214,7 @@ print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4
       cp "$OUT/raw/routedop/tests.log" "$OUT/routedop_tests.log"
       built
       tail -n 60 "$OUT/routedop.log" ;;
-    verify)  # issue 15: dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
+    verify)  # dwdp verify on the GPU (tests, then a DeepSeek-R1-shaped FP8 model)
       section verify
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
       timeout "${VERIFY_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
@@ -228,14 +228,14 @@ print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4
       timeout "${CALIBRATE_TEST_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_calibrate_cuda.py tests/gpu/test_sizing_bench_cuda.py \
         >> "$OUT/calibrate.log" 2>&1 || rc=1
       grep -E "passed|failed|rror|\[[0-9]/|wrote" "$OUT/calibrate.log" | tail -n 30 ;;
-    calib)  # issue 25: the planner's engine calibration (one `dwdp bench --floor` campaign, FP8 linear layers on for
+    calib)  # the planner's engine calibration (one `dwdp bench --floor` campaign, FP8 linear layers on for
             # FP8 experts): exactly perf_check.sh's points b2 b8 b32 f2 f8 f32, one rank each; results under $OUT/raw/calib
             # (raw.tar.gz: raw/<point>/results.json); adopt with scripts/dev/adopt_floor_campaign.py (docs/PLANNER.md section 5)
       section calib
       OUT="$OUT/raw/calib" BENCH_TIMEOUT="${CALIB_TIMEOUT:-120}" bash scripts/gpu/perf_check.sh f8 b8 f2 b2 f32 b32 \
         > "$OUT/calib.log" 2>&1 || rc=1
       grep -E "^===|^│ (attention|experts|other|iteration) |wrote|rror" "$OUT/calib.log" | tail -n 50 ;;
-    floorsust)  # issue 25 (helper E): calib's FP8 R1 points (one rank, DeepSeek-R1 width, FP8 experts on multi_buffer, FP8
+    floorsust)  # calib's FP8 R1 points (one rank, DeepSeek-R1 width, FP8 experts on multi_buffer, FP8
                 # linears) with `--floor --floor-sustained`: the burst floor, the floor under sustained load and the engine in
                 # one run, with the SM clock / power of each; $OUT/raw/floorsust/<point>/results.json + summary.jsonl (~2 min)
       section floorsust; mkdir -p "$OUT/raw/floorsust"

@@ -12,7 +12,7 @@ over prefix + chunk); the floor beside it (bench/floor.py) takes one way for all
 whole batch.
 
 Writes DIR/profile_<tag>.txt (kernel table) and DIR/profile_<tag>.json (phase times per iteration). On CUDA also
-where the GPU idles (the attention phase's excess over the floor, issue 25): the wall of forwards without the phase
+where the GPU idles (the attention phase's excess over the floor): the wall of forwards without the phase
 timer or the profiler, the host syncs of one forward (torch's sync debug mode), and one more profiled forward with
 the phases marked and Python stacks on, whose chrome trace (DIR/trace_<tag>.json.gz) scripts/trace_gaps.py reads:
 GPU idle per phase, host-late vs GPU-side, the largest gaps with the engine frame that launched the next kernel

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Price every published DWDP number with `dwdp plan` and print docs/PLANNER.md's validation table (issue 24).
+"""Price every published DWDP number with `dwdp plan` and print docs/PLANNER.md's validation table.
 
     python3 scripts/validate_published.py            # the markdown table on stdout
     python3 scripts/validate_published.py --write    # also: the table into docs/PLANNER.md (between its

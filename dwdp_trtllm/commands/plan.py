@@ -353,7 +353,7 @@ def dwdp_gemm(args, gpu_name: str) -> dict:
 def linear_layers_said(cal, weight_dtype: str):
     """The floor campaign's one line (`choice`) says so when none of its runs ran the linear layers in the dtype this
     plan prices them in (cost_model.DENSE_DTYPE_FOR: FP8 for FP8 / FP4 checkpoints): their floor rates are then the
-    other dtype's (FP8 linear layers, measured since issue 25, are faster than BF16 ones: docs/history/benchmarks-2026-12.md section 9,
+    other dtype's (FP8 linear layers are faster than BF16 ones: docs/history/benchmarks-2026-12.md section 9,
     one H200, 2026-12-03, an MoE layer's set 1.37-1.38x and a dense layer's 1.43-1.45x at 4K-16K tokens)."""
     from ..perf.cost_model import DENSE_DTYPE_FOR
 

@@ -1,4 +1,4 @@
-"""The published-results validation: every published DWDP number we can reproduce, against `dwdp plan` (issue 24).
+"""The published-results validation: every published DWDP number we can reproduce, against `dwdp plan`.
 
 The rows live in dwdp_trtllm/data/validation/published.yaml (its header documents the keys). Each row's setup is
 a `dwdp plan` argument list, so a row is priced exactly as a user's plan is (same argument checks, calibration

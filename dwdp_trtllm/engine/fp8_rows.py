@@ -17,7 +17,7 @@ from .fused import fused_enabled
 class Fp8Rows:
     """Activation rows already quantised for an FP8 GEMM path: q_AD float8_e4m3fn, scale_AG float32 with
     a ~= q * scale per 1x128 group (G = D / 128). Quantising once, before the rows are gathered or after the
-    SwiGLU in the same kernel, is what makes the FP8 expert phase pay (issue 14)."""
+    SwiGLU in the same kernel, is what makes the FP8 expert phase pay."""
 
     q: torch.Tensor
     scale: torch.Tensor

@@ -1,5 +1,5 @@
 """DeepGEMM (deepseek-ai/DeepGEMM) as an optional FP8 block-scale grouped GEMM on Hopper: the layout it needs and a
-thin wrapper around `deep_gemm.m_grouped_fp8_gemm_nt_contiguous` (issue 25).
+thin wrapper around `deep_gemm.m_grouped_fp8_gemm_nt_contiguous`.
 
 DeepGEMM groups along M only, over ONE [E, N, K] weight tensor (it cannot read per-expert pointers, so it pairs with
 the VMM composite view or DEP's single buffer, not with the multi_buffer [local | slot] split), and every expert's

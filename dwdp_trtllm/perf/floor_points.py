@@ -209,8 +209,8 @@ def _point(r: dict, i: int, mode: str, f: dict, spec, load, path: str, notes: li
 
 def linear_dtype(floor: Any) -> str:
     """The dtype a run's linear layers ran in, from its floor: "fp8" when the floor timed FP8 block-scale GEMMs for
-    them (bench/floor.py writes `linear_layers: "fp8 block scales"` since issue 25), else the model dtype (bf16;
-    floors written before issue 25 have no such key: the engine dequantised every linear layer to BF16 then)."""
+    them (bench/floor.py writes `linear_layers: "fp8 block scales"` since its FP8 linear layers), else the model dtype (bf16;
+    floors written before them have no such key: the engine dequantised every linear layer to BF16 then)."""
     said = floor.get("linear_layers") if isinstance(floor, dict) else None
     return "fp8" if isinstance(said, str) and said.startswith("fp8") else "bf16"
 
@@ -218,7 +218,7 @@ def linear_dtype(floor: Any) -> str:
 def run_linear_dtype(run: dict) -> str:
     """The dtype a bench run's linear layers ran in: its floor's (linear_dtype) when it has one, else its config's
     model.fp8_linear (true: fp8; null: fp8 with FP8 experts); bf16 for a config without the key (written before
-    issue 25, when the engine dequantised them)."""
+    the engine had FP8 linear layers, when it dequantised them)."""
     if isinstance(run.get("floor"), dict):
         return linear_dtype(run["floor"])
     model = get(run, "config.model") or {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build DeepGEMM (deepseek-ai/DeepGEMM) from the git-ignored source bundle .carry/deepgemm on a CUDA machine, for
-# scripts/bench_deepgemm.py and dwdp_trtllm/ops/deepgemm.py (issue 25, docs/history/benchmarks-2026-12.md section 13).
+# scripts/bench_deepgemm.py and dwdp_trtllm/ops/deepgemm.py (docs/history/benchmarks-2026-12.md section 13).
 #   usage: scripts/gpu/deepgemm_build.sh [DEST]   (default /tmp/deepgemm; then export DWDP_DEEPGEMM_DIR=DEST)
 # The bundle: DeepGEMM's csrc/, deep_gemm/, setup.py, scripts/generate_pyi.py, LICENSE at 54e2261 and fmt's include/
 # at 553ec11 under third-party/fmt (its submodule pins); CUTLASS/CuTe headers come from .carry/cutlass (4.2.0; the

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Engine speed on one H200 (issue 14): fused-kernel tests, a profile of one forward, and `dwdp bench --floor`
+# Engine speed on one H200: fused-kernel tests, a profile of one forward, and `dwdp bench --floor`
 # points (one rank: no communication, no sharing) at ISL 2K / 8K / 32K, BF16 and FP8 experts.
 #   usage: OUT=dir scripts/gpu/perf_check.sh [steps...]   steps: test kernels profile b8 b2 b32 f8 f2 f32 f8o f2o f32o smoke smoke8 smoke8o
 #   f* run FP8 experts with FP8 linear layers (model.fp8_linear null = on with fp8 weights); f*o the same point with the
-#   linear layers at BF16 (model.fp8_linear=false: the engine before issue 25)
+#   linear layers at BF16 (model.fp8_linear=false: the engine before its FP8 linear layers)
 #   (default: all but kernels and smoke; kernels: scripts/bench_moe_kernels.py, the MoE layer's non-GEMM kernels)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -19,7 +19,7 @@ ours exists only while the tracker knows its name: a run whose every process is 
 its ranks get SIGKILL) still leaves nothing, the tracker unlinking what is left when its last user dies.
 SharedMemory registers only after creating, and a rank stopped in between (a SIGTERM during setup) left a file
 the tracker did not know, which the launcher's clean-up then unregistered: a KeyError traceback from the
-tracker (issue 22). The launcher's clean-up registers and unregisters each name it removes, which the tracker
+tracker. The launcher's clean-up registers and unregisters each name it removes, which the tracker
 accepts whether or not it knew the name.
 
 An owner reserves its segment's pages when it creates it (posix_fallocate): a /dev/shm too small for the
