@@ -13,7 +13,8 @@ SwiGLU + quantise, fc2, combine). FP8 block scales (1x128 activations, 128x128 w
   gemm_dg      fc1 + fc2 alone: DeepGEMM on the padded rows of one buffer
   gemm_torch   fc1 + fc2 alone: torch._scaled_grouped_mm (rowwise scales: another recipe, the floor's kernel)
 BF16 experts (--bf16): op_bf16 (the op, dwdp::grouped_gemm BF16) against gemm_bf16 (torch._grouped_mm fc1 + fc2 on one
-buffer, the rows the op's GEMMs see).
+buffer, the rows the op's GEMMs see) and gemm_b_<variant> (fc1 + fc2 of each dwdp::grouped_gemm BF16 variant over the
+split; the op runs the one grouped_gemm_bf16_choice names).
 Rates are 6*T*K*H*I / time (the op's GEMM work). Timing: triton.testing.do_bench median per call; every variant once
 per round, --rounds interleaved rounds on the same inputs, a time is the median of its rounds [min-max]. The op's
 output is compared with op_cutlass's (the same arithmetic but the GEMM kernel: bit-equal expected).
@@ -124,9 +125,17 @@ def bf16_runs(spec, x_TH, ids_TK, w_TK, split, one) -> dict:
     a1 = torch.randn(A, H, device=dev, dtype=torch.bfloat16)
     a2 = torch.randn(A, I, device=dev, dtype=torch.bfloat16)
     w13, w2 = one.buffers[W13][0], one.buffers[W2][0]
-    return {"op_bf16": lambda: routed_forward(x_TH, ids_TK, w_TK, split, torch.bfloat16),
+    runs = {"op_bf16": lambda: routed_forward(x_TH, ids_TK, w_TK, split, torch.bfloat16),
             "gemm_bf16": lambda: (torch._grouped_mm(a1, w13.transpose(1, 2), offs=offs_E),
                                   torch._grouped_mm(a2, w2.transpose(1, 2), offs=offs_E))}
+    tune = getattr(torch.ops.dwdp, "grouped_gemm_bf16_tune", None)
+    if tune is None:  # a library from before the BF16 variants
+        return runs
+    ib, rb = split.expert_buffer_idx_E.to(torch.int32), split.expert_row_E.to(torch.int32)
+    for v in torch.ops.dwdp.grouped_gemm_bf16_variants():  # fc1 + fc2 of each BF16 variant over the split
+        runs[f"gemm_b_{v}"] = (lambda v=v: (tune(a1, offs_E, split.buffers[W13], ib, rb, v),
+                                            tune(a2, offs_E, split.buffers[W2], ib, rb, v)))
+    return runs
 
 
 def bf16_sources(E, H, I, L, dev, g) -> tuple:
@@ -161,11 +170,11 @@ def compare(out, ref) -> dict:
 
 def table(rows: list[dict]) -> str:
     """One line per (dtype, routing, tokens, variant): ms median [min-max], PFLOP/s."""
-    lines = ["variant    routing    tokens       ms [min-max]          PFLOP/s",
-             "---------- --------- ------- ------------------------- -------"]
+    lines = ["variant          routing    tokens       ms [min-max]          PFLOP/s",
+             "---------------- --------- ------- ------------------------- -------"]
     for r in rows:
         lo, hi = r["range"]
-        lines.append(f"{r['variant']:10s} {r['routing']:9s} {r['tokens']:7d} {r['ms']:7.3f} [{lo:7.3f}-{hi:7.3f}]"
+        lines.append(f"{r['variant']:16s} {r['routing']:9s} {r['tokens']:7d} {r['ms']:7.3f} [{lo:7.3f}-{hi:7.3f}]"
                      f"   {r['pflops']:6.3f}")
     return "\n".join(lines)
 
@@ -218,7 +227,12 @@ def main(argv=None) -> int:
             for v in runs:
                 rows.append({"dtype": "bf16", "variant": v, "routing": "uniform", "tokens": T, "ms": res[v],
                              "range": res[f"{v}_range"], "pflops": 6.0 * T * K * H * I / res[v] / 1e12})
-            print(f"bf16 T={T}: op {res['op_bf16']:.3f} ms, GEMMs {res['gemm_bf16']:.3f} ms", flush=True)
+            choice = (str(torch.ops.dwdp.grouped_gemm_bf16_choice(T * K, E))
+                      if hasattr(torch.ops.dwdp, "grouped_gemm_bf16_choice") else "?")
+            for r in rows[-len(runs):]:
+                r["bf16_choice"] = choice
+            print(f"bf16 T={T}: " + ", ".join(f"{v} {res[v]:.3f}" for v in runs) + f" ms (op runs {choice})",
+                  flush=True)
     text = table(rows)
     write_atomic(out / "routed_op.json", json.dumps({"meta": meta, "rows": rows, "op_vs_op_cutlass": checks}, indent=1))
     write_atomic(out / "routed_op.md", f"# Routed-expert op, {meta['device']}, {meta['date']}, commit {meta['commit']}"

@@ -46,11 +46,11 @@ raise SystemExit(0 if ok else 1)" ) >> "$OUT/raw/host_gpus/result.jsonl" 2>&1 ||
       done; cat "$OUT/raw/host_gpus/result.jsonl" ;;
     build)
       section build
-      # an FP8 variant that fails to compile is left out (DWDP_OPS_EXCLUDE, exported to the later sections) and the
-      # build retried, so one variant cannot take the production op down with it
+      # an optional variant (FP8, or the BF16 2x1 cluster) that fails to compile is left out (DWDP_OPS_EXCLUDE,
+      # exported to the later sections) and the build retried, so one variant cannot take the production op down
       for try in 1 2 3; do
         MAX_JOBS=${MAX_JOBS:-16} python3 -m dwdp_trtllm.cli build-ops --cuda >> "$OUT/build.log" 2>&1 && break
-        failed=$(grep -oE "FAILED: [^ ]*grouped_gemm_fp8_[a-z0-9_]+\.cuda\.o" "$OUT/build.log" | grep -oE "grouped_gemm_fp8_[a-z0-9_]+" | sort -u | sed 's/$/.cu/' | paste -sd, -)
+        failed=$(grep -oE "FAILED: [^ ]*grouped_gemm_(fp8_[a-z0-9_]+|bf16_coop_c2x1)\.cuda\.o" "$OUT/build.log" | grep -oE "grouped_gemm_(fp8_[a-z0-9_]+|bf16_coop_c2x1)" | sort -u | sed 's/$/.cu/' | paste -sd, -)
         [ -z "$failed" ] && { rc=1; break; }
         export DWDP_OPS_EXCLUDE="$failed"; echo "gpu_check: build failed; retrying without $failed" | tee -a "$OUT/build.log"
         [ $try = 3 ] && rc=1

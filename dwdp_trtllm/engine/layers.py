@@ -106,10 +106,19 @@ def plan_segments(segments: list[Segment], num_tokens: int, kv_cache: KVCache | 
     return out
 
 
+def to_device_async(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A small host tensor on `device` without stalling the host: on CUDA it is staged in pinned memory first (a copy
+    from pageable memory waits for the work queued before it; PyTorch's pinned allocator keeps the staging block
+    until the copy has run)."""
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def positions_of(segments: list[Segment], device: torch.device) -> torch.Tensor:
-    """Absolute positions_T of the packed tokens (built on the host, one H2D copy)."""
+    """Absolute positions_T of the packed tokens (built on the host, one H2D copy from pinned memory)."""
     pos = torch.cat([torch.arange(s.start, s.start + s.length) for s in segments]) if segments else torch.empty(0, dtype=torch.int64)
-    return pos.to(device, non_blocking=True)
+    return to_device_async(pos, device)
 
 
 def attend(q_LNd: torch.Tensor, k_SGd: torch.Tensor, v_SGe: torch.Tensor, prefix: int, scale: float) -> torch.Tensor:
@@ -185,7 +194,7 @@ def attend_packed(q_TNd: torch.Tensor, k_list: list[torch.Tensor], v_list: list[
         k_SGd, v_SGe = k_SGd.repeat_interleave(N // k_SGd.shape[1], 1), v_SGe.repeat_interleave(N // v_SGe.shape[1], 1)
     lens_q, lens_k = [s.end - s.begin for s in plan], [k.shape[0] for k in k_list]
     cu = torch.tensor([[sum(lens_q[:i]), sum(lens_k[:i])] for i in range(len(plan) + 1)], dtype=torch.int32)
-    cu = cu.to(q_TNd.device, non_blocking=True)
+    cu = to_device_async(cu, q_TNd.device)
     # window (-1, 0) is causal aligned to the bottom right: query i of a chunk sees its prefix + keys <= i
     out = varlen(q_TNd.contiguous(), k_SGd.contiguous(), v_SGe.contiguous(), cu[:, 0].contiguous(), cu[:, 1].contiguous(),
                  max(lens_q), max(lens_k), scale=scale, window_size=(-1, 0))

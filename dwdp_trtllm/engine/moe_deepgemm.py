@@ -59,13 +59,27 @@ def _gemm_padded(a_M: Fp8Rows, w_ENK: torch.Tensor, sw: torch.Tensor, lay: dgl.P
                                        use_psum=USE_PSUM)
 
 
+#: (rows_B, device) -> (base_B, last_B) int64 on that device: built once. A tensor made from host values per call is a
+#: pageable host-to-device copy, which waits for everything queued on the stream (a full sync per MoE layer).
+_SECTION_CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _section_constants(rows_B: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(base_B: first group of buffer b in the buffer-major order, last_B: its last group), cached per device."""
+    key = (rows_B, str(device))
+    if key not in _SECTION_CONSTANTS:
+        ends = torch.tensor(rows_B, dtype=torch.int64).cumsum(0)
+        _SECTION_CONSTANTS[key] = ((ends - torch.tensor(rows_B)).to(device), (ends - 1).to(device))
+    return _SECTION_CONSTANTS[key]
+
+
 #: the section heights of a [local | slot] split are read back once per call (a host wait on the sort, not a device
-#: stall: the T-row quantisation is queued behind it); see routed_mlp
+#: stall: the quantisation and the gather are queued behind it); see routed_mlp
 def section_rows(buf_idx_E: torch.Tensor, row_E: torch.Tensor, rows_B: tuple[int, ...]) -> torch.Tensor:
     """virt_E int64: expert e's group in the buffer-major order of its weights, base[buffer e] + row e (base[b] = rows
     of the buffers before b). Sorting pairs by it lays the rows out buffer by buffer, each buffer's rows by its row
     order: one DeepGEMM call per buffer then reads that buffer's weights in place (no merge copy)."""
-    base_B = torch.tensor((0, *rows_B[:-1]), dtype=torch.int64, device=buf_idx_E.device).cumsum(0)
+    base_B, _ = _section_constants(rows_B, buf_idx_E.device)
     return base_B[buf_idx_E.long()] + row_E.long()
 
 
@@ -109,7 +123,8 @@ def routed_mlp(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, w13_sources: list[
       2. per buffer: fc1 on its section (its weights read in place), SwiGLU + 1x128 quantisation (act, one Triton
          pass, scales outer-dim-major), fc2 into the section of y.
     One buffer: S_0 = 0 and the height is padded_height(A, E) (no host sync). Several: the section heights are read
-    back once (one small copy, its wait on the host only: the quantisation is already queued behind it).
+    back once (one small copy, its wait on the host only: the quantisation and the gather are already queued behind
+    it); no other host value is made or read (the section constants are built once per device, _section_constants).
     Every real row sees the arithmetic of gemm multi_buffer (same quantiser, SwiGLU kernel and combine) with
     DeepGEMM's GEMM (bit-equal to ours, docs/BENCHMARKS.md). Streams: everything on the current stream."""
     T, K = topk_ids_TK.shape
@@ -125,22 +140,26 @@ def routed_mlp(x_TH: torch.Tensor, topk_ids_TK: torch.Tensor, w13_sources: list[
     else:
         ends_V = offs_V.to(torch.int64)
         aligned_V = (torch.diff(ends_V, prepend=ends_V.new_zeros(1)) + dgl.ALIGN_M - 1) // dgl.ALIGN_M * dgl.ALIGN_M
-        sec_end_B = aligned_V.cumsum(0)[torch.tensor(rows_B, device=x_TH.device).cumsum(0) - 1]
+        sec_end_B = aligned_V.cumsum(0)[_section_constants(rows_B, x_TH.device)[1]]
         on_gpu = x_TH.is_cuda
         sec_end_host = torch.empty(len(rows_B), dtype=torch.int64, pin_memory=on_gpu)
         sec_end_host.copy_(sec_end_B, non_blocking=on_gpu)
         done = torch.cuda.Event() if on_gpu else None
         if done is not None:
             done.record()
-    x_T = quantize_act_1x128(x_TH)  # T rows, row-major scales; queued before the host waits
+    # The quantisation and the gather need no host value (the gather covers the whole padded height): both are queued
+    # before the host waits for the section heights, so the GPU has them to run while the host launches the GEMMs.
+    x_T = quantize_act_1x128(x_TH)  # T rows, row-major scales
+    src_P = dgl.padded_source_rows(rows_A, lay)  # [lay.rows_padded]
+    q_P = dgl._as_words(x_T.q.view(torch.uint8)).index_select(0, src_P).view(torch.uint8).view(FP8)
     if len(rows_B) > 1:
         if done is not None:
             done.synchronize()
         ends = sec_end_host.tolist()
         starts, heights = [0, *ends[:-1]], [e - s for s, e in zip([0, *ends[:-1]], ends)]
     M = starts[-1] + heights[-1]
-    src_M = dgl.padded_source_rows(rows_A, lay)[:M]
-    q_M = dgl._as_words(x_T.q.view(torch.uint8)).index_select(0, src_M).view(torch.uint8).view(FP8).view(M, -1)
+    src_M = src_P[:M]
+    q_M = q_P.view(lay.rows_padded, -1)[:M]
     sT_GT = x_T.scale.t()
     N13, H = w13_sources[0].shape[1], w2_sources[0].shape[1]
     h_M = torch.empty(M, N13, dtype=torch.bfloat16, device=x_TH.device)

@@ -21,8 +21,11 @@ CPU_SOURCES = ("grouped_gemm_cpu.cpp",)
 #: FP8 blockwise grouped GEMM variants (plugins/include/dwdp/grouped_gemm.h DWDP_FP8_VARIANTS; one .cu each).
 FP8_VARIANTS = ("coop_128x128_c1x2", "coop_128x128_c1x1", "coop_128x128_c2x1", "coop_128x128_c2x2",
                 "pp_64x128_c1x2", "pp_64x128_c2x1")
+#: sources the glue reaches through weak symbols (each may be left out of a build, DWDP_OPS_EXCLUDE): the FP8 variants
+#: and the BF16 2x1-cluster variant
+OPTIONAL_SOURCES = ("grouped_gemm_bf16_coop_c2x1.cu", *(f"grouped_gemm_fp8_{v}.cu" for v in FP8_VARIANTS))
 CUDA_SOURCES = ("grouped_gemm_cuda.cpp", "grouped_gemm_bf16_coop.cu", "grouped_gemm_bf16_pingpong.cu",
-                *(f"grouped_gemm_fp8_{v}.cu" for v in FP8_VARIANTS))
+                *OPTIONAL_SOURCES)
 CUDA_ARCH = "sm90a"
 # torch adds the -D__CUDA_NO_*__ flags for extensions; CUTLASS's numeric types need the conversions back.
 _CUDA_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
@@ -66,12 +69,13 @@ def cutlass_include_dirs() -> list[Path]:
 
 
 def excluded_sources() -> tuple[str, ...]:
-    """CUDA sources left out of the build ($DWDP_OPS_EXCLUDE, comma-separated file names; only FP8 variants may be
-    left out: the glue reaches them through weak symbols, and the op falls back to kFp8FallbackVariant)."""
+    """CUDA sources left out of the build ($DWDP_OPS_EXCLUDE, comma-separated file names; only OPTIONAL_SOURCES may
+    be left out: the glue reaches them through weak symbols, and the op falls back to kFp8FallbackVariant, or to the
+    BF16 1x2-cluster variant)."""
     names = tuple(n.strip() for n in (env.get(env.DWDP_OPS_EXCLUDE) or "").split(",") if n.strip())
-    bad = [n for n in names if not (n.startswith("grouped_gemm_fp8_") and n in CUDA_SOURCES)]
+    bad = [n for n in names if n not in OPTIONAL_SOURCES]
     if bad:
-        raise OpsBuildError(f"{env.DWDP_OPS_EXCLUDE}: {bad} are not FP8 variant sources of {CUDA_SOURCES}")
+        raise OpsBuildError(f"{env.DWDP_OPS_EXCLUDE}: {bad} are not optional variant sources of {OPTIONAL_SOURCES}")
     return names
 
 

@@ -24,6 +24,13 @@ namespace dwdp {
   __attribute__((weak)) const char* grouped_gemm_fp8_##tag(const GroupedGemmParams& p, void* workspace,         \
                                                            size_t workspace_bytes, cudaStream_t stream);
 DWDP_FP8_VARIANTS(DWDP_WEAK_FP8_VARIANT)
+__attribute__((weak)) size_t grouped_gemm_bf16_coop_c2x1_workspace(const GroupedGemmParams& p);
+__attribute__((weak)) const char* grouped_gemm_bf16_coop_c2x1(const GroupedGemmParams& p, void* workspace,
+                                                              size_t workspace_bytes, cudaStream_t stream);
+
+// BF16: a call whose experts average at least this many rows runs the 2x1-cluster variant (an expert's weight tile
+// read once for two row tiles); below it most experts have one 128-row tile and the 1x2 cluster (A shared) stays.
+constexpr int64_t kBf16ClusterMRowsPerExpert = 192;
 
 namespace {
 
@@ -56,6 +63,20 @@ const Fp8Variant* find_fp8_variant(const std::string& name) {
     if (name == v.name) return &v;
   return nullptr;
 }
+
+// BF16 variants (one .cu each); coop_c2x1 may be left out of a build (weak), the others are always there.
+const Fp8Variant kBf16Variants[] = {
+    Fp8Variant{"coop", &grouped_gemm_bf16_coop_workspace, &grouped_gemm_bf16_coop},
+    Fp8Variant{"coop_c2x1", &grouped_gemm_bf16_coop_c2x1_workspace, &grouped_gemm_bf16_coop_c2x1},
+    Fp8Variant{"pingpong", &grouped_gemm_bf16_pingpong_workspace, &grouped_gemm_bf16_pingpong}};
+using Bf16Variant = Fp8Variant;
+
+const Bf16Variant* find_bf16_variant(const std::string& name) {
+  for (const auto& v : kBf16Variants)
+    if (name == v.name) return &v;
+  return nullptr;
+}
+const char* bf16_default_variant(int64_t T, int64_t E);
 
 // The kernels' raw-pointer arguments (checked_output ran first).
 GroupedGemmParams make_params(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
@@ -126,14 +147,45 @@ at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::Te
     p.raster = c.raster;
     p.swizzle = c.swizzle;
     enqueue(p, v->ws, v->run, a);
-  } else if (p.T < 96 * p.E) {
-    // Few rows per expert (small T*topk/E) waste most of a 128-row tile: ping-pong 64-row tiles there.
-    enqueue(p, grouped_gemm_bf16_pingpong_workspace, grouped_gemm_bf16_pingpong, a);
   } else {
-    enqueue(p, grouped_gemm_bf16_coop_workspace, grouped_gemm_bf16_coop, a);
+    const Bf16Variant* v = find_bf16_variant(bf16_default_variant(p.T, p.E));
+    if (v == nullptr || !v->built()) v = find_bf16_variant("coop");
+    enqueue(p, v->ws, v->run, a);
   }
   return out;
 }
+
+// The BF16 variant for host-known shapes (rows T, experts E), never offs values.
+const char* bf16_default_variant(int64_t T, int64_t E) {
+  // Few rows per expert (small T*topk/E) waste most of a 128-row tile: ping-pong 64-row tiles there.
+  if (T < 96 * E) return "pingpong";
+  if (T >= kBf16ClusterMRowsPerExpert * E) return "coop_c2x1";
+  return "coop";
+}
+
+// Tuning twin of the BF16 op (scripts/bench_routed_op.py): the same contract plus the variant's name.
+at::Tensor grouped_gemm_bf16_tune_cuda(const at::Tensor& a, const at::Tensor& offs, at::TensorList weights,
+                                       const at::Tensor& bidx, const at::Tensor& row, const std::string& variant) {
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16, "dwdp::grouped_gemm_bf16_tune: a must be bfloat16");
+  const Bf16Variant* v = find_bf16_variant(variant);
+  TORCH_CHECK(v != nullptr && v->built(), "dwdp::grouped_gemm_bf16_tune: variant '", variant,
+              "' is unknown or not in this build (see dwdp::grouped_gemm_bf16_variants)");
+  auto out = checked_output(a, offs, weights, bidx, row, std::nullopt, std::nullopt);
+  if (out.numel() == 0 || offs.size(0) == 0) return out;
+  c10::cuda::CUDAGuard guard(a.device());
+  GroupedGemmParams p = make_params(a, offs, weights, bidx, row, std::nullopt, std::nullopt, out);
+  enqueue(p, v->ws, v->run, a);
+  return out;
+}
+
+// Names of the BF16 variants in this build, and the production choice for (T, E).
+std::vector<std::string> grouped_gemm_bf16_variants() {
+  std::vector<std::string> names;
+  for (const auto& v : kBf16Variants)
+    if (v.built()) names.emplace_back(v.name);
+  return names;
+}
+std::string grouped_gemm_bf16_choice(int64_t T, int64_t E) { return bf16_default_variant(T, E); }
 
 // Tuning twin of the FP8 op (scripts/bench_fp8_grouped.py): the same contract plus the variant's name and the
 // scheduler knobs; not used by the engine.
@@ -181,10 +233,15 @@ TORCH_LIBRARY_FRAGMENT(dwdp, m) {
         "Tensor a_scale, Tensor[] weight_scales, str variant, int raster=0, int swizzle=0) -> Tensor");
   m.def("grouped_gemm_fp8_variants() -> str[]", &grouped_gemm_fp8_variants);
   m.def("grouped_gemm_fp8_choice(int T, int E, int N, int K) -> str", &grouped_gemm_fp8_choice);
+  m.def("grouped_gemm_bf16_tune(Tensor a, Tensor offs, Tensor[] weights, Tensor expert_buffer_idx, Tensor expert_row, "
+        "str variant) -> Tensor");
+  m.def("grouped_gemm_bf16_variants() -> str[]", &grouped_gemm_bf16_variants);
+  m.def("grouped_gemm_bf16_choice(int T, int E) -> str", &grouped_gemm_bf16_choice);
 }
 TORCH_LIBRARY_IMPL(dwdp, CUDA, m) {
   m.impl("grouped_gemm", &grouped_gemm_cuda);
   m.impl("grouped_gemm_fp8_tune", &grouped_gemm_fp8_tune_cuda);
+  m.impl("grouped_gemm_bf16_tune", &grouped_gemm_bf16_tune_cuda);
 }
 
 }  // namespace dwdp

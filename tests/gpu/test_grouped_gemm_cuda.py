@@ -159,3 +159,33 @@ def test_fp8_op_runs_the_dispatched_variant(N, K, rows_per_expert):
     assert torch.equal(out, torch.ops.dwdp.grouped_gemm(aq, offs, wc, bc, rc, sa, sc))
     ref = grouped_gemm_reference(aq, offs, wq, bidx, rows, sa, sw, dtype=torch.float64)
     assert rel_err(out, ref) <= 1e-2
+
+
+def test_bf16_every_variant_built_and_correct():
+    """Every BF16 variant (1x2 and 2x1 clusters, ping-pong) is in the library and, from [local, slot] buffers, gives
+    the same bits as from one contiguous buffer, within 1e-2 of the float64 reference, on ragged groups (0 and 1 row,
+    odd row-tile counts: the 2x1 cluster's second CTA past an expert's last tile)."""
+    built = list(torch.ops.dwdp.grouped_gemm_bf16_variants())
+    assert sorted(built) == ["coop", "coop_c2x1", "pingpong"], built
+    for case in ("mixed", "large_groups"):
+        a, offs, w, bidx, rows = make_case(*CASES[case], K=512, N=264, seed=4)
+        ref = grouped_gemm_reference(a, offs, w, bidx, rows, dtype=torch.float64)
+        b, r = bidx.tolist(), rows.tolist()
+        wc = [torch.stack([w[b[e]][r[e]] for e in range(len(b))])]
+        ar = torch.arange(len(b), dtype=torch.int32, device="cuda")
+        for v in built:
+            out = torch.ops.dwdp.grouped_gemm_bf16_tune(a, offs, w, bidx, rows, v)
+            contig = torch.ops.dwdp.grouped_gemm_bf16_tune(a, offs, wc, torch.zeros_like(ar), ar, v)
+            assert torch.equal(out, contig), f"{case} {v}: multi_buffer != contiguous"
+            assert rel_err(out, ref) <= 1e-2, f"{case} {v}"
+
+
+@pytest.mark.parametrize("rows_per_expert", [50, 128, 300])  # ping-pong, 1x2 cluster, 2x1 cluster
+def test_bf16_op_runs_the_dispatched_variant(rows_per_expert):
+    """The production BF16 op equals, bit for bit, the variant its dispatch names for these (T, E)."""
+    counts = [rows_per_expert + d for d in (5, -7, 0, 13, -1, 2)]
+    a, offs, w, bidx, rows = make_case(counts, [4, 3], [1, 0, 1, 0, 0, 1], [0, 3, 1, 0, 2, 2], K=512, N=384, seed=6)
+    v = torch.ops.dwdp.grouped_gemm_bf16_choice(sum(counts), len(counts))
+    assert v == {50: "pingpong", 128: "coop", 300: "coop_c2x1"}[rows_per_expert]
+    out = torch.ops.dwdp.grouped_gemm(a, offs, w, bidx, rows)
+    assert torch.equal(out, torch.ops.dwdp.grouped_gemm_bf16_tune(a, offs, w, bidx, rows, v))

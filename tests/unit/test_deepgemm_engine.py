@@ -360,6 +360,32 @@ def test_the_padded_op_reads_nothing_back_outside_the_gemm(fake_dg, monkeypatch)
     assert y_MH.shape == (dgl.padded_height(T * K, E), H) and dest_A.shape == (T * K,)
 
 
+def test_a_split_makes_no_tensor_from_host_values_per_call_and_gathers_before_it_waits(fake_dg, monkeypatch):
+    """A [local | slot] split builds its section constants once per device (a tensor made from host values on a GPU is
+    a pageable copy that waits for all queued work: a full sync per MoE layer), and queues the quantisation and the
+    gather before the host waits for the section heights (so the GPU has work while the host launches the GEMMs)."""
+    T = 40
+    q13, s13, q2, s2 = _experts(9)
+    x = torch.randn(T, H).to(torch.bfloat16)
+    ids, _ = _routing(T, False, 11)
+    split_idx, split_row = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([0, 1, 0, 1, 2])
+    kw = dict(w13_scale_sources=[s13[:2], s13[2:]], w2_scale_sources=[s2[:2], s2[2:]], up_first=False,
+              act=mc.silu_mul_quant)
+    mdg._SECTION_CONSTANTS.clear()
+    y_first = mdg.routed_mlp(x, ids, [q13[:2], q13[2:]], [q2[:2], q2[2:]], split_idx, split_row, **kw)[0]
+    events = []
+    real_tensor, real_rows = torch.tensor, dgl.padded_source_rows
+    real_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch, "tensor", lambda *a, **k: events.append("tensor") or real_tensor(*a, **k))
+    monkeypatch.setattr(dgl, "padded_source_rows", lambda *a: events.append("gather") or real_rows(*a))
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: events.append("wait") or real_tolist(t))
+    y_again = mdg.routed_mlp(x, ids, [q13[:2], q13[2:]], [q2[:2], q2[2:]], split_idx, split_row, **kw)[0]
+    monkeypatch.undo()
+    assert "tensor" not in events and events.count("wait") == 1, events
+    assert events.index("gather") < events.index("wait"), events
+    assert torch.equal(torch.nan_to_num(y_first), torch.nan_to_num(y_again))
+
+
 def test_moe_op_bench_adds_deepgemm_only_when_it_imports(monkeypatch, tmp_path):
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))

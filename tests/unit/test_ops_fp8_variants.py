@@ -35,13 +35,18 @@ def test_dispatch_header_names_built_variants_only():
     assert fallback and fallback.group(1) in build.FP8_VARIANTS
 
 
-def test_exclude_leaves_out_fp8_variants_only(monkeypatch):
-    src = "grouped_gemm_fp8_coop_128x128_c2x2.cu"
+@pytest.mark.parametrize("src", ["grouped_gemm_fp8_coop_128x128_c2x2.cu", "grouped_gemm_bf16_coop_c2x1.cu"])
+def test_exclude_leaves_out_optional_variants_only(monkeypatch, src):
+    """Only the variants the glue reaches through weak symbols may be left out (each has a fallback there)."""
     monkeypatch.setenv(env.DWDP_OPS_EXCLUDE, f" {src} ,")
     assert build.excluded_sources() == (src,)
     names = [p.name for p in build._source_files(cuda=True)]
     assert src not in names and "grouped_gemm_cuda.cpp" in names and len(names) == len(build.CPU_SOURCES) + len(build.CUDA_SOURCES) - 1
-    for bad in ("grouped_gemm_cuda.cpp", "grouped_gemm_fp8_nope.cu"):
+    glue = (build.plugins_dir() / "csrc" / "grouped_gemm_cuda.cpp").read_text()
+    stem = src.removeprefix("grouped_gemm_").removesuffix(".cu")
+    weak = stem.startswith("fp8_") or f"__attribute__((weak)) const char* grouped_gemm_{stem}(" in glue
+    assert weak, f"{src} may be left out, but the glue links it strongly"
+    for bad in ("grouped_gemm_cuda.cpp", "grouped_gemm_fp8_nope.cu", "grouped_gemm_bf16_coop.cu"):
         monkeypatch.setenv(env.DWDP_OPS_EXCLUDE, bad)
         with pytest.raises(build.OpsBuildError, match=env.DWDP_OPS_EXCLUDE):
             build.excluded_sources()

@@ -44,10 +44,14 @@ struct GroupedGemmParams {
 // Bytes of device workspace (argument arrays + CUTLASS workspace) the kernel variant needs for `p`.
 size_t grouped_gemm_bf16_coop_workspace(const GroupedGemmParams& p);
 size_t grouped_gemm_bf16_pingpong_workspace(const GroupedGemmParams& p);
+size_t grouped_gemm_bf16_coop_c2x1_workspace(const GroupedGemmParams& p);
 
 // Enqueue the GEMM; returns nullptr on success or a static message naming what failed.
 const char* grouped_gemm_bf16_coop(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 const char* grouped_gemm_bf16_pingpong(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// 2x1 cluster (B multicast across an expert's consecutive row tiles); may be left out of a build (weak in the glue)
+const char* grouped_gemm_bf16_coop_c2x1(const GroupedGemmParams& p, void* workspace, size_t workspace_bytes,
+                                        cudaStream_t stream);
 
 // FP8 blockwise variants (one .cu each, plugins/csrc/grouped_gemm_fp8_<tag>.cu): X(tag).
 // coop = cooperative (two consumer warp groups on one tile), pp = ping-pong (one tile per warp group);
