@@ -36,7 +36,8 @@ routing it produced per MoE layer), each timed alone with CUDA events (median of
   (rope_cuda, mla_cuda, quant_cuda; about DRAM bandwidth). floor_report's attention_proj is the attention floor
   less its core (projections + passes); attention_passes gives the passes apart.
 Not counted (taken as free, i.e. fusable into a neighbour by a production stack): norms and the quantisation of a
-normed input (fused into the norm), SwiGLU, top-k, the sort / gather / combine of routed rows, the other activation
+normed input (fused into the norm), SwiGLU, top-k, the sort / gather / combine of routed rows (which the engine
+times with the routed experts where one rank runs the whole op: engine/dwdp.py, engine/dep.py), the other activation
 quantisations, embedding. The floor is therefore what these kernels take alone for the counted work: a reference,
 not a strict lower bound. The engine can come in under it where it runs other kernels (FP8 routed experts: its
 CUTLASS blockwise op, not torch._scaled_grouped_mm), where kernels timed alone on random data run slower than inside

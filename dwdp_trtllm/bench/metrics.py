@@ -17,7 +17,9 @@ Definitions (iterations with IterationRecord.warmup are excluded everywhere):
 - layer_us[phase]: mean over (rank, non-warm-up iteration) of the phase's summed span durations in
   that iteration, divided by the layers the phase belongs to: attention by all layers (per attention
   layer); expert_gemm, all_to_all, sync_wait, prefetch_wait, copy by the MoE layers (per MoE layer);
-  other (dense MLPs, router, shared experts, norms, sort / gather / combine, embedding) by all layers.
+  other (dense MLPs, router, shared experts, norms, embedding; DEP across ranks also its dispatch sort / gather and
+  combine) by all layers. expert_gemm is the whole routed-expert op (sort, gather, GEMMs, SwiGLU, combine) where one
+  rank runs it (DWDP, DEP on one rank), the local expert MLP between the all-to-alls for DEP across ranks.
   exposed_copy = prefetch_wait, hidden_copy = max(copy - prefetch_wait, 0), per MoE layer.
 - iteration_ms[phase]: the same sums per iteration (no division by layers); iteration_ms["wall"]: mean
   wall time of a measured iteration that processed tokens.

@@ -205,8 +205,10 @@ def floor_table(run: dict) -> Table | None:
         return None
     table = Table(title=f"engine vs floor (kernels timed alone), ms per iteration (mean over measured iterations of every rank; "
                         f"{fl.get('device', '')})", title_justify="left",
-                  caption="attention: all layers; experts: routed GEMMs of the MoE layers; other: dense MLP, router, "
-                          "shared experts (+ norms, sort/gather/combine measured); iteration: wall. x floor = measured / "
+                  caption="attention: all layers; experts: the routed-expert op of the MoE layers (its floor: the "
+                          "routed GEMMs; measured: sort, gather, SwiGLU and combine too, DEP across ranks: its dispatch "
+                          "sort / gather and combine under other); other: dense MLP, router, shared experts (+ norms, "
+                          "residual adds measured); iteration: wall. x floor = measured / "
                           "floor (1.00 = the floor's kernels alone: stock GEMMs and attention, the engine's one-pass kernels for the "
                           "attention passes, prefixed chunks all one way), median: the median over iterations of each "
                           "iteration's measured / floor; the floor has no communication",

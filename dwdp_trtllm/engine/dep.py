@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .moe_compute import combine, expert_mlp, gather_sorted, identity_map, wants_fp8_rows
+from .moe_compute import combine, expert_mlp, gather_sorted, identity_map, routed_experts_forward
 from .timing import PhaseTimer, phase
 
 
@@ -80,7 +80,6 @@ class DepExperts:
         self.owner_E = owner.to(device)
         n_local = self.end - self.start
         self.local_buf_idx, self.local_row = identity_map(n_local, device)
-        self.fp8_rows = bool(weights) and wants_fp8_rows(gemm, "w13_scale" in weights[0])
 
 
     def on_attention_done(self, moe_idx: int) -> None:
@@ -91,17 +90,14 @@ class DepExperts:
         T, H = x_TH.shape
         K = topk_ids_TK.shape[1]
         W = self.ep_size
+        if W == 1:  # one rank owns every expert: nothing to exchange
+            return self._forward_alone(moe_idx, x_TH, topk_ids_TK, topk_weights_TK)
         with phase(self.timer, "other", moe_idx):
             # Expert order is also owner order (contiguous expert blocks), and matches the reference's
             # summation order in combine().
-            # one rank: the sorted rows go straight to its GEMMs, so FP8 paths take them quantised (before the gather)
-            send_x, perm_P, offs_E, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts,
-                                                             fp8_rows=W == 1 and self.fp8_rows)
-            if W > 1:
-                send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
-                send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
-        if W == 1:  # one rank owns every expert: nothing to exchange, the sorted pairs are already its own
-            return self._forward_alone(moe_idx, send_x, perm_P, counts_E, topk_weights_TK, x_TH)
+            send_x, perm_P, offs_E, counts_E = gather_sorted(x_TH, topk_ids_TK, self.num_experts)
+            send_ids = topk_ids_TK.reshape(-1).index_select(0, perm_P)
+            send_counts_W = torch.zeros(W, dtype=torch.int64, device=x_TH.device).index_add_(0, self.owner_E, counts_E)
         with phase(self.timer, "sync_wait", moe_idx):
             # The first collective of the layer: every rank blocks here until the slowest arrives.
             in_splits, out_splits = self.a2a.splits(send_counts_W)
@@ -126,14 +122,13 @@ class DepExperts:
         with phase(self.timer, "other", moe_idx):
             return combine(back_P, perm_P, topk_weights_TK, T, out_dtype=x_TH.dtype)
 
-    def _forward_alone(self, moe_idx: int, x_sorted_AH: torch.Tensor, perm_A: torch.Tensor, counts_E: torch.Tensor,
-                       topk_weights_TK: torch.Tensor, x_TH: torch.Tensor) -> torch.Tensor:
-        """ep_size 1: no collective, no second sort; the same expert MLP and combine as the exchange path."""
+    def _forward_alone(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
+                       topk_weights_TK: torch.Tensor) -> torch.Tensor:
+        """ep_size 1: no collective; the routed-expert op the TensorRT-LLM host and DWDP run
+        (moe_compute.routed_experts_forward), timed as one expert_gemm phase (its floor is the GEMMs alone)."""
         with phase(self.timer, "expert_gemm", moe_idx):
-            offs_E = counts_E.cumsum(0).to(torch.int32)
             w = self.weights[moe_idx]
-            y_sorted = expert_mlp(x_sorted_AH, offs_E, [w["w13"]], [w["w2"]], self.local_buf_idx, self.local_row, gemm=self.gemm,
-                                  w13_scale_sources=[w["w13_scale"]] if "w13_scale" in w else None,
-                                  w2_scale_sources=[w["w2_scale"]] if "w2_scale" in w else None)
-        with phase(self.timer, "other", moe_idx):
-            return combine(y_sorted, perm_A, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype)
+            return routed_experts_forward(x_TH, topk_ids_TK, topk_weights_TK, [w["w13"]], [w["w2"]], self.local_buf_idx,
+                                          self.local_row, gemm=self.gemm,
+                                          w13_scale_sources=[w["w13_scale"]] if "w13_scale" in w else None,
+                                          w2_scale_sources=[w["w2_scale"]] if "w2_scale" in w else None)

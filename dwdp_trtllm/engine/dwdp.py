@@ -18,7 +18,7 @@ import torch
 from .. import env
 
 from ..core.runtime import DwdpRuntime
-from .moe_compute import combine, expert_mlp, gather_experts, gather_sorted, identity_map, wants_fp8_rows
+from .moe_compute import gather_experts, identity_map, routed_experts_forward
 from .timing import PhaseTimer, phase
 
 
@@ -45,8 +45,6 @@ class DwdpExperts:
         # expert order, so the GEMM reads them in place (no merge copy, no slot)
         self.all_local = list(runtime.local_ids) == list(range(self.num_experts))
         self.sync_sites: list[str] = []
-        # FP8 experts on a path that takes quantised rows: quantise the T tokens once, before the gather
-        self.fp8_rows = wants_fp8_rows(gemm, runtime.cfg.weight_dtype == "fp8")
 
     @contextmanager
     def _sync_check(self):
@@ -83,30 +81,28 @@ class DwdpExperts:
 
     def _forward(self, moe_idx: int, x_TH: torch.Tensor, topk_ids_TK: torch.Tensor,
                  topk_weights_TK: torch.Tensor) -> torch.Tensor:
-        with phase(self.timer, "other", moe_idx):
-            x_sorted, perm_P, offs_E, _ = gather_sorted(x_TH, topk_ids_TK, self.num_experts, fp8_rows=self.fp8_rows)
+        """The routed-expert op the TensorRT-LLM host runs (moe_compute.routed_experts_forward: sort, gather +
+        quantisation, fc1, SwiGLU + quantisation, fc2, combine), over this rank's [local | slot] buffers, the
+        composite view or the local buffers alone; timed as one expert_gemm phase (its floor is the GEMMs alone)."""
         slot = self.rt.prefetcher.acquire(moe_idx)  # times its own wait as prefetch_wait
         src = self.rt.expert_sources(moe_idx, slot)
         with phase(self.timer, "expert_gemm", moe_idx):
             b = src.buffers
             if self.all_local:
-                y_sorted = expert_mlp(x_sorted, offs_E, [self.rt.local_tensor(moe_idx, "w13")], [self.rt.local_tensor(moe_idx, "w2")],
-                                      *identity_map(self.num_experts, x_TH.device), gemm=self.gemm,
-                                      w13_scale_sources=[self.rt.local_tensor(moe_idx, "w13_scale")] if "w13_scale" in b else None,
-                                      w2_scale_sources=[self.rt.local_tensor(moe_idx, "w2_scale")] if "w2_scale" in b else None)
+                names = ("w13", "w2", "w13_scale", "w2_scale")
+                w = {n: [self.rt.local_tensor(moe_idx, n)] for n in names if n in b}
+                bidx_E, row_E = identity_map(self.num_experts, x_TH.device)
             elif self.rt.composite is not None:
                 # one [E, ...] view per tensor (local + slot mapped side by side): identity expert map;
                 # fp8 block scales are small and gathered from [local, slot]
                 view = self.rt.composite_weights(moe_idx, slot)
-                scales = {n: [gather_experts(b[n], src.expert_buffer_idx_E, src.expert_row_E)] for n in b if n.endswith("scale")}
-                y_sorted = expert_mlp(x_sorted, offs_E, [view["w13"]], [view["w2"]],
-                                      *identity_map(self.num_experts, x_TH.device),
-                                      gemm=self.gemm, w13_scale_sources=scales.get("w13_scale"),
-                                      w2_scale_sources=scales.get("w2_scale"))
+                w = {"w13": [view["w13"]], "w2": [view["w2"]]}
+                w |= {n: [gather_experts(b[n], src.expert_buffer_idx_E, src.expert_row_E)] for n in b if n.endswith("scale")}
+                bidx_E, row_E = identity_map(self.num_experts, x_TH.device)
             else:
-                y_sorted = expert_mlp(x_sorted, offs_E, b["w13"], b["w2"], src.expert_buffer_idx_E, src.expert_row_E,
-                                      gemm=self.gemm, w13_scale_sources=b.get("w13_scale"),
-                                      w2_scale_sources=b.get("w2_scale"))
+                w, bidx_E, row_E = b, src.expert_buffer_idx_E, src.expert_row_E
+            y_TH = routed_experts_forward(x_TH, topk_ids_TK, topk_weights_TK, w["w13"], w["w2"], bidx_E, row_E,
+                                          gemm=self.gemm, w13_scale_sources=w.get("w13_scale"),
+                                          w2_scale_sources=w.get("w2_scale"))
         self.rt.prefetcher.release(moe_idx)
-        with phase(self.timer, "other", moe_idx):
-            return combine(y_sorted, perm_P, topk_weights_TK, x_TH.shape[0], out_dtype=x_TH.dtype)
+        return y_TH

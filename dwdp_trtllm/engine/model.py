@@ -6,7 +6,8 @@ Per layer: x += attention(rms(x)); then x += dense_mlp(rms(x)) for the first_k_d
 x += shared_experts(h) + routed(h) with h = rms(x), where the routed part goes through the
 ExpertBackend (reference / DEP / DWDP). Each residual add runs fused with the norm that follows it.
 Timing phases: "attention" (attention + residual add + post-attention norm), "other" (router, shared
-experts, dense MLPs, embedding, residual add + next norm); the backend times its own work.
+experts, dense MLPs, embedding, residual add + next norm); the backend times its own work (DWDP and one-rank DEP:
+the whole routed-expert op as "expert_gemm", engine/dwdp.py, engine/dep.py).
 """
 from __future__ import annotations
 
