@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-FALLBACK = "coop_128x128_c1x2"  # the configuration of sessions 1-6; kFp8FallbackVariant in the header
+FALLBACK = "coop_128x128_c1x2"  # the first FP8 configuration; kFp8FallbackVariant in the header
 KEEP_MARGIN = 0.02
 SPLIT_ROWS_PER_EXPERT = 256
 

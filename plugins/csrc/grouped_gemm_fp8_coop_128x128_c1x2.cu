@@ -1,6 +1,6 @@
 // FP8 e4m3 grouped GEMM with DeepSeek block scales (activations 1x128, weights 128x128), bf16 out, CUTLASS's
 // cooperative FP8 blockwise-scaled mainloop (scales applied to the fp32 accumulators per K block).
-// Variant coop_128x128_c1x2: tile 128x128x128, cluster 1x2; the configuration of sessions 1-6 (tile 128x128x128, A multicast across the N pair).
+// Variant coop_128x128_c1x2: tile 128x128x128, cluster 1x2: the first FP8 configuration and the fallback (A multicast across the N pair).
 #include "dwdp/grouped_gemm_sm90.cuh"
 
 using DwdpFp8_coop_128x128_c1x2 = dwdp::sm90::GemmConfig<
