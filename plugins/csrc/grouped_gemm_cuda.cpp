@@ -28,9 +28,10 @@ __attribute__((weak)) size_t grouped_gemm_bf16_coop_c2x1_workspace(const Grouped
 __attribute__((weak)) const char* grouped_gemm_bf16_coop_c2x1(const GroupedGemmParams& p, void* workspace,
                                                               size_t workspace_bytes, cudaStream_t stream);
 
-// BF16: a call whose experts average at least this many rows runs the 2x1-cluster variant (an expert's weight tile
-// read once for two row tiles); below it most experts have one 128-row tile and the 1x2 cluster (A shared) stays.
-constexpr int64_t kBf16ClusterMRowsPerExpert = 192;
+// BF16: from this many rows per expert (on average) the 2x1-cluster variant runs (an expert's weight tile read once for
+// two row tiles). Measured on an H100 (docs/BENCHMARKS.md, "Routed-expert op"), R1 shapes, fc1 + fc2: 9.08 / 13.68 /
+// 22.08 ms against the 1x2 cluster's 10.45 / 16.44 / 29.72 at 128 / 256 / 512 rows per expert; ping-pong below.
+constexpr int64_t kBf16ClusterMRowsPerExpert = 96;
 
 namespace {
 
@@ -158,9 +159,8 @@ at::Tensor grouped_gemm_cuda(const at::Tensor& a, const at::Tensor& offs, at::Te
 // The BF16 variant for host-known shapes (rows T, experts E), never offs values.
 const char* bf16_default_variant(int64_t T, int64_t E) {
   // Few rows per expert (small T*topk/E) waste most of a 128-row tile: ping-pong 64-row tiles there.
-  if (T < 96 * E) return "pingpong";
-  if (T >= kBf16ClusterMRowsPerExpert * E) return "coop_c2x1";
-  return "coop";
+  if (T < kBf16ClusterMRowsPerExpert * E) return "pingpong";
+  return "coop_c2x1";  // "coop" (1x2 cluster) where the 2x1 variant is not in the build
 }
 
 // Tuning twin of the BF16 op (scripts/bench_routed_op.py): the same contract plus the variant's name.
