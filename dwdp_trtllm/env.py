@@ -22,10 +22,11 @@ DWDP_NO_FUSE = "DWDP_NO_FUSE"
 #: A built DeepGEMM source tree (scripts/gpu/deepgemm_build.sh's DEST) put on sys.path before `import deep_gemm`
 #: (ops/deepgemm.py).
 DWDP_DEEPGEMM_DIR = "DWDP_DEEPGEMM_DIR"
-#: The FP8 routed experts' GEMM mainloop under gemm multi_buffer / composite_view on sm_90: "auto" (default: DeepGEMM
-#: when built and the call is large enough for it to win, engine/gemm_paths.DEEPGEMM_MIN_ROWS_PER_EXPERT, else
-#: dwdp::grouped_gemm's CUTLASS kernels), "cutlass" (always ours: the op before DeepGEMM, for side-by-side timings or
-#: as an escape hatch), "deepgemm" (DeepGEMM whenever it can run, whatever the call's size).
+#: The FP8 routed experts' GEMM mainloop under gemm multi_buffer / composite_view on sm_90: "cutlass" (default:
+#: dwdp::grouped_gemm's CUTLASS kernels; in an engine iteration DeepGEMM's op ran slower and stopped for seconds to
+#: compile each new shape, docs/BENCHMARKS.md "Routed-expert op"), "auto" (DeepGEMM when built and the call is large
+#: enough for its op alone to win, engine/gemm_paths.DEEPGEMM_MIN_ROWS_PER_EXPERT, else ours), "deepgemm" (DeepGEMM
+#: whenever it can run, whatever the call's size).
 DWDP_MOE_MAINLOOP = "DWDP_MOE_MAINLOOP"
 MOE_MAINLOOPS = ("auto", "cutlass", "deepgemm")
 #: Which DeepGEMM source scripts/bench_deepgemm.py records beside its numbers (default DEEPGEMM_SOURCE_DEFAULT).
@@ -69,8 +70,8 @@ def deepgemm_dir() -> str | None:
 
 
 def moe_mainloop() -> str:
-    """DWDP_MOE_MAINLOOP (default "auto"); ValueError naming the variable on any other value."""
-    v = os.environ.get(DWDP_MOE_MAINLOOP) or "auto"
+    """DWDP_MOE_MAINLOOP (default "cutlass"); ValueError naming the variable on any other value."""
+    v = os.environ.get(DWDP_MOE_MAINLOOP) or "cutlass"
     if v not in MOE_MAINLOOPS:
         raise ValueError(f"{DWDP_MOE_MAINLOOP}={v!r}: expected one of {', '.join(MOE_MAINLOOPS)}")
     return v

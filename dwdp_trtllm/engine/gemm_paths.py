@@ -22,10 +22,12 @@ from .moe_deepgemm import deepgemm_gemm, routed_mlp, usable
 
 _said: set[str] = set()
 
-#: DeepGEMM's mainloop runs a call whose token-expert pairs average at least this many rows per expert; below it its
-#: 128-row padding costs more than its mainloop gains. Measured on an H100 (docs/BENCHMARKS.md, "Routed-expert op"):
-#: R1 shapes, 256 experts top-8, ours faster at 4K / 8K tokens (128 / 256 rows per expert: 5.71 vs 7.45 ms, 8.70 vs
-#: 9.29 ms), DeepGEMM's at 16K / 32K (512 / 1024: 14.47 vs 15.80 ms, 25.64 vs 28.98 ms), both routings alike.
+#: Under DWDP_MOE_MAINLOOP=auto, DeepGEMM's mainloop runs a call whose token-expert pairs average at least this many
+#: rows per expert; below it its 128-row padding costs more than its mainloop gains. Measured on an H100
+#: (docs/BENCHMARKS.md, "Routed-expert op"): R1 shapes, 256 experts top-8, the op alone: ours faster at 4K / 8K tokens
+#: (128 / 256 rows per expert: 5.71 vs 7.45 ms, 8.70 vs 9.29 ms), DeepGEMM's at 16K / 32K (512 / 1024: 14.47 vs
+#: 15.80 ms, 25.64 vs 28.98 ms), both routings alike. Not the default: inside an engine iteration its op ran slower
+#: (ISL 8K, MNT 16K: median 101.6 against 93.2 ms per iteration) and compiled unseen shapes for seconds.
 DEEPGEMM_MIN_ROWS_PER_EXPERT = 384
 
 
@@ -35,14 +37,17 @@ def _deepgemm_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw):
 
 
 def _auto_mlp(x_TH, topk_ids_TK, w13, w2, buf_idx_E, row_E, **kw):
-    """gemm: multi_buffer / composite_view with FP8 experts: DeepGEMM's mainloop over the same buffers when it can run
-    here (moe_deepgemm.usable) and the call is large enough for it to be the faster one (DEEPGEMM_MIN_ROWS_PER_EXPERT;
-    DWDP_MOE_MAINLOOP=deepgemm forces it), else None: the caller runs dwdp::grouped_gemm (after one warning on a CUDA
-    device when DeepGEMM cannot run there)."""
+    """gemm: multi_buffer / composite_view with FP8 experts: None (the caller runs dwdp::grouped_gemm, our CUTLASS
+    kernels) by default (DWDP_MOE_MAINLOOP=cutlass). With DWDP_MOE_MAINLOOP=auto, DeepGEMM's mainloop over the same
+    buffers when it can run here (moe_deepgemm.usable) and the call is large enough for it to be the faster op
+    (DEEPGEMM_MIN_ROWS_PER_EXPERT); =deepgemm, whenever it can run. Where it was asked for and cannot run (on a CUDA
+    device), one warning says why and ours runs."""
+    mode = env.moe_mainloop()
+    if mode == "cutlass":
+        return None  # the default: no warning, it is the choice
     rows_per_expert = topk_ids_TK.numel() / max(1, buf_idx_E.shape[0])
-    why = "DWDP_MOE_MAINLOOP=cutlass" if env.moe_mainloop() == "cutlass" else \
-        usable(w13, kw.get("w13_scale_sources"), w2)
-    if why is None and rows_per_expert < DEEPGEMM_MIN_ROWS_PER_EXPERT and env.moe_mainloop() != "deepgemm":
+    why = usable(w13, kw.get("w13_scale_sources"), w2)
+    if why is None and rows_per_expert < DEEPGEMM_MIN_ROWS_PER_EXPERT and mode == "auto":
         return None  # a call this small runs faster on ours (measured): no warning, it is the choice
     if why is None and len(w13) > 1 and x_TH.is_cuda and torch.cuda.is_current_stream_capturing():
         return None  # a split reads its section heights back (no capture); ours is capturable, and bit-equal

@@ -210,8 +210,9 @@ def test_unpadded_split_and_bf16_weights_are_refused(fake_dg):
 
 def test_multi_buffer_declines_where_deepgemm_cannot_run(fake_dg, monkeypatch):
     """gemm: multi_buffer runs DeepGEMM's mainloop only where moe_deepgemm.usable allows (CUDA, sm_90, FP8, dims,
-    DeepGEMM built) and DWDP_MOE_MAINLOOP is not cutlass; elsewhere the padded MLP declines (None) and the unpadded
-    op runs. An unknown DWDP_MOE_MAINLOOP names the variable."""
+    DeepGEMM built) and DWDP_MOE_MAINLOOP asks for it (auto from the crossover, deepgemm always; the default,
+    cutlass, never); elsewhere the padded MLP declines (None) and the unpadded op runs. An unknown DWDP_MOE_MAINLOOP
+    names the variable."""
     from dwdp_trtllm.engine import gemm_paths
     q13, s13, q2, s2 = _experts(11)
     ids, w = _routing(6, False, 12)
@@ -222,6 +223,11 @@ def test_multi_buffer_declines_where_deepgemm_cannot_run(fake_dg, monkeypatch):
     assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None
     monkeypatch.setattr(mdg, "usable", lambda *a: None)  # as on an H100 / H200 with DeepGEMM built
     monkeypatch.setattr(gemm_paths, "usable", lambda *a: None)
+    monkeypatch.delenv("DWDP_MOE_MAINLOOP", raising=False)
+    monkeypatch.setattr(gemm_paths, "DEEPGEMM_MIN_ROWS_PER_EXPERT", 3.6)
+    assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None and fake_dg.calls == []  # default: ours
+    monkeypatch.setattr(gemm_paths, "DEEPGEMM_MIN_ROWS_PER_EXPERT", 384)
+    monkeypatch.setenv("DWDP_MOE_MAINLOOP", "auto")
     # 6 tokens x top-3 over 5 experts: 3.6 rows per expert, far below the measured crossover: ours runs
     assert gemm_paths._auto_mlp(x, ids, [q13], [q2], bidx, row, **kw) is None and fake_dg.calls == []
     monkeypatch.setattr(gemm_paths, "DEEPGEMM_MIN_ROWS_PER_EXPERT", 3.6)  # a call at the crossover: DeepGEMM's
