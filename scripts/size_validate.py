@@ -42,6 +42,7 @@ Run: PYTHONPATH=. python3 scripts/size_validate.py [--write docs/SIZING.md] [--q
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import sys
@@ -505,6 +506,11 @@ AICQ_TOL = TOL
 #: pre-correction for queueing under concurrency": aiconfigurator/sdk/sweep.py `_AUTOSCALE_TTFT_CORRECTION_FACTOR`,
 #: applied in `_find_best_disagg_under_constraint`, aiconfigurator 0.12.0); the TTFT it prints is that product
 AIC_TTFT_FACTOR = 1.8
+#: aiconfigurator's rate matching counts this share of its prefill workers' static rate (batch / latency) when it
+#: matches them to the decode workers (aiconfigurator/sdk/sweep.py `_RATE_MATCH_PREFILL_DEGRADATION`, used in
+#: `_rate_match_dict`: seq/s = min(prefill seq/s x workers x 0.9, decode seq/s x workers x 0.92), 0.12.0): its answer's
+#: req/s at 8K / 64 GPUs is 4 TP8 workers x 1 / 0.348 s x 0.9 = 10.34
+AIC_PREFILL_DEGRADATION = 0.9
 #: generation batches per rank tried (a grid, not aiconfigurator's picks)
 AICQ_GEN_BATCH = "2,4,6,8,12,16,24,32,48,64,128"
 
@@ -634,6 +640,35 @@ def max_rate_within(argv: list[str], mode: str, lo: float, at_lo, hi: float, ste
     return best
 
 
+@contextlib.contextmanager
+def context_scaled(mode: str, factor: float):
+    """Inside: every context iteration of `mode` the search simulates priced x `factor` (an ablation that sets our
+    iteration to a reference's price; sizing/search.py's `_costs` wrapped, restored on exit)."""
+    from dwdp_trtllm.sizing import search as se
+    real = se._costs
+
+    def scaled(p, m, group, redundant, which="nominal"):
+        cost, ctx = real(p, m, group, redundant, which)
+        return (cost, (lambda st, segs: ctx(st, segs) * factor)) if m == mode else (cost, ctx)
+    se._costs = scaled
+    try:
+        yield
+    finally:
+        se._costs = real
+
+
+def tp_static_ms(argv: list[str], size: int, isl: int) -> float:
+    """Our TP-`size` context iteration of one request of `isl` tokens (ms) priced as `dwdp size argv` prices it (its
+    spec: routing and communication as stated): the quantity aiconfigurator's static prefill latency is."""
+    from dwdp_trtllm.commands import size as sz
+    from dwdp_trtllm.sizing.context_cost import Segments
+    from dwdp_trtllm.sizing.tp_cost import TpCost
+    ap = argparse.ArgumentParser()
+    sz.add_parser(ap.add_subparsers())
+    spec, _ = sz.problems(ap.parse_args(["size", *argv]))
+    return TpCost(spec, "tp", size).seconds([Segments(((0, isl, isl),))]) * 1e3
+
+
 def _override(argv: list[str], extra: list[str]) -> list[str]:
     """argv with the flags in `extra` replaced (each flag once)."""
     out, skip = [], set(extra[::2])
@@ -702,11 +737,33 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
             rows += _figures(q["name"], a, o2, "ablation", "aiconfigurator's deployment shape ("
                              + " ".join(shape) + ")", f"ours: {_label(o2.deployment)}"
                              + (f" ({o2.why_none})" if o2.deployment is None else ""))
+            gen = shape[shape.index("--gen-tp"):]
+            if o2.deployment is None:  # its context shape has no answer of ours: its generation side alone
+                o6 = size_outcomes(_override(argv, gen), (mode,))[mode]
+                rows += _figures(q["name"], a, o6, "ablation", "aiconfigurator's generation shape, our context "
+                                 "search (" + " ".join(gen) + ")", f"ours: {_label(o6.deployment)}"
+                                 + (f" ({o6.why_none})" if o6.deployment is None else ""))
         if o.deployment is not None and o.deployment.gpus < a["gpus"]:  # it answers with its whole budget
-            r, o4 = max_rate_within(argv, mode, a["req_s"], o, a["req_s"] * a["gpus"] / o.deployment.gpus * 1.25)
+            hi = a["req_s"] * a["gpus"] / o.deployment.gpus * 1.25
+            r, o4 = max_rate_within(argv, mode, a["req_s"], o, hi)
             rows += _figures(q["name"], a, o4, "ablation", f"aiconfigurator's question as it answers it: the most "
                              f"requests/s within --gpu-budget {q['total_gpus']} (ours {r:.3g} req/s, "
                              f"bisected over --rate)", f"ours: {_label(o4.deployment)} at {r:.3g} req/s")
+            if mode == "tp":  # and with our TP context iteration at its static prefill price (and rate-matched)
+                size = a["prefill"]["gpus_per_worker"]
+                ours_ms, theirs_ms = tp_static_ms(argv, size, q["isl"]), a["ttft_ms"] / AIC_TTFT_FACTOR
+                for f, what in ((theirs_ms / ours_ms, f"its static prefill latency ({theirs_ms:.0f} ms at ISL "
+                                                      f"{q['isl'] // 1024}K against our {ours_ms:.0f}"),
+                                (theirs_ms / AIC_PREFILL_DEGRADATION / ours_ms,
+                                 f"its rate-matched prefill price (its {theirs_ms:.0f} ms / its "
+                                 f"{AIC_PREFILL_DEGRADATION:g} prefill degradation against our {ours_ms:.0f}")):
+                    with context_scaled("tp", f):
+                        o5 = size_outcomes(argv, (mode,))[mode]
+                        r5, o5 = (max_rate_within(argv, mode, a["req_s"], o5, hi) if o5.deployment
+                                  else (a["req_s"], o5))
+                    rows += _figures(q["name"], a, o5, "ablation", f"aiconfigurator's question as it answers it, "
+                                     f"our TP{size} context iteration at {what}: x {f:.2f})",
+                                     f"ours: {_label(o5.deployment)} at {r5:.3g} req/s")
         if mode != "dep":
             dep = out["dep"]
             name = f"{q['name']}, DEP context"
