@@ -25,7 +25,8 @@ data/validation/published.yaml's paper-t3-* setup (`--dep-comm alltoall --interf
   calibrated to the paper's ISL-8K speedup, the recipe's context servers (whole prompts, at most 4 per rank per
   iteration, the MTP layer over the prompt: RECIPE_CTX), a DWDP rank's KV transfer sharing its links with its
   peers' pulls, DWDP's worse end of the planner's ranges in both modes (WORSE_END: the low end of the range
-  `dwdp size` prints), the paper's pair of deployments (`paper_pair`, also at that worse end), that pair over the
+  `dwdp size` prints), the paper's pair of deployments (`paper_pair`, also at that worse end and with
+  TensorRT-LLM's round-robin router over the context servers, RR_EFFECT), that pair over the
   client's full 20000 // users rounds (alone, at the worse end and with the calibration), and every effect at
   once. Table 3a has the worse end as an ablation too (the context-only rows it moves).
 
@@ -227,6 +228,7 @@ class Setting:
     mtp_prompt: bool = False  # the MTP layer runs over the prompt on the context servers
     kv_contention: bool = False  # DWDP: the KV transfer shares the rank's links with its expert pulls
     which: str = "nominal"  # the planner's uncertainty scenario of both modes' context iterations (WORSE_END)
+    router: str = "least_tokens"  # how requests pick a context server (simulator.Deployment.ctx_router)
 
 
 def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
@@ -239,7 +241,7 @@ def run(s: PlanSpec, d: Deployment, arrivals: tr.Arrivals, st: Setting, dc=None)
     only, the first token is the answer) and summarise it."""
     cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes, which=st.which,
                        mtp_prompt=st.mtp_prompt, kv_contention=st.kv_contention)
-    d = dataclasses.replace(d, ctx_max_batch=st.ctx_max_batch, chunked=st.chunked)
+    d = dataclasses.replace(d, ctx_max_batch=st.ctx_max_batch, chunked=st.chunked, ctx_router=st.router)
     scale = st.dwdp_scale if d.mode == "dwdp" else 1.0
     p = Problem(spec=s, arrivals=arrivals, slo=Slo(), budget=512, gpus_per_node=72, dwdp_sizes=(4,), dep_sizes=(4,),
                 mnts=(MNT,), gen_tps=(d.gen_tp,), gen_batches=(d.gen_batch,))  # for its kv_time
@@ -359,6 +361,11 @@ RECIPE_CTX = dict(ctx_max_batch=4, chunked=False, mtp_prompt=True)
 RECIPE_CTX_EFFECT = ("the recipe's context servers: whole prompts (no chunked prefill), at most 4 per rank per "
                      "iteration, the MTP layer over the prompt")
 KV_EFFECT = "a DWDP rank's KV transfer sharing its NVLink with its peers' expert pulls"
+#: TensorRT-LLM's disaggregated server without a router configured (the recipe's server_config.yaml,
+#: examples/disaggregated/slurm/benchmark/gen_server_config.py, sets none): round robin over the context servers
+#: (tensorrt_llm/serve/router.py @ 00895e31 `create_router`); the simulator's default sends each request to the
+#: server with the fewest outstanding tokens
+RR_EFFECT = "TensorRT-LLM's default router: round robin over the context servers"
 
 
 def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float | None = None,
@@ -418,6 +425,9 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
         emit(pair, pick[0][4 * n_dep], pick[1][4 * n_dw])
         wpick = {d.ctx_gpus: (m, d) for m, d in w_dep}, {d.ctx_gpus: (m, d) for m, d in w_dw}
         emit(f"{pair}, at {WORSE_SHORT}", wpick[0][4 * n_dep], wpick[1][4 * n_dw])
+        rr = Setting(**base, router="round_robin")
+        emit(f"{pair}, {RR_EFFECT}", _runs(s, band, "dep", a, rr, dc, (n_dep,))[0],
+             _runs(s, band, "dwdp", a, rr, dc, (n_dw,))[0])
         full = _rounds(band, full=True, cap=rounds_cap)
         if full != rounds:
             fst = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full)

@@ -241,11 +241,14 @@ def test_recipe_context_ablation_runs_the_recipes_context_servers(sv, monkeypatc
     monkeypatch.setattr(sv, "simulate", fake_sim)
     a = sv._arrivals(8192, 2, sv.Setting(users=2, prompts=2))
     d = sv._deployment(sv.BANDS[1], "dwdp", 3)
-    for st in (sv.Setting(**sv.RECIPE_CTX), sv.Setting(kv_contention=True), sv.Setting()):
+    for st in (sv.Setting(**sv.RECIPE_CTX), sv.Setting(kv_contention=True), sv.Setting(),
+               sv.Setting(router="round_robin")):
         with pytest.raises(Stop):
             sv.run(sv.spec(), d, a, st)
-    assert [(x.ctx_max_batch, x.chunked) for x in seen] == [(4, False), (0, True), (0, True)]
-    assert [(k["mtp_prompt"], k["kv_contention"]) for k in made] == [(True, False), (False, True), (False, False)]
+    assert [(x.ctx_max_batch, x.chunked) for x in seen] == [(4, False), (0, True), (0, True), (0, True)]
+    assert [(k["mtp_prompt"], k["kv_contention"]) for k in made] == [(True, False), (False, True), (False, False),
+                                                                    (False, False)]
+    assert [x.ctx_router for x in seen] == ["least_tokens"] * 3 + ["round_robin"]
 
 
 # ---- aiconfigurator's own sizing questions (scripts/size_validate.py aic_questions) ---------------------------
