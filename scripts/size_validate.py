@@ -726,7 +726,12 @@ def _aic_label(a: dict | None) -> str:
 
 def aic_questions(data: dict | None = None) -> list[QRow]:
     """Each of aiconfigurator's questions: its answer (its own context mode) against `dwdp size`'s answer of the
-    same context mode under its assumptions (aicq_argv); then its DEP-restricted answer against our DEP answer."""
+    same context mode under its assumptions (aicq_argv); then its DEP-restricted answer against our DEP answer.
+    Ablations: its TTFT without its x1.8; its deployment shape pinned (aicq_shape_argv), and where that has no
+    answer of ours its generation shape alone; where ours uses fewer GPUs, its question as it answers it (the most
+    requests/s within its budget, max_rate_within), for a TP answer also with our TP iteration at its static
+    prefill latency and at its rate-matched prefill price (AIC_PREFILL_DEGRADATION; context_scaled); where one side
+    found a DEP context and the other not, its TTFT rule."""
     data = aic_questions_data() if data is None else data
     rows = []
     for q in data["questions"]:
