@@ -24,8 +24,11 @@ data/validation/published.yaml's paper-t3-* setup (`--dep-comm alltoall --interf
   acceptance 0.85); the band is the published deployment's, not our TPS/user. Ablations per band: MTP off, DWDP
   calibrated to the paper's ISL-8K speedup, the recipe's context servers (whole prompts, at most 4 per rank per
   iteration, the MTP layer over the prompt: RECIPE_CTX), a DWDP rank's KV transfer sharing its links with its
-  peers' pulls, the paper's pair of deployments (`paper_pair`), that pair over the client's full 20000 // users
-  rounds (alone and with the calibration), and every effect at once.
+  peers' pulls, DWDP's worse end of the planner's ranges in both modes (WORSE_END: the low end of the range
+  `dwdp size` prints), the paper's pair of deployments (`paper_pair`, also at that worse end and with
+  TensorRT-LLM's round-robin router over the context servers, RR_EFFECT), that pair over the
+  client's full 20000 // users rounds (alone, at the worse end and with the calibration), and every effect at
+  once. Table 3a has the worse end as an ablation too (the context-only rows it moves).
 
 Verdicts (`verdict`): a row is within TOL of its OWN published value or outside it; an outside row counts as
 explained only beside an ablation row (same table) that changes a named modelled effect (or a named
@@ -34,11 +37,13 @@ is on the published side of 1; a ratio of two runs that are the same deployment 
 
 Run: PYTHONPATH=. python3 scripts/size_validate.py [--write docs/SIZING.md] [--quick]  (a few minutes on 2 cores;
 --quick: fewer prompts, for a look, not for the docs). Prints the markdown section. `--only 5 --write FILE
-[--jobs N]`: the Table 5/6 rows alone (N bands at once), spliced beside FILE's Table 3 rows (splice_rows).
+[--jobs N]`: the Table 5/6 rows alone (N bands at once), spliced beside FILE's Table 3 rows (splice_rows);
+`--only 3 --write FILE`: the Table 3 rows alone, spliced before FILE's Table 5/6 rows.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import sys
@@ -59,6 +64,13 @@ TOL = 0.15
 MNT = 32768
 UNSLICED = 0  # slice bytes: one copy per (peer, tensor), the paper's runs (no contention mitigation)
 SLICED = 2 << 20  # the contention mitigation (2 MiB round-robin slices), for the ablation
+#: the planner's uncertain inputs at the end worse for DWDP, in both modes' context iterations (perf/uncertainty.py's
+#: "low" scenario; with --interference stated, what moves is the peer bandwidth, DEP's communication and the
+#: extrapolated kernel-table cells): the `[low-high]` range's low end that `dwdp size` prints
+WORSE_END = "low"
+WORSE_EFFECT = ("DWDP's worse end of the planner's ranges, both modes (peer copies at 0.75x, DEP communication at "
+                "its fast end, extrapolated table cells at DWDP's worse end)")
+WORSE_SHORT = "DWDP's worse end of the planner's ranges"
 T3_USERS = 256  # reproduce.py: concurrency = batch 64 x gen_tp 4 (context_only_* rows)
 T3_PROMPTS = 4096  # reproduce.py: num_prompts for OSL 1
 E2E_PROMPTS = 20000  # reproduce.py: num_prompts otherwise; the client runs 20000 // concurrency rounds
@@ -215,6 +227,8 @@ class Setting:
     chunked: bool = True  # chunked prefill on the context servers (False: whole prompts)
     mtp_prompt: bool = False  # the MTP layer runs over the prompt on the context servers
     kv_contention: bool = False  # DWDP: the KV transfer shares the rank's links with its expert pulls
+    which: str = "nominal"  # the planner's uncertainty scenario of both modes' context iterations (WORSE_END)
+    router: str = "least_tokens"  # how requests pick a context server (simulator.Deployment.ctx_router)
 
 
 def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
@@ -225,9 +239,9 @@ def _arrivals(isl: int, osl: int, st: Setting, seed: int = 0) -> tr.Arrivals:
 def run(s: PlanSpec, d: Deployment, arrivals: tr.Arrivals, st: Setting, dc=None) -> Metrics:
     """Simulate deployment `d` (context cost at the setting's slicing / redundancy; decode `dc` or none: context
     only, the first token is the answer) and summarise it."""
-    cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes,
+    cost = ContextCost(s, d.mode, d.ctx_group, d.redundant or st.redundant, st.slice_bytes, which=st.which,
                        mtp_prompt=st.mtp_prompt, kv_contention=st.kv_contention)
-    d = dataclasses.replace(d, ctx_max_batch=st.ctx_max_batch, chunked=st.chunked)
+    d = dataclasses.replace(d, ctx_max_batch=st.ctx_max_batch, chunked=st.chunked, ctx_router=st.router)
     scale = st.dwdp_scale if d.mode == "dwdp" else 1.0
     p = Problem(spec=s, arrivals=arrivals, slo=Slo(), budget=512, gpus_per_node=72, dwdp_sizes=(4,), dep_sizes=(4,),
                 mnts=(MNT,), gen_tps=(d.gen_tp,), gen_batches=(d.gen_batch,))  # for its kv_time
@@ -269,7 +283,8 @@ def table3(s: PlanSpec, prompts: int = T3_PROMPTS) -> list[Row]:
                 ("the previous setting: 4 x MNT/ISL users for 60 s, ISL U[0.8, 1], sliced copies, KV transfer "
                  "between a user's requests",
                  Setting(isl_dist="uniform_ratio", users=4 * max(1, MNT // isl), prompts=None, duration_s=60,
-                         slice_bytes=SLICED, kv=True))):
+                         slice_bytes=SLICED, kv=True)),
+                (WORSE_EFFECT, Setting(prompts=prompts, which=WORSE_END))):
             v, dep2, dw2 = ttft_speedup(s, isl, 4, st)
             rows.append(Row(name, "TTFT speedup DEP4/DWDP4", pub, v, _t3_detail(dep2, dw2, st), kind="ablation",
                             of=name, effect=effect))
@@ -346,6 +361,11 @@ RECIPE_CTX = dict(ctx_max_batch=4, chunked=False, mtp_prompt=True)
 RECIPE_CTX_EFFECT = ("the recipe's context servers: whole prompts (no chunked prefill), at most 4 per rank per "
                      "iteration, the MTP layer over the prompt")
 KV_EFFECT = "a DWDP rank's KV transfer sharing its NVLink with its peers' expert pulls"
+#: TensorRT-LLM's disaggregated server without a router configured (the recipe's server_config.yaml,
+#: examples/disaggregated/slurm/benchmark/gen_server_config.py, sets none): round robin over the context servers
+#: (tensorrt_llm/serve/router.py @ 00895e31 `create_router`); the simulator's default sends each request to the
+#: server with the fewest outstanding tokens
+RR_EFFECT = "TensorRT-LLM's default router: round robin over the context servers"
 
 
 def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float | None = None,
@@ -355,8 +375,9 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
     with `calibrated_scale`, DWDP's context iteration scaled so that its ISL-8K context speedup equals the paper's
     (Table 3a); the recipe's context servers (RECIPE_CTX); a DWDP rank's KV transfer contending with its peers'
     pulls (ContextCost.kv_contention); the paper's pair of deployments (`paper_pair`) instead of each mode's best;
-    that pair over the client's full rounds; the pair, full rounds and calibrated DWDP together; and every one of
-    these effects at once."""
+    that pair over the client's full rounds; the pair, full rounds and calibrated DWDP together; DWDP's worse end
+    of the planner's ranges (WORSE_END, both modes) for each mode's best point, the pair and the pair over the
+    client's rounds; and every one of these effects at once."""
     rows = []
     for band in bands:
         rounds = _rounds(band, cap=rounds_cap)
@@ -394,11 +415,19 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
         emit(RECIPE_CTX_EFFECT, _best(_runs(s, band, "dep", a, rst, dc)), _best(_runs(s, band, "dwdp", a, rst, dc)))
         kst = Setting(**base, kv_contention=True)
         emit(KV_EFFECT, _best(dep_runs), _best(_runs(s, band, "dwdp", a, kst, dc)))
+        wst = Setting(**base, which=WORSE_END)
+        w_dep, w_dw = _runs(s, band, "dep", a, wst, dc), _runs(s, band, "dwdp", a, wst, dc)
+        emit(WORSE_EFFECT, _best(w_dep), _best(w_dw))
         n_dep, n_dw = paper_pair(band)
         pair = (f"the paper's pair: DEP {4 * n_dep} context GPUs (the recipe's e2e_*_dep) against DWDP {4 * n_dw} "
                 f"(fewer)")
         pick = {d.ctx_gpus: (m, d) for m, d in dep_runs}, {d.ctx_gpus: (m, d) for m, d in dw_runs}
         emit(pair, pick[0][4 * n_dep], pick[1][4 * n_dw])
+        wpick = {d.ctx_gpus: (m, d) for m, d in w_dep}, {d.ctx_gpus: (m, d) for m, d in w_dw}
+        emit(f"{pair}, at {WORSE_SHORT}", wpick[0][4 * n_dep], wpick[1][4 * n_dw])
+        rr = Setting(**base, router="round_robin")
+        emit(f"{pair}, {RR_EFFECT}", _runs(s, band, "dep", a, rr, dc, (n_dep,))[0],
+             _runs(s, band, "dwdp", a, rr, dc, (n_dw,))[0])
         full = _rounds(band, full=True, cap=rounds_cap)
         if full != rounds:
             fst = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full)
@@ -406,6 +435,9 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
             fe = _runs(s, band, "dep", fa, fst, dc, (n_dep,))[0]
             emit(f"{pair}, over the client's {full} rounds (20000 // {band.users} users)", fe,
                  _runs(s, band, "dwdp", fa, fst, dc, (n_dw,))[0], f"; {band.users} users x {full} rounds")
+            fw = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full, which=WORSE_END)
+            emit(f"{pair}, the client's {full} rounds, at {WORSE_SHORT}", _runs(s, band, "dep", fa, fw, dc, (n_dep,))[0],
+                 _runs(s, band, "dwdp", fa, fw, dc, (n_dw,))[0])
             if calibrated_scale:
                 fcal = Setting(isl_dist="uniform_ratio", users=band.users, prompts=band.users * full,
                                dwdp_scale=calibrated_scale)
@@ -484,6 +516,11 @@ AICQ_TOL = TOL
 #: pre-correction for queueing under concurrency": aiconfigurator/sdk/sweep.py `_AUTOSCALE_TTFT_CORRECTION_FACTOR`,
 #: applied in `_find_best_disagg_under_constraint`, aiconfigurator 0.12.0); the TTFT it prints is that product
 AIC_TTFT_FACTOR = 1.8
+#: aiconfigurator's rate matching counts this share of its prefill workers' static rate (batch / latency) when it
+#: matches them to the decode workers (aiconfigurator/sdk/sweep.py `_RATE_MATCH_PREFILL_DEGRADATION`, used in
+#: `_rate_match_dict`: seq/s = min(prefill seq/s x workers x 0.9, decode seq/s x workers x 0.92), 0.12.0): its answer's
+#: req/s at 8K / 64 GPUs is 4 TP8 workers x 1 / 0.348 s x 0.9 = 10.34
+AIC_PREFILL_DEGRADATION = 0.9
 #: generation batches per rank tried (a grid, not aiconfigurator's picks)
 AICQ_GEN_BATCH = "2,4,6,8,12,16,24,32,48,64,128"
 
@@ -613,6 +650,35 @@ def max_rate_within(argv: list[str], mode: str, lo: float, at_lo, hi: float, ste
     return best
 
 
+@contextlib.contextmanager
+def context_scaled(mode: str, factor: float):
+    """Inside: every context iteration of `mode` the search simulates priced x `factor` (an ablation that sets our
+    iteration to a reference's price; sizing/search.py's `_costs` wrapped, restored on exit)."""
+    from dwdp_trtllm.sizing import search as se
+    real = se._costs
+
+    def scaled(p, m, group, redundant, which="nominal"):
+        cost, ctx = real(p, m, group, redundant, which)
+        return (cost, (lambda st, segs: ctx(st, segs) * factor)) if m == mode else (cost, ctx)
+    se._costs = scaled
+    try:
+        yield
+    finally:
+        se._costs = real
+
+
+def tp_static_ms(argv: list[str], size: int, isl: int) -> float:
+    """Our TP-`size` context iteration of one request of `isl` tokens (ms) priced as `dwdp size argv` prices it (its
+    spec: routing and communication as stated): the quantity aiconfigurator's static prefill latency is."""
+    from dwdp_trtllm.commands import size as sz
+    from dwdp_trtllm.sizing.context_cost import Segments
+    from dwdp_trtllm.sizing.tp_cost import TpCost
+    ap = argparse.ArgumentParser()
+    sz.add_parser(ap.add_subparsers())
+    spec, _ = sz.problems(ap.parse_args(["size", *argv]))
+    return TpCost(spec, "tp", size).seconds([Segments(((0, isl, isl),))]) * 1e3
+
+
 def _override(argv: list[str], extra: list[str]) -> list[str]:
     """argv with the flags in `extra` replaced (each flag once)."""
     out, skip = [], set(extra[::2])
@@ -660,7 +726,12 @@ def _aic_label(a: dict | None) -> str:
 
 def aic_questions(data: dict | None = None) -> list[QRow]:
     """Each of aiconfigurator's questions: its answer (its own context mode) against `dwdp size`'s answer of the
-    same context mode under its assumptions (aicq_argv); then its DEP-restricted answer against our DEP answer."""
+    same context mode under its assumptions (aicq_argv); then its DEP-restricted answer against our DEP answer.
+    Ablations: its TTFT without its x1.8; its deployment shape pinned (aicq_shape_argv), and where that has no
+    answer of ours its generation shape alone; where ours uses fewer GPUs, its question as it answers it (the most
+    requests/s within its budget, max_rate_within), for a TP answer also with our TP iteration at its static
+    prefill latency and at its rate-matched prefill price (AIC_PREFILL_DEGRADATION; context_scaled); where one side
+    found a DEP context and the other not, its TTFT rule."""
     data = aic_questions_data() if data is None else data
     rows = []
     for q in data["questions"]:
@@ -681,11 +752,33 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
             rows += _figures(q["name"], a, o2, "ablation", "aiconfigurator's deployment shape ("
                              + " ".join(shape) + ")", f"ours: {_label(o2.deployment)}"
                              + (f" ({o2.why_none})" if o2.deployment is None else ""))
+            gen = shape[shape.index("--gen-tp"):]
+            if o2.deployment is None:  # its context shape has no answer of ours: its generation side alone
+                o6 = size_outcomes(_override(argv, gen), (mode,))[mode]
+                rows += _figures(q["name"], a, o6, "ablation", "aiconfigurator's generation shape, our context "
+                                 "search (" + " ".join(gen) + ")", f"ours: {_label(o6.deployment)}"
+                                 + (f" ({o6.why_none})" if o6.deployment is None else ""))
         if o.deployment is not None and o.deployment.gpus < a["gpus"]:  # it answers with its whole budget
-            r, o4 = max_rate_within(argv, mode, a["req_s"], o, a["req_s"] * a["gpus"] / o.deployment.gpus * 1.25)
+            hi = a["req_s"] * a["gpus"] / o.deployment.gpus * 1.25
+            r, o4 = max_rate_within(argv, mode, a["req_s"], o, hi)
             rows += _figures(q["name"], a, o4, "ablation", f"aiconfigurator's question as it answers it: the most "
                              f"requests/s within --gpu-budget {q['total_gpus']} (ours {r:.3g} req/s, "
                              f"bisected over --rate)", f"ours: {_label(o4.deployment)} at {r:.3g} req/s")
+            if mode == "tp":  # and with our TP context iteration at its static prefill price (and rate-matched)
+                size = a["prefill"]["gpus_per_worker"]
+                ours_ms, theirs_ms = tp_static_ms(argv, size, q["isl"]), a["ttft_ms"] / AIC_TTFT_FACTOR
+                for f, what in ((theirs_ms / ours_ms, f"its static prefill latency ({theirs_ms:.0f} ms at ISL "
+                                                      f"{q['isl'] // 1024}K against our {ours_ms:.0f}"),
+                                (theirs_ms / AIC_PREFILL_DEGRADATION / ours_ms,
+                                 f"its rate-matched prefill price (its {theirs_ms:.0f} ms / its "
+                                 f"{AIC_PREFILL_DEGRADATION:g} prefill degradation against our {ours_ms:.0f}")):
+                    with context_scaled("tp", f):
+                        o5 = size_outcomes(argv, (mode,))[mode]
+                        r5, o5 = (max_rate_within(argv, mode, a["req_s"], o5, hi) if o5.deployment
+                                  else (a["req_s"], o5))
+                    rows += _figures(q["name"], a, o5, "ablation", f"aiconfigurator's question as it answers it, "
+                                     f"our TP{size} context iteration at {what}: x {f:.2f})",
+                                     f"ours: {_label(o5.deployment)} at {r5:.3g} req/s")
         if mode != "dep":
             dep = out["dep"]
             name = f"{q['name']}, DEP context"
@@ -750,18 +843,21 @@ def table56_jobs(rounds_cap: int | None, calibrated_scale: float | None, jobs: i
     return [r for part in parts for r in part]
 
 
-def splice_rows(doc: str, rows: list[Row], keep_prefix: str = "| Table 3") -> str:
+def splice_rows(doc: str, rows: list[Row], keep_prefix: str | tuple[str, ...] = "| Table 3",
+                kept_first: bool = True) -> str:
     """`doc`'s generated section with its table's lines that start with `keep_prefix` kept (in their order) and
-    every other row replaced by `rows` rendered: regenerates the Table 5/6 rows alone. The kept rows' verdicts
-    read only rows of their own table (`verdict`), so they do not depend on the replaced ones;
-    tests/unit/test_size_validate.py checks the Table 3 rows against the script."""
+    every other row replaced by `rows` rendered: regenerates the Table 5/6 rows alone (the kept Table 3 rows first)
+    or, with keep_prefix ("| Table 5", "| Table 6") and kept_first False, the Table 3 rows alone (before the kept
+    rows). The kept rows' verdicts read only rows of their own table (`verdict`), so they do not depend on the
+    replaced ones; tests/unit/test_size_validate.py checks the Table 3 rows against the script."""
     pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     m = pat.search(doc)
     if not m:
         raise SystemExit(f"no generated section ({BEGIN!r} ... {END!r})")
     kept = [line for line in m.group(0).splitlines() if line.startswith(keep_prefix)]
     lines = render(rows).splitlines()
-    text = "\n".join([BEGIN, "", *lines[:2], *kept, *lines[2:], "", END])
+    body = [*kept, *lines[2:]] if kept_first else [*lines[2:], *kept]
+    text = "\n".join([BEGIN, "", *lines[:2], *body, "", END])
     return pat.sub(lambda _: text, doc)
 
 
@@ -773,9 +869,9 @@ def main(argv=None) -> int:
                                                                      "sizing questions)")
     ap.add_argument("--jobs", type=int, default=1, help="Table 5/6 bands simulated at once (worker processes)")
     args = ap.parse_args(argv)
-    if args.write and (args.quick or args.only == "3"):
-        ap.error("--write regenerates whole sections: not with --quick, and --only only as --only 5 (its rows "
-                 "spliced beside the file's Table 3 rows), aic or aicq")
+    if args.write and args.quick:
+        ap.error("--write regenerates whole sections: not with --quick (--only 3 / --only 5 splice their rows "
+                 "beside the file's other rows; aic and aicq are sections of their own)")
     s = spec()
     rows: list[Row] = []
     if args.only in (None, "3"):
@@ -786,8 +882,11 @@ def main(argv=None) -> int:
     if rows:
         text = section(rows)
         print(text)
-        if args.write and args.only == "5":
-            args.write.write_text(splice_rows(args.write.read_text(encoding="utf-8"), rows), encoding="utf-8")
+        if args.write and args.only in ("3", "5"):
+            doc = args.write.read_text(encoding="utf-8")
+            doc = (splice_rows(doc, rows) if args.only == "5" else
+                   splice_rows(doc, rows, ("| Table 5", "| Table 6"), kept_first=False))
+            args.write.write_text(doc, encoding="utf-8")
         elif args.write:
             write(args.write, text)
     if args.only in (None, "aic"):

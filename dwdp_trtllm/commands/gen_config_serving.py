@@ -182,6 +182,7 @@ def settings_lines(args, isl: int, mtp: int, gen, *, key: tuple[str, str] = ("ma
                else f"the requests whose KV cache fits, fewer than the recipe's {CTX_BATCH}")
         out.append(f"context server max_batch_size {batch} ({why}), max_seq_len {seq} (--isl {isl} + "
                    f"{gc.SEQ_MARGIN_TOKENS}), block reuse off, as {gc.RECIPE_SCRIPT_CTX}")
+        out.append(context_batching_line(args.chunked_prefill, batch))
         out.append(f"context server kv_cache_config.free_gpu_memory_fraction {ctx_kv.fraction:g}: {ctx_kv.describe()}"
                    if ctx_kv is not None else "context server kv_cache_config.free_gpu_memory_fraction: not written "
                    "(no model dims: TensorRT-LLM's default 0.9 applies; give --preset)")
@@ -191,6 +192,20 @@ def settings_lines(args, isl: int, mtp: int, gen, *, key: tuple[str, str] = ("ma
         out.append(f"generation server cuda_graph_config: enable_padding, batch sizes up to max_batch_size "
                    f"{gen.batch} (examples/dwdp/reproduce.py @ 4400b395 _cuda_graph_batch_sizes)")
     return out + [f"generation server {line}" for line in (gen.reasons if gen else ())]
+
+
+def context_batching_line(chunked: bool, batch: int) -> str:
+    """What the context servers' iterations hold as written, beside what `dwdp size` prices unless told (the two
+    differ by default: spec/batching.SIZE_CONTEXT_BATCHING), in spec/batching's words."""
+    from ..spec.batching import SIZE_CONTEXT_BATCHING, describe_context_batching
+    size_chunked, size_cap = SIZE_CONTEXT_BATCHING
+    flags = ([] if chunked == size_chunked else ["--chunked-prefill" if chunked else "--no-chunked-prefill"]) + \
+        ([] if batch == size_cap else [f"--ctx-max-batch {batch}"])
+    return (f"context batching written: {describe_context_batching(chunked, batch)} (--chunked-prefill, "
+            f"--ctx-batch); `dwdp size` prices "
+            + (f"{describe_context_batching(*SIZE_CONTEXT_BATCHING)} unless given {' '.join(flags)}" if flags else
+               "the same by default")
+            + " (its --out writes what it priced)")
 
 
 def storage_line(folder: str, model: str, num_nodes: int) -> str:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from ..deploy import memory as mem
+from ..spec.batching import SIZE_CONTEXT_BATCHING
 from ..spec.models import PRESETS
 from ..spec.schema import ConfigError
 
@@ -91,9 +92,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "TP over the whole server, enable_attention_dp false) (default 1)")
     g.add_argument("--redundant-experts", default="0", help="DWDP redundancy candidates (default 0)")
     g.add_argument("--kv-gbps", type=float, default=None, help="context -> generation KV bandwidth, GB/s (default 50)")
-    g.add_argument("--ctx-max-batch", type=int, default=0,
+    g.add_argument("--ctx-max-batch", type=int, default=SIZE_CONTEXT_BATCHING[1],
                    help="requests per context iteration per rank, TensorRT-LLM's max_batch_size (default 0: no limit)")
     g.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
+                   default=SIZE_CONTEXT_BATCHING[0],
                    help="context servers run whole prompts (TensorRT-LLM's default; MNT >= every ISL)")
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true")
@@ -280,9 +282,11 @@ def notes_lines(spec, probs, dc) -> list[str]:
                    f"--target {spec.target} here)")
     out.append(f"KV transfer at {p.kv_gbps:g} GB/s per request (--kv-gbps); [low-high]: the nominal and the "
                "planner's uncertain inputs at DWDP's worse / better end")
-    cap = f"at most {p.ctx_max_batch} requests" if p.ctx_max_batch else "no request limit"
-    out.append(f"context batching: {'chunked prefill to the MNT' if p.chunked else 'whole prompts'} "
-               f"(--no-chunked-prefill), {cap} per rank per iteration (--ctx-max-batch)")
+    from ..integration.gen_config import CTX_BATCH
+    from ..spec.batching import describe_context_batching
+    out.append(f"context batching priced: {describe_context_batching(p.chunked, p.ctx_max_batch)} "
+               f"(--no-chunked-prefill, --ctx-max-batch); gen-config run alone writes "
+               f"{describe_context_batching(False, CTX_BATCH)}, --out writes what was priced")
     return out
 
 

@@ -10,7 +10,9 @@ all ranks' tokens in lock-step. One step of one rank, per layer (times from the 
   `batch` tokens (the context kernel tables, perf/kernel_tables.py, whose curves start at one token);
 - DEP communication (tp > 1): DeepEP low-latency dispatch (FP8) + combine (BF16) at `batch` tokens per rank where
   the tables have the EP size (8 on H100/H200/B200, 4 on GB200), else NCCL all-gather + reduce-scatter of the
-  BF16 hidden states;
+  BF16 hidden states, else the planner's modelled all-to-all; on a GPU whose all-to-all is DeepEP's (not GB200's
+  MNNVL) an EP size without rows (EP16, EP32 on H100/H200/B200) costs at least the largest smaller EP's DeepEP
+  rows at the same tokens per rank (`_deepep_ll_floor`);
 - the first_k_dense layers: attention + the dense MLP GEMMs; once per step the LM head GEMM (BF16).
 Routing and DEP communication follow what the user states for the context side (`stated_pricing`): the fused
 MoE rows of the stated table distribution (`--routing-skew power_law_1.01`: aiconfigurator's default, which prices
@@ -172,11 +174,9 @@ class DecodeCost:
             rs, _ = self.tables.comm_ms("reduce_scatter", tp, batch * tp * self.model.hidden_size)
             if ag is not None and rs is not None:
                 return float(ag + rs), f"NCCL all-gather + reduce-scatter rows ({tp} GPUs, --dep-comm)"
-        by = self.comm.get("deepep_ll", {}).get("by_hidden", {}).get(str(self.model.hidden_size), {})
-        d = by.get("fp8", {}).get(str(tp), {}).get("dispatch")
-        c = by.get("bfloat16", {}).get(str(tp), {}).get("combine")
-        if d and c:
-            return float(curve_ms(d, batch)[0] + curve_ms(c, batch)[0]), f"DeepEP low-latency rows (EP{tp})"
+        ll = self._deepep_ll_ms(tp, batch)
+        if ll is not None:
+            return ll, f"DeepEP low-latency rows (EP{tp})"
         el = batch * tp * self.model.hidden_size
         ag, _ = self.tables.comm_ms("all_gather", tp, el)
         rs, _ = self.tables.comm_ms("reduce_scatter", tp, el)
@@ -188,7 +188,38 @@ class DecodeCost:
         p = cm.CostParams(gpu=get_gpu(self.gpu), dispatch_dtype="nvfp4" if self.weight_dtype == "nvfp4" else "fp8",
                           a2a_dedup=True)
         us = cm.all_to_all_us(self.model, p, np.full((1, tp), float(batch)), tp)
-        return float(np.max(us)) * 1e-3, f"modelled all-to-all ({tp} GPUs, no rows)"
+        modelled = float(np.max(us)) * 1e-3
+        floor = self._deepep_ll_floor(tp, batch)
+        if floor is not None and floor[0] > modelled:
+            return floor[0], f"DeepEP low-latency rows of EP{floor[1]} as a floor (EP{tp}: no rows)"
+        return modelled, f"modelled all-to-all ({tp} GPUs, no rows)"
+
+    def _deepep_ll_ms(self, ep: int, batch: float) -> float | None:
+        """DeepEP low-latency dispatch (FP8) + combine (BF16) at `batch` tokens per rank over `ep` ranks, from the
+        shipped rows; None where the GPU has none at that EP size."""
+        by = self.comm.get("deepep_ll", {}).get("by_hidden", {}).get(str(self.model.hidden_size), {})
+        d = by.get("fp8", {}).get(str(ep), {}).get("dispatch")
+        c = by.get("bfloat16", {}).get(str(ep), {}).get("combine")
+        return float(curve_ms(d, batch)[0] + curve_ms(c, batch)[0]) if d and c else None
+
+    def _deepep_ll_floor(self, tp: int, batch: float) -> tuple[float, int] | None:
+        """(ms, EP) of the DeepEP low-latency rows of the largest EP size below `tp` that has them, at the same
+        `batch` tokens per rank, on a GPU whose decode all-to-all is DeepEP's (not an MNNVL GPU, where TensorRT-LLM
+        runs its NVLink one-sided all-to-all: perf/phases.MNNVL_GPUS); None where there is none. A floor for an EP
+        size without rows (module docstring): at small batches those kernels cost their launch and synchronisation
+        latency, not bytes, and over more peers with the same tokens per rank they are not faster (the modelled
+        all-to-all, bytes over bandwidth, prices EP16 at a fifth of the measured EP8 rows); aiconfigurator 0.12.0
+        prices an EP16 decode the same way ("requested EP16/node2; using EP8/node1 silicon data")."""
+        from ..perf.phases import MNNVL_GPUS
+        if self.gpu in MNNVL_GPUS:
+            return None
+        by = self.comm.get("deepep_ll", {}).get("by_hidden", {}).get(str(self.model.hidden_size), {})
+        eps = sorted((int(e) for e in by.get("fp8", {}) if int(e) < tp), reverse=True)
+        for ep in eps:
+            ms = self._deepep_ll_ms(ep, batch)
+            if ms is not None:
+                return ms, ep
+        return None
 
     def shape_why(self, tp: int, attn_tp: int = 1, moe_tp: int = 1) -> tuple[str, str] | None:
         """Why a server of `tp` GPUs with attention TP `attn_tp` and MoE TP `moe_tp` cannot be priced here (None: it

@@ -1,8 +1,10 @@
 """A discrete-event simulation of one disaggregated deployment (pure, deterministic: no clock, no randomness).
 
 Requests arrive (traffic.Arrivals; a closed loop issues a user's next request when its previous one finished) and
-go to the context server with the fewest outstanding tokens (ties: the lowest index; inside a DEP server, its
-attention-DP rank with the fewest). A context server runs iterations back to back while it has work: every rank
+go to the context server with the fewest outstanding tokens (ties: the lowest index), or with `Deployment.ctx_router`
+"round_robin" to each context server in turn (TensorRT-LLM's disaggregated server without a router configured:
+tensorrt_llm/serve/router.py @ 00895e31 `create_router`, RoundRobinRouter); inside a DEP server, to its
+attention-DP rank with the fewest. A context server runs iterations back to back while it has work: every rank
 packs its queue FCFS with chunked prefill up to max_num_tokens (batching.RankScheduler, the engine's own
 scheduler; or, with `Deployment.chunked` False, whole prompts only, and at most `ctx_max_batch` requests per
 iteration when set); `ctx_time` prices the iteration (context_cost.ContextCost: the planner). DWDP servers are one rank
@@ -49,6 +51,7 @@ class Deployment:
     chunked: bool = True  # chunked prefill on the context servers (False: whole prompts, spec/batching.py)
     gen_attn_tp: int = 1  # attention TP of a generation server (1: attention DP over its GPUs)
     gen_moe_tp: int = 1  # MoE tensor parallelism of a generation server's experts (EP: gen_tp / gen_moe_tp)
+    ctx_router: str = "least_tokens"  # how requests pick a context server: least_tokens | round_robin (module doc)
 
     @property
     def gen_groups(self) -> int:
@@ -149,6 +152,9 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
         heapq.heappush(ev, (t, order, kind, payload))
         order += 1
 
+    if dep.ctx_router not in ("least_tokens", "round_robin"):
+        raise ValueError(f"ctx_router: least_tokens or round_robin, got {dep.ctx_router!r}")
+    turn = 0  # round robin: the next context server
     issued = 0
     horizon = duration_s if duration_s is not None else arrivals.duration_s
     if closed:
@@ -215,7 +221,10 @@ def simulate(arrivals: Arrivals, dep: Deployment, ctx_time: Callable[[int, list[
         if kind == "arrive":
             i = p
             t_arr[i] = t
-            s = min(range(len(ctxs)), key=lambda j: (sum(ctxs[j].outstanding), j))
+            if dep.ctx_router == "round_robin":
+                s, turn = turn % len(ctxs), turn + 1
+            else:
+                s = min(range(len(ctxs)), key=lambda j: (sum(ctxs[j].outstanding), j))
             c = ctxs[s]
             r = min(range(ctx_ranks), key=lambda j: (c.outstanding[j], j))
             c.outstanding[r] += int(isl[i])

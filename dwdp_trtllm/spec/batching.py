@@ -48,6 +48,22 @@ class Request:
     arrival_s: float  # seconds after the run's start
 
 
+#: the context batching `dwdp size` prices without --no-chunked-prefill / --ctx-max-batch: (chunked prefill, the
+#: request cap per rank per iteration, 0: none). `dwdp gen-config` run alone writes TensorRT-LLM's default and the
+#: recipe's instead (whole prompts, max_batch_size 4: integration/gen_config.py); `dwdp size --out` passes gen-config
+#: what it priced. Each command prints which it assumed with `describe_context_batching`.
+SIZE_CONTEXT_BATCHING = (True, 0)
+
+
+def describe_context_batching(chunked: bool, max_batch: int) -> str:
+    """A context server's batching in words (one fact: `dwdp size` prints what it priced, `dwdp gen-config` what it
+    wrote): chunked prefill up to max_num_tokens or whole prompts, and the request cap per rank per iteration
+    (`max_batch` 0: none)."""
+    how = "chunked prefill up to max_num_tokens" if chunked else "whole prompts (no chunked prefill)"
+    cap = f"at most {max_batch} request{'s' * (max_batch != 1)}" if max_batch else "no request limit"
+    return f"{how}, {cap} per rank per iteration"
+
+
 def max_requests_per_iteration(max_num_tokens: int, min_isl: int, chunked: bool = True) -> int:
     """The most requests one iteration of RankScheduler can hold when no prompt is shorter than `min_isl` and no
     max_batch caps it: with chunking, the tail of a request the last iteration cut (1 token at least), whole

@@ -152,7 +152,11 @@ def test_context_batching_flags_reach_every_simulated_context_server(monkeypatch
             se.search(p, None)
         assert [(d.ctx_max_batch, d.chunked) for d in seen] == [want]
         notes = " ".join(sz.notes_lines(spec, probs, _dc(spec)))
-        assert ("whole prompts" in notes) == (not want[1]) and ("at most 4 requests" in notes) == bool(want[0])
+        priced = notes.split("context batching priced: ")[1].split(" (--no-chunked-prefill")[0]
+        assert ("whole prompts" in priced) == (not want[1]) and ("at most 4 requests" in priced) == bool(want[0])
+        # beside it, what gen-config run alone would write (whole prompts, 4 per iteration: it differs by default)
+        assert ("gen-config run alone writes whole prompts (no chunked prefill), at most 4 requests per rank per "
+                "iteration, --out writes what was priced") in notes
         argv = sz.gen_config_argv(args, seen[0])
         assert ("--ctx-batch" in argv) == bool(want[0])
         if want[0]:

@@ -135,3 +135,25 @@ def test_rendezvous_launch_writes_one_trtllm_serve_per_server(tmp_path, capsys):
     assert main(["gen-config", "--model", "m", "--out", str(tmp_path / "a"), "--mode", "aggregated", "--preset",
                  "deepseek-r1", "--weight-dtype", "nvfp4", "--gpu", "gb200", "--launch", "rendezvous"]) == 2
     assert "--launch: rendezvous starts the context servers" in capsys.readouterr().err
+
+
+def test_gen_config_says_which_context_batching_it_wrote_and_what_dwdp_size_prices(tmp_path, capsys):
+    """gen-config run alone writes whole prompts and max_batch_size 4 (TensorRT-LLM's default, upstream's recipe)
+    where `dwdp size` prices chunked prefill with no request cap unless told: it prints both in one line, with the
+    size flags that price what it wrote (spec/batching.describe_context_batching words both); with
+    --chunked-prefill --ctx-batch 3 only the cap differs; the written YAML is what the line says."""
+    _, printed, docs = _gen(tmp_path, capsys, *R1)
+    ctx = docs["disagg_worker.yaml"]["context_servers"]
+    assert ctx["max_batch_size"] == 4 and "enable_chunked_prefill" not in ctx
+    assert ("context batching written: whole prompts (no chunked prefill), at most 4 requests per rank per "
+            "iteration (--chunked-prefill, --ctx-batch); `dwdp size` prices chunked prefill up to max_num_tokens, "
+            "no request limit per rank per iteration unless given --no-chunked-prefill --ctx-max-batch 4") in printed
+    _, printed, docs = _gen(tmp_path, capsys, *R1, "--chunked-prefill", "--ctx-batch", "3", name="c")
+    ctx = docs["disagg_worker.yaml"]["context_servers"]
+    assert ctx["max_batch_size"] == 3 and ctx["enable_chunked_prefill"] is True
+    assert ("context batching written: chunked prefill up to max_num_tokens, at most 3 requests per rank per "
+            "iteration (--chunked-prefill, --ctx-batch); `dwdp size` prices chunked prefill up to max_num_tokens, "
+            "no request limit per rank per iteration unless given --ctx-max-batch 3") in printed
+    from dwdp_trtllm.spec.batching import SIZE_CONTEXT_BATCHING, describe_context_batching
+    assert SIZE_CONTEXT_BATCHING == (True, 0)
+    assert describe_context_batching(False, 1) == "whole prompts (no chunked prefill), at most 1 request per rank per iteration"

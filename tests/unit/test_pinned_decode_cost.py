@@ -498,3 +498,37 @@ def test_decode_cost_refuses_a_gpu_without_tables_for_the_dtype(tmp_path, monkey
                   '{"fp8_block/fp8": {"rows": []}}}}}')
     monkeypatch.setattr(dc, "package_path", lambda gpu: f2)
     assert dc.decode_cost(r1, "h200", "fp8").comm == {}  # a file without communication rows: none
+
+
+def test_an_ep_size_without_rows_costs_at_least_the_largest_smaller_eps_deepep_rows():
+    """No communication rows at EP16 (the stand-in's NCCL rows are gone too): the modelled all-to-all (bytes over
+    bandwidth, 20 us fixed) would price it below the measured EP8 low-latency kernels at the same tokens per rank;
+    on a GPU whose all-to-all is DeepEP's the EP8 rows are its floor (EP16 sends the same tokens to more peers),
+    named in how it was priced; on GB200 (MNNVL: TensorRT-LLM's NVLink one-sided all-to-all) the model stays."""
+    comm = {"deepep_ll": {"by_hidden": {"7168": {"fp8": {"8": {"dispatch": [[1, 0.05], [16, 0.06]]}},
+                                                 "bfloat16": {"8": {"combine": [[1, 0.05], [16, 0.06]]}}}}}}
+    c = dc.DecodeCost(MODEL, "h200", "fp8", _NoCommRows(), {}, comm, 0)
+    ms, how = c.comm_ms(16, 6.0)
+    assert ms == pytest.approx(0.05 + 5 / 15 * 0.01 + 0.05 + 5 / 15 * 0.01)
+    assert how == "DeepEP low-latency rows of EP8 as a floor (EP16: no rows)"
+    assert c.comm_ms(8, 6.0) == (pytest.approx(ms), "DeepEP low-latency rows (EP8)")
+    assert c.comm_ms(32, 6.0)[1] == "DeepEP low-latency rows of EP8 as a floor (EP32: no rows)"
+    # below the smallest EP with rows there is no floor: EP4 keeps the model
+    assert c.comm_ms(4, 6.0)[1] == "modelled all-to-all (4 GPUs, no rows)"
+    g = dc.DecodeCost(MODEL, "gb200", "fp8", _NoCommRows(), {}, comm, 0)
+    assert g.comm_ms(16, 6.0)[1] == "modelled all-to-all (16 GPUs, no rows)" and g.comm_ms(16, 6.0)[0] < ms
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200", "b200"])
+def test_shipped_decode_communication_does_not_fall_past_the_measured_ep_size(gpu):
+    """On the shipped tables (DeepEP low-latency rows at EP8 only) an EP16 / EP32 decode step's dispatch + combine
+    is never cheaper than EP8's at the same tokens per rank: before, EP16 was priced by the model at about a fifth
+    of the measured EP8 kernels (0.021 against 0.105 ms per layer on H200 at 2 tokens per rank), so a larger
+    generation server looked cheaper per token than the measurement allows."""
+    from dwdp_trtllm.spec.models import PRESETS
+    c = dc.decode_cost(PRESETS["deepseek-r1"], gpu, "fp8")
+    for b in (1, 2, 6, 11, 16, 32, 64, 128):
+        ep8, _ = c.comm_ms(8, b)
+        for tp in (16, 32):
+            ms, how = c.comm_ms(tp, b)
+            assert ms >= ep8 * (1 - 1e-12), (tp, b, ms, ep8, how)

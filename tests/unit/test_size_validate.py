@@ -131,11 +131,12 @@ def test_sizing_md_shows_what_the_script_computes_now(sv):
 
 
 def test_write_refuses_partial_or_quick_sections(sv, tmp_path, capsys):
-    """--write replaces a whole generated section, so a partial (--only 3) or --quick run must not write it
-    (--only 5 splices its rows beside the file's Table 3 rows: test_only_5_splices_its_rows_beside_table3)."""
+    """--write replaces a whole generated section, so a --quick run must not write it (--only 5 / --only 3 splice
+    their rows beside the file's other rows: test_only_5_splices_its_rows_beside_table3,
+    test_only_3_splices_its_rows_before_table56)."""
     doc = tmp_path / "SIZING.md"
     doc.write_text(f"{sv.BEGIN}\nkept\n{sv.END}\n", encoding="utf-8")
-    for extra in (["--only", "3"], ["--only", "5", "--quick"], ["--quick"]):
+    for extra in (["--only", "3", "--quick"], ["--only", "5", "--quick"], ["--quick"]):
         with pytest.raises(SystemExit) as e:
             sv.main(["--write", str(doc), *extra])
         assert e.value.code == 2
@@ -156,6 +157,43 @@ def test_only_5_splices_its_rows_beside_table3(sv):
     assert t[0].startswith("| row | quantity") and t[1:3] == ["| Table 3a, ISL 1K | a |", "| Table 3d, ISL 16K, DWDP3 | b |"]
     assert t[3].startswith("| Table 5, 20-30 TPS/user | output TPS/GPU DWDP/DEP | 1.10 | 1.12 | within 15% (+2%)")
     assert len(t) == 4 and out.count(sv.BEGIN) == 1 and out.count(sv.END) == 1
+
+
+def test_only_3_splices_its_rows_before_table56(sv):
+    """`--only 3 --write` keeps the section's Table 5 / 6 rows as they are, in order, after the new Table 3 rows,
+    and replaces every Table 3 row."""
+    old = "\n".join(["before", sv.BEGIN, "", "| row | h |", "|---|---|", "| Table 3a, ISL 1K | stale |",
+                      "| Table 5, 20-30 TPS/user | a |", "| Table 6, 20-30 TPS/user | b |", "", sv.END, "after"])
+    new = [sv.Row("Table 3a, ISL 1K", "TTFT speedup DEP4/DWDP4", 1.27, 1.30, "fresh")]
+    out = sv.splice_rows(old, new, ("| Table 5", "| Table 6"), kept_first=False)
+    t = [x for x in out.splitlines() if x.startswith("| ")]
+    assert "stale" not in out and t[0].startswith("| row | quantity")
+    assert t[1].startswith("| Table 3a, ISL 1K | TTFT speedup DEP4/DWDP4 | 1.27 | 1.30 | within 15% (+2%)")
+    assert t[2:] == ["| Table 5, 20-30 TPS/user | a |", "| Table 6, 20-30 TPS/user | b |"]
+
+
+def test_worse_end_is_the_scenario_its_label_names_and_reaches_both_modes(sv, monkeypatch):
+    """WORSE_EFFECT's words are the planner's low-end scenario for the paper's spec (the interference is stated, so
+    it stays at 1.19; the peer copies at 0.75x, DEP communication at its fast end, extrapolated cells at DWDP's
+    worse end), and a Setting at WORSE_END prices both modes' context iterations there."""
+    from dwdp_trtllm.perf import planner as pl
+    sc = pl._scenario(sv.spec(), 4, sv.WORSE_END)
+    assert (sc.peer, sc.comm, sc.extrap, set(sc.interference.values())) == (0.75, "low", -1.0, {1.19})
+    assert "peer copies at 0.75x" in sv.WORSE_EFFECT and "DEP communication at its fast end" in sv.WORSE_EFFECT
+    made = []
+    real = sv.ContextCost
+    monkeypatch.setattr(sv, "ContextCost", lambda *a, **k: made.append((a[1], k["which"])) or real(*a, **k))
+    a = sv._arrivals(8192, 1, sv.Setting(users=4, prompts=8))
+    for mode in ("dep", "dwdp"):
+        sv.run(sv.spec(), sv.Deployment(mode, 4, 4 if mode == "dwdp" else 1, sv.MNT, 1, 1, 1), a,
+               sv.Setting(users=4, prompts=8, which=sv.WORSE_END))
+    assert made == [("dep", "low"), ("dwdp", "low")]
+    # the worse end slows a full DWDP4 iteration and speeds DEP4's (its communication and extrapolated cells)
+    from dwdp_trtllm.sizing.context_cost import Segments
+    seg = Segments(tuple((0, 8192, 8192) for _ in range(4)))
+    t = {w: (real(sv.spec(), "dwdp", 4, 0, 0, which=w).seconds([seg]),
+             real(sv.spec(), "dep", 4, 0, 0, which=w).seconds([seg] * 4)) for w in ("nominal", sv.WORSE_END)}
+    assert t["low"][0] > t["nominal"][0] and t["low"][1] < t["nominal"][1]
 
 
 def test_paper_pair_is_dep_recipe_deployment_against_fewer_dwdp_gpus(sv):
@@ -180,6 +218,8 @@ def test_table56_prices_the_recipes_mtp_on_the_generation_side(sv):
     assert tps_user(off[0].detail) < tps_user(main[0].detail) / 2  # 3.19 tokens per step against 1
     pair = [r for r in rows if r.effect.startswith("the paper's pair") and r.kind == "order"]
     assert pair and all(r.of == "Table 6, 170-180 TPS/user" for r in pair)
+    worse = [r.effect for r in rows if sv.WORSE_SHORT in r.effect and r.kind == "order"]
+    assert worse[0] == sv.WORSE_EFFECT and any(e.startswith("the paper's pair") for e in worse[1:]), worse
 
 
 def test_recipe_context_ablation_runs_the_recipes_context_servers(sv, monkeypatch):
@@ -201,11 +241,14 @@ def test_recipe_context_ablation_runs_the_recipes_context_servers(sv, monkeypatc
     monkeypatch.setattr(sv, "simulate", fake_sim)
     a = sv._arrivals(8192, 2, sv.Setting(users=2, prompts=2))
     d = sv._deployment(sv.BANDS[1], "dwdp", 3)
-    for st in (sv.Setting(**sv.RECIPE_CTX), sv.Setting(kv_contention=True), sv.Setting()):
+    for st in (sv.Setting(**sv.RECIPE_CTX), sv.Setting(kv_contention=True), sv.Setting(),
+               sv.Setting(router="round_robin")):
         with pytest.raises(Stop):
             sv.run(sv.spec(), d, a, st)
-    assert [(x.ctx_max_batch, x.chunked) for x in seen] == [(4, False), (0, True), (0, True)]
-    assert [(k["mtp_prompt"], k["kv_contention"]) for k in made] == [(True, False), (False, True), (False, False)]
+    assert [(x.ctx_max_batch, x.chunked) for x in seen] == [(4, False), (0, True), (0, True), (0, True)]
+    assert [(k["mtp_prompt"], k["kv_contention"]) for k in made] == [(True, False), (False, True), (False, False),
+                                                                    (False, False)]
+    assert [x.ctx_router for x in seen] == ["least_tokens"] * 3 + ["round_robin"]
 
 
 # ---- aiconfigurator's own sizing questions (scripts/size_validate.py aic_questions) ---------------------------

@@ -57,3 +57,30 @@ def test_max_rate_within_bisects_to_the_highest_rate_the_budget_answers(sv, monk
     # nothing above the lower end answers: the lower end's own outcome
     monkeypatch.setattr(sv, "size_outcomes", lambda argv, modes=("tp",), **kw: {"tp": SimpleNamespace(deployment=None)})
     assert sv.max_rate_within(["--rate", "10"], "tp", 10.0, "at-lo", 20.0, steps=2) == (10.0, "at-lo")
+
+
+def test_context_scaled_prices_only_that_modes_iterations_and_restores(sv):
+    """The ablation hook: inside context_scaled("tp", f) the search's TP context iterations cost f x their price,
+    DEP's are unchanged, and on exit the search prices as before; tp_static_ms is TpCost's one-request iteration
+    under the question's stated routing and communication (dwdp size's own parser)."""
+    import argparse
+    from dwdp_trtllm.commands import size as sz
+    from dwdp_trtllm.sizing import search as se
+    from dwdp_trtllm.sizing.context_cost import Segments
+    from dwdp_trtllm.sizing.tp_cost import TpCost
+    data = sv.aic_questions_data()
+    q = next(q for q in data["questions"] if q["isl"] == 8192 and q["total_gpus"] == 64)
+    argv = sv.aicq_argv(q, data)
+    ap = argparse.ArgumentParser()
+    sz.add_parser(ap.add_subparsers())
+    spec, probs = sz.problems(ap.parse_args(["size", *argv]))
+    p = probs[0][1]
+    seg = [Segments(((0, 8192, 8192),))]
+    base = {m: se._costs(p, m, 8, 0)[1](None, seg * (1 if m == "tp" else 8)) for m in ("tp", "dep")}
+    real = se._costs
+    with sv.context_scaled("tp", 1.5):
+        inside = {m: se._costs(p, m, 8, 0)[1](None, seg * (1 if m == "tp" else 8)) for m in ("tp", "dep")}
+    assert se._costs is real
+    assert inside["tp"] == pytest.approx(1.5 * base["tp"]) and inside["dep"] == pytest.approx(base["dep"])
+    assert sv.tp_static_ms(argv, 8, 8192) == pytest.approx(TpCost(spec, "tp", 8).seconds(seg) * 1e3)
+    assert spec.dep_comm == "allgather_reducescatter"  # the question's assumptions reached the spec

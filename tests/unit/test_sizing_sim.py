@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -292,3 +293,27 @@ def test_kv_contention_adds_the_iterations_kv_bytes_to_the_rank_s_served_bytes()
     dep = [segs[0]] * 4
     assert ContextCost(s, "dep", 4, slice_bytes=0, kv_contention=True).seconds(dep) == \
         ContextCost(s, "dep", 4, slice_bytes=0).seconds(dep)
+
+
+def test_round_robin_router_sends_requests_to_context_servers_in_turn():
+    """Two one-rank DWDP servers, four requests at t = 0, 1, 2, 3 s (ISL 1000, 10, 10, 10; each iteration 0.01 s
+    per token): the default router sends each to the server with the fewest outstanding tokens (server 0 holds the
+    1000-token request until t = 10, so requests 1-3 all go to server 1); TensorRT-LLM's default disaggregated
+    router (round robin, tensorrt_llm/serve/router.py @ 00895e31 create_router) alternates 0, 1, 0, 1 whatever the
+    load, so request 2 waits behind request 0; an unknown router is refused."""
+    a = tr.Arrivals(np.array([0.0, 1.0, 2.0, 3.0]), np.array([1000, 10, 10, 10]), np.array([1, 1, 1, 1]), "four")
+    by_server = {}
+
+    def ctx(s, segs):
+        by_server.setdefault(s, []).append(segs[0].tokens)
+        return 0.01 * segs[0].tokens
+    d = Deployment("dwdp", 1, 2, 4096, 1, 1, 1)
+    r = simulate(a, d, ctx, lambda *_: 0.0, lambda isl: 0.0)
+    assert by_server == {0: [1000], 1: [10, 10, 10]}
+    assert list(r.first_token_s) == pytest.approx([10.0, 1.1, 2.1, 3.1])
+    by_server.clear()
+    r = simulate(a, replace(d, ctx_router="round_robin"), ctx, lambda *_: 0.0, lambda isl: 0.0)
+    assert by_server == {0: [1000, 10], 1: [10, 10]}
+    assert list(r.first_token_s) == pytest.approx([10.0, 1.1, 10.1, 3.1])
+    with pytest.raises(ValueError, match="ctx_router"):
+        simulate(a, replace(d, ctx_router="random"), ctx, lambda *_: 0.0, lambda isl: 0.0)
