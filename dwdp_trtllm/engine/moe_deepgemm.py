@@ -10,8 +10,9 @@ quantisation, fc2; then moe_compute.combine reads the padded output through dest
 
 Who runs it: gemm: deepgemm always (DeepGEMM required); gemm: multi_buffer and composite_view with FP8 experts on
 sm_90 when DWDP_MOE_MAINLOOP asks for it (auto, deepgemm; the default, cutlass, runs dwdp::grouped_gemm, our CUTLASS
-kernels) and DeepGEMM is built (`usable` says why not otherwise; then ours run, with one warning). deepgemm_gemm is the GemmFn contract on unpadded rows (grouped_gemm / expert_mlp callers): it pads and
-unpads around the GEMM (a host sync for the exact height; correct, slower).
+kernels) and DeepGEMM is built (`usable` says why not otherwise; then ours run, with one warning). deepgemm_gemm is
+the GemmFn contract on unpadded rows (grouped_gemm / expert_mlp callers): it pads and unpads around the GEMM (a host
+sync for the exact height; correct, slower).
 
 Shape legend: T tokens, A sorted pairs, M padded rows, E experts, V groups over all buffers (sum of their rows),
 B buffers, H hidden, I intermediate, N out, K in.
