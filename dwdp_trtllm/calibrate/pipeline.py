@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import env
 from ..byte_units import fmt_bytes
 from ..core.expert_buffers import expert_layout
 from ..spec.models import ModelSpec
@@ -247,6 +248,8 @@ def _moe_op_step(tools: Tools, spec: ModelSpec, shapes: Shapes, one: str, wd: st
            f"SwiGLU + quantisation, GEMM2, combine), gemm {gemm}, {wd} experts of {spec.name} over {bufs}, on {one} "
            f"at tokens {list(shapes.moe_tokens)}, routing {' and '.join(moe_op.ROUTINGS)}; one untimed pass over every "
            f"point, then each point's median of {moe_op.ROUNDS} interleaved rounds")
+    if wd == "fp8":  # which FP8 mainloop ran moves the op's time (engine/gemm_paths._auto_mlp)
+        how += f"; FP8 mainloop {env.moe_mainloop()} ({env.DWDP_MOE_MAINLOOP})"
 
     def run():
         m = machine or tools.machine()

@@ -79,11 +79,12 @@ def test_eight_gpus_every_input_measured_with_provenance_and_progress(node, caps
 
 
 def test_the_whole_routed_expert_op_is_recorded_per_tokens_and_routing_for_the_deployments_gemm(node, capsys,
-                                                                                              tmp_path):
+                                                                                              tmp_path, monkeypatch):
     """The moe_op record: the fake op's ms at every (routing, tokens) of the run, the gemm the adapter defaults to on
     sm_90 for FP8 (multi_buffer), DWDP8 rank 0's [32 local | 224 slot] buffers, and where / when / which commit; the
     GEMM-only rates beside it. Fails on a calibrate without the step (no moe_op key)."""
     fakes.FakeMoeOp.made.clear()
+    monkeypatch.delenv("DWDP_MOE_MAINLOOP", raising=False)  # the default mainloop
     rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1")
     assert rc == 0, cap.err
     assert "whole routed-expert op (multi_buffer, fp8)" in cap.out
@@ -105,6 +106,7 @@ def test_the_whole_routed_expert_op_is_recorded_per_tokens_and_routing_for_the_d
     assert src["command"] == "dwdp calibrate --device cuda --model deepseek-r1 --gemm multi_buffer --dwdp-size 8 " \
                              "--quick --gpus 1"
     assert "routed_experts_forward" in src["how"] and "[32 local | 224 slot]" in src["how"]
+    assert src["how"].endswith("FP8 mainloop cutlass (DWDP_MOE_MAINLOOP)")  # which mainloop the record timed
     assert "measured" in data["provenance"]["moe_op"] and "grouped_gemm_tflops" in data
     cal = load_calibration(out)
     assert cal.measured("moe_op") and cal.moe_op["ms"]["balanced"][0] == (8192.0, pytest.approx(want[0][1] / 1.2))
