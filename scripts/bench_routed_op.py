@@ -5,9 +5,9 @@ DeepSeek-R1 shapes (H 7168, I 2048, 256 experts, top-8), experts split as a DWDP
 rest slot], two allocations), bf16 activations in and out, TensorRT-LLM's weight layout (w3_w1 up | gate), timed through
 the TensorRT-LLM host's execution unit (integration/trtllm/moe_unit.routed_forward: sort, quantise + gather, fc1,
 SwiGLU + quantise, fc2, combine). FP8 block scales (1x128 activations, 128x128 weights):
-  op_cutlass   the op with dwdp::grouped_gemm's CUTLASS kernels (DWDP_MOE_MAINLOOP=cutlass: the op before DeepGEMM)
+  op_cutlass   the op with dwdp::grouped_gemm's CUTLASS kernels (DWDP_MOE_MAINLOOP=cutlass: the default)
   op_dg        the op on DeepGEMM's mainloop, one call per buffer (DWDP_MOE_MAINLOOP=deepgemm: routed_mlp)
-  op           the op as it runs by default (auto: DeepGEMM from engine/gemm_paths.DEEPGEMM_MIN_ROWS_PER_EXPERT up)
+  op           the op under DWDP_MOE_MAINLOOP=auto (DeepGEMM from engine/gemm_paths.DEEPGEMM_MIN_ROWS_PER_EXPERT up)
   op_one       op_dg over ONE [E, ...] buffer (the composite view's / DEP's layout: no section read-back)
   gemm_ours    fc1 + fc2 alone: dwdp::grouped_gemm on the sorted rows, [local | slot]
   gemm_dg      fc1 + fc2 alone: DeepGEMM on the padded rows of one buffer
