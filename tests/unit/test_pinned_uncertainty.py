@@ -163,3 +163,22 @@ def test_apply_the_high_end_and_the_engine_target():
     ph = _ph()
     ph.beyond = {}
     assert u.apply(ph, u.scenario("high"), 60.0, "trtllm").comm_S.tolist() == pytest.approx([40.0])
+
+
+def test_dep_communication_ends_take_the_faster_and_the_slower_path_whichever_it_is():
+    ph = _ph()
+    ph.comm_alt_S = np.array([20.0])  # the other path faster than the priced one
+    assert u.apply(ph, u.scenario("low"), 60.0, "trtllm").comm_S.tolist() == pytest.approx([20 * 0.95])
+    assert u.apply(ph, u.scenario("high"), 60.0, "trtllm").comm_S.tolist() == pytest.approx([30 * 1.05])
+
+
+def test_a_rank_with_under_one_us_of_compute_is_weighted_by_its_own_time():
+    got = u.effective_slowdown({"a": np.array([0.25]), "b": np.array([0.25])}, {"a": 1.5, "b": 1.1})
+    assert got.tolist() == pytest.approx([1.3], rel=1e-12)
+
+
+def test_a_two_rank_group_pulls_from_one_peer_and_attention_is_capped_too():
+    one = SimpleNamespace(name="g", peer_evidence="e", peer_measured_peers=1)
+    assert u.peer_evidence(one, 2, False) == ""
+    g = replace(_gpu(), attention_eff=0.9)
+    assert u.scaled_gpu(g, "low").attention_eff == 1.0
