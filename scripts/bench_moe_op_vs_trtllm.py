@@ -142,12 +142,16 @@ def expert_sources(E: int, H: int, I: int, L: int, dev, g) -> dict:
 
 
 def _routing(spec, T, routing, dev, g):
-    """(ids_TK int32 as TensorRT-LLM routes, scales_TK float32)."""
+    """(ids_TK int32 as TensorRT-LLM routes, scales_TK float32). uniform: each token's K experts drawn at random
+    (rows per expert vary around T*K/E); balanced: expert (t*K + k) mod E, every expert the same rows when E divides
+    T*K (as `dwdp calibrate` routes, calibrate/moe_op_timer.EngineMoeOp.routing); power_law: alpha 1.01."""
     from dwdp_trtllm.engine.router import SkewTable, skew_select
     from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig, popularity
     E, K = spec.num_experts, spec.top_k
     logits_TE = torch.randn(T, E, device=dev, generator=g)
     ids_TK = torch.rand(T, E, device=dev, generator=g).topk(K, dim=-1).indices
+    if routing == "balanced":
+        ids_TK = (torch.arange(T, device=dev)[:, None] * K + torch.arange(K, device=dev)[None, :]) % E
     w_TK = logits_TE.sigmoid().gather(1, ids_TK)
     if routing == "power_law":
         pop_E = popularity(RoutingSkewConfig(kind="power_law", alpha=1.01, tokens=T), 0, E, K)

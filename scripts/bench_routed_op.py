@@ -42,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory for routed_op.json / .md")
     ap.add_argument("--tokens", default="4096,8192,16384,32768", help="comma-separated tokens per call")
-    ap.add_argument("--routings", default="uniform,power_law", help="uniform and/or power_law (alpha 1.01)")
+    ap.add_argument("--routings", default="uniform,power_law",
+                    help="some of uniform (random top-k), balanced (the same rows per expert), power_law (alpha 1.01)")
     ap.add_argument("--variants", default=",".join(FP8_VARIANTS), help=f"of {', '.join(FP8_VARIANTS)}")
     ap.add_argument("--bf16", action="store_true", help="also the BF16 op against its two GEMMs (uniform routing)")
     ap.add_argument("--local", type=int, default=32, help="experts in the local buffer (the rest in the slot)")
@@ -55,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError:
         ap.error(f"--tokens: expected comma-separated integers, got {a.tokens!r}")
     a.routings, a.variants = a.routings.split(","), a.variants.split(",")
-    for flag, vals, ok in (("--routings", a.routings, ("uniform", "power_law")), ("--variants", a.variants, FP8_VARIANTS)):
+    for flag, vals, ok in (("--routings", a.routings, ("uniform", "balanced", "power_law")), ("--variants", a.variants, FP8_VARIANTS)):
         if any(v not in ok for v in vals):
             ap.error(f"{flag}: expected some of {', '.join(ok)}, got {','.join(vals)}")
     if a.rounds < 1 or any(t < 1 for t in a.tokens):
@@ -154,6 +155,13 @@ def bf16_sources(E, H, I, L, dev, g) -> tuple:
     return split, ExpertSources({n: [t] for n, t in full.items()}, *identity_map(E, dev))
 
 
+def tile_padding(ids_TK: torch.Tensor, num_experts: int, tile_rows: int = 128) -> float:
+    """Rows the grouped GEMMs compute / rows routed: each expert's rows rounded up to whole M tiles of `tile_rows`
+    (the FP8 kernels' 128-row tile), so 1.0 when every expert's rows are a multiple of the tile."""
+    counts_E = torch.bincount(ids_TK.reshape(-1).long(), minlength=num_experts)
+    return float(((counts_E + tile_rows - 1) // tile_rows).sum() * tile_rows) / max(int(counts_E.sum()), 1)
+
+
 def time_point(runs: dict, rounds: int, time_fn) -> dict:
     per = {v: [] for v in runs}
     for _ in range(rounds):
@@ -208,10 +216,13 @@ def main(argv=None) -> int:
             del outs
             res = time_point(runs, args.rounds, time_fn)
             flop = 6.0 * T * K * H * I
+            pad = tile_padding(ids_TK, E)
             for v in runs:
                 rows.append({"dtype": "fp8", "variant": v, "routing": routing, "tokens": T, "ms": res[v],
-                             "range": res[f"{v}_range"], "pflops": flop / res[v] / 1e12, "first_calls_s": first_s})
-            print(f"{routing} T={T}: " + ", ".join(f"{v} {res[v]:.3f}" for v in runs) + " ms", flush=True)
+                             "range": res[f"{v}_range"], "pflops": flop / res[v] / 1e12, "first_calls_s": first_s,
+                             "tile_padding": pad})
+            print(f"{routing} T={T} (128-row tiles: {pad:.3f}x the routed rows): "
+                  + ", ".join(f"{v} {res[v]:.3f}" for v in runs) + " ms", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "routed_op.json", json.dumps({"meta": meta, "rows": rows, "op_vs_op_cutlass": checks}, indent=1))

@@ -140,14 +140,31 @@ def test_bench_routing_draw_on_cpu():
     from dwdp_trtllm.spec.models import get_model
     spec = get_model("deepseek-r1")
     loads = {}
-    for routing in ("uniform", "power_law"):
+    for routing in ("uniform", "balanced", "power_law"):
         ids, w = bench._routing(spec, 2048, routing, torch.device("cpu"), torch.Generator().manual_seed(0))
         assert ids.dtype == torch.int32 and ids.shape == (2048, 8) and w.dtype == torch.float32
         assert (ids.sort(-1).values.diff(dim=-1) > 0).all()  # distinct per token
         assert torch.allclose(w.sum(-1), torch.ones(2048))
         c = torch.bincount(ids.flatten().long(), minlength=256).float()
         loads[routing] = float(c.max() / c.mean())
-    assert loads["uniform"] < 1.5 < loads["power_law"], loads
+    assert loads["balanced"] == 1.0 < loads["uniform"] < 1.5 < loads["power_law"], loads
+
+
+def test_routed_op_bench_tile_padding():
+    """scripts/bench_routed_op.py's tile padding: the rows 128-row M tiles compute over the rows routed. Exactly
+    balanced R1 routing at 4K tokens fills every tile (128 rows per expert); the random draw at the same size leaves
+    about half the experts a second, nearly empty tile; at 16K (512 rows per expert) the waste is smaller."""
+    import bench_routed_op
+    from dwdp_trtllm.spec.models import get_model
+    spec = get_model("deepseek-r1")
+    cpu, pad = torch.device("cpu"), {}
+    for routing, T in (("balanced", 4096), ("uniform", 4096), ("uniform", 16384)):
+        ids, _ = bench._routing(spec, T, routing, cpu, torch.Generator().manual_seed(0))
+        pad[routing, T] = bench_routed_op.tile_padding(ids, spec.num_experts)
+    assert pad["balanced", 4096] == 1.0
+    assert 1.3 < pad["uniform", 4096] < 1.6 and 1.05 < pad["uniform", 16384] < 1.2, pad
+    ids = torch.tensor([[0, 1], [0, 2], [0, 3]])  # expert 0: 3 rows, 1-3: 1 row each; tiles of 2 rows
+    assert bench_routed_op.tile_padding(ids, 4, tile_rows=2) == (4 + 3 * 2) / 6
 
 
 def test_bench_without_cuda_exits_2(tmp_path, capsys):
