@@ -75,6 +75,9 @@ class Tools:
     #: (weight dtype, gemm, dwdp_size) -> calibrate/moe_op.MoeOpTimer of the whole routed-expert op; None: not timed
     moe_op: Callable | None = None
     commit: Callable[[], str] = lambda: code_commit()  # the package's commit (the moe_op record's source)
+    #: gemm -> why the op timed here would not run the deployment's kernels ("" when it would): the record must
+    #: describe the op a DWDP rank runs, not the torch reference the engine falls back to without dwdp ops
+    moe_op_blocked: Callable[[str], str] = lambda gemm: ""
 
 
 def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
@@ -90,7 +93,15 @@ def real_tools(device: str, gpus: int, spec: ModelSpec, reps: int) -> Tools:
         ft = FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps)  # its time_ms: CUDA events, median after warm-up
         return EngineMoeOp(spec, wd, gemm, group, dev, ft.time_ms)
 
+    def moe_op_blocked(gemm: str) -> str:
+        from ..ops.grouped_gemm import why_unavailable
+        if device != "cuda" or gemm not in OPS_PATHS:
+            return ""
+        why = why_unavailable()
+        return f"dwdp ops unavailable here ({why}): gemm {gemm} would run the torch reference" if why else ""
+
     return Tools(copy_timer=lambda: SchedulerCopyTimer(device, gpus, reps=reps), moe_op=moe_op_timer,
+                 moe_op_blocked=moe_op_blocked,
                  floor_timer=lambda wd: FloorTimer(spec, torch.bfloat16, wd, dev, reps=reps, fp8_linear=wd == "fp8"),
                  a2a_timer=dep_comm.SpawnA2aTimer(device, reps=reps),
                  machine=lambda: read_machine(device, gpus), deepep=dep_comm.deepep_installed(),
@@ -104,6 +115,9 @@ class Step:
     run: Callable[[], dict]  # -> {file key: value}
 
 
+#: the gemm paths whose routed GEMMs are dwdp::grouped_gemm (engine/gemm_paths: multi_buffer, and composite_view's
+#: FP8 experts; the BF16 composite view runs torch._grouped_mm, which needs no dwdp ops)
+OPS_PATHS = ("multi_buffer", "composite_view")
 PEER_KEYS = ("peer_copy_gbps", "slice_efficiency", "contention_slowdown", "peer_pairs", "slice_gbps", "many_to_one",
              "group_pull")
 #: the prior of a key that only records a measurement (the planner reads the summary keys derived from it)
@@ -168,11 +182,14 @@ def plan_steps(tools: Tools, spec: ModelSpec, shapes: Shapes, device: str, gpus:
                           + (", FP8 block-scale linear layers)" if wd == "fp8" else ")") + "; TensorRT-LLM's kernels "
                           + ("not timed by this version" if tools.trtllm else "not timed: tensorrt_llm not installed"),
                           kernels_step(wd)))
-    if gemm is not None and tools.moe_op is not None:
+    blocked = tools.moe_op_blocked(gemm) if gemm is not None and tools.moe_op is not None else ""
+    if gemm is not None and tools.moe_op is not None and not blocked:
         steps.append(_moe_op_step(tools, spec, shapes, one, main, gemm, dwdp_size, command, machine))
     else:
         priors["moe_op"] = {"prior": "TensorRT-LLM's CUTLASS MoE table, or the op's table shipped for the GPU "
-                                     "(dwdp_trtllm/data/moe_op)", "why": "no routed-expert op timer in this run"}
+                                     "(dwdp_trtllm/data/moe_op)",
+                            "why": f"not timed: {blocked}; run `dwdp build-ops`" if blocked
+                            else "no routed-expert op timer in this run"}
     if gpus < 2:
         alone = "one GPU" if device == "cuda" else "one rank"
         why = f"{alone}: no peer to copy from (a same-device copy is not a peer copy)"

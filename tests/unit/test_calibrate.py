@@ -112,6 +112,38 @@ def test_the_whole_routed_expert_op_is_recorded_per_tokens_and_routing_for_the_d
     assert cal.measured("moe_op") and cal.moe_op["ms"]["balanced"][0] == (8192.0, pytest.approx(want[0][1] / 1.2))
 
 
+def test_no_op_record_when_the_gpu_would_run_the_torch_reference(node, capsys, tmp_path, monkeypatch):
+    """Without dwdp ops on the GPU the engine's op falls back to the torch reference (about 30x slower on an H100):
+    calibrate must not write that as the op a DWDP rank runs. The moe_op key stays a prior naming why, the run
+    still writes every other measurement. Fails on a calibrate that times whatever path runs."""
+    import dataclasses
+    why = "dwdp ops unavailable here (CUTLASS headers not found): gemm multi_buffer would run the torch reference"
+    monkeypatch.setattr(pipeline, "real_tools", lambda device, gpus, spec, reps: dataclasses.replace(
+        fakes.fake_tools(spec, gpus), moe_op_blocked=lambda gemm: why if gemm == "multi_buffer" else ""))
+    fakes.FakeMoeOp.made.clear()
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1")
+    assert rc == 0, cap.err
+    data = json.loads(out.read_text())
+    assert "moe_op" not in data and fakes.FakeMoeOp.made == [] and "grouped_gemm_tflops" in data
+    assert data["provenance"]["moe_op"]["why"] == f"not timed: {why}; run `dwdp build-ops`"
+    assert "whole routed-expert op" not in cap.out and "prior: moe_op (not timed: dwdp ops unavailable" in cap.out
+    rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1", "--gemm", "merge")  # no dwdp ops needed
+    assert rc == 0 and json.loads(out.read_text())["moe_op"]["gemm"] == "merge"
+
+
+def test_the_real_tools_block_the_op_only_where_it_needs_dwdp_ops_and_they_are_missing(monkeypatch):
+    import importlib
+    grouped_gemm = importlib.import_module("dwdp_trtllm.ops.grouped_gemm")  # ops/__init__ exports the function
+    monkeypatch.setattr(grouped_gemm, "why_unavailable", lambda: "CUTLASS headers not found")
+    gpu = pipeline.real_tools("cuda", 1, R1, 3).moe_op_blocked
+    assert gpu("multi_buffer") == ("dwdp ops unavailable here (CUTLASS headers not found): gemm multi_buffer would "
+                                   "run the torch reference")
+    assert "composite_view" in gpu("composite_view") and gpu("merge") == "" and gpu("reference") == ""
+    assert pipeline.real_tools("cpu", 1, R1, 3).moe_op_blocked("multi_buffer") == ""  # the CPU: a functional check
+    monkeypatch.setattr(grouped_gemm, "why_unavailable", lambda: "")
+    assert pipeline.real_tools("cuda", 1, R1, 3).moe_op_blocked("multi_buffer") == ""
+
+
 def test_the_ops_gemm_and_group_follow_the_flags(node, capsys, tmp_path):
     fakes.FakeMoeOp.made.clear()
     rc, out, cap = _calibrate(capsys, tmp_path, "--quick", "--gpus", "1", "--gemm", "merge", "--dwdp-size", "4")
