@@ -445,7 +445,8 @@ def test_a_setup_holding_every_expert_gets_no_headroom_note():
 
 
 def test_the_headroom_is_priced_in_bytes_exactly():
-    """Half a byte short of one more expert: none suggested; the expert's bytes exactly: one."""
+    """Half a byte short of one more expert's bytes: none suggested; half a byte over: one (the headroom is GB x 1e9
+    bytes, the unit memory_per_rank_gb is in)."""
     spec = _spec(isls=(1024,))
     one = _one_more_expert_bytes(spec)
     r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=141.0 - (one - 0.5) / 1e9, sl=0)])
