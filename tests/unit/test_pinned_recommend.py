@@ -347,3 +347,127 @@ def test_a_measured_slice_efficiency_names_its_best_size():
     assert r.notes == ("measured slice efficiency is best at 4 MiB (0.90 of bulk)",)
     r = rc.recommend(_spec(isls=(1024,), calibration=cal), [_row(1024, 1.1, 1.3, sl=0)])
     assert r.notes == ()
+
+
+# ---- values the verdict reads that the cases above do not reach ----------------------------------------------------
+def test_a_calibration_that_measured_the_peer_copies_settles_a_gpu_with_no_published_measurement():
+    """b200 names no published peer-copy measurement (its spec's peer.evidence is null): with no calibration a
+    marginal verdict asks for one; a calibration that measured the peer copies (peer_copy_gbps) answers it, and
+    the verdict names the input that moves the range instead."""
+    rows = [_row(1024, 0.8, 1.2, 1.0, dep_on="interference")]
+    r = rc.recommend(_spec("b200", isls=(1024,)), rows)
+    assert r.reason.startswith("marginal: no measurement of peer copies on b200 (no calibration, no published "
+                               "measurement: `dwdp calibrate` measures them); DWDP with ")
+    cal = dataclasses.replace(Calibration(), peer_copy_gbps=700.0, sources=("peer.json",))
+    r = rc.recommend(_spec("b200", isls=(1024,), calibration=cal), rows)
+    assert r.reason == ("marginal: depends on interference - `dwdp calibrate` measures it (copies beside attention "
+                        f"and GEMMs, 2+ GPUs); DWDP with {SETUP} predicts 0.80-1.20x (nominal 1.00x; geometric means "
+                        "over ISL 1024) DWDP/DEP throughput")
+    # the same in the note on the ISLs DWDP does not win
+    rows = [_row(1024, 0.8, 1.2, dep_on="interference"), _row(4096, 1.1, 1.3)]
+    r = rc.recommend(_spec("b200", isls=(1024, 4096), calibration=cal), rows)
+    assert r.notes[0] == "elsewhere: ISL 1024 marginal (0.80-1.20x); use DEP where DWDP is not certain to win"
+
+
+def test_dep_at_some_isls_and_marginal_at_others_does_not_use_dwdp():
+    rows = [_row(1024, 0.5, 0.7), _row(4096, 0.8, 1.2, dep_on="interference")]
+    r = rc.recommend(_spec(isls=(1024, 4096)), rows)
+    assert (r.verdict, r.use_dwdp, r.to_dict()["use_dwdp"]) == ("marginal", False, False)
+
+
+def test_a_run_of_three_planned_isls_inside_the_plan_is_named_by_its_ends():
+    isls = (1024, 2048, 4096, 8192, 16384)
+    assert rc.isl_set([8192, 2048, 4096], isls) == "ISL 2048-8192"
+    rows = [_row(1024, 0.5, 0.7), _row(2048, 0.8, 1.2, dep_on="interference"),
+            _row(4096, 0.8, 1.2, dep_on="interference"), _row(8192, 0.8, 1.2, dep_on="interference"),
+            _row(16384, 0.5, 0.7)]
+    r = rc.recommend(_spec(isls=isls), rows)
+    assert r.reason.startswith("DEP at ISL 1024, 16384 (0.50-0.70x, 0.50-0.70x: the whole range below 1); marginal at "
+                               f"ISL 2048-8192 with {SETUP} (0.80-1.20x, 0.80-1.20x, 0.80-1.20x; depends on ")
+
+
+def test_extrapolation_clause_keeps_a_phases_farthest_reach_whatever_the_row_order():
+    rows = [_row(1024, 1, 1, extrap={"a": "4.0x the last row"}), _row(4096, 1, 1, extrap={"a": "2.0x the last row"})]
+    assert rc.extrapolation_clause(rows) == (
+        "; range widened 5% per doubling for cells past the kernel tables: a 4.0x the last row")
+
+
+def test_plain_dp_against_a_one_isl_dwdp_setup_names_its_group():
+    rows = [_row(1024, 1.0, 1.0, 1.0, g=1, sl=0, mem=60.0, tps=990.0), _row(1024, 1.1, 1.3, g=4, tps=1000.0)]
+    r = rc.recommend(_spec(isls=(1024,)), rows)
+    assert r.reason == ("plain data parallel (G=1): every expert fits on every rank (60.0 GB per rank <= 141.0 GB): "
+                        "nothing to fetch, no all-to-all; 0.99x DWDP4's throughput per GPU (ties within 2% go to G=1)")
+
+
+def test_a_plan_of_g2_alone_that_does_not_fit_gets_memory_advice_not_no_group():
+    parts = {"routed experts held": 150.0}
+    rows = [_row(1024, 1.1, 1.3, g=2, fits=False, mem=150.0, mem_dep=120.0, parts=parts, small=4)]
+    r = rc.recommend(_spec(isls=(1024,)), rows)
+    assert r.reason == ("use DEP here: memory does not fit: DWDP2 does not fit at ISL 1024 (150.0 GB per rank > "
+                        "141.0 GB): DEP2 there (120.0 GB); the smallest dwdp_size that fits every ISL is 4 (DWDP2 at "
+                        "ISL 1024: routed experts held 150.0 GB)")
+
+
+def test_nothing_of_dwdp_fits_says_use_dwdp_false_in_json():
+    """JSON readers test `use_dwdp` for false: each of the three answers where no DWDP rank fits says false, not
+    null."""
+    for rows in ([_row(1024, 1.0, 1.0, g=1, fits=False)],  # no group above 1
+                 [_row(1024, 1.1, 1.3, fits=False, mem=145.0)],  # DEP fits
+                 [_row(1024, 1.1, 1.3, fits=False, dep_fits=False, mem=150.0, mem_dep=145.0)]):  # nothing fits
+        d = rc.recommend(_spec(isls=(1024,)), rows).to_dict()
+        assert d["use_dwdp"] is False and d["dwdp_size"] is None
+
+
+def _one_more_expert_bytes(spec, redundant=0):
+    return _rank_bytes(spec, redundant + 1) - _rank_bytes(spec, redundant)
+
+
+def test_exactly_one_more_redundant_expert_fitting_is_suggested():
+    spec = _spec(isls=(1024,))
+    one = _one_more_expert_bytes(spec)
+    two = _rank_bytes(spec, 2) - _rank_bytes(spec, 0)
+    assert rc.more_redundant_experts(spec, 8, 0, (one + two) / 2) == 1
+    mem = 141.0 - (one + two) / 2 / 1e9  # room for one more expert, not two
+    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0)])
+    assert r.notes == (f"{141.0 - mem:.1f} GB free per rank: up to 1 more redundant experts per rank fit (try "
+                       "--redundant-experts 1)",)
+    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0, local=255)])  # 255 + 1 = every expert
+    assert r.notes == (f"{141.0 - mem:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
+                       "no prefetch) -- compare with G=1",)
+
+
+def test_a_setup_holding_every_expert_gets_no_headroom_note():
+    """G=8 with 224 redundant experts: each rank holds all 256 (32 + 224), so no more fit and nothing is suggested."""
+    spec = _spec(isls=(1024,))
+    assert rc.more_redundant_experts(spec, 8, 224, 1e12) == 0
+    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, red=224, sl=0, mem=100.0, local=256)])
+    assert r.notes == ()
+
+
+def test_the_headroom_is_priced_in_bytes_exactly():
+    """Half a byte short of one more expert's bytes: none suggested; half a byte over: one (the headroom is GB x 1e9
+    bytes, the unit memory_per_rank_gb is in)."""
+    spec = _spec(isls=(1024,))
+    one = _one_more_expert_bytes(spec)
+    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=141.0 - (one - 0.5) / 1e9, sl=0)])
+    assert r.notes == ()
+    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=141.0 - (one + 0.5) / 1e9, sl=0)])
+    assert r.notes[0].endswith("up to 1 more redundant experts per rank fit (try --redundant-experts 1)")
+
+
+def test_more_redundant_experts_reaches_every_expert_when_the_group_is_the_expert_count():
+    """Mixtral 8x7B over G=8: one expert per rank, so up to 7 redundant experts (every expert on every rank)."""
+    spec = dataclasses.replace(_spec(), model=build_spec(build_parser().parse_args(
+        ["plan", "--model", "mixtral-8x7b", "--gpu", "h200", "--dwdp-size", "8", "--isl", "1024"])).model)
+    assert spec.model.num_experts == 8
+    assert rc.more_redundant_experts(spec, 8, 0, 1e15) == 7
+    assert rc.more_redundant_experts(spec, 8, 5, 1e15) == 2
+
+
+def test_with_one_moe_layer_each_redundant_expert_frees_memory():
+    """One MoE layer, two prefetch slots (prefetcher.prefetch_slot_count's floor): a redundant expert adds one
+    layer's copy and frees two slots' copies, so every further one fits even with no headroom."""
+    model = dataclasses.replace(_spec().model, num_layers=4, first_k_dense=3, mtp_layers=0)  # one MoE layer
+    spec = dataclasses.replace(_spec(), model=model)
+    assert _rank_bytes(spec, 2) < _rank_bytes(spec, 1)
+    assert rc.more_redundant_experts(spec, 8, 1, 0) == 223  # 32 + 1 + 223 = all 256 experts
