@@ -34,6 +34,7 @@ from ..spec.schema import ConfigError
 from . import gen_config_files as files
 from . import gen_config_serving as serving
 from . import gen_config_text as text
+from .context_length import check_context_length
 from .deploy_args import add_gpu_args, gpu_budget_bytes, gpu_label
 
 #: TensorRT-LLM's max_num_tokens when a server's YAML gives none (llm_args.py BaseLlmArgs.max_num_tokens)
@@ -253,6 +254,8 @@ def run(args) -> int:
     num_experts = args.num_experts if spec is None else spec.num_experts
     check_args(args, num_experts)
     isl, mtp = serving.resolve(args)
+    if spec is not None:  # the stated lengths (an --isl not given is --max-num-tokens, one forward, not a prompt)
+        check_context_length(args.preset or args.model, spec, args.isl or 0, (args.isl or 0) + args.osl)
     size = args.dwdp_size
     if size is None:  # the default every deployment command shares (memory.default_dwdp_size); no dims: 4
         size = 4 if spec is None else mem.default_dwdp_size(

@@ -16,6 +16,7 @@ from ..spec.schema import ConfigError
 from .deploy_args import gpu_budget_bytes
 
 from . import pricing_flags as pf
+from .context_length import check_context_length, context_length
 from .pricing_flags import DEP_COMMS, DEP_VARIANTS  # noqa: F401  (plan's names since before the shared parser)
 #: perf.moe_op.GEMMS, spelled here so the parser does not import numpy: the TensorRT-LLM host's expert paths on
 #: DWDP layers
@@ -24,6 +25,8 @@ GEMMS = ("multi_buffer", "composite_view", "merge")
 #: --interference of `dwdp plan` and `dwdp validate-plan` lies in [1, INTERFERENCE_MAX): a slowdown of compute overlapped
 #: with copies of 100x or more describes no GPU (the paper's priors are below 1.5x); one bound for both commands
 INTERFERENCE_MAX = 100.0
+#: --isl's default; those beyond a model's context length are left out (a stated one is refused)
+DEFAULT_ISLS = "1024,4096,8192,16384,32768"
 
 
 def interference_problem(value: float | None) -> str | None:
@@ -106,7 +109,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--redundant-experts", default="0", help="candidate extra experts per rank, comma-separated (default 0)")
     pf.add_slice_bytes(g)
     g = p.add_argument_group("workload")
-    g.add_argument("--isl", default="1024,4096,8192,16384,32768", help="mean input sequence lengths, comma-separated")
+    g.add_argument("--isl", default=DEFAULT_ISLS, help="mean input sequence lengths, comma-separated (at most the "
+                                                       "model's context length)")
     b = g.add_mutually_exclusive_group()
     b.add_argument("--batch", type=int, default=None, help="requests per rank per iteration, instead of --mnt")
     b.add_argument("--mnt", type=int, default=None,
@@ -304,6 +308,10 @@ def build_spec(args, *, gpu_name: str | None = None):
         raise ConfigError(None, "--interference", problem)
     check_bench_results(args)
     isls = int_list(args.isl, "--isl", hi=MAX_TOKENS)
+    limit = context_length(args.model, base_model)
+    if args.isl == DEFAULT_ISLS and limit is not None:  # the defaults the model can hold; stated ISLs are checked
+        isls = tuple(i for i in isls if i <= limit) or isls
+    check_context_length(args.model, base_model, max(isls))  # as `dwdp size` and `dwdp gen-config`
     if args.mnt is None and args.batch is None:  # a context server's iterations: the MNT gen-config writes
         args.mnt, args.mnt_default = mem.context_max_num_tokens(), True
     gpu = load_gpu_spec(spec_file) if spec_file else get_gpu(gpu_name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ..spec.schema import ConfigError
+from .context_length import check_context_length, context_length
 
 
 def _ints(text: str, arg: str, lo: int, hi: int) -> tuple[int, ...]:
@@ -28,35 +29,19 @@ def _rates(text: str) -> tuple[float, ...]:
     return vals
 
 
-def context_length(args, model) -> int | None:
-    """The model's context length: a config.json's max_position_embeddings, else a preset's YaRN length
-    (original_max_position_embeddings x factor: 163,840 for DeepSeek-V3 / R1, their config.json's value); None when
-    unknown."""
-    from ..spec.model_dims import is_config_path
-    if is_config_path(args.model):
-        from ..spec.hf_config import read_config_json
-        v = read_config_json(args.model)[0].get("max_position_embeddings")
-        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-    y = model.rope_scaling
-    return int(y.original_max_position_embeddings * y.factor) if y is not None else None
-
-
 def check_lengths(args, model, arrivals) -> None:
-    """Every request's ISL + OSL within the model's context length (context_length), naming the flag or file."""
-    limit = context_length(args, model)
-    if limit is None or not len(arrivals):
+    """Every request's ISL + OSL within the model's context length (context_length.check_context_length, the check
+    `dwdp plan` and `dwdp gen-config` apply too), naming the flag, or the trace file."""
+    if not len(arrivals):
         return
     isl, total = int(arrivals.isl.max()), int((arrivals.isl + arrivals.osl).max())
     if args.trace is None:  # the stated lengths too, not only this seed's draws
-        isl, total = max(isl, args.isl), max(total, args.isl + args.osl)
-    if total <= limit:
+        check_context_length(args.model, model, max(isl, args.isl), max(total, args.isl + args.osl))
         return
-    if args.trace is not None:
+    limit = context_length(args.model, model)
+    if limit is not None and total > limit:
         raise ConfigError(args.trace, "input_length", f"requests of at most {limit:,} tokens (ISL + OSL) for "
                                                       f"{model.name}'s context length, got {total:,}")
-    flag = "--isl" if isl >= limit else "--osl"
-    raise ConfigError(None, flag, f"ISL + OSL within {model.name}'s context length ({limit:,} tokens, "
-                                  f"max_position_embeddings), got requests of up to {total:,}")
 
 
 def mtp_setting(args, model) -> tuple[int, float]:
