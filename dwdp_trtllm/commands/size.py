@@ -247,15 +247,47 @@ def write_deployment(args, d, out: str, min_isl: int | None = None) -> tuple[lis
     return argv, said.getvalue()
 
 
+class _StageLines:
+    """Progress where stderr is not a terminal (a log file, a pipe, CI), where rich draws nothing: one plain line
+    on stderr each time the search moves to another stage (the text before a tick's first ':', e.g. "DWDP context",
+    "DEP generation"), prefixed [n]: the candidates simulated so far; at most 80 columns. Counted, never timed."""
+
+    def __init__(self):
+        self.stage, self.done = None, 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None and self.done:
+            self._line(f"dwdp size: searched, {self.done} simulated")
+        return False
+
+    def tick(self, what: str) -> None:
+        self.done += 1
+        stage = what.split(":")[0]
+        if stage != self.stage:
+            self.stage = stage
+            self._line(f"dwdp size [{self.done}]: {what}")
+
+    @staticmethod
+    def _line(text: str) -> None:
+        text = text if len(text) <= 80 else text[:77] + "..."
+        print(text, file=sys.stderr, flush=True)  # sys.stderr looked up now: redirections apply
+
+
 def _progress():
-    """A rich progress line on stderr while the search runs (transient: gone when it ends; nothing when stderr is
-    not a terminal), and the callback that advances it."""
+    """Progress on stderr while the search runs, and the callback that advances it: a rich progress line on a
+    terminal (transient: gone when it ends), else _StageLines' plain lines."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     con = Console(stderr=True)
+    if not con.is_terminal:
+        lines = _StageLines()
+        return lines, lines.tick
     prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed} simulated"),
-                    TimeElapsedColumn(), console=con, transient=True, disable=not con.is_terminal)
+                    TimeElapsedColumn(), console=con, transient=True)
     task = prog.add_task("dwdp size", total=None)
 
     def tick(what: str) -> None:

@@ -297,6 +297,33 @@ def test_the_search_reports_progress(monkeypatch, capsys):
     assert any("DWDP context" in t for t in ticks) and any("generation" in t for t in ticks)
 
 
+def test_progress_reaches_stderr_as_plain_lines_where_stderr_is_no_terminal(monkeypatch, capsys):
+    """The real progress path (nothing mocked): stderr captured (no terminal, as a log or CI), so rich draws
+    nothing and the search says each stage on its own line of stderr; stdout holds the report only."""
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE"):  # rich reads these as "a terminal": not this test's case
+        monkeypatch.delenv(var, raising=False)
+    assert main(["size", "--rate", "0.5", *SMALL, "--tp-size", "0", "--json"]) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)  # the report alone: no progress text in it
+    lines = cap.err.splitlines()
+    assert lines and all(ln.startswith("dwdp size") and len(ln) <= 80 for ln in lines), cap.err
+    for stage in ("DWDP context", "DWDP generation", "DEP context", "DEP generation"):
+        assert sum(stage + ":" in ln for ln in lines) == 1, (stage, cap.err)  # one line per stage, not per tick
+    assert lines[-1] == f"dwdp size: searched, {lines[-2].split('[')[1].split(']')[0]} simulated", cap.err
+
+
+def test_progress_on_a_terminal_is_rich_on_stderr(monkeypatch, capsys):
+    """The terminal path: rich's progress line (FORCE_COLOR makes rich treat the captured stderr as a terminal;
+    COLUMNS fixed so the line's width does not depend on the runner), on stderr, never on stdout."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["size", "--rate", "0.5", *SMALL, "--tp-size", "0", "--json"]) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)
+    assert "dwdp size: " in cap.err and "simulated" in cap.err, cap.err
+    assert "dwdp size [" not in cap.err  # not the plain lines
+
+
 def test_the_plots_draw_the_slos_label_each_point_and_say_what_coinciding_lines_share(tmp_path, monkeypatch):
     import matplotlib
     matplotlib.use("Agg")
