@@ -55,6 +55,13 @@ CASES = [
     ("prefetch without the calibrated slice efficiency (cost_model)", "dwdp_trtllm/perf/cost_model.py",
      "eff = (p.calibration.slice_eff(slice_bytes) or 1.0) if sliced else 1.0", "eff = 1.0",
      [PV, U + "test_pinned_cost_model.py"]),
+    ("the scheduler's token budget halved (batching.RankScheduler.next_batch: the tokens one context iteration "
+     "packs)", "dwdp_trtllm/spec/batching.py",
+     "        budget = self.max_num_tokens\n", "        budget = self.max_num_tokens // 2\n",
+     [U + "test_scheduler.py"]),
+    ("the sizing simulator's context budget halved (simulator._Ctx: MNT // 2 per rank)",
+     "dwdp_trtllm/sizing/simulator.py", "RankScheduler([], mnt, max_batch or None, chunked)",
+     "RankScheduler([], mnt // 2, max_batch or None, chunked)", [U + "test_sizing_sim.py"]),
     ("interference: a long kernel beside a short pull (interference)", "dwdp_trtllm/calibrate/interference.py",
      "if one > copy_alone:", "if False:", [PV, U + "test_pinned_calibrate_peer.py"]),
     ("interference: a short kernel not repeated to the pull's length", "dwdp_trtllm/calibrate/interference.py",
