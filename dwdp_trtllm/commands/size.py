@@ -272,7 +272,8 @@ class _StageLines:
 
     @staticmethod
     def _line(text: str) -> None:
-        text = text if len(text) <= 80 else text[:77] + "..."
+        from .terminal import MAX_WIDTH
+        text = text if len(text) <= MAX_WIDTH else text[:MAX_WIDTH - 3] + "..."
         print(text, file=sys.stderr, flush=True)  # sys.stderr looked up now: redirections apply
 
 
