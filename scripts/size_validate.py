@@ -828,11 +828,13 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
                              detail=f"aiconfigurator: {q.get('dep_context_why', '')}; ours: {_label(dep.deployment)}"
                                     + (f" ({dep.why_none})" if dep.deployment is None else ""))
             if (dep.deployment is None) != (q.get("dep_context") is None):  # one side found a DEP context, one not
-                slo = f"{data['ttft_ms'] / 1e3 / AIC_TTFT_FACTOR:.2f}"
+                # its rule on our static price: x its prefill correction x its queueing factor, held to its SLO
+                slo = f"{data['ttft_ms'] / 1e3 / AIC_TTFT_FACTOR / AIC_PREFILL_CORRECTION:.2f}"
                 o3 = size_outcomes(_override(argv, ["--ttft-p50", slo]), ("dep",))["dep"]
                 rows += _figures(name, q.get("dep_context"), o3, "ablation",
-                                 f"aiconfigurator's TTFT rule (its TTFT is its prefill latency x {AIC_TTFT_FACTOR:g}, "
-                                 f"held to {data['ttft_ms'] / 1e3:g} s: --ttft-p50 {slo})",
+                                 f"aiconfigurator's TTFT rule (its TTFT is its static prefill latency x "
+                                 f"{AIC_PREFILL_CORRECTION:g} x {AIC_TTFT_FACTOR:g}, held to {data['ttft_ms'] / 1e3:g} "
+                                 f"s: --ttft-p50 {slo})",
                                  f"ours: {_label(o3.deployment)}" + (f" ({o3.why_none})" if o3.deployment is None else ""))
     return rows
 

@@ -4,7 +4,8 @@ A TP context server of N GPUs is what TensorRT-LLM runs with `tensor_parallel_si
 `moe_expert_parallel_size: N` and attention DP off (aiconfigurator's "TP8 prefill"): one scheduler packs up to
 max_num_tokens tokens per iteration, every GPU works on all of them. One MoE layer of an iteration of T tokens,
 each part from the rows TensorRT-LLM's kernels were timed at for that TP shape where the tables have them
-(aiconfigurator 0.12.0's h200_sxm ... tables, `data/generation_tables/<gpu>.json`: scripts/extract_aiconfigurator.py):
+(aiconfigurator 0.12.0's TensorRT-LLM tables of the GPU, `data/generation_tables/<gpu>.json`:
+scripts/extract_aiconfigurator.py):
 - attention (core, projections, the MLA module remainder): the planner's rows for one GPU holding the T tokens
   (perf/phases.trtllm_phases at group 1) / N x the measured TP penalty of TensorRT-LLM's MLA context module: N x
   its row at 128 / N heads over its row at 128 heads, at the iteration's (requests, mean length), bilinear in
@@ -13,7 +14,10 @@ each part from the rows TensorRT-LLM's kernels were timed at for that TP shape w
   table's spread: the scenario's low end takes the smallest of the surrounding rows' ratios, the high end the
   largest;
 - shared experts: their GEMMs split over the N GPUs (`shared_fc1/tpN`, `shared_fc2/tpN` rows at T tokens); the
-  router GEMM whole on every GPU (TensorRT-LLM does not split it; BF16 row at T tokens);
+  router GEMM whole on every GPU (BF16 row at T tokens). TensorRT-LLM's model
+  (tensorrt_llm/_torch/models/modeling_deepseekv3.py @ 000561df): `DeepseekV3Gate` holds the whole num_experts x
+  hidden router on every rank, `kv_a_proj_with_mqa` (fused q_a / kv_a) is not TP-split, and
+  `Deepseekv3MoE._compute_shared_expert_tp_size` splits the shared experts over gcd(2048 / 128, N) GPUs (N up to 16);
 - routed experts: the fused-MoE row at EP N with the T tokens entering the op (`moe` ep N; every rank holds every
   token, so no dispatch), at the routing's distribution (balanced, or the stated / ranged power law);
 - communication: two all-reduces of the T x hidden BF16 activations (after the attention output projection and
@@ -21,8 +25,8 @@ each part from the rows TensorRT-LLM's kernels were timed at for that TP shape w
   runtime's own choice of kernel: aiconfigurator collector/network/collect_all_reduce.py
   `benchmark_trtllm_allreduce`); without rows NCCL reduce-scatter + all-gather rows, else the cost model's.
 The first_k_dense layers: the same attention + the dense MLP GEMMs split over N (`dense_fc1/tpN`, `dense_fc2/tpN`)
-+ the same all-reduces. A TP size or model without those rows prices that part as before: one GPU's row / N (the
-attention and GEMMs at the rate of the same work on one GPU: TP's fast end), said in `priced:` (ROWS).
++ the same all-reduces. A TP size or model without those rows (TP16: no 8-head module rows) prices that part as
+one GPU's row / N (the attention and GEMMs at the rate of the same work on one GPU: TP's fast end).
 Not priced (as for DEP and DWDP): the residual adds + RMSNorms outside the module (aiconfigurator adds them as
 analytic element-wise ops, about 5% of its TP8 iteration at ISL 8K).
 Scenarios (`which`): the routing range as DEP's (low: balanced, the TP-better end; high: power_law_1.01) unless
