@@ -31,7 +31,9 @@ at 1 token). For generation servers with MoE tensor parallelism or attention TP 
 `--gen-attn-tp`): the fused MoE op at moe_tp_size > 1 (`moe_tp`: every TP x EP shape and routing the table has), the
 module rows at 128 / a heads (one GPU of an attention-TP group of a, `mla_generation_module_by_heads`), the
 shared-expert, dense-MLP and LM-head GEMMs split over a GPUs (`<op>/tp<a>`), and TensorRT-LLM's custom all-reduce
-(custom_allreduce_perf, BF16, by GPUs) for attention TP's two all-reduces per layer.
+(custom_allreduce_perf, BF16, by GPUs) for attention TP's two all-reduces per layer. For TP context servers
+(`dwdp size --tp-size`, sizing/tp_cost.py): the MLA context module rows (mla_context_module_perf) by (batch, ISL) at
+128 heads and at 128 / a heads (`mla_context_module_by_heads`); the TP GEMM and all-reduce rows above serve them too.
 
 Latencies: milliseconds (the DeepEP table's microseconds are converted).
 """
@@ -298,6 +300,19 @@ def extract_generation(system: str, root: Path) -> dict:
                     **src(p, root, num_heads=h, gemm_type=gt, kv_cache_dtype=kv),
                     "rows": [[int(r.batch_size), int(r.step), rnd(r.latency)] for r in g.itertuples()]}
         m["mla_generation_module_by_heads"] = by_heads
+        # TP context servers: the context module rows at every head count a TP rank holds, the whole model's
+        # included (sizing/tp_cost.py prices a TP rank's attention by the rows' ratio of 128 / a heads to 128)
+        ctx_mod = base / "mla" / "trtllm" / p.parent.name / "mla_context_module_perf.parquet"
+        if ctx_mod.exists():
+            t3 = pd.read_parquet(ctx_mod)
+            ctx_heads = {}
+            for h in (s["heads"], *(s["heads"] // a for a in GEN_ATTN_TPS)):
+                for (gt, kv), g in t3[t3.num_heads == h].groupby(["gemm_type", "kv_cache_dtype"]):
+                    g = g.groupby(["batch_size", "isl"]).latency.min().reset_index()
+                    ctx_heads.setdefault(str(h), {})[f"{gt}/{kv}"] = {
+                        **src(ctx_mod, root, num_heads=h, gemm_type=gt, kv_cache_dtype=kv),
+                        "rows": [[int(r.batch_size), int(r.isl), rnd(r.latency)] for r in g.itertuples()]}
+            m["mla_context_module_by_heads"] = ctx_heads
         m["moe_tp"] = moe_tp_rows(base, root, s)
         out["models"][name] = m
     ar = newest([q for q in (base / "comm" / "trtllm").glob("*") if (q / "custom_allreduce_perf.parquet").exists()])

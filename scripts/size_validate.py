@@ -464,6 +464,15 @@ def table56(s: PlanSpec, rounds_cap: int | None = None, calibrated_scale: float 
 AIC_DEP8_TTFT_MS = {(4096, 4): 3524, (8192, 2): 3745, (16384, 1): 4198, (4096, 8): 7041, (8192, 4): 7218,
                     (16384, 2): 8489, (32768, 1): 9835}
 AIC_TOL = 0.10  # the agreement asked of the DEP context iteration under aiconfigurator's own assumptions
+#: aiconfigurator 0.12.0's static context estimate of one TP8 context server (tp 8, attention DP 1, MoE EP 8) of the
+#: same model and tables: whole-model TTFT in ms of one iteration of `batch` requests of `isl` tokens, from
+#: `aiconfigurator cli estimate --estimate-mode static_ctx --isl 8192 --osl 1 --batch-size 1 --tp-size 8
+#: --attention-dp-size 1 --moe-tp-size 1 --moe-ep-size 8` (docs/bench_results/aiconfigurator_2026-12-07/
+#: static_ctx_isl8192_tp8dp1ep8_b1.log: 316.484 ms, its per-op breakdown beside it), run 2026-12-07
+AIC_TP8_TTFT_MS = {(8192, 1): 316}
+#: the ablations of our TP8 iteration: TpCost switch -> what it changes
+TP_ABLATIONS = {"fast_end": "attention, shared experts and router at one GPU's rows / 8 (TP's fast end)",
+                "nccl_allreduce": "NCCL reduce-scatter + all-gather instead of TensorRT-LLM's AllReduce rows"}
 
 
 def aic_spec(routing: bool = True, comm: bool = True) -> PlanSpec:
@@ -481,9 +490,22 @@ def dep8_iteration_ms(s: PlanSpec, isl: int, batch: int) -> float:
     return ContextCost(s, "dep", 8).seconds([Segments(tuple((0, isl, isl) for _ in range(batch)))] * 8) * 1e3
 
 
+def tp8_iteration_ms(s: PlanSpec, isl: int, batch: int, **switches) -> float:
+    """One TP8 context iteration (`batch` whole requests of `isl` tokens), the simulator's price; `switches`: TpCost's
+    ablation switches set on."""
+    from dwdp_trtllm.sizing.context_cost import Segments
+    from dwdp_trtllm.sizing.tp_cost import TpCost
+    c = TpCost(s, "tp", 8)
+    for k, v in switches.items():
+        setattr(c, k, v)
+    return c.seconds([Segments(tuple((0, isl, isl) for _ in range(batch)))]) * 1e3
+
+
 def aic_rows() -> list[Row]:
     """aiconfigurator's DEP8 context iteration against ours under its assumptions; ablations: each assumption alone
-    back at our default, and both (the default `dwdp size` prices)."""
+    back at our default, and both (the default `dwdp size` prices). Then its TP8 iteration against ours under the
+    same assumptions; ablations: each of TpCost's two earlier defaults, and the two together (the earlier TP
+    pricing)."""
     specs = {"": aic_spec(), "balanced routing instead of power_law_1.01": aic_spec(routing=False),
              "DeepEP (our H200 default) instead of NCCL all-gather + reduce-scatter": aic_spec(comm=False),
              "both: balanced routing and DeepEP (dwdp size's defaults)": aic_spec(False, False)}
@@ -492,6 +514,16 @@ def aic_rows() -> list[Row]:
         name = f"aiconfigurator DEP8, {b} x {isl // 1024}K per rank"
         for effect, sx in specs.items():
             ours = dep8_iteration_ms(sx, isl, b)
+            rows.append(Row(name, "context iteration, ms", float(ms), ours,
+                            "" if effect else f"{ours / ms:.2f}x aiconfigurator's", tol=AIC_TOL,
+                            kind="ablation" if effect else "compare", of=name if effect else "", effect=effect))
+    tp = {"": {}, **{e: {k: True} for k, e in TP_ABLATIONS.items()},
+          "the TP pricing before TensorRT-LLM's TP rows were read: the two above together": dict.fromkeys(TP_ABLATIONS,
+                                                                                                       True)}
+    for (isl, b), ms in AIC_TP8_TTFT_MS.items():
+        name = f"aiconfigurator TP8, {b} x {isl // 1024}K"
+        for effect, sw in tp.items():
+            ours = tp8_iteration_ms(aic_spec(), isl, b, **sw)
             rows.append(Row(name, "context iteration, ms", float(ms), ours,
                             "" if effect else f"{ours / ms:.2f}x aiconfigurator's", tol=AIC_TOL,
                             kind="ablation" if effect else "compare", of=name if effect else "", effect=effect))
@@ -516,6 +548,11 @@ AICQ_TOL = TOL
 #: pre-correction for queueing under concurrency": aiconfigurator/sdk/sweep.py `_AUTOSCALE_TTFT_CORRECTION_FACTOR`,
 #: applied in `_find_best_disagg_under_constraint`, aiconfigurator 0.12.0); the TTFT it prints is that product
 AIC_TTFT_FACTOR = 1.8
+#: aiconfigurator's prefill latency correction: its static prefill latency x this before its SLO filter and rate
+#: matching (ai-dynamo/aiconfigurator src/aiconfigurator/sdk/task_v2.py @ 095f58a5, `Task.prefill_latency_correction`
+#: = 1.1; src/aiconfigurator/cli/api.py `DEFAULT_PREFILL_LATENCY_CORRECTION_SCALE` the same): its printed TTFT is
+#: static x 1.1 x 1.8 (TP8 at ISL 8K: 316.5 ms x 1.98 = 626.6 ms, static_ctx_isl8192_tp8dp1ep8_b1.log)
+AIC_PREFILL_CORRECTION = 1.1
 #: aiconfigurator's rate matching counts this share of its prefill workers' static rate (batch / latency) when it
 #: matches them to the decode workers (aiconfigurator/sdk/sweep.py `_RATE_MATCH_PREFILL_DEGRADATION`, used in
 #: `_rate_match_dict`: seq/s = min(prefill seq/s x workers x 0.9, decode seq/s x workers x 0.92), 0.12.0): its answer's
@@ -745,7 +782,8 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
         if o.metrics is not None:  # its TTFT is its static prefill latency x AIC_TTFT_FACTOR; ours a simulated median
             rows.append(QRow(q["name"], "TTFT, ms", a["ttft_ms"] / AIC_TTFT_FACTOR, o.metrics.ttft_p50_s * 1e3,
                              AICQ_TOL, "ablation", f"aiconfigurator's TTFT without its x{AIC_TTFT_FACTOR:g} queueing "
-                                                   f"factor (its static prefill latency)"))
+                                                   f"factor (its static prefill latency x its "
+                                                   f"{AIC_PREFILL_CORRECTION:g} prefill correction)"))
         shape = aicq_shape_argv(a)
         if shape is not None:  # the same question with aiconfigurator's deployment shape: what the shape moves
             o2 = size_outcomes(_override(argv, shape), (mode,))[mode]
@@ -767,17 +805,21 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
             if mode == "tp":  # and with our TP context iteration at its static prefill price (and rate-matched)
                 size = a["prefill"]["gpus_per_worker"]
                 ours_ms, theirs_ms = tp_static_ms(argv, size, q["isl"]), a["ttft_ms"] / AIC_TTFT_FACTOR
-                for f, what in ((theirs_ms / ours_ms, f"its static prefill latency ({theirs_ms:.0f} ms at ISL "
+                for f, what in ((AIC_PREFILL_CORRECTION, f"x its {AIC_PREFILL_CORRECTION:g} prefill latency "
+                                                          f"correction (our {ours_ms:.0f} ms"),
+                                (theirs_ms / ours_ms, f"at its prefill latency ({theirs_ms:.0f} ms: its static "
+                                                      f"{theirs_ms / AIC_PREFILL_CORRECTION:.0f} ms x its "
+                                                      f"{AIC_PREFILL_CORRECTION:g} correction, at ISL "
                                                       f"{q['isl'] // 1024}K against our {ours_ms:.0f}"),
                                 (theirs_ms / AIC_PREFILL_DEGRADATION / ours_ms,
-                                 f"its rate-matched prefill price (its {theirs_ms:.0f} ms / its "
+                                 f"at its rate-matched prefill price (its {theirs_ms:.0f} ms / its "
                                  f"{AIC_PREFILL_DEGRADATION:g} prefill degradation against our {ours_ms:.0f}")):
                     with context_scaled("tp", f):
                         o5 = size_outcomes(argv, (mode,))[mode]
                         r5, o5 = (max_rate_within(argv, mode, a["req_s"], o5, hi) if o5.deployment
                                   else (a["req_s"], o5))
                     rows += _figures(q["name"], a, o5, "ablation", f"aiconfigurator's question as it answers it, "
-                                     f"our TP{size} context iteration at {what}: x {f:.2f})",
+                                     f"our TP{size} context iteration {what}: x {f:.2f})",
                                      f"ours: {_label(o5.deployment)} at {r5:.3g} req/s")
         if mode != "dep":
             dep = out["dep"]
@@ -786,11 +828,13 @@ def aic_questions(data: dict | None = None) -> list[QRow]:
                              detail=f"aiconfigurator: {q.get('dep_context_why', '')}; ours: {_label(dep.deployment)}"
                                     + (f" ({dep.why_none})" if dep.deployment is None else ""))
             if (dep.deployment is None) != (q.get("dep_context") is None):  # one side found a DEP context, one not
-                slo = f"{data['ttft_ms'] / 1e3 / AIC_TTFT_FACTOR:.2f}"
+                # its rule on our static price: x its prefill correction x its queueing factor, held to its SLO
+                slo = f"{data['ttft_ms'] / 1e3 / AIC_TTFT_FACTOR / AIC_PREFILL_CORRECTION:.2f}"
                 o3 = size_outcomes(_override(argv, ["--ttft-p50", slo]), ("dep",))["dep"]
                 rows += _figures(name, q.get("dep_context"), o3, "ablation",
-                                 f"aiconfigurator's TTFT rule (its TTFT is its prefill latency x {AIC_TTFT_FACTOR:g}, "
-                                 f"held to {data['ttft_ms'] / 1e3:g} s: --ttft-p50 {slo})",
+                                 f"aiconfigurator's TTFT rule (its TTFT is its static prefill latency x "
+                                 f"{AIC_PREFILL_CORRECTION:g} x {AIC_TTFT_FACTOR:g}, held to {data['ttft_ms'] / 1e3:g} "
+                                 f"s: --ttft-p50 {slo})",
                                  f"ours: {_label(o3.deployment)}" + (f" ({o3.why_none})" if o3.deployment is None else ""))
     return rows
 

@@ -108,12 +108,18 @@ def test_dep8_iteration_under_aiconfigurator_assumptions_within_10_percent(sv):
     and communication stated: within 10% at every recorded shape; `dwdp size`'s defaults (balanced routing,
     DeepEP) are faster by more than 10%, so the side-by-side's difference is those two assumptions."""
     rows = sv.aic_rows()
-    compared = [r for r in rows if r.kind == "compare"]
+    compared = [r for r in rows if r.kind == "compare" and r.row.startswith("aiconfigurator DEP8")]
     assert len(compared) == len(sv.AIC_DEP8_TTFT_MS) == 7
     for r in compared:
         assert sv.verdict(r, rows).startswith("within 10%"), (r.row, r.ours, r.published)
     defaults = [r for r in rows if r.effect.startswith("both")]
     assert all(r.ours < 0.9 * r.published for r in defaults)
+    # its TP8 iteration (316 ms, one 8K request) within 10% of ours from TensorRT-LLM's TP rows; priced as before
+    # (one GPU's rows / 8, NCCL reduce-scatter + all-gather: 282 ms) it was 11% under
+    tp = [r for r in rows if r.row.startswith("aiconfigurator TP8")]
+    assert [r.kind for r in tp] == ["compare", "ablation", "ablation", "ablation"]
+    assert sv.verdict(tp[0], rows).startswith("within 10%"), (tp[0].ours, tp[0].published)
+    assert tp[-1].ours < 0.9 * tp[-1].published < tp[0].ours
     # the table's verdict column is the computed one
     assert "within 10%" in sv.render_ms(rows)
 
