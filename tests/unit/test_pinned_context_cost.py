@@ -68,7 +68,20 @@ def test_a_dep_iteration_is_the_lock_step_price_of_every_ranks_hand_built_load()
     got = cost.seconds([Segments(r) for r in ranks])
     assert got == pytest.approx(it.dep_S[0] * 1e-6, rel=1e-12)
     assert cost.comm_s == pytest.approx(it.dep_comm_S[0] * 1e-6, rel=1e-12) and cost.comm_s > 0
-    assert cost.prefetch_bound == 0
+    cost.seconds([Segments(r) for r in ranks])  # a second iteration adds its communication time
+    assert cost.comm_s == pytest.approx(2 * it.dep_comm_S[0] * 1e-6, rel=1e-12)
+    assert (cost.prefetch_bound, cost.iterations) == (0, 2)
+
+
+def test_a_one_token_chunk_reads_the_attention_tables_at_its_requests_length():
+    """The last token of an 8K prompt: the tables are read at ISL 8192 (8192 x 1 / 1 token), not half of it."""
+    spec = _spec()
+    chunk = ((8191, 1, 8192),)
+    load, isl = _hand_load([chunk])
+    assert isl == 8192
+    want = pl.iteration_times(spec, load, 8, 0, 2 << 20, 8192).dwdp_SR[0, 0] * 1e-6
+    assert want != pytest.approx(pl.iteration_times(spec, load, 8, 0, 2 << 20, 4096).dwdp_SR[0, 0] * 1e-6, rel=1e-9)
+    assert ContextCost(spec, "dwdp", 8).seconds([Segments(chunk)]) == pytest.approx(want, rel=1e-12)
 
 
 def test_dwdp_counts_the_iterations_the_exposed_prefetch_bound():
