@@ -45,6 +45,7 @@ def test_the_bounds_themselves_are_accepted():
 def test_fixed_lengths_are_the_mean():
     got = tr.LengthDist(4096).draw(np.random.default_rng(0), 5)
     assert got.dtype == np.int64 and list(got) == [4096] * 5
+    assert list(tr.LengthDist(4096, cv=0.3).draw(np.random.default_rng(0), 5)) == [4096] * 5  # cv is normal's only
 
 
 def test_uniform_ratio_draws_every_whole_length_from_ceil_ratio_mean_to_the_mean():
@@ -134,6 +135,7 @@ def test_the_closed_loop_draws_twenty_requests_per_user_second_or_the_stated_cou
     assert len(a) == 3 * 10 * 20 and np.all(np.isnan(a.t_s))
     assert (a.closed_users, a.closed_duration_s, a.duration_s) == (3, 10.0, 10.0)
     assert len(tr.generate(tr.Traffic(L100, L10, concurrency=3, duration_s=10.0, requests=7))) == 7
+    assert len(tr.generate(tr.Traffic(L100, L10, concurrency=3, duration_s=1.5))) == 90  # 3 x 1.5 s x 20
     assert len(tr.generate(tr.Traffic(L100, L10, concurrency=2000, duration_s=10.0))) == 200000  # capped
 
 
@@ -155,12 +157,25 @@ def _row(ts, i, o):
 
 
 def test_a_trace_is_sorted_by_time_relative_to_its_first_request_in_seconds(tmp_path):
-    p = _trace(tmp_path, _row(5500, 30, 3), "", _row(1500, 10, 1), _row(1500, 20, 2.0), "  ", name="m.jsonl")
+    p = _trace(tmp_path, _row(5500.5, 30, 3), "", _row(1500, 10, 1), _row(1500, 20, 2.0), "  ", name="m.jsonl")
     a = tr.read_trace(p)
-    assert list(a.t_s) == pytest.approx([0.0, 0.0, 4.0])
+    assert list(a.t_s) == pytest.approx([0.0, 0.0, 4.0005])
     assert list(a.isl) == [10, 20, 30] and list(a.osl) == [1, 2, 3]  # equal times keep the file's order
     assert a.isl.dtype == np.int64 and a.osl.dtype == np.int64
     assert a.label == "trace m.jsonl: 3 requests over 4.0 s"
+
+
+def test_many_requests_at_equal_times_keep_the_files_order(tmp_path):
+    """100 lines alternating timestamps 1000 and 0 ms, ISL 1..100: the 50 at 0 first (ISL 2, 4, ..., 100), each
+    group in file order (a stable sort; an unstable one reorders ties past 16 elements)."""
+    p = _trace(tmp_path, *(_row(1000 * (k % 2), k, 1) for k in range(1, 101)))
+    assert list(tr.read_trace(p).isl) == list(range(2, 101, 2)) + list(range(1, 100, 2))
+
+
+def test_a_trace_lines_bounds_themselves_are_accepted(tmp_path):
+    p = _trace(tmp_path, _row(0, 1, 1), _row(1e12, 2 ** 20, 2 ** 20))
+    a = tr.read_trace(p)
+    assert list(a.isl) == [1, 2 ** 20] and list(a.osl) == [1, 2 ** 20] and a.t_s[-1] == 1e9
 
 
 @pytest.mark.parametrize("line, key, expected", [
@@ -201,9 +216,9 @@ def test_a_trace_whole_files_refusals(tmp_path):
     assert (e.file, e.key, e.expected) == (str(binary), "", "UTF-8 JSONL text (byte 3 is not UTF-8)")
     big = tmp_path / "big.jsonl"
     with open(big, "wb") as f:
-        f.truncate(tr.MAX_TRACE_BYTES + (1 << 20))  # sparse: 65 MiB long, nothing written
+        f.truncate(tr.MAX_TRACE_BYTES + (5 << 18))  # sparse: 65.25 MiB long, nothing written
     e = _refused(lambda: tr.read_trace(big))
-    assert (e.file, e.key, e.expected) == (str(big), "", "a trace of at most 64 MiB, got 65 MiB")
+    assert (e.file, e.key, e.expected) == (str(big), "", "a trace of at most 64 MiB, got 65 MiB")  # whole MiB
 
 
 def test_a_trace_of_exactly_the_byte_limit_is_read(tmp_path):
