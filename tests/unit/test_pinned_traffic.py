@@ -157,12 +157,12 @@ def _row(ts, i, o):
 
 
 def test_a_trace_is_sorted_by_time_relative_to_its_first_request_in_seconds(tmp_path):
-    p = _trace(tmp_path, _row(5500.5, 30, 3), "", _row(1500, 10, 1), _row(1500, 20, 2.0), "  ", name="m.jsonl")
+    p = _trace(tmp_path, _row(101500.5, 30, 3), "", _row(1500, 10, 1), _row(1500, 20, 2.0), "  ", name="m.jsonl")
     a = tr.read_trace(p)
-    assert list(a.t_s) == pytest.approx([0.0, 0.0, 4.0005])
+    assert list(a.t_s) == pytest.approx([0.0, 0.0, 100.0005])
     assert list(a.isl) == [10, 20, 30] and list(a.osl) == [1, 2, 3]  # equal times keep the file's order
     assert a.isl.dtype == np.int64 and a.osl.dtype == np.int64
-    assert a.label == "trace m.jsonl: 3 requests over 4.0 s"
+    assert a.label == "trace m.jsonl: 3 requests over 100.0 s"
 
 
 def test_many_requests_at_equal_times_keep_the_files_order(tmp_path):
