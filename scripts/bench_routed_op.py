@@ -187,8 +187,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: the variants that time dwdp::grouped_gemm (all but DeepGEMM's GEMMs and torch's): without the dwdp ops they would
+#: time the torch reference the op falls back to, tens of times slower, so the run refuses instead
+OPS_VARIANTS = ("op_cutlass", "op", "gemm_ours")
+
+
+def ops_refusal(variants, bf16: bool, why_unavailable) -> str:
+    """"" when every variant asked for times the kernels it names, else the one line the run exits 2 with."""
+    need = [v for v in variants if v in OPS_VARIANTS] + (["--bf16"] if bf16 else [])
+    why = why_unavailable() if need else ""
+    return (f"bench_routed_op.py: {', '.join(need)} need the dwdp ops, unavailable here ({why}); run `dwdp build-ops "
+            f"--cuda` with CUTLASS_DIR set (scripts/gpu_check.sh sets it), or drop those variants") if why else ""
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import importlib
+    refusal = ops_refusal(args.variants, args.bf16,
+                          importlib.import_module("dwdp_trtllm.ops.grouped_gemm").why_unavailable)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     from triton.testing import do_bench
     from dwdp_trtllm.bench.report import write_atomic
     from dwdp_trtllm.spec.models import get_model

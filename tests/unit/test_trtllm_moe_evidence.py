@@ -222,3 +222,16 @@ def test_commit_record_says_where_the_commit_comes_from_and_whether_the_tree_dif
         saved = json.loads((Path(d) / "moe_op_vs_trtllm.json").read_text())
     assert "commit b3d9b1e (DWDP_COMMIT (set by the caller); working tree clean)" in md
     assert json.dumps(saved).count("DWDP_COMMIT") == 1
+
+
+def test_routed_op_bench_refuses_to_time_the_fallback():
+    """Without the dwdp ops the op and our GEMMs would time the torch reference (190-390 ms per call on an H100,
+    docs/history/benchmarks-2026-12.md section 18): the bench names the variants and the reason instead."""
+    import bench_routed_op as b
+    why = lambda: "CUTLASS headers not found"  # noqa: E731
+    line = b.ops_refusal(["op_cutlass", "gemm_torch", "gemm_ours"], False, why)
+    assert line.startswith("bench_routed_op.py: op_cutlass, gemm_ours need the dwdp ops, unavailable here (CUTLASS "
+                           "headers not found)") and "\n" not in line
+    assert "--bf16" in b.ops_refusal(["gemm_torch"], True, why)
+    assert b.ops_refusal(["gemm_torch", "gemm_dg", "op_dg"], False, why) == ""  # none of them runs our kernels
+    assert b.ops_refusal(["op_cutlass"], False, lambda: "") == ""
