@@ -326,18 +326,28 @@ def test_more_redundant_experts_is_what_memory_prices_at_the_boundary():
     assert rc.more_redundant_experts(spec, 8, 0, everything * 10) == 224  # 32 local + 224 = all 256 experts
 
 
+def _headroom_notes(spec, mem: float, **row) -> tuple:
+    """recommend's notes for one ISL-1024 row of `mem` GB per rank (no slots) on a 141 GB GPU."""
+    return rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0, **row)]).notes
+
+
+def _fits_note(mem: float, n: int) -> tuple:
+    return (f"{141.0 - mem:.1f} GB free per rank: up to {n} more redundant experts per rank fit (try "
+            f"--redundant-experts {n})",)
+
+
+def _every_expert_note(mem: float) -> tuple:
+    return (f"{141.0 - mem:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
+            "no prefetch) -- compare with G=1",)
+
+
 def test_the_headroom_notes():
     spec = _spec(isls=(1024,))
     per = _rank_bytes(spec, 3) - _rank_bytes(spec, 0)  # 3 more experts
     mem = 141.0 - per / 1e9 - 1e-6  # headroom just over 3 experts' bytes
-    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0)])
-    assert r.notes == (f"{141.0 - mem:.1f} GB free per rank: up to 3 more redundant experts per rank fit (try "
-                       "--redundant-experts 3)",)
-    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0, local=253)])  # 253 + 3 = every expert
-    assert r.notes == (f"{141.0 - mem:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
-                       "no prefetch) -- compare with G=1",)
-    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0, local=252)])
-    assert "up to 3 more redundant experts" in r.notes[0]
+    assert _headroom_notes(spec, mem) == _fits_note(mem, 3)
+    assert _headroom_notes(spec, mem, local=253) == _every_expert_note(mem)  # 253 + 3 = every expert
+    assert "up to 3 more redundant experts" in _headroom_notes(spec, mem, local=252)[0]
 
 
 def test_a_measured_slice_efficiency_names_its_best_size():
@@ -428,12 +438,8 @@ def test_exactly_one_more_redundant_expert_fitting_is_suggested():
     two = _rank_bytes(spec, 2) - _rank_bytes(spec, 0)
     assert rc.more_redundant_experts(spec, 8, 0, (one + two) / 2) == 1
     mem = 141.0 - (one + two) / 2 / 1e9  # room for one more expert, not two
-    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0)])
-    assert r.notes == (f"{141.0 - mem:.1f} GB free per rank: up to 1 more redundant experts per rank fit (try "
-                       "--redundant-experts 1)",)
-    r = rc.recommend(spec, [_row(1024, 1.1, 1.3, mem=mem, sl=0, local=255)])  # 255 + 1 = every expert
-    assert r.notes == (f"{141.0 - mem:.1f} GB free per rank: every expert fits on every rank (plain data parallel, "
-                       "no prefetch) -- compare with G=1",)
+    assert _headroom_notes(spec, mem) == _fits_note(mem, 1)
+    assert _headroom_notes(spec, mem, local=255) == _every_expert_note(mem)  # 255 + 1 = every expert
 
 
 def test_a_setup_holding_every_expert_gets_no_headroom_note():
