@@ -132,17 +132,39 @@ def generate(t: Traffic) -> Arrivals:
     t.check()
     rng = np.random.default_rng(t.seed)
     if t.rate is not None:
-        n = max(1, int(np.ceil(t.rate * t.duration_s)))
-        times = np.cumsum(rng.exponential(1.0 / t.rate, size=n))
-        keep = times <= t.duration_s
-        keep[0] = True
-        n = int(keep.sum())
-        times = times[:n]
-    else:
-        n = t.requests or min(MAX_REQUESTS, int(t.concurrency * max(1.0, t.duration_s) * CLOSED_PER_USER_S))
-        times = np.full(n, np.nan)
-    return Arrivals(times, t.isl.draw(rng, n), t.osl.draw(rng, n), t.label(),
-                    closed_users=t.concurrency or 0, closed_duration_s=t.duration_s if t.concurrency else 0.0)
+        return _open_loop(t, rng)
+    n = t.requests or min(MAX_REQUESTS, int(t.concurrency * max(1.0, t.duration_s) * CLOSED_PER_USER_S))
+    return Arrivals(np.full(n, np.nan), t.isl.draw(rng, n), t.osl.draw(rng, n), t.label(),
+                    closed_users=t.concurrency, closed_duration_s=t.duration_s)
+
+
+def _open_loop(t: Traffic, rng: np.random.Generator) -> Arrivals:
+    """Poisson arrivals in [0, duration_s] (the first one even when it falls after the window) and their lengths.
+
+    The first ceil(rate x duration) gaps come from `rng`, then the lengths of those inside the window (the draws
+    this function always made, so a run whose first draws pass the window keeps its requests). A Poisson count
+    exceeds its mean about half the time, so when the last of them is still inside the window further gaps (and
+    their lengths) are drawn from a second generator, default_rng([seed, 1]), until the window is passed or
+    MAX_REQUESTS arrivals are drawn; the first requests stay the same either way."""
+    n = max(1, int(np.ceil(t.rate * t.duration_s)))
+    times = np.cumsum(rng.exponential(1.0 / t.rate, size=n))
+    n_in = max(1, int(np.searchsorted(times, t.duration_s, side="right")))  # times are sorted: a prefix is inside
+    times = times[:n_in]
+    isl, osl = t.isl.draw(rng, n_in), t.osl.draw(rng, n_in)
+    if n_in < n or times[-1] > t.duration_s or n_in >= MAX_REQUESTS:
+        return Arrivals(times, isl, osl, t.label())
+    more = np.random.default_rng([t.seed, 1])
+    chunk = max(16, int(np.ceil(4.0 * math.sqrt(n))))  # a few standard deviations of the count per draw
+    extra, last = [], float(times[-1])
+    while last <= t.duration_s and n_in + sum(e.size for e in extra) < MAX_REQUESTS:
+        more_t = last + np.cumsum(more.exponential(1.0 / t.rate, size=chunk))
+        inside = more_t[:int(np.searchsorted(more_t, t.duration_s, side="right"))]
+        extra.append(inside)
+        last = float(more_t[-1]) if inside.size == chunk else math.inf  # inf: this chunk passed the window
+    extra_t = np.concatenate(extra)[:MAX_REQUESTS - n_in]
+    m = int(extra_t.size)
+    return Arrivals(np.concatenate([times, extra_t]), np.concatenate([isl, t.isl.draw(more, m)]),
+                    np.concatenate([osl, t.osl.draw(more, m)]), t.label())
 
 
 def read_trace(path: str | Path) -> Arrivals:

@@ -130,6 +130,73 @@ def test_a_rate_too_low_for_its_window_still_sends_its_first_request():
     assert len(a) == 1 and a.t_s[0] > 1.0 and a.duration_s == a.t_s[0]
 
 
+ISL_U, OSL_N = tr.LengthDist(1000, "uniform_ratio"), tr.LengthDist(100, "normal", cv=0.3)
+
+
+def _first_draws(rate: float, duration_s: float, seed: int):
+    """The arrivals from the seed's own generator, as generate() drew them before it continued past them (written
+    out here): ceil(rate x duration) exponential gaps, the prefix inside the window (the first arrival always), then
+    that many ISLs and OSLs; and whether those gaps passed the window's end."""
+    rng = np.random.default_rng(seed)
+    n = max(1, int(np.ceil(rate * duration_s)))
+    times = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    keep = times <= duration_s
+    keep[0] = True
+    n = int(keep.sum())
+    return times[:n], ISL_U.draw(rng, n), OSL_N.draw(rng, n), bool(times[-1] > duration_s)
+
+
+def test_poisson_arrivals_are_not_cut_at_rate_times_duration():
+    """1 req/s for 60 s over 400 seeds: the count is Poisson(60), so its mean is 60 within a few standard errors
+    (sqrt(60 / 400) = 0.39) and many seeds send more than 60; arrivals run to the window's end in every seed (no
+    gap of 10 mean gaps before it: e^-10 per seed). Drawing only 60 gaps gave a mean of 57.1 and never more."""
+    counts, lasts = [], []
+    for seed in range(400):
+        a = tr.generate(tr.Traffic(ISL_U, OSL_N, rate=1.0, duration_s=60.0, seed=seed))
+        assert np.all(np.diff(a.t_s) > 0) and a.t_s[-1] <= 60.0 and len(a.isl) == len(a.osl) == len(a.t_s)
+        counts.append(len(a))
+        lasts.append(a.t_s[-1])
+    assert abs(np.mean(counts) - 60.0) < 4 * math.sqrt(60.0 / 400)
+    assert sum(c > 60 for c in counts) > 100
+    assert min(lasts) > 60.0 - 10 * 1.0
+
+
+@pytest.mark.parametrize("rate, duration_s", [(2.0, 30.0), (0.5, 2.0)])
+def test_the_first_draws_are_unchanged_and_continued_only_inside_the_window(rate, duration_s):
+    """A seed whose ceil(rate x duration) draws pass the window gives exactly those arrays; one whose draws end
+    inside it gives them as its first requests, followed by arrivals (their lengths drawn alike) to the window's
+    end. 0.5 req/s for 2 s draws one gap: a single arrival after 2 s is the whole result."""
+    passed = continued = 0
+    extra_isl = []
+    for seed in range(60):
+        t0, i0, o0, past = _first_draws(rate, duration_s, seed)
+        a = tr.generate(tr.Traffic(ISL_U, OSL_N, rate=rate, duration_s=duration_s, seed=seed))
+        k = len(t0)
+        if past:
+            passed += 1
+            assert np.array_equal(a.t_s, t0) and np.array_equal(a.isl, i0) and np.array_equal(a.osl, o0)
+        else:
+            continued += 1
+            assert len(a) >= k and np.array_equal(a.t_s[:k], t0)  # the next arrival may be past the window
+            assert np.array_equal(a.isl[:k], i0) and np.array_equal(a.osl[:k], o0)
+            assert np.all(np.diff(a.t_s) > 0) and a.t_s[-1] <= duration_s
+            extra_isl.extend(a.isl[k:])
+    assert passed and continued
+    assert min(extra_isl) >= 800 and max(extra_isl) <= 1000 and len(set(extra_isl)) > 10
+
+
+def test_arrivals_continued_past_the_first_draws_stop_at_the_request_limit():
+    """1000 req/s for 200 s asks the limit itself (200,000, accepted): a seed whose first 200,000 arrivals are all
+    inside the window sends exactly those, nothing refused."""
+    for seed in range(10):
+        t0, _, _, _ = _first_draws(1000.0, 200.0, seed)
+        if len(t0) == tr.MAX_REQUESTS:
+            a = tr.generate(tr.Traffic(ISL_U, OSL_N, rate=1000.0, duration_s=200.0, seed=seed))
+            assert len(a) == tr.MAX_REQUESTS and np.array_equal(a.t_s, t0)
+            return
+    pytest.fail("no seed in 0..9 had its first 200,000 arrivals inside the window")
+
+
 def test_the_closed_loop_draws_twenty_requests_per_user_second_or_the_stated_count():
     a = tr.generate(tr.Traffic(L100, L10, concurrency=3, duration_s=10.0))
     assert len(a) == 3 * 10 * 20 and np.all(np.isnan(a.t_s))
