@@ -11,6 +11,7 @@ the surrounding rows; a stated skew's expert factor; the routing range's high en
 price cache's 32-token bins and the iteration count."""
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from dwdp_trtllm.perf.kernel_tables import package_table_path
 from dwdp_trtllm.perf.plan_spec import PlanSpec
 from dwdp_trtllm.sizing.context_cost import ContextCost, Segments
 from dwdp_trtllm.sizing.decode_cost import package_path as gen_table_path
+from dwdp_trtllm.sizing import tp_cost
 from dwdp_trtllm.sizing.tp_cost import TpCost, check_tp, module_tp_ratio
 from dwdp_trtllm.spec.models import PRESETS
 from dwdp_trtllm.spec.routing_skew import RoutingSkewConfig
@@ -30,8 +32,18 @@ R1 = PRESETS["deepseek-r1"]  # hidden 7168, 61 layers: 3 dense + 58 MoE, 128 hea
 TWO_8K = Segments(((0, 8192, 8192), (0, 8192, 8192)))  # T = 16384 tokens: 2 requests of ISL 8192
 
 
+@pytest.fixture(autouse=True)
+def _fresh_module_grids():
+    """The module rows are cached per (GPU, shape, dtype, heads): each test reads them afresh (a grid cached by an
+    earlier test, or one built from a test's edited rows, would hide what this test's lookup does)."""
+    grid = tp_cost._module_grid
+    grid.cache_clear()
+    yield
+    grid.cache_clear()
+
+
 def _spec(**kw) -> PlanSpec:
-    return PlanSpec(model=R1, gpu=get_gpu("h200"), target="trtllm", **kw)
+    return PlanSpec(**{"model": R1, "gpu": get_gpu("h200"), "target": "trtllm", **kw})
 
 
 def _raw() -> dict:
@@ -258,6 +270,7 @@ def test_the_module_penalty_clamps_to_the_rows_both_head_counts_have():
         assert module_tp_ratio(**at, batch=10_000, isl=64, which=which) == pytest.approx(_penalty(8, 256, 64))
         assert module_tp_ratio(**at, batch=0.5, isl=0.5, which=which) == pytest.approx(_penalty(8, 1, 1))
         assert module_tp_ratio(**at, batch=1, isl=1e6, which=which) == pytest.approx(_penalty(8, 1, 32768))
+        assert module_tp_ratio(**at, batch=10_000, isl=1e6, which=which) == pytest.approx(_penalty(8, 256, 256))
 
 
 def test_the_module_penalty_reads_the_weight_dtypes_rows_and_is_none_without_them():
@@ -272,6 +285,76 @@ def test_the_module_penalty_reads_the_weight_dtypes_rows_and_is_none_without_the
     assert module_tp_ratio(**{**args, "weight_dtype": "nvfp4"}, n=8) is None  # a key the rows lack
     assert module_tp_ratio(**{**args, "gpu": "a100"}, n=8) is None  # no generation tables shipped
     assert module_tp_ratio(**{**args, "shape": "qwen3-235b"}, n=8) is None  # no rows for the shape
+
+
+def test_a_grid_from_past_one_request_with_a_batch_of_one_isl_row(monkeypatch):
+    """Rows (a table's own grid, here written out): 2 requests at ISL 1024 only, 8 requests at ISL 1024 and 4096.
+    Below the grid the first rows; at 4 requests x ISL 2048 the 2-request row (its one ISL) weighs 1/2, the
+    8-request rows 1/4 each (log2 4 is half way from 2 to 8, log2 2048 half way from 1024 to 4096)."""
+    full = {(2, 1024): 10.0, (8, 1024): 40.0, (8, 4096): 100.0}
+    part = {(2, 1024): 1.5, (8, 1024): 6.0, (8, 4096): 16.0}  # ratios x 8: 1.2, 1.2, 1.28
+    monkeypatch.setattr(tp_cost, "_module_grid", lambda gpu, shape, key, heads: full if heads == 128 else part)
+    at = dict(gpu="h200", shape="deepseek-v3", weight_dtype="fp8", heads=128, n=8)
+    assert module_tp_ratio(**at, batch=1, isl=16) == pytest.approx(1.2)
+    assert module_tp_ratio(**at, batch=8, isl=16) == pytest.approx(1.2)
+    assert module_tp_ratio(**at, batch=8, isl=2048) == pytest.approx((1.2 + 1.28) / 2)
+    assert module_tp_ratio(**at, batch=4, isl=2048) == pytest.approx(1.2 / 2 + 1.2 / 4 + 1.28 / 4)
+    assert module_tp_ratio(**at, batch=4, isl=2048, which="low") == pytest.approx(1.2)
+    assert module_tp_ratio(**at, batch=4, isl=2048, which="high") == pytest.approx(1.28)
+
+
+def _gen_rows_edited(monkeypatch, models=None, comm=None):
+    """The generation tables' TP rows with the shape's (`models`) or the GPU's communication (`comm`) rows replaced."""
+    shipped = tp_cost.tp_rows
+    def edited(gpu, shape):
+        m, c = shipped(gpu, shape)
+        return (m if models is None else models), (c if comm is None else comm)
+    monkeypatch.setattr(tp_cost, "tp_rows", edited)
+
+
+@pytest.mark.parametrize("comm", [{}, {"custom_allreduce": {}}])
+def test_without_trtllm_allreduce_rows_each_allreduce_is_the_nccl_pair(monkeypatch, comm):
+    _gen_rows_edited(monkeypatch, comm=comm)
+    T, n = 16384, 8
+    want = _hand(_spec(), n, T, _moe_s(_raw(), n, T), _nccl_allreduce_s(_raw(), n, T), _penalty(n, 2, 8192))
+    assert _tp_s(_spec(), n) == pytest.approx(want, rel=1e-9)
+
+
+def test_a_shape_without_tp_rows_prices_attention_and_gemms_at_the_fast_end_the_router_whole(monkeypatch):
+    """No module rows by heads and no split GEMM rows for the shape (the AllReduce rows are the GPU's): one GPU's
+    attention, shared experts and dense MLP / N, the router's row whole."""
+    _gen_rows_edited(monkeypatch, models={})
+    T, n = 16384, 8
+    want = _hand(_spec(), n, T, _moe_s(_raw(), n, T), _trtllm_allreduce_s(n, T), None, split=False)
+    assert _tp_s(_spec(), n) == pytest.approx(want, rel=1e-9)
+
+
+def test_kernel_tables_without_the_router_row_price_no_router(tmp_path):
+    path = _edited_tables(tmp_path, lambda d: d["models"]["deepseek-v3"]["gemm"]["bfloat16"]["ops"].pop("router"))
+    spec, T, n = _spec(kernel_tables=path), 16384, 8
+    router = _curve(_raw()["models"]["deepseek-v3"]["gemm"]["bfloat16"]["ops"]["router"]["points"], T) * 1e-3
+    with_router = _hand(spec, n, T, _moe_s(_raw(), n, T), _trtllm_allreduce_s(n, T), _penalty(n, 2, 8192))
+    # _hand reads the router from the whole table: without it the one-GPU iteration lacks it too (attention1 gains
+    # L x router / (kd + L) per layer), and no MoE layer adds it
+    kd, L = R1.first_k_dense, R1.num_moe_layers
+    attention_gain = L * router / (kd + L) / n * _penalty(n, 2, 8192)
+    want = with_router + (kd + L) * attention_gain - L * router
+    assert _tp_s(spec, n) == pytest.approx(want, rel=1e-9)
+
+
+def test_a_model_without_shared_experts_prices_none_even_where_split_rows_exist():
+    spec, T, n = _spec(model=replace(R1, num_shared_experts=0)), 16384, 8
+    tp = _gen()["models"]["deepseek-v3"]["gemm"]
+    shared8 = (_curve(tp["shared_fc1/tp8"]["points"], T) + _curve(tp["shared_fc2/tp8"]["points"], T)) * 1e-3
+    fp8 = _raw()["models"]["deepseek-v3"]["gemm"]["fp8_block"]["ops"]
+    shared1 = (_curve(fp8["shared_fc1"]["points"], T) + _curve(fp8["shared_fc2"]["points"], T)) * 1e-3
+    # _hand subtracts one GPU's shared experts, which this model's one-GPU iteration does not have, and adds the TP8
+    # split rows: put back the one and take away the other
+    kd, L = R1.first_k_dense, R1.num_moe_layers
+    with_shared = _hand(spec, n, T, _moe_s(_raw(), n, T), _trtllm_allreduce_s(n, T), _penalty(n, 2, 8192))
+    want = with_shared + (kd + L) * (L * shared1 / (kd + L) / n * _penalty(n, 2, 8192)) - L * shared8
+    assert _tp_s(spec, n) == pytest.approx(want, rel=1e-9)
+    assert _tp_s(spec, n) < _tp_s(_spec(), n)
 
 
 def test_an_empty_iteration_costs_nothing_and_one_token_costs_something():
