@@ -362,6 +362,12 @@ def test_an_empty_iteration_costs_nothing_and_one_token_costs_something():
     one = Segments(((0, 1, 1),))
     want = _hand(_spec(), 8, 1, _moe_s(_raw(), 8, 1), _trtllm_allreduce_s(8, 1), _penalty(8, 1, 1), seg=one)
     assert _tp_s(_spec(), 8, one) == pytest.approx(want, rel=1e-9) and want > 0
+    # three 1-token requests: the module penalty at 3 requests (between its 2- and 4-request rows) at ISL 1
+    three = Segments(((0, 1, 1),) * 3)
+    wb = math.log2(3) - 1.0
+    penalty = (1 - wb) * _penalty(8, 2, 1) + wb * _penalty(8, 4, 1)
+    want = _hand(_spec(), 8, 3, _moe_s(_raw(), 8, 3), _trtllm_allreduce_s(8, 3), penalty, seg=three)
+    assert _tp_s(_spec(), 8, three) == pytest.approx(want, rel=1e-9)
 
 
 def test_tp_is_refused_without_kernel_tables_naming_the_flag_and_the_way_out():
