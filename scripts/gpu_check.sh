@@ -219,11 +219,11 @@ print(dgb.build(Path('.carry/deepgemm'), build.cutlass_include_dirs()[0], jobs=4
       timeout "${VERIFY_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_verify_cuda.py > "$OUT/verify.log" 2>&1 || rc=1
       timeout "${VERIFY_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli verify configs/verify/h200_dsr1_fp8.yaml --device cuda >> "$OUT/verify.log" 2>&1 || rc=1
       tail -n 14 "$OUT/verify.log" ;;
-    calibrate)  # `dwdp calibrate` on this node (its one-GPU parts; peer inputs stay priors) + its GPU tests + the
+    calibrate)  # `dwdp calibrate` on this node (its one-GPU parts; peer inputs stay priors; the file names the GPU inside) + its GPU tests + the
                 # sizing simulator against a Poisson bench on this GPU; the file under $OUT/raw/calibrate
       section calibrate
       mkdir -p "$OUT/raw/calibrate"
-      timeout "${CALIBRATE_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli calibrate --device cuda --out "$OUT/raw/calibrate/h200.json" \
+      timeout "${CALIBRATE_TIMEOUT:-400}" python3 -m dwdp_trtllm.cli calibrate --device cuda --out "$OUT/raw/calibrate/calibrate.json" \
         > "$OUT/calibrate.log" 2>&1 || rc=1
       timeout "${CALIBRATE_TEST_TIMEOUT:-300}" python3 -m pytest -q -rs tests/gpu/test_calibrate_cuda.py tests/gpu/test_sizing_bench_cuda.py \
         >> "$OUT/calibrate.log" 2>&1 || rc=1
