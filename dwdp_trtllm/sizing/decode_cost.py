@@ -72,7 +72,9 @@ def package_path(gpu: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str) -> dict:
+def load_tables(path: str) -> dict:
+    """A generation-table JSON (scripts/extract_aiconfigurator.py --what generation), read once; ConfigError naming
+    the file when it is unreadable or of another format."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -392,7 +394,7 @@ def decode_cost(model: ModelSpec, gpu: str, weight_dtype: str, mtp: int = 0,
     if path is None or t is None or not t.moe_eps(weight_dtype):
         raise ConfigError(None, "--gpu", f"TensorRT-LLM decode tables for {model.name} ({weight_dtype}) on {gpu}; "
                                          "shipped: DeepSeek-V3/R1 shapes on h100, h200, b200, gb200")
-    data = _load(str(path))
+    data = load_tables(str(path))
     gen = data["models"].get(t.name)
     if gen is None or MODULE_KEY.get(weight_dtype) not in gen.get("mla_generation_module", {}):
         raise ConfigError(None, "--model", f"generation rows for {model.name} ({weight_dtype}) on {gpu}: only MLA "

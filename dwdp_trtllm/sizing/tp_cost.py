@@ -46,7 +46,7 @@ from ..perf.phases import trtllm_phases
 from ..perf.planner import routing_skew, skewed_routing
 from ..spec.schema import ConfigError
 from .context_cost import ContextCost, Segments
-from .decode_cost import MODULE_KEY, _load, package_path
+from .decode_cost import MODULE_KEY, load_tables, package_path
 
 #: what `dwdp size` says prices a TP context iteration (the report's "priced:" line)
 ROWS = ("TP context: attention from the planner's one-GPU rows / N x TensorRT-LLM's MLA module TP penalty (its "
@@ -70,7 +70,7 @@ def tp_rows(gpu: str, shape: str) -> tuple[dict, dict]:
     path = package_path(gpu)
     if path is None:
         return {}, {}
-    data = _load(str(path))
+    data = load_tables(str(path))
     return data["models"].get(shape, {}), data.get("comm", {})
 
 
